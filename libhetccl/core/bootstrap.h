@@ -1,0 +1,65 @@
+/* Bootstrap: how ranks find each other and exchange small metadata over TCP.
+ *
+ * ncclGetUniqueId starts a root (a thread of the calling process) listening
+ * on an address of this host (NCCL_SOCKET_IFNAME honoured) and writes into the
+ * id: a magic, the root address and port, and a random 64-bit secret. With
+ * NCCL_COMM_ID=host:port set, the id encodes that address instead and
+ * hetccl_bootstrap_init on rank 0 serves the root itself.
+ *
+ * Every rank connects to the root, presents the secret, its rank and its
+ * info blob; the root checks that nranks agree, that every rank appears once,
+ * and sends everyone the table of all blobs, then exits. A connection that
+ * does not present the secret, or sends a frame that does not fit, is
+ * dropped and logged; the root keeps waiting for the real ranks.
+ *
+ * After that, ranks talk through rank 0 (every rank keeps one connection to
+ * rank 0's bootstrap listener): allgather, broadcast and barrier are
+ * collective over all ranks of the communicator, blocking, and bounded by
+ * the connect timeout and the abort flag. A lost connection is
+ * ncclRemoteError naming the rank.
+ *
+ * Threads: a bootstrap handle is used by one thread at a time. */
+#ifndef HETCCL_CORE_BOOTSTRAP_H
+#define HETCCL_CORE_BOOTSTRAP_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "nccl.h"
+
+typedef struct hetccl_bootstrap hetccl_bootstrap_t;
+
+/* Fill *id and start a root thread (unless NCCL_COMM_ID is set). */
+ncclResult_t hetccl_bootstrap_root_create(ncclUniqueId *id);
+
+/* Is this a well-formed hetccl unique id? (ncclInvalidArgument + WARN if not,
+ * e.g. zeroed, from another library, or corrupted.) */
+ncclResult_t hetccl_bootstrap_id_check(const ncclUniqueId *id);
+
+/* The id's secret and a communicator id derived from it; equal on all ranks. */
+uint64_t hetccl_bootstrap_id_secret(const ncclUniqueId *id);
+uint64_t hetccl_bootstrap_id_comm_id(const ncclUniqueId *id);
+
+typedef struct hetccl_bootstrap_opts {
+  int timeout_ms;            /* connect and exchange bound */
+  volatile int *abort_flag;  /* non-zero: give up promptly with ncclInternalError */
+} hetccl_bootstrap_opts_t;
+
+/* Join the communicator described by id as `rank` of `nranks`; publish
+ * info (info_bytes, the same size on every rank) and receive every rank's
+ * info into all_infos (nranks * info_bytes, indexed by rank). */
+ncclResult_t hetccl_bootstrap_init(const ncclUniqueId *id, int rank, int nranks,
+                                   const void *info, size_t info_bytes, void *all_infos,
+                                   const hetccl_bootstrap_opts_t *opts,
+                                   hetccl_bootstrap_t **out);
+
+/* Collective over all ranks; `bytes` equal everywhere. all: nranks * bytes. */
+ncclResult_t hetccl_bootstrap_allgather(hetccl_bootstrap_t *bs, const void *mine, void *all,
+                                        size_t bytes);
+ncclResult_t hetccl_bootstrap_bcast(hetccl_bootstrap_t *bs, void *buf, size_t bytes, int root);
+ncclResult_t hetccl_bootstrap_barrier(hetccl_bootstrap_t *bs);
+
+/* Close connections and the listener; never blocks on peers. NULL is fine. */
+void hetccl_bootstrap_destroy(hetccl_bootstrap_t *bs);
+
+#endif

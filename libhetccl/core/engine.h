@@ -1,0 +1,56 @@
+/* The host engine's point-to-point plane, as the algorithms see it.
+ *
+ * An engine is one communicator's set of connected transport endpoints. The
+ * algorithms (algo/) post sends and receives to peer ranks and wait on them;
+ * they never see which transport carries a peer. Every request posted while
+ * an operation runs carries that operation's signature as its tag, so a
+ * peer that runs a different operation is detected (transport.h).
+ *
+ * Threads: an engine is driven by one thread at a time (the API caller for
+ * a blocking host call, or the communicator's proxy thread). */
+#ifndef HETCCL_CORE_ENGINE_H
+#define HETCCL_CORE_ENGINE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "nccl.h"
+#include "transport/transport.h"
+
+typedef struct hetccl_engine hetccl_engine_t;
+
+int hetccl_engine_rank(const hetccl_engine_t *e);
+int hetccl_engine_nranks(const hetccl_engine_t *e);
+
+/* Post a send of `bytes` from buf to peer. Never blocks. req is caller-owned
+ * and must stay untouched until completed by hetccl_engine_wait. */
+ncclResult_t hetccl_engine_isend(hetccl_engine_t *e, int peer, const void *buf, size_t bytes,
+                                 hetccl_req_t *req);
+/* Post a receive; consume NULL = copy into buf, else consume(ctx, dst, src, n)
+ * per received piece (e.g. hetccl_reduce_consume to reduce into buf). */
+ncclResult_t hetccl_engine_irecv(hetccl_engine_t *e, int peer, void *buf, size_t bytes,
+                                 hetccl_consume_fn consume, void *consume_ctx, hetccl_req_t *req);
+
+/* Progress everything until all n requests are done. Bounded by the
+ * communicator timeout and abort flag; spins HETCCL_SPIN polls, then yields.
+ * On error, the communicator is marked failed and the error (naming the
+ * peer) is returned; later calls return it too. */
+ncclResult_t hetccl_engine_wait(hetccl_engine_t *e, hetccl_req_t **reqs, int n);
+
+/* Convenience: post send to `to` and receive from `from`, wait both. Either
+ * peer may be -1 (skipped). */
+ncclResult_t hetccl_engine_sendrecv(hetccl_engine_t *e, int to, const void *sbuf, size_t sbytes,
+                                    int from, void *rbuf, size_t rbytes,
+                                    hetccl_consume_fn consume, void *consume_ctx);
+
+/* A scratch buffer of at least `bytes`, owned by the engine, reused across
+ * operations (valid until the next call to this function). NULL on OOM (a
+ * WARN is logged). */
+void *hetccl_engine_scratch(hetccl_engine_t *e, size_t bytes);
+
+/* Tuning read from knobs at engine creation. */
+size_t hetccl_engine_pipeline_chunk(const hetccl_engine_t *e);
+size_t hetccl_engine_small_bytes(const hetccl_engine_t *e);
+int hetccl_engine_algo_forced(const hetccl_engine_t *e); /* hetccl_algo_id_t or -1 */
+
+#endif

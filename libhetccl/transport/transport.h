@@ -1,0 +1,168 @@
+/* Transport layer: moving bytes between two ranks' host buffers.
+ *
+ * A transport knows no collective and no communicator. It is given, at
+ * context creation, who it is (rank, nranks, a 64-bit communicator id used in
+ * every frame it sends) and, at connection time, the address blobs that the
+ * peers published (exchanged by the caller over the bootstrap).
+ *
+ * Threads: all slots but ctx_create/connect/destroy run on the one thread
+ * that currently drives the communicator (the API caller for blocking host
+ * operations, or the communicator's proxy thread); a context is never used
+ * by two threads at once, so transports take no locks on the data path.
+ * Nothing here may block indefinitely: every wait is bounded by
+ * args->timeout_ms and by *args->abort_flag.
+ *
+ * Messages. isend/irecv enqueue one message each; per endpoint and
+ * direction, messages are matched strictly in posting order (the nth send on
+ * A->B meets the nth recv B<-A). Each message travels with a header that
+ * carries a magic, the communicator id, the sender rank, a per-direction
+ * sequence number, the byte count and the caller's 64-bit tag (the
+ * operation signature). The receiver checks all of them: a frame that does
+ * not fit (other communicator, wrong sequence, size or tag differing from
+ * the posted receive) is an error (ncclInvalidUsage for size/tag mismatch,
+ * naming both values and the peer; ncclSystemError for corrupt framing),
+ * never data. A tag of 0 on the receive side accepts any tag.
+ *
+ * Receives may "consume" instead of copy: if req->consume is set, the
+ * transport calls consume(ctx, dst, src, n) for each piece it receives,
+ * where dst = req->buf + offset and src points to the received bytes
+ * (transport-owned staging: valid only during the call). This is how
+ * receive-and-reduce runs straight out of a shared-memory slot. Pieces are
+ * always whole multiples of 8 bytes except possibly the last of a message.
+ */
+#ifndef HETCCL_TRANSPORT_H
+#define HETCCL_TRANSPORT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "nccl.h"
+
+#define HETCCL_TRANSPORT_ADDR_BYTES 128 /* published per rank per transport */
+
+typedef void (*hetccl_consume_fn)(void *ctx, void *dst, const void *src, size_t bytes);
+
+/* One posted message. Owned by the caller, which must keep it alive and
+ * untouched until `done` is set (or an error is returned). */
+typedef struct hetccl_req {
+  void *buf;                 /* send source or receive destination */
+  size_t bytes;              /* message size */
+  uint64_t tag;              /* operation signature (see above) */
+  hetccl_consume_fn consume; /* receive only; NULL = plain copy */
+  void *consume_ctx;
+  /* set by the transport */
+  volatile int done;         /* 1 when the buffer may be reused / holds the data */
+  size_t progress;           /* bytes moved so far */
+  /* transport-private */
+  struct hetccl_req *next;
+  uint64_t priv[6];
+} hetccl_req_t;
+
+typedef struct hetccl_transport_args {
+  int rank, nranks;
+  uint64_t comm_id;            /* goes into every frame header */
+  uint64_t secret;             /* proves a connection belongs to this communicator */
+  int timeout_ms;              /* bound on every wait */
+  volatile int *abort_flag;    /* non-zero: return ncclInternalError / abort promptly */
+  const char *ifname;          /* NCCL_SOCKET_IFNAME-style selection, may be "" */
+} hetccl_transport_args_t;
+
+typedef struct hetccl_tctx hetccl_tctx_t; /* per communicator, per transport */
+typedef struct hetccl_ep hetccl_ep_t;     /* one connected peer */
+
+/* Blob a rank publishes: transport-specific address data plus what every
+ * transport needs to judge locality. */
+typedef struct hetccl_peer_locality {
+  uint64_t host_hash; /* same value <=> same host (and same IPC namespace) */
+  int pid;
+} hetccl_peer_locality_t;
+
+/* --- slot types --------------------------------------------------------- */
+
+/* May this transport connect me to peer? Pure function of the localities. */
+typedef int (*hetccl_transport_can_connect_fn)(const hetccl_peer_locality_t *me,
+                                               const hetccl_peer_locality_t *peer);
+
+/* Create the per-communicator context: listening sockets, receive segments.
+ * Writes up to HETCCL_TRANSPORT_ADDR_BYTES into addr for the peers. Blocks
+ * only briefly (no peer interaction). */
+typedef ncclResult_t (*hetccl_transport_ctx_create_fn)(const hetccl_transport_args_t *args,
+                                                       hetccl_tctx_t **ctx, void *addr);
+
+/* Connect to every peer p with use[p] != 0, given every rank's published
+ * addr (addrs + p * HETCCL_TRANSPORT_ADDR_BYTES) and locality. Every rank
+ * calls this collectively with a symmetric `use` (use[p] on rank r equals
+ * use[r] on rank p). Fills eps[p] for those peers. Blocking, bounded by
+ * timeout_ms; a peer that presents the wrong communicator id or secret is
+ * dropped and waited past. */
+typedef ncclResult_t (*hetccl_transport_connect_fn)(hetccl_tctx_t *ctx, const uint8_t *use,
+                                                    const uint8_t *addrs,
+                                                    const hetccl_peer_locality_t *localities,
+                                                    hetccl_ep_t **eps);
+
+/* Enqueue a message. Never blocks; may move some bytes at once. */
+typedef ncclResult_t (*hetccl_transport_post_fn)(hetccl_ep_t *ep, hetccl_req_t *req);
+
+/* Move whatever can move now on this endpoint, both directions, without
+ * blocking; set req->done on completed requests (in order). Returns an error
+ * if the peer is gone (ncclRemoteError, naming the peer rank) or a frame does
+ * not fit. *idle = 1 if nothing at all moved (lets the caller back off). */
+typedef ncclResult_t (*hetccl_transport_progress_fn)(hetccl_ep_t *ep, int *idle);
+
+/* Close one endpoint / the context. Never block on the peer; safe after
+ * errors and on half-built objects. */
+typedef void (*hetccl_transport_ep_close_fn)(hetccl_ep_t *ep);
+typedef void (*hetccl_transport_ctx_destroy_fn)(hetccl_tctx_t *ctx);
+
+typedef struct hetccl_transport {
+  const char *name;
+  hetccl_transport_can_connect_fn can_connect;
+  hetccl_transport_ctx_create_fn ctx_create;
+  hetccl_transport_connect_fn connect;
+  hetccl_transport_post_fn isend;
+  hetccl_transport_post_fn irecv;
+  hetccl_transport_progress_fn progress;
+  hetccl_transport_ep_close_fn ep_close;
+  hetccl_transport_ctx_destroy_fn ctx_destroy;
+} hetccl_transport_t;
+
+/* name, table symbol. Order is preference order under HETCCL_TRANSPORT=auto. */
+#define HETCCL_TRANSPORTS(X)                                                   \
+  X(shm, hetccl_transport_shm)                                                 \
+  X(socket, hetccl_transport_socket)
+
+#define HETCCL_TRANSPORT_DECL(name, sym) extern const hetccl_transport_t sym;
+HETCCL_TRANSPORTS(HETCCL_TRANSPORT_DECL)
+#undef HETCCL_TRANSPORT_DECL
+
+typedef enum {
+#define HETCCL_TRANSPORT_ENUM(name, sym) HETCCL_TRANSPORT_##name,
+  HETCCL_TRANSPORTS(HETCCL_TRANSPORT_ENUM)
+#undef HETCCL_TRANSPORT_ENUM
+  HETCCL_TRANSPORT_COUNT
+} hetccl_transport_id_t;
+
+/* The table for id; asserts the required slots are filled (base/). */
+const hetccl_transport_t *hetccl_transport_get(hetccl_transport_id_t id);
+
+/* Frame header used by every transport (base/frame.c fills and checks it). */
+#define HETCCL_FRAME_MAGIC 0x48455443434c3031ull /* "HETCCL01" */
+typedef struct hetccl_frame_hdr {
+  uint64_t magic;
+  uint64_t comm_id;
+  uint64_t tag;
+  uint64_t seq;
+  uint64_t bytes;
+  int32_t src_rank;
+  uint32_t flags;
+} hetccl_frame_hdr_t;
+
+void hetccl_frame_fill(hetccl_frame_hdr_t *h, uint64_t comm_id, int src_rank, uint64_t seq,
+                       uint64_t tag, uint64_t bytes);
+/* Checks a received header against what the posted receive expects. Logs
+ * the exact cause. `transport` names the caller in messages. */
+ncclResult_t hetccl_frame_check(const hetccl_frame_hdr_t *h, const char *transport,
+                                uint64_t comm_id, int expect_src, uint64_t expect_seq,
+                                uint64_t expect_tag, uint64_t expect_bytes);
+
+#endif

@@ -1,0 +1,105 @@
+/* Knobs: every environment variable hetccl reads is declared once, here.
+ *
+ * `hetccl info` prints this table; nothing else in the tree calls getenv for
+ * a knob. Values are read and validated once per process (first use); a
+ * malformed or out-of-range value makes hetccl_knobs_check() fail with
+ * ncclInvalidArgument and a message naming the variable, which comm init
+ * returns to the user.
+ *
+ * Columns: id, environment name, type, default (as text), min, max, help.
+ * INT knobs accept decimal with an optional K/M/G suffix (powers of 1024);
+ * min/max bound INT knobs only. STR knobs take any text ("" = unset). */
+#ifndef HETCCL_UTIL_KNOBS_H
+#define HETCCL_UTIL_KNOBS_H
+
+#include <stdint.h>
+
+#include "nccl.h"
+
+#define HETCCL_KNOBS(X)                                                        \
+  X(DEBUG, "HETCCL_DEBUG", STR, "", 0, 0,                                      \
+    "log level: VERSION, WARN, INFO or TRACE (default: NCCL_DEBUG, else silent)") \
+  X(DEBUG_SUBSYS, "HETCCL_DEBUG_SUBSYS", STR, "", 0, 0,                        \
+    "comma list of log subsystems (INIT,COLL,P2P,SHM,NET,BOOTSTRAP,PROXY,ENV,ALLOC,VENDOR,RUNTIME,GROUP,CALL, ALL, ^X to drop); default NCCL_DEBUG_SUBSYS, else INIT,ENV") \
+  X(DEBUG_FILE, "HETCCL_DEBUG_FILE", STR, "", 0, 0,                            \
+    "log file pattern (%h host, %p pid); default NCCL_DEBUG_FILE, else stderr") \
+  X(NCCL_DEBUG, "NCCL_DEBUG", STR, "", 0, 0,                                   \
+    "NCCL's log level, honoured when HETCCL_DEBUG is unset")                   \
+  X(NCCL_DEBUG_SUBSYS, "NCCL_DEBUG_SUBSYS", STR, "", 0, 0,                     \
+    "NCCL's subsystem mask, honoured when HETCCL_DEBUG_SUBSYS is unset")       \
+  X(NCCL_DEBUG_FILE, "NCCL_DEBUG_FILE", STR, "", 0, 0,                         \
+    "NCCL's log file, honoured when HETCCL_DEBUG_FILE is unset")               \
+  X(COMM_ID, "NCCL_COMM_ID", STR, "", 0, 0,                                    \
+    "host:port of the bootstrap root; ncclGetUniqueId then encodes it and rank 0 serves it") \
+  X(SOCKET_IFNAME, "NCCL_SOCKET_IFNAME", STR, "", 0, 0,                        \
+    "interfaces for bootstrap and socket transport: prefix list, ^ to exclude, = for exact names") \
+  X(SOCKET_FAMILY, "NCCL_SOCKET_FAMILY", STR, "", 0, 0,                        \
+    "AF_INET or AF_INET6 to restrict interface choice")                        \
+  X(TIMEOUT, "HETCCL_TIMEOUT", INT, "300", 1, 86400,                           \
+    "seconds a wait on a peer may last before the communicator fails with ncclTimeout") \
+  X(CONNECT_TIMEOUT, "HETCCL_CONNECT_TIMEOUT", INT, "60", 1, 86400,            \
+    "seconds for bootstrap and transport connection set-up")                   \
+  X(TRANSPORT, "HETCCL_TRANSPORT", STR, "auto", 0, 0,                          \
+    "transport between two host-engine peers: auto (shm on one host, else socket), shm or socket") \
+  X(SHM_CHUNK, "HETCCL_SHM_CHUNK", INT, "512K", 64, 1073741824,                \
+    "bytes per shared-memory ring slot (multiple of 64)")                      \
+  X(SHM_SLOTS, "HETCCL_SHM_SLOTS", INT, "8", 2, 1024,                          \
+    "slots per shared-memory ring (chunks in flight per direction)")           \
+  X(SHM_CMA, "HETCCL_SHM_CMA", INT, "1", 0, 1,                                 \
+    "1: large shm messages copy once with process_vm_readv when the kernel allows") \
+  X(SOCKET_NSTREAMS, "HETCCL_SOCKET_NSTREAMS", INT, "2", 1, 64,                \
+    "TCP connections per peer pair; large messages are striped over them")     \
+  X(SOCKET_CHUNK, "HETCCL_SOCKET_CHUNK", INT, "256K", 512, 1073741824,         \
+    "bytes per stripe unit on the socket transport")                           \
+  X(ALGO, "HETCCL_ALGO", STR, "auto", 0, 0,                                    \
+    "host-engine algorithm: auto, ring, rd (recursive doubling), direct")      \
+  X(SMALL_BYTES, "HETCCL_SMALL_BYTES", INT, "64K", 0, 1073741824,            \
+    "messages up to this many bytes use latency-bound algorithms under HETCCL_ALGO=auto") \
+  X(PIPELINE_CHUNK, "HETCCL_PIPELINE_CHUNK", INT, "1M", 64, 1073741824,        \
+    "bytes per pipeline step in ring/chain algorithms (small values reach multi-chunk paths)") \
+  X(SPIN, "HETCCL_SPIN", INT, "2000", 0, 100000000,                            \
+    "polls of an idle wait before it starts yielding the CPU")                 \
+  X(CHECK_MISMATCH, "HETCCL_CHECK_MISMATCH", INT, "1", 0, 1,                   \
+    "1: every message carries the operation signature and a mismatch between ranks is an error") \
+  X(ISLANDS, "HETCCL_ISLANDS", STR, "", 0, 0,                                  \
+    "force islands: comma list giving each rank's island id (e.g. 0,0,1,1), or 'rank' for one island per rank") \
+  X(NCCL_LIBRARY, "HETCCL_NCCL_LIBRARY", STR, "", 0, 0,                        \
+    "path or name of the real NCCL library to forward to (default: the loaded libnccl.so.2, then the usual names)") \
+  X(RCCL_LIBRARY, "HETCCL_RCCL_LIBRARY", STR, "", 0, 0,                        \
+    "path or name of the real RCCL library to forward to")                     \
+  X(DEVICE, "HETCCL_DEVICE", STR, "auto", 0, 0,                             \
+    "device kind this process presents: auto (cuda when a CUDA device is usable), host or cuda") \
+  X(VENDOR, "HETCCL_VENDOR", INT, "1", 0, 1,                                   \
+    "0: never forward to a vendor library, run every collective on hetccl's engine")
+
+typedef enum {
+#define HETCCL_KNOB_ENUM(id, env, type, def, lo, hi, help) HETCCL_KNOB_##id,
+  HETCCL_KNOBS(HETCCL_KNOB_ENUM)
+#undef HETCCL_KNOB_ENUM
+  HETCCL_KNOB_COUNT
+} hetccl_knob_t;
+
+typedef enum { HETCCL_KNOB_INT, HETCCL_KNOB_STR } hetccl_knob_type_t;
+
+typedef struct hetccl_knob_desc {
+  const char *env;
+  hetccl_knob_type_t type;
+  const char *def;
+  int64_t min, max;
+  const char *help;
+} hetccl_knob_desc_t;
+
+/* The declaration of knob `id`. */
+const hetccl_knob_desc_t *hetccl_knob_desc(hetccl_knob_t id);
+
+/* Value of an INT knob (the default when unset or malformed). */
+int64_t hetccl_knob_int(hetccl_knob_t id);
+/* Value of a STR knob; never NULL ("" when unset). */
+const char *hetccl_knob_str(hetccl_knob_t id);
+/* Was the variable set in the environment? */
+int hetccl_knob_is_set(hetccl_knob_t id);
+
+/* ncclInvalidArgument with a WARN naming the first bad variable, if any. */
+ncclResult_t hetccl_knobs_check(void);
+
+#endif
