@@ -1,0 +1,32 @@
+/* The API layer: thin. Validate arguments, record the last error, dispatch
+ * to the vendor communicator or to the engine. Knows nothing of CUDA,
+ * transports or algorithms.
+ *
+ * NCCL_API declares an exported function and its pncclX alias (the
+ * profiling names NCCL exports too), both with default visibility. */
+#ifndef HETCCL_API_H
+#define HETCCL_API_H
+
+#include "core/comm.h"
+#include "nccl.h"
+#include "util/check.h"
+#include "util/log.h"
+
+#define HETCCL_EXPORT __attribute__((visibility("default")))
+
+#define NCCL_API(ret, func, ...)                                               \
+  HETCCL_EXPORT ret func(__VA_ARGS__);                                         \
+  HETCCL_EXPORT ret p##func(__VA_ARGS__) __attribute__((alias(#func)))
+
+/* For functions hetccl cannot serve in the current situation: a WARN naming
+ * the function (which becomes the last error) and ncclInvalidUsage. */
+ncclResult_t hetccl_api_unsupported(const char *func, const char *why);
+
+/* Return path of every API function taking a comm: records the thread's
+ * last error on the communicator when the call failed. */
+static inline ncclResult_t hetccl_api_ret(ncclComm_t comm, ncclResult_t res) {
+  if (res != ncclSuccess && res != ncclInProgress && comm) hetccl_comm_record_error(comm, res);
+  return res;
+}
+
+#endif

@@ -1,0 +1,102 @@
+/* The communicator: what one rank knows about its communicator.
+ *
+ * A communicator is either forwarded (one island, a vendor library serves
+ * it: `vendor` and `vcomm` set, every call goes straight there) or run by
+ * hetccl's engine (`engine` set). The API layer reads `vendor` first.
+ *
+ * Ownership: created and destroyed by the API thread. Once initialised,
+ * fields above `state` are read-only. The engine is driven by one thread at
+ * a time: the API thread for blocking calls, else the proxy thread (proxy.c),
+ * which owns the work queue. `error` and `abort_flag` are written by any
+ * thread (atomics). */
+#ifndef HETCCL_CORE_COMM_H
+#define HETCCL_CORE_COMM_H
+
+#include <pthread.h>
+#include <stdint.h>
+
+#include "algo/algo.h"
+#include "core/bootstrap.h"
+#include "core/engine.h"
+#include "nccl.h"
+#include "runtime/reduce.h"
+#include "runtime/runtime.h"
+#include "vendor/vendor.h"
+
+#define HETCCL_MAX_USER_REDOPS 64
+#define HETCCL_ERRMSG_BYTES 1024
+#define HETCCL_HOSTNAME_BYTES 64
+
+/* What each rank publishes at init (fixed size, exchanged by the bootstrap). */
+typedef struct hetccl_peer_info {
+  int32_t rank;
+  int32_t pid;
+  uint64_t host_hash;
+  char hostname[HETCCL_HOSTNAME_BYTES];
+  int32_t dev_kind;        /* hetccl_dev_kind_t */
+  int32_t dev;             /* device ordinal, -1 for host ranks */
+  char bus_id[32];
+  int32_t vendor_version;  /* NCCL/RCCL version this rank can load, 0 = none */
+  int32_t island;          /* forced island id (HETCCL_ISLANDS) or -1 */
+  int32_t blocking;        /* config.blocking, to detect disagreement */
+  int32_t pad;
+} hetccl_peer_info_t;
+
+typedef struct hetccl_user_redop {
+  int in_use;
+  hetccl_redop_t op; /* resolved; premul scalar captured at creation */
+} hetccl_user_redop_t;
+
+struct ncclComm {
+  uint64_t magic;
+  int rank, nranks;
+  int dev;                       /* CUDA device, -1 for host ranks */
+  hetccl_dev_kind_t dev_kind;
+  int blocking;                  /* config.blocking resolved (1 default) */
+  ncclConfig_t config;           /* the user's config, UNDEF fields resolved */
+  char comm_name[64];
+  uint64_t comm_id;              /* from the unique id; in every frame */
+
+  /* forwarded (homogeneous) */
+  const hetccl_vendor_t *vendor;
+  ncclComm_t vcomm;
+
+  /* hetccl engine */
+  hetccl_bootstrap_t *bs;
+  hetccl_engine_t *engine;
+  hetccl_peer_info_t *peers;     /* nranks entries */
+  uint64_t op_seq;               /* operations issued on this comm */
+
+  hetccl_user_redop_t redops[HETCCL_MAX_USER_REDOPS];
+
+  /* state */
+  volatile int abort_flag;
+  volatile int error;            /* sticky ncclResult_t; ncclInProgress while init/ops run async */
+  int finalized, revoked;
+  struct hetccl_proxy *proxy;    /* started lazily for nonblocking work */
+  pthread_mutex_t lock;          /* guards last_error */
+  char last_error[HETCCL_ERRMSG_BYTES];
+};
+
+#define HETCCL_COMM_MAGIC 0x6865746363636f6dull /* "hetcccom" */
+
+/* Is comm a live hetccl communicator? ncclInvalidArgument + WARN naming the
+ * calling function if NULL, destroyed or foreign. */
+ncclResult_t hetccl_comm_check(ncclComm_t comm, const char *func);
+
+/* Register / forget a communicator in the live set. */
+ncclResult_t hetccl_comm_register(ncclComm_t comm);
+void hetccl_comm_unregister(ncclComm_t comm);
+
+/* Record the calling thread's last error on the communicator (API layer,
+ * after a failing call). */
+void hetccl_comm_record_error(ncclComm_t comm, ncclResult_t res);
+
+/* Mark the communicator failed (sticky); first error wins. Any thread. */
+void hetccl_comm_set_error(ncclComm_t comm, ncclResult_t res);
+
+/* Resolve an ncclRedOp_t (built-in or user-created) for dtype on comm. */
+ncclResult_t hetccl_comm_resolve_op(ncclComm_t comm, ncclRedOp_t op, ncclDataType_t dtype,
+                                    hetccl_redop_t *out);
+
+#endif
