@@ -1,0 +1,39 @@
+/* hetccl's own entry points, beside the NCCL API (nccl.h).
+ *
+ * Everything here is exported as hetccl* and never clashes with a vendor
+ * library. The Python package and `hetccl info` use it. */
+#ifndef HETCCL_H_
+#define HETCCL_H_
+
+#include "nccl.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define HETCCL_VERSION_STRING "0.1.0"
+
+/* hetccl's own version string (not the NCCL API version). */
+const char *hetcclVersionString(void);
+
+/* The knob table (environment variables hetccl reads), for `hetccl info`.
+ * index in [0, hetcclKnobCount()); every out pointer may be NULL; the
+ * strings are static. `value` is the effective value ("" when unset). */
+int hetcclKnobCount(void);
+ncclResult_t hetcclKnobInfo(int index, const char **name, const char **type,
+                            const char **defaultValue, const char **value,
+                            const char **help);
+
+/* Validate every knob now (as comm init does): ncclInvalidArgument and a
+ * message for ncclGetLastError(NULL) if one is malformed or out of range. */
+ncclResult_t hetcclKnobsCheck(void);
+
+/* How a communicator is served: "vendor:nccl", "engine", ... (static string;
+ * NULL comm gives "invalid"). */
+const char *hetcclCommBackend(ncclComm_t comm);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif
