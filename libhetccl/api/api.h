@@ -22,6 +22,17 @@
  * the function (which becomes the last error) and ncclInvalidUsage. */
 ncclResult_t hetccl_api_unsupported(const char *func, const char *why);
 
+/* Re-entry from inside the vendor library: a call the vendor made to one of
+ * its own exported names landed here. Go straight back to the vendor with
+ * the arguments untouched (they hold vendor handles, not ours). */
+#define HETCCL_REENTRY(slot, ...)                                              \
+  do {                                                                         \
+    if (__builtin_expect(hetccl_vendor_in_call(), 0)) {                        \
+      const hetccl_vendor_t *reentered_ = hetccl_vendor_loaded();              \
+      if (reentered_) return reentered_->slot(__VA_ARGS__);                    \
+    }                                                                          \
+  } while (0)
+
 /* Return path of every API function taking a comm: records the thread's
  * last error on the communicator when the call failed. */
 static inline ncclResult_t hetccl_api_ret(ncclComm_t comm, ncclResult_t res) {

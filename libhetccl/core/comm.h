@@ -73,6 +73,8 @@ struct ncclComm {
   volatile int abort_flag;
   volatile int error;            /* sticky ncclResult_t; ncclInProgress while init/ops run async */
   int finalized, revoked;
+  volatile int inflight;         /* API calls running on this comm (abort waits) */
+  int vendor_blocking;           /* vendor comm created nonblocking: poll its async error */
   struct hetccl_proxy *proxy;    /* started lazily for nonblocking work */
   pthread_mutex_t lock;          /* guards last_error */
   char last_error[HETCCL_ERRMSG_BYTES];
@@ -98,5 +100,16 @@ void hetccl_comm_set_error(ncclComm_t comm, ncclResult_t res);
 /* Resolve an ncclRedOp_t (built-in or user-created) for dtype on comm. */
 ncclResult_t hetccl_comm_resolve_op(ncclComm_t comm, ncclRedOp_t op, ncclDataType_t dtype,
                                     hetccl_redop_t *out);
+
+/* User reduction operators (ncclRedOpCreatePreMulSum with a host scalar). */
+ncclResult_t hetccl_comm_redop_create(ncclComm_t comm, ncclRedOp_t *op, const void *scalar,
+                                      ncclDataType_t dtype);
+ncclResult_t hetccl_comm_redop_destroy(ncclComm_t comm, ncclRedOp_t op);
+
+/* Message signatures (transport tags): a collective's depends on its
+ * arguments and the communicator's collective sequence number (advanced by
+ * this call); a point-to-point message's on its size only. */
+uint64_t hetccl_comm_coll_tag(ncclComm_t comm, const hetccl_coll_t *c);
+uint64_t hetccl_comm_p2p_tag(size_t bytes);
 
 #endif

@@ -48,6 +48,25 @@ ncclResult_t hetccl_engine_sendrecv(hetccl_engine_t *e, int to, const void *sbuf
  * WARN is logged). */
 void *hetccl_engine_scratch(hetccl_engine_t *e, size_t bytes);
 
+/* --- used by the core only (comm.c, group.c) ----------------------------- */
+
+typedef struct hetccl_engine_args {
+  int rank, nranks;
+  hetccl_ep_t **eps;                    /* nranks entries, NULL for self */
+  const hetccl_transport_t **transports; /* per peer, NULL for self */
+  int timeout_ms;
+  volatile int *abort_flag;
+  volatile int *comm_error;             /* sticky error of the owner */
+} hetccl_engine_args_t;
+
+/* Takes ownership of eps (closed by destroy); copies the arrays. */
+ncclResult_t hetccl_engine_create(const hetccl_engine_args_t *args, hetccl_engine_t **out);
+void hetccl_engine_destroy(hetccl_engine_t *e);
+
+/* The signature stamped on every message of the next operation (0 = do not
+ * check). Set by the core before it runs a collective or a p2p batch. */
+void hetccl_engine_set_tag(hetccl_engine_t *e, uint64_t tag);
+
 /* Tuning read from knobs at engine creation. */
 size_t hetccl_engine_pipeline_chunk(const hetccl_engine_t *e);
 size_t hetccl_engine_small_bytes(const hetccl_engine_t *e);

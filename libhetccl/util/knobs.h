@@ -102,4 +102,8 @@ int hetccl_knob_is_set(hetccl_knob_t id);
 /* ncclInvalidArgument with a WARN naming the first bad variable, if any. */
 ncclResult_t hetccl_knobs_check(void);
 
+/* Read the environment again (ncclResetDebugInit). Strings returned
+ * earlier stay valid. */
+void hetccl_knobs_reload(void);
+
 #endif

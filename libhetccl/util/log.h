@@ -47,6 +47,8 @@ typedef enum {
 extern int hetccl_log_level_cached;
 extern unsigned hetccl_log_mask_cached;
 void hetccl_log_init(void);
+/* Re-read the logging knobs from the environment (ncclResetDebugInit). */
+void hetccl_log_reset(void);
 
 void hetccl_log(int level, unsigned subsys, const char *file, int line,
                 const char *fmt, ...) __attribute__((format(printf, 5, 6)));

@@ -16,6 +16,7 @@
 #define HETCCL_VENDOR_H
 
 #include "nccl.h"
+#include "nccl_device_host.h"
 
 /* X(slot, return type, parameter list) for every forwarded function. */
 #define HETCCL_VENDOR_SLOTS(X)                                                                    \
@@ -88,7 +89,59 @@
      cudaStream_t stream))                                                                        \
   X(GroupStart, ncclResult_t, (void))                                                             \
   X(GroupEnd, ncclResult_t, (void))                                                               \
-  X(GroupSimulateEnd, ncclResult_t, (ncclSimInfo_t * info))
+  X(GroupSimulateEnd, ncclResult_t, (ncclSimInfo_t * info))                                       \
+  /* one-sided operations, device API (nccl_device_host.h) */                                     \
+  X(WinGetUserPtr, ncclResult_t, (ncclComm_t comm, ncclWindow_t win, void **outUserPtr))          \
+  X(PutSignal, ncclResult_t,                                                                      \
+    (const void *localbuff, size_t count, ncclDataType_t dtype, int peer, ncclWindow_t peerWin,   \
+     size_t peerWinOffset, int sigIdx, int ctx, unsigned int flags, ncclComm_t comm,              \
+     cudaStream_t stream))                                                                        \
+  X(Signal, ncclResult_t,                                                                         \
+    (int peer, int sigIdx, int ctx, unsigned int flags, ncclComm_t comm, cudaStream_t stream))    \
+  X(WaitSignal, ncclResult_t,                                                                     \
+    (int nDesc, ncclWaitSignalDesc_t *descs, ncclComm_t comm, cudaStream_t stream))               \
+  X(CommQueryProperties, ncclResult_t, (ncclComm_t comm, ncclCommProperties_t *props))            \
+  X(DevCommCreate, ncclResult_t,                                                                  \
+    (ncclComm_t comm, const ncclDevCommRequirements_t *reqs, ncclDevComm_t *outDevComm))          \
+  X(DevCommDestroy, ncclResult_t, (ncclComm_t comm, const ncclDevComm_t *devComm))                \
+  X(TeamWorld, ncclTeam_t, (ncclComm_t comm))                                                     \
+  X(TeamLsa, ncclTeam_t, (ncclComm_t comm))                                                       \
+  X(TeamRail, ncclTeam_t, (ncclComm_t comm))                                                      \
+  X(TeamCft, ncclTeam_t, (ncclComm_t comm, ncclCftTeamMode_t mode))                               \
+  X(TeamCftMultimem, ncclTeam_t, (ncclComm_t comm))                                               \
+  X(TeamRankToWorld, int, (ncclComm_t comm, ncclTeam_t team, int rank))                           \
+  X(TeamRankToLsa, int, (ncclComm_t comm, ncclTeam_t team, int rank))                             \
+  X(GetLsaDevicePointer, ncclResult_t,                                                            \
+    (ncclWindow_t window, size_t offset, int lsaRank, void **outPtr))                             \
+  X(GetLsaMultimemDevicePointer, ncclResult_t,                                                    \
+    (ncclWindow_t window, size_t offset, void **outPtr))                                          \
+  X(GetMultimemDevicePointer, ncclResult_t,                                                       \
+    (ncclWindow_t window, size_t offset, ncclMultimemHandle_t multimem, void **outPtr))           \
+  X(GetPeerDevicePointer, ncclResult_t,                                                           \
+    (ncclWindow_t window, size_t offset, int peer, void **outPtr))                                \
+  X(GetPeerDeviceLeInfo, ncclResult_t,                                                            \
+    (ncclWindow_t window, size_t offset, int peerWorld, ncclCftLeId *leId, size_t *leOffset))     \
+  X(GetMultimemDeviceLeInfo, ncclResult_t,                                                        \
+    (ncclWindow_t window, size_t offset, ncclCftLeId *leId, size_t *leOffset))                    \
+  X(GetCftDeviceLeInfo, ncclResult_t,                                                             \
+    (ncclWindow_t window, size_t offset, int peerCft, ncclTeam_t cftTeam, ncclCftLeId *leId,      \
+     size_t *leOffset))                                                                           \
+  X(LsaBarrierCreateRequirement, ncclResult_t,                                                    \
+    (ncclTeam_t team, int nBarriers, ncclLsaBarrierHandle_t *outHandle,                           \
+     ncclDevResourceRequirements_t *outReq))                                                      \
+  X(GinBarrierCreateRequirement, ncclResult_t,                                                    \
+    (ncclComm_t comm, ncclTeam_t team, int nBarriers, ncclGinBarrierHandle_t *outHandle,          \
+     ncclDevResourceRequirements_t *outReq))                                                      \
+  X(GinOutboxCreateRequirement, ncclResult_t,                                                     \
+    (int nBlocks, int size_log2, ncclGinOutboxHandle_t *outHandle,                                \
+     ncclDevResourceRequirements_t *outReq))                                                      \
+  X(GinInboxA2ACreateRequirement, ncclResult_t,                                                   \
+    (ncclTeam_t peers, int nBlocks, int size_log2, ncclGinInboxA2AHandle_t *outHandle,            \
+     ncclDevResourceRequirements_t *outReq))                                                      \
+  X(LLA2ACalcSlots, int, (int maxElts, int maxEltSize))                                           \
+  X(LLA2ACreateRequirement, ncclResult_t,                                                         \
+    (int nBlocks, int nSlots, ncclLLA2AHandle_t *outHandle,                                       \
+     ncclDevResourceRequirements_t *outReq))
 
 typedef struct hetccl_vendor {
   const char *name;    /* "nccl", "rccl" */
@@ -110,5 +163,22 @@ ncclResult_t hetccl_vendor_load_nccl(const hetccl_vendor_t **out);
  * names may bind to hetccl's definitions; those must go straight back to
  * the vendor, never loop.) */
 int hetccl_vendor_in_call(void);
+
+/* The vendor library loaded in this process, or NULL (for re-entry). */
+const hetccl_vendor_t *hetccl_vendor_loaded(void);
+
+/* Thread-local depth of calls into the vendor library; owned by nccl.c. */
+extern __thread int hetccl_vendor_depth;
+
+/* Call a vendor slot with the re-entry guard held: any nccl* name that the
+ * vendor calls while inside comes back to hetccl, sees
+ * hetccl_vendor_in_call() and goes straight to the vendor again. */
+#define HETCCL_VENDOR_CALL(v, slot, ...)                                       \
+  __extension__({                                                              \
+    hetccl_vendor_depth++;                                                     \
+    __typeof__((v)->slot(__VA_ARGS__)) hetccl_vres_ = (v)->slot(__VA_ARGS__);  \
+    hetccl_vendor_depth--;                                                     \
+    hetccl_vres_;                                                              \
+  })
 
 #endif

@@ -1,0 +1,405 @@
+/* Collectives and point-to-point: validate, then forward to the vendor
+ * communicator or hand a task to the engine (core/group.c).
+ *
+ * Thread: the API caller. */
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "api/api.h"
+#include "core/group.h"
+#include "core/init.h"
+#include "util/knobs.h"
+
+/* Forwarded communicators: one liveness check, one indirect call. */
+#define FORWARD(comm, slot, ...)                                               \
+  do {                                                                         \
+    ncclResult_t r_ = hetccl_comm_check(comm, "nccl" #slot);                   \
+    if (r_ != ncclSuccess) return r_;                                          \
+    if (comm->vendor) return HETCCL_VENDOR_CALL(comm->vendor, slot, __VA_ARGS__); \
+  } while (0)
+
+typedef struct coll_args {
+  const char *fn;
+  hetccl_func_t func;
+  const void *sendbuf;
+  void *recvbuf;
+  size_t count;
+  ncclDataType_t dtype;
+  ncclRedOp_t op;
+  int has_op;
+  int root;        /* -1: none */
+  size_t send_mul; /* elements of sendbuf = count * send_mul (0: none needed) */
+  size_t recv_mul;
+  int send_root_only, recv_root_only;
+} coll_args_t;
+
+static ncclResult_t check_buffer(const coll_args_t *a, const void *buf, size_t mul, int root_only,
+                                 int rank, const char *name) {
+  if (mul == 0 || a->count == 0) return ncclSuccess;
+  if (root_only && rank != a->root) return ncclSuccess;
+  if (buf == NULL) {
+    WARN("%s: %s is NULL with count %zu", a->fn, name, a->count);
+    return ncclInvalidArgument;
+  }
+  return ncclSuccess;
+}
+
+static ncclResult_t check_device_buffers(ncclComm_t comm, const coll_args_t *a) {
+  if (comm->dev_kind == HETCCL_DEV_HOST) return ncclSuccess;
+  const hetccl_runtime_t *rt = hetccl_runtime_get(comm->dev_kind);
+  const void *bufs[2] = {a->sendbuf, a->recvbuf};
+  for (int i = 0; i < 2 && rt; i++) {
+    hetccl_mem_kind_t kind = HETCCL_MEM_HOST;
+    int dev;
+    if (!bufs[i] || rt->mem_kind(bufs[i], &kind, &dev) != ncclSuccess) continue;
+    if (kind != HETCCL_MEM_HOST) {
+      WARN("%s: %p is %s device memory, and this communicator spans several islands: hetccl's "
+           "engine does not move device buffers yet", a->fn, bufs[i], rt->name);
+      return ncclInvalidUsage;
+    }
+  }
+  return ncclSuccess;
+}
+
+static ncclResult_t coll_validate(ncclComm_t comm, const coll_args_t *a, size_t *elem) {
+  if ((int)a->dtype < 0 || (int)a->dtype >= ncclNumTypes) {
+    WARN("%s: invalid datatype %d", a->fn, (int)a->dtype);
+    return ncclInvalidArgument;
+  }
+  *elem = hetccl_dtype_size(a->dtype);
+  if (a->root != -1 && (a->root < 0 || a->root >= comm->nranks)) {
+    WARN("%s: root %d out of range [0, %d)", a->fn, a->root, comm->nranks);
+    return ncclInvalidArgument;
+  }
+  size_t mul = a->send_mul > a->recv_mul ? a->send_mul : a->recv_mul;
+  if (mul == 0) mul = 1;
+  if (a->count > (SIZE_MAX >> 1) / mul / *elem) {
+    WARN("%s: count %zu of %s overflows the buffer size", a->fn, a->count,
+         hetccl_dtype_name(a->dtype));
+    return ncclInvalidArgument;
+  }
+  HETCCL_CHECK(check_buffer(a, a->sendbuf, a->send_mul, a->send_root_only, comm->rank, "sendbuff"));
+  HETCCL_CHECK(check_buffer(a, a->recvbuf, a->recv_mul, a->recv_root_only, comm->rank, "recvbuff"));
+  return ncclSuccess;
+}
+
+static ncclResult_t comm_usable(ncclComm_t comm, const char *fn) {
+  if (comm->error != ncclSuccess && comm->error != ncclInProgress) {
+    WARN("%s: communicator (rank %d) failed earlier with %s: %s", fn, comm->rank,
+         ncclGetErrorString((ncclResult_t)comm->error), comm->last_error);
+    return (ncclResult_t)comm->error;
+  }
+  if (comm->finalized) {
+    WARN("%s: communicator (rank %d) was finalized", fn, comm->rank);
+    return ncclInvalidUsage;
+  }
+  return ncclSuccess;
+}
+
+static ncclResult_t coll_submit(ncclComm_t comm, const coll_args_t *a) {
+  size_t elem;
+  HETCCL_CHECK(comm_usable(comm, a->fn));
+  HETCCL_CHECK(coll_validate(comm, a, &elem));
+  hetccl_task_t *t = calloc(1, sizeof(*t));
+  if (!t) {
+    WARN("%s: out of memory", a->fn);
+    return ncclSystemError;
+  }
+  t->comm = comm;
+  t->kind = HETCCL_TASK_COLL;
+  t->coll.func = a->func;
+  t->coll.sendbuf = a->sendbuf;
+  t->coll.recvbuf = a->recvbuf;
+  t->coll.count = a->count;
+  t->coll.dtype = a->dtype;
+  t->coll.root = a->root < 0 ? 0 : a->root;
+  ncclResult_t res = a->has_op ? hetccl_comm_resolve_op(comm, a->op, a->dtype, &t->coll.op)
+                               : ncclSuccess;
+  if (res == ncclSuccess) res = check_device_buffers(comm, a);
+  if (res != ncclSuccess) {
+    free(t);
+    return res;
+  }
+  t->tag = hetccl_knob_int(HETCCL_KNOB_CHECK_MISMATCH) ? hetccl_comm_coll_tag(comm, &t->coll) : 0;
+  return hetccl_group_enqueue(t);
+}
+
+/* Engine path of every collective: in-flight accounting, last error. */
+static ncclResult_t coll_engine(ncclComm_t comm, const coll_args_t *a) {
+  hetccl_comm_enter(comm);
+  ncclResult_t res = coll_submit(comm, a);
+  hetccl_comm_leave(comm);
+  if (res != ncclSuccess && res != ncclInProgress) hetccl_group_note_error(res);
+  return hetccl_api_ret(comm, res);
+}
+
+static ncclResult_t coll_config_check(const char *fn, const ncclCollConfig_t *config) {
+  if (!config) return ncclSuccess;
+  if (config->magic != NCCL_API_MAGIC) {
+    WARN("%s: ncclCollConfig_t not initialised with NCCL_COLLCONFIG_INITIALIZER", fn);
+    return ncclInvalidArgument;
+  }
+  if (config->algSelection && config->algSelection[0] && config->forceAlgSelection) {
+    WARN("%s: algorithm selection \"%s\" cannot be honoured by hetccl's engine", fn,
+         config->algSelection);
+    return ncclInvalidUsage;
+  }
+  return ncclSuccess;
+}
+
+/* --- the collectives ------------------------------------------------------ */
+
+NCCL_API(ncclResult_t, ncclAllReduce, const void *sendbuff, void *recvbuff, size_t count,
+         ncclDataType_t datatype, ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream);
+ncclResult_t ncclAllReduce(const void *sendbuff, void *recvbuff, size_t count,
+                           ncclDataType_t datatype, ncclRedOp_t op, ncclComm_t comm,
+                           cudaStream_t stream) {
+  HETCCL_REENTRY(AllReduce, sendbuff, recvbuff, count, datatype, op, comm, stream);
+  FORWARD(comm, AllReduce, sendbuff, recvbuff, count, datatype, op, comm->vcomm, stream);
+  coll_args_t a = {"ncclAllReduce", HETCCL_FUNC_ALLREDUCE, sendbuff, recvbuff, count, datatype,
+                   op, 1, -1, 1, 1, 0, 0};
+  return coll_engine(comm, &a);
+}
+
+NCCL_API(ncclResult_t, ncclBroadcast, const void *sendbuff, void *recvbuff, size_t count,
+         ncclDataType_t datatype, int root, ncclComm_t comm, cudaStream_t stream);
+ncclResult_t ncclBroadcast(const void *sendbuff, void *recvbuff, size_t count,
+                           ncclDataType_t datatype, int root, ncclComm_t comm,
+                           cudaStream_t stream) {
+  HETCCL_REENTRY(Broadcast, sendbuff, recvbuff, count, datatype, root, comm, stream);
+  FORWARD(comm, Broadcast, sendbuff, recvbuff, count, datatype, root, comm->vcomm, stream);
+  coll_args_t a = {"ncclBroadcast", HETCCL_FUNC_BROADCAST, sendbuff, recvbuff, count, datatype,
+                   ncclSum, 0, root, 1, 1, 1, 0};
+  return coll_engine(comm, &a);
+}
+
+NCCL_API(ncclResult_t, ncclBcast, void *buff, size_t count, ncclDataType_t datatype, int root,
+         ncclComm_t comm, cudaStream_t stream);
+ncclResult_t ncclBcast(void *buff, size_t count, ncclDataType_t datatype, int root,
+                       ncclComm_t comm, cudaStream_t stream) {
+  HETCCL_REENTRY(Bcast, buff, count, datatype, root, comm, stream);
+  FORWARD(comm, Bcast, buff, count, datatype, root, comm->vcomm, stream);
+  coll_args_t a = {"ncclBcast", HETCCL_FUNC_BROADCAST, buff, buff, count, datatype,
+                   ncclSum, 0, root, 1, 1, 0, 0};
+  return coll_engine(comm, &a);
+}
+
+NCCL_API(ncclResult_t, ncclReduce, const void *sendbuff, void *recvbuff, size_t count,
+         ncclDataType_t datatype, ncclRedOp_t op, int root, ncclComm_t comm, cudaStream_t stream);
+ncclResult_t ncclReduce(const void *sendbuff, void *recvbuff, size_t count,
+                        ncclDataType_t datatype, ncclRedOp_t op, int root, ncclComm_t comm,
+                        cudaStream_t stream) {
+  HETCCL_REENTRY(Reduce, sendbuff, recvbuff, count, datatype, op, root, comm, stream);
+  FORWARD(comm, Reduce, sendbuff, recvbuff, count, datatype, op, root, comm->vcomm, stream);
+  coll_args_t a = {"ncclReduce", HETCCL_FUNC_REDUCE, sendbuff, recvbuff, count, datatype,
+                   op, 1, root, 1, 1, 0, 1};
+  return coll_engine(comm, &a);
+}
+
+NCCL_API(ncclResult_t, ncclAllGather, const void *sendbuff, void *recvbuff, size_t sendcount,
+         ncclDataType_t datatype, ncclComm_t comm, cudaStream_t stream);
+ncclResult_t ncclAllGather(const void *sendbuff, void *recvbuff, size_t sendcount,
+                           ncclDataType_t datatype, ncclComm_t comm, cudaStream_t stream) {
+  HETCCL_REENTRY(AllGather, sendbuff, recvbuff, sendcount, datatype, comm, stream);
+  FORWARD(comm, AllGather, sendbuff, recvbuff, sendcount, datatype, comm->vcomm, stream);
+  coll_args_t a = {"ncclAllGather", HETCCL_FUNC_ALLGATHER, sendbuff, recvbuff, sendcount,
+                   datatype, ncclSum, 0, -1, 1, (size_t)comm->nranks, 0, 0};
+  return coll_engine(comm, &a);
+}
+
+NCCL_API(ncclResult_t, ncclReduceScatter, const void *sendbuff, void *recvbuff,
+         size_t recvcount, ncclDataType_t datatype, ncclRedOp_t op, ncclComm_t comm,
+         cudaStream_t stream);
+ncclResult_t ncclReduceScatter(const void *sendbuff, void *recvbuff, size_t recvcount,
+                               ncclDataType_t datatype, ncclRedOp_t op, ncclComm_t comm,
+                               cudaStream_t stream) {
+  HETCCL_REENTRY(ReduceScatter, sendbuff, recvbuff, recvcount, datatype, op, comm, stream);
+  FORWARD(comm, ReduceScatter, sendbuff, recvbuff, recvcount, datatype, op, comm->vcomm, stream);
+  coll_args_t a = {"ncclReduceScatter", HETCCL_FUNC_REDUCESCATTER, sendbuff, recvbuff, recvcount,
+                   datatype, op, 1, -1, (size_t)comm->nranks, 1, 0, 0};
+  return coll_engine(comm, &a);
+}
+
+NCCL_API(ncclResult_t, ncclAlltoAll, const void *sendbuff, void *recvbuff, size_t count,
+         ncclDataType_t datatype, ncclComm_t comm, cudaStream_t stream);
+ncclResult_t ncclAlltoAll(const void *sendbuff, void *recvbuff, size_t count,
+                          ncclDataType_t datatype, ncclComm_t comm, cudaStream_t stream) {
+  HETCCL_REENTRY(AlltoAll, sendbuff, recvbuff, count, datatype, comm, stream);
+  FORWARD(comm, AlltoAll, sendbuff, recvbuff, count, datatype, comm->vcomm, stream);
+  coll_args_t a = {"ncclAlltoAll", HETCCL_FUNC_ALLTOALL, sendbuff, recvbuff, count, datatype,
+                   ncclSum, 0, -1, (size_t)comm->nranks, (size_t)comm->nranks, 0, 0};
+  return coll_engine(comm, &a);
+}
+
+NCCL_API(ncclResult_t, ncclGather, const void *sendbuff, void *recvbuff, size_t count,
+         ncclDataType_t datatype, int root, ncclComm_t comm, cudaStream_t stream);
+ncclResult_t ncclGather(const void *sendbuff, void *recvbuff, size_t count,
+                        ncclDataType_t datatype, int root, ncclComm_t comm, cudaStream_t stream) {
+  HETCCL_REENTRY(Gather, sendbuff, recvbuff, count, datatype, root, comm, stream);
+  FORWARD(comm, Gather, sendbuff, recvbuff, count, datatype, root, comm->vcomm, stream);
+  coll_args_t a = {"ncclGather", HETCCL_FUNC_GATHER, sendbuff, recvbuff, count, datatype,
+                   ncclSum, 0, root, 1, (size_t)comm->nranks, 0, 1};
+  return coll_engine(comm, &a);
+}
+
+NCCL_API(ncclResult_t, ncclScatter, const void *sendbuff, void *recvbuff, size_t count,
+         ncclDataType_t datatype, int root, ncclComm_t comm, cudaStream_t stream);
+ncclResult_t ncclScatter(const void *sendbuff, void *recvbuff, size_t count,
+                         ncclDataType_t datatype, int root, ncclComm_t comm,
+                         cudaStream_t stream) {
+  HETCCL_REENTRY(Scatter, sendbuff, recvbuff, count, datatype, root, comm, stream);
+  FORWARD(comm, Scatter, sendbuff, recvbuff, count, datatype, root, comm->vcomm, stream);
+  coll_args_t a = {"ncclScatter", HETCCL_FUNC_SCATTER, sendbuff, recvbuff, count, datatype,
+                   ncclSum, 0, root, (size_t)comm->nranks, 1, 1, 0};
+  return coll_engine(comm, &a);
+}
+
+/* --- per-call config variants: the config is checked, its tuning hints do
+ * not apply to the engine, and a forwarded communicator gets the plain call
+ * (the vendor libraries this forwards to predate nccl*Config). */
+
+NCCL_API(ncclResult_t, ncclAllReduceConfig, const void *sendbuff, void *recvbuff, size_t count,
+         ncclDataType_t datatype, ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream,
+         const ncclCollConfig_t *config);
+ncclResult_t ncclAllReduceConfig(const void *sendbuff, void *recvbuff, size_t count,
+                                 ncclDataType_t datatype, ncclRedOp_t op, ncclComm_t comm,
+                                 cudaStream_t stream, const ncclCollConfig_t *config) {
+  HETCCL_CHECK(coll_config_check("ncclAllReduceConfig", config));
+  return ncclAllReduce(sendbuff, recvbuff, count, datatype, op, comm, stream);
+}
+
+NCCL_API(ncclResult_t, ncclBroadcastConfig, const void *sendbuff, void *recvbuff, size_t count,
+         ncclDataType_t datatype, int root, ncclComm_t comm, cudaStream_t stream,
+         const ncclCollConfig_t *config);
+ncclResult_t ncclBroadcastConfig(const void *sendbuff, void *recvbuff, size_t count,
+                                 ncclDataType_t datatype, int root, ncclComm_t comm,
+                                 cudaStream_t stream, const ncclCollConfig_t *config) {
+  HETCCL_CHECK(coll_config_check("ncclBroadcastConfig", config));
+  return ncclBroadcast(sendbuff, recvbuff, count, datatype, root, comm, stream);
+}
+
+NCCL_API(ncclResult_t, ncclReduceConfig, const void *sendbuff, void *recvbuff, size_t count,
+         ncclDataType_t datatype, ncclRedOp_t op, int root, ncclComm_t comm, cudaStream_t stream,
+         const ncclCollConfig_t *config);
+ncclResult_t ncclReduceConfig(const void *sendbuff, void *recvbuff, size_t count,
+                              ncclDataType_t datatype, ncclRedOp_t op, int root, ncclComm_t comm,
+                              cudaStream_t stream, const ncclCollConfig_t *config) {
+  HETCCL_CHECK(coll_config_check("ncclReduceConfig", config));
+  return ncclReduce(sendbuff, recvbuff, count, datatype, op, root, comm, stream);
+}
+
+NCCL_API(ncclResult_t, ncclAllGatherConfig, const void *sendbuff, void *recvbuff,
+         size_t sendcount, ncclDataType_t datatype, ncclComm_t comm, cudaStream_t stream,
+         const ncclCollConfig_t *config);
+ncclResult_t ncclAllGatherConfig(const void *sendbuff, void *recvbuff, size_t sendcount,
+                                 ncclDataType_t datatype, ncclComm_t comm, cudaStream_t stream,
+                                 const ncclCollConfig_t *config) {
+  HETCCL_CHECK(coll_config_check("ncclAllGatherConfig", config));
+  return ncclAllGather(sendbuff, recvbuff, sendcount, datatype, comm, stream);
+}
+
+NCCL_API(ncclResult_t, ncclReduceScatterConfig, const void *sendbuff, void *recvbuff,
+         size_t recvcount, ncclDataType_t datatype, ncclRedOp_t op, ncclComm_t comm,
+         cudaStream_t stream, const ncclCollConfig_t *config);
+ncclResult_t ncclReduceScatterConfig(const void *sendbuff, void *recvbuff, size_t recvcount,
+                                     ncclDataType_t datatype, ncclRedOp_t op, ncclComm_t comm,
+                                     cudaStream_t stream, const ncclCollConfig_t *config) {
+  HETCCL_CHECK(coll_config_check("ncclReduceScatterConfig", config));
+  return ncclReduceScatter(sendbuff, recvbuff, recvcount, datatype, op, comm, stream);
+}
+
+NCCL_API(ncclResult_t, ncclAlltoAllConfig, const void *sendbuff, void *recvbuff, size_t count,
+         ncclDataType_t datatype, ncclComm_t comm, cudaStream_t stream,
+         const ncclCollConfig_t *config);
+ncclResult_t ncclAlltoAllConfig(const void *sendbuff, void *recvbuff, size_t count,
+                                ncclDataType_t datatype, ncclComm_t comm, cudaStream_t stream,
+                                const ncclCollConfig_t *config) {
+  HETCCL_CHECK(coll_config_check("ncclAlltoAllConfig", config));
+  return ncclAlltoAll(sendbuff, recvbuff, count, datatype, comm, stream);
+}
+
+NCCL_API(ncclResult_t, ncclGatherConfig, const void *sendbuff, void *recvbuff, size_t count,
+         ncclDataType_t datatype, int root, ncclComm_t comm, cudaStream_t stream,
+         const ncclCollConfig_t *config);
+ncclResult_t ncclGatherConfig(const void *sendbuff, void *recvbuff, size_t count,
+                              ncclDataType_t datatype, int root, ncclComm_t comm,
+                              cudaStream_t stream, const ncclCollConfig_t *config) {
+  HETCCL_CHECK(coll_config_check("ncclGatherConfig", config));
+  return ncclGather(sendbuff, recvbuff, count, datatype, root, comm, stream);
+}
+
+NCCL_API(ncclResult_t, ncclScatterConfig, const void *sendbuff, void *recvbuff, size_t count,
+         ncclDataType_t datatype, int root, ncclComm_t comm, cudaStream_t stream,
+         const ncclCollConfig_t *config);
+ncclResult_t ncclScatterConfig(const void *sendbuff, void *recvbuff, size_t count,
+                               ncclDataType_t datatype, int root, ncclComm_t comm,
+                               cudaStream_t stream, const ncclCollConfig_t *config) {
+  HETCCL_CHECK(coll_config_check("ncclScatterConfig", config));
+  return ncclScatter(sendbuff, recvbuff, count, datatype, root, comm, stream);
+}
+
+/* --- point-to-point ------------------------------------------------------- */
+
+static ncclResult_t p2p_submit(ncclComm_t comm, const char *fn, hetccl_task_kind_t kind,
+                               void *buf, size_t count, ncclDataType_t dtype, int peer) {
+  HETCCL_CHECK(comm_usable(comm, fn));
+  if ((int)dtype < 0 || (int)dtype >= ncclNumTypes) {
+    WARN("%s: invalid datatype %d", fn, (int)dtype);
+    return ncclInvalidArgument;
+  }
+  if (peer < 0 || peer >= comm->nranks) {
+    WARN("%s: peer %d out of range [0, %d)", fn, peer, comm->nranks);
+    return ncclInvalidArgument;
+  }
+  size_t elem = hetccl_dtype_size(dtype);
+  if (count > (SIZE_MAX >> 1) / elem) {
+    WARN("%s: count %zu of %s overflows the buffer size", fn, count, hetccl_dtype_name(dtype));
+    return ncclInvalidArgument;
+  }
+  if (count && !buf) {
+    WARN("%s: buffer is NULL with count %zu", fn, count);
+    return ncclInvalidArgument;
+  }
+  coll_args_t a = {fn, HETCCL_FUNC_SEND, buf, buf, count, dtype, ncclSum, 0, -1, 1, 1, 0, 0};
+  HETCCL_CHECK(check_device_buffers(comm, &a));
+  hetccl_task_t *t = calloc(1, sizeof(*t));
+  if (!t) {
+    WARN("%s: out of memory", fn);
+    return ncclSystemError;
+  }
+  t->comm = comm;
+  t->kind = kind;
+  t->peer = peer;
+  t->buf = buf;
+  t->bytes = count * elem;
+  t->tag = hetccl_knob_int(HETCCL_KNOB_CHECK_MISMATCH) ? hetccl_comm_p2p_tag(t->bytes) : 0;
+  return hetccl_group_enqueue(t);
+}
+
+static ncclResult_t p2p_engine(ncclComm_t comm, const char *fn, hetccl_task_kind_t kind,
+                               void *buf, size_t count, ncclDataType_t dtype, int peer) {
+  hetccl_comm_enter(comm);
+  ncclResult_t res = p2p_submit(comm, fn, kind, buf, count, dtype, peer);
+  hetccl_comm_leave(comm);
+  if (res != ncclSuccess && res != ncclInProgress) hetccl_group_note_error(res);
+  return hetccl_api_ret(comm, res);
+}
+
+NCCL_API(ncclResult_t, ncclSend, const void *sendbuff, size_t count, ncclDataType_t datatype,
+         int peer, ncclComm_t comm, cudaStream_t stream);
+ncclResult_t ncclSend(const void *sendbuff, size_t count, ncclDataType_t datatype, int peer,
+                      ncclComm_t comm, cudaStream_t stream) {
+  HETCCL_REENTRY(Send, sendbuff, count, datatype, peer, comm, stream);
+  FORWARD(comm, Send, sendbuff, count, datatype, peer, comm->vcomm, stream);
+  return p2p_engine(comm, "ncclSend", HETCCL_TASK_SEND, (void *)sendbuff, count, datatype, peer);
+}
+
+NCCL_API(ncclResult_t, ncclRecv, void *recvbuff, size_t count, ncclDataType_t datatype,
+         int peer, ncclComm_t comm, cudaStream_t stream);
+ncclResult_t ncclRecv(void *recvbuff, size_t count, ncclDataType_t datatype, int peer,
+                      ncclComm_t comm, cudaStream_t stream) {
+  HETCCL_REENTRY(Recv, recvbuff, count, datatype, peer, comm, stream);
+  FORWARD(comm, Recv, recvbuff, count, datatype, peer, comm->vcomm, stream);
+  return p2p_engine(comm, "ncclRecv", HETCCL_TASK_RECV, recvbuff, count, datatype, peer);
+}

@@ -1,0 +1,68 @@
+/* ncclGroupStart / ncclGroupEnd / ncclGroupSimulateEnd.
+ *
+ * A group may hold forwarded and engine operations at once: the vendor's
+ * own group is opened alongside ours (when a vendor library is loaded) so
+ * that forwarded calls inside it are grouped by the vendor, while engine
+ * tasks are collected by core/group.c. The vendor group is closed after
+ * the engine's tasks have run.
+ *
+ * Thread: the API caller; group state is per thread. */
+#include "api/api.h"
+#include "core/group.h"
+
+static __thread int vendor_open; /* depth at which we opened the vendor's group */
+
+NCCL_API(ncclResult_t, ncclGroupStart, void);
+ncclResult_t ncclGroupStart(void) {
+  const hetccl_vendor_t *v = hetccl_vendor_loaded();
+  if (v && hetccl_vendor_in_call()) return v->GroupStart();
+  HETCCL_CHECK(hetccl_group_start());
+  if (v) {
+    ncclResult_t res = HETCCL_VENDOR_CALL(v, GroupStart);
+    if (res != ncclSuccess) {
+      hetccl_group_end();
+      return res;
+    }
+    vendor_open++;
+  }
+  return ncclSuccess;
+}
+
+NCCL_API(ncclResult_t, ncclGroupEnd, void);
+ncclResult_t ncclGroupEnd(void) {
+  const hetccl_vendor_t *v = hetccl_vendor_loaded();
+  if (v && hetccl_vendor_in_call()) return v->GroupEnd();
+  int close_vendor = vendor_open > 0 && vendor_open == hetccl_group_depth();
+  ncclResult_t res = hetccl_group_end();
+  if (close_vendor) {
+    vendor_open--;
+    ncclResult_t vres = HETCCL_VENDOR_CALL(v, GroupEnd);
+    if (res == ncclSuccess || res == ncclInProgress) res = vres == ncclSuccess ? res : vres;
+  }
+  return res;
+}
+
+/* The engine's estimate is a plain latency/bandwidth model over the
+ * group's bytes; the group is ended without running anything, as NCCL's
+ * simulation does. */
+NCCL_API(ncclResult_t, ncclGroupSimulateEnd, ncclSimInfo_t *simInfo);
+ncclResult_t ncclGroupSimulateEnd(ncclSimInfo_t *simInfo) {
+  const hetccl_vendor_t *v = hetccl_vendor_loaded();
+  if (v && hetccl_vendor_in_call()) return v->GroupSimulateEnd(simInfo);
+  HETCCL_ARGCHECK(simInfo != NULL, ncclInvalidArgument, "ncclGroupSimulateEnd: simInfo is NULL");
+  HETCCL_ARGCHECK(simInfo->magic == 0x74685283u, ncclInvalidArgument,
+                  "ncclGroupSimulateEnd: simInfo not initialised with NCCL_SIM_INFO_INITIALIZER");
+  if (hetccl_group_depth() == 0) {
+    WARN("ncclGroupSimulateEnd: not inside a group");
+    return ncclInvalidUsage;
+  }
+  int close_vendor = vendor_open > 0 && vendor_open == hetccl_group_depth();
+  ncclResult_t res = hetccl_group_simulate_end(&simInfo->estimatedTime);
+  if (close_vendor) {
+    vendor_open--;
+    ncclSimInfo_t vinfo = *simInfo;
+    if (HETCCL_VENDOR_CALL(v, GroupSimulateEnd, &vinfo) == ncclSuccess)
+      simInfo->estimatedTime += vinfo.estimatedTime;
+  }
+  return res;
+}

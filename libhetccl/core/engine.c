@@ -1,0 +1,226 @@
+/* The host engine's point-to-point plane (engine.h).
+ *
+ * Thread: whichever thread drives the communicator (the API caller for a
+ * blocking host call, or the proxy thread); one at a time, so no locks.
+ * Never waits without a bound: every loop checks the abort flag and the
+ * communicator timeout. */
+#include "core/engine.h"
+
+#include <sched.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "algo/algo.h"
+#include "util/check.h"
+#include "util/knobs.h"
+#include "util/log.h"
+
+struct hetccl_engine {
+  int rank, nranks;
+  hetccl_ep_t **eps;
+  const hetccl_transport_t **tp;
+  int *active;       /* peers with an endpoint, for the progress sweep */
+  int nactive;
+  uint64_t tag;
+  int timeout_ms;
+  int spin;
+  volatile int *abort_flag;
+  volatile int *comm_error;
+  ncclResult_t failed;
+  void *scratch;
+  size_t scratch_bytes;
+  size_t pipeline_chunk, small_bytes;
+  int algo;
+};
+
+static int algo_from_knob(void) {
+  const char *s = hetccl_knob_str(HETCCL_KNOB_ALGO);
+  if (!s[0] || !strcmp(s, "auto")) return -1;
+#define ALGO_MATCH(id, name) if (!strcmp(s, name)) return HETCCL_ALGO_##id;
+  HETCCL_ALGOS(ALGO_MATCH)
+#undef ALGO_MATCH
+  WARN("HETCCL_ALGO=%s: unknown algorithm, using auto", s);
+  return -1;
+}
+
+ncclResult_t hetccl_engine_create(const hetccl_engine_args_t *a, hetccl_engine_t **out) {
+  hetccl_engine_t *e = calloc(1, sizeof(*e));
+  if (!e) {
+    WARN("engine: out of memory");
+    return ncclSystemError;
+  }
+  e->rank = a->rank;
+  e->nranks = a->nranks;
+  e->eps = calloc(a->nranks, sizeof(*e->eps));
+  e->tp = calloc(a->nranks, sizeof(*e->tp));
+  e->active = calloc(a->nranks, sizeof(int));
+  if (!e->eps || !e->tp || !e->active) {
+    WARN("engine: out of memory for %d peers", a->nranks);
+    free(e->eps); free(e->tp); free(e->active); free(e);
+    return ncclSystemError;
+  }
+  for (int p = 0; p < a->nranks; p++) {
+    e->eps[p] = a->eps ? a->eps[p] : NULL;
+    e->tp[p] = a->transports ? a->transports[p] : NULL;
+    if (e->eps[p]) e->active[e->nactive++] = p;
+  }
+  e->timeout_ms = a->timeout_ms;
+  e->abort_flag = a->abort_flag;
+  e->comm_error = a->comm_error;
+  e->spin = (int)hetccl_knob_int(HETCCL_KNOB_SPIN);
+  e->pipeline_chunk = (size_t)hetccl_knob_int(HETCCL_KNOB_PIPELINE_CHUNK) & ~(size_t)63;
+  if (e->pipeline_chunk < 64) e->pipeline_chunk = 64;
+  e->small_bytes = (size_t)hetccl_knob_int(HETCCL_KNOB_SMALL_BYTES);
+  e->algo = algo_from_knob();
+  *out = e;
+  return ncclSuccess;
+}
+
+void hetccl_engine_destroy(hetccl_engine_t *e) {
+  if (!e) return;
+  for (int p = 0; p < e->nranks; p++)
+    if (e->eps[p]) e->tp[p]->ep_close(e->eps[p]);
+  free(e->eps);
+  free(e->tp);
+  free(e->active);
+  free(e->scratch);
+  free(e);
+}
+
+int hetccl_engine_rank(const hetccl_engine_t *e) { return e->rank; }
+int hetccl_engine_nranks(const hetccl_engine_t *e) { return e->nranks; }
+size_t hetccl_engine_pipeline_chunk(const hetccl_engine_t *e) { return e->pipeline_chunk; }
+size_t hetccl_engine_small_bytes(const hetccl_engine_t *e) { return e->small_bytes; }
+int hetccl_engine_algo_forced(const hetccl_engine_t *e) { return e->algo; }
+void hetccl_engine_set_tag(hetccl_engine_t *e, uint64_t tag) { e->tag = tag; }
+
+static ncclResult_t engine_fail(hetccl_engine_t *e, ncclResult_t res) {
+  if (e->failed == ncclSuccess) e->failed = res;
+  if (e->comm_error && *e->comm_error == ncclSuccess) *e->comm_error = res;
+  return res;
+}
+
+static ncclResult_t peer_check(hetccl_engine_t *e, int peer, const char *what) {
+  if (e->failed != ncclSuccess) return e->failed;
+  if (peer < 0 || peer >= e->nranks || !e->eps[peer]) {
+    WARN("engine: %s rank %d: no connection (rank %d of %d)", what, peer, e->rank, e->nranks);
+    return ncclInternalError;
+  }
+  return ncclSuccess;
+}
+
+ncclResult_t hetccl_engine_isend(hetccl_engine_t *e, int peer, const void *buf, size_t bytes,
+                                 hetccl_req_t *req) {
+  HETCCL_CHECK(peer_check(e, peer, "send to"));
+  memset(req, 0, sizeof(*req));
+  req->buf = (void *)buf;
+  req->bytes = bytes;
+  req->tag = e->tag;
+  ncclResult_t res = e->tp[peer]->isend(e->eps[peer], req);
+  return res == ncclSuccess ? res : engine_fail(e, res);
+}
+
+ncclResult_t hetccl_engine_irecv(hetccl_engine_t *e, int peer, void *buf, size_t bytes,
+                                 hetccl_consume_fn consume, void *consume_ctx,
+                                 hetccl_req_t *req) {
+  HETCCL_CHECK(peer_check(e, peer, "receive from"));
+  memset(req, 0, sizeof(*req));
+  req->buf = buf;
+  req->bytes = bytes;
+  req->tag = e->tag;
+  req->consume = consume;
+  req->consume_ctx = consume_ctx;
+  ncclResult_t res = e->tp[peer]->irecv(e->eps[peer], req);
+  return res == ncclSuccess ? res : engine_fail(e, res);
+}
+
+static int64_t now_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* One sweep over every connected peer: requests on any endpoint may be the
+ * ones a peer needs moved before it can serve ours. */
+static ncclResult_t progress_all(hetccl_engine_t *e, int *idle_out) {
+  int idle_all = 1;
+  for (int i = 0; i < e->nactive; i++) {
+    int p = e->active[i], idle = 1;
+    ncclResult_t res = e->tp[p]->progress(e->eps[p], &idle);
+    if (res != ncclSuccess) return res;
+    idle_all &= idle;
+  }
+  *idle_out = idle_all;
+  return ncclSuccess;
+}
+
+ncclResult_t hetccl_engine_wait(hetccl_engine_t *e, hetccl_req_t **reqs, int n) {
+  if (e->failed != ncclSuccess) return e->failed;
+  int first = 0; /* requests before `first` are done */
+  int64_t idle_polls = 0, deadline = -1;
+  for (;;) {
+    while (first < n && (!reqs[first] || reqs[first]->done)) first++;
+    int pending = 0;
+    for (int i = first; i < n && !pending; i++) pending = reqs[i] && !reqs[i]->done;
+    if (!pending) return ncclSuccess;
+    if (*e->abort_flag) {
+      WARN("engine: rank %d: operation aborted", e->rank);
+      return engine_fail(e, ncclInvalidUsage);
+    }
+    int idle;
+    ncclResult_t res = progress_all(e, &idle);
+    if (res != ncclSuccess) {
+      if (res == ncclInvalidUsage)
+        WARN("engine: rank %d: a peer issued a different operation (count, type, operator, "
+             "root or collective differ; tag here 0x%016llx)", e->rank, (unsigned long long)e->tag);
+      return engine_fail(e, res);
+    }
+    if (!idle) {
+      idle_polls = 0;
+      deadline = -1;
+      continue;
+    }
+    if (++idle_polls < e->spin) continue;
+    sched_yield();
+    if ((idle_polls & 255) == 0) {
+      int64_t t = now_ms();
+      if (deadline < 0) {
+        deadline = t + e->timeout_ms;
+      } else if (t > deadline) {
+        WARN("engine: rank %d: no progress for %d ms waiting on peers (HETCCL_TIMEOUT)",
+             e->rank, e->timeout_ms);
+        return engine_fail(e, ncclTimeout);
+      }
+    }
+  }
+}
+
+ncclResult_t hetccl_engine_sendrecv(hetccl_engine_t *e, int to, const void *sbuf, size_t sbytes,
+                                    int from, void *rbuf, size_t rbytes,
+                                    hetccl_consume_fn consume, void *consume_ctx) {
+  hetccl_req_t sreq, rreq;
+  hetccl_req_t *reqs[2] = {NULL, NULL};
+  if (from >= 0) {
+    HETCCL_CHECK(hetccl_engine_irecv(e, from, rbuf, rbytes, consume, consume_ctx, &rreq));
+    reqs[0] = &rreq;
+  }
+  if (to >= 0) {
+    HETCCL_CHECK(hetccl_engine_isend(e, to, sbuf, sbytes, &sreq));
+    reqs[1] = &sreq;
+  }
+  return hetccl_engine_wait(e, reqs, 2);
+}
+
+void *hetccl_engine_scratch(hetccl_engine_t *e, size_t bytes) {
+  if (bytes <= e->scratch_bytes) return e->scratch;
+  void *p = NULL;
+  if (posix_memalign(&p, 64, bytes ? bytes : 64) != 0) {
+    WARN("engine: cannot allocate %zu bytes of scratch", bytes);
+    return NULL;
+  }
+  free(e->scratch);
+  e->scratch = p;
+  e->scratch_bytes = bytes;
+  return p;
+}

@@ -1,0 +1,560 @@
+/* Communicator life cycle (init.h).
+ *
+ * Init in three steps: publish what this rank is (bootstrap), decide the
+ * islands from what everyone published (every rank reaches the same answer
+ * from the same table), then either create the vendor communicator (one
+ * island: its unique id travels over our bootstrap) or connect the engine's
+ * transports. */
+#include "core/init.h"
+
+#include <fcntl.h>
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "core/proxy.h"
+#include "transport/transport.h"
+#include "util/check.h"
+#include "util/knobs.h"
+#include "util/log.h"
+
+/* --- identity of this rank -------------------------------------------- */
+
+static uint64_t fnv1a(uint64_t h, const void *data, size_t n) {
+  const unsigned char *p = data;
+  for (size_t i = 0; i < n; i++) h = (h ^ p[i]) * 0x100000001b3ull;
+  return h;
+}
+
+/* Same host and same IPC namespace <=> same value: hostname, boot id and
+ * the IPC namespace inode all enter the hash. */
+static uint64_t host_hash(char *hostname, size_t len) {
+  uint64_t h = 0xcbf29ce484222325ull;
+  if (gethostname(hostname, len) != 0) snprintf(hostname, len, "unknown");
+  hostname[len - 1] = 0;
+  h = fnv1a(h, hostname, strlen(hostname));
+  char buf[128] = {0};
+  int fd = open("/proc/sys/kernel/random/boot_id", O_RDONLY | O_CLOEXEC);
+  if (fd >= 0) {
+    ssize_t n = read(fd, buf, sizeof(buf) - 1);
+    if (n > 0) h = fnv1a(h, buf, (size_t)n);
+    close(fd);
+  }
+  struct stat st;
+  if (stat("/proc/self/ns/ipc", &st) == 0) h = fnv1a(h, &st.st_ino, sizeof(st.st_ino));
+  return h;
+}
+
+/* HETCCL_ISLANDS: "" (none), "rank" (one island per rank) or a comma list
+ * giving each rank's island. */
+static ncclResult_t forced_island(int rank, int nranks, int *island) {
+  const char *s = hetccl_knob_str(HETCCL_KNOB_ISLANDS);
+  *island = -1;
+  if (!s[0]) return ncclSuccess;
+  if (!strcmp(s, "rank")) {
+    *island = rank;
+    return ncclSuccess;
+  }
+  int idx = 0;
+  const char *p = s;
+  while (*p) {
+    char *end;
+    long v = strtol(p, &end, 10);
+    if (end == p || v < 0 || (*end && *end != ',')) {
+      WARN("HETCCL_ISLANDS=%s: expected 'rank' or a comma list of island ids", s);
+      return ncclInvalidArgument;
+    }
+    if (idx == rank) *island = (int)v;
+    idx++;
+    p = *end ? end + 1 : end;
+  }
+  if (idx != nranks) {
+    WARN("HETCCL_ISLANDS=%s gives %d entries for a communicator of %d ranks", s, idx, nranks);
+    return ncclInvalidArgument;
+  }
+  return ncclSuccess;
+}
+
+/* --- create / free ------------------------------------------------------ */
+
+static ncclResult_t config_resolve(ncclComm_t comm, const ncclConfig_t *config) {
+  ncclConfig_t def = NCCL_CONFIG_INITIALIZER;
+  comm->config = def;
+  comm->blocking = 1;
+  if (!config) return ncclSuccess;
+  if (config->magic != NCCL_API_MAGIC || config->size < offsetof(ncclConfig_t, cgaClusterSize)) {
+    WARN("ncclConfig_t not initialised with NCCL_CONFIG_INITIALIZER (magic 0x%x, size %zu)",
+         config->magic, config->size);
+    return ncclInvalidArgument;
+  }
+  /* Older callers pass a smaller struct: copy what they have. */
+  size_t n = config->size < sizeof(ncclConfig_t) ? config->size : sizeof(ncclConfig_t);
+  memcpy(&comm->config, config, n);
+  comm->config.size = sizeof(ncclConfig_t);
+  if (config->blocking != NCCL_CONFIG_UNDEF_INT) {
+    if (config->blocking != 0 && config->blocking != 1) {
+      WARN("ncclConfig_t.blocking = %d: must be 0 or 1", config->blocking);
+      return ncclInvalidArgument;
+    }
+    comm->blocking = config->blocking;
+  }
+  if (config->commName) snprintf(comm->comm_name, sizeof(comm->comm_name), "%s", config->commName);
+  return ncclSuccess;
+}
+
+static void comm_release(ncclComm_t comm) {
+  hetccl_proxy_stop(comm);
+  hetccl_engine_destroy(comm->engine);
+  hetccl_bootstrap_destroy(comm->bs);
+  free(comm->peers);
+  pthread_mutex_destroy(&comm->lock);
+  free(comm);
+}
+
+ncclResult_t hetccl_comm_create(int nranks, int rank, const ncclConfig_t *config,
+                                ncclComm_t *out) {
+  ncclResult_t res = hetccl_knobs_check();
+  if (res != ncclSuccess) return res;
+  ncclComm_t comm = calloc(1, sizeof(*comm));
+  if (!comm) {
+    WARN("ncclCommInitRank: out of memory");
+    return ncclSystemError;
+  }
+  pthread_mutex_init(&comm->lock, NULL);
+  comm->magic = HETCCL_COMM_MAGIC;
+  comm->rank = rank;
+  comm->nranks = nranks;
+  comm->dev = -1;
+  HETCCL_CHECK_GOTO(config_resolve(comm, config), res, fail);
+  comm->dev_kind = hetccl_runtime_detect();
+  if (comm->dev_kind != HETCCL_DEV_HOST) {
+    const hetccl_runtime_t *rt = hetccl_runtime_get(comm->dev_kind);
+    char busid[32];
+    if (!rt || rt->current_device(&comm->dev, busid, sizeof(busid)) != ncclSuccess) {
+      WARN("ncclCommInitRank: cannot read the current %s device",
+           hetccl_dev_kind_name(comm->dev_kind));
+      res = ncclUnhandledCudaError;
+      goto fail;
+    }
+  }
+  HETCCL_CHECK_GOTO(hetccl_comm_register(comm), res, fail);
+  *out = comm;
+  return ncclSuccess;
+fail:
+  pthread_mutex_destroy(&comm->lock);
+  free(comm);
+  return res;
+}
+
+/* --- init ----------------------------------------------------------------- */
+
+static ncclResult_t fill_info(ncclComm_t comm, hetccl_peer_info_t *me) {
+  memset(me, 0, sizeof(*me));
+  me->rank = comm->rank;
+  me->pid = (int32_t)getpid();
+  me->host_hash = host_hash(me->hostname, sizeof(me->hostname));
+  me->dev_kind = comm->dev_kind;
+  me->dev = comm->dev;
+  me->blocking = comm->blocking;
+  if (comm->dev_kind != HETCCL_DEV_HOST) {
+    const hetccl_runtime_t *rt = hetccl_runtime_get(comm->dev_kind);
+    int dev;
+    if (rt) rt->current_device(&dev, me->bus_id, sizeof(me->bus_id));
+    if (comm->dev_kind == HETCCL_DEV_CUDA && hetccl_knob_int(HETCCL_KNOB_VENDOR)) {
+      const hetccl_vendor_t *v = NULL;
+      if (hetccl_vendor_load_nccl(&v) == ncclSuccess && v) me->vendor_version = v->version;
+    }
+  }
+  return forced_island(comm->rank, comm->nranks, &me->island);
+}
+
+/* One island covering everyone, served by one vendor library version. */
+static int is_homogeneous(const hetccl_peer_info_t *peers, int n) {
+  if (!hetccl_knob_int(HETCCL_KNOB_VENDOR)) return 0;
+  for (int r = 0; r < n; r++) {
+    if (peers[r].dev_kind != HETCCL_DEV_CUDA || peers[r].vendor_version == 0) return 0;
+    if (peers[r].vendor_version != peers[0].vendor_version) return 0;
+    if (peers[r].island != peers[0].island) return 0;
+  }
+  return 1;
+}
+
+static ncclResult_t init_vendor(ncclComm_t comm) {
+  const hetccl_vendor_t *v = NULL;
+  HETCCL_CHECK(hetccl_vendor_load_nccl(&v));
+  struct {
+    int32_t status;
+    ncclUniqueId id;
+  } msg;
+  memset(&msg, 0, sizeof(msg));
+  if (comm->rank == 0) msg.status = HETCCL_VENDOR_CALL(v, GetUniqueId, &msg.id);
+  HETCCL_CHECK(hetccl_bootstrap_bcast(comm->bs, &msg, sizeof(msg), 0));
+  if (msg.status != ncclSuccess) {
+    WARN("vendor %s: rank 0 could not create a unique id (%d): %s", v->name, msg.status,
+         comm->rank == 0 ? hetccl_last_error() : "see rank 0's log");
+    return (ncclResult_t)msg.status;
+  }
+  ncclComm_t vcomm = NULL;
+  ncclResult_t res;
+  if (comm->config.magic == NCCL_API_MAGIC) {
+    ncclConfig_t cfg = comm->config;
+    res = HETCCL_VENDOR_CALL(v, CommInitRankConfig, &vcomm, comm->nranks, msg.id, comm->rank, &cfg);
+  } else {
+    res = HETCCL_VENDOR_CALL(v, CommInitRank, &vcomm, comm->nranks, msg.id, comm->rank);
+  }
+  if (res == ncclInProgress) {
+    /* A nonblocking vendor init: we are already off the API thread, wait. */
+    ncclResult_t st = ncclInProgress;
+    while (st == ncclInProgress && !comm->abort_flag) {
+      if (HETCCL_VENDOR_CALL(v, CommGetAsyncError, vcomm, &st) != ncclSuccess) break;
+      if (st == ncclInProgress) sched_yield();
+    }
+    res = st;
+  }
+  if (res != ncclSuccess) {
+    WARN("vendor %s: ncclCommInitRank (rank %d of %d) failed: %s", v->name, comm->rank,
+         comm->nranks, HETCCL_VENDOR_CALL(v, GetErrorString, res));
+    return res;
+  }
+  comm->vendor = v;
+  comm->vcomm = vcomm;
+  INFO(HETCCL_INIT | HETCCL_VENDOR, "rank %d of %d: one island, forwarding to %s %d (%s)",
+       comm->rank, comm->nranks, v->name, v->version, v->path);
+  return ncclSuccess;
+}
+
+static hetccl_transport_id_t pair_transport(const hetccl_peer_info_t *a,
+                                            const hetccl_peer_info_t *b, const char *choice) {
+  if (!strcmp(choice, "socket")) return HETCCL_TRANSPORT_socket;
+  if (!strcmp(choice, "shm")) return HETCCL_TRANSPORT_shm;
+  return a->host_hash == b->host_hash ? HETCCL_TRANSPORT_shm : HETCCL_TRANSPORT_socket;
+}
+
+static ncclResult_t init_engine(ncclComm_t comm, uint64_t comm_id, uint64_t secret) {
+  int n = comm->nranks, me = comm->rank;
+  ncclResult_t res = ncclSuccess;
+  const char *choice = hetccl_knob_str(HETCCL_KNOB_TRANSPORT);
+  if (strcmp(choice, "auto") && strcmp(choice, "shm") && strcmp(choice, "socket")) {
+    WARN("HETCCL_TRANSPORT=%s: expected auto, shm or socket", choice);
+    return ncclInvalidArgument;
+  }
+  uint8_t *use = calloc((size_t)HETCCL_TRANSPORT_COUNT * n, 1);
+  uint8_t *addrs = calloc((size_t)n * HETCCL_TRANSPORT_COUNT, HETCCL_TRANSPORT_ADDR_BYTES);
+  uint8_t *mine = calloc(HETCCL_TRANSPORT_COUNT, HETCCL_TRANSPORT_ADDR_BYTES);
+  uint8_t *taddrs = calloc(n, HETCCL_TRANSPORT_ADDR_BYTES);
+  hetccl_peer_locality_t *loc = calloc(n, sizeof(*loc));
+  hetccl_ep_t **eps = calloc(n, sizeof(*eps));
+  hetccl_ep_t **teps = calloc(n, sizeof(*teps));
+  const hetccl_transport_t **tps = calloc(n, sizeof(*tps));
+  hetccl_tctx_t *ctx[HETCCL_TRANSPORT_COUNT] = {0};
+  int used[HETCCL_TRANSPORT_COUNT] = {0};
+  if (!use || !addrs || !mine || !taddrs || !loc || !eps || !teps || !tps) {
+    WARN("engine init: out of memory for %d ranks", n);
+    res = ncclSystemError;
+    goto out;
+  }
+  for (int p = 0; p < n; p++) {
+    loc[p].host_hash = comm->peers[p].host_hash;
+    loc[p].pid = comm->peers[p].pid;
+    if (p == me) continue;
+    hetccl_transport_id_t t = pair_transport(&comm->peers[me], &comm->peers[p], choice);
+    const hetccl_transport_t *tp = hetccl_transport_get(t);
+    if (!tp->can_connect(&loc[me], &(hetccl_peer_locality_t){comm->peers[p].host_hash,
+                                                              comm->peers[p].pid})) {
+      WARN("transport %s cannot connect rank %d (%s) to rank %d (%s)", tp->name, me,
+           comm->peers[me].hostname, p, comm->peers[p].hostname);
+      res = ncclInvalidUsage;
+      goto out;
+    }
+    use[t * n + p] = 1;
+    used[t] = 1;
+    tps[p] = tp;
+  }
+  hetccl_transport_args_t args = {
+      .rank = me, .nranks = n, .comm_id = comm_id, .secret = secret,
+      .timeout_ms = (int)hetccl_knob_int(HETCCL_KNOB_CONNECT_TIMEOUT) * 1000,
+      .abort_flag = &comm->abort_flag,
+      .ifname = hetccl_knob_str(HETCCL_KNOB_SOCKET_IFNAME)};
+  for (int t = 0; t < HETCCL_TRANSPORT_COUNT; t++) {
+    if (!used[t]) continue;
+    HETCCL_CHECK_GOTO(hetccl_transport_get(t)->ctx_create(&args, &ctx[t],
+                                                          mine + t * HETCCL_TRANSPORT_ADDR_BYTES),
+                      res, out);
+  }
+  size_t blob = (size_t)HETCCL_TRANSPORT_COUNT * HETCCL_TRANSPORT_ADDR_BYTES;
+  HETCCL_CHECK_GOTO(hetccl_bootstrap_allgather(comm->bs, mine, addrs, blob), res, out);
+  /* Same order on every rank, so no rank waits on a transport its peer has
+   * not reached yet. */
+  for (int t = 0; t < HETCCL_TRANSPORT_COUNT; t++) {
+    if (!used[t]) continue;
+    for (int p = 0; p < n; p++)
+      memcpy(taddrs + (size_t)p * HETCCL_TRANSPORT_ADDR_BYTES,
+             addrs + p * blob + (size_t)t * HETCCL_TRANSPORT_ADDR_BYTES, HETCCL_TRANSPORT_ADDR_BYTES);
+    memset(teps, 0, n * sizeof(*teps));
+    HETCCL_CHECK_GOTO(hetccl_transport_get(t)->connect(ctx[t], use + t * n, taddrs, loc, teps),
+                      res, out);
+    for (int p = 0; p < n; p++)
+      if (use[t * n + p]) eps[p] = teps[p];
+  }
+  hetccl_engine_args_t eargs = {
+      .rank = me, .nranks = n, .eps = eps, .transports = tps,
+      .timeout_ms = (int)hetccl_knob_int(HETCCL_KNOB_TIMEOUT) * 1000,
+      .abort_flag = &comm->abort_flag, .comm_error = &comm->error};
+  HETCCL_CHECK_GOTO(hetccl_engine_create(&eargs, &comm->engine), res, out);
+  /* The engine owns the endpoints now; contexts keep only listeners and
+   * segment names, which the endpoints no longer need. */
+  memset(eps, 0, n * sizeof(*eps));
+  INFO(HETCCL_INIT, "rank %d of %d: engine ready (transport %s)", me, n, choice);
+out:
+  for (int p = 0; p < n && eps; p++)
+    if (eps[p]) tps[p]->ep_close(eps[p]);
+  for (int t = 0; t < HETCCL_TRANSPORT_COUNT; t++)
+    if (ctx[t]) hetccl_transport_get(t)->ctx_destroy(ctx[t]);
+  free(use); free(addrs); free(mine); free(taddrs); free(loc); free(eps); free(teps); free(tps);
+  return res;
+}
+
+ncclResult_t hetccl_comm_init(ncclComm_t comm, const ncclUniqueId *id) {
+  int n = comm->nranks;
+  hetccl_peer_info_t me;
+  HETCCL_CHECK(fill_info(comm, &me));
+  comm->peers = calloc(n, sizeof(*comm->peers));
+  if (!comm->peers) {
+    WARN("ncclCommInitRank: out of memory for %d ranks", n);
+    return ncclSystemError;
+  }
+  comm->comm_id = hetccl_bootstrap_id_comm_id(id);
+  hetccl_bootstrap_opts_t opts = {
+      .timeout_ms = (int)hetccl_knob_int(HETCCL_KNOB_CONNECT_TIMEOUT) * 1000,
+      .abort_flag = &comm->abort_flag};
+  HETCCL_CHECK(hetccl_bootstrap_init(id, comm->rank, n, &me, sizeof(me), comm->peers, &opts,
+                                     &comm->bs));
+  for (int r = 0; r < n; r++) {
+    if (comm->peers[r].rank != r) {
+      WARN("bootstrap: table entry %d claims rank %d", r, comm->peers[r].rank);
+      return ncclInternalError;
+    }
+  }
+  if (is_homogeneous(comm->peers, n)) {
+    HETCCL_CHECK(init_vendor(comm));
+    /* The vendor has its own bootstrap from here on. */
+    hetccl_bootstrap_destroy(comm->bs);
+    comm->bs = NULL;
+    return ncclSuccess;
+  }
+  for (int r = 0; r < n; r++) {
+    if (comm->peers[r].dev_kind == HETCCL_DEV_CUDA && comm->peers[r].vendor_version == 0 &&
+        hetccl_knob_int(HETCCL_KNOB_VENDOR)) {
+      WARN("rank %d (%s) is a CUDA rank but could not load NCCL (see HETCCL_NCCL_LIBRARY); "
+           "hetccl's engine does not move CUDA device buffers yet: set HETCCL_DEVICE=host to "
+           "run on host buffers", r, comm->peers[r].hostname);
+      return ncclSystemError;
+    }
+  }
+  return init_engine(comm, comm->comm_id, hetccl_bootstrap_id_secret(id));
+}
+
+ncclResult_t hetccl_comm_init_job(ncclComm_t comm, void *arg) {
+  return hetccl_comm_init(comm, (const ncclUniqueId *)arg);
+}
+
+/* --- in-flight accounting, teardown --------------------------------------- */
+
+void hetccl_comm_enter(ncclComm_t comm) { __atomic_add_fetch(&comm->inflight, 1, __ATOMIC_ACQ_REL); }
+void hetccl_comm_leave(ncclComm_t comm) { __atomic_sub_fetch(&comm->inflight, 1, __ATOMIC_ACQ_REL); }
+
+static void wait_inflight(ncclComm_t comm, int self) {
+  struct timespec ts = {0, 1000000};
+  /* Bounded: calls blocked in the engine see the abort flag within ms. */
+  for (int i = 0; i < 10000 && __atomic_load_n(&comm->inflight, __ATOMIC_ACQUIRE) > self; i++)
+    nanosleep(&ts, NULL);
+}
+
+ncclResult_t hetccl_comm_finalize(ncclComm_t comm) {
+  if (comm->vendor) return HETCCL_VENDOR_CALL(comm->vendor, CommFinalize, comm->vcomm);
+  hetccl_proxy_drain(comm);
+  comm->finalized = 1;
+  return comm->error == ncclInProgress ? ncclSuccess : (ncclResult_t)comm->error;
+}
+
+ncclResult_t hetccl_comm_destroy(ncclComm_t comm) {
+  ncclResult_t res = ncclSuccess;
+  if (comm->vendor && comm->vcomm) res = HETCCL_VENDOR_CALL(comm->vendor, CommDestroy, comm->vcomm);
+  hetccl_proxy_drain(comm);
+  hetccl_comm_unregister(comm);
+  wait_inflight(comm, 1);
+  comm_release(comm);
+  return res;
+}
+
+ncclResult_t hetccl_comm_abort(ncclComm_t comm) {
+  ncclResult_t res = ncclSuccess;
+  comm->abort_flag = 1;
+  if (comm->vendor && comm->vcomm) res = HETCCL_VENDOR_CALL(comm->vendor, CommAbort, comm->vcomm);
+  hetccl_comm_unregister(comm);
+  wait_inflight(comm, 1);
+  comm_release(comm);
+  return res;
+}
+
+/* --- split / shrink ------------------------------------------------------- */
+
+static ncclResult_t wrap_vendor_comm(ncclComm_t parent, ncclComm_t vnew, ncclComm_t *out) {
+  const hetccl_vendor_t *v = parent->vendor;
+  int rank = 0, nranks = 0;
+  HETCCL_CHECK(HETCCL_VENDOR_CALL(v, CommUserRank, vnew, &rank));
+  HETCCL_CHECK(HETCCL_VENDOR_CALL(v, CommCount, vnew, &nranks));
+  ncclComm_t comm = calloc(1, sizeof(*comm));
+  if (!comm) {
+    WARN("ncclCommSplit: out of memory");
+    return ncclSystemError;
+  }
+  pthread_mutex_init(&comm->lock, NULL);
+  comm->magic = HETCCL_COMM_MAGIC;
+  comm->rank = rank;
+  comm->nranks = nranks;
+  comm->dev = parent->dev;
+  comm->dev_kind = parent->dev_kind;
+  comm->blocking = parent->blocking;
+  comm->config = parent->config;
+  comm->vendor = v;
+  comm->vcomm = vnew;
+  ncclResult_t res = hetccl_comm_register(comm);
+  if (res != ncclSuccess) {
+    free(comm);
+    return res;
+  }
+  *out = comm;
+  return ncclSuccess;
+}
+
+typedef struct split_entry {
+  int32_t color, key, rank, pad;
+} split_entry_t;
+
+/* Ranks [members] (parent ranks, in new-rank order) form a communicator;
+ * `leader_id` is the unique id its first member created. */
+static ncclResult_t join_new(ncclComm_t parent, int newrank, int newn, const ncclUniqueId *id,
+                             const ncclConfig_t *config, ncclComm_t *out) {
+  ncclComm_t comm = NULL;
+  HETCCL_CHECK(hetccl_comm_create(newn, newrank, config ? config : &parent->config, &comm));
+  ncclResult_t res = hetccl_comm_init(comm, id);
+  if (res != ncclSuccess) {
+    hetccl_comm_unregister(comm);
+    comm_release(comm);
+    return res;
+  }
+  *out = comm;
+  return ncclSuccess;
+}
+
+ncclResult_t hetccl_comm_split(ncclComm_t comm, int color, int key, ncclComm_t *newcomm,
+                               const ncclConfig_t *config) {
+  *newcomm = NULL;
+  if (comm->vendor) {
+    ncclComm_t vnew = NULL;
+    ncclConfig_t cfg;
+    if (config) cfg = *config;
+    HETCCL_CHECK(HETCCL_VENDOR_CALL(comm->vendor, CommSplit, comm->vcomm, color, key, &vnew,
+                                    config ? &cfg : NULL));
+    if (!vnew) return ncclSuccess;
+    return wrap_vendor_comm(comm, vnew, newcomm);
+  }
+  if (!comm->bs) {
+    WARN("ncclCommSplit: communicator has no bootstrap (rank %d)", comm->rank);
+    return ncclInternalError;
+  }
+  int n = comm->nranks;
+  split_entry_t mine = {color, key, comm->rank, 0};
+  split_entry_t *all = calloc(n, sizeof(*all));
+  ncclUniqueId *ids = calloc(n, sizeof(*ids));
+  ncclResult_t res = ncclSuccess;
+  if (!all || !ids) {
+    WARN("ncclCommSplit: out of memory");
+    res = ncclSystemError;
+    goto out;
+  }
+  HETCCL_CHECK_GOTO(hetccl_bootstrap_allgather(comm->bs, &mine, all, sizeof(mine)), res, out);
+  /* The lowest parent rank of each colour serves its bootstrap root. */
+  int leader = -1, newn = 0, newrank = 0;
+  for (int r = 0; r < n && color != NCCL_SPLIT_NOCOLOR; r++) {
+    if (all[r].color != color) continue;
+    if (leader < 0) leader = r;
+    newn++;
+    if (all[r].key < key || (all[r].key == key && r < comm->rank)) newrank++;
+  }
+  ncclUniqueId myid;
+  memset(&myid, 0, sizeof(myid));
+  if (leader == comm->rank) HETCCL_CHECK_GOTO(hetccl_bootstrap_root_create(&myid), res, out);
+  HETCCL_CHECK_GOTO(hetccl_bootstrap_allgather(comm->bs, &myid, ids, sizeof(myid)), res, out);
+  if (color == NCCL_SPLIT_NOCOLOR) goto out;
+  res = join_new(comm, newrank, newn, &ids[leader], config, newcomm);
+out:
+  free(all);
+  free(ids);
+  return res;
+}
+
+ncclResult_t hetccl_comm_shrink(ncclComm_t comm, const int *exclude, int nexclude,
+                                ncclComm_t *newcomm, const ncclConfig_t *config, int flags) {
+  *newcomm = NULL;
+  if (comm->vendor) {
+    ncclComm_t vnew = NULL;
+    ncclConfig_t cfg;
+    if (config) cfg = *config;
+    HETCCL_CHECK(HETCCL_VENDOR_CALL(comm->vendor, CommShrink, comm->vcomm, (int *)exclude,
+                                    nexclude, &vnew, config ? &cfg : NULL, flags));
+    if (!vnew) return ncclSuccess;
+    return wrap_vendor_comm(comm, vnew, newcomm);
+  }
+  int n = comm->nranks;
+  uint8_t *gone = calloc(n, 1);
+  if (!gone) {
+    WARN("ncclCommShrink: out of memory");
+    return ncclSystemError;
+  }
+  for (int i = 0; i < nexclude; i++) {
+    if (exclude[i] < 0 || exclude[i] >= n) {
+      free(gone);
+      WARN("ncclCommShrink: excluded rank %d out of range [0, %d)", exclude[i], n);
+      return ncclInvalidArgument;
+    }
+    gone[exclude[i]] = 1;
+  }
+  if (gone[comm->rank]) {
+    free(gone);
+    WARN("ncclCommShrink: rank %d is in its own exclude list", comm->rank);
+    return ncclInvalidArgument;
+  }
+  int leader = -1, newn = 0, newrank = 0;
+  for (int r = 0; r < n; r++) {
+    if (gone[r]) continue;
+    if (leader < 0) leader = r;
+    if (r < comm->rank) newrank++;
+    newn++;
+  }
+  /* The excluded ranks take no part (they may be dead), so the new id goes
+   * from the leader to each survivor over the engine's own connections. */
+  ncclUniqueId id;
+  ncclResult_t res = ncclSuccess;
+  hetccl_engine_set_tag(comm->engine, 0x5348524b00000000ull | (uint64_t)newn);
+  if (comm->rank == leader) {
+    HETCCL_CHECK_GOTO(hetccl_bootstrap_root_create(&id), res, out);
+    for (int r = 0; r < n; r++) {
+      if (gone[r] || r == leader) continue;
+      HETCCL_CHECK_GOTO(hetccl_engine_sendrecv(comm->engine, r, &id, sizeof(id), -1, NULL, 0,
+                                               NULL, NULL), res, out);
+    }
+  } else {
+    HETCCL_CHECK_GOTO(hetccl_engine_sendrecv(comm->engine, -1, NULL, 0, leader, &id, sizeof(id),
+                                             NULL, NULL), res, out);
+  }
+  res = join_new(comm, newrank, newn, &id, config, newcomm);
+out:
+  free(gone);
+  return res;
+}

@@ -1,0 +1,38 @@
+/* Communicator life cycle: create, init (bootstrap, islands, vendor or
+ * engine), split, shrink, destroy, abort.
+ *
+ * hetccl_comm_create runs on the API thread (it captures the caller's
+ * device); hetccl_comm_init may run on any thread (the caller, a proxy thread
+ * for grouped or nonblocking init). */
+#ifndef HETCCL_CORE_INIT_H
+#define HETCCL_CORE_INIT_H
+
+#include "core/comm.h"
+
+/* Allocate and register a communicator for (rank, nranks); config may be
+ * NULL. Validates config. Captures the calling thread's device. */
+ncclResult_t hetccl_comm_create(int nranks, int rank, const ncclConfig_t *config,
+                                ncclComm_t *out);
+
+/* Join the communicator described by id: bootstrap, islands, then vendor
+ * communicator or engine transports. Blocking; bounded by timeouts. */
+ncclResult_t hetccl_comm_init(ncclComm_t comm, const ncclUniqueId *id);
+
+/* The proxy-job form of hetccl_comm_init; arg is a heap ncclUniqueId. */
+ncclResult_t hetccl_comm_init_job(ncclComm_t comm, void *arg);
+
+/* Local teardown; never blocks on peers. abort also stops work in flight. */
+ncclResult_t hetccl_comm_destroy(ncclComm_t comm);
+ncclResult_t hetccl_comm_abort(ncclComm_t comm);
+ncclResult_t hetccl_comm_finalize(ncclComm_t comm);
+
+ncclResult_t hetccl_comm_split(ncclComm_t comm, int color, int key, ncclComm_t *newcomm,
+                               const ncclConfig_t *config);
+ncclResult_t hetccl_comm_shrink(ncclComm_t comm, const int *exclude, int nexclude,
+                                ncclComm_t *newcomm, const ncclConfig_t *config, int flags);
+
+/* Number of API calls currently running on comm (abort waits for them). */
+void hetccl_comm_enter(ncclComm_t comm);
+void hetccl_comm_leave(ncclComm_t comm);
+
+#endif

@@ -1,0 +1,63 @@
+/* The frame header every transport puts in front of a message, and the one
+ * judgement of it on the receive side (transport.h). Any thread; pure. */
+#include <inttypes.h>
+#include <string.h>
+
+#include "transport/transport.h"
+#include "util/log.h"
+
+void hetccl_frame_fill(hetccl_frame_hdr_t *h, uint64_t comm_id, int src_rank, uint64_t seq,
+                       uint64_t tag, uint64_t bytes) {
+  memset(h, 0, sizeof(*h));
+  h->magic = HETCCL_FRAME_MAGIC;
+  h->comm_id = comm_id;
+  h->tag = tag;
+  h->seq = seq;
+  h->bytes = bytes;
+  h->src_rank = src_rank;
+  h->flags = 0;
+}
+
+ncclResult_t hetccl_frame_check(const hetccl_frame_hdr_t *h, const char *transport,
+                                uint64_t comm_id, int expect_src, uint64_t expect_seq,
+                                uint64_t expect_tag, uint64_t expect_bytes) {
+  /* Framing first: if these are wrong the rest of the header means nothing. */
+  if (h->magic != HETCCL_FRAME_MAGIC) {
+    WARN("%s: corrupt frame from rank %d: magic 0x%016" PRIx64 ", expected 0x%016" PRIx64,
+         transport, expect_src, h->magic, (uint64_t)HETCCL_FRAME_MAGIC);
+    return ncclSystemError;
+  }
+  if (h->comm_id != comm_id) {
+    WARN("%s: frame from rank %d belongs to communicator 0x%016" PRIx64
+         ", expected 0x%016" PRIx64, transport, expect_src, h->comm_id, comm_id);
+    return ncclSystemError;
+  }
+  if (h->src_rank != expect_src) {
+    WARN("%s: frame on the connection from rank %d says it comes from rank %d", transport,
+         expect_src, (int)h->src_rank);
+    return ncclSystemError;
+  }
+  if (h->seq != expect_seq) {
+    WARN("%s: frame from rank %d has sequence number %" PRIu64 ", expected %" PRIu64
+         " (lost or reordered message)", transport, expect_src, h->seq, expect_seq);
+    return ncclSystemError;
+  }
+  if (h->flags != 0) {
+    WARN("%s: frame from rank %d has unknown flags 0x%x", transport, expect_src, h->flags);
+    return ncclSystemError;
+  }
+  /* The peer posted a different operation than we did: a usage error. */
+  if (expect_tag != 0 && h->tag != expect_tag) {
+    WARN("%s: message %" PRIu64 " from rank %d has operation signature 0x%016" PRIx64
+         ", the posted receive expects 0x%016" PRIx64 " (ranks called different operations)",
+         transport, expect_seq, expect_src, h->tag, expect_tag);
+    return ncclInvalidUsage;
+  }
+  if (h->bytes != expect_bytes) {
+    WARN("%s: message %" PRIu64 " from rank %d carries %" PRIu64
+         " bytes, the posted receive expects %" PRIu64, transport, expect_seq, expect_src,
+         h->bytes, expect_bytes);
+    return ncclInvalidUsage;
+  }
+  return ncclSuccess;
+}

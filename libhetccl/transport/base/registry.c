@@ -1,0 +1,48 @@
+/* The transport registry: the tables named in HETCCL_TRANSPORTS, checked
+ * once (every slot filled) before anyone uses them. Any thread. */
+#include <pthread.h>
+#include <stddef.h>
+
+#include "transport/transport.h"
+#include "util/log.h"
+
+static const hetccl_transport_t *const registry[HETCCL_TRANSPORT_COUNT] = {
+#define HETCCL_TRANSPORT_SLOT(tname, sym) [HETCCL_TRANSPORT_##tname] = &sym,
+    HETCCL_TRANSPORTS(HETCCL_TRANSPORT_SLOT)
+#undef HETCCL_TRANSPORT_SLOT
+};
+
+static const char *const registry_names[HETCCL_TRANSPORT_COUNT] = {
+#define HETCCL_TRANSPORT_NAME(tname, sym) [HETCCL_TRANSPORT_##tname] = #tname,
+    HETCCL_TRANSPORTS(HETCCL_TRANSPORT_NAME)
+#undef HETCCL_TRANSPORT_NAME
+};
+
+static int registry_valid[HETCCL_TRANSPORT_COUNT];
+static pthread_once_t registry_once = PTHREAD_ONCE_INIT;
+
+#define REQUIRED_SLOTS(X)                                                      \
+  X(name) X(can_connect) X(ctx_create) X(connect) X(isend) X(irecv)            \
+  X(progress) X(ep_close) X(ctx_destroy)
+
+static void registry_check(void) {
+  for (int id = 0; id < HETCCL_TRANSPORT_COUNT; id++) {
+    const hetccl_transport_t *t = registry[id];
+    int ok = 1;
+#define CHECK_SLOT(slot)                                                       \
+  if (t->slot == NULL) {                                                       \
+    WARN("transport %s: slot '" #slot "' is NULL; transport not registered",   \
+         registry_names[id]);                                                  \
+    ok = 0;                                                                    \
+  }
+    REQUIRED_SLOTS(CHECK_SLOT)
+#undef CHECK_SLOT
+    registry_valid[id] = ok;
+  }
+}
+
+const hetccl_transport_t *hetccl_transport_get(hetccl_transport_id_t id) {
+  if ((int)id < 0 || id >= HETCCL_TRANSPORT_COUNT) return NULL;
+  pthread_once(&registry_once, registry_check);
+  return registry_valid[id] ? registry[id] : NULL;
+}

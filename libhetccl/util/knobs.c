@@ -1,0 +1,152 @@
+/* Knobs (util/knobs.h): the environment, read once against the table.
+ *
+ * Any thread may read a knob. The environment is parsed on first use
+ * (pthread_once) and only again by hetccl_knobs_reload (ncclResetDebugInit).
+ * Parsing never logs: logging reads its own settings from this table, so a
+ * message from here could re-enter the initialisation that is running.
+ * Problems are kept and reported by hetccl_knobs_check, which comm init
+ * calls. */
+#include "util/knobs.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "util/log.h"
+
+typedef enum { KNOB_OK, KNOB_NOT_INTEGER, KNOB_OUT_OF_RANGE } knob_status_t;
+
+typedef struct {
+  const char *value; /* copy of the environment's text; NULL when unset or "" */
+  int64_t ival;      /* INT knobs: the value, or the default when bad */
+  int status;        /* knob_status_t */
+} knob_state_t;
+
+static const hetccl_knob_desc_t knob_table[HETCCL_KNOB_COUNT] = {
+#define HETCCL_KNOB_ROW(id, env_, type_, def_, lo, hi, help_)                  \
+  [HETCCL_KNOB_##id] = {.env = env_, .type = HETCCL_KNOB_##type_, .def = def_,   \
+                        .min = lo, .max = hi, .help = help_},
+    HETCCL_KNOBS(HETCCL_KNOB_ROW)
+#undef HETCCL_KNOB_ROW
+};
+
+static knob_state_t knob_state[HETCCL_KNOB_COUNT];
+static int64_t knob_default[HETCCL_KNOB_COUNT];
+static int defaults_bad = -1; /* first INT knob whose default fails its own check */
+static pthread_once_t knobs_once = PTHREAD_ONCE_INIT;
+static pthread_mutex_t reload_lock = PTHREAD_MUTEX_INITIALIZER;
+
+/* Decimal with an optional K/M/G suffix (powers of 1024). */
+static knob_status_t parse_int(const char *s, int64_t *out) {
+  char *end;
+  errno = 0;
+  long long v = strtoll(s, &end, 10);
+  if (end == s) return KNOB_NOT_INTEGER;
+  if (errno == ERANGE) return KNOB_OUT_OF_RANGE;
+  int shift = 0;
+  switch (*end) {
+  case 'k': case 'K': shift = 10; end++; break;
+  case 'm': case 'M': shift = 20; end++; break;
+  case 'g': case 'G': shift = 30; end++; break;
+  default: break;
+  }
+  if (*end != '\0') return KNOB_NOT_INTEGER;
+  if (shift && (v > (INT64_MAX >> shift) || v < (INT64_MIN >> shift))) return KNOB_OUT_OF_RANGE;
+  *out = (int64_t)v * ((int64_t)1 << shift);
+  return KNOB_OK;
+}
+
+static knob_status_t check_int(const hetccl_knob_desc_t *d, const char *text, int64_t *out) {
+  int64_t v;
+  knob_status_t st = parse_int(text, &v);
+  if (st != KNOB_OK) return st;
+  if (v < d->min || v > d->max) return KNOB_OUT_OF_RANGE;
+  *out = v;
+  return KNOB_OK;
+}
+
+static void read_environment(void) {
+  for (int i = 0; i < HETCCL_KNOB_COUNT; i++) {
+    const hetccl_knob_desc_t *d = &knob_table[i];
+    const char *env = getenv(d->env);
+    /* Earlier copies stay allocated: a reader may still hold one. */
+    const char *copy = env && env[0] ? strdup(env) : NULL;
+    int64_t ival = knob_default[i];
+    knob_status_t st = KNOB_OK;
+    if (copy && d->type == HETCCL_KNOB_INT && (st = check_int(d, copy, &ival)) != KNOB_OK)
+      ival = knob_default[i];
+    __atomic_store_n(&knob_state[i].ival, ival, __ATOMIC_RELAXED);
+    __atomic_store_n(&knob_state[i].status, (int)st, __ATOMIC_RELAXED);
+    __atomic_store_n(&knob_state[i].value, copy, __ATOMIC_RELEASE);
+  }
+}
+
+static void knobs_load(void) {
+  for (int i = 0; i < HETCCL_KNOB_COUNT; i++) {
+    const hetccl_knob_desc_t *d = &knob_table[i];
+    if (d->type == HETCCL_KNOB_INT && check_int(d, d->def, &knob_default[i]) != KNOB_OK &&
+        defaults_bad < 0)
+      defaults_bad = i;
+  }
+  read_environment();
+}
+
+static void knobs_ensure(void) { pthread_once(&knobs_once, knobs_load); }
+
+const hetccl_knob_desc_t *hetccl_knob_desc(hetccl_knob_t id) {
+  return (unsigned)id < HETCCL_KNOB_COUNT ? &knob_table[id] : NULL;
+}
+
+int64_t hetccl_knob_int(hetccl_knob_t id) {
+  if ((unsigned)id >= HETCCL_KNOB_COUNT) return 0;
+  knobs_ensure();
+  return __atomic_load_n(&knob_state[id].ival, __ATOMIC_RELAXED);
+}
+
+const char *hetccl_knob_str(hetccl_knob_t id) {
+  if ((unsigned)id >= HETCCL_KNOB_COUNT) return "";
+  knobs_ensure();
+  const char *v = __atomic_load_n(&knob_state[id].value, __ATOMIC_ACQUIRE);
+  return v ? v : knob_table[id].def;
+}
+
+int hetccl_knob_is_set(hetccl_knob_t id) {
+  if ((unsigned)id >= HETCCL_KNOB_COUNT) return 0;
+  knobs_ensure();
+  return __atomic_load_n(&knob_state[id].value, __ATOMIC_ACQUIRE) != NULL;
+}
+
+void hetccl_knobs_reload(void) {
+  knobs_ensure();
+  pthread_mutex_lock(&reload_lock);
+  read_environment();
+  pthread_mutex_unlock(&reload_lock);
+}
+
+ncclResult_t hetccl_knobs_check(void) {
+  static int reported; /* set knobs are listed once per process */
+  knobs_ensure();
+  if (defaults_bad >= 0) {
+    const hetccl_knob_desc_t *d = &knob_table[defaults_bad];
+    WARN("knob table: default %s=%s is not an integer in %lld..%lld", d->env, d->def,
+         (long long)d->min, (long long)d->max);
+    return ncclInternalError;
+  }
+  for (int i = 0; i < HETCCL_KNOB_COUNT; i++) {
+    const hetccl_knob_desc_t *d = &knob_table[i];
+    int st = __atomic_load_n(&knob_state[i].status, __ATOMIC_RELAXED);
+    if (st == KNOB_OK) continue;
+    WARN("%s=%s: %s (expected %lld..%lld)", d->env, hetccl_knob_str((hetccl_knob_t)i),
+         st == KNOB_NOT_INTEGER ? "not an integer" : "out of range", (long long)d->min,
+         (long long)d->max);
+    return ncclInvalidArgument;
+  }
+  if (!__atomic_exchange_n(&reported, 1, __ATOMIC_RELAXED)) {
+    for (int i = 0; i < HETCCL_KNOB_COUNT; i++)
+      if (hetccl_knob_is_set((hetccl_knob_t)i))
+        INFO(HETCCL_ENV, "%s set by environment to %s", knob_table[i].env,
+             hetccl_knob_str((hetccl_knob_t)i));
+  }
+  return ncclSuccess;
+}

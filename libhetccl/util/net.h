@@ -1,0 +1,129 @@
+/* TCP socket helpers shared by the bootstrap and the socket transport.
+ *
+ * Every fd made here is nonblocking and close-on-exec; every wait is a poll
+ * bounded by an absolute deadline (hetccl_net_now_ms() + timeout, monotonic
+ * milliseconds) and by an optional abort flag (non-zero: give up with
+ * ncclInternalError). EINTR is retried everywhere. IPv4 and IPv6.
+ *
+ * Errors are logged (WARN) here, where they are born, with the address and
+ * strerror, and returned as ncclResult_t: a closed or reset connection is
+ * ncclRemoteError, a timeout ncclTimeout, a failed syscall ncclSystemError,
+ * an abort ncclInternalError. Functions that take a `what` string put it at the head
+ * of their messages ("bootstrap: rank 3 (10.1.2.3:4000)"); a NULL `what`
+ * makes them silent, for callers that judge the failure themselves (a
+ * foreign connection on a listener is not an error of ours).
+ *
+ * Any thread; no global state besides the knobs. */
+#ifndef HETCCL_UTIL_NET_H
+#define HETCCL_UTIL_NET_H
+
+#include <netinet/in.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/socket.h>
+
+#include "nccl.h"
+
+typedef union hetccl_sockaddr {
+  struct sockaddr sa;
+  struct sockaddr_in sin;
+  struct sockaddr_in6 sin6;
+} hetccl_sockaddr_t;
+
+/* Longest text hetccl_net_addr_str writes, NUL included ("[v6%scope]:port"). */
+#define HETCCL_NET_ADDR_STRLEN 80
+
+/* Wire form of an address (fixed 32 bytes, network byte order inside), for
+ * unique ids and address blobs. */
+typedef struct hetccl_net_wire_addr {
+  uint16_t family; /* 4 or 6; 0 = none */
+  uint16_t port;   /* network order */
+  uint32_t scope_id;
+  uint8_t ip[16];  /* v4 uses the first 4 bytes */
+  uint8_t pad[8];
+} hetccl_net_wire_addr_t;
+
+/* Monotonic clock in milliseconds. */
+int64_t hetccl_net_now_ms(void);
+/* now + timeout_ms (timeout_ms <= 0: one second, never "forever"). */
+int64_t hetccl_net_deadline(int timeout_ms);
+
+/* "1.2.3.4:5678" or "[fe80::1%2]:5678" into buf (HETCCL_NET_ADDR_STRLEN). */
+const char *hetccl_net_addr_str(const hetccl_sockaddr_t *a, char *buf, size_t len);
+socklen_t hetccl_net_addr_len(const hetccl_sockaddr_t *a);
+int hetccl_net_addr_port(const hetccl_sockaddr_t *a);
+void hetccl_net_addr_set_port(hetccl_sockaddr_t *a, int port);
+
+void hetccl_net_addr_to_wire(const hetccl_sockaddr_t *a, hetccl_net_wire_addr_t *w);
+/* ncclInvalidArgument (silent) if the wire form is malformed. */
+ncclResult_t hetccl_net_addr_from_wire(const hetccl_net_wire_addr_t *w, hetccl_sockaddr_t *a);
+
+/* "host:port", "[v6]:port", "v4:port"; host may be a name (resolved with
+ * getaddrinfo, first TCP result). ncclInvalidArgument + WARN if malformed. */
+ncclResult_t hetccl_net_parse_addr(const char *text, hetccl_sockaddr_t *out);
+
+/* Choose this host's address for hetccl traffic. `ifname` is an
+ * NCCL_SOCKET_IFNAME-style list ("eth,ib" prefixes, "^docker" exclusion,
+ * "=eth0" exact names); NULL or "" reads the NCCL_SOCKET_IFNAME knob, and
+ * when that is unset too every interface but lo and docker* qualifies, lo
+ * being the fallback. NCCL_SOCKET_FAMILY (AF_INET / AF_INET6) restricts the
+ * family; otherwise IPv4 is preferred on an interface that has both. The
+ * port of *out is 0; the interface name goes to name_out if non-NULL. */
+ncclResult_t hetccl_net_local_addr(const char *ifname, hetccl_sockaddr_t *out, char *name_out,
+                                   size_t name_len);
+
+/* Listen on addr (port 0: ephemeral) and write the bound address back.
+ * SO_REUSEADDR is set, so a fixed port (NCCL_COMM_ID) can be reused at once. */
+ncclResult_t hetccl_net_listen(hetccl_sockaddr_t *addr, int backlog, int *fd);
+
+/* Connect to addr, retrying refused / unreachable attempts until the
+ * deadline. *fd is nonblocking with TCP_NODELAY. */
+ncclResult_t hetccl_net_connect(const hetccl_sockaddr_t *addr, int64_t deadline_ms,
+                                volatile int *abort_flag, const char *what, int *fd);
+
+/* Accept one connection on the listener lfd (nonblocking, TCP_NODELAY). */
+ncclResult_t hetccl_net_accept(int lfd, int64_t deadline_ms, volatile int *abort_flag,
+                               const char *what, int *fd, hetccl_sockaddr_t *peer);
+
+/* Move exactly n bytes. A peer that closes mid-way is ncclRemoteError. */
+ncclResult_t hetccl_net_send_all(int fd, const void *buf, size_t n, int64_t deadline_ms,
+                                 volatile int *abort_flag, const char *what);
+ncclResult_t hetccl_net_recv_all(int fd, void *buf, size_t n, int64_t deadline_ms,
+                                 volatile int *abort_flag, const char *what);
+
+/* Socket options; they log what failed (what may be NULL). */
+ncclResult_t hetccl_net_set_nonblock(int fd);
+ncclResult_t hetccl_net_set_nodelay(int fd);
+void hetccl_net_set_bufsize(int fd, int bytes); /* best effort, silent */
+
+/* Close if >= 0 and set to -1. */
+void hetccl_net_close(int *fd);
+
+/* Accept connections on a listener and read one hello frame from each, many
+ * at once (a slow or hostile client cannot hold the others up), until the
+ * caller says it has what it needs.
+ *
+ * on_header(ctx, hdr, peer): the fixed-size header (hdr_bytes) has arrived;
+ *   return the number of payload bytes that follow (0..max_payload), or -1
+ *   to drop the connection (the callback logs why).
+ * on_frame(ctx, fd, hdr, payload, peer): the whole frame arrived; return 1
+ *   to keep fd (the callback owns it from then on), 0 to drop it.
+ * done(ctx): true once everything expected has arrived.
+ * A connection that closes or sends nothing before the deadline is dropped.
+ * Returns ncclSuccess when done; ncclTimeout with a WARN naming `what` on
+ * the deadline; ncclInternalError on abort. Pending connections are
+ * closed on return. */
+typedef struct hetccl_net_hello_ops {
+  size_t hdr_bytes;
+  size_t max_payload;
+  long (*on_header)(void *ctx, const void *hdr, const hetccl_sockaddr_t *peer);
+  int (*on_frame)(void *ctx, int fd, const void *hdr, const void *payload,
+                  const hetccl_sockaddr_t *peer);
+  int (*done)(void *ctx);
+} hetccl_net_hello_ops_t;
+
+ncclResult_t hetccl_net_accept_hellos(int lfd, const hetccl_net_hello_ops_t *ops, void *ctx,
+                                      int64_t deadline_ms, volatile int *abort_flag,
+                                      const char *what);
+
+#endif

@@ -1,0 +1,247 @@
+/* Bootstrap test: ranks as processes (fork) and as threads of one process,
+ * 1, 2, 3 and 5 ranks; init, allgather, broadcast from a non-zero root,
+ * barrier, destroy. "hostile": foreign connections hit the root before and
+ * while the real ranks join, and the communicator still forms. "commid":
+ * NCCL_COMM_ID set, every rank makes its own unique id, rank 0 serves.
+ *
+ * usage: test_bootstrap procs|threads|hostile|commid
+ * Exit status 0 on success; every rank is bounded by alarm(). */
+#include <arpa/inet.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "core/bootstrap.h"
+#include "util/net.h"
+
+#define FAIL(...)                                                              \
+  do {                                                                         \
+    fprintf(stderr, "FAIL rank %d: ", rank);                                   \
+    fprintf(stderr, __VA_ARGS__);                                              \
+    fprintf(stderr, "\n");                                                     \
+    goto out;                                                                  \
+  } while (0)
+
+#define CHK(call)                                                              \
+  do {                                                                         \
+    ncclResult_t r_ = (call);                                                  \
+    if (r_ != ncclSuccess) FAIL("%s -> %d", #call, (int)r_);                   \
+  } while (0)
+
+typedef struct info {
+  int32_t rank, pid;
+  uint64_t pattern;
+  char pad[40];
+} info_t;
+
+static uint8_t pat(int rank, size_t i, int salt) { return (uint8_t)(rank * 31 + i * 7 + salt); }
+
+/* One rank's whole life; 0 on success. */
+static int run_rank(const ncclUniqueId *id, int rank, int nranks) {
+  int ok = 0;
+  hetccl_bootstrap_t *bs = NULL;
+  info_t me = {.rank = rank, .pid = getpid(), .pattern = 0x1234567800000000ull + rank};
+  info_t *all = calloc(nranks, sizeof(info_t));
+  size_t big = 100003; /* odd size, several socket buffers' worth in all */
+  uint8_t *g = malloc(big * nranks), *b = malloc(big);
+  hetccl_bootstrap_opts_t opts = {.timeout_ms = 20000, .abort_flag = NULL};
+  CHK(hetccl_bootstrap_init(id, rank, nranks, &me, sizeof(me), all, &opts, &bs));
+  for (int r = 0; r < nranks; r++)
+    if (all[r].rank != r || all[r].pattern != 0x1234567800000000ull + r)
+      FAIL("init table entry %d wrong (rank %d)", r, all[r].rank);
+  for (int round = 0; round < 3; round++) {
+    /* allgather: out of place, then in place */
+    uint8_t *mine = malloc(big);
+    for (size_t i = 0; i < big; i++) mine[i] = pat(rank, i, round);
+    memset(g, 0xee, big * nranks);
+    CHK(hetccl_bootstrap_allgather(bs, mine, g, big));
+    for (int r = 0; r < nranks; r++)
+      for (size_t i = 0; i < big; i++)
+        if (g[r * big + i] != pat(r, i, round)) {
+          free(mine);
+          FAIL("allgather round %d: byte %zu of rank %d", round, i, r);
+        }
+    memcpy(g + rank * big, mine, big);
+    free(mine);
+    CHK(hetccl_bootstrap_allgather(bs, g + rank * big, g, 13));
+    /* broadcast from the last rank (non-zero when nranks > 1), then rank 0 */
+    for (int k = 0; k < 2; k++) {
+      int root = k == 0 ? nranks - 1 : 0;
+      for (size_t i = 0; i < big; i++) b[i] = rank == root ? pat(root, i, 100 + round) : 0;
+      CHK(hetccl_bootstrap_bcast(bs, b, big, root));
+      for (size_t i = 0; i < big; i++)
+        if (b[i] != pat(root, i, 100 + round)) FAIL("bcast from %d: byte %zu", root, i);
+    }
+    CHK(hetccl_bootstrap_barrier(bs));
+  }
+  ok = 1;
+out:
+  hetccl_bootstrap_destroy(bs);
+  free(all);
+  free(g);
+  free(b);
+  return ok ? 0 : 1;
+}
+
+static int wait_children(pid_t *pids, int n) {
+  int bad = 0;
+  for (int i = 0; i < n; i++) {
+    int st;
+    if (waitpid(pids[i], &st, 0) < 0 || !WIFEXITED(st) || WEXITSTATUS(st) != 0) {
+      fprintf(stderr, "rank %d (pid %d) failed (status 0x%x)\n", i, pids[i], st);
+      bad = 1;
+    }
+  }
+  return bad;
+}
+
+static int procs(int nranks, const ncclUniqueId *given) {
+  ncclUniqueId id;
+  if (given) id = *given;
+  else if (hetccl_bootstrap_root_create(&id) != ncclSuccess) return 1;
+  pid_t pids[16];
+  for (int r = 0; r < nranks; r++) {
+    pids[r] = fork();
+    if (pids[r] == 0) {
+      alarm(60);
+      _exit(run_rank(&id, r, nranks));
+    }
+  }
+  return wait_children(pids, nranks);
+}
+
+typedef struct targ {
+  ncclUniqueId id;
+  int rank, nranks, rc;
+} targ_t;
+
+static void *thread_main(void *p) {
+  targ_t *a = p;
+  a->rc = run_rank(&a->id, a->rank, a->nranks);
+  return NULL;
+}
+
+static int threads(int nranks) {
+  ncclUniqueId id;
+  if (hetccl_bootstrap_root_create(&id) != ncclSuccess) return 1;
+  pthread_t th[16];
+  targ_t a[16];
+  for (int r = 0; r < nranks; r++) {
+    a[r] = (targ_t){.id = id, .rank = r, .nranks = nranks, .rc = 1};
+    pthread_create(&th[r], NULL, thread_main, &a[r]);
+  }
+  int bad = 0;
+  for (int r = 0; r < nranks; r++) {
+    pthread_join(th[r], NULL);
+    bad |= a[r].rc;
+  }
+  return bad;
+}
+
+/* White-box: the root address sits at offset 24 of the id, and a hello
+ * header is {magic u64, secret u64, rank i32, nranks i32, info_bytes u64,
+ * wire address 32 bytes} (bootstrap.c). */
+#define HELLO_MAGIC 0x48455442534845ull
+typedef struct fake_hello {
+  uint64_t magic, secret;
+  int32_t rank, nranks;
+  uint64_t info_bytes;
+  uint8_t addr[32];
+} fake_hello_t;
+
+static int hostile_conn(const hetccl_sockaddr_t *root, const void *buf, size_t n, int keep) {
+  int fd = -1;
+  if (hetccl_net_connect(root, hetccl_net_deadline(5000), NULL, "hostile", &fd) != ncclSuccess)
+    return -1;
+  if (n) hetccl_net_send_all(fd, buf, n, hetccl_net_deadline(5000), NULL, "hostile");
+  if (!keep) {
+    close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+static int hostile(int nranks) {
+  ncclUniqueId id;
+  if (hetccl_bootstrap_root_create(&id) != ncclSuccess) return 1;
+  hetccl_net_wire_addr_t w;
+  hetccl_sockaddr_t root;
+  memcpy(&w, id.internal + 24, sizeof(w));
+  if (hetccl_net_addr_from_wire(&w, &root) != ncclSuccess) return 1;
+  uint64_t secret = hetccl_bootstrap_id_secret(&id);
+  int keep[8], nk = 0;
+  char garbage[300];
+  for (size_t i = 0; i < sizeof(garbage); i++) garbage[i] = (char)(i * 37 + 11);
+  fake_hello_t h = {.magic = HELLO_MAGIC, .secret = secret, .rank = 1, .nranks = nranks,
+                    .info_bytes = sizeof(info_t)};
+  fake_hello_t wrong_secret = h, oversized = h, wrong_magic = h;
+  wrong_secret.secret ^= 1;
+  oversized.info_bytes = 1u << 30;
+  wrong_magic.magic ^= 0xff;
+  hostile_conn(&root, garbage, sizeof(garbage), 0);                 /* garbage, closed */
+  keep[nk++] = hostile_conn(&root, garbage, 17, 1);                 /* partial header, stalls */
+  hostile_conn(&root, &wrong_secret, sizeof(h), 0);                 /* wrong secret */
+  hostile_conn(&root, &wrong_magic, sizeof(h), 0);                  /* wrong magic */
+  hostile_conn(&root, &oversized, sizeof(h), 0);                    /* oversized info */
+  char trunc[sizeof(h) + 10];
+  memcpy(trunc, &h, sizeof(h));
+  memset(trunc + sizeof(h), 1, 10);
+  hostile_conn(&root, trunc, sizeof(trunc), 0);                     /* truncated, closed */
+  keep[nk++] = hostile_conn(&root, trunc, sizeof(trunc), 1);        /* truncated, stalls */
+  keep[nk++] = hostile_conn(&root, NULL, 0, 1);                     /* silent */
+  int bad = procs(nranks, &id);
+  for (int i = 0; i < nk; i++)
+    if (keep[i] >= 0) close(keep[i]);
+  return bad;
+}
+
+static int commid(int nranks) {
+  /* A free port: bind an ephemeral one and let it go. */
+  hetccl_sockaddr_t a;
+  memset(&a, 0, sizeof(a));
+  a.sin.sin_family = AF_INET;
+  a.sin.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  int fd;
+  if (hetccl_net_listen(&a, 1, &fd) != ncclSuccess) return 1;
+  char env[64];
+  snprintf(env, sizeof(env), "127.0.0.1:%d", hetccl_net_addr_port(&a));
+  close(fd);
+  setenv("NCCL_COMM_ID", env, 1);
+  pid_t pids[16];
+  for (int r = 0; r < nranks; r++) {
+    pids[r] = fork();
+    if (pids[r] == 0) {
+      alarm(60);
+      ncclUniqueId id;
+      if (hetccl_bootstrap_root_create(&id) != ncclSuccess) _exit(1);
+      _exit(run_rank(&id, r, nranks));
+    }
+  }
+  return wait_children(pids, nranks);
+}
+
+int main(int argc, char **argv) {
+  const char *mode = argc > 1 ? argv[1] : "procs";
+  static const int sizes[] = {1, 2, 3, 5};
+  setenv("HETCCL_CONNECT_TIMEOUT", "20", 0);
+  alarm(120);
+  int bad = 0;
+  for (size_t i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++) {
+    int n = sizes[i], b;
+    if (strcmp(mode, "procs") == 0) b = procs(n, NULL);
+    else if (strcmp(mode, "threads") == 0) b = threads(n);
+    else if (strcmp(mode, "hostile") == 0) b = n > 1 ? hostile(n) : 0;
+    else if (strcmp(mode, "commid") == 0) b = commid(n);
+    else {
+      fprintf(stderr, "usage: %s procs|threads|hostile|commid\n", argv[0]);
+      return 2;
+    }
+    printf("bootstrap %-7s nranks=%d: %s\n", mode, n, b ? "FAIL" : "ok");
+    bad |= b;
+  }
+  return bad;
+}
