@@ -260,11 +260,16 @@ static ncclResult_t init_engine(ncclComm_t comm, uint64_t comm_id, uint64_t secr
   for (int p = 0; p < n; p++) {
     loc[p].host_hash = comm->peers[p].host_hash;
     loc[p].pid = comm->peers[p].pid;
+  }
+  for (int p = 0; p < n; p++) {
     if (p == me) continue;
     hetccl_transport_id_t t = pair_transport(&comm->peers[me], &comm->peers[p], choice);
     const hetccl_transport_t *tp = hetccl_transport_get(t);
-    if (!tp->can_connect(&loc[me], &(hetccl_peer_locality_t){comm->peers[p].host_hash,
-                                                              comm->peers[p].pid})) {
+    if (!tp) { /* the registry logged which slot is missing */
+      res = ncclInternalError;
+      goto out;
+    }
+    if (!tp->can_connect(&loc[me], &loc[p])) {
       WARN("transport %s cannot connect rank %d (%s) to rank %d (%s)", tp->name, me,
            comm->peers[me].hostname, p, comm->peers[p].hostname);
       res = ncclInvalidUsage;

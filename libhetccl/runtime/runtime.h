@@ -37,6 +37,10 @@ typedef struct hetccl_runtime {
   /* Can this runtime be used in this process (library loads, >= 1 device)?
    * Cheap after the first call; never logs above INFO. */
   int (*available)(void);
+  /* Has this process already started using this runtime on its own (its
+   * runtime library loaded, or a driver context current or active)? Never
+   * loads or initialises anything; drives HETCCL_DEVICE=auto (host.c). */
+  int (*in_use)(void);
   /* The device the calling thread has selected (cudaGetDevice), its PCI bus
    * id ("0000:1b:00.0") into busid (>= 16 bytes). */
   ncclResult_t (*current_device)(int *dev, char *busid, size_t busid_len);
@@ -61,7 +65,8 @@ extern const hetccl_runtime_t hetccl_runtime_cuda;
 const hetccl_runtime_t *hetccl_runtime_get(hetccl_dev_kind_t kind);
 
 /* The device kind this process presents at comm init: HETCCL_DEVICE knob,
- * else cuda if the CUDA runtime is available, else host. */
+ * else (auto) cuda if the process already uses CUDA and has a device, else
+ * host. The full rule is at the top of host.c. */
 hetccl_dev_kind_t hetccl_runtime_detect(void);
 
 #endif

@@ -234,6 +234,7 @@ static int pick_addr(struct ifaddrs *list, const char *spec, int fam, int allow_
 ncclResult_t hetccl_net_local_addr(const char *ifname, hetccl_sockaddr_t *out, char *name_out,
                                    size_t name_len) {
   const char *spec = (ifname && *ifname) ? ifname : hetccl_knob_str(HETCCL_KNOB_SOCKET_IFNAME);
+  char name[IFNAMSIZ + 1] = "";
   int family;
   HETCCL_CHECK(family_knob(&family));
   struct ifaddrs *list = NULL;
@@ -246,13 +247,13 @@ ncclResult_t hetccl_net_local_addr(const char *ifname, hetccl_sockaddr_t *out, c
   for (int pass = 0; pass < 3 && !found; pass++) {
     int fam = pass == 0 ? AF_INET : AF_INET6;
     if (family != AF_UNSPEC && fam != family) continue;
-    found = pick_addr(list, spec, fam, pass == 2, out, name_out, name_len);
+    found = pick_addr(list, spec, fam, pass == 2, out, name, sizeof(name));
   }
   if (!found && *spec == '\0') { /* default: lo is the fallback */
     for (int pass = 0; pass < 2 && !found; pass++) {
       int fam = pass == 0 ? AF_INET : AF_INET6;
       if (family != AF_UNSPEC && fam != family) continue;
-      found = pick_addr(list, "lo", fam, 0, out, name_out, name_len);
+      found = pick_addr(list, "lo", fam, 0, out, name, sizeof(name));
     }
   }
   freeifaddrs(list);
@@ -262,10 +263,10 @@ ncclResult_t hetccl_net_local_addr(const char *ifname, hetccl_sockaddr_t *out, c
          family != AF_UNSPEC ? hetccl_knob_str(HETCCL_KNOB_SOCKET_FAMILY) : "");
     return ncclSystemError;
   }
+  if (name_out) snprintf(name_out, name_len, "%s", name);
   if (HETCCL_LOG_ENABLED(HETCCL_LOG_TRACE, HETCCL_NET)) {
     char s[HETCCL_NET_ADDR_STRLEN];
-    TRACE(HETCCL_NET, "net: using %s (%s)", hetccl_net_addr_str(out, s, sizeof(s)),
-          name_out ? name_out : "?");
+    TRACE(HETCCL_NET, "net: using %s (%s)", hetccl_net_addr_str(out, s, sizeof(s)), name);
   }
   return ncclSuccess;
 }

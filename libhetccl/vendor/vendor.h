@@ -167,6 +167,15 @@ int hetccl_vendor_in_call(void);
 /* The vendor library loaded in this process, or NULL (for re-entry). */
 const hetccl_vendor_t *hetccl_vendor_loaded(void);
 
+/* Does addr (e.g. __builtin_return_address(0) in an exported function) lie
+ * in the loaded vendor library's code? Catches the vendor calling one of
+ * its own exported names from a thread of its own, where the depth counter
+ * below is 0. Two compares; 0 when no vendor is loaded. A tail call from
+ * the vendor (`return ncclGroupEnd();` compiled as a jump) leaves the
+ * vendor's caller as the return address, so this complements the depth
+ * counter and does not replace it. */
+int hetccl_vendor_owns(const void *addr);
+
 /* Thread-local depth of calls into the vendor library; owned by nccl.c. */
 extern __thread int hetccl_vendor_depth;
 

@@ -3,8 +3,10 @@
  * barrier, destroy. "hostile": foreign connections hit the root before and
  * while the real ranks join, and the communicator still forms. "commid":
  * NCCL_COMM_ID set, every rank makes its own unique id, rank 0 serves.
+ * "errors": bad ids, a lonely rank times out, an abort flag, a dead peer,
+ * ranks calling different collectives.
  *
- * usage: test_bootstrap procs|threads|hostile|commid
+ * usage: test_bootstrap procs|threads|hostile|commid|errors
  * Exit status 0 on success; every rank is bounded by alarm(). */
 #include <arpa/inet.h>
 #include <pthread.h>
@@ -224,11 +226,115 @@ static int commid(int nranks) {
   return wait_children(pids, nranks);
 }
 
+/* Error paths, each an answer rather than a hang. */
+static volatile int abort_flag;
+static void *set_abort(void *p) {
+  (void)p;
+  usleep(200 * 1000);
+  abort_flag = 1;
+  return NULL;
+}
+
+static int expect(const char *what, ncclResult_t got, ncclResult_t want) {
+  if (got == want) return 0;
+  fprintf(stderr, "FAIL %s: got %d, expected %d\n", what, (int)got, (int)want);
+  return 1;
+}
+
+static int two_procs(int (*rank1)(const ncclUniqueId *), int (*rank0)(const ncclUniqueId *)) {
+  ncclUniqueId id;
+  if (hetccl_bootstrap_root_create(&id) != ncclSuccess) return 1;
+  pid_t pid = fork();
+  if (pid == 0) {
+    alarm(30);
+    _exit(rank1(&id));
+  }
+  int bad = rank0(&id), st;
+  if (waitpid(pid, &st, 0) < 0 || !WIFEXITED(st) || WEXITSTATUS(st) != 0) bad = 1;
+  return bad;
+}
+
+static int join2(const ncclUniqueId *id, int rank, hetccl_bootstrap_t **bs) {
+  hetccl_bootstrap_opts_t o = {.timeout_ms = 10000};
+  int x = rank, all[2];
+  return hetccl_bootstrap_init(id, rank, 2, &x, sizeof(x), all, &o, bs) != ncclSuccess;
+}
+
+static int dead_rank1(const ncclUniqueId *id) {
+  hetccl_bootstrap_t *bs;
+  if (join2(id, 1, &bs)) return 1;
+  hetccl_bootstrap_destroy(bs); /* and vanish */
+  return 0;
+}
+static int dead_rank0(const ncclUniqueId *id) {
+  hetccl_bootstrap_t *bs;
+  if (join2(id, 0, &bs)) return 1;
+  int x = 0, all[2];
+  int bad = expect("allgather with a dead peer", hetccl_bootstrap_allgather(bs, &x, all, sizeof(x)),
+                   ncclRemoteError);
+  hetccl_bootstrap_destroy(bs);
+  return bad;
+}
+
+static int skew_rank1(const ncclUniqueId *id) {
+  hetccl_bootstrap_t *bs;
+  if (join2(id, 1, &bs)) return 1;
+  int x = 1, all[2];
+  int bad = expect("allgather against a broadcast",
+                   hetccl_bootstrap_allgather(bs, &x, all, sizeof(x)), ncclSystemError);
+  hetccl_bootstrap_destroy(bs);
+  return bad;
+}
+static int skew_rank0(const ncclUniqueId *id) {
+  hetccl_bootstrap_t *bs;
+  if (join2(id, 0, &bs)) return 1;
+  int x = 0;
+  int bad = expect("broadcast", hetccl_bootstrap_bcast(bs, &x, sizeof(x), 0), ncclSuccess);
+  hetccl_bootstrap_barrier(bs); /* keep the link up until rank 1 has judged */
+  hetccl_bootstrap_destroy(bs);
+  return bad;
+}
+
+static int errors(void) {
+  int bad = 0, x = 0, all[2];
+  hetccl_bootstrap_t *bs = NULL;
+  ncclUniqueId id;
+  memset(&id, 0, sizeof(id));
+  bad |= expect("zeroed id", hetccl_bootstrap_init(&id, 0, 2, &x, sizeof(x), all, NULL, &bs),
+                ncclInvalidArgument);
+  if (hetccl_bootstrap_root_create(&id) != ncclSuccess) return 1;
+  bad |= expect("rank out of range", hetccl_bootstrap_init(&id, 2, 2, &x, sizeof(x), all, NULL, &bs),
+                ncclInvalidArgument);
+  /* Alone in a communicator of two: the timeout, then the abort flag. */
+  hetccl_bootstrap_opts_t o = {.timeout_ms = 300};
+  int64_t t0 = hetccl_net_now_ms();
+  bad |= expect("lonely rank", hetccl_bootstrap_init(&id, 0, 2, &x, sizeof(x), all, &o, &bs),
+                ncclTimeout);
+  if (hetccl_net_now_ms() - t0 > 2000) bad |= expect("timeout took too long", 1, 0);
+  if (hetccl_bootstrap_root_create(&id) != ncclSuccess) return 1;
+  o = (hetccl_bootstrap_opts_t){.timeout_ms = 20000, .abort_flag = &abort_flag};
+  pthread_t th;
+  pthread_create(&th, NULL, set_abort, NULL);
+  t0 = hetccl_net_now_ms();
+  bad |= expect("aborted rank", hetccl_bootstrap_init(&id, 0, 2, &x, sizeof(x), all, &o, &bs),
+                ncclInternalError);
+  pthread_join(th, NULL);
+  if (hetccl_net_now_ms() - t0 > 2000) bad |= expect("abort took too long", 1, 0);
+  bad |= two_procs(dead_rank1, dead_rank0);
+  bad |= two_procs(skew_rank1, skew_rank0);
+  return bad;
+}
+
 int main(int argc, char **argv) {
   const char *mode = argc > 1 ? argv[1] : "procs";
   static const int sizes[] = {1, 2, 3, 5};
   setenv("HETCCL_CONNECT_TIMEOUT", "20", 0);
   alarm(120);
+  if (strcmp(mode, "errors") == 0) {
+    int b = errors();
+    printf("bootstrap errors: %s\n", b ? "FAIL" : "ok");
+    return b;
+  }
   int bad = 0;
   for (size_t i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++) {
     int n = sizes[i], b;
@@ -237,7 +343,7 @@ int main(int argc, char **argv) {
     else if (strcmp(mode, "hostile") == 0) b = n > 1 ? hostile(n) : 0;
     else if (strcmp(mode, "commid") == 0) b = commid(n);
     else {
-      fprintf(stderr, "usage: %s procs|threads|hostile|commid\n", argv[0]);
+      fprintf(stderr, "usage: %s procs|threads|hostile|commid|errors\n", argv[0]);
       return 2;
     }
     printf("bootstrap %-7s nranks=%d: %s\n", mode, n, b ? "FAIL" : "ok");

@@ -3,7 +3,8 @@
  * 4096, 1 MiB + 3 and 64 MiB bytes, all queued at once (FIFO per
  * direction), once copying and once through a summing consume. Then the
  * error paths: a tag mismatch is ncclInvalidUsage, a peer that closes is
- * ncclRemoteError. Ranks 0 and 1 then time 16 MiB messages.
+ * ncclRemoteError. Ranks 0 and 1 then time 16 MiB messages. Before
+ * connecting, rank 0 throws foreign connections at the other listeners.
  *
  * usage: test_socket NPROCS   (HETCCL_SOCKET_NSTREAMS / _CHUNK from the
  * environment). Exit status 0 on success; every rank is bounded by alarm().
@@ -182,6 +183,31 @@ static void error_paths(hetccl_bootstrap_t *bs, hetccl_ep_t **eps, int n, hetccl
   CHK(hetccl_bootstrap_barrier(bs));
 }
 
+/* Foreign connections on every higher rank's listener before the real
+ * ones: garbage, and a handshake with the wrong secret (white-box: the
+ * layout of handshake_t in socket.c). connect must drop them and go on. */
+static void hostile(const uint8_t *addrs, int nranks, uint64_t comm_id, uint64_t secret) {
+  struct {
+    uint64_t magic, comm_id, secret;
+    int32_t rank, nranks, stream, nstreams;
+  } hs = {0x534f434b48414e44ull, comm_id, secret ^ 1, 0, nranks, 0,
+          (int32_t)hetccl_knob_int(HETCCL_KNOB_SOCKET_NSTREAMS)};
+  for (int p = 1; p < nranks; p++) {
+    hetccl_net_wire_addr_t w;
+    hetccl_sockaddr_t a;
+    memcpy(&w, addrs + (size_t)p * HETCCL_TRANSPORT_ADDR_BYTES + 8, sizeof(w));
+    if (hetccl_net_addr_from_wire(&w, &a) != ncclSuccess) FAIL("address blob of rank %d", p);
+    int fd;
+    CHK(hetccl_net_connect(&a, hetccl_net_deadline(5000), NULL, "hostile", &fd));
+    CHK(hetccl_net_send_all(fd, "garbage garbage garbage garbage garbage garbage", 48,
+                            hetccl_net_deadline(5000), NULL, "hostile"));
+    close(fd);
+    CHK(hetccl_net_connect(&a, hetccl_net_deadline(5000), NULL, "hostile", &fd));
+    CHK(hetccl_net_send_all(fd, &hs, sizeof(hs), hetccl_net_deadline(5000), NULL, "hostile"));
+    close(fd);
+  }
+}
+
 static int rank_main(const ncclUniqueId *id, int nranks) {
   hetccl_bootstrap_t *bs;
   hetccl_bootstrap_opts_t o = {.timeout_ms = 20000};
@@ -200,6 +226,7 @@ static int rank_main(const ncclUniqueId *id, int nranks) {
   for (int p = 0; p < nranks; p++) use[p] = p != rank;
   hetccl_ep_t **eps = calloc(nranks, sizeof(*eps));
   hetccl_peer_locality_t *loc = calloc(nranks, sizeof(*loc));
+  if (rank == 0) hostile(addrs, nranks, args.comm_id, args.secret);
   CHK(T->connect(ctx, use, addrs, loc, eps));
 
   uint8_t *sbuf[NSIZES];

@@ -1,0 +1,173 @@
+/* Collective dispatch: picks an algorithm by collective, size, rank count
+ * and HETCCL_ALGO, and handles what every algorithm shares (count 0, one
+ * rank). Also the helpers of algo_impl.h.
+ *
+ * Thread: whichever thread drives the engine; never allocates (scratch
+ * comes from hetccl_engine_scratch). */
+#include "algo/algo_impl.h"
+
+#include <string.h>
+
+#include "util/log.h"
+
+const char *hetccl_func_name(hetccl_func_t f) {
+  static const char *const names[HETCCL_FUNC_COUNT] = {
+#define HETCCL_FUNC_NAME(id, name) [HETCCL_FUNC_##id] = name,
+      HETCCL_FUNCS(HETCCL_FUNC_NAME)
+#undef HETCCL_FUNC_NAME
+  };
+  return (int)f >= 0 && f < HETCCL_FUNC_COUNT ? names[f] : "unknown";
+}
+
+/* --- shared helpers --------------------------------------------------------- */
+
+void hetccl_algo_consume(void *ctx, void *dst, const void *src, size_t bytes) {
+  const algo_red_ctx_t *c = ctx;
+  size_t n = bytes / hetccl_dtype_size(c->op->dtype);
+  const char *in = c->in_base + ((char *)dst - c->dst_base);
+  if (n == 0) return;
+  if (c->op->premul) { /* this rank's contribution is scaled exactly here, once */
+    hetccl_reduce_prepare(c->op, dst, in, n);
+    in = dst;
+  }
+  if (c->in_right)
+    hetccl_reduce(c->op, dst, src, in, n);
+  else
+    hetccl_reduce(c->op, dst, in, src, n);
+}
+
+void hetccl_algo_block(size_t count, size_t esize, int n, int b, size_t *off, size_t *cnt) {
+  size_t align = esize < 64 ? 64 / esize : 1;
+  size_t base = algo_round_up((count + (size_t)n - 1) / (size_t)n, align);
+  size_t o = algo_min((size_t)b * base, count);
+  *off = o;
+  *cnt = algo_min(base, count - o);
+}
+
+/* Below this, splitting a block buys less overlap than the extra messages
+ * cost. */
+#define MIN_PIECE_BYTES (64u << 10)
+
+size_t hetccl_algo_piece(const hetccl_engine_t *e, size_t block, size_t esize) {
+  size_t chunk = hetccl_engine_pipeline_chunk(e); /* a multiple of 64 */
+  size_t want = algo_round_up(block * esize / 4 + 1, 64);
+  if (want < MIN_PIECE_BYTES) want = MIN_PIECE_BYTES;
+  return algo_min(want, chunk) / esize;
+}
+
+void hetccl_algo_window_init(algo_window_t *w) { memset(w, 0, sizeof(*w)); }
+
+static ncclResult_t window_retire(hetccl_engine_t *e, algo_window_t *w, int i) {
+  hetccl_req_t *reqs[2] = {w->sposted[i] ? &w->sreq[i] : NULL, w->rposted[i] ? &w->rreq[i] : NULL};
+  w->sposted[i] = w->rposted[i] = 0;
+  return hetccl_engine_wait(e, reqs, 2);
+}
+
+ncclResult_t hetccl_algo_window_step(hetccl_engine_t *e, algo_window_t *w, int to,
+                                     const void *sbuf, size_t sbytes, int from, void *rbuf,
+                                     size_t rbytes) {
+  int i = w->nsteps++ % HETCCL_ALGO_WINDOW;
+  HETCCL_CHECK(window_retire(e, w, i));
+  if (from >= 0 && rbytes) {
+    HETCCL_CHECK(hetccl_engine_irecv(e, from, rbuf, rbytes, NULL, NULL, &w->rreq[i]));
+    w->rposted[i] = 1;
+  }
+  if (to >= 0 && sbytes) {
+    HETCCL_CHECK(hetccl_engine_isend(e, to, sbuf, sbytes, &w->sreq[i]));
+    w->sposted[i] = 1;
+  }
+  return ncclSuccess;
+}
+
+ncclResult_t hetccl_algo_window_drain(hetccl_engine_t *e, algo_window_t *w) {
+  for (int i = 0; i < HETCCL_ALGO_WINDOW; i++) HETCCL_CHECK(window_retire(e, w, i));
+  return ncclSuccess;
+}
+
+ncclResult_t hetccl_algo_pairwise(hetccl_engine_t *e, const char *sbase, size_t sstride,
+                                  char *rbase, size_t rstride, size_t bytes) {
+  int n = hetccl_engine_nranks(e), r = hetccl_engine_rank(e);
+  algo_window_t w;
+  hetccl_algo_window_init(&w);
+  for (int k = 1; k < n; k++) {
+    int to = algo_mod(r + k, n), from = algo_mod(r - k, n);
+    HETCCL_CHECK(hetccl_algo_window_step(e, &w, to, sbase + (size_t)to * sstride, bytes, from,
+                                         rbase + (size_t)from * rstride, bytes));
+  }
+  return hetccl_algo_window_drain(e, &w);
+}
+
+/* --- one rank ---------------------------------------------------------------- */
+
+/* Every collective on one rank is a local copy, reduced ones with the
+ * premul/average applied (the contribution is the whole result). */
+static ncclResult_t run_single(const hetccl_coll_t *c) {
+  size_t bytes = c->count * hetccl_dtype_size(c->dtype);
+  switch (c->func) {
+    case HETCCL_FUNC_ALLREDUCE:
+    case HETCCL_FUNC_REDUCE:
+    case HETCCL_FUNC_REDUCESCATTER:
+      if (!c->recvbuf) return ncclSuccess;
+      hetccl_reduce_prepare(&c->op, c->recvbuf, c->sendbuf, c->count);
+      hetccl_reduce_finish(&c->op, c->recvbuf, c->count);
+      return ncclSuccess;
+    default:
+      algo_copy(c->recvbuf, c->sendbuf, bytes);
+      return ncclSuccess;
+  }
+}
+
+/* --- selection ----------------------------------------------------------------- */
+
+/* AllReduce at most this size exchanges whole buffers with every peer
+ * (one round) rather than recursive doubling (log2 n rounds). */
+#define DIRECT_ALLREDUCE_BYTES 1024
+
+static ncclResult_t run_allreduce(hetccl_engine_t *e, const hetccl_coll_t *c, int algo,
+                                  size_t bytes) {
+  int n = hetccl_engine_nranks(e);
+  if (algo < 0) {
+    if (bytes > hetccl_engine_small_bytes(e)) algo = HETCCL_ALGO_RING;
+    else algo = (n <= 4 || bytes <= DIRECT_ALLREDUCE_BYTES) ? HETCCL_ALGO_DIRECT : HETCCL_ALGO_RD;
+  }
+  switch (algo) {
+    case HETCCL_ALGO_RING: return hetccl_ring_allreduce(e, c);
+    case HETCCL_ALGO_RD: return hetccl_rd_allreduce(e, c);
+    default: return hetccl_direct_allreduce(e, c);
+  }
+}
+
+ncclResult_t hetccl_algo_run(hetccl_engine_t *e, const hetccl_coll_t *c) {
+  size_t esize = hetccl_dtype_size(c->dtype);
+  int n = hetccl_engine_nranks(e);
+  if (esize == 0) {
+    WARN("%s: invalid data type %d", hetccl_func_name(c->func), (int)c->dtype);
+    return ncclInvalidArgument;
+  }
+  if (c->count == 0) return ncclSuccess;
+  if (n == 1) return run_single(c);
+  size_t bytes = c->count * esize; /* per rank, in NCCL's count convention */
+  size_t small = hetccl_engine_small_bytes(e);
+  int algo = hetccl_engine_algo_forced(e);
+  int ring = algo == HETCCL_ALGO_RING || (algo < 0 && bytes * (size_t)n > small);
+  int ring1 = algo == HETCCL_ALGO_RING || (algo < 0 && bytes > small);
+  TRACE(HETCCL_COLL, "%s: %zu x %s on %d ranks, algo %d", hetccl_func_name(c->func), c->count,
+        hetccl_dtype_name(c->dtype), n, algo);
+  switch (c->func) {
+    case HETCCL_FUNC_ALLREDUCE: return run_allreduce(e, c, algo, bytes);
+    case HETCCL_FUNC_REDUCESCATTER:
+      return ring ? hetccl_ring_reducescatter(e, c) : hetccl_direct_reducescatter(e, c);
+    case HETCCL_FUNC_ALLGATHER:
+      return ring ? hetccl_ring_allgather(e, c) : hetccl_direct_allgather(e, c);
+    case HETCCL_FUNC_BROADCAST:
+      return ring1 ? hetccl_chain_broadcast(e, c) : hetccl_tree_broadcast(e, c);
+    case HETCCL_FUNC_REDUCE:
+      return ring1 ? hetccl_ring_reduce(e, c) : hetccl_tree_reduce(e, c);
+    case HETCCL_FUNC_ALLTOALL: return hetccl_pairwise_alltoall(e, c);
+    case HETCCL_FUNC_GATHER: return hetccl_linear_gather(e, c);
+    case HETCCL_FUNC_SCATTER: return hetccl_linear_scatter(e, c);
+    default:
+      WARN("%s: not a collective the engine runs", hetccl_func_name(c->func));
+      return ncclInvalidUsage;
+  }
+}

@@ -1,0 +1,155 @@
+/* Shared pieces of the algorithm files (algo/ only; not an interface).
+ *
+ * Thread: whichever thread drives the engine (see core/engine.h). Nothing
+ * here allocates: temporaries come from hetccl_engine_scratch, requested
+ * once per collective (a second request may move the buffer).
+ *
+ * Determinism: every algorithm reduces in an order that is a function of
+ * the ranks only (never of arrival times), so repeated runs give bitwise
+ * equal results, and AllReduce gives bitwise equal results on all ranks. */
+#ifndef HETCCL_ALGO_IMPL_H
+#define HETCCL_ALGO_IMPL_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "algo/algo.h"
+#include "util/check.h"
+
+/* Requests in flight per direction for the pairwise (a2a) exchanges and
+ * waves in flight for the pipelined ring/chain executor. */
+#define HETCCL_ALGO_WINDOW 4
+
+static inline size_t algo_min(size_t a, size_t b) { return a < b ? a : b; }
+static inline size_t algo_round_up(size_t a, size_t m) { return (a + m - 1) / m * m; }
+static inline int algo_mod(int a, int n) { return ((a % n) + n) % n; }
+
+/* Receive-and-reduce into rbuf against this rank's own contribution:
+ * dst = in (op) incoming, or incoming (op) in when `in_right` (rank order),
+ * with the PreMulSum scale applied to `in` on the way if the op has one.
+ * `in` may equal the destination. The transport's consume hook. */
+typedef struct algo_red_ctx {
+  const hetccl_redop_t *op;
+  char *dst_base;       /* the request's buffer */
+  const char *in_base;  /* the contribution matching dst_base */
+  int in_right;
+} algo_red_ctx_t;
+
+void hetccl_algo_consume(void *ctx, void *dst, const void *src, size_t bytes);
+
+/* Split count elements into n blocks of nearly equal size, each start
+ * aligned to 64 bytes where possible. Block b is [*off, *off + *cnt). */
+void hetccl_algo_block(size_t count, size_t esize, int n, int b, size_t *off, size_t *cnt);
+
+/* Piece size (elements) for pipelining blocks of at most `block` elements:
+ * a multiple of 64 bytes, at most the engine's pipeline chunk, small
+ * enough that a mid-sized block still splits into a few pieces. */
+size_t hetccl_algo_piece(const hetccl_engine_t *e, size_t block, size_t esize);
+
+/* A bounded window of steps, each a send and/or a receive: posting the
+ * step W later first waits for this one. Peers must walk their steps in a
+ * compatible order (pairwise: step k sends to rank + k and receives from
+ * rank - k), which keeps the window free of deadlock. */
+typedef struct algo_window {
+  hetccl_req_t sreq[HETCCL_ALGO_WINDOW], rreq[HETCCL_ALGO_WINDOW];
+  unsigned char sposted[HETCCL_ALGO_WINDOW], rposted[HETCCL_ALGO_WINDOW];
+  int nsteps;
+} algo_window_t;
+
+void hetccl_algo_window_init(algo_window_t *w);
+/* Post one step (peer -1 or bytes 0: that half is skipped). */
+ncclResult_t hetccl_algo_window_step(hetccl_engine_t *e, algo_window_t *w, int to,
+                                     const void *sbuf, size_t sbytes, int from, void *rbuf,
+                                     size_t rbytes);
+ncclResult_t hetccl_algo_window_drain(hetccl_engine_t *e, algo_window_t *w);
+
+/* Pairwise exchange with every other rank: step k sends
+ * sbase + (rank + k) * sstride and receives into rbase + (rank - k) * rstride,
+ * bytes each (a stride of 0 sends the same buffer to all). Blocking. */
+ncclResult_t hetccl_algo_pairwise(hetccl_engine_t *e, const char *sbase, size_t sstride,
+                                  char *rbase, size_t rstride, size_t bytes);
+
+/* Local copy that tolerates src == dst (in-place conventions). */
+static inline void algo_copy(void *dst, const void *src, size_t bytes) {
+  if (dst != src && bytes) memmove(dst, src, bytes);
+}
+
+/* --- the pipelined ring executor (ring.c) -----------------------------------
+ *
+ * A ring/chain collective is S steps over P pieces. At step s of piece p
+ * every rank receives from its left neighbour and sends to its right one
+ * (either may be absent). The send of (p, s) may read what the receive of
+ * (p, s-1) wrote, so it waits for it; everything else runs concurrently.
+ * Pieces move as a wavefront (wave t = every (p, s) with p + s = t) with
+ * at most HETCCL_ALGO_WINDOW waves in flight, so piece p+1 of step 0
+ * overlaps piece p of step 1, and so on. Both neighbours enumerate the same
+ * (p, s) in the same order, which is what the transports' in-order matching
+ * needs. */
+typedef struct ring_io {
+  const void *send;          /* NULL or sbytes == 0: no send */
+  size_t sbytes;
+  void *recv;                /* NULL or rbytes == 0: no receive */
+  size_t rbytes;
+  const void *in;            /* non-NULL: recv = in (op) incoming */
+  /* local work just before the send is posted */
+  void *prep_dst;            /* prep_count elements: hetccl_reduce_prepare, or */
+  const void *prep_src;      /* a plain copy when prep_copy */
+  size_t prep_count;
+  int prep_copy;
+  void *fin_buf;             /* finish (average) fin_count elements */
+  size_t fin_count;
+} ring_io_t;
+
+typedef struct ring_plan ring_plan_t;
+typedef void (*ring_io_fn)(const ring_plan_t *pl, int p, int s, ring_io_t *io);
+
+struct ring_plan {
+  hetccl_engine_t *e;
+  const hetccl_coll_t *c;
+  int rank, nranks, left, right;
+  int npieces, nsteps;
+  size_t esize, piece;       /* piece size in elements */
+  ring_io_fn io;
+  /* what the io function needs */
+  int shift;                 /* block owned after reduce-scatter: rank + 1 + shift */
+  size_t count;              /* elements split into blocks (AllReduce, Reduce) */
+  size_t blockcount;         /* fixed block size (ReduceScatter, AllGather) */
+  const char *in;            /* contributions (sendbuf or a prepared copy) */
+  char *out;                 /* recvbuf */
+  char *final;               /* where the owned block ends (scratch or recvbuf) */
+  char *inter;               /* scratch for partial sums: [WINDOW][nsteps][piece] */
+};
+
+/* Bytes of scratch the executor needs for its request slots. */
+size_t hetccl_ring_slots_bytes(int nsteps);
+/* Runs the plan; `slots` is hetccl_ring_slots_bytes(nsteps) bytes of
+ * scratch aligned to 16. */
+ncclResult_t hetccl_ring_run(const ring_plan_t *pl, void *slots);
+
+/* --- collectives, by family ------------------------------------------------- */
+
+/* ring.c: bandwidth-bound AllReduce / ReduceScatter / AllGather / Reduce */
+ncclResult_t hetccl_ring_allreduce(hetccl_engine_t *e, const hetccl_coll_t *c);
+ncclResult_t hetccl_ring_reducescatter(hetccl_engine_t *e, const hetccl_coll_t *c);
+ncclResult_t hetccl_ring_allgather(hetccl_engine_t *e, const hetccl_coll_t *c);
+ncclResult_t hetccl_ring_reduce(hetccl_engine_t *e, const hetccl_coll_t *c);
+
+/* rd.c: latency-bound AllReduce (direct exchange, recursive doubling),
+ * direct AllGather and ReduceScatter */
+ncclResult_t hetccl_direct_allreduce(hetccl_engine_t *e, const hetccl_coll_t *c);
+ncclResult_t hetccl_rd_allreduce(hetccl_engine_t *e, const hetccl_coll_t *c);
+ncclResult_t hetccl_direct_allgather(hetccl_engine_t *e, const hetccl_coll_t *c);
+ncclResult_t hetccl_direct_reducescatter(hetccl_engine_t *e, const hetccl_coll_t *c);
+
+/* tree.c: Broadcast (pipelined chain, binomial tree), small Reduce (binomial) */
+ncclResult_t hetccl_chain_broadcast(hetccl_engine_t *e, const hetccl_coll_t *c);
+ncclResult_t hetccl_tree_broadcast(hetccl_engine_t *e, const hetccl_coll_t *c);
+ncclResult_t hetccl_tree_reduce(hetccl_engine_t *e, const hetccl_coll_t *c);
+
+/* a2a.c: pairwise AlltoAll, Gather, Scatter */
+ncclResult_t hetccl_pairwise_alltoall(hetccl_engine_t *e, const hetccl_coll_t *c);
+ncclResult_t hetccl_linear_gather(hetccl_engine_t *e, const hetccl_coll_t *c);
+ncclResult_t hetccl_linear_scatter(hetccl_engine_t *e, const hetccl_coll_t *c);
+
+#endif

@@ -1,0 +1,118 @@
+/* Rooted collectives on a chain or a binomial tree: Broadcast (pipelined
+ * chain for large messages, binomial tree for small ones) and small Reduce
+ * (binomial tree towards the root; large Reduce is in ring.c).
+ *
+ * Ranks are numbered relative to the root (v = rank - root mod n).
+ *
+ * Thread: whichever thread drives the engine. */
+#include "algo/algo_impl.h"
+
+#include <string.h>
+
+/* Chain root -> root+1 -> ... : step 0 receives piece p from the left,
+ * step 1 forwards it to the right; the executor overlaps piece p+1's
+ * receive with piece p's send. The root copies into its own recvbuf piece
+ * by piece while sending from sendbuf. */
+static void chain_io(const ring_plan_t *pl, int p, int s, ring_io_t *io) {
+  int v = algo_mod(pl->rank - pl->c->root, pl->nranks);
+  size_t e = pl->esize, off = (size_t)p * pl->piece; /* one block: the whole buffer */
+  size_t len = off < pl->count ? algo_min(pl->piece, pl->count - off) : 0;
+  memset(io, 0, sizeof(*io));
+  if (s == 0) {
+    if (v != 0) {
+      io->recv = pl->out + off * e;
+      io->rbytes = len * e;
+    }
+    return;
+  }
+  if (v == pl->nranks - 1) return;
+  io->send = (v == 0 ? pl->in : pl->out) + off * e;
+  io->sbytes = len * e;
+  if (v == 0 && pl->in != pl->out) {
+    io->prep_dst = pl->out + off * e;
+    io->prep_src = pl->in + off * e;
+    io->prep_count = len;
+    io->prep_copy = 1;
+  }
+}
+
+ncclResult_t hetccl_chain_broadcast(hetccl_engine_t *e, const hetccl_coll_t *c) {
+  ring_plan_t pl;
+  memset(&pl, 0, sizeof(pl));
+  pl.e = e;
+  pl.c = c;
+  pl.rank = hetccl_engine_rank(e);
+  pl.nranks = hetccl_engine_nranks(e);
+  pl.left = algo_mod(pl.rank - 1, pl.nranks);
+  pl.right = algo_mod(pl.rank + 1, pl.nranks);
+  pl.esize = hetccl_dtype_size(c->dtype);
+  pl.count = c->count;
+  pl.in = c->sendbuf;
+  pl.out = c->recvbuf;
+  pl.nsteps = 2;
+  pl.io = chain_io;
+  pl.piece = hetccl_algo_piece(e, c->count, pl.esize);
+  pl.npieces = (int)((c->count + pl.piece - 1) / pl.piece);
+  void *slots = hetccl_engine_scratch(e, hetccl_ring_slots_bytes(pl.nsteps));
+  if (!slots) return ncclSystemError;
+  return hetccl_ring_run(&pl, slots);
+}
+
+/* Lowest set bit of v; for the root (v == 0), the first power of two >= n. */
+static int tree_span(int v, int n) {
+  if (v) return v & -v;
+  int m = 1;
+  while (m < n) m <<= 1;
+  return m;
+}
+
+ncclResult_t hetccl_tree_broadcast(hetccl_engine_t *e, const hetccl_coll_t *c) {
+  int n = hetccl_engine_nranks(e), r = hetccl_engine_rank(e), root = c->root;
+  int v = algo_mod(r - root, n), span = tree_span(v, n);
+  size_t bytes = c->count * hetccl_dtype_size(c->dtype);
+  if (v == 0) {
+    algo_copy(c->recvbuf, c->sendbuf, bytes);
+  } else {
+    int parent = algo_mod(v - span + root, n);
+    HETCCL_CHECK(hetccl_engine_sendrecv(e, -1, NULL, 0, parent, c->recvbuf, bytes, NULL, NULL));
+  }
+  algo_window_t w;
+  hetccl_algo_window_init(&w);
+  for (int mask = span >> 1; mask > 0; mask >>= 1) {
+    if (v + mask >= n) continue;
+    HETCCL_CHECK(hetccl_algo_window_step(e, &w, algo_mod(v + mask + root, n), c->recvbuf, bytes,
+                                         -1, NULL, 0));
+  }
+  return hetccl_algo_window_drain(e, &w);
+}
+
+/* Binomial reduce: relative rank v gathers the partial results of its
+ * children v+1, v+2, v+4, ... (each covering the ranks up to the next
+ * one), combines them in that order (rank order, whatever the arrival
+ * order) and passes the result to its parent. */
+ncclResult_t hetccl_tree_reduce(hetccl_engine_t *e, const hetccl_coll_t *c) {
+  int n = hetccl_engine_nranks(e), r = hetccl_engine_rank(e), root = c->root;
+  int v = algo_mod(r - root, n), span = tree_span(v, n), nchild = 0;
+  size_t bytes = c->count * hetccl_dtype_size(c->dtype), stride = algo_round_up(bytes, 64);
+  for (int mask = 1; mask < span && v + mask < n; mask <<= 1) nchild++;
+  char *acc = hetccl_engine_scratch(e, stride * (size_t)(1 + nchild));
+  if (!acc) return ncclSystemError;
+  hetccl_reduce_prepare(&c->op, acc, c->sendbuf, c->count);
+  algo_window_t w;
+  hetccl_algo_window_init(&w);
+  for (int i = 0; i < nchild; i++) {
+    int child = algo_mod(v + (1 << i) + root, n);
+    HETCCL_CHECK(hetccl_algo_window_step(e, &w, -1, NULL, 0, child,
+                                         acc + (size_t)(1 + i) * stride, bytes));
+  }
+  HETCCL_CHECK(hetccl_algo_window_drain(e, &w));
+  for (int i = 0; i < nchild; i++)
+    hetccl_reduce(&c->op, acc, acc, acc + (size_t)(1 + i) * stride, c->count);
+  if (v != 0) {
+    int parent = algo_mod(v - span + root, n);
+    return hetccl_engine_sendrecv(e, parent, acc, bytes, -1, NULL, 0, NULL, NULL);
+  }
+  hetccl_reduce_finish(&c->op, acc, c->count);
+  algo_copy(c->recvbuf, acc, bytes);
+  return ncclSuccess;
+}

@@ -1,0 +1,426 @@
+/* Device runtime: the CUDA entry.
+ *
+ * Nothing here links CUDA. Two libraries are opened with dlopen and used
+ * only through dlsym on their handles:
+ *   libcuda.so.1 (driver)   pointer attributes, contexts: calls that never
+ *                           touch the runtime's per-thread "last error", so
+ *                           asking about a plain host pointer leaves no
+ *                           trace that the application's next
+ *                           cudaGetLastError() would report;
+ *   libcudart (runtime)     devices, memory, copies, streams: the one the
+ *                           process already loaded (RTLD_NOLOAD: the same
+ *                           runtime instance PyTorch or CuPy use, so device
+ *                           selection and streams are shared), else
+ *                           libcudart.so.13 / .12 / .11.0 / libcudart.so.
+ * Each library is looked for in two ways: "only if already loaded" (in_use,
+ * which must never load or initialise CUDA) and "load it" (every other
+ * slot). A library found either way is kept for the life of the process;
+ * a failed load is remembered so that it is reported, not retried.
+ *
+ * Errors: every runtime call goes through one adapter (cuda_result) that
+ * WARNs with the call's name and cudaGetErrorString and returns
+ * ncclUnhandledCudaError; it also clears the runtime's last error, which
+ * belongs to the application.
+ *
+ * Threads: any. Loading is serialised by one mutex and published with an
+ * atomic pointer; the tables are read-only afterwards. */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE /* dladdr, dl_iterate_phdr */
+#endif
+#include <ctype.h>
+#include <dlfcn.h>
+#include <link.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "runtime/runtime.h"
+#include "util/check.h"
+#include "util/log.h"
+
+/* --- the few CUDA facts we need (public CUDA documentation) --------------- */
+
+typedef int cudaError_t;   /* cudaSuccess = 0 */
+typedef int CUresult;      /* CUDA_SUCCESS = 0 */
+typedef int CUdevice;
+typedef void *CUcontext;
+typedef unsigned long long CUdeviceptr;
+
+enum { CUDA_SUCCESS = 0, CUDA_ERROR_NOT_INITIALIZED = 3 };
+enum { cudaMemcpyDefault = 4 };
+enum { cudaStreamCaptureStatusNone = 0 };
+enum {
+  CU_POINTER_ATTRIBUTE_MEMORY_TYPE = 2,
+  CU_POINTER_ATTRIBUTE_IS_MANAGED = 8,
+  CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL = 9,
+};
+enum { CU_MEMORYTYPE_HOST = 1, CU_MEMORYTYPE_DEVICE = 2, CU_MEMORYTYPE_ARRAY = 3,
+       CU_MEMORYTYPE_UNIFIED = 4 };
+
+/* X(name, return, params): the driver functions we take. */
+#define CUDA_DRIVER_FNS(X)                                                                        \
+  X(cuInit, CUresult, (unsigned flags))                                                           \
+  X(cuGetErrorString, CUresult, (CUresult err, const char **str))                                 \
+  X(cuCtxGetCurrent, CUresult, (CUcontext * ctx))                                                 \
+  X(cuDeviceGetCount, CUresult, (int *count))                                                     \
+  X(cuDeviceGet, CUresult, (CUdevice * dev, int ordinal))                                         \
+  X(cuDevicePrimaryCtxGetState, CUresult, (CUdevice dev, unsigned *flags, int *active))          \
+  X(cuPointerGetAttributes, CUresult,                                                             \
+    (unsigned n, int *attributes, void **data, CUdeviceptr ptr))
+
+/* X(name, return, params): the runtime functions we take. */
+#define CUDA_RUNTIME_FNS(X)                                                                       \
+  X(cudaGetErrorString, const char *, (cudaError_t err))                                          \
+  X(cudaGetLastError, cudaError_t, (void))                                                        \
+  X(cudaGetDeviceCount, cudaError_t, (int *count))                                                \
+  X(cudaGetDevice, cudaError_t, (int *dev))                                                       \
+  X(cudaSetDevice, cudaError_t, (int dev))                                                        \
+  X(cudaDeviceGetPCIBusId, cudaError_t, (char *busid, int len, int dev))                          \
+  X(cudaMalloc, cudaError_t, (void **ptr, size_t bytes))                                          \
+  X(cudaFree, cudaError_t, (void *ptr))                                                           \
+  X(cudaMallocHost, cudaError_t, (void **ptr, size_t bytes))                                      \
+  X(cudaFreeHost, cudaError_t, (void *ptr))                                                       \
+  X(cudaMemcpyAsync, cudaError_t,                                                                 \
+    (void *dst, const void *src, size_t bytes, int kind, void *stream))                           \
+  X(cudaStreamSynchronize, cudaError_t, (void *stream))                                           \
+  X(cudaStreamIsCapturing, cudaError_t, (void *stream, int *status))
+
+typedef struct {
+  void *handle;
+  char path[512];
+#define FN_FIELD(name, ret, params) ret(*name) params;
+  CUDA_DRIVER_FNS(FN_FIELD)
+} cuda_driver_t;
+
+typedef struct {
+  void *handle;
+  char path[512];
+  CUDA_RUNTIME_FNS(FN_FIELD)
+#undef FN_FIELD
+} cuda_runtime_lib_t;
+
+static cuda_driver_t drv;
+static cuda_runtime_lib_t crt;
+static cuda_driver_t *drv_ready;      /* published (atomic) once drv is filled */
+static cuda_runtime_lib_t *crt_ready; /* published (atomic) once crt is filled */
+static int drv_failed, crt_failed;    /* a full load was tried and failed */
+static int drv_inited;                /* cuInit called */
+static char drv_why[512], crt_why[768];
+static pthread_mutex_t load_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static const char *const cudart_names[] = {"libcudart.so.13", "libcudart.so.12",
+                                           "libcudart.so.11.0", "libcudart.so"};
+
+/* --- loading ------------------------------------------------------------------ */
+
+static void where_loaded(void *sym, char *out, size_t len, const char *fallback) {
+  Dl_info info;
+  if (sym && dladdr(sym, &info) && info.dli_fname && info.dli_fname[0])
+    snprintf(out, len, "%s", info.dli_fname);
+  else
+    snprintf(out, len, "%s", fallback);
+}
+
+/* Fill drv from handle h; 0 and a reason in why if a symbol is missing. */
+static int driver_fill(void *h, const char *name) {
+#define FN_TAKE(fn, ret, params)                                                                  \
+  *(void **)&drv.fn = dlsym(h, #fn);                                                              \
+  if (!drv.fn) {                                                                                  \
+    snprintf(drv_why, sizeof(drv_why), "%s lacks %s", name, #fn);                                 \
+    return 0;                                                                                     \
+  }
+  CUDA_DRIVER_FNS(FN_TAKE)
+#undef FN_TAKE
+  drv.handle = h;
+  where_loaded((void *)drv.cuInit, drv.path, sizeof(drv.path), name);
+  return 1;
+}
+
+/* The driver, loading and initialising it if may_load; NULL when absent
+ * (not an error for may_load == 0). in_use must not initialise CUDA, so
+ * only a caller that may load calls cuInit (needed by pointer queries). */
+static const cuda_driver_t *driver_get(int may_load) {
+  cuda_driver_t *d = __atomic_load_n(&drv_ready, __ATOMIC_ACQUIRE);
+  if (d && (!may_load || __atomic_load_n(&drv_inited, __ATOMIC_ACQUIRE))) return d;
+  if (!d && may_load && __atomic_load_n(&drv_failed, __ATOMIC_ACQUIRE)) return NULL;
+  pthread_mutex_lock(&load_lock);
+  if (!drv_ready && !(may_load && drv_failed)) {
+    void *h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL | (may_load ? 0 : RTLD_NOLOAD));
+    if (!h && may_load) snprintf(drv_why, sizeof(drv_why), "%s", dlerror());
+    if (h && !driver_fill(h, "libcuda.so.1")) {
+      dlclose(h);
+      h = NULL;
+    }
+    if (h) {
+      INFO(HETCCL_RUNTIME, "cuda: driver %s", drv.path);
+      __atomic_store_n(&drv_ready, &drv, __ATOMIC_RELEASE);
+    } else if (may_load) {
+      __atomic_store_n(&drv_failed, 1, __ATOMIC_RELEASE);
+    }
+  }
+  d = drv_ready;
+  if (d && may_load && !drv_inited) {
+    CUresult err = d->cuInit(0);
+    if (err != CUDA_SUCCESS) INFO(HETCCL_RUNTIME, "cuda: cuInit failed (error %d)", err);
+    __atomic_store_n(&drv_inited, 1, __ATOMIC_RELEASE);
+  }
+  pthread_mutex_unlock(&load_lock);
+  return d;
+}
+
+static int runtime_fill(void *h, const char *name) {
+#define FN_TAKE(fn, ret, params)                                                                  \
+  *(void **)&crt.fn = dlsym(h, #fn);                                                              \
+  if (!crt.fn) {                                                                                  \
+    snprintf(crt_why, sizeof(crt_why), "%s lacks %s", name, #fn);                                 \
+    return 0;                                                                                     \
+  }
+  CUDA_RUNTIME_FNS(FN_TAKE)
+#undef FN_TAKE
+  crt.handle = h;
+  where_loaded((void *)crt.cudaGetDevice, crt.path, sizeof(crt.path), name);
+  return 1;
+}
+
+/* dl_iterate_phdr callback: the first mapped object named libcudart.so*
+ * (a versioned file name such as libcudart.so.13.0.96 that no soname in
+ * cudart_names matches). */
+static int find_mapped_cudart(struct dl_phdr_info *info, size_t size, void *data) {
+  const char *slash = info->dlpi_name ? strrchr(info->dlpi_name, '/') : NULL;
+  const char *base = slash ? slash + 1 : info->dlpi_name;
+  if (base && strncmp(base, "libcudart.so", 12) == 0) {
+    snprintf((char *)data, 512, "%s", info->dlpi_name);
+    return 1;
+  }
+  return 0;
+}
+
+static void *open_loaded_cudart(void) {
+  for (size_t i = 0; i < sizeof(cudart_names) / sizeof(cudart_names[0]); i++) {
+    void *h = dlopen(cudart_names[i], RTLD_NOW | RTLD_LOCAL | RTLD_NOLOAD);
+    if (h) return h;
+  }
+  char path[512] = "";
+  if (dl_iterate_phdr(find_mapped_cudart, path) && path[0])
+    return dlopen(path, RTLD_NOW | RTLD_LOCAL | RTLD_NOLOAD);
+  return NULL;
+}
+
+static const cuda_runtime_lib_t *runtime_get(int may_load) {
+  cuda_runtime_lib_t *r = __atomic_load_n(&crt_ready, __ATOMIC_ACQUIRE);
+  if (r || (may_load && __atomic_load_n(&crt_failed, __ATOMIC_ACQUIRE))) return r;
+  pthread_mutex_lock(&load_lock);
+  if (!crt_ready && !(may_load && crt_failed)) {
+    void *h = open_loaded_cudart();
+    const char *how = "already loaded";
+    if (h && !runtime_fill(h, "the loaded libcudart")) {
+      dlclose(h);
+      h = NULL;
+    }
+    size_t off = 0;
+    for (size_t i = 0; !h && may_load && i < sizeof(cudart_names) / sizeof(cudart_names[0]);
+         i++) {
+      h = dlopen(cudart_names[i], RTLD_NOW | RTLD_LOCAL);
+      how = "loaded by name";
+      if (!h) {
+        const char *e = dlerror();
+        if (off < sizeof(crt_why))
+          off += snprintf(crt_why + off, sizeof(crt_why) - off, "%s%s", off ? "; " : "",
+                          e ? e : cudart_names[i]);
+      } else if (!runtime_fill(h, cudart_names[i])) {
+        dlclose(h);
+        h = NULL;
+      }
+    }
+    if (h) {
+      INFO(HETCCL_RUNTIME, "cuda: runtime %s (%s)", crt.path, how);
+      __atomic_store_n(&crt_ready, &crt, __ATOMIC_RELEASE);
+    } else if (may_load) {
+      __atomic_store_n(&crt_failed, 1, __ATOMIC_RELEASE);
+    }
+  }
+  r = crt_ready;
+  pthread_mutex_unlock(&load_lock);
+  return r;
+}
+
+/* The runtime for a slot; a WARN naming what was tried when there is none. */
+static ncclResult_t runtime_need(const cuda_runtime_lib_t **out, const char *what) {
+  const cuda_runtime_lib_t *r = runtime_get(1);
+  if (!r) {
+    WARN("cuda: %s needs the CUDA runtime, which could not be loaded: %s", what, crt_why);
+    return ncclUnhandledCudaError;
+  }
+  *out = r;
+  return ncclSuccess;
+}
+
+/* The one adapter from a CUDA runtime error to ours. */
+static ncclResult_t cuda_result(const cuda_runtime_lib_t *r, cudaError_t err, const char *call) {
+  if (err == 0) return ncclSuccess;
+  const char *text = r->cudaGetErrorString(err);
+  r->cudaGetLastError(); /* the error was ours: leave none for the application */
+  WARN("cuda: %s failed: %s (error %d)", call, text ? text : "unknown error", err);
+  return ncclUnhandledCudaError;
+}
+
+#define CUDA_CALL(r, fn, ...) cuda_result((r), (r)->fn(__VA_ARGS__), #fn)
+
+/* --- the slots ------------------------------------------------------------------ */
+
+/* Is a context current on this thread, or any primary context active?
+ * Only asks a driver that the process loaded and initialised itself. */
+static int driver_context_live(void) {
+  const cuda_driver_t *d = driver_get(0);
+  if (!d) return 0;
+  CUcontext ctx = NULL;
+  if (d->cuCtxGetCurrent(&ctx) == CUDA_SUCCESS && ctx) return 1;
+  int n = 0;
+  if (d->cuDeviceGetCount(&n) != CUDA_SUCCESS) return 0; /* e.g. not initialised */
+  for (int i = 0; i < n; i++) {
+    CUdevice dev;
+    unsigned flags = 0;
+    int active = 0;
+    if (d->cuDeviceGet(&dev, i) == CUDA_SUCCESS &&
+        d->cuDevicePrimaryCtxGetState(dev, &flags, &active) == CUDA_SUCCESS && active)
+      return 1;
+  }
+  return 0;
+}
+
+static int cuda_in_use(void) { return runtime_get(0) != NULL || driver_context_live(); }
+
+static int available_cached = -1;
+
+static int cuda_available(void) {
+  int a = __atomic_load_n(&available_cached, __ATOMIC_ACQUIRE);
+  if (a >= 0) return a;
+  const cuda_runtime_lib_t *r = runtime_get(1);
+  int n = 0;
+  if (r && r->cudaGetDeviceCount(&n) != 0) {
+    r->cudaGetLastError();
+    n = 0;
+  }
+  a = n > 0;
+  INFO(HETCCL_RUNTIME, "cuda: %s (%d device%s)", a ? "available" : "not available", n,
+       n == 1 ? "" : "s");
+  __atomic_store_n(&available_cached, a, __ATOMIC_RELEASE);
+  return a;
+}
+
+static ncclResult_t cuda_current_device(int *dev, char *busid, size_t busid_len) {
+  const cuda_runtime_lib_t *r;
+  HETCCL_CHECK(runtime_need(&r, "current_device"));
+  int d = -1;
+  HETCCL_CHECK(CUDA_CALL(r, cudaGetDevice, &d));
+  if (busid && busid_len) {
+    char buf[64] = "";
+    HETCCL_CHECK(CUDA_CALL(r, cudaDeviceGetPCIBusId, buf, (int)sizeof(buf), d));
+    /* NCCL writes bus ids in lower case; so do we, so that they compare. */
+    for (char *c = buf; *c; c++) *c = (char)tolower((unsigned char)*c);
+    snprintf(busid, busid_len, "%s", buf);
+  }
+  if (dev) *dev = d;
+  return ncclSuccess;
+}
+
+static ncclResult_t cuda_set_device(int dev) {
+  const cuda_runtime_lib_t *r;
+  HETCCL_CHECK(runtime_need(&r, "set_device"));
+  return CUDA_CALL(r, cudaSetDevice, dev);
+}
+
+static ncclResult_t cuda_mem_kind(const void *ptr, hetccl_mem_kind_t *kind, int *dev) {
+  const cuda_driver_t *d = driver_get(1);
+  if (!d) {
+    WARN("cuda: cannot tell what memory %p is: the CUDA driver could not be loaded: %s", ptr,
+         drv_why);
+    return ncclUnhandledCudaError;
+  }
+  /* The plural query answers "no attributes" (zeros) for a pointer CUDA
+   * does not know, instead of failing: that is plain host memory. */
+  int attrs[3] = {CU_POINTER_ATTRIBUTE_MEMORY_TYPE, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL,
+                  CU_POINTER_ATTRIBUTE_IS_MANAGED};
+  unsigned memtype = 0, managed = 0;
+  int ordinal = -1;
+  void *data[3] = {&memtype, &ordinal, &managed};
+  CUresult err = d->cuPointerGetAttributes(3, attrs, data, (CUdeviceptr)(uintptr_t)ptr);
+  if (err != CUDA_SUCCESS) {
+    const char *text = NULL;
+    d->cuGetErrorString(err, &text);
+    WARN("cuda: cuPointerGetAttributes(%p) failed: %s (error %d)", ptr,
+         text ? text : "unknown error", err);
+    return ncclUnhandledCudaError;
+  }
+  hetccl_mem_kind_t k = HETCCL_MEM_HOST;
+  if (managed & 0xff) k = HETCCL_MEM_MANAGED;
+  else if (memtype == CU_MEMORYTYPE_DEVICE || memtype == CU_MEMORYTYPE_ARRAY ||
+           memtype == CU_MEMORYTYPE_UNIFIED)
+    k = HETCCL_MEM_DEVICE;
+  if (kind) *kind = k;
+  if (dev) *dev = k == HETCCL_MEM_HOST ? -1 : ordinal;
+  return ncclSuccess;
+}
+
+static ncclResult_t cuda_mem_alloc(void **ptr, size_t bytes) {
+  const cuda_runtime_lib_t *r;
+  HETCCL_CHECK(runtime_need(&r, "mem_alloc"));
+  return CUDA_CALL(r, cudaMalloc, ptr, bytes);
+}
+
+static ncclResult_t cuda_mem_free(void *ptr) {
+  const cuda_runtime_lib_t *r;
+  HETCCL_CHECK(runtime_need(&r, "mem_free"));
+  return CUDA_CALL(r, cudaFree, ptr);
+}
+
+static ncclResult_t cuda_host_alloc(void **ptr, size_t bytes) {
+  const cuda_runtime_lib_t *r;
+  HETCCL_CHECK(runtime_need(&r, "host_alloc"));
+  return CUDA_CALL(r, cudaMallocHost, ptr, bytes);
+}
+
+static ncclResult_t cuda_host_free(void *ptr) {
+  const cuda_runtime_lib_t *r;
+  HETCCL_CHECK(runtime_need(&r, "host_free"));
+  return CUDA_CALL(r, cudaFreeHost, ptr);
+}
+
+static ncclResult_t cuda_memcpy_async(void *dst, const void *src, size_t bytes, void *stream) {
+  const cuda_runtime_lib_t *r;
+  HETCCL_CHECK(runtime_need(&r, "memcpy_async"));
+  if (bytes == 0) return ncclSuccess;
+  return CUDA_CALL(r, cudaMemcpyAsync, dst, src, bytes, cudaMemcpyDefault, stream);
+}
+
+static ncclResult_t cuda_stream_sync(void *stream) {
+  const cuda_runtime_lib_t *r;
+  HETCCL_CHECK(runtime_need(&r, "stream_sync"));
+  return CUDA_CALL(r, cudaStreamSynchronize, stream);
+}
+
+static ncclResult_t cuda_stream_capturing(void *stream, int *capturing) {
+  const cuda_runtime_lib_t *r;
+  HETCCL_CHECK(runtime_need(&r, "stream_capturing"));
+  int status = cudaStreamCaptureStatusNone;
+  HETCCL_CHECK(CUDA_CALL(r, cudaStreamIsCapturing, stream, &status));
+  if (capturing) *capturing = status != cudaStreamCaptureStatusNone;
+  return ncclSuccess;
+}
+
+const hetccl_runtime_t hetccl_runtime_cuda = {
+    .kind = HETCCL_DEV_CUDA,
+    .name = "cuda",
+    .available = cuda_available,
+    .in_use = cuda_in_use,
+    .current_device = cuda_current_device,
+    .set_device = cuda_set_device,
+    .mem_kind = cuda_mem_kind,
+    .mem_alloc = cuda_mem_alloc,
+    .mem_free = cuda_mem_free,
+    .host_alloc = cuda_host_alloc,
+    .host_free = cuda_host_free,
+    .memcpy_async = cuda_memcpy_async,
+    .stream_sync = cuda_stream_sync,
+    .stream_capturing = cuda_stream_capturing,
+};

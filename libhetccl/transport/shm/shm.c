@@ -1,0 +1,477 @@
+/* Shared-memory transport for ranks on one host: segments, connection
+ * set-up, liveness, and the table. The data path is in shm_ring.c; the
+ * segment layout in shm.h.
+ *
+ * Threads: ctx_create/connect/ctx_destroy run on the thread that creates
+ * the communicator; the endpoint slots on the one thread that drives it
+ * (transport.h). No locks. Only connect waits on peers, bounded by
+ * timeout_ms and the abort flag.
+ *
+ * Life of a segment. ctx_create makes one POSIX shm object per rank, sized
+ * for a receive ring from every other rank but backed only where touched:
+ * ftruncate leaves it sparse, and connect reserves (fallocate) only the
+ * rings of peers it will talk to, so a full /dev/shm is an error at connect
+ * and not a SIGBUS in the middle of a copy. connect maps, per peer, our
+ * ring for it and its ring for us (each endpoint holds its own two
+ * mappings, so the context can go right after connect). Every producer
+ * marks `attached` in the ring it mapped; when all our producers have, no
+ * one will open our name again and we unlink it, still inside connect. From
+ * then on nothing is left in /dev/shm whatever happens to the processes; a
+ * crash between ctx_create and the end of connect may leave a segment (its
+ * name says comm id, rank and pid).
+ *
+ * Single copy (CMA). In connect every receiver tries process_vm_readv on a
+ * known word of each sender (the probe); the outcome, ANDed with its
+ * HETCCL_SHM_CMA, goes into the ring's cma_ok, and a sender with its own
+ * HETCCL_SHM_CMA=1 then sends messages above two slots as a rendezvous. A
+ * kernel that forbids it (Yama ptrace_scope, seccomp, no capability across
+ * users) costs one INFO line and the ring path.
+ *
+ * Liveness. A peer can die without a word; when an endpoint with pending
+ * work has been idle for SHM_LIVENESS_NS, progress asks the kernel whether
+ * the peer still runs (kill(pid, 0), then /proc/pid/stat for a zombie or a
+ * reused pid) and whether it closed its end. A peer in another pid
+ * namespace (its pid means nothing here) is not watched: its death shows as
+ * the engine's timeout.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/uio.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "transport/shm/shm.h"
+#include "util/check.h"
+#include "util/knobs.h"
+#include "util/log.h"
+
+#define SHM_ADDR_MAGIC 0x53484d4144445231ull /* "SHMADDR1" */
+
+typedef struct addr_blob {
+  uint64_t magic;
+  char name[SHM_NAME_MAX];
+} addr_blob_t;
+_Static_assert(sizeof(addr_blob_t) <= HETCCL_TRANSPORT_ADDR_BYTES, "address blob");
+
+/* The word a receiver reads across processes to learn whether CMA works. */
+static const volatile uint64_t shm_cma_probe = SHM_CMA_PROBE;
+
+struct hetccl_tctx {
+  int rank, nranks;
+  uint64_t comm_id;
+  int timeout_ms;
+  volatile int *abort_flag;
+  int fd;           /* our segment, -1 once closed */
+  int unlinked;
+  char name[SHM_NAME_MAX];
+  uint32_t slots;
+  size_t chunk, stride, ring_bytes, hdr_bytes, seg_bytes;
+};
+
+int64_t hetccl_shm_now_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
+/* Ring index of sender `src` in the segment of `owner`. */
+static size_t ring_index(int owner, int src) { return (size_t)(src < owner ? src : src - 1); }
+
+static size_t round_up(size_t x, size_t to) { return (x + to - 1) / to * to; }
+
+/* --- liveness ------------------------------------------------------------- */
+
+/* State letter and start time (clock ticks since boot) from /proc/pid/stat.
+ * Returns 0 when the file cannot be read or parsed. */
+static int proc_stat(int pid, char *state, unsigned long long *start) {
+  char path[64], buf[1024];
+  snprintf(path, sizeof(path), "/proc/%d/stat", pid);
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return 0;
+  ssize_t n = read(fd, buf, sizeof(buf) - 1);
+  close(fd);
+  if (n <= 0) return 0;
+  buf[n] = '\0';
+  char *p = strrchr(buf, ')'); /* the command name may hold spaces and parens */
+  if (!p || p[1] != ' ') return 0;
+  p += 2;
+  *state = *p;
+  /* starttime is field 22; state is field 3. */
+  for (int field = 3; field < 22; field++) {
+    p = strchr(p, ' ');
+    if (!p) return 0;
+    p++;
+  }
+  *start = strtoull(p, NULL, 10);
+  return 1;
+}
+
+/* 0 if the process is certainly gone (exited, zombie, or its pid reused). */
+static int peer_alive(int pid, unsigned long long start) {
+  if (kill(pid, 0) == -1 && errno == ESRCH) return 0;
+  char state;
+  unsigned long long now_start;
+  if (!proc_stat(pid, &state, &now_start)) return 1; /* cannot tell: the engine's timeout will */
+  if (state == 'Z' || state == 'X') return 0;
+  return start == 0 || now_start == start;
+}
+
+/* Pids compare only within one pid namespace (containers may share IPC and
+ * /dev/shm but not pids). */
+static uint64_t pidns_self(void) {
+  struct stat st;
+  return stat("/proc/self/ns/pid", &st) == 0 ? (uint64_t)st.st_ino : 0;
+}
+
+ncclResult_t hetccl_shm_ep_check_peer(hetccl_ep_t *ep) {
+  if (ep->peer_watch && !peer_alive(ep->peer_pid, ep->peer_start)) {
+    WARN("shm: peer rank %d (pid %d) exited", ep->peer, ep->peer_pid);
+    return ncclRemoteError;
+  }
+  /* Idle with work pending: our sends wait for a consumer, our receives for
+   * a producer. If that side closed, they wait forever. */
+  if (ep->sq.first && atomic_load_explicit(&ep->tx.ctrl->rx_closed, memory_order_acquire)) {
+    WARN("shm: peer rank %d (pid %d) closed its connection while a send of %zu bytes was "
+         "pending", ep->peer, ep->peer_pid, ep->sq.first->bytes);
+    return ncclRemoteError;
+  }
+  if (ep->rq.first && atomic_load_explicit(&ep->rx.ctrl->tx_closed, memory_order_acquire) &&
+      atomic_load_explicit(&ep->rx.ctrl->tail, memory_order_acquire) == ep->rx_head) {
+    WARN("shm: peer rank %d (pid %d) closed its connection while a receive of %zu bytes was "
+         "pending", ep->peer, ep->peer_pid, ep->rq.first->bytes);
+    return ncclRemoteError;
+  }
+  return ncclSuccess;
+}
+
+/* --- context -------------------------------------------------------------- */
+
+static int shm_can_connect(const hetccl_peer_locality_t *me, const hetccl_peer_locality_t *peer) {
+  return me->host_hash == peer->host_hash;
+}
+
+/* Reserve [off, off+len) of the segment so that later stores cannot SIGBUS.
+ * Filesystems without fallocate keep the lazy behaviour. */
+static ncclResult_t seg_reserve(int fd, const char *name, size_t off, size_t len) {
+  int rc;
+  do rc = fallocate(fd, 0, (off_t)off, (off_t)len); while (rc == -1 && errno == EINTR);
+  if (rc == 0 || errno == EOPNOTSUPP || errno == ENOSYS) return ncclSuccess;
+  WARN("shm: cannot reserve %zu bytes of %s in /dev/shm (is it full? see df /dev/shm): %s", len,
+       name, strerror(errno));
+  return ncclSystemError;
+}
+
+static void ctx_free(hetccl_tctx_t *c) {
+  if (c->fd >= 0) close(c->fd);
+  if (c->name[0] && !c->unlinked) shm_unlink(c->name);
+  free(c);
+}
+
+static ncclResult_t shm_ctx_create(const hetccl_transport_args_t *args, hetccl_tctx_t **out,
+                                   void *addr) {
+  static _Atomic unsigned name_counter;
+  ncclResult_t res = ncclSuccess;
+  hetccl_tctx_t *c = calloc(1, sizeof(*c));
+  if (!c) {
+    WARN("shm: out of memory for a context");
+    return ncclSystemError;
+  }
+  c->fd = -1;
+  c->rank = args->rank;
+  c->nranks = args->nranks;
+  c->comm_id = args->comm_id;
+  c->timeout_ms = args->timeout_ms;
+  c->abort_flag = args->abort_flag;
+  size_t page = (size_t)sysconf(_SC_PAGESIZE);
+  c->chunk = (size_t)hetccl_knob_int(HETCCL_KNOB_SHM_CHUNK) & ~(size_t)63;
+  if (c->chunk < 64) c->chunk = 64;
+  c->slots = (uint32_t)hetccl_knob_int(HETCCL_KNOB_SHM_SLOTS);
+  c->stride = SHM_SLOT_HDR + c->chunk;
+  c->hdr_bytes = round_up(sizeof(shm_seg_hdr_t), page);
+  _Static_assert(sizeof(shm_ring_ctrl_t) <= 4096, "ring control fits a page");
+  c->ring_bytes = round_up(page + c->slots * c->stride, page);
+  size_t nrings = args->nranks > 1 ? (size_t)args->nranks - 1 : 0;
+  if (nrings && c->ring_bytes > (SIZE_MAX / 2 - c->hdr_bytes) / nrings) {
+    WARN("shm: %zu rings of %zu bytes do not fit in one segment (HETCCL_SHM_SLOTS x "
+         "HETCCL_SHM_CHUNK too large for %d ranks)", nrings, c->ring_bytes, args->nranks);
+    free(c);
+    return ncclInvalidArgument;
+  }
+  c->seg_bytes = c->hdr_bytes + nrings * c->ring_bytes;
+
+  for (int attempt = 0; c->fd < 0; attempt++) {
+    snprintf(c->name, sizeof(c->name), "/hetccl-%016" PRIx64 "-r%d-p%d-%u", c->comm_id, c->rank,
+             (int)getpid(), atomic_fetch_add(&name_counter, 1));
+    c->fd = shm_open(c->name, O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600);
+    if (c->fd >= 0) break;
+    if (errno == EEXIST && attempt < 16) continue; /* a stale one from a reused pid */
+    WARN("shm: shm_open %s: %s", c->name, strerror(errno));
+    c->name[0] = '\0';
+    res = ncclSystemError;
+    goto fail;
+  }
+  char what[SHM_NAME_MAX + 32];
+  snprintf(what, sizeof(what), "shm: ftruncate %s", c->name);
+  HETCCL_SYSCHECK_GOTO(ftruncate(c->fd, (off_t)c->seg_bytes), what, res, fail);
+  /* The pages written before the rings are reserved: header and controls. */
+  HETCCL_CHECK_GOTO(seg_reserve(c->fd, c->name, 0, c->hdr_bytes), res, fail);
+  for (size_t i = 0; i < nrings; i++)
+    HETCCL_CHECK_GOTO(seg_reserve(c->fd, c->name, c->hdr_bytes + i * c->ring_bytes, page), res,
+                      fail);
+  shm_seg_hdr_t h = {.magic = SHM_SEG_MAGIC, .comm_id = c->comm_id, .rank = c->rank,
+                     .nranks = c->nranks, .pid = (int32_t)getpid(), .slots = (int32_t)c->slots,
+                     .chunk = c->chunk, .ring_bytes = c->ring_bytes, .hdr_bytes = c->hdr_bytes,
+                     .cma_probe_addr = (uint64_t)(uintptr_t)&shm_cma_probe,
+                     .pidns = pidns_self()};
+  snprintf(what, sizeof(what), "shm: write header of %s", c->name);
+  HETCCL_SYSCHECK_GOTO(pwrite(c->fd, &h, sizeof(h), 0), what, res, fail);
+
+  addr_blob_t blob = {.magic = SHM_ADDR_MAGIC};
+  memcpy(blob.name, c->name, sizeof(blob.name));
+  memset(addr, 0, HETCCL_TRANSPORT_ADDR_BYTES);
+  memcpy(addr, &blob, sizeof(blob));
+  INFO(HETCCL_SHM | HETCCL_INIT, "shm: rank %d segment %s, %zu rings of %u x %zu bytes", c->rank,
+       c->name, nrings, c->slots, c->chunk);
+  *out = c;
+  return ncclSuccess;
+fail:
+  ctx_free(c);
+  return res;
+}
+
+static void shm_ctx_destroy(hetccl_tctx_t *c) {
+  if (c) ctx_free(c);
+}
+
+/* --- endpoints -------------------------------------------------------------- */
+
+static ncclResult_t ring_map(shm_ring_map_t *m, int fd, const char *name, size_t off,
+                             size_t bytes, uint32_t nslots, size_t chunk) {
+  void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, (off_t)off);
+  if (p == MAP_FAILED) {
+    WARN("shm: mmap %zu bytes at %zu of %s: %s", bytes, off, name, strerror(errno));
+    return ncclSystemError;
+  }
+  size_t ctrl_bytes = (size_t)sysconf(_SC_PAGESIZE); /* the ring's first page */
+  m->base = p;
+  m->bytes = bytes;
+  m->ctrl = p;
+  m->slots = (uint8_t *)p + ctrl_bytes;
+  m->nslots = nslots;
+  m->chunk = chunk;
+  m->stride = SHM_SLOT_HDR + chunk;
+  return ncclSuccess;
+}
+
+static void shm_ep_close(hetccl_ep_t *ep) {
+  if (!ep) return;
+  /* Tell a peer that may still wait on us; it reads these when idle. */
+  if (ep->tx.ctrl) atomic_store_explicit(&ep->tx.ctrl->tx_closed, 1, memory_order_release);
+  if (ep->rx.ctrl) atomic_store_explicit(&ep->rx.ctrl->rx_closed, 1, memory_order_release);
+  if (ep->tx.base) munmap(ep->tx.base, ep->tx.bytes);
+  if (ep->rx.base) munmap(ep->rx.base, ep->rx.bytes);
+  free(ep->bounce);
+  free(ep);
+}
+
+/* Map the peer's ring for us, check that the segment is the one the peer
+ * described, and mark it attached. */
+static ncclResult_t ep_map_tx(hetccl_tctx_t *c, hetccl_ep_t *ep, const uint8_t *addr,
+                              const hetccl_peer_locality_t *loc, uint64_t *probe_addr) {
+  addr_blob_t blob;
+  memcpy(&blob, addr, sizeof(blob));
+  blob.name[SHM_NAME_MAX - 1] = '\0';
+  if (blob.magic != SHM_ADDR_MAGIC) {
+    WARN("shm: rank %d published no shared-memory segment (address magic 0x%016" PRIx64 ")",
+         ep->peer, blob.magic);
+    return ncclInternalError;
+  }
+  int fd = shm_open(blob.name, O_RDWR | O_CLOEXEC, 0);
+  if (fd < 0) {
+    int err = errno;
+    WARN("shm: cannot open rank %d's segment %s: %s (different IPC namespace, or the peer "
+         "already gone?)", ep->peer, blob.name, strerror(err));
+    return err == ENOENT ? ncclRemoteError : ncclSystemError;
+  }
+  ncclResult_t res = ncclSuccess;
+  shm_seg_hdr_t h;
+  struct stat st;
+  if (pread(fd, &h, sizeof(h), 0) != (ssize_t)sizeof(h) || fstat(fd, &st) != 0) {
+    WARN("shm: cannot read the header of rank %d's segment %s: %s", ep->peer, blob.name,
+         strerror(errno));
+    res = ncclSystemError;
+    goto out;
+  }
+  if (h.magic != SHM_SEG_MAGIC || h.comm_id != c->comm_id || h.rank != ep->peer ||
+      h.nranks != c->nranks || h.pid != loc->pid) {
+    WARN("shm: segment %s is not rank %d's for communicator 0x%016" PRIx64 " (it says rank %d "
+         "of %d, pid %d, communicator 0x%016" PRIx64 "; expected pid %d)", blob.name, ep->peer,
+         c->comm_id, h.rank, h.nranks, h.pid, h.comm_id, loc->pid);
+    res = ncclSystemError;
+    goto out;
+  }
+  size_t off = h.hdr_bytes + ring_index(ep->peer, c->rank) * h.ring_bytes;
+  if (h.slots < 2 || h.chunk < 64 || h.chunk % 64 || (size_t)st.st_size < off + h.ring_bytes ||
+      h.ring_bytes < (uint64_t)h.slots * (SHM_SLOT_HDR + h.chunk) + (size_t)sysconf(_SC_PAGESIZE)) {
+    WARN("shm: segment %s of rank %d has an inconsistent geometry (%d slots of %" PRIu64
+         " bytes, ring %" PRIu64 ", size %lld)", blob.name, ep->peer, h.slots, h.chunk,
+         h.ring_bytes, (long long)st.st_size);
+    res = ncclSystemError;
+    goto out;
+  }
+  HETCCL_CHECK_GOTO(ring_map(&ep->tx, fd, blob.name, off, h.ring_bytes, (uint32_t)h.slots,
+                             h.chunk), res, out);
+  uint64_t ns = pidns_self();
+  ep->peer_watch = h.pidns == ns || h.pidns == 0 || ns == 0;
+  if (!ep->peer_watch)
+    INFO(HETCCL_SHM | HETCCL_INIT, "shm: rank %d (pid %d) is in another pid namespace: its exit "
+         "shows only as a timeout", ep->peer, ep->peer_pid);
+  else if (!proc_stat(ep->peer_pid, &(char){0}, &ep->peer_start))
+    ep->peer_start = 0;
+  atomic_store_explicit(&ep->tx.ctrl->attached, 1, memory_order_release);
+  *probe_addr = h.cma_probe_addr;
+out:
+  close(fd);
+  return res;
+}
+
+/* Can this process read the peer's memory with process_vm_readv? */
+static int cma_probe(const hetccl_ep_t *ep, uint64_t probe_addr) {
+  uint64_t v = 0;
+  struct iovec local = {&v, sizeof(v)};
+  struct iovec remote = {(void *)(uintptr_t)probe_addr, sizeof(v)};
+  ssize_t n = process_vm_readv(ep->peer_pid, &local, 1, &remote, 1, 0);
+  if (n == (ssize_t)sizeof(v) && v == SHM_CMA_PROBE) return 1;
+  INFO(HETCCL_SHM | HETCCL_INIT,
+       "shm: process_vm_readv from rank %d (pid %d) unavailable (%s); its large messages go "
+       "through the ring", ep->peer, ep->peer_pid, n < 0 ? strerror(errno) : "probe mismatch");
+  return 0;
+}
+
+static ncclResult_t ep_create(hetccl_tctx_t *c, int p, const uint8_t *addr,
+                              const hetccl_peer_locality_t *loc, int cma_knob,
+                              hetccl_ep_t **out) {
+  ncclResult_t res = ncclSuccess;
+  hetccl_ep_t *ep = calloc(1, sizeof(*ep));
+  if (!ep) {
+    WARN("shm: out of memory for the endpoint to rank %d", p);
+    return ncclSystemError;
+  }
+  ep->rank = c->rank;
+  ep->peer = p;
+  ep->peer_pid = loc->pid;
+  ep->comm_id = c->comm_id;
+  ep->cma_min = SIZE_MAX;
+
+  size_t off = c->hdr_bytes + ring_index(c->rank, p) * c->ring_bytes;
+  HETCCL_CHECK_GOTO(seg_reserve(c->fd, c->name, off, c->ring_bytes), res, fail);
+  HETCCL_CHECK_GOTO(ring_map(&ep->rx, c->fd, c->name, off, c->ring_bytes, c->slots, c->chunk),
+                    res, fail);
+  uint64_t probe_addr = 0;
+  HETCCL_CHECK_GOTO(ep_map_tx(c, ep, addr, loc, &probe_addr), res, fail);
+  int cma = cma_knob && cma_probe(ep, probe_addr);
+  atomic_store_explicit(&ep->rx.ctrl->cma_ok, (uint32_t)cma, memory_order_relaxed);
+  atomic_store_explicit(&ep->rx.ctrl->rx_ready, 1, memory_order_release);
+  *out = ep;
+  return ncclSuccess;
+fail:
+  shm_ep_close(ep);
+  return res;
+}
+
+/* Wait until every peer has mapped our ring (so we may unlink) and decided
+ * about CMA in its own (so we know how to send). */
+static ncclResult_t connect_wait(hetccl_tctx_t *c, const uint8_t *use, hetccl_ep_t **mine) {
+  int64_t start = hetccl_shm_now_ns(), last_check = start;
+  for (unsigned spin = 0;; spin++) {
+    int pending = -1;
+    for (int p = 0; p < c->nranks && pending < 0; p++) {
+      if (p == c->rank || !use[p]) continue;
+      if (!atomic_load_explicit(&mine[p]->rx.ctrl->attached, memory_order_acquire) ||
+          !atomic_load_explicit(&mine[p]->tx.ctrl->rx_ready, memory_order_acquire))
+        pending = p;
+    }
+    if (pending < 0) return ncclSuccess;
+    if (c->abort_flag && *c->abort_flag) {
+      WARN("shm: connect of rank %d aborted while waiting for rank %d", c->rank, pending);
+      return ncclInternalError;
+    }
+    if (spin < 1000) {
+      sched_yield();
+      continue;
+    }
+    struct timespec ts = {0, 50000};
+    nanosleep(&ts, NULL);
+    int64_t now = hetccl_shm_now_ns();
+    if (now - start > (int64_t)c->timeout_ms * 1000000LL) {
+      WARN("shm: rank %d waited %d ms for rank %d (pid %d) to map its shared-memory ring",
+           c->rank, c->timeout_ms, pending, mine[pending]->peer_pid);
+      return ncclTimeout;
+    }
+    if (now - last_check > SHM_LIVENESS_NS) {
+      last_check = now;
+      hetccl_ep_t *ep = mine[pending];
+      if (ep->peer_watch && !peer_alive(ep->peer_pid, ep->peer_start)) {
+        WARN("shm: peer rank %d (pid %d) exited during connect", pending, ep->peer_pid);
+        return ncclRemoteError;
+      }
+    }
+  }
+}
+
+static ncclResult_t shm_connect(hetccl_tctx_t *c, const uint8_t *use, const uint8_t *addrs,
+                                const hetccl_peer_locality_t *localities, hetccl_ep_t **eps) {
+  ncclResult_t res = ncclSuccess;
+  int cma_knob = (int)hetccl_knob_int(HETCCL_KNOB_SHM_CMA);
+  hetccl_ep_t **mine = calloc((size_t)c->nranks, sizeof(*mine));
+  if (!mine) {
+    WARN("shm: out of memory connecting %d ranks", c->nranks);
+    return ncclSystemError;
+  }
+  for (int p = 0; p < c->nranks; p++) {
+    if (p == c->rank || !use[p]) continue;
+    HETCCL_CHECK_GOTO(ep_create(c, p, addrs + (size_t)p * HETCCL_TRANSPORT_ADDR_BYTES,
+                                &localities[p], cma_knob, &mine[p]),
+                      res, fail);
+  }
+  HETCCL_CHECK_GOTO(connect_wait(c, use, mine), res, fail);
+  /* Every producer of ours has mapped its ring: the name is no longer needed. */
+  if (shm_unlink(c->name) == 0) c->unlinked = 1;
+  close(c->fd);
+  c->fd = -1;
+  for (int p = 0; p < c->nranks; p++) {
+    hetccl_ep_t *ep = mine[p];
+    if (!ep) continue;
+    if (cma_knob && atomic_load_explicit(&ep->tx.ctrl->cma_ok, memory_order_relaxed))
+      ep->cma_min = 2 * ep->tx.chunk;
+    INFO(HETCCL_SHM | HETCCL_INIT, "shm: rank %d -> %d connected (%u x %zu byte slots, CMA %s)",
+         c->rank, p, ep->tx.nslots, ep->tx.chunk, ep->cma_min == SIZE_MAX ? "off" : "on");
+    eps[p] = ep;
+  }
+  free(mine);
+  return ncclSuccess;
+fail:
+  for (int p = 0; p < c->nranks; p++) shm_ep_close(mine[p]);
+  free(mine);
+  return res;
+}
+
+const hetccl_transport_t hetccl_transport_shm = {
+    .name = "shm",
+    .can_connect = shm_can_connect,
+    .ctx_create = shm_ctx_create,
+    .connect = shm_connect,
+    .isend = hetccl_shm_isend,
+    .irecv = hetccl_shm_irecv,
+    .progress = hetccl_shm_progress,
+    .ep_close = shm_ep_close,
+    .ctx_destroy = shm_ctx_destroy,
+};

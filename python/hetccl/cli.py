@@ -1,0 +1,169 @@
+"""The `hetccl` command (also `python -m hetccl`).
+
+  hetccl info                       library, versions, exported API, every knob
+  hetccl run -n N [--timeout S] -- CMD ARGS...
+                                    N ranks of CMD, libhetccl.so preloaded
+  hetccl demo [-n N]                a checked multi-rank job (hetccl.demo)
+  hetccl perf ARGS...               the hetccl-perf benchmark (tools/perf)
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import sys
+from pathlib import Path
+from typing import List, Optional, Sequence, Tuple
+
+from . import __version__, _lib
+from .elfsyms import nccl_api_symbols
+
+
+def _version_text(code: int) -> str:
+    major, rest = divmod(code, 10000) if code >= 10000 else divmod(code, 1000)
+    minor, patch = divmod(rest, 100)
+    return f"{major}.{minor}.{patch}"
+
+
+def knobs() -> List[Tuple[str, str, str, str, str]]:
+    """(name, type, default, value, help) of every knob, from the library."""
+    L, ffi = _lib.lib(), _lib.ffi
+    out = []
+    fields = [ffi.new("const char **") for _ in range(5)]
+    for i in range(L.hetcclKnobCount()):
+        if L.hetcclKnobInfo(i, *fields) != 0:
+            continue
+        out.append(tuple(ffi.string(f[0]).decode() if f[0] != ffi.NULL else ""
+                         for f in fields))
+    return out  # type: ignore[return-value]
+
+
+def cmd_info(_args: argparse.Namespace) -> int:
+    from .nccl import get_version
+
+    path = _lib.loaded_path()
+    L, ffi = _lib.lib(), _lib.ffi
+    version = get_version()
+    print(f"hetccl {ffi.string(L.hetcclVersionString()).decode()} "
+          f"(python package {__version__})")
+    print(f"library: {path}")
+    print(f"NCCL API version: {_version_text(version)} ({version})")
+    print(f"exported NCCL API symbols: {len(nccl_api_symbols(path))} (nccl* and pnccl*)")
+    table = knobs()
+    print(f"knobs: {len(table)} (environment variables; value '' = unset)")
+    width = max((len(k[0]) for k in table), default=0)
+    for name, kind, default, value, help_text in table:
+        print(f"  {name:<{width}}  {kind.lower():<3}  default={default!r:<8} value={value!r}")
+        print(f"  {'':<{width}}  {help_text}")
+    return 0
+
+
+def _split_command(cmd: Sequence[str]) -> List[str]:
+    cmd = list(cmd)
+    return cmd[1:] if cmd and cmd[0] == "--" else cmd
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from .launcher import run_command
+
+    cmd = _split_command(args.cmd)
+    if not cmd:
+        print("hetccl run: no command (hetccl run -n N -- CMD ARGS...)", file=sys.stderr)
+        return 2
+    return run_command(cmd, args.n, timeout=args.timeout, preload=not args.no_preload)
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from .launcher import run_command
+
+    cmd = [sys.executable, "-m", "hetccl.demo", "--count", str(args.count)]
+    return run_command(cmd, args.n, timeout=args.timeout)
+
+
+def find_perf() -> Optional[Path]:
+    """hetccl-perf: in this package, in a build tree of the source checkout,
+    then on PATH."""
+    pkg = Path(__file__).resolve().parent
+    inside = pkg / "hetccl-perf"
+    if inside.is_file():
+        return inside
+    repo = pkg.parent.parent
+    built = [p for p in repo.glob("build*/tools/perf/hetccl-perf") if p.is_file()]
+    built += [p for p in Path.cwd().glob("build*/tools/perf/hetccl-perf") if p.is_file()]
+    if built:
+        return max(built, key=lambda p: p.stat().st_mtime)
+    found = shutil.which("hetccl-perf")
+    return Path(found) if found else None
+
+
+def cmd_perf(args: argparse.Namespace) -> int:
+    perf = find_perf()
+    if perf is None:
+        print("hetccl perf: no hetccl-perf program found (build tools/perf with meson)",
+              file=sys.stderr)
+        return 2
+    env = dict(os.environ)
+    env.setdefault("HETCCL_PERF_LIB", str(_lib.library_path()))
+    argv = [str(perf), *_split_command(args.args)]
+    sys.stdout.flush()
+    os.execve(str(perf), argv, env)
+    return 0  # not reached
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="hetccl", description="hetccl: the NCCL API for "
+                                "mixed-vendor and CPU ranks")
+    p.add_argument("--version", action="version", version=f"hetccl {__version__}")
+    sub = p.add_subparsers(dest="command", required=True)
+
+    sub.add_parser("info", help="library, versions and every knob").set_defaults(fn=cmd_info)
+
+    run = sub.add_parser("run", help="start N local ranks of a command with libhetccl.so "
+                         "preloaded")
+    run.add_argument("-n", type=int, default=2, help="number of processes (default 2)")
+    run.add_argument("--timeout", type=float, default=None,
+                     help="seconds before every rank is killed (exit status 124)")
+    run.add_argument("--no-preload", action="store_true",
+                     help="do not put libhetccl.so in LD_PRELOAD")
+    run.add_argument("cmd", nargs=argparse.REMAINDER, help="-- CMD ARGS...")
+    run.set_defaults(fn=cmd_run)
+
+    demo = sub.add_parser("demo", help="a checked allreduce/allgather/broadcast job on N ranks")
+    demo.add_argument("-n", type=int, default=2, help="number of ranks (default 2)")
+    demo.add_argument("--count", type=int, default=1 << 20, help="elements per buffer")
+    demo.add_argument("--timeout", type=float, default=300.0)
+    demo.set_defaults(fn=cmd_demo)
+
+    perf = sub.add_parser("perf", help="run hetccl-perf (nccl-tests style benchmarks)",
+                          add_help=False)
+    perf.add_argument("args", nargs=argparse.REMAINDER)
+    perf.set_defaults(fn=cmd_perf)
+    return p
+
+
+def _argv_with_command(argv: List[str]) -> Tuple[List[str], Optional[List[str]]]:
+    """Split `run ... -- CMD` and `perf ARGS` before argparse, which would
+    read the command's own options as ours."""
+    if argv[:1] == ["perf"]:
+        return ["perf"], argv[1:]
+    if argv[:1] == ["run"] and "--" in argv:
+        cut = argv.index("--")
+        return argv[:cut], argv[cut + 1:]
+    return argv, None
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    ours, command = _argv_with_command(list(sys.argv[1:] if argv is None else argv))
+    args = parser().parse_args(ours)
+    if command is not None:
+        setattr(args, "cmd" if args.command == "run" else "args", command)
+    try:
+        return int(args.fn(args))
+    except OSError as e:
+        print(f"hetccl {args.command}: {e}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

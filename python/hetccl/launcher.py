@@ -1,0 +1,272 @@
+"""Start N local ranks (docs/launcher.md is the contract).
+
+Two front ends share the environment each rank receives:
+
+- `run_command(cmd, nranks, ...)`: N processes of a command (`hetccl run`),
+  with libhetccl.so preloaded so that unmodified NCCL programs use it.
+- `launch(fn, nranks, *args, ...)`: a picklable function in N fresh Python
+  processes (multiprocessing "spawn": the library reads its HETCCL_* knobs
+  once per process, so every rank starts clean with its own environment);
+  returns the per-rank results or raises LaunchError with the failing
+  rank's traceback.
+
+This process creates the unique id, so it serves the bootstrap of the
+ranks' communicator and must outlive their init (it waits for them).
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import multiprocessing.connection
+import os
+import signal
+import subprocess
+import time
+import traceback
+from dataclasses import dataclass
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence
+
+from . import _lib
+from .nccl import NcclCommunicator, get_unique_id, unique_id_to_hex
+
+ENV_RANK = "HETCCL_LAUNCH_RANK"
+ENV_NRANKS = "HETCCL_LAUNCH_NRANKS"
+ENV_LOCAL_RANK = "HETCCL_LAUNCH_LOCAL_RANK"
+ENV_ID = "HETCCL_LAUNCH_ID"
+
+TIMEOUT_STATUS = 124   # exit status of `hetccl run` when --timeout expires
+KILL_GRACE_S = 3.0     # SIGTERM, then SIGKILL after this long
+REPORT_GRACE_S = 2.0   # after a rank fails, how long the others may still report
+
+
+class LaunchError(RuntimeError):
+    """A launched rank failed (raised, died, or the launch timed out).
+    `rank` is the first rank that failed (None on a timeout), `details` maps
+    each failed rank to its traceback or exit description."""
+
+    def __init__(self, message: str, rank: Optional[int] = None,
+                 details: Optional[Dict[int, str]] = None) -> None:
+        super().__init__(message)
+        self.rank = rank
+        self.details = details or {}
+
+
+@dataclass(frozen=True)
+class LaunchInfo:
+    rank: int
+    nranks: int
+    local_rank: int
+    unique_id: str  # 256 hex digits
+
+
+def new_launch_id() -> str:
+    return unique_id_to_hex(get_unique_id())
+
+
+def rank_env(rank: int, nranks: int, launch_id: str) -> Dict[str, str]:
+    """The HETCCL_LAUNCH_* variables of one rank (one host: local = rank)."""
+    return {ENV_RANK: str(rank), ENV_NRANKS: str(nranks), ENV_LOCAL_RANK: str(rank),
+            ENV_ID: launch_id}
+
+
+def launch_info() -> Optional[LaunchInfo]:
+    """This process's place in a launch, or None when not launched."""
+    if ENV_ID not in os.environ:
+        return None
+    return LaunchInfo(int(os.environ[ENV_RANK]), int(os.environ[ENV_NRANKS]),
+                      int(os.environ.get(ENV_LOCAL_RANK, os.environ[ENV_RANK])),
+                      os.environ[ENV_ID])
+
+
+def communicator() -> NcclCommunicator:
+    """This rank's communicator over every launched process; a one-rank
+    communicator when the process was not launched."""
+    info = launch_info()
+    if info is None:
+        return NcclCommunicator(1, get_unique_id(), 0)
+    return NcclCommunicator(info.nranks, info.unique_id, info.rank)
+
+
+# -- processes of a command ----------------------------------------------------
+
+def preload_env(base: Mapping[str, str]) -> Dict[str, str]:
+    """`base` with libhetccl.so first in LD_PRELOAD and named by HETCCL_LIBRARY."""
+    env = dict(base)
+    path = str(_lib.library_path())
+    env["HETCCL_LIBRARY"] = path
+    others = [p for p in env.get("LD_PRELOAD", "").replace(",", " ").split() if p != path]
+    env["LD_PRELOAD"] = " ".join([path, *others])
+    return env
+
+
+def _status(returncode: int) -> int:
+    return 128 - returncode if returncode < 0 else returncode
+
+
+def _signal_all(procs: Sequence[subprocess.Popen], sig: int) -> None:
+    for p in procs:
+        if p.poll() is None:
+            try:
+                os.killpg(p.pid, sig)  # each rank leads its own process group
+            except ProcessLookupError:
+                pass
+
+
+def _stop_all(procs: Sequence[subprocess.Popen]) -> None:
+    _signal_all(procs, signal.SIGTERM)
+    deadline = time.monotonic() + KILL_GRACE_S
+    while any(p.poll() is None for p in procs) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    _signal_all(procs, signal.SIGKILL)
+    for p in procs:
+        p.wait()
+
+
+def run_command(cmd: Sequence[str], nranks: int, timeout: Optional[float] = None,
+                env: Optional[Mapping[str, str]] = None, preload: bool = True) -> int:
+    """Run N copies of `cmd`; the exit status of `hetccl run`: 0, the first
+    non-zero status of a rank (128+signal when killed), or 124 on timeout."""
+    if nranks < 1:
+        raise ValueError("nranks must be at least 1")
+    base = dict(os.environ if env is None else env)
+    base = preload_env(base) if preload else base
+    launch_id = new_launch_id()
+    procs: List[subprocess.Popen] = []
+    forwarded: List[int] = []
+
+    def forward(signum: int, _frame: Any) -> None:
+        forwarded.append(signum)
+        _signal_all(procs, signum)
+
+    old = {s: signal.signal(s, forward) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        for rank in range(nranks):
+            procs.append(subprocess.Popen(list(cmd), env={**base, **rank_env(rank, nranks,
+                                                                               launch_id)},
+                                          start_new_session=True))
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            codes = [p.poll() for p in procs]
+            failed = [c for c in codes if c not in (None, 0)]
+            if failed:
+                _stop_all(procs)
+                return _status(failed[0])
+            if all(c == 0 for c in codes):
+                return 0
+            if deadline is not None and time.monotonic() > deadline:
+                _stop_all(procs)
+                return TIMEOUT_STATUS
+            time.sleep(0.02)
+    finally:
+        if any(p.poll() is None for p in procs):
+            _stop_all(procs)
+        for s, handler in old.items():
+            signal.signal(s, handler)
+
+
+# -- a Python function on N ranks --------------------------------------------------
+
+def _rank_main(fn: Callable[..., Any], args: Sequence[Any], env: Dict[str, str],
+               conn: multiprocessing.connection.Connection) -> None:
+    os.environ.update(env)  # before the first library call reads the knobs
+    try:
+        reply = (True, fn(*args))
+    except BaseException:  # noqa: B902 - every failure goes back to the parent
+        reply = (False, traceback.format_exc())
+    try:
+        conn.send(reply)
+    except Exception:  # the result did not pickle
+        conn.send((False, traceback.format_exc()))
+    conn.close()
+
+
+def _describe_exit(code: Optional[int]) -> str:
+    if code is not None and code < 0:
+        return f"killed by signal {-code} ({signal.Signals(-code).name})"
+    return f"exited with status {code} without a result"
+
+
+def launch(fn: Callable[..., Any], nranks: int, *args: Any, timeout: float = 300.0,
+           env: Optional[Mapping[str, str]] = None, start_method: str = "spawn") -> List[Any]:
+    """fn(*args) on `nranks` processes with the HETCCL_LAUNCH_* environment
+    (plus `env`); returns [result of rank 0, ...]. `fn`, `args` and the
+    results must pickle."""
+    if nranks < 1:
+        raise ValueError("nranks must be at least 1")
+    ctx = multiprocessing.get_context(start_method)
+    launch_id = new_launch_id()
+    extra = dict(env or {})
+    readers: Dict[Any, int] = {}
+    procs = []
+    for rank in range(nranks):
+        reader, writer = ctx.Pipe(duplex=False)
+        p = ctx.Process(target=_rank_main, name=f"hetccl-rank{rank}",
+                        args=(fn, args, {**extra, **rank_env(rank, nranks, launch_id)},
+                              writer))
+        p.start()
+        writer.close()
+        readers[reader] = rank
+        procs.append(p)
+    try:
+        return _collect(procs, readers, timeout)
+    finally:
+        for p in procs:
+            if p.is_alive():
+                p.terminate()
+        for p in procs:
+            p.join(KILL_GRACE_S)
+            if p.is_alive():
+                p.kill()
+                p.join()
+
+
+def _collect(procs: List[Any], readers: Dict[Any, int], timeout: float) -> List[Any]:
+    conn_of = {rank: conn for conn, rank in readers.items()}
+    results: Dict[int, Any] = {}
+    failures: Dict[int, str] = {}
+    first: Optional[int] = None
+    deadline = time.monotonic() + timeout
+    while len(results) + len(failures) < len(procs):
+        left = deadline - time.monotonic()
+        if left <= 0:
+            if first is not None:
+                break
+            pending = sorted(set(range(len(procs))) - set(results))
+            raise LaunchError(f"launch timed out after {timeout:g} s; ranks still running: "
+                              f"{pending}")
+        running = [r for r in range(len(procs)) if r not in results and r not in failures]
+        waitable = {conn_of[r]: r for r in running}
+        waitable.update({procs[r].sentinel: r for r in running})
+        for ready in multiprocessing.connection.wait(list(waitable), left):
+            rank = waitable[ready]
+            if rank in results or rank in failures:
+                continue
+            reply = _read(conn_of[rank])
+            if reply is None:
+                if ready is conn_of[rank]:
+                    procs[rank].join(KILL_GRACE_S)  # closed without a reply: it is exiting
+                elif procs[rank].is_alive():
+                    continue
+                failures[rank] = _describe_exit(procs[rank].exitcode)
+            elif reply[0]:
+                results[rank] = reply[1]
+            else:
+                failures[rank] = reply[1]
+            if rank in failures and first is None:
+                first = rank
+                deadline = min(deadline, time.monotonic() + REPORT_GRACE_S)
+    if first is None:
+        return [results[r] for r in range(len(procs))]
+    order = [first] + sorted(r for r in failures if r != first)
+    text = "\n".join(f"--- rank {r} ---\n{failures[r]}" for r in order)
+    raise LaunchError(f"rank {first} of {len(procs)} failed:\n{text}", first, failures)
+
+
+def _read(conn: Any) -> Optional[Any]:
+    """The rank's (ok, value) reply, or None when it closed without one."""
+    try:
+        if conn.poll():
+            return conn.recv()
+    except (EOFError, OSError):
+        pass
+    return None

@@ -1,0 +1,531 @@
+"""Every collective x every NCCL type x every operator on 1-4 real processes.
+
+One launch per configuration (rank count, transport, chunk knobs); inside the
+ranks a loop runs every (collective, type, operator, count, placement) and
+checks it against a numpy reference that each rank computes alone from the
+inputs of all ranks (the inputs are a deterministic function of rank and
+case). The reference knows nothing of the library: bfloat16 and fp8 are
+decoded here from their bit layouts, without ml_dtypes.
+
+- integers: exact, with wrap-around (sum/max/min use the full range);
+- floats: inputs are multiples of 1/4 in [-2, 2], exact in every type;
+  max/min must be exact, sum/avg/premulsum within n*eps*sum|x| (each
+  pairwise step may round once), prod within n*eps*|result|;
+- data movement (broadcast, gathers, alltoall, send/recv): bit-exact on
+  random bit patterns (NaN payloads included);
+- every output buffer has guard elements after it that must stay untouched,
+  and out-of-place send buffers must be left unchanged.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import reduce
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
+
+import numpy as np
+import pytest
+
+import hetccl
+from hetccl import nccl
+
+pytestmark = pytest.mark.usefixtures("hetccl_library")
+
+GUARD = 4            # elements after every output buffer
+SENTINEL = 0xA5      # byte value of unwritten output
+LARGE = 1000003      # a prime number of elements
+
+
+# -- element types (independent of the library) ---------------------------------
+
+def _minifloat_table(exp_bits: int, man_bits: int, ieee_specials: bool) -> np.ndarray:
+    """Value of each of the 256 codes of an 8-bit float. e4m3 ("fn") has no
+    infinities and one NaN per sign (all ones); e5m2 follows IEEE."""
+    bias = (1 << (exp_bits - 1)) - 1
+    top = (1 << exp_bits) - 1
+    values = np.empty(256)
+    for code in range(256):
+        sign = -1.0 if code & 0x80 else 1.0
+        e, m = (code >> man_bits) & top, code & ((1 << man_bits) - 1)
+        if ieee_specials and e == top:
+            values[code] = sign * np.inf if m == 0 else np.nan
+        elif not ieee_specials and e == top and m == (1 << man_bits) - 1:
+            values[code] = np.nan
+        elif e == 0:
+            values[code] = sign * m / (1 << man_bits) * 2.0 ** (1 - bias)
+        else:
+            values[code] = sign * (1 + m / (1 << man_bits)) * 2.0 ** (e - bias)
+    return values
+
+
+E4M3 = _minifloat_table(4, 3, ieee_specials=False)
+E5M2 = _minifloat_table(5, 2, ieee_specials=True)
+
+
+def _quarter_codes(table: np.ndarray) -> np.ndarray:
+    """Code of k/4 for k = -8..8 (the first code with that value; +0 for 0)."""
+    codes = [0 if k == 0 else int(np.flatnonzero(table == k / 4)[0]) for k in range(-8, 9)]
+    return np.array(codes, dtype=np.uint8)
+
+
+FP8_QUARTERS = {"float8e4m3": _quarter_codes(E4M3), "float8e5m2": _quarter_codes(E5M2)}
+
+
+@dataclass(frozen=True)
+class DType:
+    code: int
+    name: str
+    storage: str        # numpy dtype of the bits
+    eps: float = 0.0    # unit roundoff * 2 (machine epsilon); 0 for integers
+
+    @property
+    def is_int(self) -> bool:
+        return self.eps == 0.0
+
+    @property
+    def np(self) -> np.dtype:
+        return np.dtype(self.storage)
+
+    def decode(self, a: np.ndarray) -> np.ndarray:
+        """Float64 values of stored floats."""
+        if self.name == "bfloat16":
+            return (a.astype(np.uint32) << 16).view(np.float32).astype(np.float64)
+        if self.name == "float8e4m3":
+            return E4M3[a]
+        if self.name == "float8e5m2":
+            return E5M2[a]
+        return a.astype(np.float64)
+
+    def quarters(self, k: np.ndarray) -> np.ndarray:
+        """The exact encoding of k/4 (|k| <= 8)."""
+        v = np.asarray(k, dtype=np.float64) / 4
+        if self.name == "bfloat16":
+            return (v.astype(np.float32).view(np.uint32) >> 16).astype(np.uint16)
+        if self.name in ("float8e4m3", "float8e5m2"):
+            return FP8_QUARTERS[self.name][np.asarray(k) + 8]
+        return v.astype(self.np)
+
+
+DTYPES = [
+    DType(nccl.NCCL_INT8, "int8", "int8"),
+    DType(nccl.NCCL_UINT8, "uint8", "uint8"),
+    DType(nccl.NCCL_INT32, "int32", "int32"),
+    DType(nccl.NCCL_UINT32, "uint32", "uint32"),
+    DType(nccl.NCCL_INT64, "int64", "int64"),
+    DType(nccl.NCCL_UINT64, "uint64", "uint64"),
+    DType(nccl.NCCL_FLOAT16, "float16", "float16", 2.0**-10),
+    DType(nccl.NCCL_FLOAT32, "float32", "float32", 2.0**-23),
+    DType(nccl.NCCL_FLOAT64, "float64", "float64", 2.0**-52),
+    DType(nccl.NCCL_BFLOAT16, "bfloat16", "uint16", 2.0**-7),
+    DType(nccl.NCCL_FLOAT8E4M3, "float8e4m3", "uint8", 2.0**-3),
+    DType(nccl.NCCL_FLOAT8E5M2, "float8e5m2", "uint8", 2.0**-2),
+]
+BY_NAME = {d.name: d for d in DTYPES}
+
+# Operators: the five built-ins, PREMUL (ncclRedOpCreatePreMulSum with a
+# per-rank host scalar), and MOVE for collectives that only move data.
+SUM, PROD, MAX, MIN, AVG, PREMUL, MOVE = range(7)
+OP_NAMES = ["sum", "prod", "max", "min", "avg", "premulsum", "-"]
+REDUCE_OPS = [SUM, PROD, MAX, MIN, AVG, PREMUL]
+
+
+# -- inputs and references ----------------------------------------------------
+
+def inputs(dt: DType, op: int, rank: int, count: int, salt: int) -> np.ndarray:
+    """Rank `rank`'s input for a case: the same on every process."""
+    rng = np.random.default_rng([salt, dt.code, op, rank, count])
+    if op == MOVE:
+        raw = rng.integers(0, 256, size=count * dt.np.itemsize, dtype=np.uint8)
+        return raw.view(dt.np)
+    if not dt.is_int:
+        return dt.quarters(rng.integers(-8, 9, size=count))
+    info = np.iinfo(dt.np)
+    signed = info.min < 0
+    lo, hi = {PROD: (-2, 2) if signed else (0, 3),
+              AVG: (-30, 30) if signed else (0, 60),
+              PREMUL: (-20, 20) if signed else (0, 40)}.get(op, (info.min, info.max))
+    return rng.integers(lo, hi, size=count, dtype=dt.np, endpoint=True)
+
+
+def premul_scalar(dt: DType, rank: int) -> np.ndarray:
+    """Rank r's PreMulSum scalar: r + 2 for integers, (r + 1) / 2 for floats."""
+    if dt.is_int:
+        return np.array([rank + 2], dtype=dt.np)
+    return dt.quarters(np.array([2 * (rank + 1)]))
+
+
+def reference(dt: DType, op: int, xs: Sequence[np.ndarray]) -> Tuple[np.ndarray, Optional[np.ndarray]]:
+    """(expected result, per-element tolerance or None for exact)."""
+    n = len(xs)
+    if dt.is_int:
+        with np.errstate(over="ignore"):
+            if op == PREMUL:
+                xs = [x * premul_scalar(dt, r)[0] for r, x in enumerate(xs)]
+            if op in (SUM, PREMUL):
+                return reduce(np.add, xs), None
+            if op == PROD:
+                return reduce(np.multiply, xs), None
+            if op == MAX:
+                return reduce(np.maximum, xs), None
+            if op == MIN:
+                return reduce(np.minimum, xs), None
+        total = reduce(np.add, [x.astype(np.int64) for x in xs])   # AVG: no overflow here
+        return (np.sign(total) * (np.abs(total) // n)).astype(dt.np), None
+    fs = [dt.decode(x) for x in xs]
+    if op == PREMUL:
+        fs = [f * dt.decode(premul_scalar(dt, r))[0] for r, f in enumerate(fs)]
+    magnitude = reduce(np.add, [np.abs(f) for f in fs])
+    if op in (SUM, PREMUL):
+        return reduce(np.add, fs), n * dt.eps * magnitude
+    if op == AVG:
+        return reduce(np.add, fs) / n, (n + 1) * dt.eps * magnitude / n
+    if op == PROD:
+        want = reduce(np.multiply, fs)
+        return want, n * dt.eps * np.abs(want)
+    return reduce(np.maximum if op == MAX else np.minimum, fs), np.zeros(len(fs[0]))
+
+
+# -- one rank's checks -----------------------------------------------------------
+
+@dataclass
+class Rank:
+    comm: nccl.NcclCommunicator
+    rank: int
+    n: int
+    config: str
+    checks: int = 0
+    case: int = 0
+    failures: List[str] = field(default_factory=list)
+
+    def fail(self, label: str, text: str) -> None:
+        self.failures.append(f"[{self.config}] rank {self.rank}/{self.n} {label}: {text}")
+
+    def compare(self, label: str, dt: DType, got: np.ndarray, want: np.ndarray,
+                tol: Optional[np.ndarray]) -> None:
+        self.checks += 1
+        if tol is None:  # bit-exact
+            bad = got.view(f"u{dt.np.itemsize}") != want.view(f"u{dt.np.itemsize}")
+            shown_got, shown_want = got, want
+        else:
+            shown_got = dt.decode(got)
+            shown_want = want
+            bad = ~(np.abs(shown_got - want) <= tol)
+        if bad.any():
+            i = int(np.argmax(bad))
+            self.fail(label, f"{int(bad.sum())}/{len(bad)} elements wrong, first at [{i}]: "
+                      f"got {shown_got[i]!r} want {shown_want[i]!r}"
+                      + ("" if tol is None else f" (tolerance {tol[i]:.3g})"))
+
+    def guard(self, label: str, buf: np.ndarray, used: int) -> None:
+        tail = buf[used:].view(np.uint8)
+        if (tail != SENTINEL).any():
+            self.fail(label, f"wrote past the end of the output ({used} elements)")
+
+    def unchanged(self, label: str, buf: np.ndarray, original: np.ndarray) -> None:
+        if buf.tobytes() != original.tobytes():
+            self.fail(label, "out-of-place send buffer was modified")
+
+
+def alloc(dt: DType, count: int) -> np.ndarray:
+    """An output buffer of `count` elements plus the guard, all SENTINEL."""
+    return np.full((count + GUARD) * dt.np.itemsize, SENTINEL, dtype=np.uint8).view(dt.np)
+
+
+def ptr(a: np.ndarray, offset: int = 0) -> int:
+    return int(a.ctypes.data) + offset * a.itemsize
+
+
+@dataclass
+class Case:
+    r: Rank
+    dt: DType
+    op: int
+    count: int
+    inplace: bool
+    salt: int
+    root: int
+
+    @property
+    def label(self) -> str:
+        place = "in-place" if self.inplace else "out-of-place"
+        return (f"{KIND_NAMES[self.salt]} {self.dt.name} {OP_NAMES[self.op]} "
+                f"count={self.count} {place} root={self.root}")
+
+    def inputs(self, count: int) -> List[np.ndarray]:
+        return [inputs(self.dt, self.op, j, count, self.salt) for j in range(self.r.n)]
+
+    def opcode(self) -> int:
+        if self.op == PREMUL:
+            scalar = premul_scalar(self.dt, self.r.rank).tobytes()
+            return self.r.comm.createPreMulSum(scalar, self.dt.code)
+        return self.op
+
+    def release(self, opcode: int) -> None:
+        if self.op == PREMUL:
+            self.r.comm.destroyRedOp(opcode)
+
+
+def run_allreduce(c: Case) -> None:
+    r, n, count = c.r, c.r.n, c.count
+    xs = c.inputs(count)
+    want, tol = reference(c.dt, c.op, xs)
+    out = alloc(c.dt, count)
+    if c.inplace:
+        out[:count] = xs[r.rank]
+    send = out if c.inplace else xs[r.rank].copy()
+    op = c.opcode()
+    r.comm.allReduce(ptr(send), ptr(out), count, c.dt.code, op)
+    c.release(op)
+    r.compare(c.label, c.dt, out[:count], want, tol)
+    r.guard(c.label, out, count)
+    if not c.inplace:
+        r.unchanged(c.label, send, xs[r.rank])
+
+
+def run_reduce(c: Case) -> None:
+    r, count = c.r, c.count
+    xs = c.inputs(count)
+    out = alloc(c.dt, count)
+    if c.inplace:
+        out[:count] = xs[r.rank]
+    send = out if c.inplace else xs[r.rank].copy()
+    op = c.opcode()
+    r.comm.reduce(ptr(send), ptr(out), count, c.dt.code, op, c.root)
+    c.release(op)
+    if r.rank == c.root:
+        want, tol = reference(c.dt, c.op, xs)
+        r.compare(c.label, c.dt, out[:count], want, tol)
+    r.guard(c.label, out, count)
+    if not c.inplace:
+        r.unchanged(c.label, send, xs[r.rank])
+
+
+def run_reducescatter(c: Case) -> None:
+    r, n, count = c.r, c.r.n, c.count
+    xs = c.inputs(n * count)
+    want, tol = reference(c.dt, c.op, xs)
+    mine = slice(r.rank * count, (r.rank + 1) * count)
+    op = c.opcode()
+    if c.inplace:
+        buf = alloc(c.dt, n * count)
+        buf[:n * count] = xs[r.rank]
+        r.comm.reduceScatter(ptr(buf), ptr(buf, r.rank * count), count, c.dt.code, op)
+        got, guarded, used = buf[mine], buf, n * count
+    else:
+        send = xs[r.rank].copy()
+        out = alloc(c.dt, count)
+        r.comm.reduceScatter(ptr(send), ptr(out), count, c.dt.code, op)
+        got, guarded, used = out[:count], out, count
+        r.unchanged(c.label, send, xs[r.rank])
+    c.release(op)
+    r.compare(c.label, c.dt, got, want[mine], None if tol is None else tol[mine])
+    r.guard(c.label, guarded, used)
+
+
+def run_allgather(c: Case) -> None:
+    r, n, count = c.r, c.r.n, c.count
+    xs = c.inputs(count)
+    out = alloc(c.dt, n * count)
+    if c.inplace:
+        out[r.rank * count:(r.rank + 1) * count] = xs[r.rank]
+        r.comm.allGather(ptr(out, r.rank * count), ptr(out), count, c.dt.code)
+    else:
+        send = xs[r.rank].copy()
+        r.comm.allGather(ptr(send), ptr(out), count, c.dt.code)
+        r.unchanged(c.label, send, xs[r.rank])
+    r.compare(c.label, c.dt, out[:n * count], np.concatenate(xs), None)
+    r.guard(c.label, out, n * count)
+
+
+def run_broadcast(c: Case) -> None:
+    r, count = c.r, c.count
+    xs = c.inputs(count)
+    out = alloc(c.dt, count)
+    if c.inplace:
+        if r.rank == c.root:
+            out[:count] = xs[r.rank]
+        r.comm.broadcast(ptr(out), ptr(out), count, c.dt.code, c.root)
+    else:
+        send = xs[r.rank].copy()
+        r.comm.broadcast(ptr(send), ptr(out), count, c.dt.code, c.root)
+        r.unchanged(c.label, send, xs[r.rank])
+    r.compare(c.label, c.dt, out[:count], xs[c.root], None)
+    r.guard(c.label, out, count)
+
+
+def run_bcast(c: Case) -> None:
+    r, count = c.r, c.count
+    xs = c.inputs(count)
+    out = alloc(c.dt, count)
+    if r.rank == c.root:
+        out[:count] = xs[r.rank]
+    r.comm.bcast(ptr(out), count, c.dt.code, c.root)
+    r.compare(c.label, c.dt, out[:count], xs[c.root], None)
+    r.guard(c.label, out, count)
+
+
+def run_alltoall(c: Case) -> None:
+    r, n, count = c.r, c.r.n, c.count
+    xs = c.inputs(n * count)
+    send = xs[r.rank].copy()
+    out = alloc(c.dt, n * count)
+    r.comm.alltoall(ptr(send), ptr(out), count, c.dt.code)
+    mine = slice(r.rank * count, (r.rank + 1) * count)
+    r.compare(c.label, c.dt, out[:n * count], np.concatenate([x[mine] for x in xs]), None)
+    r.guard(c.label, out, n * count)
+    r.unchanged(c.label, send, xs[r.rank])
+
+
+def run_gather(c: Case) -> None:
+    r, n, count = c.r, c.r.n, c.count
+    xs = c.inputs(count)
+    out = alloc(c.dt, n * count)
+    send = xs[r.rank].copy()
+    if c.inplace and r.rank == c.root:
+        out[r.rank * count:(r.rank + 1) * count] = xs[r.rank]
+        r.comm.gather(ptr(out, r.rank * count), ptr(out), count, c.dt.code, c.root)
+    else:
+        r.comm.gather(ptr(send), ptr(out), count, c.dt.code, c.root)
+        r.unchanged(c.label, send, xs[r.rank])
+    if r.rank == c.root:
+        r.compare(c.label, c.dt, out[:n * count], np.concatenate(xs), None)
+    r.guard(c.label, out, n * count)
+
+
+def run_scatter(c: Case) -> None:
+    r, n, count = c.r, c.r.n, c.count
+    xs = c.inputs(n * count)
+    mine = slice(r.rank * count, (r.rank + 1) * count)
+    send = xs[r.rank].copy()
+    if c.inplace and r.rank == c.root:
+        r.comm.scatter(ptr(send), ptr(send, r.rank * count), count, c.dt.code, c.root)
+        r.compare(c.label, c.dt, send[mine], xs[c.root][mine], None)
+        return
+    out = alloc(c.dt, count)
+    r.comm.scatter(ptr(send), ptr(out), count, c.dt.code, c.root)
+    r.compare(c.label, c.dt, out[:count], xs[c.root][mine], None)
+    r.guard(c.label, out, count)
+    r.unchanged(c.label, send, xs[r.rank])
+
+
+def run_sendrecv(c: Case) -> None:
+    """A ring: send to rank+1, receive from rank-1, in one group."""
+    r, n, count = c.r, c.r.n, c.count
+    xs = c.inputs(count)
+    send = xs[r.rank].copy()
+    out = alloc(c.dt, count)
+    nccl.groupStart()
+    r.comm.send(ptr(send), count, c.dt.code, (r.rank + 1) % n)
+    r.comm.recv(ptr(out), count, c.dt.code, (r.rank - 1) % n)
+    nccl.groupEnd()
+    r.compare(c.label, c.dt, out[:count], xs[(r.rank - 1) % n], None)
+    r.guard(c.label, out, count)
+    r.unchanged(c.label, send, xs[r.rank])
+
+
+# name -> (runner, reduces?, placements)
+KINDS: Dict[str, Tuple[Callable[[Case], None], bool, Tuple[bool, ...]]] = {
+    "allreduce": (run_allreduce, True, (False, True)),
+    "reduce": (run_reduce, True, (False, True)),
+    "reducescatter": (run_reducescatter, True, (False, True)),
+    "allgather": (run_allgather, False, (False, True)),
+    "broadcast": (run_broadcast, False, (False, True)),
+    "bcast": (run_bcast, False, (True,)),
+    "alltoall": (run_alltoall, False, (False,)),   # in-place alltoall is undefined in NCCL
+    "gather": (run_gather, False, (False, True)),
+    "scatter": (run_scatter, False, (False, True)),
+    "sendrecv": (run_sendrecv, False, (False,)),
+}
+KIND_NAMES = list(KINDS)
+
+
+# -- the sweep a rank runs ---------------------------------------------------------
+
+@dataclass(frozen=True)
+class Sweep:
+    name: str
+    nranks: int
+    env: Tuple[Tuple[str, str], ...] = ()
+    counts: Tuple[int, ...] = (0, 1, 7, 1031)
+    kinds: Tuple[str, ...] = tuple(KINDS)
+    large: Tuple[Tuple[str, str, int], ...] = ()  # (kind, dtype, op) at LARGE elements
+
+
+LARGE_SET = (("allreduce", "float32", SUM), ("allreduce", "bfloat16", SUM),
+             ("allreduce", "int64", MAX), ("reducescatter", "float32", SUM),
+             ("allgather", "uint8", MOVE), ("broadcast", "float64", MOVE),
+             ("alltoall", "int32", MOVE))
+
+
+def run_case(r: Rank, kind: str, dt: DType, op: int, count: int, inplace: bool) -> None:
+    r.case += 1
+    fn = KINDS[kind][0]
+    fn(Case(r, dt, op, count, inplace, KIND_NAMES.index(kind), r.case % r.n))
+
+
+def rank_sweep(spec: Sweep) -> Tuple[int, List[str]]:
+    """Runs in every rank; returns (checks done, failure lines)."""
+    comm = hetccl.communicator()
+    r = Rank(comm, comm.rank_id(), comm.size(), spec.name)
+    try:
+        for count in spec.counts:
+            for dt in DTYPES:
+                for kind in spec.kinds:
+                    _fn, reduces, placements = KINDS[kind]
+                    for op in (REDUCE_OPS if reduces else [MOVE]):
+                        for inplace in placements:
+                            run_case(r, kind, dt, op, count, inplace)
+        for kind, dtname, op in spec.large:
+            for inplace in KINDS[kind][2]:
+                run_case(r, kind, BY_NAME[dtname], op, LARGE, inplace)
+    finally:
+        comm.destroy()
+    return r.checks, r.failures
+
+
+SMALL_CHUNKS = (("HETCCL_PIPELINE_CHUNK", "64"), ("HETCCL_SMALL_BYTES", "0"),
+                ("HETCCL_SHM_CHUNK", "64"), ("HETCCL_SHM_SLOTS", "2"),
+                ("HETCCL_SOCKET_CHUNK", "512"))
+SHM = (("HETCCL_TRANSPORT", "shm"),)
+SOCKET = (("HETCCL_TRANSPORT", "socket"),)
+
+SWEEPS = [
+    Sweep("n1", 1),
+    Sweep("n2-shm", 2, SHM, large=LARGE_SET),
+    Sweep("n3-shm", 3, SHM),
+    Sweep("n4-shm", 4, SHM),
+    Sweep("n2-socket", 2, SOCKET),
+    Sweep("n3-socket-large", 3, SOCKET, counts=(7,), large=LARGE_SET),
+    Sweep("n3-shm-small-chunks", 3, SHM + SMALL_CHUNKS),
+    Sweep("n4-socket-small-chunks", 4, SOCKET + SMALL_CHUNKS, counts=(1, 1031)),
+    Sweep("n3-shm-ring", 3, SHM + SMALL_CHUNKS + (("HETCCL_ALGO", "ring"),), counts=(7, 1031)),
+    Sweep("n3-shm-rd", 3, SHM + (("HETCCL_ALGO", "rd"),), counts=(7, 1031)),
+    Sweep("n4-shm-rd", 4, SHM + (("HETCCL_ALGO", "rd"),), counts=(7, 1031)),
+    Sweep("n4-shm-direct", 4, SHM + (("HETCCL_ALGO", "direct"),), counts=(7, 1031)),
+]
+
+MAX_SHOWN = 40
+
+
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize("spec", SWEEPS, ids=[s.name for s in SWEEPS])
+def test_sweep(spec: Sweep) -> None:
+    results = hetccl.launch(rank_sweep, spec.nranks, spec, env=dict(spec.env), timeout=540)
+    failures = [line for _checks, lines in results for line in lines]
+    checks = sum(c for c, _lines in results)
+    assert checks > 0
+    shown = "\n".join(failures[:MAX_SHOWN])
+    more = f"\n... and {len(failures) - MAX_SHOWN} more" if len(failures) > MAX_SHOWN else ""
+    assert not failures, f"{len(failures)} of {checks} checks failed:\n{shown}{more}"
+
+
+def test_reference_is_independent() -> None:
+    """The test's own decoders agree with known encodings."""
+    bf16 = BY_NAME["bfloat16"]
+    assert bf16.decode(np.array([0x3F80, 0xC000], dtype=np.uint16)).tolist() == [1.0, -2.0]
+    assert E4M3[0x38] == 1.0 and E4M3[0x7E] == 448.0 and np.isnan(E4M3[0x7F])
+    assert E5M2[0x3C] == 1.0 and E5M2[0x7B] == 57344.0 and np.isinf(E5M2[0x7C])
+    for dt in DTYPES:
+        if not dt.is_int:
+            k = np.arange(-8, 9)
+            assert (dt.decode(dt.quarters(k)) == k / 4).all(), dt.name

@@ -1,0 +1,170 @@
+#!/usr/bin/env bash
+# Everything the GPU machine checks, in one call (see ../shared/device.md):
+#
+#   device run (kind nvidia-h200-x2, carry [".whl"]):
+#     bash tools/device/run.sh
+#
+# Stages (each logs to $OUT/NN-name.log and prints one PASS/FAIL line; a
+# failed stage does not stop the next; exit status 1 if any failed):
+#   1 build    libhetccl (and hetccl-perf) with meson into build-dev
+#   2 pytest   the cuda-marked tests (tests/test_cuda.py and others marked so)
+#   3 torch    tools/device/torch_dropin.py without and with
+#              LD_PRELOAD=libhetccl.so: results identical, and the hetccl log
+#              shows the calls went through hetccl to the real NCCL
+#   4 cupy     tools/device/cupy_dropin.py, the same way
+#   5 perf     tools/device/compare_nccl.{sh,py}: hetccl-perf, real NCCL
+#              against hetccl forwarding to it, -m cuda -g 2 (if present)
+#   6 broken   HETCCL_NCCL_LIBRARY=/nonexistent under PyTorch: a clean error
+#              that names it, no crash, no hang
+# $OUT also gets summary.txt and extra.tgz (JSON results, hetccl debug logs,
+# raw perf tables): 8 files, the most that come back.
+#
+# Wheels for what the machine lacks (cffi, pycparser) travel in .whl (see
+# the device README); NCCL_NVLS_ENABLE=0 everywhere. Budget: about 8 minutes.
+set -u
+ROOT=$(cd "$(dirname "$0")/../.." && pwd)
+cd "$ROOT"
+OUT=${OUT:-$ROOT/device-out}
+mkdir -p "$OUT"
+WORK=$(mktemp -d /tmp/hetccl-dev.XXXXXX)
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+export PYTHONUNBUFFERED=1
+PY=${PYTHON:-python3}
+LIB=$ROOT/build-dev/libhetccl/libhetccl.so
+export HETCCL_LIBRARY=$LIB
+SITE=$($PY -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])' 2>/dev/null)
+REAL_NCCL=${REAL_NCCL:-$SITE/nvidia/nccl/lib/libnccl.so.2}
+STATUS=0
+: >"$OUT/summary.txt"
+
+note() { echo "$*" | tee -a "$OUT/summary.txt"; }
+
+# stage NUMBER NAME TIMEOUT_S FUNCTION: run FUNCTION with its output in the
+# stage's log, under a time limit (timeout signals the whole process group,
+# spawned ranks included), and record PASS/FAIL.
+stage() {
+  local num=$1 name=$2 limit=$3 fn=$4 log="$OUT/$1-$2.log" t0=$SECONDS rc
+  echo "== stage $name (limit ${limit}s)" >"$log"
+  timeout -k 15 "$limit" bash -c "$fn" >>"$log" 2>&1
+  rc=$?
+  [ $rc -eq 124 ] && echo "FAIL: timed out after ${limit}s" >>"$log"
+  if [ $rc -eq 0 ]; then
+    note "PASS $name ($((SECONDS - t0)) s)"
+  else
+    STATUS=1
+    note "FAIL $name (rc $rc, $((SECONDS - t0)) s): $(grep -E 'FAIL|Error' "$log" | tail -1 | cut -c1-200)"
+  fi
+}
+
+# --- stages -------------------------------------------------------------------
+
+do_build() {
+  set -e
+  if [ -d .whl ] && ls .whl/*.whl >/dev/null 2>&1; then
+    $PY -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+      --target /tmp/site .whl/*.whl || echo "WARN: the wheels in .whl did not install"
+  fi
+  [ -d build-dev ] || meson setup build-dev --buildtype=release
+  ninja -C build-dev
+  ls -l "$LIB"
+  nvidia-smi -L || true
+  echo "real NCCL: $REAL_NCCL"
+  ls -l "$REAL_NCCL"
+}
+
+do_pytest() {
+  set -e
+  $PY -m pytest -q -m cuda tests -p no:cacheprovider -rs --timeout 300
+}
+
+# dropin NAME SCRIPT: run SCRIPT once without and once with hetccl
+# preloaded, compare the results, check the log for forwarded calls.
+dropin() {
+  local name=$1 script=$2 base="$WORK/$1"
+  echo "--- without hetccl"
+  $PY "$script" "$base.nccl.json" || { echo "FAIL: $name without hetccl"; return 1; }
+  echo "--- with LD_PRELOAD=$LIB"
+  LD_PRELOAD=$LIB HETCCL_DEBUG=INFO HETCCL_DEBUG_SUBSYS=VENDOR,INIT,CALL \
+    HETCCL_DEBUG_FILE="$WORK/$name.hetccl.%p.log" \
+    $PY "$script" "$base.hetccl.json" || { echo "FAIL: $name with hetccl"; return 1; }
+  $PY - "$base.nccl.json" "$base.hetccl.json" <<'EOF' || return 1
+import json, sys
+a, b = (json.load(open(p)) for p in sys.argv[1:3])
+ka = a.get("ranks", a.get("results"))
+kb = b.get("ranks", b.get("results"))
+same = lambda x, y: json.dumps(x, sort_keys=True) == json.dumps(y, sort_keys=True)
+diff = sorted(k for k in set(ka) | set(kb) if not same(ka.get(k), kb.get(k)))
+if not same(a.get("nccl_version"), b.get("nccl_version")):
+    diff.append("nccl_version %s != %s" % (a.get("nccl_version"), b.get("nccl_version")))
+print("timing without:", json.dumps(a.get("timing")))
+print("timing with:   ", json.dumps(b.get("timing")))
+if diff:
+    print("FAIL: results differ:", diff)
+    for k in diff[:5]:
+        print(" ", k, ka.get(k), "!=", kb.get(k))
+    sys.exit(1)
+print("identical results:", len(ka), "entries")
+EOF
+  cat "$WORK/$name".hetccl.*.log >"$WORK/$name.hetccl.log" 2>/dev/null
+  local log="$WORK/$name.hetccl.log" vendor fwd calls
+  vendor=$(grep -c "INFO VENDOR NCCL" "$log")
+  fwd=$(grep -c "forwarding to" "$log")
+  calls=$(grep -c " CALL " "$log")
+  grep -m3 "INFO VENDOR" "$log"
+  grep -m3 "forwarding to" "$log"
+  grep -m5 " CALL " "$log"
+  echo "hetccl log: $vendor NCCL loads, $fwd forwarded communicators, $calls CALL lines"
+  if [ "$vendor" -eq 0 ]; then echo "FAIL: the hetccl log shows no NCCL loaded"; return 1; fi
+  if [ "$fwd" -eq 0 ]; then echo "FAIL: the hetccl log shows no forwarded communicator"; return 1; fi
+}
+
+do_torch() { dropin torch tools/device/torch_dropin.py; }
+do_cupy() { dropin cupy tools/device/cupy_dropin.py; }
+
+do_perf() {
+  if [ -x tools/device/compare_nccl.sh ]; then
+    tools/device/compare_nccl.sh
+  elif [ -f tools/device/compare_nccl.py ]; then
+    $PY tools/device/compare_nccl.py "$REAL_NCCL" --perf build-dev/tools/perf/hetccl-perf \
+      --colls all_reduce,all_gather,broadcast,reduce_scatter,alltoall,sendrecv \
+      -e 256M -n 10 -w 3 --timeout 60 --out "$WORK/perf"
+  else
+    echo "no tools/device/compare_nccl.{sh,py}: skipped"
+  fi
+}
+
+do_broken() {
+  local log="$WORK/broken.out"
+  LD_PRELOAD=$LIB HETCCL_NCCL_LIBRARY=/nonexistent/libnccl.so.2 \
+    $PY tools/device/torch_dropin.py "$WORK/broken.json" --quick >"$log" 2>&1
+  local rc=$?
+  tail -30 "$log"
+  echo "exit status $rc"
+  if [ $rc -eq 0 ]; then echo "FAIL: PyTorch ran with no NCCL to forward to"; return 1; fi
+  if [ $rc -ge 128 ] || grep -qE "Segmentation fault|core dumped|SIGSEGV|SIGABRT" "$log"; then
+    echo "FAIL: crashed (rc $rc)"; return 1
+  fi
+  if ! grep -q "/nonexistent/libnccl.so.2" "$log"; then
+    echo "FAIL: the error does not name HETCCL_NCCL_LIBRARY's value"; return 1
+  fi
+  echo "clean error naming the library"
+}
+
+export ROOT OUT WORK PY LIB REAL_NCCL
+export -f note dropin do_build do_pytest do_torch do_cupy do_perf do_broken
+stage 01 build 240 do_build
+export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
+if [ -f "$LIB" ]; then
+  stage 02 pytest 150 do_pytest
+  stage 03 torch 120 do_torch
+  stage 04 cupy 90 do_cupy
+  stage 05 perf 150 do_perf
+  stage 06 broken 60 do_broken
+else
+  note "FAIL skipped every later stage: no $LIB"
+  STATUS=1
+fi
+
+tar czf "$OUT/extra.tgz" -C "$WORK" . 2>/dev/null
+note "overall: $([ $STATUS -eq 0 ] && echo PASS || echo FAIL)"
+exit $STATUS

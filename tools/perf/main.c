@@ -1,0 +1,544 @@
+/* hetccl-perf: ranks, threads, the size sweep and the table.
+ *
+ * Each thread drives `-g` ranks (one group over their communicators) and
+ * runs the same sweep; statistics cross ranks with the library's own
+ * all-reduce (float64), so no MPI is needed. Global rank 0 prints. */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <libgen.h>
+#include <limits.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "perf.h"
+
+static struct perf_options opt;
+static struct perf_nccl api;
+
+/* This process's place among the launched ones (docs/launcher.md). */
+static struct {
+  int launched; /* HETCCL_LAUNCH_* present */
+  int proc, nprocs, local;
+  ncclUniqueId id;
+  int nranks;   /* in the communicator: nprocs * threads * gpus */
+} world;
+
+struct thread_ctx {
+  int index;
+  pthread_t tid;
+  struct perf_rank *ranks; /* opt.gpus of them */
+  double bw_sum;
+  int bw_count;
+  double wrong;
+};
+
+#define NCCL_CHECK(call, comm)                                                 \
+  do {                                                                         \
+    ncclResult_t res_ = (call);                                                \
+    if (res_ != ncclSuccess)                                                   \
+      nccl_fail(#call, res_, comm);                                            \
+  } while (0)
+
+static void nccl_fail(const char *what, ncclResult_t res, ncclComm_t comm)
+{
+  const char *last = api.GetLastError ? api.GetLastError(comm) : NULL;
+  fprintf(stderr, "hetccl-perf: %s failed: %s%s%s\n", what, api.GetErrorString(res),
+          last && *last ? ": " : "", last ? last : "");
+  exit(1);
+}
+
+static double now_us(void)
+{
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return ts.tv_sec * 1e6 + ts.tv_nsec / 1e3;
+}
+
+/* ---- ranks ---- */
+
+static int hexval(char c)
+{
+  if (c >= '0' && c <= '9')
+    return c - '0';
+  if (c >= 'a' && c <= 'f')
+    return c - 'a' + 10;
+  if (c >= 'A' && c <= 'F')
+    return c - 'A' + 10;
+  return -1;
+}
+
+static int env_int(const char *name, int *out)
+{
+  const char *s = getenv(name);
+  char *end;
+  if (!s || !*s)
+    return -1;
+  long v = strtol(s, &end, 10);
+  if (*end || v < 0 || v > INT_MAX)
+    return -1;
+  *out = (int)v;
+  return 0;
+}
+
+static int world_from_env(void)
+{
+  const char *hex = getenv("HETCCL_LAUNCH_ID");
+  world.proc = 0;
+  world.nprocs = 1;
+  world.local = 0;
+  if (!hex || !*hex)
+    return 0;
+  if (env_int("HETCCL_LAUNCH_RANK", &world.proc) || env_int("HETCCL_LAUNCH_NRANKS", &world.nprocs)
+      || world.proc >= world.nprocs || strlen(hex) != 2 * sizeof world.id.internal) {
+    fprintf(stderr, "hetccl-perf: HETCCL_LAUNCH_ID is set but HETCCL_LAUNCH_RANK/NRANKS/ID "
+                    "are not valid (docs/launcher.md)\n");
+    return -1;
+  }
+  if (env_int("HETCCL_LAUNCH_LOCAL_RANK", &world.local))
+    world.local = world.proc;
+  for (size_t i = 0; i < sizeof world.id.internal; i++) {
+    int hi = hexval(hex[2 * i]), lo = hexval(hex[2 * i + 1]);
+    if (hi < 0 || lo < 0) {
+      fprintf(stderr, "hetccl-perf: HETCCL_LAUNCH_ID is not hexadecimal\n");
+      return -1;
+    }
+    world.id.internal[i] = (char)(hi << 4 | lo);
+  }
+  world.launched = 1;
+  return 0;
+}
+
+static int per_proc(void) { return opt.threads * opt.gpus; }
+
+static int device_of(int thread, int g)
+{
+  if (opt.mem != PERF_MEM_CUDA)
+    return -1;
+  return world.local * per_proc() + thread * opt.gpus + g;
+}
+
+/* Launched: every thread joins its ranks to the communicator, one group
+ * around its -g ranks. */
+static void init_launched(struct thread_ctx *t)
+{
+  if (opt.gpus > 1)
+    NCCL_CHECK(api.GroupStart(), NULL);
+  for (int g = 0; g < opt.gpus; g++) {
+    struct perf_rank *r = &t->ranks[g];
+    r->rank = world.proc * per_proc() + t->index * opt.gpus + g;
+    perf_mem_set_device(r->device);
+    NCCL_CHECK(api.CommInitRank(&r->comm, world.nranks, world.id, r->rank), NULL);
+  }
+  if (opt.gpus > 1)
+    NCCL_CHECK(api.GroupEnd(), NULL);
+}
+
+/* Not launched: one ncclCommInitAll over every local rank. */
+static void init_all(struct thread_ctx *threads)
+{
+  int n = per_proc();
+  ncclComm_t *comms = calloc((size_t)n, sizeof *comms);
+  int *devs = calloc((size_t)n, sizeof *devs);
+  for (int i = 0; i < n; i++)
+    devs[i] = i;
+  NCCL_CHECK(api.CommInitAll(comms, n, opt.mem == PERF_MEM_CUDA ? devs : NULL), NULL);
+  for (int i = 0; i < n; i++) {
+    threads[i / opt.gpus].ranks[i % opt.gpus].comm = comms[i];
+    threads[i / opt.gpus].ranks[i % opt.gpus].rank = i;
+  }
+  free(comms);
+  free(devs);
+}
+
+/* ---- one operation on all of this thread's ranks ---- */
+
+static void run_group(struct thread_ctx *t, const struct perf_args *a,
+                      const struct perf_counts *c, int inplace)
+{
+  if (opt.gpus > 1)
+    NCCL_CHECK(api.GroupStart(), NULL);
+  for (int g = 0; g < opt.gpus; g++) {
+    struct perf_rank *r = &t->ranks[g];
+    const struct perf_counts *rc = &c[g];
+    const void *send = r->send;
+    void *recv = r->recv;
+    if (inplace) {
+      send = (char *)r->recv + rc->send_inplace * a->type->size;
+      recv = (char *)r->recv + rc->recv_inplace * a->type->size;
+    }
+    perf_mem_set_device(r->device);
+    NCCL_CHECK(opt.coll->launch(a, rc, send, recv, r->comm, r->rank, r->stream), r->comm);
+  }
+  if (opt.gpus > 1)
+    NCCL_CHECK(api.GroupEnd(), NULL);
+}
+
+static void sync_all(struct thread_ctx *t)
+{
+  for (int g = 0; g < opt.gpus; g++) {
+    perf_mem_set_device(t->ranks[g].device);
+    perf_mem_stream_sync(t->ranks[g].stream);
+  }
+}
+
+/* An all-reduce of `n` doubles over every rank, in place in `vals` (one
+ * array per local rank). Doubles as the barrier before each timing. */
+static void allreduce_stats(struct thread_ctx *t, double (*vals)[8], int n, ncclRedOp_t op)
+{
+  if (opt.gpus > 1)
+    NCCL_CHECK(api.GroupStart(), NULL);
+  for (int g = 0; g < opt.gpus; g++) {
+    struct perf_rank *r = &t->ranks[g];
+    perf_mem_set_device(r->device);
+    perf_mem_to_device(r->stats, vals[g], n * sizeof(double));
+    NCCL_CHECK(api.AllReduce(r->stats, r->stats, (size_t)n, ncclFloat64, op, r->comm, r->stream),
+               r->comm);
+  }
+  if (opt.gpus > 1)
+    NCCL_CHECK(api.GroupEnd(), NULL);
+  sync_all(t);
+  for (int g = 0; g < opt.gpus; g++) {
+    perf_mem_set_device(t->ranks[g].device);
+    perf_mem_to_host(vals[g], t->ranks[g].stats, n * sizeof(double));
+  }
+}
+
+static void barrier(struct thread_ctx *t)
+{
+  double v[opt.gpus][8];
+  memset(v, 0, sizeof v);
+  allreduce_stats(t, v, 1, ncclSum);
+}
+
+/* ---- data check ----
+ * Before the checked run, out-of-place outputs are overwritten with a
+ * pattern no test value has, so that a stale result cannot pass. */
+
+static void fill(struct perf_rank *r, const struct perf_args *a, const struct perf_counts *c,
+                 int inplace)
+{
+  size_t ts = a->type->size;
+  char *dst = inplace ? (char *)r->recv + c->send_inplace * ts : (char *)r->send;
+  char *host = opt.mem == PERF_MEM_CUDA ? (char *)r->stage : dst;
+  for (size_t i = 0; i < c->send; i++)
+    a->type->store(host + i * ts, perf_value(a->type, a->op, a->nranks, r->rank, i));
+  perf_mem_set_device(r->device);
+  perf_mem_to_device(dst, host, c->send * ts);
+}
+
+static void poison_output(struct perf_rank *r, const struct perf_args *a,
+                          const struct perf_counts *c)
+{
+  size_t bytes = c->recv * a->type->size;
+  char *host = opt.mem == PERF_MEM_CUDA ? (char *)r->stage : (char *)r->recv;
+  memset(host, 0xa5, bytes);
+  perf_mem_to_device(r->recv, host, bytes);
+}
+
+static double count_wrong(struct perf_rank *r, const struct perf_args *a,
+                          const struct perf_counts *c, int inplace)
+{
+  size_t ts = a->type->size;
+  char *out = (char *)r->recv + (inplace ? c->recv_inplace * ts : 0);
+  char *host = out;
+  if (opt.mem == PERF_MEM_CUDA) {
+    perf_mem_set_device(r->device);
+    perf_mem_to_host(r->stage, out, c->recv * ts);
+    host = r->stage;
+  }
+  double wrong = 0;
+  for (size_t i = 0; i < c->recv; i++) {
+    double want;
+    if (!opt.coll->expected(a, c, r->rank, i, &want))
+      continue;
+    double got = a->type->load(host + i * ts);
+    if (!perf_value_matches(a->type, a->op, a->nranks, got, want))
+      wrong++;
+  }
+  return wrong;
+}
+
+static double check(struct thread_ctx *t, const struct perf_args *a, const struct perf_counts *c,
+                    int inplace)
+{
+  for (int g = 0; g < opt.gpus; g++) {
+    if (!inplace)
+      poison_output(&t->ranks[g], a, &c[g]);
+    fill(&t->ranks[g], a, &c[g], inplace);
+  }
+  barrier(t);
+  run_group(t, a, c, inplace);
+  sync_all(t);
+  double wrong = 0;
+  for (int g = 0; g < opt.gpus; g++)
+    wrong += count_wrong(&t->ranks[g], a, &c[g], inplace);
+  return wrong;
+}
+
+/* ---- timing and the table ---- */
+
+static double time_iters(struct thread_ctx *t, const struct perf_args *a,
+                         const struct perf_counts *c, int inplace)
+{
+  for (int i = 0; i < opt.warmup; i++)
+    run_group(t, a, c, inplace);
+  sync_all(t);
+  barrier(t);
+  double start = now_us();
+  for (int i = 0; i < opt.iters; i++) {
+    run_group(t, a, c, inplace);
+    if (opt.blocking)
+      sync_all(t);
+  }
+  sync_all(t);
+  return (now_us() - start) / opt.iters;
+}
+
+static int checked(int inplace) { return opt.check && (!inplace || opt.coll->check_inplace); }
+
+static int is_printer(const struct thread_ctx *t) { return world.proc == 0 && t->index == 0; }
+
+static void print_time(double us)
+{
+  printf(us >= 10000 ? "  %7.0f" : us >= 100 ? "  %7.1f" : "  %7.2f", us);
+}
+
+static void print_result(double us, double bytes, double factor, int checked, double wrong)
+{
+  double algbw = us > 0 ? bytes / us / 1e3 : 0;
+  print_time(us);
+  printf("  %6.2f  %6.2f", algbw, algbw * factor);
+  if (checked)
+    printf("  %6.0f", wrong);
+  else
+    printf("  %6s", "N/A");
+}
+
+static void run_size(struct thread_ctx *t, const struct perf_args *a, size_t bytes)
+{
+  struct perf_counts c[opt.gpus];
+  for (int g = 0; g < opt.gpus; g++)
+    opt.coll->counts(&c[g], bytes / a->type->size, a->nranks, t->ranks[g].rank, a->type->size);
+  double us[2], wrong[2] = {0, 0};
+  for (int inplace = 0; inplace < 2; inplace++) {
+    us[inplace] = time_iters(t, a, c, inplace);
+    if (checked(inplace))
+      wrong[inplace] = check(t, a, c, inplace);
+  }
+  /* per local rank: [oop time, ip time, oop wrong, ip wrong] */
+  double sum[opt.gpus][8], mx[opt.gpus][8], mn[opt.gpus][8];
+  for (int g = 0; g < opt.gpus; g++) {
+    double v[4] = {us[0], us[1], g == 0 ? wrong[0] : 0, g == 0 ? wrong[1] : 0};
+    memcpy(sum[g], v, sizeof v);
+    memcpy(mx[g], v, sizeof v);
+    memcpy(mn[g], v, sizeof v);
+  }
+  allreduce_stats(t, sum, 4, ncclSum);
+  allreduce_stats(t, mx, 2, ncclMax);
+  allreduce_stats(t, mn, 2, ncclMin);
+  double shown[2];
+  for (int i = 0; i < 2; i++) {
+    switch (opt.average) {
+    case 0: shown[i] = us[i]; break; /* printed by rank 0: its own time */
+    case 2: shown[i] = mn[0][i]; break;
+    case 3: shown[i] = mx[0][i]; break;
+    default: shown[i] = sum[0][i] / a->nranks; break;
+    }
+  }
+  double factor = opt.coll->bus_factor(a->nranks);
+  for (int i = 0; i < 2; i++) {
+    if (shown[i] > 0) {
+      t->bw_sum += c[0].bytes / shown[i] / 1e3 * factor;
+      t->bw_count++;
+    }
+  }
+  t->wrong += sum[0][2] + sum[0][3];
+  if (!is_printer(t))
+    return;
+  const char *opname = opt.coll->has_op ? perf_redop_at((int)a->op)->name : "none";
+  printf("%12zu  %12zu  %8s  %6s  %6d", c[0].bytes, c[0].bytes / a->type->size, a->type->name,
+         opname, opt.coll->has_root ? a->root : -1);
+  print_result(shown[0], (double)c[0].bytes, factor, checked(0), sum[0][2]);
+  print_result(shown[1], (double)c[0].bytes, factor, checked(1), sum[0][3]);
+  printf("\n");
+  fflush(stdout);
+}
+
+static void sweep(struct thread_ctx *t)
+{
+  for (int ti = 0; ti < opt.ntypes; ti++) {
+    for (int oi = 0; oi < (opt.coll->has_op ? opt.nops : 1); oi++) {
+      struct perf_args a = {
+        .api = &api,
+        .type = opt.types[ti],
+        /* collectives that do not reduce take values from the max/min range */
+        .op = opt.coll->has_op ? opt.ops[oi]->nccl : ncclMax,
+        .root = opt.root,
+        .nranks = world.nranks,
+      };
+      for (size_t bytes = opt.min_bytes; bytes <= opt.max_bytes;) {
+        run_size(t, &a, bytes);
+        size_t next = opt.step_factor > 1 ? (size_t)(bytes * opt.step_factor) : bytes + opt.step_bytes;
+        if (next <= bytes)
+          next = bytes + 1;
+        bytes = next;
+      }
+    }
+  }
+}
+
+/* ---- setup ---- */
+
+static size_t largest_buffer(void)
+{
+  size_t most = 64; /* room for the statistics even at size 0 */
+  for (int ti = 0; ti < opt.ntypes; ti++) {
+    struct perf_counts c;
+    size_t ts = opt.types[ti]->size;
+    /* the last rank has the largest in-place offset */
+    opt.coll->counts(&c, opt.max_bytes / ts, world.nranks, world.nranks - 1, ts);
+    size_t need = ts * (c.send > c.recv ? c.send : c.recv);
+    if (need > most)
+      most = need;
+  }
+  return most;
+}
+
+static void setup_buffers(struct thread_ctx *t)
+{
+  size_t bytes = largest_buffer();
+  for (int g = 0; g < opt.gpus; g++) {
+    struct perf_rank *r = &t->ranks[g];
+    perf_mem_set_device(r->device);
+    r->stream = perf_mem_stream_create();
+    r->send = perf_mem_alloc(bytes);
+    r->recv = perf_mem_alloc(bytes);
+    r->stats = perf_mem_alloc(8 * sizeof(double));
+    r->stage = opt.mem == PERF_MEM_CUDA ? malloc(bytes) : NULL;
+  }
+}
+
+static void teardown(struct thread_ctx *t)
+{
+  for (int g = 0; g < opt.gpus; g++) {
+    struct perf_rank *r = &t->ranks[g];
+    perf_mem_set_device(r->device);
+    NCCL_CHECK(api.CommDestroy(r->comm), NULL);
+    perf_mem_free(r->send);
+    perf_mem_free(r->recv);
+    perf_mem_free(r->stats);
+    perf_mem_stream_destroy(r->stream);
+    free(r->stage);
+  }
+}
+
+static void *thread_main(void *arg)
+{
+  struct thread_ctx *t = arg;
+  if (world.launched)
+    init_launched(t);
+  setup_buffers(t);
+  barrier(t);
+  sweep(t);
+  teardown(t);
+  return NULL;
+}
+
+static void print_header(struct thread_ctx *threads)
+{
+  char host[256] = "";
+  gethostname(host, sizeof host - 1);
+  printf("# hetccl-perf %s: nThread %d nGpus %d minBytes %zu maxBytes %zu step: ",
+         opt.coll->name, opt.threads, opt.gpus, opt.min_bytes, opt.max_bytes);
+  if (opt.step_factor > 1)
+    printf("%g(factor)", opt.step_factor);
+  else
+    printf("%zu(bytes)", opt.step_bytes);
+  printf(" warmup iters: %d iters: %d validation: %d blocking: %d average: %d\n", opt.warmup,
+         opt.iters, opt.check, opt.blocking, opt.average);
+  int v = api.version;
+  printf("# library: %s (ncclGetVersion %d: %d.%d.%d)\n", api.path, v, v / 10000,
+         (v % 10000) / 100, v % 100);
+  printf("# memory: %s; ranks: %d (%d processes x %d threads x %d per thread), %s\n",
+         opt.mem == PERF_MEM_CUDA ? "cuda" : "host", world.nranks, world.nprocs, opt.threads,
+         opt.gpus, world.launched ? "launched (HETCCL_LAUNCH_*)" : "ncclCommInitAll");
+  if (!api.AlltoAll || !api.Gather || !api.Scatter)
+    printf("# note: the library lacks ncclAlltoAll/Gather/Scatter: composed from Send/Recv\n");
+  printf("#\n# Using devices (this process)\n");
+  for (int i = 0; i < per_proc(); i++) {
+    struct perf_rank *r = &threads[i / opt.gpus].ranks[i % opt.gpus];
+    char dev[64];
+    perf_mem_device_name(r->device, dev, sizeof dev);
+    printf("#  Rank %2d Group %2d Pid %6d on %10s device %2d [%s]\n",
+           world.proc * per_proc() + i, i / opt.gpus, (int)getpid(), host, r->device, dev);
+  }
+  printf("#\n");
+  printf("# %10s  %12s  %8s  %6s  %6s  %31s  %31s\n", "", "", "", "", "",
+         "out-of-place", "in-place");
+  printf("# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s  %6s  %7s  %6s  %6s  %6s\n", "size",
+         "count", "type", "redop", "root", "time", "algbw", "busbw", "#wrong", "time", "algbw",
+         "busbw", "#wrong");
+  printf("# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s  %6s  %7s  %6s  %6s  %6s\n", "(B)",
+         "(elements)", "", "", "", "(us)", "(GB/s)", "(GB/s)", "", "(us)", "(GB/s)", "(GB/s)", "");
+  fflush(stdout);
+}
+
+int main(int argc, char **argv)
+{
+  int rc = perf_options_parse(&opt, argc, argv);
+  if (rc)
+    return rc > 0 ? 0 : 2;
+  char exe[PATH_MAX];
+  ssize_t len = readlink("/proc/self/exe", exe, sizeof exe - 1);
+  exe[len > 0 ? len : 0] = 0;
+  if (world_from_env() || perf_mem_init(opt.mem) || perf_nccl_load(&api, dirname(exe)))
+    return 2;
+  world.nranks = world.nprocs * per_proc();
+  if (opt.coll->has_root && opt.root >= world.nranks) {
+    fprintf(stderr, "hetccl-perf: root %d is not a rank of %d\n", opt.root, world.nranks);
+    return 2;
+  }
+  if (opt.mem == PERF_MEM_CUDA && device_of(opt.threads - 1, opt.gpus - 1) >= perf_mem_device_count()) {
+    fprintf(stderr, "hetccl-perf: needs device %d but there are %d\n",
+            device_of(opt.threads - 1, opt.gpus - 1), perf_mem_device_count());
+    return 2;
+  }
+
+  struct thread_ctx *threads = calloc((size_t)opt.threads, sizeof *threads);
+  for (int i = 0; i < opt.threads; i++) {
+    threads[i].index = i;
+    threads[i].ranks = calloc((size_t)opt.gpus, sizeof(struct perf_rank));
+    for (int g = 0; g < opt.gpus; g++)
+      threads[i].ranks[g].device = device_of(i, g);
+  }
+  if (!world.launched)
+    init_all(threads);
+  if (world.proc == 0)
+    print_header(threads);
+  for (int i = 0; i < opt.threads; i++) {
+    int err = pthread_create(&threads[i].tid, NULL, thread_main, &threads[i]);
+    if (err) {
+      fprintf(stderr, "hetccl-perf: pthread_create: %s\n", strerror(err));
+      return 1;
+    }
+  }
+  for (int i = 0; i < opt.threads; i++)
+    pthread_join(threads[i].tid, NULL);
+
+  struct thread_ctx *t0 = &threads[0];
+  if (world.proc == 0) {
+    if (opt.check)
+      printf("# Wrong elements       : %.0f %s\n", t0->wrong, t0->wrong > 0 ? "FAILED" : "OK");
+    printf("# Avg bus bandwidth    : %g \n#\n", t0->bw_count ? t0->bw_sum / t0->bw_count : 0.0);
+  }
+  int failed = opt.check && t0->wrong > 0;
+  for (int i = 0; i < opt.threads; i++)
+    free(threads[i].ranks);
+  free(threads);
+  return failed ? 1 : 0;
+}
