@@ -19,6 +19,8 @@
     if (comm->vendor) return HETCCL_VENDOR_CALL(comm->vendor, slot, __VA_ARGS__); \
   } while (0)
 
+#define NO_ROOT INT32_MIN
+
 typedef struct coll_args {
   const char *fn;
   hetccl_func_t func;
@@ -28,7 +30,7 @@ typedef struct coll_args {
   ncclDataType_t dtype;
   ncclRedOp_t op;
   int has_op;
-  int root;        /* -1: none */
+  int root;        /* NO_ROOT: the function has none */
   size_t send_mul; /* elements of sendbuf = count * send_mul (0: none needed) */
   size_t recv_mul;
   int send_root_only, recv_root_only;
@@ -68,7 +70,7 @@ static ncclResult_t coll_validate(ncclComm_t comm, const coll_args_t *a, size_t 
     return ncclInvalidArgument;
   }
   *elem = hetccl_dtype_size(a->dtype);
-  if (a->root != -1 && (a->root < 0 || a->root >= comm->nranks)) {
+  if (a->root != NO_ROOT && (a->root < 0 || a->root >= comm->nranks)) {
     WARN("%s: root %d out of range [0, %d)", a->fn, a->root, comm->nranks);
     return ncclInvalidArgument;
   }
@@ -113,7 +115,7 @@ static ncclResult_t coll_submit(ncclComm_t comm, const coll_args_t *a) {
   t->coll.recvbuf = a->recvbuf;
   t->coll.count = a->count;
   t->coll.dtype = a->dtype;
-  t->coll.root = a->root < 0 ? 0 : a->root;
+  t->coll.root = a->root == NO_ROOT ? 0 : a->root;
   ncclResult_t res = a->has_op ? hetccl_comm_resolve_op(comm, a->op, a->dtype, &t->coll.op)
                                : ncclSuccess;
   if (res == ncclSuccess) res = check_device_buffers(comm, a);
@@ -158,7 +160,7 @@ ncclResult_t ncclAllReduce(const void *sendbuff, void *recvbuff, size_t count,
   HETCCL_REENTRY(AllReduce, sendbuff, recvbuff, count, datatype, op, comm, stream);
   FORWARD(comm, AllReduce, sendbuff, recvbuff, count, datatype, op, comm->vcomm, stream);
   coll_args_t a = {"ncclAllReduce", HETCCL_FUNC_ALLREDUCE, sendbuff, recvbuff, count, datatype,
-                   op, 1, -1, 1, 1, 0, 0};
+                   op, 1, NO_ROOT, 1, 1, 0, 0};
   return coll_engine(comm, &a);
 }
 
@@ -204,7 +206,7 @@ ncclResult_t ncclAllGather(const void *sendbuff, void *recvbuff, size_t sendcoun
   HETCCL_REENTRY(AllGather, sendbuff, recvbuff, sendcount, datatype, comm, stream);
   FORWARD(comm, AllGather, sendbuff, recvbuff, sendcount, datatype, comm->vcomm, stream);
   coll_args_t a = {"ncclAllGather", HETCCL_FUNC_ALLGATHER, sendbuff, recvbuff, sendcount,
-                   datatype, ncclSum, 0, -1, 1, (size_t)comm->nranks, 0, 0};
+                   datatype, ncclSum, 0, NO_ROOT, 1, (size_t)comm->nranks, 0, 0};
   return coll_engine(comm, &a);
 }
 
@@ -217,7 +219,7 @@ ncclResult_t ncclReduceScatter(const void *sendbuff, void *recvbuff, size_t recv
   HETCCL_REENTRY(ReduceScatter, sendbuff, recvbuff, recvcount, datatype, op, comm, stream);
   FORWARD(comm, ReduceScatter, sendbuff, recvbuff, recvcount, datatype, op, comm->vcomm, stream);
   coll_args_t a = {"ncclReduceScatter", HETCCL_FUNC_REDUCESCATTER, sendbuff, recvbuff, recvcount,
-                   datatype, op, 1, -1, (size_t)comm->nranks, 1, 0, 0};
+                   datatype, op, 1, NO_ROOT, (size_t)comm->nranks, 1, 0, 0};
   return coll_engine(comm, &a);
 }
 
@@ -228,7 +230,7 @@ ncclResult_t ncclAlltoAll(const void *sendbuff, void *recvbuff, size_t count,
   HETCCL_REENTRY(AlltoAll, sendbuff, recvbuff, count, datatype, comm, stream);
   FORWARD(comm, AlltoAll, sendbuff, recvbuff, count, datatype, comm->vcomm, stream);
   coll_args_t a = {"ncclAlltoAll", HETCCL_FUNC_ALLTOALL, sendbuff, recvbuff, count, datatype,
-                   ncclSum, 0, -1, (size_t)comm->nranks, (size_t)comm->nranks, 0, 0};
+                   ncclSum, 0, NO_ROOT, (size_t)comm->nranks, (size_t)comm->nranks, 0, 0};
   return coll_engine(comm, &a);
 }
 
@@ -361,7 +363,7 @@ static ncclResult_t p2p_submit(ncclComm_t comm, const char *fn, hetccl_task_kind
     WARN("%s: buffer is NULL with count %zu", fn, count);
     return ncclInvalidArgument;
   }
-  coll_args_t a = {fn, HETCCL_FUNC_SEND, buf, buf, count, dtype, ncclSum, 0, -1, 1, 1, 0, 0};
+  coll_args_t a = {fn, HETCCL_FUNC_SEND, buf, buf, count, dtype, ncclSum, 0, NO_ROOT, 1, 1, 0, 0};
   HETCCL_CHECK(check_device_buffers(comm, &a));
   hetccl_task_t *t = calloc(1, sizeof(*t));
   if (!t) {

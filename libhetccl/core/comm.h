@@ -76,6 +76,7 @@ struct ncclComm {
   volatile int inflight;         /* API calls running on this comm (abort waits) */
   int vendor_blocking;           /* vendor comm created nonblocking: poll its async error */
   struct hetccl_proxy *proxy;    /* started lazily for nonblocking work */
+  char vendor_err[256];          /* why this CUDA rank could not load its vendor library */
   pthread_mutex_t lock;          /* guards last_error */
   char last_error[HETCCL_ERRMSG_BYTES];
 };

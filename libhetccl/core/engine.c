@@ -20,6 +20,7 @@ struct hetccl_engine {
   int rank, nranks;
   hetccl_ep_t **eps;
   const hetccl_transport_t **tp;
+  hetccl_tctx_t *ctxs[HETCCL_TRANSPORT_COUNT];
   int *active;       /* peers with an endpoint, for the progress sweep */
   int nactive;
   uint64_t tag;
@@ -65,6 +66,7 @@ ncclResult_t hetccl_engine_create(const hetccl_engine_args_t *a, hetccl_engine_t
     e->tp[p] = a->transports ? a->transports[p] : NULL;
     if (e->eps[p]) e->active[e->nactive++] = p;
   }
+  for (int t = 0; t < HETCCL_TRANSPORT_COUNT; t++) e->ctxs[t] = a->ctxs ? a->ctxs[t] : NULL;
   e->timeout_ms = a->timeout_ms;
   e->abort_flag = a->abort_flag;
   e->comm_error = a->comm_error;
@@ -81,6 +83,8 @@ void hetccl_engine_destroy(hetccl_engine_t *e) {
   if (!e) return;
   for (int p = 0; p < e->nranks; p++)
     if (e->eps[p]) e->tp[p]->ep_close(e->eps[p]);
+  for (int t = 0; t < HETCCL_TRANSPORT_COUNT; t++)
+    if (e->ctxs[t]) hetccl_transport_get((hetccl_transport_id_t)t)->ctx_destroy(e->ctxs[t]);
   free(e->eps);
   free(e->tp);
   free(e->active);

@@ -54,12 +54,15 @@ typedef struct hetccl_engine_args {
   int rank, nranks;
   hetccl_ep_t **eps;                    /* nranks entries, NULL for self */
   const hetccl_transport_t **transports; /* per peer, NULL for self */
+  hetccl_tctx_t **ctxs;                 /* per transport id, NULL if unused; the
+                                           endpoints use them until closed */
   int timeout_ms;
   volatile int *abort_flag;
   volatile int *comm_error;             /* sticky error of the owner */
 } hetccl_engine_args_t;
 
-/* Takes ownership of eps (closed by destroy); copies the arrays. */
+/* Takes ownership of eps and ctxs (destroy closes every endpoint, then the
+ * contexts); copies the arrays. */
 ncclResult_t hetccl_engine_create(const hetccl_engine_args_t *args, hetccl_engine_t **out);
 void hetccl_engine_destroy(hetccl_engine_t *e);
 

@@ -166,7 +166,10 @@ static ncclResult_t fill_info(ncclComm_t comm, hetccl_peer_info_t *me) {
     if (rt) rt->current_device(&dev, me->bus_id, sizeof(me->bus_id));
     if (comm->dev_kind == HETCCL_DEV_CUDA && hetccl_knob_int(HETCCL_KNOB_VENDOR)) {
       const hetccl_vendor_t *v = NULL;
-      if (hetccl_vendor_load_nccl(&v) == ncclSuccess && v) me->vendor_version = v->version;
+      if (hetccl_vendor_load_nccl(&v) == ncclSuccess && v)
+        me->vendor_version = v->version;
+      else
+        snprintf(comm->vendor_err, sizeof(comm->vendor_err), "%s", hetccl_last_error());
     }
   }
   return forced_island(comm->rank, comm->nranks, &me->island);
@@ -308,11 +311,11 @@ static ncclResult_t init_engine(ncclComm_t comm, uint64_t comm_id, uint64_t secr
   hetccl_engine_args_t eargs = {
       .rank = me, .nranks = n, .eps = eps, .transports = tps,
       .timeout_ms = (int)hetccl_knob_int(HETCCL_KNOB_TIMEOUT) * 1000,
-      .abort_flag = &comm->abort_flag, .comm_error = &comm->error};
+      .abort_flag = &comm->abort_flag, .comm_error = &comm->error, .ctxs = ctx};
   HETCCL_CHECK_GOTO(hetccl_engine_create(&eargs, &comm->engine), res, out);
-  /* The engine owns the endpoints now; contexts keep only listeners and
-   * segment names, which the endpoints no longer need. */
+  /* The engine owns endpoints and contexts now. */
   memset(eps, 0, n * sizeof(*eps));
+  memset(ctx, 0, sizeof(ctx));
   INFO(HETCCL_INIT, "rank %d of %d: engine ready (transport %s)", me, n, choice);
 out:
   for (int p = 0; p < n && eps; p++)
@@ -354,9 +357,10 @@ ncclResult_t hetccl_comm_init(ncclComm_t comm, const ncclUniqueId *id) {
   for (int r = 0; r < n; r++) {
     if (comm->peers[r].dev_kind == HETCCL_DEV_CUDA && comm->peers[r].vendor_version == 0 &&
         hetccl_knob_int(HETCCL_KNOB_VENDOR)) {
-      WARN("rank %d (%s) is a CUDA rank but could not load NCCL (see HETCCL_NCCL_LIBRARY); "
-           "hetccl's engine does not move CUDA device buffers yet: set HETCCL_DEVICE=host to "
-           "run on host buffers", r, comm->peers[r].hostname);
+      WARN("rank %d (%s) is a CUDA rank but could not load NCCL%s%s; hetccl's engine does not "
+           "move CUDA device buffers yet (HETCCL_DEVICE=host runs on host buffers)", r,
+           comm->peers[r].hostname, r == comm->rank ? ": " : " (see that rank's log)",
+           r == comm->rank ? comm->vendor_err : "");
       return ncclSystemError;
     }
   }

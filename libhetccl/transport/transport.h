@@ -110,7 +110,8 @@ typedef ncclResult_t (*hetccl_transport_post_fn)(hetccl_ep_t *ep, hetccl_req_t *
 typedef ncclResult_t (*hetccl_transport_progress_fn)(hetccl_ep_t *ep, int *idle);
 
 /* Close one endpoint / the context. Never block on the peer; safe after
- * errors and on half-built objects. */
+ * errors and on half-built objects. A context outlives its endpoints: it is
+ * destroyed only after every endpoint made from it was closed. */
 typedef void (*hetccl_transport_ep_close_fn)(hetccl_ep_t *ep);
 typedef void (*hetccl_transport_ctx_destroy_fn)(hetccl_tctx_t *ctx);
 

@@ -17,8 +17,10 @@
  * marks `attached` in the ring it mapped; when all our producers have, no
  * one will open our name again and we unlink it, still inside connect. From
  * then on nothing is left in /dev/shm whatever happens to the processes; a
- * crash between ctx_create and the end of connect may leave a segment (its
- * name says comm id, rank and pid).
+ * crash between ctx_create and the end of connect may leave a segment. Its
+ * name says comm id, rank, pid and pid namespace, so that the next
+ * ctx_create on the host removes the segments whose creator, in our pid
+ * namespace, no longer runs (seg_sweep_stale).
  *
  * Single copy (CMA). In connect every receiver tries process_vm_readv on a
  * known word of each sender (the probe); the outcome, ANDed with its
@@ -35,6 +37,7 @@
  * the engine's timeout.
  */
 #include <errno.h>
+#include <dirent.h>
 #include <fcntl.h>
 #include <inttypes.h>
 #include <sched.h>
@@ -158,6 +161,27 @@ static int shm_can_connect(const hetccl_peer_locality_t *me, const hetccl_peer_l
   return me->host_hash == peer->host_hash;
 }
 
+/* Remove the segments that crashed runs left behind: those made in our pid
+ * namespace by a process that is gone. Best effort, silent but for INFO. */
+static void seg_sweep_stale(uint64_t pidns) {
+  DIR *d = opendir("/dev/shm");
+  if (!d) return;
+  struct dirent *e;
+  while ((e = readdir(d)) != NULL) {
+    unsigned long long id, ns;
+    int rank, pid, n = 0;
+    if (sscanf(e->d_name, "hetccl-%16llx-r%d-p%d-n%llx-%*u%n", &id, &rank, &pid, &ns, &n) != 4 ||
+        n == 0 || e->d_name[n] != '\0' || ns != pidns || pid <= 0 || peer_alive(pid, 0))
+      continue;
+    char name[sizeof(e->d_name) + 1];
+    snprintf(name, sizeof(name), "/%s", e->d_name);
+    if (shm_unlink(name) == 0)
+      INFO(HETCCL_SHM | HETCCL_INIT, "shm: removed %s, left by pid %d which no longer runs", name,
+           pid);
+  }
+  closedir(d);
+}
+
 /* Reserve [off, off+len) of the segment so that later stores cannot SIGBUS.
  * Filesystems without fallocate keep the lazy behaviour. */
 static ncclResult_t seg_reserve(int fd, const char *name, size_t off, size_t len) {
@@ -207,9 +231,11 @@ static ncclResult_t shm_ctx_create(const hetccl_transport_args_t *args, hetccl_t
   }
   c->seg_bytes = c->hdr_bytes + nrings * c->ring_bytes;
 
+  uint64_t pidns = pidns_self();
+  if (pidns) seg_sweep_stale(pidns);
   for (int attempt = 0; c->fd < 0; attempt++) {
-    snprintf(c->name, sizeof(c->name), "/hetccl-%016" PRIx64 "-r%d-p%d-%u", c->comm_id, c->rank,
-             (int)getpid(), atomic_fetch_add(&name_counter, 1));
+    snprintf(c->name, sizeof(c->name), "/hetccl-%016" PRIx64 "-r%d-p%d-n%" PRIx64 "-%u",
+             c->comm_id, c->rank, (int)getpid(), pidns, atomic_fetch_add(&name_counter, 1));
     c->fd = shm_open(c->name, O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600);
     if (c->fd >= 0) break;
     if (errno == EEXIST && attempt < 16) continue; /* a stale one from a reused pid */
@@ -230,7 +256,7 @@ static ncclResult_t shm_ctx_create(const hetccl_transport_args_t *args, hetccl_t
                      .nranks = c->nranks, .pid = (int32_t)getpid(), .slots = (int32_t)c->slots,
                      .chunk = c->chunk, .ring_bytes = c->ring_bytes, .hdr_bytes = c->hdr_bytes,
                      .cma_probe_addr = (uint64_t)(uintptr_t)&shm_cma_probe,
-                     .pidns = pidns_self()};
+                     .pidns = pidns};
   snprintf(what, sizeof(what), "shm: write header of %s", c->name);
   HETCCL_SYSCHECK_GOTO(pwrite(c->fd, &h, sizeof(h), 0), what, res, fail);
 

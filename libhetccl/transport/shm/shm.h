@@ -26,7 +26,7 @@
 #define SHM_SEG_MAGIC 0x484554434d53484dull   /* "HETCMSHM" */
 #define SHM_CMA_PROBE 0x434d412070726f62ull   /* read across processes to test CMA */
 #define SHM_SLOT_HDR 64                       /* slot header bytes, payload follows */
-#define SHM_NAME_MAX 64
+#define SHM_NAME_MAX 96
 #define SHM_STREAM_MIN (1u << 20)             /* receives this large copy out with streaming stores */
 #define SHM_LIVENESS_NS 100000000LL           /* idle time before we look at the peer */
 
