@@ -16,7 +16,10 @@
   do {                                                                         \
     ncclResult_t r_ = hetccl_comm_check(comm, "nccl" #slot);                   \
     if (r_ != ncclSuccess) return r_;                                          \
-    if (comm->vendor) return HETCCL_VENDOR_CALL(comm->vendor, slot, __VA_ARGS__); \
+    if (comm->vendor) {                                                        \
+      TRACE(HETCCL_CALL, "nccl" #slot " rank %d -> %s", comm->rank, comm->vendor->name); \
+      return HETCCL_VENDOR_CALL(comm->vendor, slot, __VA_ARGS__);              \
+    }                                                                          \
   } while (0)
 
 #define NO_ROOT INT32_MIN

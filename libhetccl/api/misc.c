@@ -11,6 +11,15 @@
 #include "hetccl.h"
 #include "util/knobs.h"
 
+/* The vendor library this process forwards to: the loaded one, else, in a
+ * CUDA process, the one it would load at its first communicator. */
+static const hetccl_vendor_t *process_vendor(void) {
+  const hetccl_vendor_t *v = hetccl_vendor_loaded();
+  if (!v && hetccl_knob_int(HETCCL_KNOB_VENDOR) && hetccl_runtime_detect() == HETCCL_DEV_CUDA)
+    hetccl_vendor_load_nccl(&v);
+  return v;
+}
+
 ncclResult_t hetccl_api_unsupported(const char *func, const char *why) {
   WARN("%s is not supported here: %s", func, why);
   return ncclInvalidUsage;
@@ -23,9 +32,7 @@ NCCL_API(ncclResult_t, ncclGetVersion, int *version);
 ncclResult_t ncclGetVersion(int *version) {
   HETCCL_REENTRY(GetVersion, version);
   HETCCL_ARGCHECK(version != NULL, ncclInvalidArgument, "ncclGetVersion: version is NULL");
-  const hetccl_vendor_t *v = hetccl_vendor_loaded();
-  if (!v && hetccl_runtime_detect() == HETCCL_DEV_CUDA && hetccl_knob_int(HETCCL_KNOB_VENDOR))
-    hetccl_vendor_load_nccl(&v);
+  const hetccl_vendor_t *v = process_vendor();
   *version = v ? v->version : NCCL_VERSION_CODE;
   return ncclSuccess;
 }
@@ -65,7 +72,7 @@ NCCL_API(ncclResult_t, ncclMemAlloc, void **ptr, size_t size);
 ncclResult_t ncclMemAlloc(void **ptr, size_t size) {
   HETCCL_REENTRY(MemAlloc, ptr, size);
   HETCCL_ARGCHECK(ptr != NULL, ncclInvalidArgument, "ncclMemAlloc: ptr is NULL");
-  const hetccl_vendor_t *v = hetccl_vendor_loaded();
+  const hetccl_vendor_t *v = process_vendor();
   if (v) return HETCCL_VENDOR_CALL(v, MemAlloc, ptr, size);
   const hetccl_runtime_t *rt = hetccl_runtime_get(HETCCL_DEV_HOST);
   return rt->mem_alloc(ptr, size);
@@ -74,7 +81,7 @@ ncclResult_t ncclMemAlloc(void **ptr, size_t size) {
 NCCL_API(ncclResult_t, ncclMemFree, void *ptr);
 ncclResult_t ncclMemFree(void *ptr) {
   HETCCL_REENTRY(MemFree, ptr);
-  const hetccl_vendor_t *v = hetccl_vendor_loaded();
+  const hetccl_vendor_t *v = process_vendor();
   if (v) return HETCCL_VENDOR_CALL(v, MemFree, ptr);
   const hetccl_runtime_t *rt = hetccl_runtime_get(HETCCL_DEV_HOST);
   return rt->mem_free(ptr);

@@ -54,6 +54,10 @@ struct ncclComm {
   hetccl_dev_kind_t dev_kind;
   int blocking;                  /* config.blocking resolved (1 default) */
   ncclConfig_t config;           /* the user's config, UNDEF fields resolved */
+  /* The caller's config bytes as given (its size and version may be an
+   * older NCCL's): what a vendor library is handed. */
+  unsigned char user_config[512];
+  int has_user_config;
   char comm_name[64];
   uint64_t comm_id;              /* from the unique id; in every frame */
 

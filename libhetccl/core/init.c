@@ -94,6 +94,10 @@ static ncclResult_t config_resolve(ncclComm_t comm, const ncclConfig_t *config) 
   /* Older callers pass a smaller struct: copy what they have. */
   size_t n = config->size < sizeof(ncclConfig_t) ? config->size : sizeof(ncclConfig_t);
   memcpy(&comm->config, config, n);
+  if (config->size <= sizeof(comm->user_config)) {
+    memcpy(comm->user_config, config, config->size);
+    comm->has_user_config = 1;
+  }
   comm->config.size = sizeof(ncclConfig_t);
   if (config->blocking != NCCL_CONFIG_UNDEF_INT) {
     if (config->blocking != 0 && config->blocking != 1) {
@@ -203,9 +207,9 @@ static ncclResult_t init_vendor(ncclComm_t comm) {
   }
   ncclComm_t vcomm = NULL;
   ncclResult_t res;
-  if (comm->config.magic == NCCL_API_MAGIC) {
-    ncclConfig_t cfg = comm->config;
-    res = HETCCL_VENDOR_CALL(v, CommInitRankConfig, &vcomm, comm->nranks, msg.id, comm->rank, &cfg);
+  if (comm->has_user_config) {
+    res = HETCCL_VENDOR_CALL(v, CommInitRankConfig, &vcomm, comm->nranks, msg.id, comm->rank,
+                             (ncclConfig_t *)comm->user_config);
   } else {
     res = HETCCL_VENDOR_CALL(v, CommInitRank, &vcomm, comm->nranks, msg.id, comm->rank);
   }
@@ -466,10 +470,8 @@ ncclResult_t hetccl_comm_split(ncclComm_t comm, int color, int key, ncclComm_t *
   *newcomm = NULL;
   if (comm->vendor) {
     ncclComm_t vnew = NULL;
-    ncclConfig_t cfg;
-    if (config) cfg = *config;
     HETCCL_CHECK(HETCCL_VENDOR_CALL(comm->vendor, CommSplit, comm->vcomm, color, key, &vnew,
-                                    config ? &cfg : NULL));
+                                    (ncclConfig_t *)config));
     if (!vnew) return ncclSuccess;
     return wrap_vendor_comm(comm, vnew, newcomm);
   }
@@ -513,10 +515,8 @@ ncclResult_t hetccl_comm_shrink(ncclComm_t comm, const int *exclude, int nexclud
   *newcomm = NULL;
   if (comm->vendor) {
     ncclComm_t vnew = NULL;
-    ncclConfig_t cfg;
-    if (config) cfg = *config;
     HETCCL_CHECK(HETCCL_VENDOR_CALL(comm->vendor, CommShrink, comm->vcomm, (int *)exclude,
-                                    nexclude, &vnew, config ? &cfg : NULL, flags));
+                                    nexclude, &vnew, (ncclConfig_t *)config, flags));
     if (!vnew) return ncclSuccess;
     return wrap_vendor_comm(comm, vnew, newcomm);
   }

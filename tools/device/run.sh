@@ -74,7 +74,7 @@ do_build() {
 
 do_pytest() {
   set -e
-  $PY -m pytest -q -m cuda tests -p no:cacheprovider -rs --timeout 300
+  $PY -m pytest -q -m cuda tests -p no:cacheprovider -rs
 }
 
 # dropin NAME SCRIPT: run SCRIPT once without and once with hetccl
@@ -84,7 +84,7 @@ dropin() {
   echo "--- without hetccl"
   $PY "$script" "$base.nccl.json" || { echo "FAIL: $name without hetccl"; return 1; }
   echo "--- with LD_PRELOAD=$LIB"
-  LD_PRELOAD=$LIB HETCCL_DEBUG=INFO HETCCL_DEBUG_SUBSYS=VENDOR,INIT,CALL \
+  LD_PRELOAD=$LIB HETCCL_DEBUG=TRACE HETCCL_DEBUG_SUBSYS=VENDOR,INIT,CALL \
     HETCCL_DEBUG_FILE="$WORK/$name.hetccl.%p.log" \
     $PY "$script" "$base.hetccl.json" || { echo "FAIL: $name with hetccl"; return 1; }
   $PY - "$base.nccl.json" "$base.hetccl.json" <<'EOF' || return 1
@@ -127,7 +127,7 @@ do_perf() {
   elif [ -f tools/device/compare_nccl.py ]; then
     $PY tools/device/compare_nccl.py "$REAL_NCCL" --perf build-dev/tools/perf/hetccl-perf \
       --colls all_reduce,all_gather,broadcast,reduce_scatter,alltoall,sendrecv \
-      -e 256M -n 10 -w 3 --timeout 60 --out "$WORK/perf"
+      -b 8 -e 1G -f 8 -n 20 -w 5 -c 0 --timeout 120 --out "$WORK/perf"
   else
     echo "no tools/device/compare_nccl.{sh,py}: skipped"
   fi
@@ -152,14 +152,14 @@ do_broken() {
 
 export ROOT OUT WORK PY LIB REAL_NCCL
 export -f note dropin do_build do_pytest do_torch do_cupy do_perf do_broken
-stage 01 build 240 do_build
+stage 01 build 120 do_build
 export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
 if [ -f "$LIB" ]; then
-  stage 02 pytest 150 do_pytest
-  stage 03 torch 120 do_torch
-  stage 04 cupy 90 do_cupy
-  stage 05 perf 150 do_perf
-  stage 06 broken 60 do_broken
+  stage 02 pytest 90 do_pytest
+  stage 03 torch 100 do_torch
+  stage 04 cupy 60 do_cupy
+  stage 05 perf 160 do_perf
+  stage 06 broken 40 do_broken
 else
   note "FAIL skipped every later stage: no $LIB"
   STATUS=1
