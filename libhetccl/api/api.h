@@ -27,10 +27,9 @@ ncclResult_t hetccl_api_unsupported(const char *func, const char *why);
  * the arguments untouched (they hold vendor handles, not ours). */
 #define HETCCL_REENTRY(slot, ...)                                              \
   do {                                                                         \
-    if (__builtin_expect(hetccl_vendor_in_call(), 0)) {                        \
-      const hetccl_vendor_t *reentered_ = hetccl_vendor_loaded();              \
-      if (reentered_) return reentered_->slot(__VA_ARGS__);                    \
-    }                                                                          \
+    const hetccl_vendor_t *reentered_ =                                        \
+        hetccl_vendor_reentered(__builtin_return_address(0));                  \
+    if (__builtin_expect(reentered_ != NULL, 0)) return reentered_->slot(__VA_ARGS__); \
   } while (0)
 
 /* Return path of every API function taking a comm: records the thread's

@@ -51,8 +51,10 @@ static ncclResult_t check_buffer(const coll_args_t *a, const void *buf, size_t m
 }
 
 static ncclResult_t check_device_buffers(ncclComm_t comm, const coll_args_t *a) {
-  if (comm->dev_kind == HETCCL_DEV_HOST) return ncclSuccess;
-  const hetccl_runtime_t *rt = hetccl_runtime_get(comm->dev_kind);
+  /* A host rank in a process that uses CUDA may still be handed device
+   * pointers: comm->ptr_kind says which runtime to ask (set at creation). */
+  if (comm->ptr_kind == HETCCL_DEV_HOST) return ncclSuccess;
+  const hetccl_runtime_t *rt = hetccl_runtime_get(comm->ptr_kind);
   const void *bufs[2] = {a->sendbuf, a->recvbuf};
   for (int i = 0; i < 2 && rt; i++) {
     hetccl_mem_kind_t kind = HETCCL_MEM_HOST;

@@ -14,8 +14,8 @@ static __thread int vendor_open; /* depth at which we opened the vendor's group 
 
 NCCL_API(ncclResult_t, ncclGroupStart, void);
 ncclResult_t ncclGroupStart(void) {
+  HETCCL_REENTRY(GroupStart);
   const hetccl_vendor_t *v = hetccl_vendor_loaded();
-  if (v && hetccl_vendor_in_call()) return v->GroupStart();
   HETCCL_CHECK(hetccl_group_start());
   if (v) {
     ncclResult_t res = HETCCL_VENDOR_CALL(v, GroupStart);
@@ -30,8 +30,8 @@ ncclResult_t ncclGroupStart(void) {
 
 NCCL_API(ncclResult_t, ncclGroupEnd, void);
 ncclResult_t ncclGroupEnd(void) {
+  HETCCL_REENTRY(GroupEnd);
   const hetccl_vendor_t *v = hetccl_vendor_loaded();
-  if (v && hetccl_vendor_in_call()) return v->GroupEnd();
   int close_vendor = vendor_open > 0 && vendor_open == hetccl_group_depth();
   ncclResult_t res = hetccl_group_end();
   if (close_vendor) {
@@ -47,8 +47,8 @@ ncclResult_t ncclGroupEnd(void) {
  * simulation does. */
 NCCL_API(ncclResult_t, ncclGroupSimulateEnd, ncclSimInfo_t *simInfo);
 ncclResult_t ncclGroupSimulateEnd(ncclSimInfo_t *simInfo) {
+  HETCCL_REENTRY(GroupSimulateEnd, simInfo);
   const hetccl_vendor_t *v = hetccl_vendor_loaded();
-  if (v && hetccl_vendor_in_call()) return v->GroupSimulateEnd(simInfo);
   HETCCL_ARGCHECK(simInfo != NULL, ncclInvalidArgument, "ncclGroupSimulateEnd: simInfo is NULL");
   HETCCL_ARGCHECK(simInfo->magic == 0x74685283u, ncclInvalidArgument,
                   "ncclGroupSimulateEnd: simInfo not initialised with NCCL_SIM_INFO_INITIALIZER");

@@ -105,7 +105,7 @@ ncclResult_t ncclCommInitAll(ncclComm_t *comms, int ndev, const int *devlist) {
   memset(comms, 0, ndev * sizeof(*comms));
   ncclUniqueId id;
   HETCCL_CHECK(ncclGetUniqueId(&id));
-  hetccl_dev_kind_t kind = hetccl_runtime_detect();
+  hetccl_dev_kind_t kind = hetccl_process_dev_kind();
   const hetccl_runtime_t *rt = hetccl_runtime_get(kind);
   int saved_dev = -1;
   char busid[32];

@@ -9,13 +9,14 @@
 
 #include "api/api.h"
 #include "hetccl.h"
+#include "core/init.h"
 #include "util/knobs.h"
 
 /* The vendor library this process forwards to: the loaded one, else, in a
  * CUDA process, the one it would load at its first communicator. */
 static const hetccl_vendor_t *process_vendor(void) {
   const hetccl_vendor_t *v = hetccl_vendor_loaded();
-  if (!v && hetccl_knob_int(HETCCL_KNOB_VENDOR) && hetccl_runtime_detect() == HETCCL_DEV_CUDA)
+  if (!v && hetccl_knob_int(HETCCL_KNOB_VENDOR) && hetccl_process_dev_kind() == HETCCL_DEV_CUDA)
     hetccl_vendor_load_nccl(&v);
   return v;
 }

@@ -40,6 +40,7 @@ typedef struct hetccl_peer_info {
   int32_t island;          /* forced island id (HETCCL_ISLANDS) or -1 */
   int32_t blocking;        /* config.blocking, to detect disagreement */
   int32_t pad;
+  char vendor_err[160];    /* why a CUDA rank could not load its vendor library */
 } hetccl_peer_info_t;
 
 typedef struct hetccl_user_redop {
@@ -52,6 +53,7 @@ struct ncclComm {
   int rank, nranks;
   int dev;                       /* CUDA device, -1 for host ranks */
   hetccl_dev_kind_t dev_kind;
+  hetccl_dev_kind_t ptr_kind;    /* runtime that can tell device pointers apart (HOST: none) */
   int blocking;                  /* config.blocking resolved (1 default) */
   ncclConfig_t config;           /* the user's config, UNDEF fields resolved */
   /* The caller's config bytes as given (its size and version may be an
@@ -80,7 +82,6 @@ struct ncclComm {
   volatile int inflight;         /* API calls running on this comm (abort waits) */
   int vendor_blocking;           /* vendor comm created nonblocking: poll its async error */
   struct hetccl_proxy *proxy;    /* started lazily for nonblocking work */
-  char vendor_err[256];          /* why this CUDA rank could not load its vendor library */
   pthread_mutex_t lock;          /* guards last_error */
   char last_error[HETCCL_ERRMSG_BYTES];
 };

@@ -79,6 +79,14 @@ static ncclResult_t forced_island(int rank, int nranks, int *island) {
   return ncclSuccess;
 }
 
+hetccl_dev_kind_t hetccl_process_dev_kind(void) {
+  hetccl_dev_kind_t k = hetccl_runtime_detect();
+  if (k != HETCCL_DEV_HOST || hetccl_knob_is_set(HETCCL_KNOB_DEVICE)) return k;
+  const hetccl_runtime_t *cuda = hetccl_runtime_get(HETCCL_DEV_CUDA);
+  if (cuda && hetccl_vendor_foreign_mapped() && cuda->available()) return HETCCL_DEV_CUDA;
+  return k;
+}
+
 /* --- create / free ------------------------------------------------------ */
 
 static ncclResult_t config_resolve(ncclComm_t comm, const ncclConfig_t *config) {
@@ -134,7 +142,12 @@ ncclResult_t hetccl_comm_create(int nranks, int rank, const ncclConfig_t *config
   comm->nranks = nranks;
   comm->dev = -1;
   HETCCL_CHECK_GOTO(config_resolve(comm, config), res, fail);
-  comm->dev_kind = hetccl_runtime_detect();
+  comm->dev_kind = hetccl_process_dev_kind();
+  comm->ptr_kind = comm->dev_kind;
+  if (comm->ptr_kind == HETCCL_DEV_HOST) {
+    const hetccl_runtime_t *cuda = hetccl_runtime_get(HETCCL_DEV_CUDA);
+    if (cuda && (hetccl_vendor_foreign_mapped() || cuda->in_use())) comm->ptr_kind = HETCCL_DEV_CUDA;
+  }
   if (comm->dev_kind != HETCCL_DEV_HOST) {
     const hetccl_runtime_t *rt = hetccl_runtime_get(comm->dev_kind);
     char busid[32];
@@ -173,7 +186,7 @@ static ncclResult_t fill_info(ncclComm_t comm, hetccl_peer_info_t *me) {
       if (hetccl_vendor_load_nccl(&v) == ncclSuccess && v)
         me->vendor_version = v->version;
       else
-        snprintf(comm->vendor_err, sizeof(comm->vendor_err), "%s", hetccl_last_error());
+        snprintf(me->vendor_err, sizeof(me->vendor_err), "%s", hetccl_last_error());
     }
   }
   return forced_island(comm->rank, comm->nranks, &me->island);
@@ -361,10 +374,9 @@ ncclResult_t hetccl_comm_init(ncclComm_t comm, const ncclUniqueId *id) {
   for (int r = 0; r < n; r++) {
     if (comm->peers[r].dev_kind == HETCCL_DEV_CUDA && comm->peers[r].vendor_version == 0 &&
         hetccl_knob_int(HETCCL_KNOB_VENDOR)) {
-      WARN("rank %d (%s) is a CUDA rank but could not load NCCL%s%s; hetccl's engine does not "
+      WARN("rank %d (%s) is a CUDA rank but could not load NCCL: %s; hetccl's engine does not "
            "move CUDA device buffers yet (HETCCL_DEVICE=host runs on host buffers)", r,
-           comm->peers[r].hostname, r == comm->rank ? ": " : " (see that rank's log)",
-           r == comm->rank ? comm->vendor_err : "");
+           comm->peers[r].hostname, comm->peers[r].vendor_err);
       return ncclSystemError;
     }
   }
@@ -432,6 +444,7 @@ static ncclResult_t wrap_vendor_comm(ncclComm_t parent, ncclComm_t vnew, ncclCom
   comm->nranks = nranks;
   comm->dev = parent->dev;
   comm->dev_kind = parent->dev_kind;
+  comm->ptr_kind = parent->ptr_kind;
   comm->blocking = parent->blocking;
   comm->config = parent->config;
   comm->vendor = v;

@@ -9,6 +9,12 @@
 
 #include "core/comm.h"
 
+/* The device kind this process presents: hetccl_runtime_detect(), except
+ * that a process which links a real NCCL (the NCCL library is mapped, as
+ * in PyTorch and CuPy under LD_PRELOAD) and can use CUDA is a CUDA process
+ * even before it touched the CUDA runtime: it is an NCCL program. */
+hetccl_dev_kind_t hetccl_process_dev_kind(void);
+
 /* Allocate and register a communicator for (rank, nranks); config may be
  * NULL. Validates config. Captures the calling thread's device. */
 ncclResult_t hetccl_comm_create(int nranks, int rank, const ncclConfig_t *config,

@@ -66,6 +66,47 @@ const hetccl_vendor_t *hetccl_vendor_loaded(void) {
   return __atomic_load_n(&nccl_loaded, __ATOMIC_ACQUIRE);
 }
 
+/* Is an NCCL library other than hetccl mapped in the process (the program
+ * links NCCL: PyTorch, CuPy)? Looked up once; programs load NCCL before
+ * their first call of its API. */
+static int foreign_nccl;
+static pthread_once_t foreign_once = PTHREAD_ONCE_INIT;
+
+static int find_foreign(struct dl_phdr_info *info, size_t size, void *data) {
+  (void)size;
+  const char *name = info->dlpi_name;
+  if (!name || !strstr(name, "libnccl")) return 0;
+  const char *self = data;
+  if (self && strcmp(name, self) == 0) return 0;
+  foreign_nccl = 1;
+  return 1;
+}
+
+static void probe_foreign(void) {
+  Dl_info self;
+  const char *self_name = dladdr((const void *)&hetccl_vendor_in_call, &self) ? self.dli_fname : NULL;
+  dl_iterate_phdr(find_foreign, (void *)self_name);
+  /* Load it now, so that its calls into our names can be recognised. */
+  if (foreign_nccl && hetccl_knob_int(HETCCL_KNOB_VENDOR)) hetccl_vendor_load_nccl(NULL);
+}
+
+int hetccl_vendor_foreign_mapped(void) {
+  pthread_once(&foreign_once, probe_foreign);
+  return foreign_nccl;
+}
+
+const hetccl_vendor_t *hetccl_vendor_reentered(const void *caller) {
+  const hetccl_vendor_t *v = hetccl_vendor_loaded();
+  if (hetccl_vendor_depth > 0) return v;
+  if (!v) {
+    if (!hetccl_vendor_foreign_mapped()) return NULL;
+    v = hetccl_vendor_loaded();
+    if (!v) return NULL;
+  }
+  uintptr_t a = (uintptr_t)caller;
+  return a >= text_lo && a < text_hi ? v : NULL;
+}
+
 int hetccl_vendor_owns(const void *addr) {
   uintptr_t a = (uintptr_t)addr;
   return hetccl_vendor_loaded() && a >= text_lo && a < text_hi;

@@ -164,6 +164,17 @@ ncclResult_t hetccl_vendor_load_nccl(const hetccl_vendor_t **out);
  * the vendor, never loop.) */
 int hetccl_vendor_in_call(void);
 
+/* Did this call come from inside the vendor library? `caller` is the
+ * exported function's return address. Yes when the thread is inside a call
+ * hetccl made into the vendor, or when the caller's code lies in the
+ * vendor's text (the program called the real library directly and it called
+ * one of its own exported names, which bound to hetccl). Returns the vendor
+ * to go back to, or NULL. */
+const hetccl_vendor_t *hetccl_vendor_reentered(const void *caller);
+
+/* Is an NCCL library other than hetccl mapped in this process? (Once.) */
+int hetccl_vendor_foreign_mapped(void);
+
 /* The vendor library loaded in this process, or NULL (for re-entry). */
 const hetccl_vendor_t *hetccl_vendor_loaded(void);
 

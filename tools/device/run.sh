@@ -127,7 +127,13 @@ do_perf() {
   elif [ -f tools/device/compare_nccl.py ]; then
     $PY tools/device/compare_nccl.py "$REAL_NCCL" --perf build-dev/tools/perf/hetccl-perf \
       --colls all_reduce,all_gather,broadcast,reduce_scatter,alltoall,sendrecv \
-      -b 8 -e 1G -f 8 -n 20 -w 5 -c 0 --timeout 120 --out "$WORK/perf"
+      -b 1M -e 1G -f 8 -n 20 -w 5 -c 0 --timeout 120 --out "$WORK/perf-large"
+    # Small messages: many iterations, both orders, to see latency through the noise.
+    for modes in nccl,hetccl hetccl,nccl; do
+      $PY tools/device/compare_nccl.py "$REAL_NCCL" --perf build-dev/tools/perf/hetccl-perf \
+        --colls all_reduce,all_gather,broadcast,reduce_scatter,alltoall,sendrecv --modes $modes \
+        -b 8 -e 64K -f 8 -n 1000 -w 100 -c 0 --timeout 60 --out "$WORK/perf-small-$modes"
+    done
   else
     echo "no tools/device/compare_nccl.{sh,py}: skipped"
   fi

@@ -294,9 +294,8 @@ static double pingpong(hetccl_ep_t **eps, int a, int b, int iters) {
  * way) or both ways at once; GB/s per direction on the receiver's clock.
  * All pairs run at once: with 4 ranks on 2 cores, that is the
  * oversubscribed case. */
-static double bandwidth(hetccl_ep_t **eps, uint8_t *sbuf, uint8_t *rbuf, int both) {
-  const size_t bytes = 16u << 20;
-  const int iters = 20, warm = 3;
+static double bandwidth(hetccl_ep_t **eps, uint8_t *sbuf, uint8_t *rbuf, int both, size_t bytes) {
+  const int iters = bytes >= (4u << 20) ? 20 : 200, warm = 3;
   double t0 = 0;
   int peer = rank ^ 1;
   for (int it = 0; it < warm + iters; it++) {
@@ -326,9 +325,17 @@ static void perf(hetccl_ep_t **eps, uint8_t *big) {
   barrier();
   if (rank <= 1) lat = pingpong(eps, 0, 1, 20000);
   barrier();
-  if (in_pair) one = bandwidth(eps, big, rbuf, 0);
+  if (in_pair) one = bandwidth(eps, big, rbuf, 0, 16u << 20);
   barrier();
-  if (in_pair) two = bandwidth(eps, big, rbuf, 1);
+  if (in_pair) two = bandwidth(eps, big, rbuf, 1, 16u << 20);
+  for (size_t b = 64u << 10; perf_only && b <= (4u << 20); b *= 4) { /* the curve */
+    barrier();
+    double x = 0, y = 0;
+    if (in_pair) x = bandwidth(eps, big, rbuf, 0, b);
+    barrier();
+    if (in_pair) y = bandwidth(eps, big, rbuf, 1, b);
+    if (rank == 1) printf("shm %8zu B: one way %.2f GB/s, both ways %.2f GB/s per direction\n", b, x, y);
+  }
   if (rank == 1) {
     printf("shm np=%d cma=%d chunk=%lld slots=%lld: 8 B half round trip %.3f us; 16 MiB one "
            "way %.2f GB/s; both ways %.2f GB/s per direction (%d pair%s at once)\n",
