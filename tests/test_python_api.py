@@ -124,3 +124,33 @@ def test_unique_id_and_version() -> None:
     uid = nccl.get_unique_id()
     assert len(uid) == 128 and nccl.get_unique_id() != uid
     assert nccl.get_version() >= 22000
+
+
+def _cuda_rank() -> list:
+    import torch
+
+    import hetccl
+
+    x = torch.arange(1000, dtype=torch.float32, device="cuda")
+    y = torch.zeros_like(x)
+    comm = hetccl.communicator()
+    s, r = hetccl.as_buffer(x), hetccl.as_buffer(y)
+    stream = torch.cuda.current_stream().cuda_stream
+    comm.allReduce(s.ptr, r.ptr, s.count, s.dtype, nccl.NCCL_SUM, stream)
+    torch.cuda.synchronize()
+    backend = comm.backend()
+    comm.destroy()
+    return [backend, bool(torch.equal(x, y))]
+
+
+@pytest.mark.cuda
+@pytest.mark.timeout(180)
+@pytest.mark.usefixtures("hetccl_library")
+def test_torch_cuda_allreduce() -> None:
+    """A CUDA tensor through as_buffer and NcclCommunicator on one rank, on
+    torch's current stream."""
+    pytest.importorskip("torch")
+    import hetccl
+
+    backend, equal = hetccl.launch(_cuda_rank, 1, timeout=170)[0]
+    assert equal, backend

@@ -10,6 +10,7 @@ the launcher it is a one-rank job.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 from typing import Callable, List
@@ -36,8 +37,10 @@ def _report(rank: int, n: int, name: str, nbytes: int, seconds: float, ok: bool,
             what: str) -> None:
     rate = nbytes / seconds / 1e9 if seconds > 0 else 0.0
     status = "ok" if ok else "WRONG"
-    print(f"rank {rank}/{n} {name:<10} {nbytes / 2**20:8.2f} MiB {seconds * 1e3:9.3f} ms "
-          f"{rate:6.2f} GB/s  {status}: {what}", flush=True)
+    line = (f"rank {rank}/{n} {name:<10} {nbytes / 2**20:8.2f} MiB {seconds * 1e3:9.3f} ms "
+            f"{rate:6.2f} GB/s  {status}: {what}\n")
+    # One write() per line: ranks share the pipe, and a write this short is atomic.
+    os.write(sys.stdout.fileno(), line.encode())
 
 
 def run(comm: NcclCommunicator, count: int, iters: int) -> List[bool]:
