@@ -213,7 +213,7 @@ class Rank:
         if bad.any():
             i = int(np.argmax(bad))
             self.fail(label, f"{int(bad.sum())}/{len(bad)} elements wrong, first at [{i}]: "
-                      f"got {shown_got[i]!r} want {shown_want[i]!r}"
+                      f"got {shown_got[i].item()!r} want {shown_want[i].item()!r}"
                       + ("" if tol is None else f" (tolerance {tol[i]:.3g})"))
 
     def guard(self, label: str, buf: np.ndarray, used: int) -> None:
@@ -247,9 +247,10 @@ class Case:
 
     @property
     def label(self) -> str:
+        kind = KIND_NAMES[self.salt]
         place = "in-place" if self.inplace else "out-of-place"
-        return (f"{KIND_NAMES[self.salt]} {self.dt.name} {OP_NAMES[self.op]} "
-                f"count={self.count} {place} root={self.root}")
+        root = f" root={self.root}" if kind in ROOTED else ""
+        return f"{kind} {self.dt.name} {OP_NAMES[self.op]} count={self.count} {place}{root}"
 
     def inputs(self, count: int) -> List[np.ndarray]:
         return [inputs(self.dt, self.op, j, count, self.salt) for j in range(self.r.n)]
@@ -437,6 +438,7 @@ KINDS: Dict[str, Tuple[Callable[[Case], None], bool, Tuple[bool, ...]]] = {
     "sendrecv": (run_sendrecv, False, (False,)),
 }
 KIND_NAMES = list(KINDS)
+ROOTED = {"reduce", "broadcast", "bcast", "gather", "scatter"}
 
 
 # -- the sweep a rank runs ---------------------------------------------------------

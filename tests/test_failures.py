@@ -1,0 +1,634 @@
+"""Failure is an answer (DESIGN.md): a dead peer, an abort, ranks that
+disagree, a malformed knob, a foreign unique id give an NcclError with the
+right ncclResult_t and a message, within a bounded time; and nothing leaks.
+
+Every rank is a real process (multiprocessing "spawn", so each reads its own
+HETCCL_* knobs). hetccl.launch gives up on the others 2 s after one rank
+fails, and here ranks die on purpose, so `_run_ranks` below waits for every
+rank up to its own deadline and reports each one as ok / raised / died /
+hung. Each rank measures its own times and sends them back; `pytest -s`
+prints them ("time to error").
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import multiprocessing.connection
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+import traceback
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+
+import numpy as np
+import pytest
+
+from hetccl import nccl
+from hetccl.errors import NcclError
+from hetccl.nccl import NcclCommunicator
+
+pytestmark = pytest.mark.usefixtures("hetccl_library")
+
+F32 = nccl.NCCL_FLOAT32
+SUM, MAX = nccl.NCCL_SUM, nccl.NCCL_MAX
+REMOTE, SYSTEM, TIMEOUT_ERR = "ncclRemoteError", "ncclSystemError", "ncclTimeout"
+INVALID_ARGUMENT, INVALID_USAGE = "ncclInvalidArgument", "ncclInvalidUsage"
+DEAD_PEER_BOUND_S = 10.0   # default knobs: a survivor learns of a dead peer within this
+ABORT_RETURN_S = 2.0       # ncclCommAbort on a survivor returns within this
+RUN_DEADLINE_S = 40.0      # a whole multi-rank scenario; past it every rank left is "hung"
+
+Outcome = Dict[str, Any]   # what a rank sends back: always has "kind"
+
+
+# -- running ranks that may die ------------------------------------------------------
+
+def _rank_entry(fn: Callable[..., Any], rank: int, nranks: int, uid: Optional[str],
+                env: Dict[str, str], barrier: Any, conn: Any, args: Sequence[Any]) -> None:
+    os.environ.update(env)  # before the library reads its knobs
+    try:
+        reply: Tuple[str, Any] = ("ok", fn(rank, nranks, uid, barrier, *args))
+    except BaseException:  # noqa: B902 - every failure goes back to the parent
+        reply = ("raised", traceback.format_exc())
+    try:
+        conn.send(reply)
+    except Exception:
+        conn.send(("raised", traceback.format_exc()))
+    conn.close()
+
+
+def _run_ranks(fn: Callable[..., Any], nranks: int, *args: Any,
+               env: Optional[Dict[str, str]] = None, uid: Optional[str] = "new",
+               survivors: Optional[int] = None,
+               timeout: float = RUN_DEADLINE_S) -> List[Tuple[str, Any]]:
+    """fn(rank, nranks, uid_hex, barrier, *args) on `nranks` spawned processes.
+
+    `uid` "new": a fresh unique id served by this process; None: no id.
+    `barrier` is a multiprocessing.Barrier of `survivors` parties (default
+    nranks) for the ranks to line up without the library. Returns one
+    (kind, value) per rank: ("ok", result), ("raised", traceback),
+    ("died", exitcode) or ("hung", None) when it outlived `timeout`."""
+    ctx = multiprocessing.get_context("spawn")
+    uid_hex = nccl.unique_id_to_hex(nccl.get_unique_id()) if uid == "new" else uid
+    barrier = ctx.Barrier(survivors or nranks)
+    procs, conns = [], []
+    for rank in range(nranks):
+        reader, writer = ctx.Pipe(duplex=False)
+        p = ctx.Process(target=_rank_entry, name=f"failure-rank{rank}",
+                        args=(fn, rank, nranks, uid_hex, dict(env or {}), barrier, writer,
+                              args))
+        p.start()
+        writer.close()
+        procs.append(p)
+        conns.append(reader)
+    out: List[Optional[Tuple[str, Any]]] = [None] * nranks
+    deadline = time.monotonic() + timeout
+    try:
+        while any(o is None for o in out):
+            left = deadline - time.monotonic()
+            if left <= 0:
+                break
+            waiting = {}
+            for r in range(nranks):
+                if out[r] is None:
+                    waiting[conns[r]] = r
+                    waiting[procs[r].sentinel] = r
+            for ready in multiprocessing.connection.wait(list(waiting), left):
+                r = waiting[ready]
+                if out[r] is not None:
+                    continue
+                try:
+                    if conns[r].poll():
+                        out[r] = conns[r].recv()
+                        continue
+                except (EOFError, OSError):
+                    pass
+                if ready is conns[r] or not procs[r].is_alive():
+                    procs[r].join(5)
+                    out[r] = ("died", procs[r].exitcode)
+    finally:
+        for r, p in enumerate(procs):
+            if p.is_alive():
+                if out[r] is None:
+                    out[r] = ("hung", None)
+                p.kill()
+            p.join(5)
+    return [o if o is not None else ("hung", None) for o in out]
+
+
+def _error(e: NcclError, elapsed: float) -> Outcome:
+    return {"kind": "error", "name": e.name, "message": e.message, "s": elapsed}
+
+
+def _ok_results(results: List[Tuple[str, Any]], ranks: Sequence[int]) -> List[Outcome]:
+    bad = [f"rank {r}: {results[r][0]}: {results[r][1]}" for r in ranks
+           if results[r][0] != "ok"]
+    assert not bad, "\n".join(bad)
+    return [results[r][1] for r in ranks]
+
+
+def _die() -> None:
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+def _die_after(seconds: float) -> None:
+    t = threading.Timer(seconds, _die)
+    t.daemon = True
+    t.start()
+
+
+def _arrays(count: int, value: float, k: int = 1) -> List[np.ndarray]:
+    return [np.full(count, value, dtype=np.float32) for _ in range(k)]
+
+
+def _ptr(a: np.ndarray) -> int:
+    return int(a.ctypes.data)
+
+
+# -- 1. a dead peer ------------------------------------------------------------------
+
+BIG = 16 << 20  # float32 elements: 64 MiB
+
+
+def rank_dead_peer(rank: int, n: int, uid: str, barrier: Any, case: str,
+                   victim: int) -> Outcome:
+    """The victim SIGKILLs itself at the point `case` names; every survivor
+    reports the error its first failing call gave, how long that call took,
+    and how long ncclCommAbort then took."""
+    if case == "init" and rank == victim:
+        _die()
+    t0 = time.monotonic()
+    try:
+        comm = NcclCommunicator(n, uid, rank)
+    except NcclError as e:
+        return _error(e, time.monotonic() - t0)
+    if case == "init":  # the victim never joined: init must not succeed
+        comm.abort()
+        return {"kind": "ok", "s": time.monotonic() - t0}
+
+    x, y = _arrays(BIG, 1.0, 2)
+    comm.allReduce(_ptr(x), _ptr(y), BIG, F32, SUM)  # connections are up, data flows
+    if y[0] != n:
+        return {"kind": "wrong", "value": float(y[0])}
+    got: Optional[NcclError] = None
+    t0 = time.monotonic()
+    try:
+        if case == "allreduce":
+            if rank == victim:
+                _die_after(0.05)
+            for _ in range(200):  # the victim dies inside one of them
+                comm.allReduce(_ptr(x), _ptr(y), BIG, F32, SUM)
+        elif case == "group":
+            per = 4 << 20  # 16 MiB to and from every peer
+            sends = _arrays(per, float(rank), n)
+            recvs = _arrays(per, -1.0, n)
+            if rank == victim:
+                _die_after(0.05)
+            for _ in range(200):
+                nccl.groupStart()
+                try:
+                    for p in range(n):
+                        if p != rank:
+                            comm.send(_ptr(sends[p]), per, F32, p)
+                            comm.recv(_ptr(recvs[p]), per, F32, p)
+                finally:
+                    nccl.groupEnd()
+        elif case == "between":
+            if rank == victim:
+                _die()
+            time.sleep(0.2)  # the victim is gone before the next call
+            t0 = time.monotonic()
+            comm.allReduce(_ptr(x), _ptr(y), 1024, F32, SUM)
+    except NcclError as e:
+        got = e
+    elapsed = time.monotonic() - t0
+    if got is None:
+        comm.abort()
+        return {"kind": "ok", "s": elapsed}
+    out = _error(got, elapsed)
+    # Every survivor holds its error before any of them aborts: an abort
+    # closes connections, and the others would then blame the aborting rank.
+    try:
+        barrier.wait(DEAD_PEER_BOUND_S + 5)
+    except threading.BrokenBarrierError:
+        pass
+    # A failed communicator stays failed: the next call gives the same answer.
+    try:
+        comm.allReduce(_ptr(x), _ptr(y), 16, F32, SUM)
+        out["again"] = "ok"
+    except NcclError as e:
+        out["again"] = e.name
+    t1 = time.monotonic()
+    comm.abort()
+    out["abort_s"] = time.monotonic() - t1
+    return out
+
+
+def _names_rank(message: str, rank: int) -> bool:
+    return re.search(rf"\brank {rank}\b", message) is not None
+
+
+DEAD_CASES = [(case, n, transport)
+              for case in ("allreduce", "group", "between")
+              for n in (2, 3)
+              for transport in ("shm", "socket")]
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("case,n,transport", DEAD_CASES,
+                         ids=[f"{c}-n{n}-{t}" for c, n, t in DEAD_CASES])
+def test_dead_peer(case: str, n: int, transport: str) -> None:
+    victim = n - 1 if n == 2 else 1  # n = 3: the middle rank, a neighbour of both others
+    results = _run_ranks(rank_dead_peer, n, case, victim, env={"HETCCL_TRANSPORT": transport},
+                         survivors=n - 1)
+    assert results[victim][0] == "died" and results[victim][1] == -signal.SIGKILL, \
+        results[victim]
+    survivors = [r for r in range(n) if r != victim]
+    wrong = []
+    for r, got in zip(survivors, _ok_results(results, survivors)):
+        print(f"\n[dead peer] {case} n={n} {transport}: rank {r} -> {got.get('name')} after "
+              f"{got.get('s', 0):.3f} s, abort {got.get('abort_s', 0):.3f} s: "
+              f"{got.get('message')!r}")
+        if got["kind"] != "error":
+            wrong.append(f"rank {r}: no error: {got}")
+            continue
+        if got["name"] not in (REMOTE, SYSTEM):
+            wrong.append(f"rank {r}: {got['name']}, want {REMOTE} or {SYSTEM}")
+        if not _names_rank(got["message"], victim):
+            wrong.append(f"rank {r}: message does not name rank {victim}: {got['message']!r}")
+        if got["s"] > DEAD_PEER_BOUND_S:
+            wrong.append(f"rank {r}: error after {got['s']:.1f} s > {DEAD_PEER_BOUND_S} s")
+        if got["again"] != got["name"]:
+            wrong.append(f"rank {r}: the next call gave {got['again']}, not {got['name']}")
+        if got["abort_s"] > ABORT_RETURN_S:
+            wrong.append(f"rank {r}: ncclCommAbort took {got['abort_s']:.1f} s")
+    assert not wrong, "\n".join(wrong)
+
+
+INIT_CONNECT_TIMEOUT_S = 5
+
+
+@pytest.mark.timeout(60)
+def test_dead_peer_during_init() -> None:
+    """A rank dies before ncclCommInitRank: the others fail within the connect
+    timeout. Every (n, transport) runs at once: they only wait."""
+    env = {"HETCCL_CONNECT_TIMEOUT": str(INIT_CONNECT_TIMEOUT_S)}
+    combos = [(n, t) for n in (2, 3) for t in ("shm", "socket")]
+    found: Dict[Tuple[int, str], List[Tuple[str, Any]]] = {}
+
+    def one(n: int, t: str) -> None:
+        found[(n, t)] = _run_ranks(rank_dead_peer, n, "init", n - 1,
+                                   env={**env, "HETCCL_TRANSPORT": t}, survivors=n - 1)
+
+    threads = [threading.Thread(target=one, args=c) for c in combos]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    wrong = []
+    for (n, t), results in sorted(found.items()):
+        assert results[n - 1][0] == "died", results[n - 1]
+        for r, got in enumerate(_ok_results(results, range(n - 1))):
+            print(f"\n[dead peer] init n={n} {t}: rank {r} -> {got.get('name')} after "
+                  f"{got['s']:.3f} s: {got.get('message')!r}")
+            if got["kind"] != "error" or got["name"] not in (REMOTE, SYSTEM, TIMEOUT_ERR):
+                wrong.append(f"n={n} {t} rank {r}: {got}")
+            elif got["s"] > INIT_CONNECT_TIMEOUT_S + 3:
+                wrong.append(f"n={n} {t} rank {r}: error after {got['s']:.1f} s")
+            elif not got["message"].strip():
+                wrong.append(f"n={n} {t} rank {r}: {got['name']} without a message")
+    assert not wrong, "\n".join(wrong)
+
+
+# -- 2. abort from another thread ------------------------------------------------------
+
+ABORT_AFTER_S = 0.5
+
+
+def rank_abort_blocked(rank: int, n: int, uid: str, barrier: Any, what: str) -> Outcome:
+    """Rank 0 blocks in a call that rank 1 never matches; another thread of
+    rank 0 aborts the communicator. Rank 1 stays alive (in the barrier)
+    until rank 0 is done, so only the abort can release rank 0."""
+    comm = NcclCommunicator(n, uid, rank)
+    if rank != 0:
+        barrier.wait(20)
+        comm.abort()
+        return {"kind": "ok"}
+    buf = np.zeros(1 << 20, dtype=np.float32)
+    aborted: Dict[str, float] = {}
+
+    def abort_later() -> None:
+        time.sleep(ABORT_AFTER_S)
+        aborted["at"] = time.monotonic()
+        try:
+            comm.abort()
+            aborted["ok"] = 1.0
+        except NcclError as e:
+            aborted["error"] = 0.0
+            aborted["message"] = e.message  # type: ignore[assignment]
+        aborted["done"] = time.monotonic()
+
+    th = threading.Thread(target=abort_later, daemon=True)
+    handle = NcclCommunicator.from_handle(comm.comm)  # abort() clears comm's own handle
+    th.start()
+    out: Outcome = {"kind": "ok"}
+    try:
+        if what == "recv":
+            handle.recv(_ptr(buf), buf.size, F32, 1)
+        else:  # a collective rank 1 never joins
+            handle.allReduce(_ptr(buf), _ptr(buf), buf.size, F32, SUM)
+    except NcclError as e:
+        out = _error(e, 0.0)
+    returned = time.monotonic()
+    th.join(10)
+    barrier.wait(20)
+    if "at" not in aborted:
+        return {"kind": "returned before the abort", "out": out}
+    out["after_abort_s"] = returned - aborted["at"]
+    out["abort_call_s"] = aborted.get("done", float("inf")) - aborted["at"]
+    out["abort_ok"] = "ok" in aborted
+    return out
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("what", ["recv", "allreduce"])
+def test_abort_unblocks_a_blocked_call(what: str) -> None:
+    results = _run_ranks(rank_abort_blocked, 2, what, timeout=30)
+    got, _ = _ok_results(results, range(2))
+    print(f"\n[abort] blocked {what}: returned {got.get('after_abort_s', -1):.3f} s after "
+          f"ncclCommAbort started; abort took {got.get('abort_call_s', -1):.3f} s; "
+          f"{got.get('name')}: {got.get('message')!r}")
+    assert got["kind"] == "error", got
+    assert got["message"].strip(), got
+    assert got["after_abort_s"] < 1.0, got
+    assert got["abort_ok"] and got["abort_call_s"] < 1.5, got
+
+
+# -- 3. ranks that disagree ------------------------------------------------------------
+
+COUNT = 4096
+
+
+def _mismatch_call(comm: NcclCommunicator, rank: int, case: str, x: np.ndarray,
+                   y: np.ndarray) -> None:
+    """Rank 0 makes the reference call; rank 1 (and any other) differs as `case` says."""
+    odd = rank != 0
+    xp, yp = _ptr(x), _ptr(y)
+    if case == "allreduce vs broadcast":
+        if odd:
+            comm.broadcast(xp, yp, COUNT, F32, 0)
+        else:
+            comm.allReduce(xp, yp, COUNT, F32, SUM)
+    elif case == "count":
+        comm.allReduce(xp, yp, COUNT // 2 if odd else COUNT, F32, SUM)
+    elif case == "dtype (same size)":
+        comm.allReduce(xp, yp, COUNT, nccl.NCCL_INT32 if odd else F32, SUM)
+    elif case == "dtype (other size)":
+        comm.allReduce(xp, yp, COUNT // 2 if odd else COUNT,
+                       nccl.NCCL_FLOAT64 if odd else F32, SUM)
+    elif case == "op":
+        comm.allReduce(xp, yp, COUNT, F32, MAX if odd else SUM)
+    elif case == "root":
+        comm.broadcast(xp, yp, COUNT, F32, 1 if odd else 0)
+    elif case == "reduce root":
+        comm.reduce(xp, yp, COUNT, F32, SUM, 1 if odd else 0)
+    else:
+        raise ValueError(case)
+
+
+MISMATCH_CASES = ["allreduce vs broadcast", "count", "dtype (same size)", "dtype (other size)",
+                  "op", "root", "reduce root"]
+
+
+def rank_mismatch(rank: int, n: int, uid: str, barrier: Any, uids: List[str],
+                  cases: List[str]) -> Dict[str, Outcome]:
+    """Each case on its own fresh communicator (a failed one stays failed)."""
+    out: Dict[str, Outcome] = {}
+    for case, case_uid in zip(cases, uids):
+        comm = NcclCommunicator(n, case_uid, rank)
+        x = np.full(COUNT, rank + 1, dtype=np.float32)
+        y = np.zeros(COUNT, dtype=np.float32)
+        t0 = time.monotonic()
+        try:
+            _mismatch_call(comm, rank, case, x, y)
+            out[case] = {"kind": "ok", "s": time.monotonic() - t0, "y0": float(y[0])}
+        except NcclError as e:
+            out[case] = _error(e, time.monotonic() - t0)
+        barrier.wait(30)  # nobody aborts while a peer still waits on it
+        comm.abort()
+    return out
+
+
+@pytest.mark.timeout(90)
+@pytest.mark.parametrize("n", [2, 3])
+def test_mismatch_is_an_error(n: int) -> None:
+    # HETCCL_TIMEOUT turns a hang into ncclTimeout: reported as a wrong code, not a stuck test
+    env = {"HETCCL_TIMEOUT": "5"}
+    uids = [nccl.unique_id_to_hex(nccl.get_unique_id()) for _ in MISMATCH_CASES]
+    results = _run_ranks(rank_mismatch, n, uids, MISMATCH_CASES, env=env, timeout=60)
+    wrong = []
+    for r, got in enumerate(_ok_results(results, range(n))):
+        for case in MISMATCH_CASES:
+            o = got[case]
+            print(f"\n[mismatch] n={n} {case}: rank {r} -> {o.get('name', o['kind'])} after "
+                  f"{o['s']:.3f} s: {o.get('message')!r}")
+            if o["kind"] != "error" or o["name"] != INVALID_USAGE:
+                wrong.append(f"{case}: rank {r}: {o.get('name', o['kind'])} "
+                             f"({o.get('message', o)!r}), want {INVALID_USAGE}")
+            elif not o["message"].strip():
+                wrong.append(f"{case}: rank {r}: no message")
+    assert not wrong, "\n".join(wrong)
+
+
+def rank_mismatch_unchecked(rank: int, n: int, uid: str, barrier: Any) -> Outcome:
+    comm = NcclCommunicator(n, uid, rank)
+    x = np.full(COUNT, rank + 1, dtype=np.float32)
+    y = np.zeros(COUNT, dtype=np.float32)
+    _mismatch_call(comm, rank, "op", x, y)  # sum vs max, same bytes: goes through
+    comm.destroy()
+    return {"kind": "ok", "y0": float(y[0])}
+
+
+@pytest.mark.timeout(60)
+def test_mismatch_check_can_be_turned_off() -> None:
+    results = _run_ranks(rank_mismatch_unchecked, 2, env={"HETCCL_CHECK_MISMATCH": "0",
+                                                          "HETCCL_TIMEOUT": "10"}, timeout=30)
+    for got in _ok_results(results, range(2)):
+        assert got["kind"] == "ok"
+        assert got["y0"] in (2.0, 3.0), got  # max(1, 2) or 1 + 2, whichever rank reduced
+
+
+# -- 4. malformed knobs -------------------------------------------------------------------
+
+BAD_KNOBS = [("HETCCL_TIMEOUT", "abc"), ("HETCCL_SHM_SLOTS", "1"),
+             ("HETCCL_TRANSPORT", "bogus"), ("HETCCL_CONNECT_TIMEOUT", "0"),
+             ("HETCCL_SOCKET_CHUNK", "12Q")]
+
+
+def rank_bad_knob(rank: int, n: int, uid: str, barrier: Any,
+                  var: str) -> Dict[str, Outcome]:
+    out: Dict[str, Outcome] = {}
+    try:
+        own = nccl.get_unique_id()
+        out["get_unique_id"] = {"kind": "ok"}
+    except NcclError as e:
+        own = None
+        out["get_unique_id"] = _error(e, 0.0)
+    # nranks 1 with its own id when it has one, else the launcher's id of 2
+    # ranks (the other is the same knob, failing alike, never joining)
+    t0 = time.monotonic()
+    try:
+        if own is not None:
+            NcclCommunicator(1, own, 0).destroy()
+        else:
+            NcclCommunicator(n, uid, rank).destroy()
+        out["init"] = {"kind": "ok"}
+    except NcclError as e:
+        out["init"] = _error(e, time.monotonic() - t0)
+    return out
+
+
+@pytest.mark.timeout(60)
+def test_malformed_knobs() -> None:
+    found: Dict[str, List[Tuple[str, Any]]] = {}
+
+    def one(var: str, value: str) -> None:
+        found[var] = _run_ranks(rank_bad_knob, 1, var, env={var: value}, timeout=30)
+
+    threads = [threading.Thread(target=one, args=kv) for kv in BAD_KNOBS]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    wrong = []
+    for var, value in BAD_KNOBS:
+        got = _ok_results(found[var], [0])[0]
+        print(f"\n[knob] {var}={value}: get_unique_id -> {got['get_unique_id']}, "
+              f"init -> {got['init']}")
+        init = got["init"]
+        if init["kind"] != "error" or init["name"] != INVALID_ARGUMENT:
+            wrong.append(f"{var}={value}: init gave {init}, want {INVALID_ARGUMENT}")
+        elif var not in init["message"]:
+            wrong.append(f"{var}={value}: init message does not name it: {init['message']!r}")
+        uid = got["get_unique_id"]
+        if uid["kind"] == "error" and (uid["name"] != INVALID_ARGUMENT
+                                       or var not in uid["message"]):
+            wrong.append(f"{var}={value}: get_unique_id gave {uid}")
+    assert not wrong, "\n".join(wrong)
+
+
+# -- 5. nothing leaks ---------------------------------------------------------------------
+
+LEAK_CYCLES = 200
+LEAK_SCRIPT = r"""
+import json, os, sys, threading
+import numpy as np
+from hetccl import nccl
+from hetccl.nccl import NcclCommunicator
+
+def counts():
+    pid = os.getpid()
+    shm = [e for e in os.listdir('/dev/shm') if e.startswith('hetccl-') and f'-p{pid}-' in e]
+    return {'fds': len(os.listdir('/proc/self/fd')), 'threads': len(os.listdir('/proc/self/task')),
+            'shm': len(shm)}
+
+def cycle(i):
+    comms = NcclCommunicator.initAll(2)
+    xs = [np.full(1024, r + 1, dtype=np.float32) for r in range(2)]
+    ys = [np.zeros(1024, dtype=np.float32) for r in range(2)]
+    def work(r):
+        comms[r].allReduce(int(xs[r].ctypes.data), int(ys[r].ctypes.data), 1024,
+                           nccl.NCCL_FLOAT32, nccl.NCCL_SUM)
+    ts = [threading.Thread(target=work, args=(r,)) for r in range(2)]
+    for t in ts: t.start()
+    for t in ts: t.join()
+    assert (ys[0] == 3).all() and (ys[1] == 3).all(), (ys[0][:4], ys[1][:4])
+    for c in comms: c.destroy()
+
+cycles = int(sys.argv[1])
+cycle(-1)  # warm: the library's one-time state (knobs, log, runtimes)
+before = counts()
+peak = dict(before)
+for i in range(cycles):
+    cycle(i)
+    now = counts()
+    peak = {k: max(peak[k], now[k]) for k in now}
+after = counts()
+print(json.dumps({'before': before, 'after': after, 'peak': peak}))
+"""
+
+
+@pytest.mark.timeout(90)
+@pytest.mark.parametrize("transport", ["shm", "socket"])
+def test_no_leaks_over_init_destroy_cycles(transport: str) -> None:
+    import json
+
+    env = {**os.environ, "HETCCL_TRANSPORT": transport}
+    t0 = time.monotonic()
+    proc = subprocess.run([sys.executable, "-c", LEAK_SCRIPT, str(LEAK_CYCLES)],
+                          capture_output=True, text=True, timeout=75, env=env)
+    took = time.monotonic() - t0
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    got = json.loads(proc.stdout.strip().splitlines()[-1])
+    print(f"\n[leak] {transport}: {LEAK_CYCLES} cycles of initAll(2)+allreduce+destroy in "
+          f"{took:.1f} s: before {got['before']}, after {got['after']}, peak {got['peak']}")
+    before, after = got["before"], got["after"]
+    assert after["fds"] <= before["fds"] + 2, got
+    assert after["threads"] <= before["threads"] + 1, got
+    assert after["shm"] <= before["shm"], got
+
+
+# -- 6. a unique id from another job ------------------------------------------------------
+
+FOREIGN_CONNECT_TIMEOUT_S = 3
+
+
+def _with_wrong_secret(uid_hex: str) -> str:
+    raw = bytearray(bytes.fromhex(uid_hex))
+    assert raw[:8] == b"HETCCLID"
+    for i in range(16, 24):  # id layout: magic[8], version, flags, secret (u64), root address
+        raw[i] ^= 0x5A
+    return raw.hex()
+
+
+def rank_foreign_id(rank: int, n: int, uid: str, barrier: Any,
+                    plan: List[Tuple[str, int, int, float]]) -> Outcome:
+    """plan[rank] = (unique id, nranks, rank, delay before init)."""
+    their_uid, nranks, as_rank, delay = plan[rank]
+    time.sleep(delay)
+    t0 = time.monotonic()
+    try:
+        comm = NcclCommunicator(nranks, their_uid, as_rank)
+    except NcclError as e:
+        return _error(e, time.monotonic() - t0)
+    comm.abort()
+    return {"kind": "ok", "s": time.monotonic() - t0}
+
+
+@pytest.mark.timeout(60)
+def test_unique_id_of_another_job() -> None:
+    env = {"HETCCL_CONNECT_TIMEOUT": str(FOREIGN_CONNECT_TIMEOUT_S)}
+    job_b = nccl.unique_id_to_hex(nccl.get_unique_id())
+    forged = _with_wrong_secret(nccl.unique_id_to_hex(nccl.get_unique_id()))
+    plan = [
+        (job_b, 2, 0, 0.0),    # job B's rank 0 joins; its rank 1 never comes
+        (job_b, 3, 0, 0.5),    # job A (3 ranks) uses B's id: wrong shape, and rank 0 again
+        (job_b, 3, 1, 0.5),
+        (forged, 2, 0, 0.0),   # job C: the right magic, a wrong secret
+        (forged, 2, 1, 0.0),
+    ]
+    results = _run_ranks(rank_foreign_id, len(plan), plan, env=env, uid=None, timeout=30)
+    wrong = []
+    for r, got in enumerate(_ok_results(results, range(len(plan)))):
+        print(f"\n[foreign id] process {r} {plan[r][1:3]}: {got.get('name', got['kind'])} after "
+              f"{got['s']:.3f} s: {got.get('message')!r}")
+        if got["kind"] != "error":
+            wrong.append(f"process {r}: init succeeded with a foreign id")
+        elif got["s"] > FOREIGN_CONNECT_TIMEOUT_S + 3:
+            wrong.append(f"process {r}: error after {got['s']:.1f} s")
+        elif not got["message"].strip():
+            wrong.append(f"process {r}: {got['name']} without a message")
+    assert not wrong, "\n".join(wrong)
