@@ -422,25 +422,91 @@ def rank_mismatch(rank: int, n: int, uid: str, barrier: Any, uids: List[str],
     return out
 
 
+MISMATCH_TIMEOUT_S = 2  # HETCCL_TIMEOUT here: a rank left waiting ends with ncclTimeout
+SAME_ROOT_CASES = [c for c in MISMATCH_CASES if "root" not in c]
+ROOT_CASES = [c for c in MISMATCH_CASES if "root" in c]
+
+
+@pytest.fixture(scope="module")
+def mismatch_results(hetccl_library: object) -> Dict[int, List[Dict[str, Outcome]]]:
+    """Every case for n = 2 and 3, once for the tests below; both n at once
+    (they mostly wait). HETCCL_TIMEOUT turns a hang into ncclTimeout, so a
+    rank left waiting is reported, not a stuck test."""
+    env = {"HETCCL_TIMEOUT": str(MISMATCH_TIMEOUT_S)}
+    found: Dict[int, List[Dict[str, Outcome]]] = {}
+    errors: List[str] = []
+
+    def one(n: int) -> None:
+        uids = [nccl.unique_id_to_hex(nccl.get_unique_id()) for _ in MISMATCH_CASES]
+        results = _run_ranks(rank_mismatch, n, uids, MISMATCH_CASES, env=env, timeout=60)
+        try:
+            found[n] = _ok_results(results, range(n))
+        except AssertionError as e:
+            errors.append(f"n={n}: {e}")
+
+    threads = [threading.Thread(target=one, args=(n,)) for n in (2, 3)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    assert not errors, "\n".join(errors)
+    for n, ranks in sorted(found.items()):
+        for case in MISMATCH_CASES:
+            for r, got in enumerate(ranks):
+                o = got[case]
+                print(f"\n[mismatch] n={n} {case}: rank {r} -> {o.get('name', o['kind'])} "
+                      f"after {o['s']:.3f} s: {o.get('message')!r}")
+    return found
+
+
+def _describe(o: Outcome) -> str:
+    return f"{o.get('name', o['kind'])} ({o.get('message', o)!r})"
+
+
 @pytest.mark.timeout(90)
 @pytest.mark.parametrize("n", [2, 3])
-def test_mismatch_is_an_error(n: int) -> None:
-    # HETCCL_TIMEOUT turns a hang into ncclTimeout: reported as a wrong code, not a stuck test
-    env = {"HETCCL_TIMEOUT": "5"}
-    uids = [nccl.unique_id_to_hex(nccl.get_unique_id()) for _ in MISMATCH_CASES]
-    results = _run_ranks(rank_mismatch, n, uids, MISMATCH_CASES, env=env, timeout=60)
+def test_mismatch_is_detected(mismatch_results: Dict[int, List[Dict[str, Outcome]]],
+                              n: int) -> None:
+    """Different operation, count, dtype or op: no rank succeeds, and the rank
+    that receives the odd message gets ncclInvalidUsage naming the mismatch."""
     wrong = []
-    for r, got in enumerate(_ok_results(results, range(n))):
-        for case in MISMATCH_CASES:
-            o = got[case]
-            print(f"\n[mismatch] n={n} {case}: rank {r} -> {o.get('name', o['kind'])} after "
-                  f"{o['s']:.3f} s: {o.get('message')!r}")
-            if o["kind"] != "error" or o["name"] != INVALID_USAGE:
-                wrong.append(f"{case}: rank {r}: {o.get('name', o['kind'])} "
-                             f"({o.get('message', o)!r}), want {INVALID_USAGE}")
-            elif not o["message"].strip():
-                wrong.append(f"{case}: rank {r}: no message")
+    for case in SAME_ROOT_CASES:
+        outs = [got[case] for got in mismatch_results[n]]
+        if any(o["kind"] != "error" for o in outs):
+            wrong.append(f"{case}: a rank succeeded: {[_describe(o) for o in outs]}")
+        hits = [o for o in outs if o.get("name") == INVALID_USAGE
+                and "different operation" in o["message"]]
+        if not hits:
+            wrong.append(f"{case}: no rank got {INVALID_USAGE}: {[_describe(o) for o in outs]}")
     assert not wrong, "\n".join(wrong)
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "only the rank whose receive sees the odd signature fails (ncclInvalidUsage); it does not "
+    "tell its peers, which wait until HETCCL_TIMEOUT (default 300 s) and then get ncclTimeout: "
+    "e.g. n=2 allreduce vs broadcast, rank 0 (allreduce) times out"))
+@pytest.mark.timeout(90)
+@pytest.mark.parametrize("n", [2, 3])
+def test_mismatch_every_rank_gets_invalid_usage(
+        mismatch_results: Dict[int, List[Dict[str, Outcome]]], n: int) -> None:
+    wrong = [f"{case}: rank {r}: {_describe(got[case])}"
+             for case in SAME_ROOT_CASES for r, got in enumerate(mismatch_results[n])
+             if got[case].get("name") != INVALID_USAGE]
+    assert not wrong, "want ncclInvalidUsage on every rank:\n" + "\n".join(wrong)
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "a root mismatch is not detected: broadcast with root 0 on rank 0 and root 1 on rank 1 "
+    "succeeds on both ranks (each keeps its own data: silent wrong result); reduce with "
+    "different roots leaves both roots waiting until HETCCL_TIMEOUT (ncclTimeout)"))
+@pytest.mark.timeout(90)
+@pytest.mark.parametrize("n", [2, 3])
+def test_root_mismatch_is_an_error(mismatch_results: Dict[int, List[Dict[str, Outcome]]],
+                                   n: int) -> None:
+    wrong = [f"{case}: rank {r}: {_describe(got[case])}"
+             for case in ROOT_CASES for r, got in enumerate(mismatch_results[n])
+             if got[case].get("name") != INVALID_USAGE]
+    assert not wrong, "want ncclInvalidUsage on every rank:\n" + "\n".join(wrong)
 
 
 def rank_mismatch_unchecked(rank: int, n: int, uid: str, barrier: Any) -> Outcome:

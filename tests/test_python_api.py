@@ -126,31 +126,42 @@ def test_unique_id_and_version() -> None:
     assert nccl.get_version() >= 22000
 
 
-def _cuda_rank() -> list:
-    import torch
-
+def _cuda_rank(library: str) -> list:
+    """One rank: allreduce of a device array on the library's current stream."""
     import hetccl
 
-    x = torch.arange(1000, dtype=torch.float32, device="cuda")
-    y = torch.zeros_like(x)
+    if library == "torch":
+        import torch
+
+        x = torch.arange(1000, dtype=torch.float32, device="cuda")
+        y = torch.zeros_like(x)
+        stream = torch.cuda.current_stream().cuda_stream
+        sync, same = torch.cuda.synchronize, lambda: bool(torch.equal(x, y))
+    else:
+        import cupy
+
+        x = cupy.arange(1000, dtype=cupy.float32)
+        y = cupy.zeros_like(x)
+        stream = cupy.cuda.get_current_stream().ptr
+        sync, same = cupy.cuda.Device().synchronize, lambda: bool((x == y).all())
     comm = hetccl.communicator()
     s, r = hetccl.as_buffer(x), hetccl.as_buffer(y)
-    stream = torch.cuda.current_stream().cuda_stream
     comm.allReduce(s.ptr, r.ptr, s.count, s.dtype, nccl.NCCL_SUM, stream)
-    torch.cuda.synchronize()
+    sync()
     backend = comm.backend()
     comm.destroy()
-    return [backend, bool(torch.equal(x, y))]
+    return [backend, same()]
 
 
 @pytest.mark.cuda
 @pytest.mark.timeout(180)
 @pytest.mark.usefixtures("hetccl_library")
-def test_torch_cuda_allreduce() -> None:
-    """A CUDA tensor through as_buffer and NcclCommunicator on one rank, on
-    torch's current stream."""
-    pytest.importorskip("torch")
+@pytest.mark.parametrize("library", ["torch", "cupy"])
+def test_device_array_allreduce(library: str) -> None:
+    """A torch / CuPy device array through as_buffer and NcclCommunicator on
+    one rank, on that library's current stream."""
+    pytest.importorskip(library)
     import hetccl
 
-    backend, equal = hetccl.launch(_cuda_rank, 1, timeout=170)[0]
+    backend, equal = hetccl.launch(_cuda_rank, 1, library, timeout=170)[0]
     assert equal, backend

@@ -70,7 +70,7 @@ ncclResult_t hetccl_engine_create(const hetccl_engine_args_t *a, hetccl_engine_t
   e->timeout_ms = a->timeout_ms;
   e->abort_flag = a->abort_flag;
   e->comm_error = a->comm_error;
-  e->spin = (int)hetccl_knob_int(HETCCL_KNOB_SPIN);
+  e->spin = a->spin;
   e->pipeline_chunk = (size_t)hetccl_knob_int(HETCCL_KNOB_PIPELINE_CHUNK) & ~(size_t)63;
   if (e->pipeline_chunk < 64) e->pipeline_chunk = 64;
   e->small_bytes = (size_t)hetccl_knob_int(HETCCL_KNOB_SMALL_BYTES);

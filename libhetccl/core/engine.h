@@ -57,6 +57,7 @@ typedef struct hetccl_engine_args {
   hetccl_tctx_t **ctxs;                 /* per transport id, NULL if unused; the
                                            endpoints use them until closed */
   int timeout_ms;
+  int spin;                             /* idle polls before yielding */
   volatile int *abort_flag;
   volatile int *comm_error;             /* sticky error of the owner */
 } hetccl_engine_args_t;

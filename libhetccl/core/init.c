@@ -325,9 +325,15 @@ static ncclResult_t init_engine(ncclComm_t comm, uint64_t comm_id, uint64_t secr
     for (int p = 0; p < n; p++)
       if (use[t * n + p]) eps[p] = teps[p];
   }
+  /* More ranks on this host than CPUs: a spinning rank only delays the peer
+   * it waits for, so yield at once unless HETCCL_SPIN says otherwise. */
+  int local = 0, spin = (int)hetccl_knob_int(HETCCL_KNOB_SPIN);
+  for (int p = 0; p < n; p++) local += comm->peers[p].host_hash == comm->peers[me].host_hash;
+  long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+  if (ncpu > 0 && local > ncpu && !hetccl_knob_is_set(HETCCL_KNOB_SPIN)) spin = 0;
   hetccl_engine_args_t eargs = {
       .rank = me, .nranks = n, .eps = eps, .transports = tps,
-      .timeout_ms = (int)hetccl_knob_int(HETCCL_KNOB_TIMEOUT) * 1000,
+      .timeout_ms = (int)hetccl_knob_int(HETCCL_KNOB_TIMEOUT) * 1000, .spin = spin,
       .abort_flag = &comm->abort_flag, .comm_error = &comm->error, .ctxs = ctx};
   HETCCL_CHECK_GOTO(hetccl_engine_create(&eargs, &comm->engine), res, out);
   /* The engine owns endpoints and contexts now. */
