@@ -267,7 +267,7 @@ class Case:
 
 
 def run_allreduce(c: Case) -> None:
-    r, n, count = c.r, c.r.n, c.count
+    r, count = c.r, c.count
     xs = c.inputs(count)
     want, tol = reference(c.dt, c.op, xs)
     out = alloc(c.dt, count)
@@ -495,14 +495,19 @@ SWEEPS = [
     Sweep("n1", 1),
     Sweep("n2-shm", 2, SHM, large=LARGE_SET),
     Sweep("n3-shm", 3, SHM),
-    Sweep("n4-shm", 4, SHM),
+    Sweep("n4-shm", 4, SHM, large=LARGE_SET),
     Sweep("n2-socket", 2, SOCKET),
-    Sweep("n3-socket-large", 3, SOCKET, counts=(7,), large=LARGE_SET),
+    Sweep("n3-socket", 3, SOCKET, large=LARGE_SET),
+    Sweep("n4-socket", 4, SOCKET, counts=(0, 7, 1031)),
+    Sweep("n2-shm-small-chunks", 2, SHM + SMALL_CHUNKS),
     Sweep("n3-shm-small-chunks", 3, SHM + SMALL_CHUNKS),
+    Sweep("n3-socket-small-chunks", 3, SOCKET + SMALL_CHUNKS, counts=(1, 1031)),
     Sweep("n4-socket-small-chunks", 4, SOCKET + SMALL_CHUNKS, counts=(1, 1031)),
     Sweep("n3-shm-ring", 3, SHM + SMALL_CHUNKS + (("HETCCL_ALGO", "ring"),), counts=(7, 1031)),
+    Sweep("n4-shm-ring", 4, SHM + (("HETCCL_ALGO", "ring"),), counts=(7, 1031)),
     Sweep("n3-shm-rd", 3, SHM + (("HETCCL_ALGO", "rd"),), counts=(7, 1031)),
     Sweep("n4-shm-rd", 4, SHM + (("HETCCL_ALGO", "rd"),), counts=(7, 1031)),
+    Sweep("n3-socket-direct", 3, SOCKET + (("HETCCL_ALGO", "direct"),), counts=(7, 1031)),
     Sweep("n4-shm-direct", 4, SHM + (("HETCCL_ALGO", "direct"),), counts=(7, 1031)),
 ]
 

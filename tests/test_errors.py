@@ -11,7 +11,7 @@ argument does not break it.
 from __future__ import annotations
 
 import pickle
-from typing import Callable, Dict, List, Optional, Tuple
+from typing import Callable, Dict, Optional, Tuple
 
 import numpy as np
 import pytest

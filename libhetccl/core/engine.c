@@ -99,9 +99,20 @@ size_t hetccl_engine_small_bytes(const hetccl_engine_t *e) { return e->small_byt
 int hetccl_engine_algo_forced(const hetccl_engine_t *e) { return e->algo; }
 void hetccl_engine_set_tag(hetccl_engine_t *e, uint64_t tag) { e->tag = tag; }
 
+/* The first error fails the engine for good. Its connections are closed
+ * at once, so that peers blocked on this rank learn it now (a closed socket
+ * or shared-memory ring is ncclRemoteError naming this rank on their side)
+ * instead of waiting out HETCCL_TIMEOUT. */
 static ncclResult_t engine_fail(hetccl_engine_t *e, ncclResult_t res) {
-  if (e->failed == ncclSuccess) e->failed = res;
+  if (e->failed != ncclSuccess) return e->failed;
+  e->failed = res;
   if (e->comm_error && *e->comm_error == ncclSuccess) *e->comm_error = res;
+  for (int p = 0; p < e->nranks; p++) {
+    if (!e->eps[p]) continue;
+    e->tp[p]->ep_close(e->eps[p]);
+    e->eps[p] = NULL;
+  }
+  e->nactive = 0;
   return res;
 }
 

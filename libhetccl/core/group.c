@@ -201,7 +201,10 @@ static ncclResult_t run_group(hetccl_task_t *head) {
   inline_ok = ncomm == 1 && all_blocking && hetccl_proxy_pending(comms[0]) == 0;
   ncclResult_t res;
   if (inline_ok) {
+    /* Counted as in flight: an abort from another thread waits for it. */
+    hetccl_comm_enter(comms[0]);
     res = run_tasks(comms[0], lists[0]);
+    hetccl_comm_leave(comms[0]);
   } else {
     hetccl_sync_t *sync = hetccl_sync_new();
     if (!sync) {

@@ -398,10 +398,12 @@ ncclResult_t hetccl_comm_init_job(ncclComm_t comm, void *arg) {
 void hetccl_comm_enter(ncclComm_t comm) { __atomic_add_fetch(&comm->inflight, 1, __ATOMIC_ACQ_REL); }
 void hetccl_comm_leave(ncclComm_t comm) { __atomic_sub_fetch(&comm->inflight, 1, __ATOMIC_ACQ_REL); }
 
-static void wait_inflight(ncclComm_t comm, int self) {
+/* Calls on other threads that are still inside the communicator (blocked
+ * in the engine, say) must leave before it is freed; the abort flag makes
+ * them leave within milliseconds. Bounded in case one never does. */
+static void wait_inflight(ncclComm_t comm, int allowed) {
   struct timespec ts = {0, 1000000};
-  /* Bounded: calls blocked in the engine see the abort flag within ms. */
-  for (int i = 0; i < 10000 && __atomic_load_n(&comm->inflight, __ATOMIC_ACQUIRE) > self; i++)
+  for (int i = 0; i < 10000 && __atomic_load_n(&comm->inflight, __ATOMIC_ACQUIRE) > allowed; i++)
     nanosleep(&ts, NULL);
 }
 
@@ -417,7 +419,7 @@ ncclResult_t hetccl_comm_destroy(ncclComm_t comm) {
   if (comm->vendor && comm->vcomm) res = HETCCL_VENDOR_CALL(comm->vendor, CommDestroy, comm->vcomm);
   hetccl_proxy_drain(comm);
   hetccl_comm_unregister(comm);
-  wait_inflight(comm, 1);
+  wait_inflight(comm, 0);
   comm_release(comm);
   return res;
 }
@@ -427,7 +429,7 @@ ncclResult_t hetccl_comm_abort(ncclComm_t comm) {
   comm->abort_flag = 1;
   if (comm->vendor && comm->vcomm) res = HETCCL_VENDOR_CALL(comm->vendor, CommAbort, comm->vcomm);
   hetccl_comm_unregister(comm);
-  wait_inflight(comm, 1);
+  wait_inflight(comm, 0);
   comm_release(comm);
   return res;
 }

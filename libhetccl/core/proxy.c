@@ -5,6 +5,7 @@
  * proxy->lock; the proxy never holds it while running a job. */
 #include "core/proxy.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -55,6 +56,7 @@ ncclResult_t hetccl_sync_wait(hetccl_sync_t *s) {
   pthread_mutex_lock(&s->lock);
   while (s->pending > 0) pthread_cond_wait(&s->cond, &s->lock);
   ncclResult_t res = s->result;
+  if (res != ncclSuccess && s->message[0]) hetccl_last_error_set(s->message);
   pthread_mutex_unlock(&s->lock);
   return res;
 }
@@ -62,16 +64,15 @@ ncclResult_t hetccl_sync_wait(hetccl_sync_t *s) {
 static void sync_done(hetccl_sync_t *s, ncclResult_t res) {
   if (!s) return;
   pthread_mutex_lock(&s->lock);
-  if (s->result == ncclSuccess && res != ncclSuccess) s->result = res;
+  if (s->result == ncclSuccess && res != ncclSuccess) {
+    s->result = res;
+    snprintf(s->message, sizeof(s->message), "%s", hetccl_last_error());
+  }
   s->pending--;
   pthread_cond_broadcast(&s->cond);
   pthread_mutex_unlock(&s->lock);
   hetccl_sync_release(s);
 }
-
-typedef struct proxy_start {
-  ncclComm_t comm;
-} proxy_start_t;
 
 static void *proxy_main(void *varg) {
   ncclComm_t comm = varg;

@@ -21,13 +21,14 @@ typedef struct hetccl_sync {
   pthread_cond_t cond;
   int pending;         /* jobs not yet finished */
   ncclResult_t result; /* first error of any job */
+  char message[1024];  /* what the failing job's thread logged */
   int refs;            /* poster + jobs; freed by the last release */
 } hetccl_sync_t;
 
 hetccl_sync_t *hetccl_sync_new(void);
 void hetccl_sync_release(hetccl_sync_t *s);
 /* Block until every job posted against s has finished; returns the first
- * error. */
+ * error, whose message becomes the calling thread's last error. */
 ncclResult_t hetccl_sync_wait(hetccl_sync_t *s);
 
 typedef ncclResult_t (*hetccl_job_fn)(ncclComm_t comm, void *arg);

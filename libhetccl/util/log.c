@@ -195,3 +195,7 @@ void hetccl_log(int level, unsigned subsys, const char *file, int line, const ch
 const char *hetccl_last_error(void) { return last_error; }
 
 void hetccl_last_error_clear(void) { last_error[0] = '\0'; }
+
+void hetccl_last_error_set(const char *msg) {
+  snprintf(last_error, sizeof(last_error), "%s", msg ? msg : "");
+}

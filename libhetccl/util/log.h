@@ -56,6 +56,8 @@ void hetccl_log(int level, unsigned subsys, const char *file, int line,
 /* The calling thread's last error message ("" when none). */
 const char *hetccl_last_error(void);
 void hetccl_last_error_clear(void);
+/* Hand an error that another thread logged (a proxy's) to this thread. */
+void hetccl_last_error_set(const char *msg);
 
 #define WARN(...)                                                              \
   hetccl_log(HETCCL_LOG_WARN, HETCCL_ALL, __FILE__, __LINE__, __VA_ARGS__)

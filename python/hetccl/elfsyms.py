@@ -40,9 +40,9 @@ def exported_symbols(path: Path) -> List[str]:
         for pos in range(offset + entsize, offset + size, entsize):  # entry 0 is null
             fields = struct.unpack_from(sym_fmt, data, pos)
             if is64:
-                st_name, st_info, _other, st_shndx = fields[:4]
+                st_name, st_info, st_shndx = fields[0], fields[1], fields[3]
             else:
-                st_name, st_info, _other, st_shndx = fields[0], fields[3], fields[4], fields[5]
+                st_name, st_info, st_shndx = fields[0], fields[3], fields[5]
             if st_shndx == SHN_UNDEF or (st_info >> 4) not in (STB_GLOBAL, STB_WEAK):
                 continue
             stop = data.index(b"\0", str_off + st_name)
