@@ -77,7 +77,10 @@ static ncclResult_t wave_post_sends(const ring_plan_t *pl, ring_slot_t *slots, i
         HETCCL_CHECK(hetccl_engine_wait(pl->e, &r, 1));
       }
     }
-    if (io.prep_count) {
+    /* A plain copy whose source is what we send can wait until the send is
+     * posted: the transport starts moving the piece while we copy. */
+    int copy_after = io.prep_count && io.prep_copy && sending && io.send == io.prep_src;
+    if (io.prep_count && !copy_after) {
       if (io.prep_copy) algo_copy(io.prep_dst, io.prep_src, io.prep_count * pl->esize);
       else hetccl_reduce_prepare(&pl->c->op, io.prep_dst, io.prep_src, io.prep_count);
     }
@@ -86,6 +89,7 @@ static ncclResult_t wave_post_sends(const ring_plan_t *pl, ring_slot_t *slots, i
     ring_slot_t *sl = slot_at(slots, pl->nsteps, t, s);
     HETCCL_CHECK(hetccl_engine_isend(pl->e, pl->right, io.send, io.sbytes, &sl->sreq));
     sl->sposted = 1;
+    if (copy_after) algo_copy(io.prep_dst, io.prep_src, io.prep_count * pl->esize);
   }
   return ncclSuccess;
 }
