@@ -71,7 +71,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     if not cmd:
         print("hetccl run: no command (hetccl run -n N -- CMD ARGS...)", file=sys.stderr)
         return 2
-    return run_command(cmd, args.n, timeout=args.timeout, preload=not args.no_preload)
+    return run_command(cmd, args.n, timeout=args.timeout, preload=not args.no_preload,
+                       bind=not args.no_bind)
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
@@ -124,6 +125,8 @@ def parser() -> argparse.ArgumentParser:
     run.add_argument("-n", type=int, default=2, help="number of processes (default 2)")
     run.add_argument("--timeout", type=float, default=None,
                      help="seconds before every rank is killed (exit status 124)")
+    run.add_argument("--no-bind", action="store_true",
+                     help="do not pin each process to its own CPU (pinned when there are enough)")
     run.add_argument("--no-preload", action="store_true",
                      help="do not put libhetccl.so in LD_PRELOAD")
     run.add_argument("cmd", nargs=argparse.REMAINDER, help="-- CMD ARGS...")

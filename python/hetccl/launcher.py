@@ -122,10 +122,23 @@ def _stop_all(procs: Sequence[subprocess.Popen]) -> None:
         p.wait()
 
 
+def core_binding(nranks: int) -> List[Optional[int]]:
+    """The CPU each local rank is bound to, as mpirun does by default: one
+    core each when there are enough, else none (the scheduler places them).
+    Unbound ranks that poll for each other can start on one core and spin
+    against each other until the kernel migrates one."""
+    cpus = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
+    if nranks > len(cpus):
+        return [None] * nranks
+    return [cpus[i] for i in range(nranks)]
+
+
 def run_command(cmd: Sequence[str], nranks: int, timeout: Optional[float] = None,
-                env: Optional[Mapping[str, str]] = None, preload: bool = True) -> int:
+                env: Optional[Mapping[str, str]] = None, preload: bool = True,
+                bind: bool = True) -> int:
     """Run N copies of `cmd`; the exit status of `hetccl run`: 0, the first
-    non-zero status of a rank (128+signal when killed), or 124 on timeout."""
+    non-zero status of a rank (128+signal when killed), or 124 on timeout.
+    With `bind`, each rank is pinned to its own CPU when there are enough."""
     if nranks < 1:
         raise ValueError("nranks must be at least 1")
     base = dict(os.environ if env is None else env)
@@ -140,10 +153,13 @@ def run_command(cmd: Sequence[str], nranks: int, timeout: Optional[float] = None
 
     old = {s: signal.signal(s, forward) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
+        cpus = core_binding(nranks) if bind else [None] * nranks
         for rank in range(nranks):
+            cpu = cpus[rank]
+            pin = (lambda c=cpu: os.sched_setaffinity(0, {c})) if cpu is not None else None
             procs.append(subprocess.Popen(list(cmd), env={**base, **rank_env(rank, nranks,
                                                                                launch_id)},
-                                          start_new_session=True))
+                                          start_new_session=True, preexec_fn=pin))
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
             codes = [p.poll() for p in procs]
