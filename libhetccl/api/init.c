@@ -220,6 +220,7 @@ ncclResult_t ncclCommCount(const ncclComm_t comm, int *count) {
   HETCCL_REENTRY(CommCount, comm, count);
   CHECK_COMM(comm, "ncclCommCount");
   CHECK_PTR(count, "ncclCommCount");
+  if (comm->vendor) return HETCCL_VENDOR_CALL(comm->vendor, CommCount, comm->vcomm, count);
   *count = comm->nranks;
   return ncclSuccess;
 }
@@ -229,6 +230,7 @@ ncclResult_t ncclCommUserRank(const ncclComm_t comm, int *rank) {
   HETCCL_REENTRY(CommUserRank, comm, rank);
   CHECK_COMM(comm, "ncclCommUserRank");
   CHECK_PTR(rank, "ncclCommUserRank");
+  if (comm->vendor) return HETCCL_VENDOR_CALL(comm->vendor, CommUserRank, comm->vcomm, rank);
   *rank = comm->rank;
   return ncclSuccess;
 }

@@ -240,8 +240,8 @@ static ncclResult_t init_vendor(ncclComm_t comm) {
          comm->nranks, HETCCL_VENDOR_CALL(v, GetErrorString, res));
     return res;
   }
-  comm->vendor = v;
   comm->vcomm = vcomm;
+  __atomic_store_n(&comm->vendor, v, __ATOMIC_RELEASE); /* readers test vendor, then use vcomm */
   INFO(HETCCL_INIT | HETCCL_VENDOR, "rank %d of %d: one island, forwarding to %s %d (%s)",
        comm->rank, comm->nranks, v->name, v->version, v->path);
   return ncclSuccess;
@@ -436,11 +436,14 @@ ncclResult_t hetccl_comm_abort(ncclComm_t comm) {
 
 /* --- split / shrink ------------------------------------------------------- */
 
+/* A vendor communicator made by the vendor's split or shrink, wrapped. With
+ * a nonblocking parent it may still be initialising: rank and size are then
+ * asked of the vendor when queried (ncclCommCount forwards). */
 static ncclResult_t wrap_vendor_comm(ncclComm_t parent, ncclComm_t vnew, ncclComm_t *out) {
   const hetccl_vendor_t *v = parent->vendor;
-  int rank = 0, nranks = 0;
-  HETCCL_CHECK(HETCCL_VENDOR_CALL(v, CommUserRank, vnew, &rank));
-  HETCCL_CHECK(HETCCL_VENDOR_CALL(v, CommCount, vnew, &nranks));
+  int rank = -1, nranks = -1;
+  if (HETCCL_VENDOR_CALL(v, CommUserRank, vnew, &rank) != ncclSuccess) rank = -1;
+  if (HETCCL_VENDOR_CALL(v, CommCount, vnew, &nranks) != ncclSuccess) nranks = -1;
   ncclComm_t comm = calloc(1, sizeof(*comm));
   if (!comm) {
     WARN("ncclCommSplit: out of memory");
@@ -491,10 +494,11 @@ ncclResult_t hetccl_comm_split(ncclComm_t comm, int color, int key, ncclComm_t *
   *newcomm = NULL;
   if (comm->vendor) {
     ncclComm_t vnew = NULL;
-    HETCCL_CHECK(HETCCL_VENDOR_CALL(comm->vendor, CommSplit, comm->vcomm, color, key, &vnew,
-                                    (ncclConfig_t *)config));
-    if (!vnew) return ncclSuccess;
-    return wrap_vendor_comm(comm, vnew, newcomm);
+    ncclResult_t res = HETCCL_VENDOR_CALL(comm->vendor, CommSplit, comm->vcomm, color, key, &vnew,
+                                          (ncclConfig_t *)config);
+    if ((res != ncclSuccess && res != ncclInProgress) || !vnew) return res;
+    HETCCL_CHECK(wrap_vendor_comm(comm, vnew, newcomm));
+    return res;
   }
   if (!comm->bs) {
     WARN("ncclCommSplit: communicator has no bootstrap (rank %d)", comm->rank);
@@ -536,10 +540,11 @@ ncclResult_t hetccl_comm_shrink(ncclComm_t comm, const int *exclude, int nexclud
   *newcomm = NULL;
   if (comm->vendor) {
     ncclComm_t vnew = NULL;
-    HETCCL_CHECK(HETCCL_VENDOR_CALL(comm->vendor, CommShrink, comm->vcomm, (int *)exclude,
-                                    nexclude, &vnew, (ncclConfig_t *)config, flags));
-    if (!vnew) return ncclSuccess;
-    return wrap_vendor_comm(comm, vnew, newcomm);
+    ncclResult_t res = HETCCL_VENDOR_CALL(comm->vendor, CommShrink, comm->vcomm, (int *)exclude,
+                                          nexclude, &vnew, (ncclConfig_t *)config, flags);
+    if ((res != ncclSuccess && res != ncclInProgress) || !vnew) return res;
+    HETCCL_CHECK(wrap_vendor_comm(comm, vnew, newcomm));
+    return res;
   }
   int n = comm->nranks;
   uint8_t *gone = calloc(n, 1);
