@@ -43,8 +43,12 @@ def api() -> C.CDLL:
 def main(out: str) -> int:
     L = api()
     res: dict = {}
+
+    def step(name: str) -> None:
+        print(f"step {name}: {res.get(name)}", file=sys.stderr, flush=True)
     ver = C.c_int()
     res["version"] = (L.ncclGetVersion(C.byref(ver)), ver.value)
+    step("version")
     uid = (C.c_char * 128)()
     res["unique_id"] = L.ncclGetUniqueId(uid)
     cfg = Config(C.sizeof(Config), 0xCAFEBEEF, ver.value, *([UNDEF] * 4), None, UNDEF, UNDEF,
@@ -57,6 +61,7 @@ def main(out: str) -> int:
     while state.value == 7 and time.time() - t0 < 30:
         L.ncclCommGetAsyncError(comm, C.byref(state))
     res["nonblocking_init"] = (rc in (0, 7), state.value)
+    step("nonblocking_init")
 
     stream = cp.cuda.Stream(non_blocking=True)
     x = cp.arange(1 << 20, dtype=cp.float32)
@@ -69,6 +74,7 @@ def main(out: str) -> int:
     rc = L.ncclAllReduce(C.c_void_p(x.data.ptr), C.c_void_p(y.data.ptr), C.c_size_t(x.size), 7, 0,
                          comm, C.c_void_p(stream.ptr))
     res["allreduce"] = (rc in (0, 7), wait_async(), stream.synchronize(), float(y.sum()))
+    step("allreduce")
 
     scalar = cp.array([2.5], dtype=cp.float32)
     op = C.c_int()
@@ -79,6 +85,7 @@ def main(out: str) -> int:
     stream.synchronize()
     res["premulsum_device_scalar"] = (rc, rc2 in (0, 7), float(y.sum()),
                                       L.ncclRedOpDestroy(op, comm))
+    step("premulsum_device_scalar")
 
     # CUDA graph capture: the captured allreduce replays with new input.
     z = cp.zeros_like(x)
@@ -94,17 +101,22 @@ def main(out: str) -> int:
         stream.synchronize()
         sums.append(float(z.sum()))
     res["graph_capture"] = (rc in (0, 7), sums)
+    step("graph_capture")
 
     ptr = C.c_void_p()
     size = 1 << 21
     res["mem_alloc"] = L.ncclMemAlloc(C.byref(ptr), C.c_size_t(size)) == 0
+    step("mem_alloc")
     handle = C.c_void_p()
     res["register"] = (L.ncclCommRegister(comm, ptr, C.c_size_t(size), C.byref(handle)),
                        L.ncclCommDeregister(comm, handle))
+    step("register")
     win = C.c_void_p()
     rc = L.ncclCommWindowRegister(comm, ptr, C.c_size_t(size), C.byref(win), 0)
     res["window"] = (rc, L.ncclCommWindowDeregister(comm, win) if rc == 0 else None)
+    step("window")
     res["mem_free"] = L.ncclMemFree(ptr)
+    step("mem_free")
 
     child = C.c_void_p()
     rc = L.ncclCommSplit(comm, 0, 0, C.byref(child), None)
@@ -114,14 +126,17 @@ def main(out: str) -> int:
     n = C.c_int()
     res["split"] = (rc in (0, 7), bool(child.value), L.ncclCommCount(child, C.byref(n)), n.value,
                     L.ncclCommDestroy(child))
+    step("split")
     shrunk = C.c_void_p()
     rc = L.ncclCommShrink(comm, None, 0, C.byref(shrunk), None, 0)
     st = C.c_int(7)
     while shrunk.value and st.value == 7:
         L.ncclCommGetAsyncError(shrunk, C.byref(st))
     res["shrink"] = (rc in (0, 7), bool(shrunk.value), L.ncclCommAbort(shrunk))
+    step("shrink")
     rc = L.ncclCommFinalize(comm)
     res["finalize"] = (rc in (0, 7), wait_async(), L.ncclCommDestroy(comm))
+    step("finalize")
     json.dump({"results": res}, open(out, "w"), indent=1, sort_keys=True)
     print(json.dumps(res, sort_keys=True))
     return 0

@@ -9,10 +9,10 @@ PY=${PYTHON:-python3}
 ninja -C build-dev >/dev/null || exit 1
 LIB=$PWD/build-dev/libhetccl/libhetccl.so
 OUTDIR=${OUT:-/tmp}
-$PY tools/device/forward_features.py "$OUTDIR/features.nccl.json" || echo "FAIL: without hetccl"
+timeout 60 $PY tools/device/forward_features.py "$OUTDIR/features.nccl.json" || echo "FAIL: without hetccl"
 LD_PRELOAD=$LIB HETCCL_DEBUG=TRACE HETCCL_DEBUG_SUBSYS=VENDOR,INIT,CALL \
   HETCCL_DEBUG_FILE="$OUTDIR/features.hetccl.log" \
-  $PY tools/device/forward_features.py "$OUTDIR/features.hetccl.json" || echo "FAIL: with hetccl"
+  timeout 60 $PY tools/device/forward_features.py "$OUTDIR/features.hetccl.json" || echo "FAIL: with hetccl"
 if cmp -s "$OUTDIR/features.nccl.json" "$OUTDIR/features.hetccl.json"; then
   echo "PASS: identical"
 else
