@@ -58,13 +58,15 @@ def main(out: str) -> int:
     rc = L.ncclCommInitRankConfig(C.byref(comm), 1, uid, 0, C.byref(cfg))
     state = C.c_int(7)
     t0 = time.time()
-    while state.value == 7 and time.time() - t0 < 30:
-        L.ncclCommGetAsyncError(comm, C.byref(state))
+    while rc in (0, 7) and state.value == 7 and time.time() - t0 < 30:
+        if L.ncclCommGetAsyncError(comm, C.byref(state)) != 0:
+            break
     res["nonblocking_init"] = (rc, state.value)
     if rc not in (0, 7):  # this NCCL refuses the 2.28-shaped config: go on blocking
         comm = C.c_void_p()
         L.ncclGetUniqueId(uid)
         res["blocking_init"] = L.ncclCommInitRank(C.byref(comm), 1, uid, 0)
+        step("blocking_init")
     step("nonblocking_init")
 
     stream = cp.cuda.Stream(non_blocking=True)
