@@ -22,6 +22,7 @@
 #include "transport/transport.h"
 #include "util/knobs.h"
 #include "util/net.h"
+#include "../common/transport_check.h"
 
 static int rank = -1;
 
@@ -42,22 +43,6 @@ static int rank = -1;
 static const size_t sizes[] = {0, 1, 7, 4096, (1u << 20) + 3, 64u << 20};
 #define NSIZES (sizeof(sizes) / sizeof(sizes[0]))
 
-static uint8_t content(int src, size_t size, size_t i) {
-  return (uint8_t)(src * 131 + size * 7 + i * 13 + (i >> 9));
-}
-static uint8_t prefill(size_t i) { return (uint8_t)(i * 3 + 1); }
-
-static int consume_bad;
-static void sum_consume(void *ctx, void *dst, const void *src, size_t n) {
-  hetccl_req_t *r = ctx;
-  char *end = (char *)r->buf + r->bytes;
-  if ((char *)dst < (char *)r->buf || (char *)dst + n > end ||
-      (n % 8 != 0 && (char *)dst + n != end))
-    consume_bad = 1;
-  uint8_t *d = dst;
-  const uint8_t *s = src;
-  for (size_t i = 0; i < n; i++) d[i] += s[i];
-}
 
 static const hetccl_transport_t *T = &hetccl_transport_socket;
 

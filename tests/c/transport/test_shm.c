@@ -36,6 +36,7 @@
 
 #include "transport/transport.h"
 #include "util/knobs.h"
+#include "../common/transport_check.h"
 
 #define MAX_RANKS 8
 
@@ -90,22 +91,6 @@ static void barrier_n(int n) {
 static int nranks_alive; /* ranks that still take part in barriers */
 static void barrier(void) { barrier_n(nranks_alive); }
 
-static uint8_t content(int src, size_t size, size_t i) {
-  return (uint8_t)(src * 131 + size * 7 + i * 13 + (i >> 9));
-}
-static uint8_t prefill(size_t i) { return (uint8_t)(i * 3 + 1); }
-
-static int consume_bad;
-static void sum_consume(void *ctx, void *dst, const void *src, size_t n) {
-  hetccl_req_t *r = ctx;
-  char *end = (char *)r->buf + r->bytes;
-  if ((char *)dst < (char *)r->buf || (char *)dst + n > end ||
-      (n % 8 != 0 && (char *)dst + n != end))
-    consume_bad = 1;
-  uint8_t *d = dst;
-  const uint8_t *s = src;
-  for (size_t i = 0; i < n; i++) d[i] += s[i];
-}
 
 /* Progress every endpoint until all reqs are done; returns the first error. */
 static ncclResult_t drive(hetccl_ep_t **eps, hetccl_req_t **reqs, int nreq, double secs) {
