@@ -165,7 +165,6 @@ ncclResult_t ncclCommRevoke(ncclComm_t comm, int revokeFlags) {
    * communicator may then only be destroyed, split or shrunk. */
   comm->abort_flag = 1;
   hetccl_proxy_drain(comm);
-  comm->revoked = 1;
   hetccl_comm_set_error(comm, ncclInvalidUsage);
   return ncclSuccess;
 }

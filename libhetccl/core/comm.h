@@ -60,7 +60,6 @@ struct ncclComm {
    * older NCCL's): what a vendor library is handed. */
   unsigned char user_config[512];
   int has_user_config;
-  char comm_name[64];
   uint64_t comm_id;              /* from the unique id; in every frame */
 
   /* forwarded (homogeneous) */
@@ -78,9 +77,8 @@ struct ncclComm {
   /* state */
   volatile int abort_flag;
   volatile int error;            /* sticky ncclResult_t; ncclInProgress while init/ops run async */
-  int finalized, revoked;
+  int finalized;
   volatile int inflight;         /* API calls running on this comm (abort waits) */
-  int vendor_blocking;           /* vendor comm created nonblocking: poll its async error */
   struct hetccl_proxy *proxy;    /* started lazily for nonblocking work */
   pthread_mutex_t lock;          /* guards last_error */
   char last_error[HETCCL_ERRMSG_BYTES];

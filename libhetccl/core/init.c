@@ -114,7 +114,6 @@ static ncclResult_t config_resolve(ncclComm_t comm, const ncclConfig_t *config) 
     }
     comm->blocking = config->blocking;
   }
-  if (config->commName) snprintf(comm->comm_name, sizeof(comm->comm_name), "%s", config->commName);
   return ncclSuccess;
 }
 
