@@ -153,21 +153,25 @@ ncclResult_t hetccl_algo_run(hetccl_engine_t *e, const hetccl_coll_t *c) {
   int ring1 = algo == HETCCL_ALGO_RING || (algo < 0 && bytes > small);
   TRACE(HETCCL_COLL, "%s: %zu x %s on %d ranks, algo %d", hetccl_func_name(c->func), c->count,
         hetccl_dtype_name(c->dtype), n, algo);
+  ncclResult_t (*fn)(hetccl_engine_t *, const hetccl_coll_t *) = NULL;
   switch (c->func) {
     case HETCCL_FUNC_ALLREDUCE: return run_allreduce(e, c, algo, bytes);
     case HETCCL_FUNC_REDUCESCATTER:
       return ring ? hetccl_ring_reducescatter(e, c) : hetccl_direct_reducescatter(e, c);
     case HETCCL_FUNC_ALLGATHER:
       return ring ? hetccl_ring_allgather(e, c) : hetccl_direct_allgather(e, c);
-    case HETCCL_FUNC_BROADCAST:
-      return ring1 ? hetccl_chain_broadcast(e, c) : hetccl_tree_broadcast(e, c);
-    case HETCCL_FUNC_REDUCE:
-      return ring1 ? hetccl_ring_reduce(e, c) : hetccl_tree_reduce(e, c);
     case HETCCL_FUNC_ALLTOALL: return hetccl_pairwise_alltoall(e, c);
-    case HETCCL_FUNC_GATHER: return hetccl_linear_gather(e, c);
-    case HETCCL_FUNC_SCATTER: return hetccl_linear_scatter(e, c);
+    case HETCCL_FUNC_BROADCAST: fn = ring1 ? hetccl_chain_broadcast : hetccl_tree_broadcast; break;
+    case HETCCL_FUNC_REDUCE: fn = ring1 ? hetccl_ring_reduce : hetccl_tree_reduce; break;
+    case HETCCL_FUNC_GATHER: fn = hetccl_linear_gather; break;
+    case HETCCL_FUNC_SCATTER: fn = hetccl_linear_scatter; break;
     default:
       WARN("%s: not a collective the engine runs", hetccl_func_name(c->func));
       return ncclInvalidUsage;
   }
+  /* Rooted: ranks naming different roots may never receive from each
+   * other, so the signature ring checks the root (engine.h). */
+  HETCCL_CHECK(hetccl_engine_token_post(e));
+  HETCCL_CHECK(fn(e, c));
+  return hetccl_engine_token_wait(e);
 }

@@ -79,6 +79,8 @@ struct ncclComm {
   volatile int error;            /* sticky ncclResult_t; ncclInProgress while init/ops run async */
   int finalized;
   volatile int inflight;         /* API calls running on this comm (abort waits) */
+  hetccl_fail_note_t peer_note;  /* why a peer gave up, first note (engine, transports) */
+  hetccl_tag_mismatch_t mismatch; /* first signature mismatch seen (engine, transports) */
   struct hetccl_proxy *proxy;    /* started lazily for nonblocking work */
   pthread_mutex_t lock;          /* guards last_error */
   char last_error[HETCCL_ERRMSG_BYTES];
@@ -115,5 +117,9 @@ ncclResult_t hetccl_comm_redop_destroy(ncclComm_t comm, ncclRedOp_t op);
  * this call); a point-to-point message's on its size only. */
 uint64_t hetccl_comm_coll_tag(ncclComm_t comm, const hetccl_coll_t *c);
 uint64_t hetccl_comm_p2p_tag(size_t bytes);
+/* What a signature says, for messages (core/signature.c): "AllReduce(float,
+ * sum, count 4096, op #3)". The count is the low 24 bits the signature
+ * keeps. */
+void hetccl_comm_tag_describe(uint64_t tag, char *buf, size_t len);
 
 #endif

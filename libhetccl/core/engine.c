@@ -7,11 +7,13 @@
 #include "core/engine.h"
 
 #include <sched.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
 #include "algo/algo.h"
+#include "core/comm.h"
 #include "util/check.h"
 #include "util/knobs.h"
 #include "util/log.h"
@@ -28,6 +30,10 @@ struct hetccl_engine {
   int spin;
   volatile int *abort_flag;
   volatile int *comm_error;
+  hetccl_fail_note_t *peer_note; /* the first note a peer left us (transports write it) */
+  hetccl_tag_mismatch_t *mismatch; /* the first signature mismatch (transports write it) */
+  hetccl_req_t tok_send, tok_recv; /* the signature ring (hetccl_engine_token_*) */
+  int tok_posted;
   ncclResult_t failed;
   void *scratch;
   size_t scratch_bytes;
@@ -70,6 +76,8 @@ ncclResult_t hetccl_engine_create(const hetccl_engine_args_t *a, hetccl_engine_t
   e->timeout_ms = a->timeout_ms;
   e->abort_flag = a->abort_flag;
   e->comm_error = a->comm_error;
+  e->peer_note = a->peer_note;
+  e->mismatch = a->mismatch;
   e->spin = a->spin;
   e->pipeline_chunk = (size_t)hetccl_knob_int(HETCCL_KNOB_PIPELINE_CHUNK) & ~(size_t)63;
   if (e->pipeline_chunk < 64) e->pipeline_chunk = 64;
@@ -100,20 +108,55 @@ int hetccl_engine_algo_forced(const hetccl_engine_t *e) { return e->algo; }
 void hetccl_engine_set_tag(hetccl_engine_t *e, uint64_t tag) { e->tag = tag; }
 
 /* The first error fails the engine for good. Its connections are closed
- * at once, so that peers blocked on this rank learn it now (a closed socket
- * or shared-memory ring is ncclRemoteError naming this rank on their side)
- * instead of waiting out HETCCL_TIMEOUT. */
-static ncclResult_t engine_fail(hetccl_engine_t *e, ncclResult_t res) {
+ * at once, so that peers blocked on this rank learn it now instead of
+ * waiting out HETCCL_TIMEOUT, and each is left a note saying why: the
+ * note this rank got from a peer if that is why it fails (relayed as is,
+ * so every rank hears of the first cause), else its own last message with
+ * note_code (res, or ncclRemoteError where res says nothing to a peer). */
+static ncclResult_t engine_fail_as(hetccl_engine_t *e, ncclResult_t res, ncclResult_t note_code) {
   if (e->failed != ncclSuccess) return e->failed;
   e->failed = res;
   if (e->comm_error && *e->comm_error == ncclSuccess) *e->comm_error = res;
+  hetccl_fail_note_t note;
+  if (e->peer_note && e->peer_note->code != 0) {
+    note = *e->peer_note;
+  } else {
+    memset(&note, 0, sizeof(note));
+    note.code = note_code;
+    note.origin = e->rank;
+    snprintf(note.text, sizeof(note.text), "%s", hetccl_last_error());
+  }
   for (int p = 0; p < e->nranks; p++) {
     if (!e->eps[p]) continue;
-    e->tp[p]->ep_close(e->eps[p]);
+    if (e->tp[p]->ep_fail) e->tp[p]->ep_fail(e->eps[p], &note);
+    else e->tp[p]->ep_close(e->eps[p]);
     e->eps[p] = NULL;
   }
   e->nactive = 0;
   return res;
+}
+
+static ncclResult_t engine_fail(hetccl_engine_t *e, ncclResult_t res) {
+  return engine_fail_as(e, res, res);
+}
+
+/* A receive met a message of another operation: say which ranks called
+ * what, from the signatures (hetccl_comm_tag_describe). */
+static void mismatch_explain(const hetccl_engine_t *e) {
+  const hetccl_tag_mismatch_t *m = e->mismatch;
+  if (!m || !m->seen) return; /* a size mismatch: the transport said it */
+  char theirs[128], mine[128];
+  hetccl_comm_tag_describe(m->theirs, theirs, sizeof(theirs));
+  hetccl_comm_tag_describe(m->mine, mine, sizeof(mine));
+  int lo = e->rank < m->peer ? e->rank : m->peer, hi = e->rank < m->peer ? m->peer : e->rank;
+  WARN("ranks %d and %d called different operations: rank %d sent %s, rank %d expected %s", lo,
+       hi, m->peer, theirs, e->rank, mine);
+}
+
+/* Every failure of a transport call goes through here. */
+static ncclResult_t engine_fail_call(hetccl_engine_t *e, ncclResult_t res) {
+  if (res == ncclInvalidUsage && !(e->peer_note && e->peer_note->code)) mismatch_explain(e);
+  return engine_fail(e, res);
 }
 
 static ncclResult_t peer_check(hetccl_engine_t *e, int peer, const char *what) {
@@ -132,8 +175,9 @@ ncclResult_t hetccl_engine_isend(hetccl_engine_t *e, int peer, const void *buf, 
   req->buf = (void *)buf;
   req->bytes = bytes;
   req->tag = e->tag;
+  req->peer = peer;
   ncclResult_t res = e->tp[peer]->isend(e->eps[peer], req);
-  return res == ncclSuccess ? res : engine_fail(e, res);
+  return res == ncclSuccess ? res : engine_fail_call(e, res);
 }
 
 ncclResult_t hetccl_engine_irecv(hetccl_engine_t *e, int peer, void *buf, size_t bytes,
@@ -144,10 +188,11 @@ ncclResult_t hetccl_engine_irecv(hetccl_engine_t *e, int peer, void *buf, size_t
   req->buf = buf;
   req->bytes = bytes;
   req->tag = e->tag;
+  req->peer = peer;
   req->consume = consume;
   req->consume_ctx = consume_ctx;
   ncclResult_t res = e->tp[peer]->irecv(e->eps[peer], req);
-  return res == ncclSuccess ? res : engine_fail(e, res);
+  return res == ncclSuccess ? res : engine_fail_call(e, res);
 }
 
 static int64_t now_ms(void) {
@@ -180,16 +225,13 @@ ncclResult_t hetccl_engine_wait(hetccl_engine_t *e, hetccl_req_t **reqs, int n) 
     for (int i = first; i < n && !pending; i++) pending = reqs[i] && !reqs[i]->done;
     if (!pending) return ncclSuccess;
     if (*e->abort_flag) {
-      WARN("engine: rank %d: operation aborted", e->rank);
-      return engine_fail(e, ncclInvalidUsage);
+      WARN("engine: rank %d: operation aborted (ncclCommAbort)", e->rank);
+      return engine_fail_as(e, ncclInvalidUsage, ncclRemoteError);
     }
     int idle;
     ncclResult_t res = progress_all(e, &idle);
     if (res != ncclSuccess) {
-      if (res == ncclInvalidUsage)
-        WARN("engine: rank %d: a peer issued a different operation (count, type, operator, "
-             "root or collective differ; tag here 0x%016llx)", e->rank, (unsigned long long)e->tag);
-      return engine_fail(e, res);
+      return engine_fail_call(e, res);
     }
     if (!idle) {
       idle_polls = 0;
@@ -225,6 +267,23 @@ ncclResult_t hetccl_engine_sendrecv(hetccl_engine_t *e, int to, const void *sbuf
     reqs[1] = &sreq;
   }
   return hetccl_engine_wait(e, reqs, 2);
+}
+
+ncclResult_t hetccl_engine_token_post(hetccl_engine_t *e) {
+  e->tok_posted = 0;
+  if (!e->tag || e->nranks < 2) return ncclSuccess;
+  int right = (e->rank + 1) % e->nranks, left = (e->rank + e->nranks - 1) % e->nranks;
+  HETCCL_CHECK(hetccl_engine_irecv(e, left, NULL, 0, NULL, NULL, &e->tok_recv));
+  e->tok_posted = 1;
+  return hetccl_engine_isend(e, right, NULL, 0, &e->tok_send);
+}
+
+ncclResult_t hetccl_engine_token_wait(hetccl_engine_t *e) {
+  if (!e->tok_posted) return ncclSuccess;
+  hetccl_req_t *reqs[2] = {&e->tok_recv, &e->tok_send};
+  ncclResult_t res = hetccl_engine_wait(e, reqs, 2);
+  e->tok_posted = 0;
+  return res;
 }
 
 void *hetccl_engine_scratch(hetccl_engine_t *e, size_t bytes) {

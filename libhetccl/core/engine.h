@@ -48,6 +48,17 @@ ncclResult_t hetccl_engine_sendrecv(hetccl_engine_t *e, int to, const void *sbuf
  * WARN is logged). */
 void *hetccl_engine_scratch(hetccl_engine_t *e, size_t bytes);
 
+/* The signature ring, for operations where ranks that disagree might
+ * otherwise never meet a receive that checks them (a rooted collective
+ * whose ranks name different roots: two "roots" that only send, or only
+ * wait). post sends an empty message carrying the current signature to
+ * rank + 1 and receives one from rank - 1; call it before the operation's
+ * own messages, and token_wait after them. Any disagreement between
+ * neighbours, hence any at all, fails a receive as ncclInvalidUsage.
+ * Nothing is sent when signatures are off (tag 0) or on one rank. */
+ncclResult_t hetccl_engine_token_post(hetccl_engine_t *e);
+ncclResult_t hetccl_engine_token_wait(hetccl_engine_t *e);
+
 /* --- used by the core only (comm.c, group.c) ----------------------------- */
 
 typedef struct hetccl_engine_args {
@@ -60,6 +71,8 @@ typedef struct hetccl_engine_args {
   int spin;                             /* idle polls before yielding */
   volatile int *abort_flag;
   volatile int *comm_error;             /* sticky error of the owner */
+  hetccl_fail_note_t *peer_note;        /* the transports' args->peer_note (owner's) */
+  hetccl_tag_mismatch_t *mismatch;      /* the transports' args->mismatch (owner's) */
 } hetccl_engine_args_t;
 
 /* Takes ownership of eps and ctxs (destroy closes every endpoint, then the

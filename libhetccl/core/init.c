@@ -302,7 +302,8 @@ static ncclResult_t init_engine(ncclComm_t comm, uint64_t comm_id, uint64_t secr
       .rank = me, .nranks = n, .comm_id = comm_id, .secret = secret,
       .timeout_ms = (int)hetccl_knob_int(HETCCL_KNOB_CONNECT_TIMEOUT) * 1000,
       .abort_flag = &comm->abort_flag,
-      .ifname = hetccl_knob_str(HETCCL_KNOB_SOCKET_IFNAME)};
+      .ifname = hetccl_knob_str(HETCCL_KNOB_SOCKET_IFNAME), .peer_note = &comm->peer_note,
+      .mismatch = &comm->mismatch};
   for (int t = 0; t < HETCCL_TRANSPORT_COUNT; t++) {
     if (!used[t]) continue;
     HETCCL_CHECK_GOTO(hetccl_transport_get(t)->ctx_create(&args, &ctx[t],
@@ -333,7 +334,8 @@ static ncclResult_t init_engine(ncclComm_t comm, uint64_t comm_id, uint64_t secr
   hetccl_engine_args_t eargs = {
       .rank = me, .nranks = n, .eps = eps, .transports = tps,
       .timeout_ms = (int)hetccl_knob_int(HETCCL_KNOB_TIMEOUT) * 1000, .spin = spin,
-      .abort_flag = &comm->abort_flag, .comm_error = &comm->error, .ctxs = ctx};
+      .abort_flag = &comm->abort_flag, .comm_error = &comm->error, .ctxs = ctx,
+      .peer_note = &comm->peer_note, .mismatch = &comm->mismatch};
   HETCCL_CHECK_GOTO(hetccl_engine_create(&eargs, &comm->engine), res, out);
   /* The engine owns endpoints and contexts now. */
   memset(eps, 0, n * sizeof(*eps));

@@ -42,6 +42,27 @@
 
 typedef void (*hetccl_consume_fn)(void *ctx, void *dst, const void *src, size_t bytes);
 
+/* Why a rank gave up, as its peers learn it. The engine of the rank that
+ * fails hands its note to ep_fail on every endpoint; a transport that finds
+ * a peer's note fails the call in progress (hetccl_fail_note_received) and
+ * keeps the first note it saw in *args->peer_note, so that the engine
+ * relays the original cause, not "my peer gave up". */
+#define HETCCL_FAIL_TEXT 504
+typedef struct hetccl_fail_note {
+  int32_t code;                /* ncclResult_t of the first failure; 0 = no note */
+  int32_t origin;              /* the rank where it happened */
+  char text[HETCCL_FAIL_TEXT]; /* that rank's message, NUL-terminated */
+} hetccl_fail_note_t;
+
+/* The first receive that met a frame of another operation (its tag, i.e.
+ * signature, differs from the posted one), kept for the message that
+ * explains it (the engine reads the signatures back). */
+typedef struct hetccl_tag_mismatch {
+  int seen;            /* 0 until a transport records one */
+  int peer;            /* who sent the frame */
+  uint64_t theirs, mine;
+} hetccl_tag_mismatch_t;
+
 /* One posted message. Owned by the caller, which must keep it alive and
  * untouched until `done` is set (or an error is returned). */
 typedef struct hetccl_req {
@@ -50,6 +71,7 @@ typedef struct hetccl_req {
   uint64_t tag;              /* operation signature (see above) */
   hetccl_consume_fn consume; /* receive only; NULL = plain copy */
   void *consume_ctx;
+  int peer;                  /* the other rank, for messages */
   /* set by the transport */
   volatile int done;         /* 1 when the buffer may be reused / holds the data */
   size_t progress;           /* bytes moved so far */
@@ -65,6 +87,8 @@ typedef struct hetccl_transport_args {
   int timeout_ms;              /* bound on every wait */
   volatile int *abort_flag;    /* non-zero: return ncclInternalError / abort promptly */
   const char *ifname;          /* NCCL_SOCKET_IFNAME-style selection, may be "" */
+  hetccl_fail_note_t *peer_note; /* where the first note from a peer goes; may be NULL */
+  hetccl_tag_mismatch_t *mismatch; /* where the first signature mismatch goes; may be NULL */
 } hetccl_transport_args_t;
 
 typedef struct hetccl_tctx hetccl_tctx_t; /* per communicator, per transport */
@@ -115,6 +139,12 @@ typedef ncclResult_t (*hetccl_transport_progress_fn)(hetccl_ep_t *ep, int *idle)
 typedef void (*hetccl_transport_ep_close_fn)(hetccl_ep_t *ep);
 typedef void (*hetccl_transport_ctx_destroy_fn)(hetccl_tctx_t *ctx);
 
+/* Close the endpoint as ep_close does, first leaving `why` where the peer
+ * will find it while it waits on us (best effort, never blocking).
+ * Optional: a transport without it only closes, and its peers learn that
+ * this rank left, not why. */
+typedef void (*hetccl_transport_ep_fail_fn)(hetccl_ep_t *ep, const hetccl_fail_note_t *why);
+
 typedef struct hetccl_transport {
   const char *name;
   hetccl_transport_can_connect_fn can_connect;
@@ -125,6 +155,7 @@ typedef struct hetccl_transport {
   hetccl_transport_progress_fn progress;
   hetccl_transport_ep_close_fn ep_close;
   hetccl_transport_ctx_destroy_fn ctx_destroy;
+  hetccl_transport_ep_fail_fn ep_fail; /* optional */
 } hetccl_transport_t;
 
 /* name, table symbol. Order is preference order under HETCCL_TRANSPORT=auto. */
@@ -161,9 +192,19 @@ typedef struct hetccl_frame_hdr {
 void hetccl_frame_fill(hetccl_frame_hdr_t *h, uint64_t comm_id, int src_rank, uint64_t seq,
                        uint64_t tag, uint64_t bytes);
 /* Checks a received header against what the posted receive expects. Logs
- * the exact cause. `transport` names the caller in messages. */
+ * the exact cause. `transport` names the caller in messages. If the tags
+ * differ and `mismatch` holds none yet, records the pair there. */
 ncclResult_t hetccl_frame_check(const hetccl_frame_hdr_t *h, const char *transport,
                                 uint64_t comm_id, int expect_src, uint64_t expect_seq,
-                                uint64_t expect_tag, uint64_t expect_bytes);
+                                uint64_t expect_tag, uint64_t expect_bytes,
+                                hetccl_tag_mismatch_t *mismatch);
+
+/* A note from `peer` (the rank at the other end of the connection, which
+ * may relay another rank's): logs it, keeps it in *keep if *keep holds none
+ * (keep may be NULL), and returns what this rank fails with: the origin's
+ * ncclInvalidUsage (every rank learns of a usage error as one), else
+ * ncclRemoteError. */
+ncclResult_t hetccl_fail_note_received(const hetccl_fail_note_t *note, const char *transport,
+                                       int peer, hetccl_fail_note_t *keep);
 
 #endif

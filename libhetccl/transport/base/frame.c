@@ -20,7 +20,8 @@ void hetccl_frame_fill(hetccl_frame_hdr_t *h, uint64_t comm_id, int src_rank, ui
 
 ncclResult_t hetccl_frame_check(const hetccl_frame_hdr_t *h, const char *transport,
                                 uint64_t comm_id, int expect_src, uint64_t expect_seq,
-                                uint64_t expect_tag, uint64_t expect_bytes) {
+                                uint64_t expect_tag, uint64_t expect_bytes,
+                                hetccl_tag_mismatch_t *mismatch) {
   /* Framing first: if these are wrong the rest of the header means nothing. */
   if (h->magic != HETCCL_FRAME_MAGIC) {
     WARN("%s: corrupt frame from rank %d: magic 0x%016" PRIx64 ", expected 0x%016" PRIx64,
@@ -48,6 +49,8 @@ ncclResult_t hetccl_frame_check(const hetccl_frame_hdr_t *h, const char *transpo
   }
   /* The peer posted a different operation than we did: a usage error. */
   if (expect_tag != 0 && h->tag != expect_tag) {
+    if (mismatch && !mismatch->seen)
+      *mismatch = (hetccl_tag_mismatch_t){1, expect_src, h->tag, expect_tag};
     WARN("%s: message %" PRIu64 " from rank %d has operation signature 0x%016" PRIx64
          ", the posted receive expects 0x%016" PRIx64 " (ranks called different operations)",
          transport, expect_seq, expect_src, h->tag, expect_tag);
@@ -60,4 +63,16 @@ ncclResult_t hetccl_frame_check(const hetccl_frame_hdr_t *h, const char *transpo
     return ncclInvalidUsage;
   }
   return ncclSuccess;
+}
+
+ncclResult_t hetccl_fail_note_received(const hetccl_fail_note_t *note, const char *transport,
+                                       int peer, hetccl_fail_note_t *keep) {
+  hetccl_fail_note_t n = *note; /* it may sit in memory the peer still writes */
+  n.text[HETCCL_FAIL_TEXT - 1] = '\0';
+  if (n.origin == peer)
+    WARN("%s: rank %d gave up: %s", transport, peer, n.text);
+  else
+    WARN("%s: rank %d gave up because rank %d did: %s", transport, peer, (int)n.origin, n.text);
+  if (keep && keep->code == 0) *keep = n;
+  return n.code == ncclInvalidUsage ? ncclInvalidUsage : ncclRemoteError;
 }

@@ -72,6 +72,8 @@ struct hetccl_tctx {
   uint64_t comm_id;
   int timeout_ms;
   volatile int *abort_flag;
+  hetccl_fail_note_t *peer_note;
+  hetccl_tag_mismatch_t *mismatch;
   int fd;           /* our segment, -1 once closed */
   int unlinked;
   char name[SHM_NAME_MAX];
@@ -134,7 +136,18 @@ static uint64_t pidns_self(void) {
   return stat("/proc/self/ns/pid", &st) == 0 ? (uint64_t)st.st_ino : 0;
 }
 
+/* The peer's note, if the side that wrote `flag` failed with one. */
+static const hetccl_fail_note_t *peer_failed(_Atomic uint32_t *flag,
+                                             const hetccl_fail_note_t *note) {
+  return atomic_load_explicit(flag, memory_order_acquire) == SHM_FAILED ? note : NULL;
+}
+
 ncclResult_t hetccl_shm_ep_check_peer(hetccl_ep_t *ep) {
+  /* A peer that failed says why before it exits: read that first. */
+  const hetccl_fail_note_t *why = peer_failed(&ep->tx.ctrl->rx_closed, &ep->tx.ctrl->rx_note);
+  if (!why) why = peer_failed(&ep->rx.ctrl->tx_closed, &ep->rx.ctrl->tx_note);
+  if (why && (ep->sq.first || ep->rq.first))
+    return hetccl_fail_note_received(why, "shm", ep->peer, ep->peer_note);
   if (ep->peer_watch && !peer_alive(ep->peer_pid, ep->peer_start)) {
     WARN("shm: peer rank %d (pid %d) exited", ep->peer, ep->peer_pid);
     return ncclRemoteError;
@@ -214,6 +227,8 @@ static ncclResult_t shm_ctx_create(const hetccl_transport_args_t *args, hetccl_t
   c->comm_id = args->comm_id;
   c->timeout_ms = args->timeout_ms;
   c->abort_flag = args->abort_flag;
+  c->peer_note = args->peer_note;
+  c->mismatch = args->mismatch;
   size_t page = (size_t)sysconf(_SC_PAGESIZE);
   c->chunk = (size_t)hetccl_knob_int(HETCCL_KNOB_SHM_CHUNK) & ~(size_t)63;
   if (c->chunk < 64) c->chunk = 64;
@@ -297,15 +312,37 @@ static ncclResult_t ring_map(shm_ring_map_t *m, int fd, const char *name, size_t
   return ncclSuccess;
 }
 
-static void shm_ep_close(hetccl_ep_t *ep) {
-  if (!ep) return;
-  /* Tell a peer that may still wait on us; it reads these when idle. */
-  if (ep->tx.ctrl) atomic_store_explicit(&ep->tx.ctrl->tx_closed, 1, memory_order_release);
-  if (ep->rx.ctrl) atomic_store_explicit(&ep->rx.ctrl->rx_closed, 1, memory_order_release);
+/* Tell a peer that may still wait on us, through both rings' control
+ * pages; it reads them when idle (hetccl_shm_ep_check_peer). */
+static void ep_mark_closed(hetccl_ep_t *ep, const hetccl_fail_note_t *why) {
+  uint32_t state = why ? SHM_FAILED : SHM_CLOSED;
+  if (ep->tx.ctrl) {
+    if (why) ep->tx.ctrl->tx_note = *why;
+    atomic_store_explicit(&ep->tx.ctrl->tx_closed, state, memory_order_release);
+  }
+  if (ep->rx.ctrl) {
+    if (why) ep->rx.ctrl->rx_note = *why;
+    atomic_store_explicit(&ep->rx.ctrl->rx_closed, state, memory_order_release);
+  }
+}
+
+static void ep_unmap_free(hetccl_ep_t *ep) {
   if (ep->tx.base) munmap(ep->tx.base, ep->tx.bytes);
   if (ep->rx.base) munmap(ep->rx.base, ep->rx.bytes);
   free(ep->bounce);
   free(ep);
+}
+
+static void shm_ep_fail(hetccl_ep_t *ep, const hetccl_fail_note_t *why) {
+  if (!ep) return;
+  ep_mark_closed(ep, why);
+  ep_unmap_free(ep);
+}
+
+static void shm_ep_close(hetccl_ep_t *ep) {
+  if (!ep) return;
+  ep_mark_closed(ep, NULL);
+  ep_unmap_free(ep);
 }
 
 /* Map the peer's ring for us, check that the segment is the one the peer
@@ -395,6 +432,8 @@ static ncclResult_t ep_create(hetccl_tctx_t *c, int p, const uint8_t *addr,
   ep->peer = p;
   ep->peer_pid = loc->pid;
   ep->comm_id = c->comm_id;
+  ep->peer_note = c->peer_note;
+  ep->mismatch = c->mismatch;
   ep->cma_min = SIZE_MAX;
 
   size_t off = c->hdr_bytes + ring_index(c->rank, p) * c->ring_bytes;
@@ -499,5 +538,6 @@ const hetccl_transport_t hetccl_transport_shm = {
     .irecv = hetccl_shm_irecv,
     .progress = hetccl_shm_progress,
     .ep_close = shm_ep_close,
+    .ep_fail = shm_ep_fail,
     .ctx_destroy = shm_ctx_destroy,
 };

@@ -43,15 +43,26 @@ typedef struct shm_seg_hdr {
   uint64_t pidns;          /* inode of the creator's pid namespace, 0 = unknown */
 } shm_seg_hdr_t;
 
-/* One ring's control page. Each line has one writer. */
+/* Values of shm_ring_ctrl_t.tx_closed / rx_closed. */
+enum {
+  SHM_OPEN = 0,
+  SHM_CLOSED = 1, /* the endpoint was closed */
+  SHM_FAILED = 2, /* closed after a failure; the side's note says why */
+};
+
+/* One ring's control page. Each line has one writer. A side that fails
+ * writes its note, then its closed flag (release): the flag is read with
+ * acquire before the note. */
 typedef struct shm_ring_ctrl {
   _Alignas(64) _Atomic uint64_t tail; /* producer: slots published */
   _Alignas(64) _Atomic uint64_t head; /* consumer: slots released */
   _Alignas(64) _Atomic uint32_t attached; /* producer: it mapped this ring */
-  _Atomic uint32_t tx_closed;             /* producer: it closed its endpoint */
+  _Atomic uint32_t tx_closed;             /* producer: SHM_OPEN / CLOSED / FAILED */
   _Alignas(64) _Atomic uint32_t rx_ready; /* consumer: cma_ok below is final */
   _Atomic uint32_t cma_ok;                /* consumer: it can process_vm_readv the producer */
-  _Atomic uint32_t rx_closed;             /* consumer: it closed its endpoint */
+  _Atomic uint32_t rx_closed;             /* consumer: SHM_OPEN / CLOSED / FAILED */
+  _Alignas(64) hetccl_fail_note_t tx_note; /* producer: why it failed */
+  _Alignas(64) hetccl_fail_note_t rx_note; /* consumer: why it failed */
 } shm_ring_ctrl_t;
 
 /* Piece kinds in shm_slot_hdr_t.kind. */
@@ -88,6 +99,8 @@ typedef struct shm_req_queue {
 struct hetccl_ep {
   int rank, peer, peer_pid;
   uint64_t comm_id;
+  hetccl_fail_note_t *peer_note; /* the context's args->peer_note */
+  hetccl_tag_mismatch_t *mismatch; /* the context's args->mismatch */
   unsigned long long peer_start; /* /proc start time of the peer, 0 = unknown */
   int peer_watch;                /* peer_pid means the peer here (same pid namespace) */
   ncclResult_t failed;           /* sticky: once an endpoint fails it stays failed */

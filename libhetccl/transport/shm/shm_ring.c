@@ -216,7 +216,7 @@ static ncclResult_t rx_drain(hetccl_ep_t *ep, int *moved) {
       if (h->kind != SHM_PIECE_FIRST && h->kind != SHM_PIECE_RNDV)
         return rx_corrupt(ep, h, r, "a message does not start here");
       HETCCL_CHECK(hetccl_frame_check(&h->frame, "shm", ep->comm_id, ep->peer, ep->rx_seq,
-                                      r->tag, r->bytes));
+                                      r->tag, r->bytes, ep->mismatch));
       ep->rx_seq++;
       pv->started = 1;
       if (h->kind == SHM_PIECE_RNDV) {

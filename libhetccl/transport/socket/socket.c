@@ -227,7 +227,8 @@ static ncclResult_t recv_header(hetccl_ep_t *ep, sock_stream_t *st, hetccl_req_t
   st->rhdr_off += (size_t)k;
   if (st->rhdr_off < sizeof(st->rhdr)) return ncclSuccess;
   ncclResult_t res = hetccl_frame_check(&st->rhdr, "socket", ep->ctx->args.comm_id, ep->peer,
-                                        priv_of(r)->seq, r->tag, r->bytes);
+                                        priv_of(r)->seq, r->tag, r->bytes,
+                                        ep->ctx->args.mismatch);
   if (res != ncclSuccess) return ep_fail(ep, res);
   priv_of(r)->hdr_ok = 1;
   *ready = 1;

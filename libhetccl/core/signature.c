@@ -1,0 +1,40 @@
+/* Reading an operation signature back (comm.h: hetccl_comm_tag_describe),
+ * for the message that tells two ranks they called different operations.
+ * The layout is hetccl_comm_coll_tag's / hetccl_comm_p2p_tag's (comm.c).
+ * Any thread; pure. */
+#include <stdio.h>
+
+#include "core/comm.h"
+
+static const char *op_name(unsigned op) {
+  static const char *const names[] = {"sum", "prod", "max", "min"};
+  static const char *const scaled[] = {"premulsum/avg", "prod (scaled)", "max (scaled)",
+                                       "min (scaled)"};
+  return (op & 8) ? scaled[op & 3] : names[op & 3];
+}
+
+void hetccl_comm_tag_describe(uint64_t tag, char *buf, size_t len) {
+  int func = (int)(tag >> 60) - 1;
+  if (func == HETCCL_FUNC_SEND) {
+    snprintf(buf, len, "Send/Recv of %llu bytes", (unsigned long long)(tag & 0xffffffffffull));
+    return;
+  }
+  if (func < 0 || func >= HETCCL_FUNC_COUNT) {
+    snprintf(buf, len, "an unknown operation (signature 0x%016llx)", (unsigned long long)tag);
+    return;
+  }
+  ncclDataType_t dtype = (ncclDataType_t)((tag >> 56) & 0xf);
+  unsigned op = (unsigned)(tag >> 52) & 0xf;
+  int root = (int)((tag >> 40) & 0xfff);
+  unsigned long long count = (tag >> 16) & 0xffffff, seq = tag & 0xffff;
+  int reduces = func == HETCCL_FUNC_ALLREDUCE || func == HETCCL_FUNC_REDUCE ||
+                func == HETCCL_FUNC_REDUCESCATTER;
+  int rooted = func == HETCCL_FUNC_BROADCAST || func == HETCCL_FUNC_REDUCE ||
+               func == HETCCL_FUNC_GATHER || func == HETCCL_FUNC_SCATTER;
+  char what[48] = "", where[24] = "";
+  if (reduces) snprintf(what, sizeof(what), ", %s", op_name(op));
+  if (rooted) snprintf(where, sizeof(where), ", root %d", root);
+  snprintf(buf, len, "%s(%s%s%s, count %llu, operation #%llu)",
+           hetccl_func_name((hetccl_func_t)func), hetccl_dtype_name(dtype), what, where, count,
+           seq);
+}
