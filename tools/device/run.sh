@@ -16,11 +16,18 @@
 #              against hetccl forwarding to it, -m cuda -g 2 (if present)
 #   6 broken   HETCCL_NCCL_LIBRARY=/nonexistent under PyTorch: a clean error
 #              that names it, no crash, no hang
+#   7 features tools/device/forward_features.sh: a C program built against
+#              the real NCCL (nonblocking init, device-scalar PreMulSum, graph
+#              capture, windows, split, shrink, finalize), without and with
+#              hetccl preloaded: the same output, every step ok
+#   8 overhead tools/device/overhead.sh: per-call forwarding cost
+# STAGES="build features ..." runs only those (build is always first); the
+# default is every stage. One GPU suffices for all but torch, cupy and perf.
 # $OUT also gets summary.txt and extra.tgz (JSON results, hetccl debug logs,
 # raw perf tables): 8 files, the most that come back.
 #
 # Wheels for what the machine lacks (cffi, pycparser) travel in .whl (see
-# the device README); NCCL_NVLS_ENABLE=0 everywhere. Budget: about 8 minutes.
+# the device README); NCCL_NVLS_ENABLE=0 everywhere. Budget: about 10 minutes.
 set -u
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$ROOT"
@@ -139,6 +146,9 @@ do_perf() {
   fi
 }
 
+do_features() { OUT=$WORK bash tools/device/forward_features.sh; }
+do_overhead() { ITERS=${ITERS:-1000000} bash tools/device/overhead.sh; }
+
 do_broken() {
   local log="$WORK/broken.out"
   LD_PRELOAD=$LIB HETCCL_NCCL_LIBRARY=/nonexistent/libnccl.so.2 \
@@ -157,15 +167,19 @@ do_broken() {
 }
 
 export ROOT OUT WORK PY LIB REAL_NCCL
-export -f note dropin do_build do_pytest do_torch do_cupy do_perf do_broken
+export -f note dropin do_build do_pytest do_torch do_cupy do_perf do_broken do_features do_overhead
+STAGES=${STAGES:-pytest torch cupy perf broken features overhead}
+want() { case " $STAGES " in *" $1 "*) return 0 ;; esac; return 1; }
 stage 01 build 120 do_build
 export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
 if [ -f "$LIB" ]; then
-  stage 02 pytest 90 do_pytest
-  stage 03 torch 100 do_torch
-  stage 04 cupy 60 do_cupy
-  stage 05 perf 160 do_perf
-  stage 06 broken 40 do_broken
+  want pytest && stage 02 pytest 90 do_pytest
+  want torch && stage 03 torch 100 do_torch
+  want cupy && stage 04 cupy 60 do_cupy
+  want perf && stage 05 perf 160 do_perf
+  want broken && stage 06 broken 40 do_broken
+  want features && stage 07 features 150 do_features
+  want overhead && stage 08 overhead 120 do_overhead
 else
   note "FAIL skipped every later stage: no $LIB"
   STATUS=1
