@@ -25,12 +25,29 @@
 
 static int failures;
 
+/* A wrong step: NCCL's own explanation goes to stderr (not compared: the
+ * text may name addresses). */
+static void explain(const char *step) {
+  fprintf(stderr, "%s: ncclGetLastError: %s\n", step, ncclGetLastError(NULL));
+}
+
 static void verdict(const char *step, int ok, const char *fmt, double a, double b) {
   printf("%s: ", step);
   printf(fmt, a, b);
   printf(" %s\n", ok ? "ok" : "WRONG");
   fflush(stdout);
-  if (!ok) failures++;
+  if (!ok) {
+    failures++;
+    explain(step);
+  }
+}
+
+/* Count a step's verdict, explaining a wrong one. */
+static void tally(const char *step, int ok) {
+  if (!ok) {
+    failures++;
+    explain(step);
+  }
 }
 
 #define CUDA(call)                                                                     \
@@ -69,9 +86,12 @@ static double dsum(const float *d, float *h) {
   return s;
 }
 
+/* cudaMemcpy from pageable memory may return before the device has the
+ * data; the device sync orders it before work on non-blocking streams. */
 static void fill(float *d, float *h, float v) {
   for (int i = 0; i < COUNT; i++) h[i] = v;
   CUDA(cudaMemcpy(d, h, COUNT * sizeof(float), cudaMemcpyHostToDevice));
+  CUDA(cudaDeviceSynchronize());
 }
 
 int main(void) {
@@ -87,6 +107,7 @@ int main(void) {
   CUDA(cudaMalloc((void **)&z, COUNT * sizeof(float)));
   for (int i = 0; i < COUNT; i++) host[i] = (float)(i % 1000);
   CUDA(cudaMemcpy(x, host, COUNT * sizeof(float), cudaMemcpyHostToDevice));
+  CUDA(cudaDeviceSynchronize());
   const double xsum = (double)(COUNT / 1000) * 499500.0 + (COUNT % 1000) * (COUNT % 1000 - 1) / 2.0;
 
   /* Nonblocking init. */
@@ -154,7 +175,7 @@ int main(void) {
     graph_ok &= s == (double)k * COUNT;
   }
   printf(" %s\n", graph_ok ? "ok" : "WRONG");
-  failures += !graph_ok;
+  tally("graph_capture", graph_ok);
   CUDA(cudaGraphExecDestroy(exec));
   CUDA(cudaGraphDestroy(graph));
 
@@ -167,7 +188,7 @@ int main(void) {
   r3 = ncclCommDeregister(comm, handle);
   printf("register: rc %d %d %d state %d %s\n", r1, r2, r3, st,
          r1 == ncclSuccess && ok_rc(r2) && ok_rc(r3) ? "ok" : "WRONG");
-  failures += !(r1 == ncclSuccess && ok_rc(r2) && ok_rc(r3));
+  tally("register", r1 == ncclSuccess && ok_rc(r2) && ok_rc(r3));
 #if NCCL_VERSION_CODE >= NCCL_VERSION(2, 27, 0)
   ncclWindow_t win = NULL;
   r1 = ncclCommWindowRegister(comm, buf, bytes, &win, NCCL_WIN_DEFAULT);
@@ -175,16 +196,19 @@ int main(void) {
   r2 = win ? ncclCommWindowDeregister(comm, win) : r1;
   st = st == ncclSuccess ? wait_comm(comm) : st;
   printf("window: rc %d %d state %d %s\n", r1, r2, st, ok_rc(r1) && ok_rc(r2) ? "ok" : "WRONG");
-  failures += !(ok_rc(r1) && ok_rc(r2));
+  tally("window", ok_rc(r1) && ok_rc(r2));
 #endif
   r = ncclMemFree(buf);
   printf("mem_free: rc %d %s\n", r, r == ncclSuccess ? "ok" : "WRONG");
-  failures += r != ncclSuccess;
+  tally("mem_free", r == ncclSuccess);
 
-  /* Split (inherits the nonblocking config), then a collective on the child. */
+  /* Split (inherits the nonblocking config: the parent is polled until the
+   * split is done), then a collective on the child. */
+  fill(x, host, 3.0f);
   ncclComm_t child = NULL;
   r1 = ncclCommSplit(comm, 0, 0, &child, NULL);
-  st = child ? wait_comm(child) : r1;
+  ncclResult_t pst = wait_comm(comm);
+  st = child ? wait_comm(child) : pst;
   int n = -1;
   r2 = child ? ncclCommCount(child, &n) : r1;
   r3 = child ? ncclAllReduce(x, y, COUNT, ncclFloat, ncclSum, child, stream) : r1;
@@ -192,20 +216,22 @@ int main(void) {
   CUDA(cudaStreamSynchronize(stream));
   s = dsum(y, host);
   ncclResult_t r4 = child ? ncclCommDestroy(child) : r1;
-  printf("split: rc-ok %d state %d count-rc %d n %d allreduce-ok %d destroy %d ", ok_rc(r1), st, r2,
-         n, ok_rc(r3), r4);
+  printf("split: rc-ok %d parent %d state %d child %d count-rc %d n %d allreduce-ok %d destroy %d ",
+         ok_rc(r1), pst, st, child != NULL, r2, n, ok_rc(r3), r4);
   verdict("sum", child && s == 3.0 * COUNT && n == 1, "%.1f expected %.1f", s, 3.0 * COUNT);
 
 #if NCCL_VERSION_CODE >= NCCL_VERSION(2, 27, 0)
   ncclComm_t shrunk = NULL;
   r1 = ncclCommShrink(comm, NULL, 0, &shrunk, NULL, NCCL_SHRINK_DEFAULT);
-  st = shrunk ? wait_comm(shrunk) : r1;
+  pst = wait_comm(comm);
+  st = shrunk ? wait_comm(shrunk) : pst;
   n = -1;
   r2 = shrunk ? ncclCommCount(shrunk, &n) : r1;
   r3 = shrunk ? ncclCommAbort(shrunk) : r1;
-  printf("shrink: rc-ok %d state %d count-rc %d n %d abort %d %s\n", ok_rc(r1), st, r2, n, r3,
+  printf("shrink: rc-ok %d parent %d state %d child %d count-rc %d n %d abort %d %s\n", ok_rc(r1),
+         pst, st, shrunk != NULL, r2, n, r3,
          shrunk && st == ncclSuccess && n == 1 && r3 == ncclSuccess ? "ok" : "WRONG");
-  failures += !(shrunk && st == ncclSuccess && n == 1 && r3 == ncclSuccess);
+  tally("shrink", shrunk && st == ncclSuccess && n == 1 && r3 == ncclSuccess);
 #endif
 
   /* Finalize (nonblocking: in progress, then success), destroy. */
@@ -214,7 +240,7 @@ int main(void) {
   r2 = ncclCommDestroy(comm);
   printf("finalize: rc-ok %d state %d destroy %d %s\n", ok_rc(r1), st, r2,
          ok_rc(r1) && st == ncclSuccess && r2 == ncclSuccess ? "ok" : "WRONG");
-  failures += !(ok_rc(r1) && st == ncclSuccess && r2 == ncclSuccess);
+  tally("finalize", ok_rc(r1) && st == ncclSuccess && r2 == ncclSuccess);
 
   /* Blocking init, then abort with work done. */
   ncclComm_t comm2 = NULL;
@@ -225,7 +251,7 @@ int main(void) {
   r3 = ncclCommAbort(comm2);
   printf("blocking_init_abort: rc %d %d %d %s\n", r1, r2, r3,
          r1 == ncclSuccess && r2 == ncclSuccess && r3 == ncclSuccess ? "ok" : "WRONG");
-  failures += !(r1 == ncclSuccess && r2 == ncclSuccess && r3 == ncclSuccess);
+  tally("blocking_init_abort", r1 == ncclSuccess && r2 == ncclSuccess && r3 == ncclSuccess);
 
   printf("failures: %d\n", failures);
   return failures ? 1 : 0;

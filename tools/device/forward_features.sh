@@ -18,12 +18,14 @@ nvcc -O2 -o "$BIN" tools/device/forward_features.c -I"$NCCL_DIR/include" -L"$NCC
   -l:libnccl.so.2 -Xlinker -rpath="$NCCL_DIR/lib" || { echo "FAIL: build"; exit 1; }
 ldd "$BIN" | grep -E "nccl|cudart"
 rc=0
-timeout 120 "$BIN" >"$OUTDIR/features.nccl.txt" || { echo "FAIL: without hetccl"; rc=1; }
+timeout 120 "$BIN" >"$OUTDIR/features.nccl.txt" 2>"$OUTDIR/features.nccl.err" ||
+  { echo "FAIL: without hetccl"; rc=1; }
 LD_PRELOAD=$LIB HETCCL_DEBUG=TRACE HETCCL_DEBUG_SUBSYS=VENDOR,INIT,CALL \
   HETCCL_DEBUG_FILE="$OUTDIR/features.hetccl.log" \
-  timeout 120 "$BIN" >"$OUTDIR/features.hetccl.txt" || { echo "FAIL: with hetccl"; rc=1; }
-echo "--- without hetccl"; cat "$OUTDIR/features.nccl.txt"
-echo "--- with LD_PRELOAD=$LIB"; cat "$OUTDIR/features.hetccl.txt"
+  timeout 120 "$BIN" >"$OUTDIR/features.hetccl.txt" 2>"$OUTDIR/features.hetccl.err" ||
+  { echo "FAIL: with hetccl"; rc=1; }
+echo "--- without hetccl"; cat "$OUTDIR/features.nccl.txt" "$OUTDIR/features.nccl.err"
+echo "--- with LD_PRELOAD=$LIB"; cat "$OUTDIR/features.hetccl.txt" "$OUTDIR/features.hetccl.err"
 if cmp -s "$OUTDIR/features.nccl.txt" "$OUTDIR/features.hetccl.txt"; then
   echo "identical output"
 else
