@@ -206,8 +206,22 @@ ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t *asyncError) {
   HETCCL_REENTRY(CommGetAsyncError, comm, asyncError);
   CHECK_COMM(comm, "ncclCommGetAsyncError");
   CHECK_PTR(asyncError, "ncclCommGetAsyncError");
-  if (comm->vendor && comm->vcomm)
-    return HETCCL_VENDOR_CALL(comm->vendor, CommGetAsyncError, comm->vcomm, asyncError);
+  if (comm->vendor) {
+    /* A vendor split's child whose handle has not arrived yet has its
+     * parent's state (hetccl_comm_split). */
+    ncclComm_t vc = __atomic_load_n(&comm->vcomm, __ATOMIC_ACQUIRE);
+    if (!vc && comm->vparent) {
+      HETCCL_CHECK(HETCCL_VENDOR_CALL(comm->vendor, CommGetAsyncError, comm->vparent, asyncError));
+      if (*asyncError != ncclSuccess) return ncclSuccess;
+      vc = __atomic_load_n(&comm->vcomm, __ATOMIC_ACQUIRE);
+      if (!vc) {
+        WARN("ncclCommGetAsyncError: the vendor's split finished without a communicator");
+        *asyncError = ncclInternalError;
+        return ncclSuccess;
+      }
+    }
+    if (vc) return HETCCL_VENDOR_CALL(comm->vendor, CommGetAsyncError, vc, asyncError);
+  }
   ncclResult_t err = (ncclResult_t)comm->error;
   if (err == ncclSuccess && hetccl_proxy_pending(comm) > 0) err = ncclInProgress;
   *asyncError = err;

@@ -64,7 +64,10 @@ struct ncclComm {
 
   /* forwarded (homogeneous) */
   const hetccl_vendor_t *vendor;
-  ncclComm_t vcomm;
+  ncclComm_t vcomm;              /* a split's / shrink's child: written by the vendor's job */
+  ncclComm_t vparent;            /* such a child: its parent's vcomm, whose state it has
+                                    until vcomm arrives */
+  ncclComm_t vnone;              /* where a NOCOLOR split's vendor writes its NULL child */
 
   /* hetccl engine */
   hetccl_bootstrap_t *bs;

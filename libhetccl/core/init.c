@@ -437,14 +437,14 @@ ncclResult_t hetccl_comm_abort(ncclComm_t comm) {
 
 /* --- split / shrink ------------------------------------------------------- */
 
-/* A vendor communicator made by the vendor's split or shrink, wrapped. With
- * a nonblocking parent it may still be initialising: rank and size are then
- * asked of the vendor when queried (ncclCommCount forwards). */
-static ncclResult_t wrap_vendor_comm(ncclComm_t parent, ncclComm_t vnew, ncclComm_t *out) {
-  const hetccl_vendor_t *v = parent->vendor;
-  int rank = -1, nranks = -1;
-  if (HETCCL_VENDOR_CALL(v, CommUserRank, vnew, &rank) != ncclSuccess) rank = -1;
-  if (HETCCL_VENDOR_CALL(v, CommCount, vnew, &nranks) != ncclSuccess) nranks = -1;
+/* The wrapper of a vendor communicator that the vendor's split or shrink is
+ * making. With a nonblocking parent the vendor writes the child's handle
+ * from its background job, after the call returned: so the vendor is
+ * handed &child->vcomm to write, never a variable of ours that goes away.
+ * Until it arrives, the child's state is the parent's (vparent; see
+ * ncclCommGetAsyncError), and rank and size are asked of the vendor when
+ * queried. */
+static ncclResult_t vendor_child_create(ncclComm_t parent, ncclComm_t *out) {
   ncclComm_t comm = calloc(1, sizeof(*comm));
   if (!comm) {
     WARN("ncclCommSplit: out of memory");
@@ -452,22 +452,36 @@ static ncclResult_t wrap_vendor_comm(ncclComm_t parent, ncclComm_t vnew, ncclCom
   }
   pthread_mutex_init(&comm->lock, NULL);
   comm->magic = HETCCL_COMM_MAGIC;
-  comm->rank = rank;
-  comm->nranks = nranks;
+  comm->rank = -1;
+  comm->nranks = -1;
   comm->dev = parent->dev;
   comm->dev_kind = parent->dev_kind;
   comm->ptr_kind = parent->ptr_kind;
   comm->blocking = parent->blocking;
   comm->config = parent->config;
-  comm->vendor = v;
-  comm->vcomm = vnew;
+  comm->vendor = parent->vendor;
+  comm->vparent = parent->vcomm;
   ncclResult_t res = hetccl_comm_register(comm);
   if (res != ncclSuccess) {
+    pthread_mutex_destroy(&comm->lock);
     free(comm);
     return res;
   }
   *out = comm;
   return ncclSuccess;
+}
+
+/* After the vendor's split / shrink returned res into child->vcomm: hand
+ * the child out, or drop it if the vendor made none. */
+static ncclResult_t vendor_child_finish(ncclComm_t child, ncclResult_t res, ncclComm_t *newcomm) {
+  int none = res == ncclSuccess && !__atomic_load_n(&child->vcomm, __ATOMIC_ACQUIRE);
+  if ((res != ncclSuccess && res != ncclInProgress) || none) {
+    hetccl_comm_unregister(child);
+    comm_release(child);
+    return res;
+  }
+  *newcomm = child;
+  return res;
 }
 
 typedef struct split_entry {
@@ -494,12 +508,14 @@ ncclResult_t hetccl_comm_split(ncclComm_t comm, int color, int key, ncclComm_t *
                                const ncclConfig_t *config) {
   *newcomm = NULL;
   if (comm->vendor) {
-    ncclComm_t vnew = NULL;
-    ncclResult_t res = HETCCL_VENDOR_CALL(comm->vendor, CommSplit, comm->vcomm, color, key, &vnew,
-                                          (ncclConfig_t *)config);
-    if ((res != ncclSuccess && res != ncclInProgress) || !vnew) return res;
-    HETCCL_CHECK(wrap_vendor_comm(comm, vnew, newcomm));
-    return res;
+    if (color == NCCL_SPLIT_NOCOLOR) /* no child; the vendor may still write NULL later */
+      return HETCCL_VENDOR_CALL(comm->vendor, CommSplit, comm->vcomm, color, key,
+                                &comm->vnone, (ncclConfig_t *)config);
+    ncclComm_t child;
+    HETCCL_CHECK(vendor_child_create(comm, &child));
+    ncclResult_t res = HETCCL_VENDOR_CALL(comm->vendor, CommSplit, comm->vcomm, color, key,
+                                          &child->vcomm, (ncclConfig_t *)config);
+    return vendor_child_finish(child, res, newcomm);
   }
   if (!comm->bs) {
     WARN("ncclCommSplit: communicator has no bootstrap (rank %d)", comm->rank);
@@ -540,12 +556,11 @@ ncclResult_t hetccl_comm_shrink(ncclComm_t comm, const int *exclude, int nexclud
                                 ncclComm_t *newcomm, const ncclConfig_t *config, int flags) {
   *newcomm = NULL;
   if (comm->vendor) {
-    ncclComm_t vnew = NULL;
+    ncclComm_t child;
+    HETCCL_CHECK(vendor_child_create(comm, &child));
     ncclResult_t res = HETCCL_VENDOR_CALL(comm->vendor, CommShrink, comm->vcomm, (int *)exclude,
-                                          nexclude, &vnew, (ncclConfig_t *)config, flags);
-    if ((res != ncclSuccess && res != ncclInProgress) || !vnew) return res;
-    HETCCL_CHECK(wrap_vendor_comm(comm, vnew, newcomm));
-    return res;
+                                          nexclude, &child->vcomm, (ncclConfig_t *)config, flags);
+    return vendor_child_finish(child, res, newcomm);
   }
   int n = comm->nranks;
   uint8_t *gone = calloc(n, 1);

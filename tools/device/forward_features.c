@@ -222,7 +222,8 @@ int main(void) {
 
 #if NCCL_VERSION_CODE >= NCCL_VERSION(2, 27, 0)
   ncclComm_t shrunk = NULL;
-  r1 = ncclCommShrink(comm, NULL, 0, &shrunk, NULL, NCCL_SHRINK_DEFAULT);
+  int exclude_none[1] = {-1}; /* NCCL wants a list even when it is empty */
+  r1 = ncclCommShrink(comm, exclude_none, 0, &shrunk, NULL, NCCL_SHRINK_DEFAULT);
   pst = wait_comm(comm);
   st = shrunk ? wait_comm(shrunk) : pst;
   n = -1;
