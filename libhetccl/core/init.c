@@ -472,10 +472,11 @@ static ncclResult_t vendor_child_create(ncclComm_t parent, ncclComm_t *out) {
 }
 
 /* After the vendor's split / shrink returned res into child->vcomm: hand
- * the child out, or drop it if the vendor made none. */
+ * the child out, or drop it if the vendor failed. Success does not mean
+ * the handle is there: NCCL returns ncclSuccess from a nonblocking
+ * parent's split and writes the handle later. */
 static ncclResult_t vendor_child_finish(ncclComm_t child, ncclResult_t res, ncclComm_t *newcomm) {
-  int none = res == ncclSuccess && !__atomic_load_n(&child->vcomm, __ATOMIC_ACQUIRE);
-  if ((res != ncclSuccess && res != ncclInProgress) || none) {
+  if (res != ncclSuccess && res != ncclInProgress) {
     hetccl_comm_unregister(child);
     comm_release(child);
     return res;
