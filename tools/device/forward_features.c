@@ -229,10 +229,15 @@ int main(void) {
   n = -1;
   r2 = shrunk ? ncclCommCount(shrunk, &n) : r1;
   r3 = shrunk ? ncclCommAbort(shrunk) : r1;
-  printf("shrink: rc-ok %d parent %d state %d child %d count-rc %d n %d abort %d %s\n", ok_rc(r1),
+  /* NCCL 2.28 refuses to shrink a one-rank communicator by nobody
+   * (ncclInvalidArgument); what matters here is that hetccl forwards the
+   * call and its answer unchanged, which the comparison of outputs shows. */
+  int shrink_ok = (shrunk && st == ncclSuccess && n == 1 && r3 == ncclSuccess) ||
+                  (!shrunk && r1 == ncclInvalidArgument);
+  printf("shrink: rc %d parent %d state %d child %d count-rc %d n %d abort %d %s\n", r1,
          pst, st, shrunk != NULL, r2, n, r3,
-         shrunk && st == ncclSuccess && n == 1 && r3 == ncclSuccess ? "ok" : "WRONG");
-  tally("shrink", shrunk && st == ncclSuccess && n == 1 && r3 == ncclSuccess);
+         !shrink_ok ? "WRONG" : shrunk ? "ok" : "ok (refused by this NCCL)");
+  tally("shrink", shrink_ok);
 #endif
 
   /* Finalize (nonblocking: in progress, then success), destroy. */
