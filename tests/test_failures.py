@@ -321,10 +321,6 @@ def test_dead_peer_during_init(dead_at_init: Dict[Tuple[int, str], List[Outcome]
     assert not wrong, "\n".join(wrong)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "the init timeout does not say which ranks never joined: every waiting rank gets "
-    "'bootstrap rank R: root HOST:PORT: timed out during receive' (core/bootstrap.c), although "
-    "the root knows which ranks arrived"))
 @pytest.mark.timeout(60)
 def test_dead_peer_during_init_names_the_missing_rank(
         dead_at_init: Dict[Tuple[int, str], List[Outcome]]) -> None:
@@ -849,11 +845,6 @@ def test_unique_id_of_another_job(foreign_id_results: List[Outcome]) -> None:
     assert not wrong, "\n".join(wrong)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "a rank the bootstrap root drops (wrong secret, or nranks that disagree) only sees "
-    "'bootstrap rank R: root HOST:PORT: connection closed by peer / reset by peer (0 of 64 "
-    "bytes received)'; the reason is an INFO line in the root's process (core/bootstrap.c "
-    "root_on_header / root_shape_ok), never sent to the rank"))
 @pytest.mark.timeout(60)
 def test_unique_id_of_another_job_says_why(foreign_id_results: List[Outcome]) -> None:
     """Processes 1-4 were dropped by the root: their message must say that the

@@ -11,14 +11,31 @@
  * Wire (all little-endian host order: one host architecture per job).
  *   unique id (128 bytes): id_layout_t below; only the secret is secret.
  *   rank -> root: hello_t + info_bytes of info.
- *   root -> rank: table_t + nranks * info_bytes.
+ *   root -> rank: table_t + nranks * info_bytes, or reject_t + a reason
+ *     (text, at most REJECT_MAX_REASON bytes) and the connection closes.
  *   rank r>0 -> rank 0 listener: link_t (authenticates the star link).
  *   star frames: frame_t + payload; every field is checked on receipt.
+ *
+ * Who tells whom why. A hello that speaks the protocol (right magic) but is
+ * refused (wrong secret, a shape that disagrees, a rank taken) gets a reject
+ * with the reason before the root closes; the reason is our own text plus at
+ * most the integers the peer sent, never its bytes, and says nothing about
+ * the secret but that it did not match. Anything else is closed without a
+ * word. A rank that times out cannot say which ranks are missing, the root
+ * can: every hello carries how long its rank will still wait, the root gives
+ * up at the first rank's deadline (or its own), tells every rank that joined
+ * which ranks never came, and the ranks wait a grace (reply_grace_ms) past
+ * their deadline for that word.
+ *
+ * Ports. Only rank 0 listens (for the star links), and only until every
+ * rank has linked; the root listens until the table is out or it gave up.
+ * After init no bootstrap port of the communicator is open.
  */
 #include "core/bootstrap.h"
 
 #include <inttypes.h>
 #include <pthread.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -30,17 +47,19 @@
 #include "util/net.h"
 
 #define ID_MAGIC "HETCCLID"
-#define ID_VERSION 1u
+#define ID_VERSION 2u /* 2: hellos carry the rank's deadline; the root may reject */
 #define ID_FLAG_RANK0_ROOT 0x1u /* NCCL_COMM_ID: rank 0 serves the root */
 
 #define HELLO_MAGIC 0x48455442534845ull /* "HETBSHE" */
 #define TABLE_MAGIC 0x48455442535442ull /* "HETBSTB" */
 #define LINK_MAGIC 0x484554425354cbull
 #define FRAME_MAGIC 0x48455442534652ull /* "HETBSFR" */
+#define REJECT_MAGIC 0x4845544253524aull /* "HETBSRJ" */
 
 #define BS_MAX_RANKS (1 << 20)
 #define BS_MAX_INFO (1u << 20)            /* bytes of info per rank */
 #define BS_MAX_TABLE ((uint64_t)1 << 32)  /* nranks * info_bytes */
+#define REJECT_MAX_REASON (HETCCL_NET_REPLY_MAX - sizeof(reject_t))
 
 typedef struct id_layout {
   char magic[8];
@@ -57,8 +76,16 @@ typedef struct hello {
   uint64_t secret;
   int32_t rank, nranks;
   uint64_t info_bytes;
-  hetccl_net_wire_addr_t listen; /* the rank's own bootstrap listener */
+  hetccl_net_wire_addr_t listen; /* rank 0's star listener (others: none) */
+  uint32_t timeout_ms;           /* the rank's HETCCL_CONNECT_TIMEOUT */
+  uint32_t left_ms;              /* how long the rank waits from this hello on */
 } hello_t;
+
+typedef struct reject {
+  uint64_t magic;
+  int32_t code;    /* the ncclResult_t the rank's init returns */
+  uint32_t bytes;  /* of reason text that follows, <= REJECT_MAX_REASON */
+} reject_t;
 
 typedef struct table {
   uint64_t magic;
@@ -92,7 +119,7 @@ struct hetccl_bootstrap {
   int timeout_ms;
   volatile int *abort_flag;
   uint64_t seq;                /* collective operations so far */
-  int lfd;                     /* own listener */
+  int lfd;                     /* rank 0: the star listener, until every rank linked */
   hetccl_sockaddr_t laddr;
   int *fds;                    /* rank 0: per peer; others: fds[0] */
   hetccl_sockaddr_t *addrs;    /* peer address per fd, for messages */
@@ -154,6 +181,14 @@ uint64_t hetccl_bootstrap_id_comm_id(const ncclUniqueId *id) {
 
 /* ---- the root ------------------------------------------------------------ */
 
+/* How long a rank waits past its own deadline for the root's word. The root
+ * notices a deadline within a poll slice (100 ms) and its reply is one
+ * small send, so a second is plenty; short timeouts get a shorter grace. */
+static int reply_grace_ms(int timeout_ms) {
+  int g = timeout_ms / 4;
+  return g < 500 ? 500 : g > 2000 ? 2000 : g;
+}
+
 typedef struct root {
   int lfd;
   hetccl_sockaddr_t addr;
@@ -162,8 +197,12 @@ typedef struct root {
   int nranks, arrived;
   uint64_t info_bytes;
   int *fds;
+  hetccl_sockaddr_t *from; /* per rank, for messages */
   char *table;
   hetccl_net_wire_addr_t rank0;
+  int in_rank0;           /* NCCL_COMM_ID: rank 0's init started this root */
+  int64_t expires;        /* the earliest deadline of a rank that joined */
+  int expires_rank, expires_timeout_ms;
   char name[HETCCL_NET_ADDR_STRLEN + 32];
 } root_t;
 
@@ -172,78 +211,146 @@ static void root_free(root_t *r) {
     for (int i = 0; i < r->nranks; i++) hetccl_net_close(&r->fds[i]);
   hetccl_net_close(&r->lfd);
   free(r->fds);
+  free(r->from);
   free(r->table);
   free(r);
 }
 
-/* Does a hello with the right secret agree with the ranks so far? */
-static int root_shape_ok(root_t *r, const hello_t *h, const hetccl_sockaddr_t *peer) {
-  char s[HETCCL_NET_ADDR_STRLEN];
-  if (h->nranks != r->nranks || h->info_bytes != r->info_bytes) {
+/* A reject with a reason into buf (at most HETCCL_NET_REPLY_MAX bytes). */
+static size_t reject_fill(unsigned char *buf, ncclResult_t code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static size_t reject_fill(unsigned char *buf, ncclResult_t code, const char *fmt, ...) {
+  char text[REJECT_MAX_REASON + 1];
+  va_list ap;
+  va_start(ap, fmt);
+  int k = vsnprintf(text, sizeof(text), fmt, ap);
+  va_end(ap);
+  size_t len = k < 0 ? 0 : (size_t)k < REJECT_MAX_REASON ? (size_t)k : REJECT_MAX_REASON;
+  reject_t rj = {.magic = REJECT_MAGIC, .code = (int32_t)code, .bytes = (uint32_t)len};
+  memcpy(buf, &rj, sizeof(rj));
+  memcpy(buf + sizeof(rj), text, len);
+  return sizeof(rj) + len;
+}
+
+/* Does a hello with the right secret agree with the ranks so far? If not,
+ * log it and fill the reply that tells the rank why. */
+static int root_shape_ok(root_t *r, const hello_t *h, const hetccl_sockaddr_t *peer,
+                         hetccl_net_reply_t *reply) {
+  char s[HETCCL_NET_ADDR_STRLEN], s2[HETCCL_NET_ADDR_STRLEN];
+  hetccl_net_addr_str(peer, s, sizeof(s));
+  if (h->nranks != r->nranks) {
     /* Right secret, wrong shape: a real rank disagrees. Worth a WARN. */
-    WARN("%s: rank %d from %s says nranks=%d info_bytes=%" PRIu64
-         ", others said nranks=%d info_bytes=%" PRIu64 "; dropped",
-         r->name, h->rank, hetccl_net_addr_str(peer, s, sizeof(s)), h->nranks, h->info_bytes,
-         r->nranks, r->info_bytes);
+    WARN("%s: rank %d from %s says nranks=%d, the ranks before it said nranks=%d; dropped",
+         r->name, h->rank, s, h->nranks, r->nranks);
+    reply->len = reject_fill(reply->buf, ncclInvalidUsage,
+                             "refused: this rank says nranks=%d, the ranks that joined first "
+                             "say nranks=%d (ranks of two jobs share a unique id, or nranks "
+                             "differs between ranks)", h->nranks, r->nranks);
+    return 0;
+  }
+  if (h->info_bytes != r->info_bytes) {
+    WARN("%s: rank %d from %s publishes %" PRIu64 " bytes of info, the ranks before it %" PRIu64
+         "; dropped", r->name, h->rank, s, h->info_bytes, r->info_bytes);
+    reply->len = reject_fill(reply->buf, ncclInvalidUsage,
+                             "refused: this rank publishes %" PRIu64 " bytes of bootstrap info, "
+                             "the ranks that joined first %" PRIu64 " (ranks of this unique id "
+                             "run different hetccl versions)", h->info_bytes, r->info_bytes);
     return 0;
   }
   if (r->fds[h->rank] >= 0) {
-    WARN("%s: rank %d joined twice (again from %s); the second one is dropped", r->name,
-         h->rank, hetccl_net_addr_str(peer, s, sizeof(s)));
+    hetccl_net_addr_str(&r->from[h->rank], s2, sizeof(s2));
+    WARN("%s: rank %d joined twice (from %s, again from %s); the second one is dropped", r->name,
+         h->rank, s2, s);
+    reply->len = reject_fill(reply->buf, ncclInvalidUsage,
+                             "refused: rank %d already joined from %s (two processes claim one "
+                             "rank: ranks of two jobs share a unique id, or a rank number is "
+                             "repeated)", h->rank, s2);
     return 0;
   }
   return 1;
 }
 
-static long root_on_header(void *ctx, const void *hdr, const hetccl_sockaddr_t *peer) {
+static long root_on_header(void *ctx, const void *hdr, const hetccl_sockaddr_t *peer,
+                           hetccl_net_reply_t *reply) {
   root_t *r = ctx;
   hello_t h;
   char s[HETCCL_NET_ADDR_STRLEN];
   memcpy(&h, hdr, sizeof(h));
+  if (h.magic != HELLO_MAGIC) { /* not ours: no word back */
+    INFO(HETCCL_BOOTSTRAP, "%s: dropping connection from %s: not a hetccl bootstrap hello",
+         r->name, hetccl_net_addr_str(peer, s, sizeof(s)));
+    return -1;
+  }
   const char *why = NULL;
-  if (h.magic != HELLO_MAGIC) why = "not a hetccl bootstrap hello";
-  else if (h.secret != r->secret) why = "wrong secret (a different unique id)";
-  else if (h.nranks < 1 || h.nranks > BS_MAX_RANKS || h.rank < 0 || h.rank >= h.nranks)
+  if (h.secret != r->secret) {
+    why = "wrong secret (a different unique id)";
+    reply->len = reject_fill(reply->buf, ncclInvalidUsage,
+                             "refused: the unique id's secret does not match the one this root "
+                             "made (a unique id of another job, or a forged or corrupted one)");
+  } else if (h.nranks < 1 || h.nranks > BS_MAX_RANKS || h.rank < 0 || h.rank >= h.nranks) {
     why = "rank / nranks out of range";
-  else if (h.info_bytes > BS_MAX_INFO || h.info_bytes * (uint64_t)h.nranks > BS_MAX_TABLE)
+    reply->len = reject_fill(reply->buf, ncclInvalidUsage,
+                             "refused: rank %d of nranks %d is out of range (0 <= rank < nranks "
+                             "<= %d)",
+                             h.rank, h.nranks, BS_MAX_RANKS);
+  } else if (h.info_bytes > BS_MAX_INFO || h.info_bytes * (uint64_t)h.nranks > BS_MAX_TABLE) {
     why = "oversized info";
+    reply->len = reject_fill(reply->buf, ncclInvalidUsage,
+                             "refused: %" PRIu64 " bytes of info per rank for nranks %d exceed "
+                             "the bootstrap's limits (%u per rank, %" PRIu64 " in all)",
+                             h.info_bytes, h.nranks, BS_MAX_INFO, BS_MAX_TABLE);
+  }
   if (why) {
     INFO(HETCCL_BOOTSTRAP, "%s: dropping connection from %s: %s", r->name,
          hetccl_net_addr_str(peer, s, sizeof(s)), why);
     return -1;
   }
-  if (r->nranks > 0 && !root_shape_ok(r, &h, peer)) return -1;
+  if (r->nranks > 0 && !root_shape_ok(r, &h, peer, reply)) return -1;
   return (long)h.info_bytes;
 }
 
 static int root_on_frame(void *ctx, int fd, const void *hdr, const void *payload,
-                         const hetccl_sockaddr_t *peer) {
+                         const hetccl_sockaddr_t *peer, hetccl_net_reply_t *reply) {
   root_t *r = ctx;
   hello_t h;
   char s[HETCCL_NET_ADDR_STRLEN];
   memcpy(&h, hdr, sizeof(h));
   if (r->nranks == 0) { /* the first complete hello fixes the shape */
     r->fds = malloc(h.nranks * sizeof(int));
+    r->from = calloc(h.nranks, sizeof(*r->from));
     r->table = malloc(h.info_bytes * h.nranks + 1);
-    if (r->fds == NULL || r->table == NULL) {
+    if (r->fds == NULL || r->from == NULL || r->table == NULL) {
       WARN("%s: out of memory for %d ranks x %" PRIu64 " bytes", r->name, h.nranks, h.info_bytes);
       free(r->fds);
+      free(r->from);
       free(r->table);
       r->fds = NULL;
+      r->from = NULL;
       r->table = NULL;
+      reply->len = reject_fill(reply->buf, ncclSystemError,
+                               "refused: the root is out of memory for %d ranks x %" PRIu64
+                               " bytes of info", h.nranks, h.info_bytes);
       return 0;
     }
     for (int i = 0; i < h.nranks; i++) r->fds[i] = -1;
     r->nranks = h.nranks;
     r->info_bytes = h.info_bytes;
   }
-  if (!root_shape_ok(r, &h, peer)) return 0; /* checked again: others completed meanwhile */
+  /* Checked again: others completed meanwhile. */
+  if (!root_shape_ok(r, &h, peer, reply)) return 0;
   r->fds[h.rank] = fd;
+  r->from[h.rank] = *peer;
   if (h.info_bytes) memcpy(r->table + (size_t)h.rank * h.info_bytes, payload, h.info_bytes);
   if (h.rank == 0) r->rank0 = h.listen;
   r->arrived++;
-  TRACE(HETCCL_BOOTSTRAP, "%s: rank %d/%d arrived from %s", r->name, h.rank, r->nranks,
-        hetccl_net_addr_str(peer, s, sizeof(s)));
+  int64_t gives_up = hetccl_net_now_ms() + h.left_ms;
+  if (gives_up < r->expires) {
+    r->expires = gives_up;
+    r->expires_rank = h.rank;
+    r->expires_timeout_ms = (int)h.timeout_ms;
+  }
+  TRACE(HETCCL_BOOTSTRAP, "%s: rank %d/%d arrived from %s, waits %u ms more", r->name, h.rank,
+        r->nranks, hetccl_net_addr_str(peer, s, sizeof(s)), h.left_ms);
   return 1;
 }
 
@@ -252,23 +359,89 @@ static int root_done(void *ctx) {
   return r->nranks > 0 && r->arrived == r->nranks;
 }
 
+static int64_t root_expires(void *ctx) { return ((root_t *)ctx)->expires; }
+
+/* "rank 3" or "ranks 2-5, 9" (ranks whose fd is missing), cut short with
+ * ", ..." where the buffer ends. */
+static void missing_ranks(const root_t *r, char *buf, size_t len) {
+  int missing = r->nranks - r->arrived;
+  size_t at = (size_t)snprintf(buf, len, "%s", missing == 1 ? "rank " : "ranks ");
+  int first = 1;
+  for (int i = 0; i < r->nranks && at < len; i++) {
+    if (r->fds[i] >= 0) continue;
+    int j = i;
+    while (j + 1 < r->nranks && r->fds[j + 1] < 0) j++;
+    char item[32];
+    if (j == i) snprintf(item, sizeof(item), "%s%d", first ? "" : ", ", i);
+    else snprintf(item, sizeof(item), "%s%d-%d", first ? "" : ", ", i, j);
+    if (at + strlen(item) + 5 >= len) {
+      snprintf(buf + at, len - at, ", ...");
+      return;
+    }
+    at += (size_t)snprintf(buf + at, len - at, "%s", item);
+    first = 0;
+    i = j;
+  }
+}
+
+/* Tell every rank that joined why there will be no table, then close. */
+static void root_reject_all(root_t *r, ncclResult_t code, const char *reason) {
+  hetccl_net_reply_t reply;
+  reply.len = reject_fill(reply.buf, code, "%s", reason);
+  int64_t deadline = hetccl_net_deadline(1000); /* a few hundred bytes into idle sockets */
+  for (int i = 0; i < r->nranks; i++) {
+    if (r->fds[i] < 0) continue;
+    (void)hetccl_net_send_all(r->fds[i], reply.buf, reply.len, deadline, NULL, NULL);
+    hetccl_net_close(&r->fds[i]);
+  }
+}
+
+/* The ranks that joined wait for a word: say which ranks never came. */
+static void root_give_up(root_t *r, ncclResult_t res, int64_t own_deadline) {
+  char reason[REJECT_MAX_REASON + 1], ranks[256];
+  if (r->arrived == 0) {
+    INFO(HETCCL_BOOTSTRAP, "%s: gave up, no rank joined", r->name);
+    return;
+  }
+  if (res == ncclTimeout) {
+    missing_ranks(r, ranks, sizeof(ranks));
+    if (r->expires <= own_deadline)
+      snprintf(reason, sizeof(reason),
+               "%s of %d never joined within %.1f s (HETCCL_CONNECT_TIMEOUT of rank %d)", ranks,
+               r->nranks, r->expires_timeout_ms / 1000.0, r->expires_rank);
+    else
+      snprintf(reason, sizeof(reason),
+               "%s of %d never joined within %.1f s (HETCCL_CONNECT_TIMEOUT of %s)", ranks,
+               r->nranks, r->timeout_ms / 1000.0,
+               r->in_rank0 ? "rank 0, which serves the root under NCCL_COMM_ID"
+                           : "the process that made the unique id, where the bootstrap root runs");
+  } else {
+    snprintf(reason, sizeof(reason), "the bootstrap root failed with %d of %d ranks: %s",
+             r->arrived, r->nranks, hetccl_last_error());
+  }
+  INFO(HETCCL_BOOTSTRAP, "%s: gave up: %s", r->name, reason);
+  root_reject_all(r, res == ncclTimeout ? ncclTimeout : ncclSystemError, reason);
+}
+
 static void *root_main(void *arg) {
   root_t *r = arg;
   hetccl_net_hello_ops_t ops = {.hdr_bytes = sizeof(hello_t), .max_payload = BS_MAX_INFO,
                                 .on_header = root_on_header, .on_frame = root_on_frame,
-                                .done = root_done};
+                                .done = root_done, .expires = root_expires};
   int64_t deadline = hetccl_net_deadline(r->timeout_ms);
   char what[sizeof(r->name) + 64];
   snprintf(what, sizeof(what), "%s: waiting for ranks", r->name);
-  if (hetccl_net_accept_hellos(r->lfd, &ops, r, deadline, NULL, what) != ncclSuccess) {
-    INFO(HETCCL_BOOTSTRAP, "%s: gave up with %d of %d ranks", r->name, r->arrived, r->nranks);
+  ncclResult_t res = hetccl_net_accept_hellos(r->lfd, &ops, r, deadline, NULL, what);
+  hetccl_net_close(&r->lfd);
+  if (res != ncclSuccess) {
+    root_give_up(r, res, deadline);
     root_free(r);
     return NULL;
   }
-  hetccl_net_close(&r->lfd);
   table_t t = {.magic = TABLE_MAGIC, .secret = r->secret, .nranks = r->nranks,
                .info_bytes = r->info_bytes, .rank0 = r->rank0};
   size_t tbytes = (size_t)r->nranks * r->info_bytes;
+  deadline = hetccl_net_deadline(r->timeout_ms);
   for (int i = 0; i < r->nranks; i++) {
     char w[sizeof(r->name) + 32];
     snprintf(w, sizeof(w), "%s: table to rank %d", r->name, i);
@@ -282,7 +455,8 @@ static void *root_main(void *arg) {
 }
 
 /* Listen on addr and start the root thread; it owns everything after. */
-static ncclResult_t root_start(hetccl_sockaddr_t *addr, uint64_t secret, int timeout_ms) {
+static ncclResult_t root_start(hetccl_sockaddr_t *addr, uint64_t secret, int timeout_ms,
+                               int in_rank0) {
   ncclResult_t res;
   root_t *r = calloc(1, sizeof(*r));
   if (r == NULL) {
@@ -292,6 +466,8 @@ static ncclResult_t root_start(hetccl_sockaddr_t *addr, uint64_t secret, int tim
   r->lfd = -1;
   r->secret = secret;
   r->timeout_ms = timeout_ms;
+  r->in_rank0 = in_rank0;
+  r->expires = INT64_MAX;
   HETCCL_CHECK_GOTO(hetccl_net_listen(addr, 0, &r->lfd), res, fail);
   r->addr = *addr;
   char s[HETCCL_NET_ADDR_STRLEN];
@@ -340,7 +516,7 @@ ncclResult_t hetccl_bootstrap_root_create(ncclUniqueId *id) {
       return ncclSystemError;
     }
     HETCCL_CHECK(hetccl_net_local_addr(NULL, &addr, NULL, 0));
-    HETCCL_CHECK(root_start(&addr, l.secret, connect_timeout_ms()));
+    HETCCL_CHECK(root_start(&addr, l.secret, connect_timeout_ms(), 0));
   }
   hetccl_net_addr_to_wire(&addr, &l.root);
   memcpy(id->internal, &l, sizeof(l));
@@ -394,48 +570,99 @@ static ncclResult_t frame_recv(hetccl_bootstrap_t *bs, int peer, uint32_t kind, 
 
 /* ---- init ---------------------------------------------------------------- */
 
-/* Join at the root: send hello + info, receive the table. */
+/* The root refused this rank: read its reason and make it the error. */
+static ncclResult_t root_rejected(int fd, const char *what, int64_t deadline,
+                                  volatile int *abort_flag) {
+  reject_t rj;
+  char reason[REJECT_MAX_REASON + 1];
+  rj.magic = REJECT_MAGIC;
+  HETCCL_CHECK(hetccl_net_recv_all(fd, (char *)&rj + sizeof(rj.magic),
+                                   sizeof(rj) - sizeof(rj.magic), deadline, abort_flag, what));
+  if (rj.bytes > REJECT_MAX_REASON) {
+    WARN("%s: the root refused this rank with a %u-byte reason (at most %zu expected)", what,
+         rj.bytes, (size_t)REJECT_MAX_REASON);
+    return ncclSystemError;
+  }
+  HETCCL_CHECK(hetccl_net_recv_all(fd, reason, rj.bytes, deadline, abort_flag, what));
+  reason[rj.bytes] = '\0';
+  for (uint32_t i = 0; i < rj.bytes; i++) /* our own text, but it came over a wire */
+    if ((unsigned char)reason[i] < 0x20 || (unsigned char)reason[i] > 0x7e) reason[i] = '?';
+  ncclResult_t code = (ncclResult_t)rj.code;
+  if (code != ncclTimeout && code != ncclInvalidUsage && code != ncclSystemError)
+    code = ncclRemoteError;
+  WARN("%s: %s", what, reason);
+  return code;
+}
+
+/* Join at the root: send hello + info, receive the table (or the reason
+ * why not: the root waits up to deadline, and we a grace longer). */
 static ncclResult_t root_exchange(hetccl_bootstrap_t *bs, const hetccl_sockaddr_t *root,
                                   const void *info, size_t info_bytes, void *all_infos,
                                   hetccl_sockaddr_t *rank0, int64_t deadline) {
-  ncclResult_t res = ncclSuccess;
+  ncclResult_t res = ncclSuccess, sent;
   char s[HETCCL_NET_ADDR_STRLEN], what[160];
   snprintf(what, sizeof(what), "bootstrap rank %d: root %s", bs->rank,
            hetccl_net_addr_str(root, s, sizeof(s)));
   int fd = -1;
   HETCCL_CHECK(hetccl_net_connect(root, deadline, bs->abort_flag, what, &fd));
+  int64_t left = deadline - hetccl_net_now_ms();
   hello_t h = {.magic = HELLO_MAGIC, .secret = bs->secret, .rank = bs->rank,
-               .nranks = bs->nranks, .info_bytes = info_bytes};
+               .nranks = bs->nranks, .info_bytes = info_bytes,
+               .timeout_ms = (uint32_t)bs->timeout_ms, .left_ms = left > 0 ? (uint32_t)left : 0};
   hetccl_net_addr_to_wire(&bs->laddr, &h.listen);
-  HETCCL_CHECK_GOTO(hetccl_net_send_all(fd, &h, sizeof(h), deadline, bs->abort_flag, what), res,
-                    out);
-  if (info_bytes)
-    HETCCL_CHECK_GOTO(hetccl_net_send_all(fd, info, info_bytes, deadline, bs->abort_flag, what),
-                      res, out);
+  sent = hetccl_net_send_all(fd, &h, sizeof(h), deadline, bs->abort_flag, what);
+  if (sent == ncclSuccess && info_bytes)
+    sent = hetccl_net_send_all(fd, info, info_bytes, deadline, bs->abort_flag, what);
+  /* A root that refused us closes at once, maybe while we still send: its
+   * reason is read anyway, and is the error that counts. */
+  if (sent != ncclSuccess && sent != ncclRemoteError) {
+    res = sent;
+    goto out;
+  }
+  int64_t reply_deadline = deadline + reply_grace_ms(bs->timeout_ms);
   table_t t;
-  HETCCL_CHECK_GOTO(hetccl_net_recv_all(fd, &t, sizeof(t), deadline, bs->abort_flag, what), res,
-                    out);
+  HETCCL_CHECK_GOTO(hetccl_net_recv_all(fd, &t.magic, sizeof(t.magic), reply_deadline,
+                                        bs->abort_flag, what), res, out);
+  if (t.magic == REJECT_MAGIC) {
+    res = root_rejected(fd, what, reply_deadline, bs->abort_flag);
+    goto out;
+  }
+  if (sent != ncclSuccess) {
+    res = sent;
+    goto out;
+  }
+  if (t.magic == TABLE_MAGIC)
+    HETCCL_CHECK_GOTO(hetccl_net_recv_all(fd, (char *)&t + sizeof(t.magic),
+                                          sizeof(t) - sizeof(t.magic), reply_deadline,
+                                          bs->abort_flag, what), res, out);
   if (t.magic != TABLE_MAGIC || t.secret != bs->secret || t.nranks != bs->nranks ||
-      t.info_bytes != info_bytes || hetccl_net_addr_from_wire(&t.rank0, rank0) != ncclSuccess) {
-    WARN("%s: the root's reply does not fit (nranks %d, info_bytes %" PRIu64 "; expected %d, %zu)",
-         what, t.nranks, t.info_bytes, bs->nranks, info_bytes);
+      t.info_bytes != info_bytes ||
+      (bs->nranks > 1 && hetccl_net_addr_from_wire(&t.rank0, rank0) != ncclSuccess)) {
+    WARN("%s: the root's reply does not fit (magic 0x%" PRIx64 ", nranks %d, info_bytes %" PRIu64
+         "; expected nranks %d, info_bytes %zu)", what, t.magic,
+         t.magic == TABLE_MAGIC ? t.nranks : -1, t.magic == TABLE_MAGIC ? t.info_bytes : 0,
+         bs->nranks, info_bytes);
     res = ncclSystemError;
     goto out;
   }
   if (info_bytes)
-    HETCCL_CHECK_GOTO(hetccl_net_recv_all(fd, all_infos, info_bytes * bs->nranks, deadline,
+    HETCCL_CHECK_GOTO(hetccl_net_recv_all(fd, all_infos, info_bytes * bs->nranks, reply_deadline,
                                           bs->abort_flag, what), res, out);
 out:
   hetccl_net_close(&fd);
   return res;
 }
 
-static long link_on_header(void *ctx, const void *hdr, const hetccl_sockaddr_t *peer) {
+static long link_on_header(void *ctx, const void *hdr, const hetccl_sockaddr_t *peer,
+                           hetccl_net_reply_t *reply) {
   hetccl_bootstrap_t *bs = ctx;
   link_t l;
   char s[HETCCL_NET_ADDR_STRLEN];
   memcpy(&l, hdr, sizeof(l));
   const char *why = NULL;
+  /* No word back: the root admitted every real rank already, so whoever is
+   * refused here is not one (a real rank would learn at its first frame). */
+  (void)reply;
   if (l.magic != LINK_MAGIC) why = "not a hetccl bootstrap link";
   else if (l.secret != bs->secret || l.comm_id != bs->comm_id) why = "wrong secret";
   else if (l.nranks != bs->nranks || l.rank <= 0 || l.rank >= bs->nranks) why = "bad rank";
@@ -449,10 +676,11 @@ static long link_on_header(void *ctx, const void *hdr, const hetccl_sockaddr_t *
 }
 
 static int link_on_frame(void *ctx, int fd, const void *hdr, const void *payload,
-                         const hetccl_sockaddr_t *peer) {
+                         const hetccl_sockaddr_t *peer, hetccl_net_reply_t *reply) {
   hetccl_bootstrap_t *bs = ctx;
   link_t l;
   (void)payload;
+  (void)reply; /* never refused here: link_on_header judged it */
   memcpy(&l, hdr, sizeof(l));
   if (bs->fds[l.rank] >= 0) return 0;
   bs->fds[l.rank] = fd;
@@ -528,13 +756,25 @@ ncclResult_t hetccl_bootstrap_init(const ncclUniqueId *id, int rank, int nranks,
 
   if ((l.flags & ID_FLAG_RANK0_ROOT) && rank == 0) {
     hetccl_sockaddr_t where = root;
-    HETCCL_CHECK_GOTO(root_start(&where, bs->secret, bs->timeout_ms), res, fail);
+    res = root_start(&where, bs->secret, bs->timeout_ms, 1);
+    if (res != ncclSuccess) {
+      char s[HETCCL_NET_ADDR_STRLEN];
+      WARN("bootstrap rank 0: cannot serve the root at %s (NCCL_COMM_ID): %s (another rank 0 "
+           "of this id, or another program, holds the port)",
+           hetccl_net_addr_str(&root, s, sizeof(s)), hetccl_last_error());
+      goto fail;
+    }
   }
-  HETCCL_CHECK_GOTO(hetccl_net_local_addr(NULL, &bs->laddr, NULL, 0), res, fail);
-  HETCCL_CHECK_GOTO(hetccl_net_listen(&bs->laddr, 0, &bs->lfd), res, fail);
+  if (rank == 0 && nranks > 1) { /* the star's centre; the others need no port */
+    HETCCL_CHECK_GOTO(hetccl_net_local_addr(NULL, &bs->laddr, NULL, 0), res, fail);
+    HETCCL_CHECK_GOTO(hetccl_net_listen(&bs->laddr, 0, &bs->lfd), res, fail);
+  }
   HETCCL_CHECK_GOTO(root_exchange(bs, &root, info, info_bytes, all_infos, &rank0, deadline), res,
                     fail);
+  /* The table came at most at the deadline; linking gets the same grace. */
+  deadline += reply_grace_ms(bs->timeout_ms);
   if (nranks > 1) HETCCL_CHECK_GOTO(star_link(bs, &rank0, deadline), res, fail);
+  hetccl_net_close(&bs->lfd); /* every rank linked: nobody else may come in */
   INFO(HETCCL_BOOTSTRAP, "bootstrap rank %d/%d: joined communicator 0x%016" PRIx64, rank, nranks,
        bs->comm_id);
   *out = bs;

@@ -10,13 +10,22 @@
  * info blob; the root checks that nranks agree, that every rank appears once,
  * and sends everyone the table of all blobs, then exits. A connection that
  * does not present the secret, or sends a frame that does not fit, is
- * dropped and logged; the root keeps waiting for the real ranks.
+ * dropped and logged; the root keeps waiting for the real ranks. A refused
+ * hello that speaks the protocol is told why first, so that its init fails
+ * with the reason (ncclInvalidUsage: "the unique id's secret does not
+ * match", "nranks=3 ... nranks=2", "rank 1 already joined").
+ *
+ * When ranks are missing, the root gives up at the earliest deadline of the
+ * ranks that joined (or its own HETCCL_CONNECT_TIMEOUT) and tells them which
+ * ranks never came; their init returns ncclTimeout with that text ("rank 3
+ * of 4 never joined within 5.0 s (HETCCL_CONNECT_TIMEOUT of rank 0)").
  *
  * After that, ranks talk through rank 0 (every rank keeps one connection to
  * rank 0's bootstrap listener): allgather, broadcast and barrier are
  * collective over all ranks of the communicator, blocking, and bounded by
  * the connect timeout and the abort flag. A lost connection is
- * ncclRemoteError naming the rank.
+ * ncclRemoteError naming the rank. Only rank 0 listens, and only until the
+ * star is linked: after init no bootstrap port is open.
  *
  * Threads: a bootstrap handle is used by one thread at a time. */
 #ifndef HETCCL_CORE_BOOTSTRAP_H
@@ -41,7 +50,9 @@ uint64_t hetccl_bootstrap_id_secret(const ncclUniqueId *id);
 uint64_t hetccl_bootstrap_id_comm_id(const ncclUniqueId *id);
 
 typedef struct hetccl_bootstrap_opts {
-  int timeout_ms;            /* connect and exchange bound */
+  int timeout_ms;            /* connect and exchange bound; init waits up to 2 s
+                              * (a quarter of it, at least 0.5 s) longer for the
+                              * root's word on why it failed */
   volatile int *abort_flag;  /* non-zero: give up promptly with ncclInternalError */
 } hetccl_bootstrap_opts_t;
 

@@ -432,7 +432,22 @@ ncclResult_t hetccl_net_connect(const hetccl_sockaddr_t *addr, int64_t deadline,
   }
 }
 
-/* accept4 once: 1 got one, 0 nothing pending, -1 real error (errno). */
+/* Errors accept(2) reports for one pending connection that went bad before
+ * we took it (accept(2), Linux notes): that connection is gone, the listener
+ * is fine, so the next one is tried. A peer must not be able to break a
+ * listener by resetting its connection early. */
+static int accept_error_is_peers(int err) {
+  return err == EINTR || err == ECONNABORTED || err == EPROTO || err == ENETDOWN ||
+         err == ENOPROTOOPT || err == EHOSTDOWN || err == ENONET || err == EHOSTUNREACH ||
+         err == EOPNOTSUPP || err == ENETUNREACH || err == EPERM;
+}
+
+/* Out of descriptors or memory: ours to wait out, not the listener's fault. */
+static int accept_error_is_starved(int err) {
+  return err == EMFILE || err == ENFILE || err == ENOBUFS || err == ENOMEM;
+}
+
+/* accept4 once: 1 got one, 0 nothing pending, -1 error (errno). */
 static int accept_once(int lfd, int *fd, hetccl_sockaddr_t *peer) {
   for (;;) {
     socklen_t len = sizeof(*peer);
@@ -443,7 +458,7 @@ static int accept_once(int lfd, int *fd, hetccl_sockaddr_t *peer) {
       *fd = c;
       return 1;
     }
-    if (errno == EINTR || errno == ECONNABORTED) continue;
+    if (accept_error_is_peers(errno)) continue;
     if (errno == EAGAIN || errno == EWOULDBLOCK) return 0;
     return -1;
   }
@@ -523,23 +538,69 @@ ncclResult_t hetccl_net_recv_all(int fd, void *buf, size_t n, int64_t deadline,
 
 /* ---- many hellos at once ------------------------------------------------- */
 
+/* At most this many accepts per round, so that a flood of new connections
+ * cannot starve the reads of those already pending. */
+#define NET_ACCEPT_BURST 64
+
 typedef struct pending {
   int fd;
   hetccl_sockaddr_t peer;
   char *buf;
   size_t got, need;
   int have_hdr;
+  uint64_t serial; /* accept order: the smallest is the oldest */
 } pending_t;
 
-static void pending_drop(pending_t *pd, int *n, int i) {
-  hetccl_net_close(&pd[i].fd);
+typedef struct pending_set {
+  pending_t *pd;
+  struct pollfd *pfd; /* cap + 1: the listener, then one per pending */
+  int n, cap;
+  uint64_t serial;
+} pending_set_t;
+
+/* Tell a refused peer why (best effort: one nonblocking send of a short
+ * reply into an idle socket), then close. Its unread bytes are drained
+ * first, bounded, so that the close is a FIN rather than a reset while it
+ * may still be sending; nothing here waits on the peer. */
+static void reply_and_close(int *fd, const hetccl_net_reply_t *reply) {
+  char sink[4096];
+  if (*fd < 0) return;
+  for (int i = 0; i < 16; i++) {
+    ssize_t k = recv(*fd, sink, sizeof(sink), MSG_DONTWAIT);
+    if (k < 0 && errno == EINTR) continue;
+    if (k <= 0) break;
+  }
+  if (reply && reply->len) {
+    size_t len = reply->len < HETCCL_NET_REPLY_MAX ? reply->len : HETCCL_NET_REPLY_MAX;
+    ssize_t k;
+    do k = send(*fd, reply->buf, len, MSG_DONTWAIT | MSG_NOSIGNAL);
+    while (k < 0 && errno == EINTR);
+    (void)shutdown(*fd, SHUT_WR);
+  }
+  hetccl_net_close(fd);
+}
+
+static void pending_drop(pending_set_t *ps, int i, const hetccl_net_reply_t *reply) {
+  pending_t *pd = ps->pd;
+  reply_and_close(&pd[i].fd, reply);
   free(pd[i].buf);
-  pd[i] = pd[--*n];
+  pd[i] = pd[--ps->n];
+}
+
+static void pending_drop_oldest(pending_set_t *ps, const char *what, const char *why) {
+  char s[HETCCL_NET_ADDR_STRLEN];
+  int old = 0;
+  for (int i = 1; i < ps->n; i++)
+    if (ps->pd[i].serial < ps->pd[old].serial) old = i;
+  INFO(HETCCL_NET, "%s: dropping the longest-waiting connection, from %s (%zu of %zu bytes "
+       "received), to make room: %s", what, hetccl_net_addr_str(&ps->pd[old].peer, s, sizeof(s)),
+       ps->pd[old].got, ps->pd[old].need, why);
+  pending_drop(ps, old, NULL);
 }
 
 /* Read what is there; 1 frame complete, 0 more to come, -1 dropped. */
 static int pending_read(pending_t *c, const hetccl_net_hello_ops_t *ops, void *ctx,
-                        const char *what) {
+                        const char *what, hetccl_net_reply_t *reply) {
   char s[HETCCL_NET_ADDR_STRLEN];
   for (;;) {
     ssize_t k = recv(c->fd, c->buf + c->got, c->need - c->got, MSG_DONTWAIT);
@@ -556,7 +617,7 @@ static int pending_read(pending_t *c, const hetccl_net_hello_ops_t *ops, void *c
     c->got += (size_t)k;
     if (c->got < c->need) continue;
     if (!c->have_hdr) {
-      long extra = ops->on_header(ctx, c->buf, &c->peer);
+      long extra = ops->on_header(ctx, c->buf, &c->peer, reply);
       if (extra < 0) return -1;
       if ((size_t)extra > ops->max_payload) {
         INFO(HETCCL_NET, "%s: dropping connection from %s: payload of %ld bytes exceeds %zu",
@@ -579,14 +640,87 @@ static int pending_read(pending_t *c, const hetccl_net_hello_ops_t *ops, void *c
   }
 }
 
+/* Room for one more pending connection (the arrays grow up to
+ * NET_MAX_PENDING; past that the oldest makes room). */
+static ncclResult_t pending_room(pending_set_t *ps, const char *what) {
+  if (ps->n == NET_MAX_PENDING) {
+    pending_drop_oldest(ps, what, "too many pending connections");
+    return ncclSuccess;
+  }
+  if (ps->n < ps->cap) return ncclSuccess;
+  int cap = 2 * ps->cap;
+  pending_t *npd = realloc(ps->pd, cap * sizeof(*npd));
+  if (npd) ps->pd = npd;
+  struct pollfd *npf = realloc(ps->pfd, (cap + 1) * sizeof(*npf));
+  if (npf) ps->pfd = npf;
+  if (npd == NULL || npf == NULL) {
+    WARN("%s: out of memory for %d pending connections", what, cap);
+    return ncclSystemError;
+  }
+  ps->cap = cap;
+  return ncclSuccess;
+}
+
+/* Accept what the listener has (a burst at most). *starved: the process is
+ * out of descriptors; the caller leaves the listener alone for a round. */
+static ncclResult_t accept_some(int lfd, pending_set_t *ps, const hetccl_net_hello_ops_t *ops,
+                                const char *what, int *starved) {
+  for (int burst = 0; burst < NET_ACCEPT_BURST; burst++) {
+    int fd;
+    hetccl_sockaddr_t peer;
+    memset(&peer, 0, sizeof(peer));
+    int a = accept_once(lfd, &fd, &peer);
+    if (a == 0) return ncclSuccess;
+    if (a < 0 && accept_error_is_starved(errno)) {
+      INFO(HETCCL_NET, "%s: accept: %s; %d connections pending", what, strerror(errno), ps->n);
+      if (ps->n > 0) pending_drop_oldest(ps, what, "out of descriptors");
+      *starved = 1;
+      return ncclSuccess;
+    }
+    if (a < 0) {
+      WARN("%s: accept: %s", what, strerror(errno));
+      return ncclSystemError;
+    }
+    ncclResult_t res = pending_room(ps, what);
+    char *buf = res == ncclSuccess ? malloc(ops->hdr_bytes ? ops->hdr_bytes : 1) : NULL;
+    if (buf == NULL) {
+      close(fd);
+      if (res == ncclSuccess) WARN("%s: out of memory", what);
+      return ncclSystemError;
+    }
+    ps->pd[ps->n++] = (pending_t){.fd = fd, .peer = peer, .buf = buf, .got = 0,
+                                  .need = ops->hdr_bytes, .have_hdr = 0,
+                                  .serial = ps->serial++};
+  }
+  return ncclSuccess;
+}
+
+/* One round over the pending connections that poll found readable. */
+static void pending_serve(pending_set_t *ps, int base, const hetccl_net_hello_ops_t *ops,
+                          void *ctx, const char *what) {
+  /* Backwards: a dropped entry is replaced by the last one. */
+  for (int i = ps->n - 1; i >= 0; i--) {
+    if (!ps->pfd[base + i].revents) continue;
+    hetccl_net_reply_t reply;
+    reply.len = 0;
+    pending_t *c = &ps->pd[i];
+    int r = pending_read(c, ops, ctx, what, &reply);
+    if (r == 0) continue;
+    if (r == 1 && ops->on_frame(ctx, c->fd, c->buf, c->buf + ops->hdr_bytes, &c->peer, &reply))
+      c->fd = -1; /* the callback owns it now */
+    pending_drop(ps, i, &reply);
+  }
+}
+
 ncclResult_t hetccl_net_accept_hellos(int lfd, const hetccl_net_hello_ops_t *ops, void *ctx,
                                       int64_t deadline, volatile int *abort_flag,
                                       const char *what) {
   ncclResult_t res = ncclSuccess;
-  int n = 0, cap = 16;
-  pending_t *pd = malloc(cap * sizeof(*pd));
-  struct pollfd *pfd = malloc((cap + 1) * sizeof(*pfd));
-  if (pd == NULL || pfd == NULL) {
+  pending_set_t ps = {.n = 0, .cap = 16, .serial = 0};
+  ps.pd = malloc(ps.cap * sizeof(*ps.pd));
+  ps.pfd = malloc((ps.cap + 1) * sizeof(*ps.pfd));
+  int starved = 0;
+  if (ps.pd == NULL || ps.pfd == NULL) {
     WARN("%s: out of memory", what);
     res = ncclSystemError;
     goto out;
@@ -597,73 +731,38 @@ ncclResult_t hetccl_net_accept_hellos(int lfd, const hetccl_net_hello_ops_t *ops
       res = ncclInternalError;
       goto out;
     }
-    int64_t left = deadline - hetccl_net_now_ms();
+    int64_t end = deadline;
+    if (ops->expires) {
+      int64_t e = ops->expires(ctx);
+      if (e < end) end = e;
+    }
+    int64_t left = end - hetccl_net_now_ms();
     if (left <= 0) {
       WARN("%s: timed out", what);
       res = ncclTimeout;
       goto out;
     }
-    int np = 0, listening = n < NET_MAX_PENDING;
-    if (listening) pfd[np++] = (struct pollfd){.fd = lfd, .events = POLLIN};
-    for (int i = 0; i < n; i++) pfd[np++] = (struct pollfd){.fd = pd[i].fd, .events = POLLIN};
-    int rc = poll(pfd, np, left < NET_POLL_SLICE_MS ? (int)left : NET_POLL_SLICE_MS);
+    int np = 0, listening = !starved;
+    starved = 0;
+    if (listening) ps.pfd[np++] = (struct pollfd){.fd = lfd, .events = POLLIN};
+    for (int i = 0; i < ps.n; i++)
+      ps.pfd[np++] = (struct pollfd){.fd = ps.pd[i].fd, .events = POLLIN};
+    int rc = poll(ps.pfd, np, left < NET_POLL_SLICE_MS ? (int)left : NET_POLL_SLICE_MS);
     if (rc < 0 && errno != EINTR) {
       WARN("%s: poll: %s", what, strerror(errno));
       res = ncclSystemError;
       goto out;
     }
     if (rc <= 0) continue;
-    /* Pending connections first (indices shift when one is removed). */
-    int base = listening ? 1 : 0;
-    for (int i = n - 1; i >= 0; i--) {
-      if (!pfd[base + i].revents) continue;
-      int r = pending_read(&pd[i], ops, ctx, what);
-      if (r == 0) continue;
-      if (r == 1 && ops->on_frame(ctx, pd[i].fd, pd[i].buf, pd[i].buf + ops->hdr_bytes,
-                                  &pd[i].peer))
-        pd[i].fd = -1; /* the callback owns it now */
-      pending_drop(pd, &n, i);
-    }
-    if (listening && pfd[0].revents) {
-      while (n < NET_MAX_PENDING) {
-        int fd;
-        hetccl_sockaddr_t peer;
-        memset(&peer, 0, sizeof(peer));
-        int a = accept_once(lfd, &fd, &peer);
-        if (a == 0) break;
-        if (a < 0) {
-          WARN("%s: accept: %s", what, strerror(errno));
-          res = ncclSystemError;
-          goto out;
-        }
-        if (n == cap) {
-          pending_t *npd = realloc(pd, 2 * cap * sizeof(*pd));
-          if (npd) pd = npd;
-          struct pollfd *npf = realloc(pfd, (2 * cap + 1) * sizeof(*pfd));
-          if (npf) pfd = npf;
-          if (npd == NULL || npf == NULL) {
-            close(fd);
-            WARN("%s: out of memory for pending connections", what);
-            res = ncclSystemError;
-            goto out;
-          }
-          cap *= 2;
-        }
-        char *buf = malloc(ops->hdr_bytes ? ops->hdr_bytes : 1);
-        if (buf == NULL) {
-          close(fd);
-          WARN("%s: out of memory", what);
-          res = ncclSystemError;
-          goto out;
-        }
-        pd[n++] = (pending_t){.fd = fd, .peer = peer, .buf = buf, .got = 0,
-                              .need = ops->hdr_bytes, .have_hdr = 0};
-      }
+    pending_serve(&ps, listening ? 1 : 0, ops, ctx, what);
+    if (listening && ps.pfd[0].revents) {
+      res = accept_some(lfd, &ps, ops, what, &starved);
+      if (res != ncclSuccess) goto out;
     }
   }
 out:
-  while (n > 0) pending_drop(pd, &n, n - 1);
-  free(pd);
-  free(pfd);
+  while (ps.n > 0) pending_drop(&ps, ps.n - 1, NULL);
+  free(ps.pd);
+  free(ps.pfd);
   return res;
 }

@@ -99,27 +99,45 @@ void hetccl_net_set_bufsize(int fd, int bytes); /* best effort, silent */
 /* Close if >= 0 and set to -1. */
 void hetccl_net_close(int *fd);
 
+/* What a hello callback may send back before its connection is dropped:
+ * a short reason for a peer that spoke the protocol but was refused. */
+#define HETCCL_NET_REPLY_MAX 512
+typedef struct hetccl_net_reply {
+  size_t len; /* 0: close without a word */
+  unsigned char buf[HETCCL_NET_REPLY_MAX];
+} hetccl_net_reply_t;
+
 /* Accept connections on a listener and read one hello frame from each, many
  * at once (a slow or hostile client cannot hold the others up), until the
  * caller says it has what it needs.
  *
- * on_header(ctx, hdr, peer): the fixed-size header (hdr_bytes) has arrived;
- *   return the number of payload bytes that follow (0..max_payload), or -1
- *   to drop the connection (the callback logs why).
- * on_frame(ctx, fd, hdr, payload, peer): the whole frame arrived; return 1
- *   to keep fd (the callback owns it from then on), 0 to drop it.
+ * on_header(ctx, hdr, peer, reply): the fixed-size header (hdr_bytes) has
+ *   arrived; return the number of payload bytes that follow
+ *   (0..max_payload), or -1 to drop the connection (the callback logs why,
+ *   and may fill `reply`).
+ * on_frame(ctx, fd, hdr, payload, peer, reply): the whole frame arrived;
+ *   return 1 to keep fd (the callback owns it from then on), 0 to drop it
+ *   (after sending `reply`, if the callback filled it).
  * done(ctx): true once everything expected has arrived.
- * A connection that closes or sends nothing before the deadline is dropped.
+ * expires(ctx): optional (NULL: none); an earlier deadline than deadline_ms
+ *   that the caller learned meanwhile (from the peers), read every round.
+ * A dropped connection gets the reply (best effort, never waited for) and
+ * is closed; what it sent is never echoed. A connection that closes or
+ * sends nothing before the deadline is dropped; when NET_MAX_PENDING
+ * connections are pending, or the process runs out of descriptors, the
+ * oldest pending one makes room (a real peer sends its hello at once).
  * Returns ncclSuccess when done; ncclTimeout with a WARN naming `what` on
  * the deadline; ncclInternalError on abort. Pending connections are
  * closed on return. */
 typedef struct hetccl_net_hello_ops {
   size_t hdr_bytes;
   size_t max_payload;
-  long (*on_header)(void *ctx, const void *hdr, const hetccl_sockaddr_t *peer);
+  long (*on_header)(void *ctx, const void *hdr, const hetccl_sockaddr_t *peer,
+                    hetccl_net_reply_t *reply);
   int (*on_frame)(void *ctx, int fd, const void *hdr, const void *payload,
-                  const hetccl_sockaddr_t *peer);
+                  const hetccl_sockaddr_t *peer, hetccl_net_reply_t *reply);
   int (*done)(void *ctx);
+  int64_t (*expires)(void *ctx);
 } hetccl_net_hello_ops_t;
 
 ncclResult_t hetccl_net_accept_hellos(int lfd, const hetccl_net_hello_ops_t *ops, void *ctx,

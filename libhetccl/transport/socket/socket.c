@@ -9,7 +9,8 @@
  * address. For every pair the lower rank connects nstreams times to the
  * higher rank's listener and sends a handshake_t per stream; the higher rank
  * accepts until every expected (peer, stream) has arrived, dropping (INFO)
- * anything that does not present this communicator's id and secret.
+ * anything that does not present this communicator's id and secret, and
+ * then closes its listener: after connect no port of the context is open.
  *
  * Wire format of one message (per direction, FIFO): the payload is cut in
  * pieces of `chunk` bytes (HETCCL_SOCKET_CHUNK, a multiple of 64); piece i
@@ -448,9 +449,13 @@ static void stream_setup(int fd) {
   hetccl_net_set_bufsize(fd, SOCK_BUF_BYTES);
 }
 
-static long hs_on_header(void *arg, const void *hdr, const hetccl_sockaddr_t *from) {
+static long hs_on_header(void *arg, const void *hdr, const hetccl_sockaddr_t *from,
+                         hetccl_net_reply_t *reply) {
   hetccl_tctx_t *ctx = arg;
   handshake_t h;
+  /* No word back: the peers that should connect here are real ranks past
+   * the bootstrap, so a refused one is an outsider or a bug (logged). */
+  (void)reply;
   char a[HETCCL_NET_ADDR_STRLEN];
   memcpy(&h, hdr, sizeof(h));
   const char *why = NULL;
@@ -475,11 +480,12 @@ static long hs_on_header(void *arg, const void *hdr, const hetccl_sockaddr_t *fr
 }
 
 static int hs_on_frame(void *arg, int fd, const void *hdr, const void *payload,
-                       const hetccl_sockaddr_t *from) {
+                       const hetccl_sockaddr_t *from, hetccl_net_reply_t *reply) {
   hetccl_tctx_t *ctx = arg;
   handshake_t h;
   (void)payload;
   (void)from;
+  (void)reply;
   memcpy(&h, hdr, sizeof(h));
   sock_stream_t *st = &ctx->eps[h.rank]->st[h.stream];
   if (st->fd >= 0) return 0;
@@ -542,6 +548,9 @@ static ncclResult_t sock_connect(hetccl_tctx_t *ctx, const uint8_t *use, const u
   }
   ctx->use = NULL;
   ctx->eps = NULL;
+  /* Every expected stream is in: nobody else may connect (connect runs
+   * once per context), so the port closes now, not at ctx_destroy. */
+  hetccl_net_close(&ctx->lfd);
   INFO(HETCCL_NET, "socket rank %d: connected (%d streams per peer, chunk %zu)", me,
        ctx->nstreams, ctx->chunk);
   return ncclSuccess;

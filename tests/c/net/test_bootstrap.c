@@ -4,20 +4,28 @@
  * while the real ranks join, and the communicator still forms. "commid":
  * NCCL_COMM_ID set, every rank makes its own unique id, rank 0 serves.
  * "errors": bad ids, a lonely rank times out, an abort flag, a dead peer,
- * ranks calling different collectives.
+ * ranks calling different collectives. "refusals": a rank the root drops or
+ * gives up on is told why (missing ranks named, forged secret, nranks that
+ * disagree, a rank taken twice; with and without NCCL_COMM_ID). "flood":
+ * more pending connections than the root keeps (NET_MAX_PENDING), silent
+ * or stalled, and the communicator still forms.
  *
- * usage: test_bootstrap procs|threads|hostile|commid|errors
+ * usage: test_bootstrap procs|threads|hostile|commid|errors|refusals|flood
  * Exit status 0 on success; every rank is bounded by alarm(). */
 #include <arpa/inet.h>
 #include <pthread.h>
+#include <inttypes.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include "core/bootstrap.h"
+#include "util/knobs.h"
+#include "util/log.h"
 #include "util/net.h"
 
 #define FAIL(...)                                                              \
@@ -153,6 +161,7 @@ typedef struct fake_hello {
   int32_t rank, nranks;
   uint64_t info_bytes;
   uint8_t addr[32];
+  uint32_t timeout_ms, left_ms;
 } fake_hello_t;
 
 static int hostile_conn(const hetccl_sockaddr_t *root, const void *buf, size_t n, int keep) {
@@ -167,13 +176,18 @@ static int hostile_conn(const hetccl_sockaddr_t *root, const void *buf, size_t n
   return fd;
 }
 
+/* A new root, and its address from the id (white-box: id_layout_t). */
+static int new_root(ncclUniqueId *id, hetccl_sockaddr_t *root) {
+  hetccl_net_wire_addr_t w;
+  if (hetccl_bootstrap_root_create(id) != ncclSuccess) return 1;
+  memcpy(&w, id->internal + 24, sizeof(w));
+  return hetccl_net_addr_from_wire(&w, root) != ncclSuccess;
+}
+
 static int hostile(int nranks) {
   ncclUniqueId id;
-  if (hetccl_bootstrap_root_create(&id) != ncclSuccess) return 1;
-  hetccl_net_wire_addr_t w;
   hetccl_sockaddr_t root;
-  memcpy(&w, id.internal + 24, sizeof(w));
-  if (hetccl_net_addr_from_wire(&w, &root) != ncclSuccess) return 1;
+  if (new_root(&id, &root)) return 1;
   uint64_t secret = hetccl_bootstrap_id_secret(&id);
   int keep[8], nk = 0;
   char garbage[300];
@@ -201,8 +215,8 @@ static int hostile(int nranks) {
   return bad;
 }
 
-static int commid(int nranks) {
-  /* A free port: bind an ephemeral one and let it go. */
+/* NCCL_COMM_ID=127.0.0.1:<a free port> (bind an ephemeral one, let it go). */
+static int set_free_comm_id(void) {
   hetccl_sockaddr_t a;
   memset(&a, 0, sizeof(a));
   a.sin.sin_family = AF_INET;
@@ -213,6 +227,11 @@ static int commid(int nranks) {
   snprintf(env, sizeof(env), "127.0.0.1:%d", hetccl_net_addr_port(&a));
   close(fd);
   setenv("NCCL_COMM_ID", env, 1);
+  return 0;
+}
+
+static int commid(int nranks) {
+  if (set_free_comm_id()) return 1;
   pid_t pids[16];
   for (int r = 0; r < nranks; r++) {
     pids[r] = fork();
@@ -325,6 +344,155 @@ static int errors(void) {
   return bad;
 }
 
+/* ---- refusals: a rank is told why it cannot join ------------------------ */
+
+typedef struct joiner {
+  const ncclUniqueId *id;
+  int rank, nranks, timeout_ms, delay_ms;
+  ncclResult_t res;
+  int64_t ms; /* how long init took */
+  char msg[512];
+} joiner_t;
+
+static void *joiner_main(void *p) {
+  joiner_t *j = p;
+  usleep(j->delay_ms * 1000);
+  hetccl_bootstrap_opts_t o = {.timeout_ms = j->timeout_ms};
+  int x = j->rank, *all = calloc(j->nranks, sizeof(int));
+  hetccl_bootstrap_t *bs = NULL;
+  int64_t t0 = hetccl_net_now_ms();
+  j->res = hetccl_bootstrap_init(j->id, j->rank, j->nranks, &x, sizeof(x), all, &o, &bs);
+  j->ms = hetccl_net_now_ms() - t0;
+  snprintf(j->msg, sizeof(j->msg), "%s", j->res == ncclSuccess ? "" : hetccl_last_error());
+  hetccl_bootstrap_destroy(bs);
+  free(all);
+  return NULL;
+}
+
+/* Run the joiners as threads (each after its delay) and wait for them all. */
+static void join_all(joiner_t *j, int n) {
+  pthread_t th[8];
+  for (int i = 0; i < n; i++) pthread_create(&th[i], NULL, joiner_main, &j[i]);
+  for (int i = 0; i < n; i++) pthread_join(th[i], NULL);
+}
+
+static int expect_refusal(const char *what, const joiner_t *j, ncclResult_t want,
+                          const char *needle, int64_t max_ms) {
+  if (j->res == want && strstr(j->msg, needle) != NULL && j->ms <= max_ms) {
+    printf("  %s: %d after %" PRId64 " ms: %s\n", what, (int)j->res, j->ms, j->msg);
+    return 0;
+  }
+  fprintf(stderr, "FAIL %s: got %d after %" PRId64 " ms '%s'; expected %d within %" PRId64
+          " ms with '%s'\n", what, (int)j->res, j->ms, j->msg, (int)want, max_ms, needle);
+  return 1;
+}
+
+/* id_c: a forged id (NULL under NCCL_COMM_ID, where rank 0 serves the root). */
+static int refusals_with(const ncclUniqueId *id_a, const ncclUniqueId *id_b,
+                         const ncclUniqueId *id_c, const char *mode) {
+  int bad = 0;
+  char what[96];
+  /* Ranks 0 and 2 of 5 join; the others never come. */
+  joiner_t miss[2] = {{.id = id_a, .rank = 0, .nranks = 5, .timeout_ms = 400},
+                      {.id = id_a, .rank = 2, .nranks = 5, .timeout_ms = 400}};
+  join_all(miss, 2);
+  for (int i = 0; i < 2; i++) {
+    snprintf(what, sizeof(what), "%s: rank %d of 5, three missing", mode, miss[i].rank);
+    bad |= expect_refusal(what, &miss[i], ncclTimeout,
+                          "ranks 1, 3-4 of 5 never joined within 0.4 s (HETCCL_CONNECT_TIMEOUT of "
+                          "rank ", 2000);
+  }
+  /* nranks that disagree, then a rank taken twice: the first one waits in
+   * vain and hears who is missing; the late one hears why it was refused. */
+  joiner_t shape[3] = {{.id = id_b, .rank = 0, .nranks = 2, .timeout_ms = 1000},
+                       {.id = id_b, .rank = 1, .nranks = 3, .timeout_ms = 1000, .delay_ms = 150},
+                       {.id = id_b, .rank = 0, .nranks = 2, .timeout_ms = 1000, .delay_ms = 150}};
+  join_all(shape, 3);
+  snprintf(what, sizeof(what), "%s: the rank that waited", mode);
+  bad |= expect_refusal(what, &shape[0], ncclTimeout, "rank 1 of 2 never joined", 3000);
+  snprintf(what, sizeof(what), "%s: nranks=3 against nranks=2", mode);
+  bad |= expect_refusal(what, &shape[1], ncclInvalidUsage,
+                        "this rank says nranks=3, the ranks that joined first say nranks=2", 1000);
+  snprintf(what, sizeof(what), "%s: rank 0 again", mode);
+  if (id_c) /* the root refuses it */
+    bad |= expect_refusal(what, &shape[2], ncclInvalidUsage, "rank 0 already joined from", 1000);
+  else /* the second rank 0 cannot serve the root at the same address */
+    bad |= expect_refusal(what, &shape[2], ncclSystemError, "(NCCL_COMM_ID): net: bind to", 1000);
+  if (id_c) {
+    joiner_t forged = {.id = id_c, .rank = 0, .nranks = 1, .timeout_ms = 1000};
+    join_all(&forged, 1);
+    snprintf(what, sizeof(what), "%s: a forged secret", mode);
+    bad |= expect_refusal(what, &forged, ncclInvalidUsage, "secret does not match", 1000);
+  }
+  return bad;
+}
+
+static int refusals(void) {
+  int bad = 0;
+  ncclUniqueId a, b, c;
+  if (hetccl_bootstrap_root_create(&a) != ncclSuccess ||
+      hetccl_bootstrap_root_create(&b) != ncclSuccess ||
+      hetccl_bootstrap_root_create(&c) != ncclSuccess)
+    return 1;
+  for (int i = 16; i < 24; i++) c.internal[i] ^= 0x5a; /* the secret */
+  bad |= refusals_with(&a, &b, &c, "root thread");
+
+  /* The root's own timeout is the shorter one. */
+  setenv("HETCCL_CONNECT_TIMEOUT", "1", 1);
+  hetccl_knobs_reload();
+  if (hetccl_bootstrap_root_create(&a) != ncclSuccess) return 1;
+  setenv("HETCCL_CONNECT_TIMEOUT", "20", 1);
+  hetccl_knobs_reload();
+  joiner_t patient = {.id = &a, .rank = 1, .nranks = 2, .timeout_ms = 10000};
+  join_all(&patient, 1);
+  bad |= expect_refusal("root thread: the root's timeout first", &patient, ncclTimeout,
+                        "rank 0 of 2 never joined within 1.0 s (HETCCL_CONNECT_TIMEOUT of the "
+                        "process that made the unique id", 3000);
+
+  /* NCCL_COMM_ID: rank 0 serves the root; each case on a port of its own. */
+  ncclUniqueId ids[2];
+  for (int k = 0; k < 2; k++) {
+    if (set_free_comm_id()) return 1;
+    hetccl_knobs_reload();
+    if (hetccl_bootstrap_root_create(&ids[k]) != ncclSuccess) return 1;
+  }
+  unsetenv("NCCL_COMM_ID");
+  hetccl_knobs_reload();
+  bad |= refusals_with(&ids[0], &ids[1], NULL, "NCCL_COMM_ID");
+  return bad;
+}
+
+/* ---- flood: more pending connections than the root keeps ----------------- */
+
+static int flood(void) {
+  enum { NFLOOD = 1100 }; /* > NET_MAX_PENDING (1024) in util/net.c */
+  struct rlimit rl;
+  if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < 2 * NFLOOD + 256) {
+    rl.rlim_cur = rl.rlim_max < 2 * NFLOOD + 256 ? rl.rlim_max : 2 * NFLOOD + 256;
+    setrlimit(RLIMIT_NOFILE, &rl);
+  }
+  if (getrlimit(RLIMIT_NOFILE, &rl) != 0 || rl.rlim_cur < 2 * NFLOOD + 256) {
+    printf("bootstrap flood: skipped (RLIMIT_NOFILE %ld too small)\n", (long)rl.rlim_cur);
+    return 0;
+  }
+  ncclUniqueId id;
+  hetccl_sockaddr_t root;
+  if (new_root(&id, &root)) return 1;
+  static int fds[NFLOOD];
+  int n = 0;
+  char partial[20];
+  memset(partial, 0x48, sizeof(partial));
+  for (int i = 0; i < NFLOOD; i++) /* silent, or a header that never ends */
+    fds[n++] = hostile_conn(&root, partial, i % 2 ? sizeof(partial) : 0, 1);
+  int64_t t0 = hetccl_net_now_ms();
+  int bad = procs(3, &id);
+  printf("bootstrap flood: %d stalled connections, then 3 ranks joined in %" PRId64 " ms: %s\n",
+         NFLOOD, hetccl_net_now_ms() - t0, bad ? "FAIL" : "ok");
+  for (int i = 0; i < n; i++)
+    if (fds[i] >= 0) close(fds[i]);
+  return bad;
+}
+
 int main(int argc, char **argv) {
   const char *mode = argc > 1 ? argv[1] : "procs";
   static const int sizes[] = {1, 2, 3, 5};
@@ -335,6 +503,12 @@ int main(int argc, char **argv) {
     printf("bootstrap errors: %s\n", b ? "FAIL" : "ok");
     return b;
   }
+  if (strcmp(mode, "refusals") == 0) {
+    int b = refusals();
+    printf("bootstrap refusals: %s\n", b ? "FAIL" : "ok");
+    return b;
+  }
+  if (strcmp(mode, "flood") == 0) return flood();
   int bad = 0;
   for (size_t i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++) {
     int n = sizes[i], b;
@@ -343,7 +517,7 @@ int main(int argc, char **argv) {
     else if (strcmp(mode, "hostile") == 0) b = n > 1 ? hostile(n) : 0;
     else if (strcmp(mode, "commid") == 0) b = commid(n);
     else {
-      fprintf(stderr, "usage: %s procs|threads|hostile|commid|errors\n", argv[0]);
+      fprintf(stderr, "usage: %s procs|threads|hostile|commid|errors|refusals|flood\n", argv[0]);
       return 2;
     }
     printf("bootstrap %-7s nranks=%d: %s\n", mode, n, b ? "FAIL" : "ok");

@@ -4,7 +4,8 @@
  * direction), once copying and once through a summing consume. Then the
  * error paths: a tag mismatch is ncclInvalidUsage, a peer that closes is
  * ncclRemoteError. Ranks 0 and 1 then time 16 MiB messages. Before
- * connecting, rank 0 throws foreign connections at the other listeners.
+ * connecting, rank 0 throws foreign connections at the other listeners;
+ * after connecting, no listener may accept any more.
  *
  * usage: test_socket NPROCS   (HETCCL_SOCKET_NSTREAMS / _CHUNK from the
  * environment). Exit status 0 on success; every rank is bounded by alarm().
@@ -193,6 +194,21 @@ static void hostile(const uint8_t *addrs, int nranks, uint64_t comm_id, uint64_t
   }
 }
 
+/* After connect every rank has closed its listener: a connection to a
+ * published address is refused (hetccl_net_connect retries until its
+ * deadline, then says ncclTimeout). */
+static void listeners_closed(const uint8_t *addrs, int nranks) {
+  for (int p = 0; p < nranks; p++) {
+    hetccl_net_wire_addr_t w;
+    hetccl_sockaddr_t a;
+    memcpy(&w, addrs + (size_t)p * HETCCL_TRANSPORT_ADDR_BYTES + 8, sizeof(w));
+    if (hetccl_net_addr_from_wire(&w, &a) != ncclSuccess) FAIL("address blob of rank %d", p);
+    int fd = -1;
+    if (hetccl_net_connect(&a, hetccl_net_deadline(100), NULL, NULL, &fd) == ncclSuccess)
+      FAIL("rank %d still accepts connections on its socket listener after connect", p);
+  }
+}
+
 static int rank_main(const ncclUniqueId *id, int nranks) {
   hetccl_bootstrap_t *bs;
   hetccl_bootstrap_opts_t o = {.timeout_ms = 20000};
@@ -213,6 +229,8 @@ static int rank_main(const ncclUniqueId *id, int nranks) {
   hetccl_peer_locality_t *loc = calloc(nranks, sizeof(*loc));
   if (rank == 0) hostile(addrs, nranks, args.comm_id, args.secret);
   CHK(T->connect(ctx, use, addrs, loc, eps));
+  CHK(hetccl_bootstrap_barrier(bs));
+  if (rank == 0) listeners_closed(addrs, nranks);
 
   uint8_t *sbuf[NSIZES];
   for (size_t k = 0; k < NSIZES; k++) {
