@@ -232,14 +232,9 @@ def test_socket_ifname_nonexistent_fails_at_init(cluster: Cluster,
 
 
 class IfnameNotChecked(AssertionError):
-    """A rank other than 0 did not fail at once on its own bad interface
-    (the symptom the xfail below expects, and no other)."""
+    """A rank other than 0 did not fail at once on its own bad interface."""
 
 
-@pytest.mark.xfail(strict=True, raises=IfnameNotChecked, reason=(
-    "library bug: only rank 0 resolves NCCL_SOCKET_IFNAME before the root "
-    "exchange; the other ranks wait at the root for a rank 0 that never comes and fail after "
-    "HETCCL_CONNECT_TIMEOUT (60 s) with 'rank 0 of N never joined', not naming the variable"))
 def test_socket_ifname_nonexistent_fails_at_init_on_every_rank(
         bad_ifname_job: JobResult) -> None:
     """Every rank, not only rank 0, reports its own bad interface at once."""
@@ -265,13 +260,9 @@ def test_ipv6_across_hosts(cluster: Cluster) -> None:
 
 class ForeignScopeId(AssertionError):
     """A rank connected to a peer's link-local address with the peer's
-    interface index (the symptom the xfail below expects, and no other)."""
+    interface index."""
 
 
-@pytest.mark.xfail(strict=True, raises=ForeignScopeId, reason=(
-    "library bug: a link-local IPv6 address travels with the sender's interface index "
-    "(sin6_scope_id) and the receiver connects through its own interface of that index; "
-    "hosts whose link has different indexes (here 20 and 21) cannot connect"))
 def test_ipv6_link_local_across_hosts(tmp_path: Path) -> None:
     """Only link-local IPv6 on the link, the last choice of
     hetccl_net_local_addr: a peer's fe80:: address must be reached through

@@ -645,6 +645,7 @@ static ncclResult_t root_exchange(hetccl_bootstrap_t *bs, const hetccl_sockaddr_
     res = ncclSystemError;
     goto out;
   }
+  if (bs->nranks > 1) HETCCL_CHECK_GOTO(hetccl_net_addr_localize(rank0, NULL), res, out);
   if (info_bytes)
     HETCCL_CHECK_GOTO(hetccl_net_recv_all(fd, all_infos, info_bytes * bs->nranks, reply_deadline,
                                           bs->abort_flag, what), res, out);
@@ -730,6 +731,7 @@ ncclResult_t hetccl_bootstrap_init(const ncclUniqueId *id, int rank, int nranks,
   id_read(id, &l);
   hetccl_sockaddr_t root, rank0;
   HETCCL_CHECK(hetccl_net_addr_from_wire(&l.root, &root));
+  HETCCL_CHECK(hetccl_net_addr_localize(&root, NULL));
 
   hetccl_bootstrap_t *bs = calloc(1, sizeof(*bs));
   if (bs == NULL) {
@@ -765,8 +767,13 @@ ncclResult_t hetccl_bootstrap_init(const ncclUniqueId *id, int rank, int nranks,
       goto fail;
     }
   }
+  /* Every rank checks its interface now, also where it needs no port yet:
+   * a bad NCCL_SOCKET_IFNAME fails here with its own message on each rank,
+   * not later as a root that never completes. */
+  hetccl_sockaddr_t mine;
+  HETCCL_CHECK_GOTO(hetccl_net_local_addr(NULL, &mine, NULL, 0), res, fail);
   if (rank == 0 && nranks > 1) { /* the star's centre; the others need no port */
-    HETCCL_CHECK_GOTO(hetccl_net_local_addr(NULL, &bs->laddr, NULL, 0), res, fail);
+    bs->laddr = mine;
     HETCCL_CHECK_GOTO(hetccl_net_listen(&bs->laddr, 0, &bs->lfd), res, fail);
   }
   HETCCL_CHECK_GOTO(root_exchange(bs, &root, info, info_bytes, all_infos, &rank0, deadline), res,

@@ -271,6 +271,20 @@ ncclResult_t hetccl_net_local_addr(const char *ifname, hetccl_sockaddr_t *out, c
   return ncclSuccess;
 }
 
+ncclResult_t hetccl_net_addr_localize(hetccl_sockaddr_t *a, const char *ifname) {
+  if (a->sa.sa_family != AF_INET6 || !is_v6_link_local(&a->sin6)) return ncclSuccess;
+  hetccl_sockaddr_t mine;
+  char name[IFNAMSIZ + 1];
+  HETCCL_CHECK(hetccl_net_local_addr(ifname, &mine, name, sizeof(name)));
+  unsigned idx = if_nametoindex(name);
+  if (idx == 0) {
+    WARN("net: if_nametoindex(%s): %s", name, strerror(errno));
+    return ncclSystemError;
+  }
+  a->sin6.sin6_scope_id = idx;
+  return ncclSuccess;
+}
+
 /* ---- socket options ------------------------------------------------------ */
 
 ncclResult_t hetccl_net_set_nonblock(int fd) {

@@ -58,6 +58,12 @@ void hetccl_net_addr_to_wire(const hetccl_sockaddr_t *a, hetccl_net_wire_addr_t 
 /* ncclInvalidArgument (silent) if the wire form is malformed. */
 ncclResult_t hetccl_net_addr_from_wire(const hetccl_net_wire_addr_t *w, hetccl_sockaddr_t *a);
 
+/* A peer's link-local IPv6 address carries the peer's interface index,
+ * which means nothing here: give it the index of this host's interface
+ * chosen by `ifname` (as hetccl_net_local_addr). Other addresses are left
+ * alone. */
+ncclResult_t hetccl_net_addr_localize(hetccl_sockaddr_t *a, const char *ifname);
+
 /* "host:port", "[v6]:port", "v4:port"; host may be a name (resolved with
  * getaddrinfo, first TCP result). ncclInvalidArgument + WARN if malformed. */
 ncclResult_t hetccl_net_parse_addr(const char *text, hetccl_sockaddr_t *out);

@@ -437,6 +437,11 @@ static ncclResult_t ep_new(hetccl_tctx_t *ctx, int peer, const uint8_t *addrs, h
     sock_ep_close(ep);
     return ncclInvalidArgument;
   }
+  ncclResult_t res = hetccl_net_addr_localize(&ep->paddr, ctx->args.ifname);
+  if (res != ncclSuccess) {
+    sock_ep_close(ep);
+    return res;
+  }
   *out = ep;
   return ncclSuccess;
 }
