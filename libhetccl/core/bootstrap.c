@@ -830,6 +830,16 @@ ncclResult_t hetccl_bootstrap_bcast(hetccl_bootstrap_t *bs, void *buf, size_t by
   return frame_recv(bs, 0, KIND_BCAST_DOWN, buf, bytes, deadline);
 }
 
+ncclResult_t hetccl_bootstrap_bcast_members(hetccl_bootstrap_t *bs, void *buf, size_t bytes,
+                                            const uint8_t *member) {
+  bs->seq++;
+  int64_t deadline = hetccl_net_deadline(bs->timeout_ms);
+  if (bs->rank != 0) return frame_recv(bs, 0, KIND_BCAST_DOWN, buf, bytes, deadline);
+  for (int r = 1; r < bs->nranks; r++)
+    if (member[r]) HETCCL_CHECK(frame_send(bs, r, KIND_BCAST_DOWN, buf, bytes, deadline));
+  return ncclSuccess;
+}
+
 ncclResult_t hetccl_bootstrap_barrier(hetccl_bootstrap_t *bs) {
   return hetccl_bootstrap_allgather(bs, NULL, NULL, 0);
 }

@@ -69,6 +69,10 @@ ncclResult_t hetccl_bootstrap_allgather(hetccl_bootstrap_t *bs, const void *mine
                                         size_t bytes);
 ncclResult_t hetccl_bootstrap_bcast(hetccl_bootstrap_t *bs, void *buf, size_t bytes, int root);
 ncclResult_t hetccl_bootstrap_barrier(hetccl_bootstrap_t *bs);
+/* Rank 0 sends buf to every rank r with member[r] != 0; only rank 0 and
+ * those ranks call it (the others may be dead: shrink after a failure). */
+ncclResult_t hetccl_bootstrap_bcast_members(hetccl_bootstrap_t *bs, void *buf, size_t bytes,
+                                            const uint8_t *member);
 
 /* Close connections and the listener; never blocks on peers. NULL is fine. */
 void hetccl_bootstrap_destroy(hetccl_bootstrap_t *bs);

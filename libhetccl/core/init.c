@@ -590,9 +590,33 @@ ncclResult_t hetccl_comm_shrink(ncclComm_t comm, const int *exclude, int nexclud
     newn++;
   }
   /* The excluded ranks take no part (they may be dead), so the new id goes
-   * from the leader to each survivor over the engine's own connections. */
+   * from the leader to each survivor over the engine's own connections;
+   * after a failure those are closed, and it goes from rank 0 over the
+   * bootstrap star instead (every rank keeps its link to rank 0). */
   ncclUniqueId id;
   ncclResult_t res = ncclSuccess;
+  if (comm->error != ncclSuccess) {
+    if (gone[0]) {
+      WARN("ncclCommShrink: rank %d: after a failure the survivors find each other through "
+           "rank 0 (the bootstrap star), and rank 0 is excluded", comm->rank);
+      res = ncclInvalidUsage;
+      goto out;
+    }
+    INFO(HETCCL_INIT, "ncclCommShrink: rank %d: the communicator failed (%d); the new id comes "
+         "from rank 0 over the bootstrap", comm->rank, comm->error);
+    uint8_t *member = calloc(n, 1);
+    if (!member) {
+      res = ncclSystemError;
+      goto out;
+    }
+    for (int r = 0; r < n; r++) member[r] = !gone[r];
+    if (comm->rank == 0) res = hetccl_bootstrap_root_create(&id);
+    if (res == ncclSuccess) res = hetccl_bootstrap_bcast_members(comm->bs, &id, sizeof(id), member);
+    free(member);
+    if (res != ncclSuccess) goto out;
+    res = join_new(comm, newrank, newn, &id, config, newcomm);
+    goto out;
+  }
   hetccl_engine_set_tag(comm->engine, 0x5348524b00000000ull | (uint64_t)newn);
   if (comm->rank == leader) {
     HETCCL_CHECK_GOTO(hetccl_bootstrap_root_create(&id), res, out);

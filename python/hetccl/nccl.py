@@ -58,6 +58,8 @@ NCCL_IN_PROGRESS = 7
 NCCL_TIMEOUT = 8
 
 NCCL_SPLIT_NOCOLOR = -1
+NCCL_SHRINK_DEFAULT = 0x00
+NCCL_SHRINK_ABORT = 0x01
 NCCL_UNIQUE_ID_BYTES = 128
 
 UniqueId = Union[Sequence[int], bytes, bytearray, str]
@@ -239,6 +241,19 @@ class NcclCommunicator:
               "ncclCommSplit")
         if out[0] == _ffi.NULL:
             return None
+        return NcclCommunicator.from_handle(int(_ffi.cast("uintptr_t", out[0])))
+
+    def commShrink(self, exclude: Sequence[int], abort: bool = False,
+                   blocking: Optional[bool] = None) -> "NcclCommunicator":
+        """ncclCommShrink: a communicator of the ranks not in `exclude`
+        (called by those ranks only); `abort` is NCCL_SHRINK_ABORT, for
+        a parent that failed or may hang."""
+        ranks = _ffi.new("int[]", [int(r) for r in exclude] or [-1])
+        out = _ffi.new("ncclComm_t *")
+        cfg = _ffi.NULL if blocking is None else _lib.new_config(blocking=blocking)
+        flags = NCCL_SHRINK_ABORT if abort else NCCL_SHRINK_DEFAULT
+        check(_lib.lib().ncclCommShrink(self._comm, ranks, len(exclude), out, cfg, flags),
+              "ncclCommShrink")
         return NcclCommunicator.from_handle(int(_ffi.cast("uintptr_t", out[0])))
 
     # -- reduction operators -------------------------------------------------
