@@ -84,10 +84,9 @@ out:
 static ncclResult_t run_tasks(ncclComm_t comm, hetccl_task_t *tasks) {
   ncclResult_t res = ncclSuccess;
   int nreq = 0;
-  if (comm->error != ncclSuccess) {
-    res = (ncclResult_t)comm->error;
-    goto out;
-  }
+  /* Another rank's thread may fail this communicator at any time. */
+  res = (ncclResult_t)__atomic_load_n(&comm->error, __ATOMIC_ACQUIRE);
+  if (res != ncclSuccess) goto out;
   for (hetccl_task_t *t = tasks; t; t = t->next) {
     if (t->kind != HETCCL_TASK_COLL) {
       nreq++;

@@ -89,9 +89,10 @@ static void *proxy_main(void *varg) {
     hetccl_job_t *job = p->head;
     p->head = job->next;
     if (!p->head) p->tail = NULL;
+    int stopping = p->stop; /* read under the lock: hetccl_proxy_stop writes it */
     pthread_mutex_unlock(&p->lock);
 
-    ncclResult_t res = p->stop ? ncclInvalidUsage : job->fn(comm, job->arg);
+    ncclResult_t res = stopping ? ncclInvalidUsage : job->fn(comm, job->arg);
     if (res != ncclSuccess) {
       hetccl_comm_set_error(comm, res);
       hetccl_comm_record_error(comm, res);

@@ -32,6 +32,16 @@ static const hetccl_knob_desc_t knob_table[HETCCL_KNOB_COUNT] = {
 };
 
 static knob_state_t knob_state[HETCCL_KNOB_COUNT];
+
+/* Every copy of an environment value ever made. A reload replaces a knob's
+ * copy while another thread may still read the old one, so none is freed;
+ * they stay reachable from here (a leak checker sees no leak), and a value
+ * that did not change keeps its copy, so repeated reloads do not grow. */
+typedef struct knob_text {
+  struct knob_text *next;
+  char text[];
+} knob_text_t;
+static knob_text_t *knob_texts;
 static int64_t knob_default[HETCCL_KNOB_COUNT];
 static int defaults_bad = -1; /* first INT knob whose default fails its own check */
 static pthread_once_t knobs_once = PTHREAD_ONCE_INIT;
@@ -66,12 +76,26 @@ static knob_status_t check_int(const hetccl_knob_desc_t *d, const char *text, in
   return KNOB_OK;
 }
 
+/* A lasting copy of env ("" and NULL: NULL); the current one if unchanged. */
+static const char *keep_text(const char *env, const char *current) {
+  if (!env || !env[0]) return NULL;
+  if (current && !strcmp(current, env)) return current;
+  size_t len = strlen(env) + 1;
+  knob_text_t *t = malloc(sizeof(*t) + len);
+  if (!t) return NULL; /* read as unset; parsing never logs (see above) */
+  memcpy(t->text, env, len);
+  t->next = knob_texts;
+  knob_texts = t;
+  return t->text;
+}
+
+/* Callers serialise: the first load runs under pthread_once, reloads under
+ * reload_lock after it. */
 static void read_environment(void) {
   for (int i = 0; i < HETCCL_KNOB_COUNT; i++) {
     const hetccl_knob_desc_t *d = &knob_table[i];
-    const char *env = getenv(d->env);
-    /* Earlier copies stay allocated: a reader may still hold one. */
-    const char *copy = env && env[0] ? strdup(env) : NULL;
+    const char *copy = keep_text(getenv(d->env),
+                                 __atomic_load_n(&knob_state[i].value, __ATOMIC_RELAXED));
     int64_t ival = knob_default[i];
     knob_status_t st = KNOB_OK;
     if (copy && d->type == HETCCL_KNOB_INT && (st = check_int(d, copy, &ival)) != KNOB_OK)

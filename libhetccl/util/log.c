@@ -2,9 +2,11 @@
  * thread-local last error that every WARN records.
  *
  * Any thread may log. Settings are read once (pthread_once) from the knob
- * table and re-read by hetccl_log_reset (ncclResetDebugInit). Lines are
- * formatted whole before one write, so lines of concurrent threads do not
- * interleave. Nothing is printed unless the user asked for a level. */
+ * table and re-read by hetccl_log_reset (ncclResetDebugInit), which may run
+ * while other threads log: the level and mask are atomics, the output file
+ * is swapped under log_lock, and the host name is written only once. Lines
+ * are formatted whole before one write, so lines of concurrent threads do
+ * not interleave. Nothing is printed unless the user asked for a level. */
 #include "util/log.h"
 
 #include <errno.h>
@@ -26,7 +28,7 @@ unsigned hetccl_log_mask_cached = 0;
 static pthread_once_t log_once = PTHREAD_ONCE_INIT;
 static pthread_mutex_t log_lock = PTHREAD_MUTEX_INITIALIZER; /* guards log_file */
 static FILE *log_file;           /* NULL means stderr */
-static char log_host[64] = "?";
+static char log_host[64] = "?";  /* written by the first setup only */
 static _Thread_local char last_error[LAST_ERROR_BYTES];
 
 static const struct {
@@ -123,11 +125,8 @@ static void emit(int level, unsigned subsys, const char *file, int line, const c
   pthread_mutex_unlock(&log_lock);
 }
 
-static void log_setup(void) {
-  if (gethostname(log_host, sizeof(log_host)) != 0) strcpy(log_host, "?");
-  log_host[sizeof(log_host) - 1] = '\0';
-  log_host[strcspn(log_host, ".")] = '\0';
-
+/* Level, mask and output file from the knobs; first setup and every reset. */
+static void log_settings(void) {
   int level = parse_level(knob_either(HETCCL_KNOB_DEBUG, HETCCL_KNOB_NCCL_DEBUG));
   const char *subsys = knob_either(HETCCL_KNOB_DEBUG_SUBSYS, HETCCL_KNOB_NCCL_DEBUG_SUBSYS);
   char unknown[64];
@@ -167,12 +166,23 @@ static void log_setup(void) {
   }
 }
 
+static void log_setup(void) {
+  char host[sizeof(log_host)];
+  if (gethostname(host, sizeof(host)) != 0) strcpy(host, "?");
+  host[sizeof(host) - 1] = '\0';
+  host[strcspn(host, ".")] = '\0';
+  /* Before the level's release store below: a thread that sees a level
+   * sees the host too. */
+  memcpy(log_host, host, sizeof(log_host));
+  log_settings();
+}
+
 void hetccl_log_init(void) { pthread_once(&log_once, log_setup); }
 
 void hetccl_log_reset(void) {
   hetccl_log_init(); /* so that a later first call cannot run setup again */
   hetccl_knobs_reload();
-  log_setup();
+  log_settings();
 }
 
 void hetccl_log(int level, unsigned subsys, const char *file, int line, const char *fmt, ...) {

@@ -3,14 +3,14 @@
  *
  *   test_algo NRANKS [quick|full|big]
  *
- * Forks NRANKS processes, which share a unique id and join with
- * ncclCommInitRank; each sweeps collective x dtype x op x count x
- * in/out-of-place and checks its own output (integers exactly, floats within
- * a tolerance that allows for a different reduction order). AllReduce
- * results are also compared bitwise across ranks (through a shared map).
- * Knobs from the environment reach every rank: HETCCL_ALGO,
- * HETCCL_PIPELINE_CHUNK and HETCCL_SMALL_BYTES set small make small buffers
- * take the multi-piece ring paths. */
+ * Forks NRANKS processes, which share a unique id (made by rank 0 after
+ * the fork, see common/share_id.h) and join with ncclCommInitRank; each
+ * sweeps collective x dtype x op x count x in/out-of-place and checks its
+ * own output (integers exactly, floats within a tolerance that allows for a
+ * different reduction order). AllReduce results are also compared bitwise
+ * across ranks (through a shared map). Knobs from the environment reach
+ * every rank: HETCCL_ALGO, HETCCL_PIPELINE_CHUNK and HETCCL_SMALL_BYTES set
+ * small make small buffers take the multi-piece ring paths. */
 #include <math.h>
 #include <signal.h>
 #include <stdint.h>
@@ -21,6 +21,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "../common/share_id.h"
 #include "nccl.h"
 #include "runtime/reduce.h" /* conversions only: compiled into this test */
 
@@ -365,23 +366,30 @@ int main(int argc, char **argv) {
   shared_hash = mmap(NULL, maxtests * 8 * sizeof(uint64_t), PROT_READ | PROT_WRITE,
                      MAP_SHARED | MAP_ANONYMOUS, -1, 0);
   if (shared_hash == MAP_FAILED) return 2;
-  ncclUniqueId id;
   nranks = n;
-  NCCLCHECK(ncclGetUniqueId(&id));
+  int idpipe[2];
+  if (pipe(idpipe) != 0) return 2;
   pid_t pids[8];
   for (int r = 0; r < n; r++) {
     pids[r] = fork();
     if (pids[r] == 0) {
       rank_ = r;
       alarm(1200);
+      ncclUniqueId id;
+      if (share_id(&id, idpipe, r, n, ncclGetUniqueId) != 0) {
+        fprintf(stderr, "rank %d: no unique id (%s)\n", r, ncclGetLastError(NULL));
+        exit(2);
+      }
       ncclComm_t comm;
       NCCLCHECK(ncclCommInitRank(&comm, n, id, r));
       sweep(comm, mode);
       NCCLCHECK(ncclCommDestroy(comm));
       if (r == 0) shared_hash[(maxtests - 1) * 8] = (uint64_t)test_index;
-      _exit(failures ? 1 : 0);
+      exit(failures ? 1 : 0); /* exit, not _exit: a leak checker looks at each rank */
     }
   }
+  close(idpipe[0]);
+  close(idpipe[1]);
   int bad = 0;
   for (int r = 0; r < n; r++) {
     int st;
