@@ -6,11 +6,10 @@
 
 #include "core/comm.h"
 
+/* The signature keeps the pairwise kind (ncclSum..ncclMin order) and +8
+ * when the sum is scaled (PreMulSum or Avg). */
 static const char *op_name(unsigned op) {
-  static const char *const names[] = {"sum", "prod", "max", "min"};
-  static const char *const scaled[] = {"premulsum/avg", "prod (scaled)", "max (scaled)",
-                                       "min (scaled)"};
-  return (op & 8) ? scaled[op & 3] : names[op & 3];
+  return (op & 8) ? "premulsum/avg" : hetccl_redop_name((ncclRedOp_t)(op & 3));
 }
 
 void hetccl_comm_tag_describe(uint64_t tag, char *buf, size_t len) {

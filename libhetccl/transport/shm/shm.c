@@ -326,24 +326,16 @@ static void ep_mark_closed(hetccl_ep_t *ep, const hetccl_fail_note_t *why) {
   }
 }
 
-static void ep_unmap_free(hetccl_ep_t *ep) {
+static void shm_ep_fail(hetccl_ep_t *ep, const hetccl_fail_note_t *why) {
+  if (!ep) return;
+  ep_mark_closed(ep, why);
   if (ep->tx.base) munmap(ep->tx.base, ep->tx.bytes);
   if (ep->rx.base) munmap(ep->rx.base, ep->rx.bytes);
   free(ep->bounce);
   free(ep);
 }
 
-static void shm_ep_fail(hetccl_ep_t *ep, const hetccl_fail_note_t *why) {
-  if (!ep) return;
-  ep_mark_closed(ep, why);
-  ep_unmap_free(ep);
-}
-
-static void shm_ep_close(hetccl_ep_t *ep) {
-  if (!ep) return;
-  ep_mark_closed(ep, NULL);
-  ep_unmap_free(ep);
-}
+static void shm_ep_close(hetccl_ep_t *ep) { shm_ep_fail(ep, NULL); }
 
 /* Map the peer's ring for us, check that the segment is the one the peer
  * described, and mark it attached. */
