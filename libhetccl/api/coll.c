@@ -92,10 +92,15 @@ static ncclResult_t coll_validate(ncclComm_t comm, const coll_args_t *a, size_t 
 }
 
 static ncclResult_t comm_usable(ncclComm_t comm, const char *fn) {
-  if (comm->error != ncclSuccess && comm->error != ncclInProgress) {
+  ncclResult_t err = (ncclResult_t)__atomic_load_n(&comm->error, __ATOMIC_ACQUIRE);
+  if (err != ncclSuccess && err != ncclInProgress) {
+    char why[HETCCL_ERRMSG_BYTES]; /* a proxy thread may be rewriting it */
+    pthread_mutex_lock(&comm->lock);
+    memcpy(why, comm->last_error, sizeof(why));
+    pthread_mutex_unlock(&comm->lock);
     WARN("%s: communicator (rank %d) failed earlier with %s: %s", fn, comm->rank,
-         ncclGetErrorString((ncclResult_t)comm->error), comm->last_error);
-    return (ncclResult_t)comm->error;
+         ncclGetErrorString(err), why);
+    return err;
   }
   if (comm->finalized) {
     WARN("%s: communicator (rank %d) was finalized", fn, comm->rank);

@@ -163,7 +163,7 @@ ncclResult_t ncclCommRevoke(ncclComm_t comm, int revokeFlags) {
                   "ncclCommRevoke: flags 0x%x must be NCCL_REVOKE_DEFAULT", revokeFlags);
   /* Stop what is in flight: blocked waits see the flag and fail; the
    * communicator may then only be destroyed, split or shrunk. */
-  comm->abort_flag = 1;
+  __atomic_store_n(&comm->abort_flag, 1, __ATOMIC_RELEASE);
   hetccl_proxy_drain(comm);
   hetccl_comm_set_error(comm, ncclInvalidUsage);
   return ncclSuccess;
@@ -222,8 +222,12 @@ ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t *asyncError) {
     }
     if (vc) return HETCCL_VENDOR_CALL(comm->vendor, CommGetAsyncError, vc, asyncError);
   }
-  ncclResult_t err = (ncclResult_t)comm->error;
-  if (err == ncclSuccess && hetccl_proxy_pending(comm) > 0) err = ncclInProgress;
+  /* A job that fails on the proxy thread sets the error before it returns
+   * and leaves its message on the communicator as it returns: until then
+   * the answer is "in progress", so that once the error shows,
+   * ncclGetLastError(comm) has its message. */
+  ncclResult_t err = (ncclResult_t)__atomic_load_n(&comm->error, __ATOMIC_ACQUIRE);
+  if (hetccl_proxy_pending(comm) > 0) err = ncclInProgress;
   *asyncError = err;
   return ncclSuccess;
 }

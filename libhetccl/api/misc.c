@@ -62,9 +62,16 @@ const char *ncclGetErrorString(ncclResult_t result) {
 NCCL_API(const char *, ncclGetLastError, ncclComm_t comm);
 const char *ncclGetLastError(ncclComm_t comm) {
   HETCCL_REENTRY(GetLastError, comm);
+  /* The communicator's message may be rewritten by its proxy thread at any
+   * time: the caller gets its own copy, taken under the lock. */
+  static __thread char copy[HETCCL_ERRMSG_BYTES];
   if (comm && hetccl_comm_check(comm, "ncclGetLastError") == ncclSuccess) {
     if (comm->vendor) return HETCCL_VENDOR_CALL(comm->vendor, GetLastError, comm->vcomm);
-    if (comm->last_error[0]) return comm->last_error;
+    pthread_mutex_lock(&comm->lock);
+    int has = comm->last_error[0] != '\0';
+    if (has) memcpy(copy, comm->last_error, sizeof(copy));
+    pthread_mutex_unlock(&comm->lock);
+    if (has) return copy;
   }
   return hetccl_last_error();
 }

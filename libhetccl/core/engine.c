@@ -116,7 +116,7 @@ void hetccl_engine_set_tag(hetccl_engine_t *e, uint64_t tag) { e->tag = tag; }
 static ncclResult_t engine_fail_as(hetccl_engine_t *e, ncclResult_t res, ncclResult_t note_code) {
   if (e->failed != ncclSuccess) return e->failed;
   e->failed = res;
-  if (e->comm_error && *e->comm_error == ncclSuccess) *e->comm_error = res;
+  if (e->comm_error) __sync_bool_compare_and_swap(e->comm_error, ncclSuccess, res);
   hetccl_fail_note_t note;
   if (e->peer_note && e->peer_note->code != 0) {
     note = *e->peer_note;
@@ -224,7 +224,7 @@ ncclResult_t hetccl_engine_wait(hetccl_engine_t *e, hetccl_req_t **reqs, int n) 
     int pending = 0;
     for (int i = first; i < n && !pending; i++) pending = reqs[i] && !reqs[i]->done;
     if (!pending) return ncclSuccess;
-    if (*e->abort_flag) {
+    if (__atomic_load_n(e->abort_flag, __ATOMIC_ACQUIRE)) {
       WARN("engine: rank %d: operation aborted (ncclCommAbort)", e->rank);
       return engine_fail_as(e, ncclInvalidUsage, ncclRemoteError);
     }

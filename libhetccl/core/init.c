@@ -228,7 +228,7 @@ static ncclResult_t init_vendor(ncclComm_t comm) {
   if (res == ncclInProgress) {
     /* A nonblocking vendor init: we are already off the API thread, wait. */
     ncclResult_t st = ncclInProgress;
-    while (st == ncclInProgress && !comm->abort_flag) {
+    while (st == ncclInProgress && !__atomic_load_n(&comm->abort_flag, __ATOMIC_ACQUIRE)) {
       if (HETCCL_VENDOR_CALL(v, CommGetAsyncError, vcomm, &st) != ncclSuccess) break;
       if (st == ncclInProgress) sched_yield();
     }
@@ -412,7 +412,8 @@ ncclResult_t hetccl_comm_finalize(ncclComm_t comm) {
   if (comm->vendor) return HETCCL_VENDOR_CALL(comm->vendor, CommFinalize, comm->vcomm);
   hetccl_proxy_drain(comm);
   comm->finalized = 1;
-  return comm->error == ncclInProgress ? ncclSuccess : (ncclResult_t)comm->error;
+  ncclResult_t err = (ncclResult_t)__atomic_load_n(&comm->error, __ATOMIC_ACQUIRE);
+  return err == ncclInProgress ? ncclSuccess : err;
 }
 
 ncclResult_t hetccl_comm_destroy(ncclComm_t comm) {
@@ -427,7 +428,7 @@ ncclResult_t hetccl_comm_destroy(ncclComm_t comm) {
 
 ncclResult_t hetccl_comm_abort(ncclComm_t comm) {
   ncclResult_t res = ncclSuccess;
-  comm->abort_flag = 1;
+  __atomic_store_n(&comm->abort_flag, 1, __ATOMIC_RELEASE);
   if (comm->vendor && comm->vcomm) res = HETCCL_VENDOR_CALL(comm->vendor, CommAbort, comm->vcomm);
   hetccl_comm_unregister(comm);
   wait_inflight(comm, 0);

@@ -62,9 +62,11 @@ void hetccl_last_error_set(const char *msg);
 #define WARN(...)                                                              \
   hetccl_log(HETCCL_LOG_WARN, HETCCL_ALL, __FILE__, __LINE__, __VA_ARGS__)
 
+/* Relaxed loads: ncclResetDebugInit may change both while others log. */
 #define HETCCL_LOG_ENABLED(level, subsys)                                      \
-  (hetccl_log_level_cached < 0 ? (hetccl_log_init(), 0) : 0,                   \
-   hetccl_log_level_cached >= (level) && (hetccl_log_mask_cached & (subsys)))
+  (__atomic_load_n(&hetccl_log_level_cached, __ATOMIC_RELAXED) < 0 ? (hetccl_log_init(), 0) : 0, \
+   __atomic_load_n(&hetccl_log_level_cached, __ATOMIC_RELAXED) >= (level) &&  \
+       (__atomic_load_n(&hetccl_log_mask_cached, __ATOMIC_RELAXED) & (subsys)))
 
 #define INFO(subsys, ...)                                                      \
   do {                                                                         \

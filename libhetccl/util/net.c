@@ -321,7 +321,7 @@ void hetccl_net_close(int *fd) {
  * 1: ready; 0: deadline; -1: abort; -2: poll failed (errno). */
 static int wait_fd(int fd, short events, int64_t deadline, volatile int *abort_flag) {
   for (;;) {
-    if (abort_flag && *abort_flag) return -1;
+    if (abort_flag && __atomic_load_n(abort_flag, __ATOMIC_ACQUIRE)) return -1;
     int64_t left = deadline - hetccl_net_now_ms();
     if (left <= 0) return 0;
     struct pollfd p = {.fd = fd, .events = events, .revents = 0};
@@ -439,7 +439,7 @@ ncclResult_t hetccl_net_connect(const hetccl_sockaddr_t *addr, int64_t deadline,
     struct timespec ts = {.tv_sec = 0, .tv_nsec = (long)nap * 1000000L};
     while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {}
     if (backoff_ms < 100) backoff_ms *= 2;
-    if (abort_flag && *abort_flag) {
+    if (abort_flag && __atomic_load_n(abort_flag, __ATOMIC_ACQUIRE)) {
       if (what) WARN("%s: connect to %s aborted", what, hetccl_net_addr_str(addr, s, sizeof(s)));
       return ncclInternalError;
     }
@@ -740,7 +740,7 @@ ncclResult_t hetccl_net_accept_hellos(int lfd, const hetccl_net_hello_ops_t *ops
     goto out;
   }
   while (!ops->done(ctx)) {
-    if (abort_flag && *abort_flag) {
+    if (abort_flag && __atomic_load_n(abort_flag, __ATOMIC_ACQUIRE)) {
       WARN("%s: aborted", what);
       res = ncclInternalError;
       goto out;

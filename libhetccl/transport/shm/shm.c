@@ -457,7 +457,7 @@ static ncclResult_t connect_wait(hetccl_tctx_t *c, const uint8_t *use, hetccl_ep
         pending = p;
     }
     if (pending < 0) return ncclSuccess;
-    if (c->abort_flag && *c->abort_flag) {
+    if (c->abort_flag && __atomic_load_n(c->abort_flag, __ATOMIC_ACQUIRE)) {
       WARN("shm: connect of rank %d aborted while waiting for rank %d", c->rank, pending);
       return ncclInternalError;
     }

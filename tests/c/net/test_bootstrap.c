@@ -109,18 +109,31 @@ static int wait_children(pid_t *pids, int n) {
   return bad;
 }
 
+/* A rank process is forked and then exec'd afresh (as "test_bootstrap
+ * child ROLE ID RANK NRANKS"): by now this process runs the bootstrap root
+ * thread, and a child forked from a threaded parent can inherit a lock
+ * (malloc's, a sanitizer's) held by a thread it does not have, and hang on
+ * it. Only async-signal-safe calls between fork and exec. */
+static pid_t spawn(const char *role, const ncclUniqueId *id, int rank, int nranks) {
+  char hex[2 * sizeof(id->internal) + 1], r[16], n[16];
+  for (size_t i = 0; i < sizeof(id->internal); i++)
+    snprintf(hex + 2 * i, 3, "%02x", (unsigned char)id->internal[i]);
+  snprintf(r, sizeof(r), "%d", rank);
+  snprintf(n, sizeof(n), "%d", nranks);
+  pid_t pid = fork();
+  if (pid == 0) {
+    execl("/proc/self/exe", "test_bootstrap", "child", role, hex, r, n, (char *)NULL);
+    _exit(127);
+  }
+  return pid;
+}
+
 static int procs(int nranks, const ncclUniqueId *given) {
   ncclUniqueId id;
   if (given) id = *given;
   else if (hetccl_bootstrap_root_create(&id) != ncclSuccess) return 1;
   pid_t pids[16];
-  for (int r = 0; r < nranks; r++) {
-    pids[r] = fork();
-    if (pids[r] == 0) {
-      alarm(60);
-      _exit(run_rank(&id, r, nranks));
-    }
-  }
+  for (int r = 0; r < nranks; r++) pids[r] = spawn("rank", &id, r, nranks);
   return wait_children(pids, nranks);
 }
 
@@ -250,7 +263,7 @@ static volatile int abort_flag;
 static void *set_abort(void *p) {
   (void)p;
   usleep(200 * 1000);
-  abort_flag = 1;
+  __atomic_store_n(&abort_flag, 1, __ATOMIC_RELEASE);
   return NULL;
 }
 
@@ -260,14 +273,11 @@ static int expect(const char *what, ncclResult_t got, ncclResult_t want) {
   return 1;
 }
 
-static int two_procs(int (*rank1)(const ncclUniqueId *), int (*rank0)(const ncclUniqueId *)) {
+/* rank1 is the role of the child (see child_main), rank0 runs here. */
+static int two_procs(const char *rank1, int (*rank0)(const ncclUniqueId *)) {
   ncclUniqueId id;
   if (hetccl_bootstrap_root_create(&id) != ncclSuccess) return 1;
-  pid_t pid = fork();
-  if (pid == 0) {
-    alarm(30);
-    _exit(rank1(&id));
-  }
+  pid_t pid = spawn(rank1, &id, 1, 2);
   int bad = rank0(&id), st;
   if (waitpid(pid, &st, 0) < 0 || !WIFEXITED(st) || WEXITSTATUS(st) != 0) bad = 1;
   return bad;
@@ -339,8 +349,8 @@ static int errors(void) {
                 ncclInternalError);
   pthread_join(th, NULL);
   if (hetccl_net_now_ms() - t0 > 2000) bad |= expect("abort took too long", 1, 0);
-  bad |= two_procs(dead_rank1, dead_rank0);
-  bad |= two_procs(skew_rank1, skew_rank0);
+  bad |= two_procs("dead", dead_rank0);
+  bad |= two_procs("skew", skew_rank0);
   return bad;
 }
 
@@ -493,8 +503,26 @@ static int flood(void) {
   return bad;
 }
 
+/* A spawned rank: child ROLE ID RANK NRANKS. */
+static int child_main(int argc, char **argv) {
+  ncclUniqueId id;
+  if (argc != 6 || strlen(argv[3]) != 2 * sizeof(id.internal)) return 2;
+  for (size_t i = 0; i < sizeof(id.internal); i++) {
+    unsigned v;
+    if (sscanf(argv[3] + 2 * i, "%2x", &v) != 1) return 2;
+    id.internal[i] = (char)v;
+  }
+  int rank = atoi(argv[4]), nranks = atoi(argv[5]);
+  alarm(60);
+  if (strcmp(argv[2], "rank") == 0) return run_rank(&id, rank, nranks);
+  if (strcmp(argv[2], "dead") == 0) return dead_rank1(&id);
+  if (strcmp(argv[2], "skew") == 0) return skew_rank1(&id);
+  return 2;
+}
+
 int main(int argc, char **argv) {
   const char *mode = argc > 1 ? argv[1] : "procs";
+  if (strcmp(mode, "child") == 0) return child_main(argc, argv);
   static const int sizes[] = {1, 2, 3, 5};
   setenv("HETCCL_CONNECT_TIMEOUT", "20", 0);
   alarm(120);

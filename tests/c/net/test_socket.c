@@ -23,6 +23,7 @@
 #include "transport/transport.h"
 #include "util/knobs.h"
 #include "util/net.h"
+#include "../common/share_id.h"
 #include "../common/transport_check.h"
 
 static int rank = -1;
@@ -262,17 +263,24 @@ int main(int argc, char **argv) {
     return 2;
   }
   setenv("HETCCL_CONNECT_TIMEOUT", "20", 0);
-  ncclUniqueId id;
-  if (hetccl_bootstrap_root_create(&id) != ncclSuccess) return 1;
+  int idpipe[2]; /* rank 0 makes the id after the fork (common/share_id.h) */
+  if (pipe(idpipe) != 0) return 1;
   pid_t pids[8];
   for (int r = 0; r < n; r++) {
     pids[r] = fork();
     if (pids[r] == 0) {
       rank = r;
       alarm(90);
+      ncclUniqueId id;
+      if (share_id(&id, idpipe, r, n, hetccl_bootstrap_root_create) != 0) {
+        fprintf(stderr, "rank %d: no unique id\n", r);
+        _exit(1);
+      }
       _exit(rank_main(&id, n));
     }
   }
+  close(idpipe[0]);
+  close(idpipe[1]);
   int bad = 0;
   for (int r = 0; r < n; r++) {
     int st;

@@ -13,6 +13,10 @@
  *                                  init and collectives polled to completion
  *   test_threads abort             rank 0 blocks in an AllReduce that rank 1
  *                                  never joins; another thread aborts it
+ *   test_threads failing           the same AllReduce on a nonblocking
+ *                                  communicator: it times out on the proxy
+ *                                  thread while this one polls its error
+ *                                  and message
  *   test_threads logging N         ranks as threads log everything (to a file)
  *                                  and fail argument checks, while one more
  *                                  thread keeps re-reading the debug settings
@@ -20,6 +24,7 @@
  * Exit status 0 on success; alarm() bounds every mode. */
 #include <dirent.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -284,6 +289,44 @@ static int mode_abort(void) {
   return failures != 0;
 }
 
+/* A nonblocking AllReduce that rank 1 never joins fails on rank 0's proxy
+ * thread (HETCCL_TIMEOUT=1) while this thread polls the communicator's
+ * error and last message. */
+static int mode_failing(void) {
+  setenv("HETCCL_TIMEOUT", "1", 1); /* before any thread, and before the knobs are read */
+  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+  config.blocking = 0;
+  ncclUniqueId id;
+  ncclComm_t comms[2];
+  CHECK(ncclGetUniqueId(&id));
+  CHECK(ncclGroupStart());
+  for (int r = 0; r < 2; r++) {
+    ncclResult_t res = ncclCommInitRankConfig(&comms[r], 2, id, r, &config);
+    if (res != ncclSuccess && res != ncclInProgress) CHECK(res);
+  }
+  ncclResult_t res = ncclGroupEnd();
+  for (int r = 0; r < 2; r++) settle(comms[r], res, "grouped nonblocking init", r);
+  static float buf[COUNT];
+  res = ncclAllReduce(buf, buf, COUNT, ncclFloat32, ncclSum, comms[0], NULL);
+  size_t seen = 0; /* message bytes read while the proxy may write them */
+  while (res == ncclInProgress) {
+    seen += strlen(ncclGetLastError(comms[0]));
+    if (ncclCommGetAsyncError(comms[0], &res) != ncclSuccess) break;
+    sched_yield();
+  }
+  int message_with_error = ncclGetLastError(comms[0])[0] != '\0';
+  ncclCommFinalize(comms[0]); /* the failed job has returned after this */
+  const char *msg = ncclGetLastError(comms[0]);
+  if (res == ncclSuccess) FAIL("an AllReduce that rank 1 never joined succeeded");
+  else if (!msg[0]) FAIL("the failed AllReduce left no message on the communicator");
+  else if (!message_with_error) FAIL("the error showed before its message did");
+  printf("failing: the AllReduce ended with %s (%zu message bytes read meanwhile; message "
+         "there %s): %s\n", ncclGetErrorString(res), seen,
+         message_with_error ? "with the error" : "only after its job returned", msg);
+  for (int r = 0; r < 2; r++) CHECK(ncclCommAbort(comms[r]));
+  return failures != 0;
+}
+
 /* --- logging under load ------------------------------------------------------ */
 
 static int stop_flag;
@@ -346,8 +389,10 @@ int main(int argc, char **argv) {
   if (!strcmp(mode, "ranks")) return run_rank_threads(n, 1, 10);
   if (!strcmp(mode, "nonblocking")) return run_rank_threads(n, 0, 10);
   if (!strcmp(mode, "abort")) return mode_abort();
+  if (!strcmp(mode, "failing")) return mode_failing();
   if (!strcmp(mode, "logging")) return mode_logging(n);
-  fprintf(stderr, "usage: %s initall N CYCLES | ranks N | nonblocking N | abort | logging N\n",
+  fprintf(stderr,
+          "usage: %s initall N CYCLES | ranks N | nonblocking N | abort | failing | logging N\n",
           argv[0]);
   return 2;
 }
