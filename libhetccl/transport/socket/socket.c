@@ -25,7 +25,17 @@
  * consume, into a per-stream bounce buffer of one chunk, handed to consume
  * in 8-byte multiples as they arrive (the last bytes of a message may not
  * be a multiple of 8).
+ *
+ * Failure notes. Each pair has one more connection, the note line
+ * (handshake stream number nstreams), that carries nothing while all is
+ * well. A rank that gives up writes its note_wire_t there (ep_fail), shuts
+ * it and closes everything. A peer that then finds a data stream closed
+ * reads the note line before it reports anything: the note, if there is
+ * one, is its answer; a rank that died without a word closed the line
+ * empty. The data streams cannot carry the note: the failing rank may be
+ * in the middle of a piece.
  */
+#include <poll.h>
 #include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
@@ -42,6 +52,8 @@
 
 #define SOCK_ADDR_MAGIC 0x534f434b41444452ull /* "SOCKADDR" */
 #define SOCK_HS_MAGIC 0x534f434b48414e44ull   /* "SOCKHAND" */
+#define SOCK_NOTE_MAGIC 0x534f434b4e4f5445ull /* "SOCKNOTE" */
+#define SOCK_NOTE_WAIT_MS 200 /* how long a closed stream waits for the note behind it */
 #define SOCK_PROGRESS_BUDGET (8u << 20)        /* bytes per stream per progress call */
 #define SOCK_BUF_BYTES (1 << 20)               /* SO_SNDBUF / SO_RCVBUF, see stream_setup */
 
@@ -58,6 +70,11 @@ typedef struct handshake {
   int32_t rank, nranks;
   int32_t stream, nstreams;
 } handshake_t;
+
+typedef struct note_wire {
+  uint64_t magic;
+  hetccl_fail_note_t note;
+} note_wire_t;
 
 /* What a request keeps in req->priv. */
 typedef struct req_priv {
@@ -93,6 +110,7 @@ struct hetccl_ep {
   int nstreams;
   size_t chunk;
   sock_stream_t *st;
+  int note_fd; /* the note line (see the top of this file) */
   hetccl_req_t *shead, *stail;
   hetccl_req_t *rhead, *rtail;
   uint64_t sseq, rseq;
@@ -130,10 +148,36 @@ static ncclResult_t ep_fail(hetccl_ep_t *ep, ncclResult_t res) {
   return ep->err;
 }
 
+/* The peer closed a data stream: did it leave a note first? Waits at most
+ * SOCK_NOTE_WAIT_MS for the note line to show a whole note or its end. */
+static int note_read(hetccl_ep_t *ep, hetccl_fail_note_t *out) {
+  note_wire_t w;
+  size_t got = 0;
+  int64_t deadline = hetccl_net_now_ms() + SOCK_NOTE_WAIT_MS;
+  while (ep->note_fd >= 0 && got < sizeof(w)) {
+    ssize_t k = recv(ep->note_fd, (char *)&w + got, sizeof(w) - got, MSG_DONTWAIT);
+    if (k > 0) {
+      got += (size_t)k;
+      continue;
+    }
+    if (k == 0 || (errno != EINTR && errno != EAGAIN && errno != EWOULDBLOCK)) break;
+    int64_t left = deadline - hetccl_net_now_ms();
+    struct pollfd p = {.fd = ep->note_fd, .events = POLLIN, .revents = 0};
+    if (left <= 0 || (poll(&p, 1, (int)left) < 0 && errno != EINTR)) break;
+  }
+  if (got < sizeof(w) || w.magic != SOCK_NOTE_MAGIC || w.note.code == 0) return 0;
+  *out = w.note;
+  return 1;
+}
+
 /* A recv/send result that is neither data nor "try later". */
 static ncclResult_t ep_io_error(hetccl_ep_t *ep, int s, const char *dir, ssize_t k, int err) {
   char a[HETCCL_NET_ADDR_STRLEN];
   if (k == 0 || err == ECONNRESET || err == EPIPE) {
+    hetccl_fail_note_t note;
+    if (note_read(ep, &note))
+      return ep_fail(ep, hetccl_fail_note_received(&note, "socket", ep->peer,
+                                                   ep->ctx->args.peer_note));
     WARN("socket: connection to rank %d (%s) closed (stream %d, during %s)", ep->peer,
          ep_addr(ep, a, sizeof(a)), s, dir);
     return ep_fail(ep, ncclRemoteError);
@@ -403,6 +447,7 @@ fail:
 
 static void sock_ep_close(hetccl_ep_t *ep) {
   if (ep == NULL) return;
+  hetccl_net_close(&ep->note_fd);
   if (ep->st)
     for (int s = 0; s < ep->nstreams; s++) {
       hetccl_net_close(&ep->st[s].fd);
@@ -410,6 +455,29 @@ static void sock_ep_close(hetccl_ep_t *ep) {
     }
   free(ep->st);
   free(ep);
+}
+
+/* Leave the note on the note line, then close as ep_close does. Never
+ * blocks: the line carried nothing before, so the note fits its buffer. */
+static void sock_ep_fail(hetccl_ep_t *ep, const hetccl_fail_note_t *why) {
+  if (ep == NULL) return;
+  if (why && ep->note_fd >= 0) {
+    note_wire_t w;
+    memset(&w, 0, sizeof(w));
+    w.magic = SOCK_NOTE_MAGIC;
+    w.note = *why;
+    w.note.text[HETCCL_FAIL_TEXT - 1] = '\0';
+    ssize_t k = send(ep->note_fd, &w, sizeof(w), MSG_DONTWAIT | MSG_NOSIGNAL);
+    if (k != (ssize_t)sizeof(w))
+      INFO(HETCCL_NET, "socket: no room to leave rank %d a note (%zd of %zu bytes)", ep->peer, k,
+           sizeof(w));
+    shutdown(ep->note_fd, SHUT_WR);
+    /* The peer's own note, if both gave up at once: read it, so that our
+     * close does not reset the line and take our note with it. */
+    char drain[sizeof(w)];
+    while (recv(ep->note_fd, drain, sizeof(drain), MSG_DONTWAIT) > 0) {}
+  }
+  sock_ep_close(ep);
 }
 
 static void sock_ctx_destroy(hetccl_tctx_t *ctx) {
@@ -431,6 +499,7 @@ static ncclResult_t ep_new(hetccl_tctx_t *ctx, int peer, const uint8_t *addrs, h
   ep->peer = peer;
   ep->nstreams = ctx->nstreams;
   ep->chunk = ctx->chunk;
+  ep->note_fd = -1;
   for (int s = 0; s < ep->nstreams; s++) ep->st[s].fd = -1;
   if (b.magic != SOCK_ADDR_MAGIC || hetccl_net_addr_from_wire(&b.addr, &ep->paddr) != ncclSuccess) {
     WARN("socket: rank %d published a malformed address blob", peer);
@@ -454,6 +523,12 @@ static void stream_setup(int fd) {
   hetccl_net_set_bufsize(fd, SOCK_BUF_BYTES);
 }
 
+/* Where connection number s of a pair goes: data streams 0..nstreams-1,
+ * then the note line. */
+static int *stream_fd(hetccl_ep_t *ep, int s) {
+  return s < ep->nstreams ? &ep->st[s].fd : &ep->note_fd;
+}
+
 static long hs_on_header(void *arg, const void *hdr, const hetccl_sockaddr_t *from,
                          hetccl_net_reply_t *reply) {
   hetccl_tctx_t *ctx = arg;
@@ -470,11 +545,11 @@ static long hs_on_header(void *arg, const void *hdr, const hetccl_sockaddr_t *fr
   else if (h.nranks != ctx->args.nranks || h.rank < 0 || h.rank >= ctx->args.rank ||
            !ctx->use[h.rank])
     why = "a rank that should not connect here";
-  else if (h.nstreams != ctx->nstreams || h.stream < 0 || h.stream >= ctx->nstreams) {
+  else if (h.nstreams != ctx->nstreams || h.stream < 0 || h.stream > ctx->nstreams) {
     WARN("socket: rank %d connects with %d streams, rank %d uses %d (HETCCL_SOCKET_NSTREAMS "
          "differs between ranks)", h.rank, h.nstreams, ctx->args.rank, ctx->nstreams);
     return -1;
-  } else if (ctx->eps[h.rank]->st[h.stream].fd >= 0)
+  } else if (*stream_fd(ctx->eps[h.rank], h.stream) >= 0)
     why = "duplicate stream";
   if (why) {
     INFO(HETCCL_NET, "socket rank %d: dropping connection from %s: %s", ctx->args.rank,
@@ -492,10 +567,10 @@ static int hs_on_frame(void *arg, int fd, const void *hdr, const void *payload,
   (void)from;
   (void)reply;
   memcpy(&h, hdr, sizeof(h));
-  sock_stream_t *st = &ctx->eps[h.rank]->st[h.stream];
-  if (st->fd >= 0) return 0;
-  stream_setup(fd);
-  st->fd = fd;
+  int *slot = stream_fd(ctx->eps[h.rank], h.stream);
+  if (*slot >= 0) return 0;
+  if (h.stream < ctx->nstreams) stream_setup(fd);
+  *slot = fd;
   ctx->accepted++;
   return 1;
 }
@@ -509,15 +584,14 @@ static ncclResult_t connect_peer(hetccl_tctx_t *ctx, hetccl_ep_t *ep, int64_t de
   char a[HETCCL_NET_ADDR_STRLEN], what[160];
   snprintf(what, sizeof(what), "socket rank %d: connection to rank %d (%s)", ctx->args.rank,
            ep->peer, ep_addr(ep, a, sizeof(a)));
-  for (int s = 0; s < ep->nstreams; s++) {
-    HETCCL_CHECK(hetccl_net_connect(&ep->paddr, deadline, ctx->args.abort_flag, what,
-                                    &ep->st[s].fd));
-    stream_setup(ep->st[s].fd);
+  for (int s = 0; s <= ep->nstreams; s++) { /* the data streams, then the note line */
+    int *fd = stream_fd(ep, s);
+    HETCCL_CHECK(hetccl_net_connect(&ep->paddr, deadline, ctx->args.abort_flag, what, fd));
+    if (s < ep->nstreams) stream_setup(*fd);
     handshake_t h = {.magic = SOCK_HS_MAGIC, .comm_id = ctx->args.comm_id,
                      .secret = ctx->args.secret, .rank = ctx->args.rank,
                      .nranks = ctx->args.nranks, .stream = s, .nstreams = ep->nstreams};
-    HETCCL_CHECK(hetccl_net_send_all(ep->st[s].fd, &h, sizeof(h), deadline, ctx->args.abort_flag,
-                                     what));
+    HETCCL_CHECK(hetccl_net_send_all(*fd, &h, sizeof(h), deadline, ctx->args.abort_flag, what));
   }
   return ncclSuccess;
 }
@@ -540,7 +614,7 @@ static ncclResult_t sock_connect(hetccl_tctx_t *ctx, const uint8_t *use, const u
   ctx->accepted = 0;
   ctx->expected = 0;
   for (int p = 0; p < me; p++)
-    if (eps[p]) ctx->expected += ctx->nstreams;
+    if (eps[p]) ctx->expected += ctx->nstreams + 1; /* + the note line */
   if (ctx->expected > 0) {
     char a[HETCCL_NET_ADDR_STRLEN], what[160];
     snprintf(what, sizeof(what), "socket rank %d (%s): waiting for %d connections from lower ranks",
@@ -579,4 +653,5 @@ const hetccl_transport_t hetccl_transport_socket = {
     .progress = sock_progress,
     .ep_close = sock_ep_close,
     .ctx_destroy = sock_ctx_destroy,
+    .ep_fail = sock_ep_fail,
 };

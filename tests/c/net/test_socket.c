@@ -3,7 +3,8 @@
  * 4096, 1 MiB + 3 and 64 MiB bytes, all queued at once (FIFO per
  * direction), once copying and once through a summing consume. Then the
  * error paths: a tag mismatch is ncclInvalidUsage, a peer that closes is
- * ncclRemoteError. Ranks 0 and 1 then time 16 MiB messages. Before
+ * ncclRemoteError, and (3 ranks or more) a peer that fails in the middle of
+ * a 64 MiB send leaves a note that the receiver reports. Ranks 0 and 1 then time 16 MiB messages. Before
  * connecting, rank 0 throws foreign connections at the other listeners;
  * after connecting, no listener may accept any more.
  *
@@ -27,6 +28,7 @@
 #include "../common/transport_check.h"
 
 static int rank = -1;
+static hetccl_fail_note_t peer_note; /* args.peer_note: the first note a peer left */
 
 #define FAIL(...)                                                              \
   do {                                                                         \
@@ -166,7 +168,47 @@ static void error_paths(hetccl_bootstrap_t *bs, hetccl_ep_t **eps, int n, hetccl
     CHK(T->irecv(eps[1], &r));
     ncclResult_t res = drive(eps, n, &rp, 1, 10000);
     if (res != ncclRemoteError) FAIL("closed peer gave %d, expected ncclRemoteError", res);
+    if (peer_note.code != 0) FAIL("a peer that closed without a note left one: %s", peer_note.text);
+    T->ep_close(eps[1]); /* done with it: drive() would report it again */
+    eps[1] = NULL;
   }
+  CHK(hetccl_bootstrap_barrier(bs));
+  if (n < 3) return;
+  /* Rank 2 fails part-way through a 64 MiB send to rank 0: the data
+   * streams stop mid-piece, the note line says why. */
+  size_t big = 64u << 20;
+  char *data = calloc(1, big);
+  if (data == NULL) FAIL("out of memory");
+  if (rank == 2) {
+    hetccl_req_t r = {.buf = data, .bytes = big, .tag = 9}, *rp = &r;
+    CHK(T->isend(eps[0], &r));
+    (void)rp; /* push what the kernel takes for 50 ms: the peer does not read yet */
+    for (int64_t until = hetccl_net_now_ms() + 50; hetccl_net_now_ms() < until;) {
+      int idle;
+      CHK(T->progress(eps[0], &idle));
+    }
+    if (r.done) FAIL("64 MiB left before the receiver posted its receive");
+    hetccl_fail_note_t note = {.code = ncclInvalidUsage, .origin = 2};
+    snprintf(note.text, sizeof(note.text), "rank 2 gave up for a test");
+    T->ep_fail(eps[0], &note);
+    eps[0] = NULL;
+  }
+  CHK(hetccl_bootstrap_barrier(bs));
+  if (rank == 0) {
+    hetccl_req_t r = {.buf = data, .bytes = big, .tag = 9}, *rp = &r;
+    CHK(T->irecv(eps[2], &r));
+    ncclResult_t res = drive(eps, n, &rp, 1, 10000);
+    if (res != ncclInvalidUsage) FAIL("a peer's note of ncclInvalidUsage gave %d", res);
+    if (peer_note.code != ncclInvalidUsage || peer_note.origin != 2 ||
+        strcmp(peer_note.text, "rank 2 gave up for a test") != 0)
+      FAIL("the note arrived as code %d origin %d '%s'", peer_note.code, peer_note.origin,
+           peer_note.text);
+    if (r.progress == 0 || r.progress >= big)
+      FAIL("the failed send moved %zu of %zu bytes: not a mid-message failure", r.progress, big);
+    printf("note: rank 0 got rank 2's note after %zu of %zu bytes\n", r.progress, big);
+    fflush(stdout);
+  }
+  free(data);
   CHK(hetccl_bootstrap_barrier(bs));
 }
 
@@ -218,7 +260,7 @@ static int rank_main(const ncclUniqueId *id, int nranks) {
   hetccl_transport_args_t args = {.rank = rank, .nranks = nranks,
                                   .comm_id = hetccl_bootstrap_id_comm_id(id),
                                   .secret = hetccl_bootstrap_id_secret(id), .timeout_ms = 20000,
-                                  .abort_flag = NULL, .ifname = ""};
+                                  .abort_flag = NULL, .ifname = "", .peer_note = &peer_note};
   hetccl_tctx_t *ctx;
   uint8_t mine[HETCCL_TRANSPORT_ADDR_BYTES];
   uint8_t *addrs = malloc(nranks * HETCCL_TRANSPORT_ADDR_BYTES);
