@@ -194,6 +194,10 @@ ncclResult_t ncclCommShrink(ncclComm_t comm, int *excludeRanksList, int excludeR
   HETCCL_ARGCHECK(excludeRanksCount >= 0 && (excludeRanksCount == 0 || excludeRanksList),
                   ncclInvalidArgument, "ncclCommShrink: bad exclude list (%p, %d)",
                   (void *)excludeRanksList, excludeRanksCount);
+  HETCCL_ARGCHECK(shrinkFlags == NCCL_SHRINK_DEFAULT || shrinkFlags == NCCL_SHRINK_ABORT,
+                  ncclInvalidArgument,
+                  "ncclCommShrink: flags 0x%x must be NCCL_SHRINK_DEFAULT or NCCL_SHRINK_ABORT",
+                  shrinkFlags);
   hetccl_comm_enter(comm);
   ncclResult_t res = hetccl_comm_shrink(comm, excludeRanksList, excludeRanksCount, newcomm,
                                         config, shrinkFlags);

@@ -30,6 +30,13 @@
  * Ports. Only rank 0 listens (for the star links), and only until every
  * rank has linked; the root listens until the table is out or it gave up.
  * After init no bootstrap port of the communicator is open.
+ *
+ * Spare ports. Every rank also binds one port at init, without listening
+ * (connections to it are refused), and the ranks learn each other's. After
+ * a failure the survivors need a meeting point that no excluded (maybe dead)
+ * rank serves: the lowest survivor serves the new root on its spare port
+ * (hetccl_bootstrap_recovery_id), and every survivor derives the same new
+ * id from what they share, without a message.
  */
 #include "core/bootstrap.h"
 
@@ -124,6 +131,9 @@ struct hetccl_bootstrap {
   int *fds;                    /* rank 0: per peer; others: fds[0] */
   hetccl_sockaddr_t *addrs;    /* peer address per fd, for messages */
   int links_accepted;          /* rank 0 while linking */
+  int spare_fd;                /* bound, not listening (see "Spare ports") */
+  hetccl_net_wire_addr_t *spares; /* every rank's spare port */
+  uint64_t recoveries;         /* recovery ids made so far */
 };
 
 /* ---- unique id ----------------------------------------------------------- */
@@ -745,6 +755,7 @@ ncclResult_t hetccl_bootstrap_init(const ncclUniqueId *id, int rank, int nranks,
   bs->timeout_ms = opts && opts->timeout_ms > 0 ? opts->timeout_ms : connect_timeout_ms();
   bs->abort_flag = opts ? opts->abort_flag : NULL;
   bs->lfd = -1;
+  bs->spare_fd = -1;
   int nslots = rank == 0 ? nranks : 1;
   bs->fds = malloc(nslots * sizeof(int));
   bs->addrs = calloc(nslots, sizeof(hetccl_sockaddr_t));
@@ -776,12 +787,24 @@ ncclResult_t hetccl_bootstrap_init(const ncclUniqueId *id, int rank, int nranks,
     bs->laddr = mine;
     HETCCL_CHECK_GOTO(hetccl_net_listen(&bs->laddr, 0, &bs->lfd), res, fail);
   }
+  hetccl_net_wire_addr_t spare;
+  if (nranks > 1) {
+    HETCCL_CHECK_GOTO(hetccl_net_bind(&mine, &bs->spare_fd), res, fail);
+    hetccl_net_addr_to_wire(&mine, &spare);
+    if ((bs->spares = calloc(nranks, sizeof(*bs->spares))) == NULL) {
+      WARN("bootstrap: out of memory for %d spare addresses", nranks);
+      res = ncclSystemError;
+      goto fail;
+    }
+  }
   HETCCL_CHECK_GOTO(root_exchange(bs, &root, info, info_bytes, all_infos, &rank0, deadline), res,
                     fail);
   /* The table came at most at the deadline; linking gets the same grace. */
   deadline += reply_grace_ms(bs->timeout_ms);
   if (nranks > 1) HETCCL_CHECK_GOTO(star_link(bs, &rank0, deadline), res, fail);
   hetccl_net_close(&bs->lfd); /* every rank linked: nobody else may come in */
+  if (nranks > 1)
+    HETCCL_CHECK_GOTO(hetccl_bootstrap_allgather(bs, &spare, bs->spares, sizeof(spare)), res, fail);
   INFO(HETCCL_BOOTSTRAP, "bootstrap rank %d/%d: joined communicator 0x%016" PRIx64, rank, nranks,
        bs->comm_id);
   *out = bs;
@@ -830,13 +853,37 @@ ncclResult_t hetccl_bootstrap_bcast(hetccl_bootstrap_t *bs, void *buf, size_t by
   return frame_recv(bs, 0, KIND_BCAST_DOWN, buf, bytes, deadline);
 }
 
-ncclResult_t hetccl_bootstrap_bcast_members(hetccl_bootstrap_t *bs, void *buf, size_t bytes,
-                                            const uint8_t *member) {
-  bs->seq++;
-  int64_t deadline = hetccl_net_deadline(bs->timeout_ms);
-  if (bs->rank != 0) return frame_recv(bs, 0, KIND_BCAST_DOWN, buf, bytes, deadline);
-  for (int r = 1; r < bs->nranks; r++)
-    if (member[r]) HETCCL_CHECK(frame_send(bs, r, KIND_BCAST_DOWN, buf, bytes, deadline));
+ncclResult_t hetccl_bootstrap_recovery_id(hetccl_bootstrap_t *bs, const uint8_t *member,
+                                          ncclUniqueId *id) {
+  int leader = -1, members = 0;
+  uint64_t h = mix64(bs->secret ^ mix64(++bs->recoveries));
+  for (int r = 0; r < bs->nranks; r++) {
+    if (!member[r]) continue;
+    if (leader < 0) leader = r;
+    members++;
+    h = mix64(h ^ (uint64_t)r);
+  }
+  if (leader < 0 || !member[bs->rank]) {
+    WARN("bootstrap rank %d: a recovery id needs this rank among the members", bs->rank);
+    return ncclInvalidArgument;
+  }
+  if (members == 1) return hetccl_bootstrap_root_create(id); /* nobody to meet */
+  id_layout_t l;
+  memset(&l, 0, sizeof(l));
+  memcpy(l.magic, ID_MAGIC, 8);
+  l.version = ID_VERSION;
+  l.flags = ID_FLAG_RANK0_ROOT; /* the leader is rank 0 of the new communicator */
+  l.secret = h;
+  l.root = bs->spares[leader];
+  memcpy(id->internal, &l, sizeof(l));
+  char s[HETCCL_NET_ADDR_STRLEN];
+  hetccl_sockaddr_t a;
+  if (hetccl_net_addr_from_wire(&l.root, &a) != ncclSuccess) {
+    WARN("bootstrap rank %d: no spare address for rank %d", bs->rank, leader);
+    return ncclInternalError;
+  }
+  INFO(HETCCL_BOOTSTRAP, "bootstrap rank %d: recovery %" PRIu64 " meets at rank %d's spare port %s",
+       bs->rank, bs->recoveries, leader, hetccl_net_addr_str(&a, s, sizeof(s)));
   return ncclSuccess;
 }
 
@@ -851,6 +898,8 @@ void hetccl_bootstrap_destroy(hetccl_bootstrap_t *bs) {
     for (int i = 0; i < nslots; i++) hetccl_net_close(&bs->fds[i]);
   }
   hetccl_net_close(&bs->lfd);
+  hetccl_net_close(&bs->spare_fd);
+  free(bs->spares);
   free(bs->fds);
   free(bs->addrs);
   free(bs);

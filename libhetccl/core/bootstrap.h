@@ -69,10 +69,14 @@ ncclResult_t hetccl_bootstrap_allgather(hetccl_bootstrap_t *bs, const void *mine
                                         size_t bytes);
 ncclResult_t hetccl_bootstrap_bcast(hetccl_bootstrap_t *bs, void *buf, size_t bytes, int root);
 ncclResult_t hetccl_bootstrap_barrier(hetccl_bootstrap_t *bs);
-/* Rank 0 sends buf to every rank r with member[r] != 0; only rank 0 and
- * those ranks call it (the others may be dead: shrink after a failure). */
-ncclResult_t hetccl_bootstrap_bcast_members(hetccl_bootstrap_t *bs, void *buf, size_t bytes,
-                                            const uint8_t *member);
+/* A unique id for a new communicator of the ranks r with member[r] != 0,
+ * made without a message (the others may be dead: shrink after a failure).
+ * Every member calls it with the same member set, the same number of
+ * times; each gets the same id. Its root is served by the lowest member,
+ * which must be rank 0 of the new communicator, on that rank's spare port
+ * (bootstrap.c, "Spare ports"). */
+ncclResult_t hetccl_bootstrap_recovery_id(hetccl_bootstrap_t *bs, const uint8_t *member,
+                                          ncclUniqueId *id);
 
 /* Close connections and the listener; never blocks on peers. NULL is fine. */
 void hetccl_bootstrap_destroy(hetccl_bootstrap_t *bs);

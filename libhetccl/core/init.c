@@ -590,29 +590,30 @@ ncclResult_t hetccl_comm_shrink(ncclComm_t comm, const int *exclude, int nexclud
     if (r < comm->rank) newrank++;
     newn++;
   }
-  /* The excluded ranks take no part (they may be dead), so the new id goes
-   * from the leader to each survivor over the engine's own connections;
-   * after a failure those are closed, and it goes from rank 0 over the
-   * bootstrap star instead (every rank keeps its link to rank 0). */
+  /* The excluded ranks take no part (they may be dead). On a healthy
+   * communicator the new id goes from the leader to each survivor over the
+   * engine's own connections. After a failure (or with NCCL_SHRINK_ABORT,
+   * which every rank passes alike, whether or not it has seen the failure
+   * yet) those are closed: every survivor derives the same id from the
+   * bootstrap, and the leader serves its root on its spare port. */
   ncclUniqueId id;
   ncclResult_t res = ncclSuccess;
-  if (comm->error != ncclSuccess) {
-    if (gone[0]) {
-      WARN("ncclCommShrink: rank %d: after a failure the survivors find each other through "
-           "rank 0 (the bootstrap star), and rank 0 is excluded", comm->rank);
-      res = ncclInvalidUsage;
-      goto out;
+  ncclResult_t failed = (ncclResult_t)__atomic_load_n(&comm->error, __ATOMIC_ACQUIRE);
+  if (failed != ncclSuccess || (flags & NCCL_SHRINK_ABORT)) {
+    if (flags & NCCL_SHRINK_ABORT) { /* stop what is in flight on the parent first */
+      __atomic_store_n(&comm->abort_flag, 1, __ATOMIC_RELEASE);
+      hetccl_proxy_drain(comm);
     }
-    INFO(HETCCL_INIT, "ncclCommShrink: rank %d: the communicator failed (%d); the new id comes "
-         "from rank 0 over the bootstrap", comm->rank, comm->error);
+    INFO(HETCCL_INIT, "ncclCommShrink: rank %d: %s; the survivors meet at rank %d's spare port",
+         comm->rank, failed != ncclSuccess ? "the communicator failed" : "NCCL_SHRINK_ABORT",
+         leader);
     uint8_t *member = calloc(n, 1);
     if (!member) {
       res = ncclSystemError;
       goto out;
     }
     for (int r = 0; r < n; r++) member[r] = !gone[r];
-    if (comm->rank == 0) res = hetccl_bootstrap_root_create(&id);
-    if (res == ncclSuccess) res = hetccl_bootstrap_bcast_members(comm->bs, &id, sizeof(id), member);
+    res = hetccl_bootstrap_recovery_id(comm->bs, member, &id);
     free(member);
     if (res != ncclSuccess) goto out;
     res = join_new(comm, newrank, newn, &id, config, newcomm);

@@ -349,10 +349,22 @@ static ncclResult_t wait_result(int w, const char *what, const char *action, int
 
 ncclResult_t hetccl_net_listen(hetccl_sockaddr_t *addr, int backlog, int *out) {
   char s[HETCCL_NET_ADDR_STRLEN];
+  int fd;
+  HETCCL_CHECK(hetccl_net_bind(addr, &fd));
+  if (listen(fd, backlog > 0 ? backlog : SOMAXCONN) != 0) {
+    WARN("net: listen on %s: %s", hetccl_net_addr_str(addr, s, sizeof(s)), strerror(errno));
+    close(fd);
+    return ncclSystemError;
+  }
+  *out = fd;
+  return ncclSuccess;
+}
+
+ncclResult_t hetccl_net_bind(hetccl_sockaddr_t *addr, int *out) {
+  char s[HETCCL_NET_ADDR_STRLEN];
   int fd = socket(addr->sa.sa_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
   if (fd < 0) {
-    WARN("net: socket() for listener on %s: %s", hetccl_net_addr_str(addr, s, sizeof(s)),
-         strerror(errno));
+    WARN("net: socket() for %s: %s", hetccl_net_addr_str(addr, s, sizeof(s)), strerror(errno));
     return ncclSystemError;
   }
   int one = 1;
@@ -362,15 +374,10 @@ ncclResult_t hetccl_net_listen(hetccl_sockaddr_t *addr, int backlog, int *out) {
     close(fd);
     return ncclSystemError;
   }
-  if (listen(fd, backlog > 0 ? backlog : SOMAXCONN) != 0) {
-    WARN("net: listen on %s: %s", hetccl_net_addr_str(addr, s, sizeof(s)), strerror(errno));
-    close(fd);
-    return ncclSystemError;
-  }
   hetccl_sockaddr_t bound;
   socklen_t len = sizeof(bound);
   if (getsockname(fd, &bound.sa, &len) != 0) {
-    WARN("net: getsockname on listener %s: %s", hetccl_net_addr_str(addr, s, sizeof(s)),
+    WARN("net: getsockname on %s: %s", hetccl_net_addr_str(addr, s, sizeof(s)),
          strerror(errno));
     close(fd);
     return ncclSystemError;

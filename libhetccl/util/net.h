@@ -82,6 +82,12 @@ ncclResult_t hetccl_net_local_addr(const char *ifname, hetccl_sockaddr_t *out, c
  * SO_REUSEADDR is set, so a fixed port (NCCL_COMM_ID) can be reused at once. */
 ncclResult_t hetccl_net_listen(hetccl_sockaddr_t *addr, int backlog, int *fd);
 
+/* Bind a TCP socket to addr (port 0: ephemeral) without listening, and
+ * write the bound address back: the port is held (a connection to it is
+ * refused) until a later hetccl_net_listen on the same address, which
+ * SO_REUSEADDR on both allows while this socket is still bound. */
+ncclResult_t hetccl_net_bind(hetccl_sockaddr_t *addr, int *fd);
+
 /* Connect to addr, retrying refused / unreachable attempts until the
  * deadline. *fd is nonblocking with TCP_NODELAY. */
 ncclResult_t hetccl_net_connect(const hetccl_sockaddr_t *addr, int64_t deadline_ms,
