@@ -7,9 +7,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #include "perf.h"
 
+#define PERF_HUGE_FROM (4u << 20) /* numpy's threshold for MADV_HUGEPAGE */
+#define PERF_HUGE_PAGE (2u << 20)
 #define CUDA_MEMCPY_DEFAULT 4
 #define CUDA_STREAM_NON_BLOCKING 1
 
@@ -103,12 +106,21 @@ void *perf_mem_alloc(size_t bytes)
     cuda_check(cuda.Malloc(&p, bytes), "cudaMalloc");
     return p;
   }
-  bytes = (bytes + 4095) & ~(size_t)4095;
-  p = aligned_alloc(4096, bytes);
+  /* Large buffers as numpy makes them (and so the OpenMPI peer's,
+   * tools/peers/mpi_bench.py): from 4 MiB on, 2 MiB-aligned and advised to
+   * use transparent huge pages. It matters for what the kernel does per
+   * page, e.g. process_vm_readv pins each page it copies. */
+  size_t align = bytes >= PERF_HUGE_FROM ? PERF_HUGE_PAGE : 4096;
+  bytes = (bytes + align - 1) & ~(align - 1);
+  p = aligned_alloc(align, bytes);
   if (!p) {
     fprintf(stderr, "hetccl-perf: cannot allocate %zu bytes of host memory\n", bytes);
     exit(1);
   }
+#ifdef MADV_HUGEPAGE
+  if (align == PERF_HUGE_PAGE)
+    (void)madvise(p, bytes, MADV_HUGEPAGE); /* advice only: no THP is fine */
+#endif
   memset(p, 0, bytes); /* touch the pages before timing */
   return p;
 }
