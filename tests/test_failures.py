@@ -232,7 +232,7 @@ def _names_rank(message: str, rank: int) -> bool:
 
 DEAD_CASES = [(case, n, transport)
               for case in ("allreduce", "group", "between")
-              for n in (2, 3)
+              for n in (2, 3, 4)
               for transport in ("shm", "socket")]
 
 
@@ -243,7 +243,7 @@ def _dead_case_param(case: str, n: int, transport: str) -> Any:
 @pytest.mark.timeout(60)
 @pytest.mark.parametrize("case,n,transport", [_dead_case_param(*c) for c in DEAD_CASES])
 def test_dead_peer(case: str, n: int, transport: str) -> None:
-    victim = n - 1 if n == 2 else 1  # n = 3: the middle rank, a neighbour of both others
+    victim = n - 1 if n == 2 else 1  # n >= 3: a middle rank, with a survivor on each side
     results = _run_ranks(rank_dead_peer, n, case, victim, env={"HETCCL_TRANSPORT": transport},
                          survivors=n - 1)
     assert results[victim][0] == "died" and results[victim][1] == -signal.SIGKILL, \
@@ -282,7 +282,7 @@ def dead_at_init(hetccl_library: object) -> Dict[Tuple[int, str], List[Outcome]]
     """A rank dies before ncclCommInitRank; what the others got, for every
     (n, transport), all at once (they only wait)."""
     env = {"HETCCL_CONNECT_TIMEOUT": str(INIT_CONNECT_TIMEOUT_S)}
-    combos = [(n, t) for n in (2, 3) for t in ("shm", "socket")]
+    combos = [(n, t) for n in (2, 3, 4) for t in ("shm", "socket")]
     found: Dict[Tuple[int, str], List[Tuple[str, Any]]] = {}
 
     def one(n: int, t: str) -> None:
