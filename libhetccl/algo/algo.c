@@ -154,6 +154,9 @@ ncclResult_t hetccl_algo_run(hetccl_engine_t *e, const hetccl_coll_t *c) {
   TRACE(HETCCL_COLL, "%s: %zu x %s on %d ranks, algo %d", hetccl_func_name(c->func), c->count,
         hetccl_dtype_name(c->dtype), n, algo);
   ncclResult_t (*fn)(hetccl_engine_t *, const hetccl_coll_t *) = NULL;
+  int reduces = c->func == HETCCL_FUNC_ALLREDUCE || c->func == HETCCL_FUNC_REDUCESCATTER ||
+                c->func == HETCCL_FUNC_REDUCE;
+  hetccl_engine_set_pull_ok(e, !reduces);
   switch (c->func) {
     case HETCCL_FUNC_ALLREDUCE: return run_allreduce(e, c, algo, bytes);
     case HETCCL_FUNC_REDUCESCATTER:

@@ -26,6 +26,7 @@ struct hetccl_engine {
   int *active;       /* peers with an endpoint, for the progress sweep */
   int nactive;
   uint64_t tag;
+  int pull_ok; /* sends of the current operation: receives copy, they do not consume */
   int timeout_ms;
   int spin;
   volatile int *abort_flag;
@@ -107,6 +108,8 @@ size_t hetccl_engine_small_bytes(const hetccl_engine_t *e) { return e->small_byt
 int hetccl_engine_algo_forced(const hetccl_engine_t *e) { return e->algo; }
 void hetccl_engine_set_tag(hetccl_engine_t *e, uint64_t tag) { e->tag = tag; }
 
+void hetccl_engine_set_pull_ok(hetccl_engine_t *e, int pull_ok) { e->pull_ok = pull_ok; }
+
 /* The first error fails the engine for good. Its connections are closed
  * at once, so that peers blocked on this rank learn it now instead of
  * waiting out HETCCL_TIMEOUT, and each is left a note saying why: the
@@ -176,6 +179,7 @@ ncclResult_t hetccl_engine_isend(hetccl_engine_t *e, int peer, const void *buf, 
   req->bytes = bytes;
   req->tag = e->tag;
   req->peer = peer;
+  req->pull_ok = e->pull_ok;
   ncclResult_t res = e->tp[peer]->isend(e->eps[peer], req);
   return res == ncclSuccess ? res : engine_fail_call(e, res);
 }

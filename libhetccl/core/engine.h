@@ -83,6 +83,12 @@ void hetccl_engine_destroy(hetccl_engine_t *e);
 /* The signature stamped on every message of the next operation (0 = do not
  * check). Set by the core before it runs a collective or a p2p batch. */
 void hetccl_engine_set_tag(hetccl_engine_t *e, uint64_t tag);
+/* Whether the receives matching the sends that follow copy (1: send/recv,
+ * gathers, broadcasts, all-to-all) or consume (0: reductions). A
+ * transport may let a copying receiver pull a large message straight
+ * from the sender's buffer (shm: process_vm_readv), which saves a copy but
+ * ties the send's completion to the receiver. */
+void hetccl_engine_set_pull_ok(hetccl_engine_t *e, int pull_ok);
 
 /* Tuning read from knobs at engine creation. */
 size_t hetccl_engine_pipeline_chunk(const hetccl_engine_t *e);

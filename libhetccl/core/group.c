@@ -66,6 +66,7 @@ static ncclResult_t run_p2p(ncclComm_t comm, hetccl_task_t *tasks, int nreq) {
       continue;
     }
     hetccl_engine_set_tag(comm->engine, t->tag);
+    hetccl_engine_set_pull_ok(comm->engine, 1); /* ncclRecv copies */
     if (t->kind == HETCCL_TASK_SEND)
       res = hetccl_engine_isend(comm->engine, t->peer, t->buf, t->bytes, &reqs[n]);
     else

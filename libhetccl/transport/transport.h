@@ -72,6 +72,8 @@ typedef struct hetccl_req {
   hetccl_consume_fn consume; /* receive only; NULL = plain copy */
   void *consume_ctx;
   int peer;                  /* the other rank, for messages */
+  int pull_ok;               /* send only: the matching receive copies (no consume), so
+                              * the receiver may pull the bytes from buf itself */
   /* set by the transport */
   volatile int done;         /* 1 when the buffer may be reused / holds the data */
   size_t progress;           /* bytes moved so far */

@@ -46,7 +46,7 @@
   X(SHM_SLOTS, "HETCCL_SHM_SLOTS", INT, "8", 2, 1024,                          \
     "slots per shared-memory ring (chunks in flight per direction)")           \
   X(SHM_CMA, "HETCCL_SHM_CMA", INT, "0", 0, 1,                                 \
-    "1: large shm messages copy once with process_vm_readv when the kernel allows (off by default: the ring measured faster on 2 cores)") \
+    "1: large shm messages copy once with process_vm_readv when the kernel allows; 0: never. Unset: only when this host runs more ranks of the communicator than it has CPUs (then copying is what the CPUs wait on, and one copy beats two)") \
   X(SOCKET_NSTREAMS, "HETCCL_SOCKET_NSTREAMS", INT, "2", 1, 64,                \
     "TCP connections per peer pair; large messages are striped over them")     \
   X(SOCKET_CHUNK, "HETCCL_SOCKET_CHUNK", INT, "256K", 512, 1073741824,         \

@@ -488,6 +488,18 @@ static ncclResult_t shm_connect(hetccl_tctx_t *c, const uint8_t *use, const uint
                                 const hetccl_peer_locality_t *localities, hetccl_ep_t **eps) {
   ncclResult_t res = ncclSuccess;
   int cma_knob = (int)hetccl_knob_int(HETCCL_KNOB_SHM_CMA);
+  if (!hetccl_knob_is_set(HETCCL_KNOB_SHM_CMA)) {
+    /* Measured with tools/bench_cpu.py on 2 cores: with a CPU per rank the
+     * ring's two copies (one each side, the slot staying in cache) run as
+     * fast as one process_vm_readv; with more ranks than CPUs the copies
+     * themselves are the bottleneck, and one copy beats two. Every rank of
+     * this host computes the same answer, so both sides of a pair agree. */
+    int local = 0;
+    for (int p = 0; p < c->nranks; p++)
+      local += localities[p].host_hash == localities[c->rank].host_hash;
+    long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+    cma_knob = ncpu > 0 && local > ncpu;
+  }
   hetccl_ep_t **mine = calloc((size_t)c->nranks, sizeof(*mine));
   if (!mine) {
     WARN("shm: out of memory connecting %d ranks", c->nranks);
@@ -508,7 +520,7 @@ static ncclResult_t shm_connect(hetccl_tctx_t *c, const uint8_t *use, const uint
     hetccl_ep_t *ep = mine[p];
     if (!ep) continue;
     if (cma_knob && atomic_load_explicit(&ep->tx.ctrl->cma_ok, memory_order_relaxed))
-      ep->cma_min = 2 * ep->tx.chunk;
+      ep->cma_min = ep->tx.chunk / 2;
     INFO(HETCCL_SHM | HETCCL_INIT, "shm: rank %d -> %d connected (%u x %zu byte slots, CMA %s)",
          c->rank, p, ep->tx.nslots, ep->tx.chunk, ep->cma_min == SIZE_MAX ? "off" : "on");
     eps[p] = ep;

@@ -85,7 +85,7 @@ static void tx_place(hetccl_ep_t *ep, int *moved) {
     if (!pv->started) {
       pv->started = 1;
       hetccl_frame_fill(&h->frame, ep->comm_id, ep->rank, ep->tx_seq++, r->tag, r->bytes);
-      if (r->bytes > ep->cma_min) {
+      if (r->bytes > ep->cma_min && r->pull_ok) {
         h->kind = SHM_PIECE_RNDV;
         h->len = 0;
         h->addr = (uint64_t)(uintptr_t)r->buf;
