@@ -140,6 +140,18 @@ struct hetccl_bootstrap {
 
 static void id_read(const ncclUniqueId *id, id_layout_t *l) { memcpy(l, id->internal, sizeof(*l)); }
 
+static void id_write(ncclUniqueId *id, uint64_t secret, uint32_t flags,
+                     const hetccl_net_wire_addr_t *root) {
+  id_layout_t l;
+  memset(&l, 0, sizeof(l));
+  memcpy(l.magic, ID_MAGIC, 8);
+  l.version = ID_VERSION;
+  l.flags = flags;
+  l.secret = secret;
+  l.root = *root;
+  memcpy(id->internal, &l, sizeof(l));
+}
+
 static uint64_t mix64(uint64_t x) {
   x ^= x >> 30;
   x *= 0xbf58476d1ce4e5b9ull;
@@ -505,11 +517,9 @@ static int connect_timeout_ms(void) {
 }
 
 ncclResult_t hetccl_bootstrap_root_create(ncclUniqueId *id) {
-  id_layout_t l;
   hetccl_sockaddr_t addr;
-  memset(&l, 0, sizeof(l));
-  memcpy(l.magic, ID_MAGIC, 8);
-  l.version = ID_VERSION;
+  uint64_t secret;
+  uint32_t flags = 0;
   const char *fixed = hetccl_knob_str(HETCCL_KNOB_COMM_ID);
   if (*fixed) {
     /* Every process may call ncclGetUniqueId on its own and must get the
@@ -518,18 +528,19 @@ ncclResult_t hetccl_bootstrap_root_create(ncclUniqueId *id) {
     HETCCL_CHECK(hetccl_net_parse_addr(fixed, &addr));
     uint64_t h = 0xcbf29ce484222325ull;
     for (const char *p = fixed; *p; p++) h = (h ^ (uint8_t)*p) * 0x100000001b3ull;
-    l.secret = mix64(h);
-    l.flags = ID_FLAG_RANK0_ROOT;
+    secret = mix64(h);
+    flags = ID_FLAG_RANK0_ROOT;
   } else {
-    if (getrandom(&l.secret, sizeof(l.secret), 0) != (ssize_t)sizeof(l.secret)) {
+    if (getrandom(&secret, sizeof(secret), 0) != (ssize_t)sizeof(secret)) {
       WARN("bootstrap: getrandom for the unique id secret: %s", strerror(errno));
       return ncclSystemError;
     }
     HETCCL_CHECK(hetccl_net_local_addr(NULL, &addr, NULL, 0));
-    HETCCL_CHECK(root_start(&addr, l.secret, connect_timeout_ms(), 0));
+    HETCCL_CHECK(root_start(&addr, secret, connect_timeout_ms(), 0));
   }
-  hetccl_net_addr_to_wire(&addr, &l.root);
-  memcpy(id->internal, &l, sizeof(l));
+  hetccl_net_wire_addr_t root;
+  hetccl_net_addr_to_wire(&addr, &root);
+  id_write(id, secret, flags, &root);
   return ncclSuccess;
 }
 
@@ -853,37 +864,25 @@ ncclResult_t hetccl_bootstrap_bcast(hetccl_bootstrap_t *bs, void *buf, size_t by
   return frame_recv(bs, 0, KIND_BCAST_DOWN, buf, bytes, deadline);
 }
 
-ncclResult_t hetccl_bootstrap_recovery_id(hetccl_bootstrap_t *bs, const uint8_t *member,
+ncclResult_t hetccl_bootstrap_recovery_id(hetccl_bootstrap_t *bs, const uint8_t *excluded,
                                           ncclUniqueId *id) {
   int leader = -1, members = 0;
   uint64_t h = mix64(bs->secret ^ mix64(++bs->recoveries));
   for (int r = 0; r < bs->nranks; r++) {
-    if (!member[r]) continue;
+    if (excluded[r]) continue;
     if (leader < 0) leader = r;
     members++;
     h = mix64(h ^ (uint64_t)r);
   }
-  if (leader < 0 || !member[bs->rank]) {
+  if (excluded[bs->rank]) {
     WARN("bootstrap rank %d: a recovery id needs this rank among the members", bs->rank);
     return ncclInvalidArgument;
   }
   if (members == 1) return hetccl_bootstrap_root_create(id); /* nobody to meet */
-  id_layout_t l;
-  memset(&l, 0, sizeof(l));
-  memcpy(l.magic, ID_MAGIC, 8);
-  l.version = ID_VERSION;
-  l.flags = ID_FLAG_RANK0_ROOT; /* the leader is rank 0 of the new communicator */
-  l.secret = h;
-  l.root = bs->spares[leader];
-  memcpy(id->internal, &l, sizeof(l));
-  char s[HETCCL_NET_ADDR_STRLEN];
-  hetccl_sockaddr_t a;
-  if (hetccl_net_addr_from_wire(&l.root, &a) != ncclSuccess) {
-    WARN("bootstrap rank %d: no spare address for rank %d", bs->rank, leader);
-    return ncclInternalError;
-  }
-  INFO(HETCCL_BOOTSTRAP, "bootstrap rank %d: recovery %" PRIu64 " meets at rank %d's spare port %s",
-       bs->rank, bs->recoveries, leader, hetccl_net_addr_str(&a, s, sizeof(s)));
+  /* The leader is rank 0 of the new communicator: it serves the root. */
+  id_write(id, h, ID_FLAG_RANK0_ROOT, &bs->spares[leader]);
+  INFO(HETCCL_BOOTSTRAP, "bootstrap rank %d: recovery %" PRIu64 " meets at rank %d's spare port",
+       bs->rank, bs->recoveries, leader);
   return ncclSuccess;
 }
 

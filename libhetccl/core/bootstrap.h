@@ -69,13 +69,13 @@ ncclResult_t hetccl_bootstrap_allgather(hetccl_bootstrap_t *bs, const void *mine
                                         size_t bytes);
 ncclResult_t hetccl_bootstrap_bcast(hetccl_bootstrap_t *bs, void *buf, size_t bytes, int root);
 ncclResult_t hetccl_bootstrap_barrier(hetccl_bootstrap_t *bs);
-/* A unique id for a new communicator of the ranks r with member[r] != 0,
- * made without a message (the others may be dead: shrink after a failure).
- * Every member calls it with the same member set, the same number of
+/* A unique id for a new communicator of the ranks r with excluded[r] == 0,
+ * made without a message (the excluded may be dead: shrink after a
+ * failure). Every member calls it with the same set, the same number of
  * times; each gets the same id. Its root is served by the lowest member,
  * which must be rank 0 of the new communicator, on that rank's spare port
  * (bootstrap.c, "Spare ports"). */
-ncclResult_t hetccl_bootstrap_recovery_id(hetccl_bootstrap_t *bs, const uint8_t *member,
+ncclResult_t hetccl_bootstrap_recovery_id(hetccl_bootstrap_t *bs, const uint8_t *excluded,
                                           ncclUniqueId *id);
 
 /* Close connections and the listener; never blocks on peers. NULL is fine. */

@@ -298,12 +298,18 @@ static ncclResult_t init_engine(ncclComm_t comm, uint64_t comm_id, uint64_t secr
     used[t] = 1;
     tps[p] = tp;
   }
+  /* More ranks of ours on this host than CPUs: the CPUs, not the memory,
+   * are what the ranks wait on (see the spin and HETCCL_SHM_CMA defaults). */
+  int local = 0;
+  for (int p = 0; p < n; p++) local += comm->peers[p].host_hash == comm->peers[me].host_hash;
+  long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+  int oversubscribed = ncpu > 0 && local > ncpu;
   hetccl_transport_args_t args = {
       .rank = me, .nranks = n, .comm_id = comm_id, .secret = secret,
       .timeout_ms = (int)hetccl_knob_int(HETCCL_KNOB_CONNECT_TIMEOUT) * 1000,
       .abort_flag = &comm->abort_flag,
       .ifname = hetccl_knob_str(HETCCL_KNOB_SOCKET_IFNAME), .peer_note = &comm->peer_note,
-      .mismatch = &comm->mismatch};
+      .mismatch = &comm->mismatch, .oversubscribed = oversubscribed};
   for (int t = 0; t < HETCCL_TRANSPORT_COUNT; t++) {
     if (!used[t]) continue;
     HETCCL_CHECK_GOTO(hetccl_transport_get(t)->ctx_create(&args, &ctx[t],
@@ -325,12 +331,10 @@ static ncclResult_t init_engine(ncclComm_t comm, uint64_t comm_id, uint64_t secr
     for (int p = 0; p < n; p++)
       if (use[t * n + p]) eps[p] = teps[p];
   }
-  /* More ranks on this host than CPUs: a spinning rank only delays the peer
-   * it waits for, so yield at once unless HETCCL_SPIN says otherwise. */
-  int local = 0, spin = (int)hetccl_knob_int(HETCCL_KNOB_SPIN);
-  for (int p = 0; p < n; p++) local += comm->peers[p].host_hash == comm->peers[me].host_hash;
-  long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
-  if (ncpu > 0 && local > ncpu && !hetccl_knob_is_set(HETCCL_KNOB_SPIN)) spin = 0;
+  /* Oversubscribed: a spinning rank only delays the peer it waits for, so
+   * yield at once unless HETCCL_SPIN says otherwise. */
+  int spin = (int)hetccl_knob_int(HETCCL_KNOB_SPIN);
+  if (oversubscribed && !hetccl_knob_is_set(HETCCL_KNOB_SPIN)) spin = 0;
   hetccl_engine_args_t eargs = {
       .rank = me, .nranks = n, .eps = eps, .transports = tps,
       .timeout_ms = (int)hetccl_knob_int(HETCCL_KNOB_TIMEOUT) * 1000, .spin = spin,
@@ -607,15 +611,7 @@ ncclResult_t hetccl_comm_shrink(ncclComm_t comm, const int *exclude, int nexclud
     INFO(HETCCL_INIT, "ncclCommShrink: rank %d: %s; the survivors meet at rank %d's spare port",
          comm->rank, failed != ncclSuccess ? "the communicator failed" : "NCCL_SHRINK_ABORT",
          leader);
-    uint8_t *member = calloc(n, 1);
-    if (!member) {
-      res = ncclSystemError;
-      goto out;
-    }
-    for (int r = 0; r < n; r++) member[r] = !gone[r];
-    res = hetccl_bootstrap_recovery_id(comm->bs, member, &id);
-    free(member);
-    if (res != ncclSuccess) goto out;
+    HETCCL_CHECK_GOTO(hetccl_bootstrap_recovery_id(comm->bs, gone, &id), res, out);
     res = join_new(comm, newrank, newn, &id, config, newcomm);
     goto out;
   }

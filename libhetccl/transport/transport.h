@@ -91,6 +91,7 @@ typedef struct hetccl_transport_args {
   const char *ifname;          /* NCCL_SOCKET_IFNAME-style selection, may be "" */
   hetccl_fail_note_t *peer_note; /* where the first note from a peer goes; may be NULL */
   hetccl_tag_mismatch_t *mismatch; /* where the first signature mismatch goes; may be NULL */
+  int oversubscribed;          /* this host runs more ranks of the communicator than CPUs */
 } hetccl_transport_args_t;
 
 typedef struct hetccl_tctx hetccl_tctx_t; /* per communicator, per transport */

@@ -74,6 +74,7 @@ struct hetccl_tctx {
   volatile int *abort_flag;
   hetccl_fail_note_t *peer_note;
   hetccl_tag_mismatch_t *mismatch;
+  int oversubscribed;
   int fd;           /* our segment, -1 once closed */
   int unlinked;
   char name[SHM_NAME_MAX];
@@ -229,6 +230,7 @@ static ncclResult_t shm_ctx_create(const hetccl_transport_args_t *args, hetccl_t
   c->abort_flag = args->abort_flag;
   c->peer_note = args->peer_note;
   c->mismatch = args->mismatch;
+  c->oversubscribed = args->oversubscribed;
   size_t page = (size_t)sysconf(_SC_PAGESIZE);
   c->chunk = (size_t)hetccl_knob_int(HETCCL_KNOB_SHM_CHUNK) & ~(size_t)63;
   if (c->chunk < 64) c->chunk = 64;
@@ -487,19 +489,14 @@ static ncclResult_t connect_wait(hetccl_tctx_t *c, const uint8_t *use, hetccl_ep
 static ncclResult_t shm_connect(hetccl_tctx_t *c, const uint8_t *use, const uint8_t *addrs,
                                 const hetccl_peer_locality_t *localities, hetccl_ep_t **eps) {
   ncclResult_t res = ncclSuccess;
-  int cma_knob = (int)hetccl_knob_int(HETCCL_KNOB_SHM_CMA);
-  if (!hetccl_knob_is_set(HETCCL_KNOB_SHM_CMA)) {
-    /* Measured with tools/bench_cpu.py on 2 cores: with a CPU per rank the
-     * ring's two copies (one each side, the slot staying in cache) run as
-     * fast as one process_vm_readv; with more ranks than CPUs the copies
-     * themselves are the bottleneck, and one copy beats two. Every rank of
-     * this host computes the same answer, so both sides of a pair agree. */
-    int local = 0;
-    for (int p = 0; p < c->nranks; p++)
-      local += localities[p].host_hash == localities[c->rank].host_hash;
-    long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
-    cma_knob = ncpu > 0 && local > ncpu;
-  }
+  /* Measured with tools/bench_cpu.py on 2 cores: with a CPU per rank the
+   * ring's two copies (one each side, the slot staying in cache) run as
+   * fast as one process_vm_readv; with more ranks than CPUs the copies
+   * themselves are the bottleneck, and one copy beats two. Every rank of
+   * this host has the same answer, so both sides of a pair agree. */
+  int cma_knob = hetccl_knob_is_set(HETCCL_KNOB_SHM_CMA)
+                     ? (int)hetccl_knob_int(HETCCL_KNOB_SHM_CMA)
+                     : c->oversubscribed;
   hetccl_ep_t **mine = calloc((size_t)c->nranks, sizeof(*mine));
   if (!mine) {
     WARN("shm: out of memory connecting %d ranks", c->nranks);

@@ -35,9 +35,9 @@
  * empty. The data streams cannot carry the note: the failing rank may be
  * in the middle of a piece.
  */
-#include <poll.h>
 #include <errno.h>
 #include <inttypes.h>
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
