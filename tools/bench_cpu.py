@@ -13,7 +13,10 @@ over ranks of the mean iteration time), and prints the medians:
 
 The metric is the time (us) for the 1 KiB case and the bus bandwidth (GB/s,
 nccl-tests factors) otherwise; `ratio` > 1 means hetccl is better (faster,
-or more bandwidth).
+or more bandwidth). `ratio` compares the two medians; `paired` is the median
+of the per-repetition ratios (each hetccl run against the peer run next to
+it, seconds apart), which cancels drift of the machine's memory bandwidth
+between minutes, and `wins` counts the repetitions hetccl won.
 
 The peer needs OpenMPI and mpi4py:
     apt-get install -y openmpi-bin libopenmpi-dev && pip install mpi4py
@@ -52,19 +55,29 @@ class Case:
     size: int
     hetccl: list[float] = field(default_factory=list)
     peer: list[float] = field(default_factory=list)
+    pairs: list[float] = field(default_factory=list)  # per-repetition ratios
     errors: list[str] = field(default_factory=list)
 
     @property
     def metric(self) -> str:
         return "time_us" if self.size <= TIME_METRIC_MAX_BYTES else "busbw_GBps"
 
-    def ratio(self) -> Optional[float]:
-        if not self.hetccl or not self.peer:
-            return None
-        h, p = statistics.median(self.hetccl), statistics.median(self.peer)
+    def better(self, h: float, p: float) -> Optional[float]:
+        """hetccl's advantage: > 1 when h beats p in this case's metric."""
         if self.metric == "time_us":
             return p / h if h > 0 else None
         return h / p if p > 0 else None
+
+    def ratio(self) -> Optional[float]:
+        if not self.hetccl or not self.peer:
+            return None
+        return self.better(statistics.median(self.hetccl), statistics.median(self.peer))
+
+    def paired(self) -> Optional[float]:
+        return statistics.median(self.pairs) if self.pairs else None
+
+    def wins(self) -> int:
+        return sum(1 for r in self.pairs if r > 1)
 
 
 def iterations(size: int) -> tuple[int, int]:
@@ -157,7 +170,7 @@ class Runner:
             cmd.append("--allow-run-as-root")
         return cmd + ["-np", str(case.n), sys.executable, str(MPI_BENCH)] + self.common(case)
 
-    def measure(self, case: Case, who: str) -> None:
+    def measure(self, case: Case, who: str) -> Optional[float]:
         cmd = self.hetccl_cmd(case) if who == "hetccl" else self.peer_cmd(case)
         try:
             proc = subprocess.run(cmd, capture_output=True, text=True, env=self.env,
@@ -169,11 +182,12 @@ class Runner:
         if rc != 0 or not rows:
             tail = (err.strip() or out.strip()).splitlines()[-3:]
             case.errors.append(f"{who} rc={rc}: " + " | ".join(tail))
-            return
+            return None
         self.info.setdefault(f"{who}_library", header_value(out, "library"))
         r = rows[-1]["oop"]
         value = r["time_us"] if case.metric == "time_us" else r["busbw"]
         (case.hetccl if who == "hetccl" else case.peer).append(value)
+        return value
 
 
 def fmt(values: list[float]) -> str:
@@ -188,11 +202,13 @@ def print_table(cases: list[Case], info: dict[str, str], reps: int) -> None:
     print("# metric: time_us (lower is better) or busbw_GBps (higher is better); "
           "ratio > 1: hetccl better")
     print(f"# {'op':<12} {'n':>3} {'bytes':>10}  {'metric':<10} {'hetccl':>10} "
-          f"{'openmpi':>10} {'ratio':>7}")
+          f"{'openmpi':>10} {'ratio':>7} {'paired':>7} {'wins':>6}")
     for c in cases:
-        ratio = c.ratio()
+        ratio, paired = c.ratio(), c.paired()
+        wins = f"{c.wins()}/{len(c.pairs)}" if c.pairs else "-"
         print(f"  {c.coll:<12} {c.n:>3} {c.size:>10}  {c.metric:<10} {fmt(c.hetccl):>10} "
-              f"{fmt(c.peer):>10} {f'{ratio:.2f}' if ratio else '-':>7}")
+              f"{fmt(c.peer):>10} {f'{ratio:.2f}' if ratio else '-':>7} "
+              f"{f'{paired:.2f}' if paired else '-':>7} {wins:>6}")
     for c in cases:
         for e in c.errors:
             print(f"# error: {c.coll} n={c.n} {c.size}: {e}")
@@ -229,10 +245,15 @@ def main(argv: list[str]) -> int:
     for rep in range(args.reps):
         for case in cases:
             order = ["hetccl", "peer"] if rep % 2 == 0 else ["peer", "hetccl"]
+            got = {}
             for who in order:
                 if who == "peer" and problem:
                     continue
-                runner.measure(case, who)
+                got[who] = runner.measure(case, who)
+            if got.get("hetccl") and got.get("peer"):
+                pair = case.better(got["hetccl"], got["peer"])
+                if pair:
+                    case.pairs.append(pair)
     runner.info["wall_seconds"] = f"{time.time() - started:.0f}"
 
     results = {"info": runner.info, "reps": args.reps, "cases": [
@@ -240,7 +261,8 @@ def main(argv: list[str]) -> int:
          "openmpi": c.peer,
          "hetccl_median": statistics.median(c.hetccl) if c.hetccl else None,
          "openmpi_median": statistics.median(c.peer) if c.peer else None,
-         "ratio": c.ratio(), "errors": c.errors} for c in cases]}
+         "ratio": c.ratio(), "paired_ratios": c.pairs, "paired_median": c.paired(),
+         "wins": c.wins(), "errors": c.errors} for c in cases]}
     if args.json == "-":
         json.dump(results, sys.stdout, indent=2)
         print()
