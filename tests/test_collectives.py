@@ -509,6 +509,9 @@ SWEEPS = [
     Sweep("n4-shm-rd", 4, SHM + (("HETCCL_ALGO", "rd"),), counts=(7, 1031)),
     Sweep("n3-socket-direct", 3, SOCKET + (("HETCCL_ALGO", "direct"),), counts=(7, 1031)),
     Sweep("n4-shm-direct", 4, SHM + (("HETCCL_ALGO", "direct"),), counts=(7, 1031)),
+    # Receivers pull large messages (process_vm_readv), as on a host with
+    # more ranks than CPUs; large allgathers then run direct.
+    Sweep("n3-shm-pull", 3, SHM + (("HETCCL_SHM_CMA", "1"),), counts=(7,), large=LARGE_SET),
 ]
 
 MAX_SHOWN = 40

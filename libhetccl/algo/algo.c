@@ -162,6 +162,9 @@ ncclResult_t hetccl_algo_run(hetccl_engine_t *e, const hetccl_coll_t *c) {
     case HETCCL_FUNC_REDUCESCATTER:
       return ring ? hetccl_ring_reducescatter(e, c) : hetccl_direct_reducescatter(e, c);
     case HETCCL_FUNC_ALLGATHER:
+      /* Where every peer pulls, a ring's forwarding only adds steps: each
+       * rank reads every block from its owner (one copy either way). */
+      if (algo < 0 && bytes > hetccl_engine_pull_min(e)) return hetccl_direct_allgather(e, c);
       return ring ? hetccl_ring_allgather(e, c) : hetccl_direct_allgather(e, c);
     case HETCCL_FUNC_ALLTOALL: return hetccl_pairwise_alltoall(e, c);
     case HETCCL_FUNC_BROADCAST: fn = ring1 ? hetccl_chain_broadcast : hetccl_tree_broadcast; break;

@@ -75,13 +75,23 @@ ncclResult_t hetccl_rd_allreduce(hetccl_engine_t *e, const hetccl_coll_t *c) {
   return ncclSuccess;
 }
 
-/* AllGather: every rank sends its block to every other rank. */
+/* AllGather: every rank sends its block to every other rank, and copies
+ * its own once the first exchanges are under way (peers that pull read
+ * the send buffer meanwhile). */
 ncclResult_t hetccl_direct_allgather(hetccl_engine_t *e, const hetccl_coll_t *c) {
-  int r = hetccl_engine_rank(e);
+  int n = hetccl_engine_nranks(e), r = hetccl_engine_rank(e);
   size_t bytes = c->count * hetccl_dtype_size(c->dtype);
   char *out = c->recvbuf;
-  algo_copy(out + (size_t)r * bytes, c->sendbuf, bytes);
-  return hetccl_algo_pairwise(e, c->sendbuf, 0, out, bytes, bytes);
+  int copy_at = n - 1 < HETCCL_ALGO_WINDOW ? n - 1 : HETCCL_ALGO_WINDOW;
+  algo_window_t w;
+  hetccl_algo_window_init(&w);
+  for (int k = 1; k < n; k++) {
+    int to = algo_mod(r + k, n), from = algo_mod(r - k, n);
+    HETCCL_CHECK(hetccl_algo_window_step(e, &w, to, c->sendbuf, bytes, from,
+                                         out + (size_t)from * bytes, bytes));
+    if (k == copy_at) algo_copy(out + (size_t)r * bytes, c->sendbuf, bytes);
+  }
+  return hetccl_algo_window_drain(e, &w);
 }
 
 /* ReduceScatter: block b of every rank goes to rank b, which reduces the n

@@ -39,6 +39,7 @@ struct hetccl_engine {
   void *scratch;
   size_t scratch_bytes;
   size_t pipeline_chunk, small_bytes;
+  size_t pull_min; /* hetccl_engine_pull_min */
   int algo;
 };
 
@@ -74,6 +75,12 @@ ncclResult_t hetccl_engine_create(const hetccl_engine_args_t *a, hetccl_engine_t
     if (e->eps[p]) e->active[e->nactive++] = p;
   }
   for (int t = 0; t < HETCCL_TRANSPORT_COUNT; t++) e->ctxs[t] = a->ctxs ? a->ctxs[t] : NULL;
+  e->pull_min = e->nactive ? 0 : SIZE_MAX;
+  for (int i = 0; i < e->nactive; i++) {
+    int p = e->active[i];
+    size_t m = e->tp[p]->pull_min ? e->tp[p]->pull_min(e->eps[p]) : SIZE_MAX;
+    if (m > e->pull_min) e->pull_min = m;
+  }
   e->timeout_ms = a->timeout_ms;
   e->abort_flag = a->abort_flag;
   e->comm_error = a->comm_error;
@@ -106,6 +113,7 @@ int hetccl_engine_nranks(const hetccl_engine_t *e) { return e->nranks; }
 size_t hetccl_engine_pipeline_chunk(const hetccl_engine_t *e) { return e->pipeline_chunk; }
 size_t hetccl_engine_small_bytes(const hetccl_engine_t *e) { return e->small_bytes; }
 int hetccl_engine_algo_forced(const hetccl_engine_t *e) { return e->algo; }
+size_t hetccl_engine_pull_min(const hetccl_engine_t *e) { return e->pull_min; }
 void hetccl_engine_set_tag(hetccl_engine_t *e, uint64_t tag) { e->tag = tag; }
 
 void hetccl_engine_set_pull_ok(hetccl_engine_t *e, int pull_ok) { e->pull_ok = pull_ok; }

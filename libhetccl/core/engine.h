@@ -94,5 +94,9 @@ void hetccl_engine_set_pull_ok(hetccl_engine_t *e, int pull_ok);
 size_t hetccl_engine_pipeline_chunk(const hetccl_engine_t *e);
 size_t hetccl_engine_small_bytes(const hetccl_engine_t *e);
 int hetccl_engine_algo_forced(const hetccl_engine_t *e); /* hetccl_algo_id_t or -1 */
+/* Sends with pull_ok larger than this are pulled by the receiver from every
+ * peer (the largest of the transports' pull_min over all peers; SIZE_MAX
+ * if some peer never pulls). */
+size_t hetccl_engine_pull_min(const hetccl_engine_t *e);
 
 #endif

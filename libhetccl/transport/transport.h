@@ -148,6 +148,12 @@ typedef void (*hetccl_transport_ctx_destroy_fn)(hetccl_tctx_t *ctx);
  * this rank left, not why. */
 typedef void (*hetccl_transport_ep_fail_fn)(hetccl_ep_t *ep, const hetccl_fail_note_t *why);
 
+/* The size above which a send with pull_ok set is read by the receiver
+ * straight from the sender's buffer (one copy, made by the receiver)
+ * rather than copied through the transport. SIZE_MAX: never. Fixed once
+ * connected. Optional: a transport without it never pulls. */
+typedef size_t (*hetccl_transport_pull_min_fn)(const hetccl_ep_t *ep);
+
 typedef struct hetccl_transport {
   const char *name;
   hetccl_transport_can_connect_fn can_connect;
@@ -158,7 +164,8 @@ typedef struct hetccl_transport {
   hetccl_transport_progress_fn progress;
   hetccl_transport_ep_close_fn ep_close;
   hetccl_transport_ctx_destroy_fn ctx_destroy;
-  hetccl_transport_ep_fail_fn ep_fail; /* optional */
+  hetccl_transport_ep_fail_fn ep_fail;   /* optional */
+  hetccl_transport_pull_min_fn pull_min; /* optional */
 } hetccl_transport_t;
 
 /* name, table symbol. Order is preference order under HETCCL_TRANSPORT=auto. */

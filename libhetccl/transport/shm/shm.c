@@ -530,6 +530,8 @@ fail:
   return res;
 }
 
+static size_t shm_pull_min(const hetccl_ep_t *ep) { return ep->cma_min; }
+
 const hetccl_transport_t hetccl_transport_shm = {
     .name = "shm",
     .can_connect = shm_can_connect,
@@ -540,5 +542,6 @@ const hetccl_transport_t hetccl_transport_shm = {
     .progress = hetccl_shm_progress,
     .ep_close = shm_ep_close,
     .ep_fail = shm_ep_fail,
+    .pull_min = shm_pull_min,
     .ctx_destroy = shm_ctx_destroy,
 };
