@@ -8,7 +8,7 @@
 #include "algo/algo_impl.h"
 
 ncclResult_t hetccl_pairwise_alltoall(hetccl_engine_t *e, const hetccl_coll_t *c) {
-  int n = hetccl_engine_nranks(e), r = hetccl_engine_rank(e);
+  int n = hetccl_engine_nranks(e);
   size_t bytes = c->count * hetccl_dtype_size(c->dtype);
   const char *in = c->sendbuf;
   char *out = c->recvbuf;
@@ -18,8 +18,7 @@ ncclResult_t hetccl_pairwise_alltoall(hetccl_engine_t *e, const hetccl_coll_t *c
     memcpy(copy, in, bytes * (size_t)n);
     in = copy;
   }
-  algo_copy(out + (size_t)r * bytes, in + (size_t)r * bytes, bytes);
-  return hetccl_algo_pairwise(e, in, bytes, out, bytes, bytes);
+  return hetccl_algo_pairwise(e, in, bytes, out, bytes, bytes, 1);
 }
 
 /* In place when sendbuf == recvbuf + root * bytes at the root. */

@@ -85,14 +85,16 @@ ncclResult_t hetccl_algo_window_drain(hetccl_engine_t *e, algo_window_t *w) {
 }
 
 ncclResult_t hetccl_algo_pairwise(hetccl_engine_t *e, const char *sbase, size_t sstride,
-                                  char *rbase, size_t rstride, size_t bytes) {
+                                  char *rbase, size_t rstride, size_t bytes, int copy_own) {
   int n = hetccl_engine_nranks(e), r = hetccl_engine_rank(e);
+  int copy_at = copy_own ? (n - 1 < HETCCL_ALGO_WINDOW ? n - 1 : HETCCL_ALGO_WINDOW) : 0;
   algo_window_t w;
   hetccl_algo_window_init(&w);
   for (int k = 1; k < n; k++) {
     int to = algo_mod(r + k, n), from = algo_mod(r - k, n);
     HETCCL_CHECK(hetccl_algo_window_step(e, &w, to, sbase + (size_t)to * sstride, bytes, from,
                                          rbase + (size_t)from * rstride, bytes));
+    if (k == copy_at) algo_copy(rbase + (size_t)r * rstride, sbase + (size_t)r * sstride, bytes);
   }
   return hetccl_algo_window_drain(e, &w);
 }
@@ -154,9 +156,7 @@ ncclResult_t hetccl_algo_run(hetccl_engine_t *e, const hetccl_coll_t *c) {
   TRACE(HETCCL_COLL, "%s: %zu x %s on %d ranks, algo %d", hetccl_func_name(c->func), c->count,
         hetccl_dtype_name(c->dtype), n, algo);
   ncclResult_t (*fn)(hetccl_engine_t *, const hetccl_coll_t *) = NULL;
-  int reduces = c->func == HETCCL_FUNC_ALLREDUCE || c->func == HETCCL_FUNC_REDUCESCATTER ||
-                c->func == HETCCL_FUNC_REDUCE;
-  hetccl_engine_set_pull_ok(e, !reduces);
+  hetccl_engine_set_pull_ok(e, !hetccl_func_reduces(c->func));
   switch (c->func) {
     case HETCCL_FUNC_ALLREDUCE: return run_allreduce(e, c, algo, bytes);
     case HETCCL_FUNC_REDUCESCATTER:

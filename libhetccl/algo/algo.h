@@ -43,6 +43,15 @@ typedef enum {
 
 const char *hetccl_func_name(hetccl_func_t f);
 
+/* Whether f reduces (has an operator) / names a root. */
+static inline int hetccl_func_reduces(hetccl_func_t f) {
+  return f == HETCCL_FUNC_ALLREDUCE || f == HETCCL_FUNC_REDUCESCATTER || f == HETCCL_FUNC_REDUCE;
+}
+static inline int hetccl_func_rooted(hetccl_func_t f) {
+  return f == HETCCL_FUNC_BROADCAST || f == HETCCL_FUNC_REDUCE || f == HETCCL_FUNC_GATHER ||
+         f == HETCCL_FUNC_SCATTER;
+}
+
 #define HETCCL_ALGOS(X)                                                        \
   X(RING, "ring")                                                              \
   X(RD, "rd")                                                                  \

@@ -66,9 +66,12 @@ ncclResult_t hetccl_algo_window_drain(hetccl_engine_t *e, algo_window_t *w);
 
 /* Pairwise exchange with every other rank: step k sends
  * sbase + (rank + k) * sstride and receives into rbase + (rank - k) * rstride,
- * bytes each (a stride of 0 sends the same buffer to all). Blocking. */
+ * bytes each (a stride of 0 sends the same buffer to all). With copy_own,
+ * also copies this rank's own block (sbase + rank * sstride to
+ * rbase + rank * rstride) once the first steps are posted, so that peers
+ * that pull read meanwhile. Blocking. */
 ncclResult_t hetccl_algo_pairwise(hetccl_engine_t *e, const char *sbase, size_t sstride,
-                                  char *rbase, size_t rstride, size_t bytes);
+                                  char *rbase, size_t rstride, size_t bytes, int copy_own);
 
 /* Local copy that tolerates src == dst (in-place conventions). */
 static inline void algo_copy(void *dst, const void *src, size_t bytes) {

@@ -23,7 +23,7 @@ ncclResult_t hetccl_direct_allreduce(hetccl_engine_t *e, const hetccl_coll_t *c)
     hetccl_reduce_prepare(&c->op, mem + (size_t)r * stride, c->sendbuf, c->count);
     mine = mem + (size_t)r * stride;
   }
-  HETCCL_CHECK(hetccl_algo_pairwise(e, mine, 0, mem, stride, bytes));
+  HETCCL_CHECK(hetccl_algo_pairwise(e, mine, 0, mem, stride, bytes, 0));
 #define CONTRIB(i) ((i) == r ? mine : mem + (size_t)(i) * stride)
   hetccl_reduce(&c->op, c->recvbuf, CONTRIB(0), CONTRIB(1), c->count);
   for (int i = 2; i < n; i++) hetccl_reduce(&c->op, c->recvbuf, c->recvbuf, CONTRIB(i), c->count);
@@ -75,30 +75,17 @@ ncclResult_t hetccl_rd_allreduce(hetccl_engine_t *e, const hetccl_coll_t *c) {
   return ncclSuccess;
 }
 
-/* AllGather: every rank sends its block to every other rank, and copies
- * its own once the first exchanges are under way (peers that pull read
- * the send buffer meanwhile). */
+/* AllGather: every rank sends its block to every other rank. */
 ncclResult_t hetccl_direct_allgather(hetccl_engine_t *e, const hetccl_coll_t *c) {
-  int n = hetccl_engine_nranks(e), r = hetccl_engine_rank(e);
   size_t bytes = c->count * hetccl_dtype_size(c->dtype);
-  char *out = c->recvbuf;
-  int copy_at = n - 1 < HETCCL_ALGO_WINDOW ? n - 1 : HETCCL_ALGO_WINDOW;
-  algo_window_t w;
-  hetccl_algo_window_init(&w);
-  for (int k = 1; k < n; k++) {
-    int to = algo_mod(r + k, n), from = algo_mod(r - k, n);
-    HETCCL_CHECK(hetccl_algo_window_step(e, &w, to, c->sendbuf, bytes, from,
-                                         out + (size_t)from * bytes, bytes));
-    if (k == copy_at) algo_copy(out + (size_t)r * bytes, c->sendbuf, bytes);
-  }
-  return hetccl_algo_window_drain(e, &w);
+  return hetccl_algo_pairwise(e, c->sendbuf, 0, c->recvbuf, bytes, bytes, 1);
 }
 
 /* ReduceScatter: block b of every rank goes to rank b, which reduces the n
  * contributions in rank order. Scratch: n received blocks, then (premul
  * only) this rank's scaled send buffer. */
 ncclResult_t hetccl_direct_reducescatter(hetccl_engine_t *e, const hetccl_coll_t *c) {
-  int n = hetccl_engine_nranks(e), r = hetccl_engine_rank(e);
+  int n = hetccl_engine_nranks(e);
   size_t bytes = c->count * hetccl_dtype_size(c->dtype), stride = algo_round_up(bytes, 64);
   size_t staged = c->op.premul ? bytes * (size_t)n : 0;
   char *mem = hetccl_engine_scratch(e, stride * (size_t)n + staged);
@@ -108,9 +95,8 @@ ncclResult_t hetccl_direct_reducescatter(hetccl_engine_t *e, const hetccl_coll_t
     hetccl_reduce_prepare(&c->op, mem + stride * (size_t)n, in, c->count * (size_t)n);
     in = mem + stride * (size_t)n;
   }
-  /* Our own block, staged: in place, recvbuf is that block. */
-  algo_copy(mem + (size_t)r * stride, in + (size_t)r * bytes, bytes);
-  HETCCL_CHECK(hetccl_algo_pairwise(e, in, bytes, mem, stride, bytes));
+  /* Our own block is staged too: in place, recvbuf is that block. */
+  HETCCL_CHECK(hetccl_algo_pairwise(e, in, bytes, mem, stride, bytes, 1));
   hetccl_reduce(&c->op, c->recvbuf, mem, mem + stride, c->count);
   for (int i = 2; i < n; i++)
     hetccl_reduce(&c->op, c->recvbuf, c->recvbuf, mem + (size_t)i * stride, c->count);

@@ -186,7 +186,6 @@ ncclResult_t hetccl_engine_isend(hetccl_engine_t *e, int peer, const void *buf, 
   req->buf = (void *)buf;
   req->bytes = bytes;
   req->tag = e->tag;
-  req->peer = peer;
   req->pull_ok = e->pull_ok;
   ncclResult_t res = e->tp[peer]->isend(e->eps[peer], req);
   return res == ncclSuccess ? res : engine_fail_call(e, res);
@@ -200,7 +199,6 @@ ncclResult_t hetccl_engine_irecv(hetccl_engine_t *e, int peer, void *buf, size_t
   req->buf = buf;
   req->bytes = bytes;
   req->tag = e->tag;
-  req->peer = peer;
   req->consume = consume;
   req->consume_ctx = consume_ctx;
   ncclResult_t res = e->tp[peer]->irecv(e->eps[peer], req);

@@ -26,13 +26,9 @@ void hetccl_comm_tag_describe(uint64_t tag, char *buf, size_t len) {
   unsigned op = (unsigned)(tag >> 52) & 0xf;
   int root = (int)((tag >> 40) & 0xfff);
   unsigned long long count = (tag >> 16) & 0xffffff, seq = tag & 0xffff;
-  int reduces = func == HETCCL_FUNC_ALLREDUCE || func == HETCCL_FUNC_REDUCE ||
-                func == HETCCL_FUNC_REDUCESCATTER;
-  int rooted = func == HETCCL_FUNC_BROADCAST || func == HETCCL_FUNC_REDUCE ||
-               func == HETCCL_FUNC_GATHER || func == HETCCL_FUNC_SCATTER;
   char what[48] = "", where[24] = "";
-  if (reduces) snprintf(what, sizeof(what), ", %s", op_name(op));
-  if (rooted) snprintf(where, sizeof(where), ", root %d", root);
+  if (hetccl_func_reduces((hetccl_func_t)func)) snprintf(what, sizeof(what), ", %s", op_name(op));
+  if (hetccl_func_rooted((hetccl_func_t)func)) snprintf(where, sizeof(where), ", root %d", root);
   snprintf(buf, len, "%s(%s%s%s, count %llu, operation #%llu)",
            hetccl_func_name((hetccl_func_t)func), hetccl_dtype_name(dtype), what, where, count,
            seq);

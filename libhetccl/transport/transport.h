@@ -71,7 +71,6 @@ typedef struct hetccl_req {
   uint64_t tag;              /* operation signature (see above) */
   hetccl_consume_fn consume; /* receive only; NULL = plain copy */
   void *consume_ctx;
-  int peer;                  /* the other rank, for messages */
   int pull_ok;               /* send only: the matching receive copies (no consume), so
                               * the receiver may pull the bytes from buf itself */
   /* set by the transport */
