@@ -50,22 +50,31 @@ static ncclResult_t check_buffer(const coll_args_t *a, const void *buf, size_t m
   return ncclSuccess;
 }
 
-static ncclResult_t check_device_buffers(ncclComm_t comm, const coll_args_t *a) {
-  /* A host rank in a process that uses CUDA may still be handed device
-   * pointers: comm->ptr_kind says which runtime to ask (set at creation). */
+/* Which of the buffers are device memory. On an engine communicator those
+ * are staged through pinned host memory in the order of `stream`
+ * (core/devpath.h); a process with no GPU runtime in use has none. */
+static ncclResult_t classify_buffers(ncclComm_t comm, const char *fn, const void *send,
+                                     const void *recv, void *stream, hetccl_task_t *t) {
   if (comm->ptr_kind == HETCCL_DEV_HOST) return ncclSuccess;
   const hetccl_runtime_t *rt = hetccl_runtime_get(comm->ptr_kind);
-  const void *bufs[2] = {a->sendbuf, a->recvbuf};
-  for (int i = 0; i < 2 && rt; i++) {
+  if (!rt) return ncclSuccess;
+  const void *bufs[2] = {send, recv};
+  uint8_t *staged[2] = {&t->stage_send, &t->stage_recv};
+  for (int i = 0; i < 2; i++) {
     hetccl_mem_kind_t kind = HETCCL_MEM_HOST;
     int dev;
-    if (!bufs[i] || rt->mem_kind(bufs[i], &kind, &dev) != ncclSuccess) continue;
-    if (kind != HETCCL_MEM_HOST) {
-      WARN("%s: %p is %s device memory, and this communicator spans several islands: hetccl's "
-           "engine does not move device buffers yet", a->fn, bufs[i], rt->name);
-      return ncclInvalidUsage;
-    }
+    if (bufs[i]) HETCCL_CHECK(rt->mem_kind(bufs[i], &kind, &dev));
+    *staged[i] = kind != HETCCL_MEM_HOST;
   }
+  if (!t->stage_send && !t->stage_recv) return ncclSuccess;
+  int capturing = 0;
+  HETCCL_CHECK(rt->stream_capturing(stream, &capturing));
+  if (capturing) {
+    WARN("%s: stream %p is being captured into a graph, and this communicator spans several "
+         "islands: hetccl's engine cannot be captured yet", fn, stream);
+    return ncclInvalidUsage;
+  }
+  t->stream = stream;
   return ncclSuccess;
 }
 
@@ -109,7 +118,7 @@ static ncclResult_t comm_usable(ncclComm_t comm, const char *fn) {
   return ncclSuccess;
 }
 
-static ncclResult_t coll_submit(ncclComm_t comm, const coll_args_t *a) {
+static ncclResult_t coll_submit(ncclComm_t comm, const coll_args_t *a, void *stream) {
   size_t elem;
   HETCCL_CHECK(comm_usable(comm, a->fn));
   HETCCL_CHECK(coll_validate(comm, a, &elem));
@@ -128,7 +137,7 @@ static ncclResult_t coll_submit(ncclComm_t comm, const coll_args_t *a) {
   t->coll.root = a->root == NO_ROOT ? 0 : a->root;
   ncclResult_t res = a->has_op ? hetccl_comm_resolve_op(comm, a->op, a->dtype, &t->coll.op)
                                : ncclSuccess;
-  if (res == ncclSuccess) res = check_device_buffers(comm, a);
+  if (res == ncclSuccess) res = classify_buffers(comm, a->fn, a->sendbuf, a->recvbuf, stream, t);
   if (res != ncclSuccess) {
     free(t);
     return res;
@@ -138,9 +147,9 @@ static ncclResult_t coll_submit(ncclComm_t comm, const coll_args_t *a) {
 }
 
 /* Engine path of every collective: in-flight accounting, last error. */
-static ncclResult_t coll_engine(ncclComm_t comm, const coll_args_t *a) {
+static ncclResult_t coll_engine(ncclComm_t comm, const coll_args_t *a, cudaStream_t stream) {
   hetccl_comm_enter(comm);
-  ncclResult_t res = coll_submit(comm, a);
+  ncclResult_t res = coll_submit(comm, a, stream);
   hetccl_comm_leave(comm);
   if (res != ncclSuccess && res != ncclInProgress) hetccl_group_note_error(res);
   return hetccl_api_ret(comm, res);
@@ -171,7 +180,7 @@ ncclResult_t ncclAllReduce(const void *sendbuff, void *recvbuff, size_t count,
   FORWARD(comm, AllReduce, sendbuff, recvbuff, count, datatype, op, comm->vcomm, stream);
   coll_args_t a = {"ncclAllReduce", HETCCL_FUNC_ALLREDUCE, sendbuff, recvbuff, count, datatype,
                    op, 1, NO_ROOT, 1, 1, 0, 0};
-  return coll_engine(comm, &a);
+  return coll_engine(comm, &a, stream);
 }
 
 NCCL_API(ncclResult_t, ncclBroadcast, const void *sendbuff, void *recvbuff, size_t count,
@@ -183,7 +192,7 @@ ncclResult_t ncclBroadcast(const void *sendbuff, void *recvbuff, size_t count,
   FORWARD(comm, Broadcast, sendbuff, recvbuff, count, datatype, root, comm->vcomm, stream);
   coll_args_t a = {"ncclBroadcast", HETCCL_FUNC_BROADCAST, sendbuff, recvbuff, count, datatype,
                    ncclSum, 0, root, 1, 1, 1, 0};
-  return coll_engine(comm, &a);
+  return coll_engine(comm, &a, stream);
 }
 
 NCCL_API(ncclResult_t, ncclBcast, void *buff, size_t count, ncclDataType_t datatype, int root,
@@ -194,7 +203,7 @@ ncclResult_t ncclBcast(void *buff, size_t count, ncclDataType_t datatype, int ro
   FORWARD(comm, Bcast, buff, count, datatype, root, comm->vcomm, stream);
   coll_args_t a = {"ncclBcast", HETCCL_FUNC_BROADCAST, buff, buff, count, datatype,
                    ncclSum, 0, root, 1, 1, 0, 0};
-  return coll_engine(comm, &a);
+  return coll_engine(comm, &a, stream);
 }
 
 NCCL_API(ncclResult_t, ncclReduce, const void *sendbuff, void *recvbuff, size_t count,
@@ -206,7 +215,7 @@ ncclResult_t ncclReduce(const void *sendbuff, void *recvbuff, size_t count,
   FORWARD(comm, Reduce, sendbuff, recvbuff, count, datatype, op, root, comm->vcomm, stream);
   coll_args_t a = {"ncclReduce", HETCCL_FUNC_REDUCE, sendbuff, recvbuff, count, datatype,
                    op, 1, root, 1, 1, 0, 1};
-  return coll_engine(comm, &a);
+  return coll_engine(comm, &a, stream);
 }
 
 NCCL_API(ncclResult_t, ncclAllGather, const void *sendbuff, void *recvbuff, size_t sendcount,
@@ -217,7 +226,7 @@ ncclResult_t ncclAllGather(const void *sendbuff, void *recvbuff, size_t sendcoun
   FORWARD(comm, AllGather, sendbuff, recvbuff, sendcount, datatype, comm->vcomm, stream);
   coll_args_t a = {"ncclAllGather", HETCCL_FUNC_ALLGATHER, sendbuff, recvbuff, sendcount,
                    datatype, ncclSum, 0, NO_ROOT, 1, (size_t)comm->nranks, 0, 0};
-  return coll_engine(comm, &a);
+  return coll_engine(comm, &a, stream);
 }
 
 NCCL_API(ncclResult_t, ncclReduceScatter, const void *sendbuff, void *recvbuff,
@@ -230,7 +239,7 @@ ncclResult_t ncclReduceScatter(const void *sendbuff, void *recvbuff, size_t recv
   FORWARD(comm, ReduceScatter, sendbuff, recvbuff, recvcount, datatype, op, comm->vcomm, stream);
   coll_args_t a = {"ncclReduceScatter", HETCCL_FUNC_REDUCESCATTER, sendbuff, recvbuff, recvcount,
                    datatype, op, 1, NO_ROOT, (size_t)comm->nranks, 1, 0, 0};
-  return coll_engine(comm, &a);
+  return coll_engine(comm, &a, stream);
 }
 
 NCCL_API(ncclResult_t, ncclAlltoAll, const void *sendbuff, void *recvbuff, size_t count,
@@ -241,7 +250,7 @@ ncclResult_t ncclAlltoAll(const void *sendbuff, void *recvbuff, size_t count,
   FORWARD(comm, AlltoAll, sendbuff, recvbuff, count, datatype, comm->vcomm, stream);
   coll_args_t a = {"ncclAlltoAll", HETCCL_FUNC_ALLTOALL, sendbuff, recvbuff, count, datatype,
                    ncclSum, 0, NO_ROOT, (size_t)comm->nranks, (size_t)comm->nranks, 0, 0};
-  return coll_engine(comm, &a);
+  return coll_engine(comm, &a, stream);
 }
 
 NCCL_API(ncclResult_t, ncclGather, const void *sendbuff, void *recvbuff, size_t count,
@@ -252,7 +261,7 @@ ncclResult_t ncclGather(const void *sendbuff, void *recvbuff, size_t count,
   FORWARD(comm, Gather, sendbuff, recvbuff, count, datatype, root, comm->vcomm, stream);
   coll_args_t a = {"ncclGather", HETCCL_FUNC_GATHER, sendbuff, recvbuff, count, datatype,
                    ncclSum, 0, root, 1, (size_t)comm->nranks, 0, 1};
-  return coll_engine(comm, &a);
+  return coll_engine(comm, &a, stream);
 }
 
 NCCL_API(ncclResult_t, ncclScatter, const void *sendbuff, void *recvbuff, size_t count,
@@ -264,7 +273,7 @@ ncclResult_t ncclScatter(const void *sendbuff, void *recvbuff, size_t count,
   FORWARD(comm, Scatter, sendbuff, recvbuff, count, datatype, root, comm->vcomm, stream);
   coll_args_t a = {"ncclScatter", HETCCL_FUNC_SCATTER, sendbuff, recvbuff, count, datatype,
                    ncclSum, 0, root, (size_t)comm->nranks, 1, 1, 0};
-  return coll_engine(comm, &a);
+  return coll_engine(comm, &a, stream);
 }
 
 /* --- per-call config variants: the config is checked, its tuning hints do
@@ -354,7 +363,8 @@ ncclResult_t ncclScatterConfig(const void *sendbuff, void *recvbuff, size_t coun
 /* --- point-to-point ------------------------------------------------------- */
 
 static ncclResult_t p2p_submit(ncclComm_t comm, const char *fn, hetccl_task_kind_t kind,
-                               void *buf, size_t count, ncclDataType_t dtype, int peer) {
+                               void *buf, size_t count, ncclDataType_t dtype, int peer,
+                               void *stream) {
   HETCCL_CHECK(comm_usable(comm, fn));
   if ((int)dtype < 0 || (int)dtype >= ncclNumTypes) {
     WARN("%s: invalid datatype %d", fn, (int)dtype);
@@ -373,12 +383,16 @@ static ncclResult_t p2p_submit(ncclComm_t comm, const char *fn, hetccl_task_kind
     WARN("%s: buffer is NULL with count %zu", fn, count);
     return ncclInvalidArgument;
   }
-  coll_args_t a = {fn, HETCCL_FUNC_SEND, buf, buf, count, dtype, ncclSum, 0, NO_ROOT, 1, 1, 0, 0};
-  HETCCL_CHECK(check_device_buffers(comm, &a));
   hetccl_task_t *t = calloc(1, sizeof(*t));
   if (!t) {
     WARN("%s: out of memory", fn);
     return ncclSystemError;
+  }
+  int sends = kind == HETCCL_TASK_SEND;
+  ncclResult_t res = classify_buffers(comm, fn, sends ? buf : NULL, sends ? NULL : buf, stream, t);
+  if (res != ncclSuccess) {
+    free(t);
+    return res;
   }
   t->comm = comm;
   t->kind = kind;
@@ -390,9 +404,10 @@ static ncclResult_t p2p_submit(ncclComm_t comm, const char *fn, hetccl_task_kind
 }
 
 static ncclResult_t p2p_engine(ncclComm_t comm, const char *fn, hetccl_task_kind_t kind,
-                               void *buf, size_t count, ncclDataType_t dtype, int peer) {
+                               void *buf, size_t count, ncclDataType_t dtype, int peer,
+                               cudaStream_t stream) {
   hetccl_comm_enter(comm);
-  ncclResult_t res = p2p_submit(comm, fn, kind, buf, count, dtype, peer);
+  ncclResult_t res = p2p_submit(comm, fn, kind, buf, count, dtype, peer, stream);
   hetccl_comm_leave(comm);
   if (res != ncclSuccess && res != ncclInProgress) hetccl_group_note_error(res);
   return hetccl_api_ret(comm, res);
@@ -404,7 +419,8 @@ ncclResult_t ncclSend(const void *sendbuff, size_t count, ncclDataType_t datatyp
                       ncclComm_t comm, cudaStream_t stream) {
   HETCCL_REENTRY(Send, sendbuff, count, datatype, peer, comm, stream);
   FORWARD(comm, Send, sendbuff, count, datatype, peer, comm->vcomm, stream);
-  return p2p_engine(comm, "ncclSend", HETCCL_TASK_SEND, (void *)sendbuff, count, datatype, peer);
+  return p2p_engine(comm, "ncclSend", HETCCL_TASK_SEND, (void *)sendbuff, count, datatype, peer,
+                    stream);
 }
 
 NCCL_API(ncclResult_t, ncclRecv, void *recvbuff, size_t count, ncclDataType_t datatype,
@@ -413,5 +429,6 @@ ncclResult_t ncclRecv(void *recvbuff, size_t count, ncclDataType_t datatype, int
                       ncclComm_t comm, cudaStream_t stream) {
   HETCCL_REENTRY(Recv, recvbuff, count, datatype, peer, comm, stream);
   FORWARD(comm, Recv, recvbuff, count, datatype, peer, comm->vcomm, stream);
-  return p2p_engine(comm, "ncclRecv", HETCCL_TASK_RECV, recvbuff, count, datatype, peer);
+  return p2p_engine(comm, "ncclRecv", HETCCL_TASK_RECV, recvbuff, count, datatype, peer,
+                    stream);
 }

@@ -227,11 +227,14 @@ ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t *asyncError) {
     if (vc) return HETCCL_VENDOR_CALL(comm->vendor, CommGetAsyncError, vc, asyncError);
   }
   /* A job that fails on the proxy thread sets the error before it returns
-   * and leaves its message on the communicator as it returns: until then
-   * the answer is "in progress", so that once the error shows,
-   * ncclGetLastError(comm) has its message. */
+   * and leaves its message on the communicator as it returns: until then a
+   * nonblocking communicator's answer is "in progress", so that once the
+   * error shows, ncclGetLastError(comm) has its message. A blocking one
+   * says "in progress" only while it initialises: the jobs it has queued
+   * are stream-ordered device operations (core/devpath.h), which a
+   * watchdog polling here must not take for an unfinished init. */
   ncclResult_t err = (ncclResult_t)__atomic_load_n(&comm->error, __ATOMIC_ACQUIRE);
-  if (hetccl_proxy_pending(comm) > 0) err = ncclInProgress;
+  if (!comm->blocking && hetccl_proxy_pending(comm) > 0) err = ncclInProgress;
   *asyncError = err;
   return ncclSuccess;
 }

@@ -85,6 +85,7 @@ struct ncclComm {
   hetccl_fail_note_t peer_note;  /* why a peer gave up, first note (engine, transports) */
   hetccl_tag_mismatch_t mismatch; /* first signature mismatch seen (engine, transports) */
   struct hetccl_proxy *proxy;    /* started lazily for nonblocking work */
+  struct hetccl_devpath *devpath; /* staging of device buffers, made on first use */
   pthread_mutex_t lock;          /* guards last_error */
   char last_error[HETCCL_ERRMSG_BYTES];
 };

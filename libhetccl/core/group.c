@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/devpath.h"
 #include "core/init.h"
 #include "core/proxy.h"
 #include "util/check.h"
@@ -26,7 +27,7 @@ void hetccl_group_note_error(ncclResult_t res) {
   if (depth > 0 && g_error == ncclSuccess) g_error = res;
 }
 
-static void free_tasks(hetccl_task_t *t) {
+void hetccl_group_free_tasks(hetccl_task_t *t) {
   while (t) {
     hetccl_task_t *next = t->next;
     free(t);
@@ -82,7 +83,7 @@ out:
   return res;
 }
 
-static ncclResult_t run_tasks(ncclComm_t comm, hetccl_task_t *tasks) {
+ncclResult_t hetccl_group_run_tasks(ncclComm_t comm, hetccl_task_t *tasks) {
   ncclResult_t res = ncclSuccess;
   int nreq = 0;
   /* Another rank's thread may fail this communicator at any time. */
@@ -100,7 +101,7 @@ static ncclResult_t run_tasks(ncclComm_t comm, hetccl_task_t *tasks) {
   }
   if (nreq) res = run_p2p(comm, tasks, nreq);
 out:
-  free_tasks(tasks);
+  hetccl_group_free_tasks(tasks);
   if (res != ncclSuccess) hetccl_comm_set_error(comm, res);
   return res;
 }
@@ -110,13 +111,13 @@ typedef struct tasks_job {
 } tasks_job_t;
 
 static ncclResult_t tasks_job(ncclComm_t comm, void *arg) {
-  return run_tasks(comm, ((tasks_job_t *)arg)->tasks);
+  return hetccl_group_run_tasks(comm, ((tasks_job_t *)arg)->tasks);
 }
 
 static ncclResult_t post_tasks(ncclComm_t comm, hetccl_task_t *tasks, hetccl_sync_t *sync) {
   tasks_job_t *job = malloc(sizeof(*job));
   if (!job) {
-    free_tasks(tasks);
+    hetccl_group_free_tasks(tasks);
     WARN("group: out of memory");
     return ncclSystemError;
   }
@@ -168,11 +169,46 @@ static ncclResult_t run_inits(deferred_init_t *inits) {
   return res;
 }
 
+/* Host-buffer shares of a group, one list per communicator: inline when a
+ * blocking communicator's share is the whole group, else on the proxies
+ * (a blocking group waits for them). */
+static ncclResult_t run_host_shares(ncclComm_t *comms, hetccl_task_t **lists, int ncomm) {
+  if (ncomm == 0) return ncclSuccess;
+  int all_blocking = 1;
+  for (int i = 0; i < ncomm; i++) all_blocking &= comms[i]->blocking;
+  ncclResult_t res = ncclSuccess;
+  if (ncomm == 1 && all_blocking && hetccl_proxy_pending(comms[0]) == 0) {
+    /* Counted as in flight: an abort from another thread waits for it. */
+    hetccl_comm_enter(comms[0]);
+    res = hetccl_group_run_tasks(comms[0], lists[0]);
+    hetccl_comm_leave(comms[0]);
+    return res;
+  }
+  hetccl_sync_t *sync = hetccl_sync_new();
+  if (!sync) {
+    for (int i = 0; i < ncomm; i++) hetccl_group_free_tasks(lists[i]);
+    WARN("group: out of memory");
+    return ncclSystemError;
+  }
+  for (int i = 0; i < ncomm; i++) {
+    ncclResult_t r = post_tasks(comms[i], lists[i], sync);
+    if (res == ncclSuccess) res = r;
+  }
+  if (all_blocking) {
+    ncclResult_t r = hetccl_sync_wait(sync);
+    if (res == ncclSuccess) res = r;
+  } else if (res == ncclSuccess) {
+    res = ncclInProgress;
+  }
+  hetccl_sync_release(sync);
+  return res;
+}
+
 /* Run a list of tasks (any communicators, call order). */
 static ncclResult_t run_group(hetccl_task_t *head) {
   if (!head) return ncclSuccess;
   /* Split into per-communicator lists, keeping call order. */
-  int ncomm = 0, all_blocking = 1, inline_ok;
+  int ncomm = 0;
   hetccl_task_t *lists[64];
   hetccl_task_t *tails[64];
   ncclComm_t comms[64];
@@ -192,40 +228,28 @@ static ncclResult_t run_group(hetccl_task_t *head) {
       comms[i] = t->comm;
       lists[i] = tails[i] = NULL;
       ncomm++;
-      all_blocking &= t->comm->blocking;
     }
     if (tails[i]) tails[i]->next = t;
     else lists[i] = t;
     tails[i] = t;
   }
-  inline_ok = ncomm == 1 && all_blocking && hetccl_proxy_pending(comms[0]) == 0;
-  ncclResult_t res;
-  if (inline_ok) {
-    /* Counted as in flight: an abort from another thread waits for it. */
-    hetccl_comm_enter(comms[0]);
-    res = run_tasks(comms[0], lists[0]);
-    hetccl_comm_leave(comms[0]);
-  } else {
-    hetccl_sync_t *sync = hetccl_sync_new();
-    if (!sync) {
-      for (int i = 0; i < ncomm; i++) free_tasks(lists[i]);
-      free_tasks(rest);
-      WARN("group: out of memory");
-      return ncclSystemError;
-    }
-    res = ncclSuccess;
-    for (int i = 0; i < ncomm; i++) {
-      ncclResult_t r = post_tasks(comms[i], lists[i], sync);
+  /* Shares with device buffers go to their stream and proxy (devpath.h):
+   * the caller never waits for them. The others run as before. */
+  ncclResult_t res = ncclSuccess;
+  int kept = 0;
+  for (int i = 0; i < ncomm; i++) {
+    int staged = 0;
+    for (hetccl_task_t *t = lists[i]; t && !staged; t = t->next)
+      staged = t->stage_send || t->stage_recv;
+    if (staged) {
+      ncclResult_t r = hetccl_devpath_launch(comms[i], lists[i]);
       if (res == ncclSuccess) res = r;
+    } else {
+      comms[kept] = comms[i], lists[kept] = lists[i], kept++;
     }
-    if (all_blocking) {
-      ncclResult_t r = hetccl_sync_wait(sync);
-      if (res == ncclSuccess) res = r;
-    } else if (res == ncclSuccess) {
-      res = ncclInProgress;
-    }
-    hetccl_sync_release(sync);
   }
+  ncclResult_t r = run_host_shares(comms, lists, kept);
+  if (res == ncclSuccess) res = r;
   if (rest) {
     /* restore call order of the overflow and run it too */
     hetccl_task_t *rev = NULL;
@@ -254,7 +278,7 @@ ncclResult_t hetccl_group_end(void) {
   g_inits = NULL;
   g_error = ncclSuccess;
   if (err != ncclSuccess) {
-    free_tasks(tasks);
+    hetccl_group_free_tasks(tasks);
     while (inits) {
       deferred_init_t *n = inits->next;
       free(inits);
@@ -265,7 +289,7 @@ ncclResult_t hetccl_group_end(void) {
   ncclResult_t res = ncclSuccess;
   if (inits) res = run_inits(inits);
   if (res != ncclSuccess && res != ncclInProgress) {
-    free_tasks(tasks);
+    hetccl_group_free_tasks(tasks);
     return res;
   }
   ncclResult_t r = run_group(tasks);
@@ -323,7 +347,7 @@ ncclResult_t hetccl_group_simulate_end(float *usec) {
   }
   float total = 0;
   for (hetccl_task_t *t = g_head; t; t = t->next) total += model_usec(t);
-  free_tasks(g_head);
+  hetccl_group_free_tasks(g_head);
   g_head = g_tail = NULL;
   while (g_inits) {
     deferred_init_t *n = g_inits->next;

@@ -28,6 +28,10 @@ typedef struct hetccl_task {
   void *buf;
   size_t bytes;
   uint64_t tag;
+  /* Device buffers on an engine communicator (core/devpath.h): which ones
+   * are staged through pinned host memory, ordered on `stream`. */
+  void *stream;
+  uint8_t stage_send, stage_recv;
   struct hetccl_task *next;
 } hetccl_task_t;
 
@@ -44,6 +48,12 @@ ncclResult_t hetccl_group_end(void);
 /* End the group without running it; *usec = modelled time of its engine
  * tasks (latency per message step plus bytes over an assumed bandwidth). */
 ncclResult_t hetccl_group_simulate_end(float *usec);
+
+/* Run one communicator's tasks (call order) with the engine on the calling
+ * thread, which must be the one driving it, and free them. Marks the
+ * communicator failed on error; with it failed already, only frees. */
+ncclResult_t hetccl_group_run_tasks(ncclComm_t comm, hetccl_task_t *tasks);
+void hetccl_group_free_tasks(hetccl_task_t *tasks);
 
 /* Record an error raised while a group is open: the group end returns it
  * and drops the group's tasks (NCCL's behaviour). */

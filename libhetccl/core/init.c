@@ -16,6 +16,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "core/devpath.h"
 #include "core/proxy.h"
 #include "transport/transport.h"
 #include "util/check.h"
@@ -119,6 +120,7 @@ static ncclResult_t config_resolve(ncclComm_t comm, const ncclConfig_t *config) 
 
 static void comm_release(ncclComm_t comm) {
   hetccl_proxy_stop(comm);
+  hetccl_devpath_destroy(comm);
   hetccl_engine_destroy(comm->engine);
   hetccl_bootstrap_destroy(comm->bs);
   free(comm->peers);
@@ -385,9 +387,10 @@ ncclResult_t hetccl_comm_init(ncclComm_t comm, const ncclUniqueId *id) {
   for (int r = 0; r < n; r++) {
     if (comm->peers[r].dev_kind == HETCCL_DEV_CUDA && comm->peers[r].vendor_version == 0 &&
         hetccl_knob_int(HETCCL_KNOB_VENDOR)) {
-      WARN("rank %d (%s) is a CUDA rank but could not load NCCL: %s; hetccl's engine does not "
-           "move CUDA device buffers yet (HETCCL_DEVICE=host runs on host buffers)", r,
-           comm->peers[r].hostname, comm->peers[r].vendor_err);
+      WARN("rank %d (%s) is a CUDA rank but could not load NCCL: %s. Point HETCCL_NCCL_LIBRARY "
+           "at a working NCCL, or set HETCCL_VENDOR=0 to run on hetccl's engine (device buffers "
+           "staged through host memory, far slower than NCCL)", r, comm->peers[r].hostname,
+           comm->peers[r].vendor_err);
       return ncclSystemError;
     }
   }

@@ -32,7 +32,9 @@
 #include <link.h>
 #include <pthread.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "runtime/runtime.h"
 #include "util/check.h"
@@ -46,8 +48,12 @@ typedef int CUdevice;
 typedef void *CUcontext;
 typedef unsigned long long CUdeviceptr;
 
-enum { CUDA_SUCCESS = 0, CUDA_ERROR_NOT_INITIALIZED = 3 };
+enum { CUDA_SUCCESS = 0, CUDA_ERROR_NOT_INITIALIZED = 3, CUDA_ERROR_NOT_SUPPORTED = 801 };
 enum { cudaMemcpyDefault = 4 };
+enum { cudaErrorNotReady = 600 };
+enum { cudaEventDisableTiming = 0x02 };
+enum { cudaHostAllocPortable = 0x01, cudaHostAllocMapped = 0x02 };
+enum { CU_STREAM_WAIT_VALUE_GEQ = 0x0, CU_STREAM_WRITE_VALUE_DEFAULT = 0x0 };
 enum { cudaStreamCaptureStatusNone = 0 };
 enum {
   CU_POINTER_ATTRIBUTE_MEMORY_TYPE = 2,
@@ -83,13 +89,24 @@ enum { CU_MEMORYTYPE_HOST = 1, CU_MEMORYTYPE_DEVICE = 2, CU_MEMORYTYPE_ARRAY = 3
   X(cudaMemcpyAsync, cudaError_t,                                                                 \
     (void *dst, const void *src, size_t bytes, int kind, void *stream))                           \
   X(cudaStreamSynchronize, cudaError_t, (void *stream))                                           \
-  X(cudaStreamIsCapturing, cudaError_t, (void *stream, int *status))
+  X(cudaStreamIsCapturing, cudaError_t, (void *stream, int *status))                             \
+  X(cudaEventCreateWithFlags, cudaError_t, (void **event, unsigned flags))                        \
+  X(cudaEventDestroy, cudaError_t, (void *event))                                                 \
+  X(cudaEventRecord, cudaError_t, (void *event, void *stream))                                    \
+  X(cudaEventQuery, cudaError_t, (void *event))                                                   \
+  X(cudaStreamWaitEvent, cudaError_t, (void *stream, void *event, unsigned flags))                \
+  X(cudaHostAlloc, cudaError_t, (void **ptr, size_t bytes, unsigned flags))                       \
+  X(cudaHostGetDevicePointer, cudaError_t, (void **dev, void *host, unsigned flags))              \
+  X(cudaLaunchHostFunc, cudaError_t, (void *stream, void (*fn)(void *), void *arg))
 
 typedef struct {
   void *handle;
   char path[512];
 #define FN_FIELD(name, ret, params) ret(*name) params;
   CUDA_DRIVER_FNS(FN_FIELD)
+  /* Optional (stream memory operations; NULL if the driver lacks them). */
+  CUresult (*cuStreamWaitValue64)(void *stream, CUdeviceptr addr, uint64_t value, unsigned flags);
+  CUresult (*cuStreamWriteValue64)(void *stream, CUdeviceptr addr, uint64_t value, unsigned flags);
 } cuda_driver_t;
 
 typedef struct {
@@ -131,6 +148,11 @@ static int driver_fill(void *h, const char *name) {
   }
   CUDA_DRIVER_FNS(FN_TAKE)
 #undef FN_TAKE
+  /* CUDA 12 headers name the current ABI of this call with a _v2 suffix. */
+  *(void **)&drv.cuStreamWaitValue64 = dlsym(h, "cuStreamWaitValue64_v2");
+  if (!drv.cuStreamWaitValue64) *(void **)&drv.cuStreamWaitValue64 = dlsym(h, "cuStreamWaitValue64");
+  *(void **)&drv.cuStreamWriteValue64 = dlsym(h, "cuStreamWriteValue64_v2");
+  if (!drv.cuStreamWriteValue64) *(void **)&drv.cuStreamWriteValue64 = dlsym(h, "cuStreamWriteValue64");
   drv.handle = h;
   where_loaded((void *)drv.cuInit, drv.path, sizeof(drv.path), name);
   return 1;
@@ -408,6 +430,123 @@ static ncclResult_t cuda_stream_capturing(void *stream, int *capturing) {
   return ncclSuccess;
 }
 
+/* --- staging support (core/devpath.c) ------------------------------------------ */
+
+static ncclResult_t cuda_event_create(void **event) {
+  const cuda_runtime_lib_t *r;
+  HETCCL_CHECK(runtime_need(&r, "event_create"));
+  return CUDA_CALL(r, cudaEventCreateWithFlags, event, cudaEventDisableTiming);
+}
+
+static ncclResult_t cuda_event_destroy(void *event) {
+  const cuda_runtime_lib_t *r;
+  HETCCL_CHECK(runtime_need(&r, "event_destroy"));
+  return CUDA_CALL(r, cudaEventDestroy, event);
+}
+
+static ncclResult_t cuda_event_record(void *event, void *stream) {
+  const cuda_runtime_lib_t *r;
+  HETCCL_CHECK(runtime_need(&r, "event_record"));
+  return CUDA_CALL(r, cudaEventRecord, event, stream);
+}
+
+static ncclResult_t cuda_event_query(void *event, int *done) {
+  const cuda_runtime_lib_t *r;
+  HETCCL_CHECK(runtime_need(&r, "event_query"));
+  cudaError_t err = r->cudaEventQuery(event);
+  *done = err == 0;
+  if (err == cudaErrorNotReady) {
+    r->cudaGetLastError(); /* "not ready" is an answer, not an error to leave behind */
+    return ncclSuccess;
+  }
+  return cuda_result(r, err, "cudaEventQuery");
+}
+
+static ncclResult_t cuda_stream_wait_event(void *stream, void *event) {
+  const cuda_runtime_lib_t *r;
+  HETCCL_CHECK(runtime_need(&r, "stream_wait_event"));
+  return CUDA_CALL(r, cudaStreamWaitEvent, stream, event, 0);
+}
+
+static ncclResult_t cuda_host_alloc_mapped(void **host, void **dev, size_t bytes) {
+  const cuda_runtime_lib_t *r;
+  HETCCL_CHECK(runtime_need(&r, "host_alloc_mapped"));
+  HETCCL_CHECK(CUDA_CALL(r, cudaHostAlloc, host, bytes, cudaHostAllocPortable | cudaHostAllocMapped));
+  ncclResult_t res = CUDA_CALL(r, cudaHostGetDevicePointer, dev, *host, 0);
+  if (res != ncclSuccess) {
+    r->cudaFreeHost(*host);
+    *host = NULL;
+  }
+  return res;
+}
+
+/* Counters on a stream: the driver's stream memory operations, or where
+ * those are unavailable a host function on the stream (it makes no CUDA
+ * call; a waiting one holds CUDA's callback thread meanwhile, which is why
+ * it is only the fallback). */
+typedef struct counter_op {
+  volatile uint64_t *counter;
+  uint64_t value;
+  int write; /* 1: store value; 0: wait until counter >= value */
+} counter_op_t;
+
+static void counter_host_fn(void *arg) {
+  counter_op_t *op = arg;
+  struct timespec ts = {0, 2000};
+  if (op->write)
+    __atomic_store_n(op->counter, op->value, __ATOMIC_RELEASE);
+  else
+    while (__atomic_load_n(op->counter, __ATOMIC_ACQUIRE) < op->value) nanosleep(&ts, NULL);
+  free(op);
+}
+
+static int mem_ops_off; /* the driver refused a stream memory operation once */
+
+static ncclResult_t counter_op(void *stream, volatile uint64_t *host, void *dev, uint64_t value,
+                               int write) {
+  const cuda_driver_t *d = driver_get(1);
+  CUresult (*fn)(void *, CUdeviceptr, uint64_t, unsigned) =
+      d ? (write ? d->cuStreamWriteValue64 : d->cuStreamWaitValue64) : NULL;
+  const char *name = write ? "cuStreamWriteValue64" : "cuStreamWaitValue64";
+  if (fn && !__atomic_load_n(&mem_ops_off, __ATOMIC_RELAXED)) {
+    CUresult err = fn(stream, (CUdeviceptr)(uintptr_t)dev, value,
+                      write ? CU_STREAM_WRITE_VALUE_DEFAULT : CU_STREAM_WAIT_VALUE_GEQ);
+    if (err == CUDA_SUCCESS) return ncclSuccess;
+    const char *text = NULL;
+    d->cuGetErrorString(err, &text);
+    if (err != CUDA_ERROR_NOT_SUPPORTED) {
+      WARN("cuda: %s failed: %s (error %d)", name, text ? text : "unknown error", err);
+      return ncclUnhandledCudaError;
+    }
+    INFO(HETCCL_RUNTIME, "cuda: stream memory operations not supported (%s): host functions "
+         "on the stream instead", text ? text : "");
+    __atomic_store_n(&mem_ops_off, 1, __ATOMIC_RELAXED);
+  }
+  const cuda_runtime_lib_t *r;
+  HETCCL_CHECK(runtime_need(&r, name));
+  counter_op_t *op = malloc(sizeof(*op));
+  if (!op) {
+    WARN("cuda: %s: out of memory", name);
+    return ncclSystemError;
+  }
+  op->counter = host;
+  op->value = value;
+  op->write = write;
+  ncclResult_t res = CUDA_CALL(r, cudaLaunchHostFunc, stream, counter_host_fn, op);
+  if (res != ncclSuccess) free(op);
+  return res;
+}
+
+static ncclResult_t cuda_stream_wait_counter(void *stream, volatile uint64_t *host, void *dev,
+                                             uint64_t value) {
+  return counter_op(stream, host, dev, value, 0);
+}
+
+static ncclResult_t cuda_stream_write_counter(void *stream, volatile uint64_t *host, void *dev,
+                                              uint64_t value) {
+  return counter_op(stream, host, dev, value, 1);
+}
+
 const hetccl_runtime_t hetccl_runtime_cuda = {
     .kind = HETCCL_DEV_CUDA,
     .name = "cuda",
@@ -423,4 +562,12 @@ const hetccl_runtime_t hetccl_runtime_cuda = {
     .memcpy_async = cuda_memcpy_async,
     .stream_sync = cuda_stream_sync,
     .stream_capturing = cuda_stream_capturing,
+    .event_create = cuda_event_create,
+    .event_destroy = cuda_event_destroy,
+    .event_record = cuda_event_record,
+    .event_query = cuda_event_query,
+    .stream_wait_event = cuda_stream_wait_event,
+    .host_alloc_mapped = cuda_host_alloc_mapped,
+    .stream_wait_counter = cuda_stream_wait_counter,
+    .stream_write_counter = cuda_stream_write_counter,
 };

@@ -56,6 +56,29 @@ typedef struct hetccl_runtime {
   ncclResult_t (*stream_sync)(void *stream);
   /* Is the stream being captured into a graph? */
   ncclResult_t (*stream_capturing)(void *stream, int *capturing);
+
+  /* What the engine's staging of device buffers needs (core/devpath.c):
+   * events that any thread may query, host memory the device can read, and
+   * a stream that waits for a host-written counter. NULL in the host entry. */
+  ncclResult_t (*event_create)(void **event);
+  ncclResult_t (*event_destroy)(void *event);
+  ncclResult_t (*event_record)(void *event, void *stream);
+  /* *done = 1 once the work recorded before the event has finished. */
+  ncclResult_t (*event_query)(void *event, int *done);
+  ncclResult_t (*stream_wait_event)(void *stream, void *event);
+  /* Pinned host memory mapped into the device: *host for the CPU, *dev for
+   * stream operations. Freed with host_free. */
+  ncclResult_t (*host_alloc_mapped)(void **host, void **dev, size_t bytes);
+  /* Work enqueued on stream after this call waits until the 64-bit counter
+   * (host_alloc_mapped: host / dev) holds a value >= `value`. Never blocks
+   * the calling thread. */
+  ncclResult_t (*stream_wait_counter)(void *stream, volatile uint64_t *host, void *dev,
+                                      uint64_t value);
+  /* Once the work enqueued before it has finished (its writes visible to
+   * the host), the stream stores `value` into the counter. The host polls
+   * the counter without calling the runtime. */
+  ncclResult_t (*stream_write_counter)(void *stream, volatile uint64_t *host, void *dev,
+                                       uint64_t value);
 } hetccl_runtime_t;
 
 extern const hetccl_runtime_t hetccl_runtime_host;

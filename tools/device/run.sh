@@ -173,7 +173,7 @@ want() { case " $STAGES " in *" $1 "*) return 0 ;; esac; return 1; }
 stage 01 build 120 do_build
 export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
 if [ -f "$LIB" ]; then
-  want pytest && stage 02 pytest 90 do_pytest
+  want pytest && stage 02 pytest 300 do_pytest
   want torch && stage 03 torch 100 do_torch
   want cupy && stage 04 cupy 60 do_cupy
   want perf && stage 05 perf 160 do_perf

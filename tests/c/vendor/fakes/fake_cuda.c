@@ -27,6 +27,16 @@ FAKE_EXPORT int cudaMemcpyAsync(void *d, const void *s, size_t n, int k, void *s
 }
 FAKE_EXPORT int cudaStreamSynchronize(void *s) { (void)s; return 0; }
 FAKE_EXPORT int cudaStreamIsCapturing(void *s, int *st) { *st = s == (void *)0x1 ? 1 : 0; return 0; }
+/* Events complete at once; pinned allocations fail as cudaMallocHost does. */
+static char fake_event;
+FAKE_EXPORT int cudaEventCreateWithFlags(void **e, unsigned f) { (void)f; *e = &fake_event; return 0; }
+FAKE_EXPORT int cudaEventDestroy(void *e) { (void)e; return 0; }
+FAKE_EXPORT int cudaEventRecord(void *e, void *s) { (void)e; (void)s; return 0; }
+FAKE_EXPORT int cudaEventQuery(void *e) { (void)e; return 0; }
+FAKE_EXPORT int cudaStreamWaitEvent(void *s, void *e, unsigned f) { (void)s; (void)e; (void)f; return 0; }
+FAKE_EXPORT int cudaHostAlloc(void **p, size_t n, unsigned f) { (void)p; (void)n; (void)f; return 2; }
+FAKE_EXPORT int cudaHostGetDevicePointer(void **d, void *h, unsigned f) { (void)f; *d = h; return 0; }
+FAKE_EXPORT int cudaLaunchHostFunc(void *s, void (*fn)(void *), void *arg) { (void)s; fn(arg); return 0; }
 #endif
 
 #ifdef FAKE_DRIVER

@@ -1,0 +1,380 @@
+/* Staging device buffers for the engine (devpath.h). */
+#include "core/devpath.h"
+
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "core/comm.h"
+#include "core/proxy.h"
+#include "util/check.h"
+#include "util/log.h"
+
+#define STAGE_ALIGN 256                 /* device copies like aligned host addresses */
+#define STAGE_MIN_BLOCK (1u << 20)      /* smallest staging block allocated */
+#define DESTROY_WAIT_MS 10000           /* how long destroy waits for a stream */
+
+typedef struct stage_block {
+  void *host;
+  size_t bytes;
+  void *free_event;   /* recorded after the batch's last copy out of the block */
+  int busy;           /* free_event recorded and maybe not reached yet */
+  struct stage_block *next;
+} stage_block_t;
+
+/* Two counters in one pinned page mapped into the device, a cache line
+ * apart: `ready` (batches whose inputs are staged; written by the stream)
+ * and `done` (batches the engine finished; written by the proxy). Neither
+ * side calls the runtime to learn the other's progress: a proxy that asked
+ * the runtime (an event query) could wait on a lock that a synchronising
+ * call of the API thread holds, while that call waits for a stream that
+ * waits for the proxy. */
+#define COUNTER_DONE 0
+#define COUNTER_READY 8 /* uint64_t slots: 64 bytes on */
+
+struct hetccl_devpath {
+  const hetccl_runtime_t *rt;
+  volatile uint64_t *counters; /* host view */
+  char *counters_dev;          /* device view of the same page */
+  uint64_t issued;             /* batches launched (API thread) */
+  stage_block_t *blocks;
+};
+
+/* What one task moves through staging. */
+typedef struct stage_plan {
+  const void *dsend;  /* device input, NULL if not staged */
+  void *drecv;        /* device output, NULL if not staged */
+  void *hsend, *hrecv;
+  size_t in, out;     /* bytes this rank reads / writes */
+} stage_plan_t;
+
+typedef struct devpath_job {
+  hetccl_devpath_t *dp;
+  hetccl_task_t *tasks;
+  uint64_t number;
+} devpath_job_t;
+
+static size_t align_up(size_t n) { return (n + STAGE_ALIGN - 1) & ~(size_t)(STAGE_ALIGN - 1); }
+
+/* Bytes a task reads from its send buffer and writes to its receive buffer
+ * on this rank. */
+static void task_io(const hetccl_task_t *t, int rank, int n, size_t *in, size_t *out) {
+  if (t->kind == HETCCL_TASK_SEND) {
+    *in = t->bytes, *out = 0;
+    return;
+  }
+  if (t->kind == HETCCL_TASK_RECV) {
+    *in = 0, *out = t->bytes;
+    return;
+  }
+  size_t c = t->coll.count * hetccl_dtype_size(t->coll.dtype), all = c * (size_t)n;
+  int root = rank == t->coll.root;
+  switch (t->coll.func) {
+    case HETCCL_FUNC_ALLREDUCE: *in = c, *out = c; break;
+    case HETCCL_FUNC_BROADCAST: *in = root ? c : 0, *out = c; break;
+    case HETCCL_FUNC_REDUCE: *in = c, *out = root ? c : 0; break;
+    case HETCCL_FUNC_ALLGATHER: *in = c, *out = all; break;
+    case HETCCL_FUNC_REDUCESCATTER: *in = all, *out = c; break;
+    case HETCCL_FUNC_ALLTOALL: *in = all, *out = all; break;
+    case HETCCL_FUNC_GATHER: *in = c, *out = root ? all : 0; break;
+    case HETCCL_FUNC_SCATTER: *in = root ? all : 0, *out = c; break;
+    default: *in = c, *out = c; break;
+  }
+}
+
+static const void **task_send(hetccl_task_t *t) {
+  return t->kind == HETCCL_TASK_COLL ? &t->coll.sendbuf : (const void **)&t->buf;
+}
+static void **task_recv(hetccl_task_t *t) {
+  return t->kind == HETCCL_TASK_COLL ? &t->coll.recvbuf : &t->buf;
+}
+
+/* --- the pool ---------------------------------------------------------------- */
+
+static ncclResult_t devpath_get(ncclComm_t comm, hetccl_devpath_t **out) {
+  if (comm->devpath) {
+    *out = comm->devpath;
+    return ncclSuccess;
+  }
+  const hetccl_runtime_t *rt = hetccl_runtime_get(comm->ptr_kind);
+  if (!rt || !rt->event_create || !rt->host_alloc_mapped || !rt->stream_wait_counter ||
+      !rt->stream_write_counter) {
+    WARN("rank %d: device buffers on a communicator that spans several islands need the %s "
+         "runtime's events and stream waits", comm->rank, hetccl_dev_kind_name(comm->ptr_kind));
+    return ncclInvalidUsage;
+  }
+  hetccl_devpath_t *dp = calloc(1, sizeof(*dp));
+  if (!dp) {
+    WARN("devpath: out of memory");
+    return ncclSystemError;
+  }
+  dp->rt = rt;
+  void *host = NULL, *dev = NULL;
+  ncclResult_t res = rt->host_alloc_mapped(&host, &dev, STAGE_ALIGN);
+  if (res != ncclSuccess) {
+    free(dp);
+    return res;
+  }
+  dp->counters = host;
+  dp->counters_dev = dev;
+  memset(host, 0, STAGE_ALIGN);
+  comm->devpath = dp;
+  INFO(HETCCL_INIT, "rank %d: device buffers staged through pinned host memory (%s)",
+       comm->rank, rt->name);
+  *out = dp;
+  return ncclSuccess;
+}
+
+static int block_idle(hetccl_devpath_t *dp, stage_block_t *b) {
+  if (!b->busy) return 1;
+  int done = 0;
+  if (dp->rt->event_query(b->free_event, &done) != ncclSuccess) return 0;
+  if (done) b->busy = 0;
+  return done;
+}
+
+static void block_free(hetccl_devpath_t *dp, stage_block_t *b) {
+  if (b->free_event) dp->rt->event_destroy(b->free_event);
+  if (b->host) dp->rt->host_free(b->host);
+  free(b);
+}
+
+/* An idle block of at least `bytes`: reuse one, else replace an idle one
+ * that is too small, else allocate. */
+static ncclResult_t block_acquire(hetccl_devpath_t *dp, size_t bytes, stage_block_t **out) {
+  stage_block_t **small = NULL;
+  for (stage_block_t **pb = &dp->blocks; *pb; pb = &(*pb)->next) {
+    if (!block_idle(dp, *pb)) continue;
+    if ((*pb)->bytes >= bytes) {
+      *out = *pb;
+      return ncclSuccess;
+    }
+    if (!small) small = pb;
+  }
+  if (small) { /* keep the pool from growing with every larger size */
+    stage_block_t *b = *small;
+    *small = b->next;
+    block_free(dp, b);
+  }
+  stage_block_t *b = calloc(1, sizeof(*b));
+  if (!b) {
+    WARN("devpath: out of memory");
+    return ncclSystemError;
+  }
+  b->bytes = bytes < STAGE_MIN_BLOCK ? STAGE_MIN_BLOCK : align_up(bytes);
+  ncclResult_t res = dp->rt->host_alloc(&b->host, b->bytes);
+  if (res == ncclSuccess) res = dp->rt->event_create(&b->free_event);
+  if (res != ncclSuccess) {
+    WARN("devpath: cannot allocate %zu bytes of pinned staging memory", b->bytes);
+    block_free(dp, b);
+    return res;
+  }
+  b->next = dp->blocks;
+  dp->blocks = b;
+  *out = b;
+  return ncclSuccess;
+}
+
+/* --- the proxy's half ----------------------------------------------------------- */
+
+static ncclResult_t wait_ready(ncclComm_t comm, hetccl_devpath_t *dp, uint64_t number) {
+  struct timespec nap = {0, 10000};
+  for (long polls = 0;; polls++) {
+    if (__atomic_load_n(&dp->counters[COUNTER_READY], __ATOMIC_ACQUIRE) >= number)
+      return ncclSuccess;
+    if (__atomic_load_n(&comm->abort_flag, __ATOMIC_ACQUIRE)) {
+      WARN("rank %d: aborted while waiting for the stream to reach a staged operation",
+           comm->rank);
+      return ncclInvalidUsage;
+    }
+    if (polls > 200) nanosleep(&nap, NULL); /* the stream is busy with earlier work */
+  }
+}
+
+static ncclResult_t devpath_job(ncclComm_t comm, void *arg) {
+  devpath_job_t *j = arg;
+  ncclResult_t res = wait_ready(comm, j->dp, j->number);
+  if (res != ncclSuccess) hetccl_comm_set_error(comm, res);
+  /* With the communicator failed, this only frees the tasks. */
+  ncclResult_t run = hetccl_group_run_tasks(comm, j->tasks);
+  if (res == ncclSuccess) res = run;
+  __atomic_store_n(&j->dp->counters[COUNTER_DONE], j->number, __ATOMIC_RELEASE);
+  return res;
+}
+
+/* --- the API thread's half ---------------------------------------------------- */
+
+/* Every stream of the batch but `launch` (usually none). */
+static int other_streams(const hetccl_task_t *tasks, void *launch, void **out, int max) {
+  int n = 0;
+  for (const hetccl_task_t *t = tasks; t; t = t->next) {
+    if (t->stream == launch) continue;
+    int seen = 0;
+    for (int i = 0; i < n && !seen; i++) seen = out[i] == t->stream;
+    if (!seen && n < max) out[n++] = t->stream;
+  }
+  return n;
+}
+
+/* `to` waits for the work enqueued so far on `from`. */
+static ncclResult_t stream_join(const hetccl_runtime_t *rt, void *to, void *from) {
+  void *ev = NULL;
+  HETCCL_CHECK(rt->event_create(&ev));
+  ncclResult_t res = rt->event_record(ev, from);
+  if (res == ncclSuccess) res = rt->stream_wait_event(to, ev);
+  rt->event_destroy(ev); /* released once reached */
+  return res;
+}
+
+/* Lay the batch out in one block: each staged output, and each staged input
+ * that does not lie inside its own task's output (in place), gets a slice.
+ * Returns the bytes needed; fills plans[i] except host pointers. */
+static size_t plan_batch(ncclComm_t comm, hetccl_task_t *tasks, stage_plan_t *plans) {
+  size_t need = 0;
+  int i = 0;
+  for (hetccl_task_t *t = tasks; t; t = t->next, i++) {
+    stage_plan_t *p = &plans[i];
+    memset(p, 0, sizeof(*p));
+    task_io(t, comm->rank, comm->nranks, &p->in, &p->out);
+    if (t->stage_recv) {
+      p->drecv = *task_recv(t);
+      need += align_up(p->out);
+    }
+    if (t->stage_send) {
+      p->dsend = *task_send(t);
+      const char *s = p->dsend, *r = p->drecv;
+      int inside = r && s >= r && s + p->in <= r + p->out;
+      if (!inside) need += align_up(p->in);
+    }
+  }
+  return need;
+}
+
+static void plan_place(hetccl_task_t *tasks, stage_plan_t *plans, char *base) {
+  if (!base) return; /* nothing to move: every staged buffer is empty */
+  size_t off = 0;
+  int i = 0;
+  for (hetccl_task_t *t = tasks; t; t = t->next, i++) {
+    stage_plan_t *p = &plans[i];
+    if (p->drecv) {
+      p->hrecv = base + off;
+      off += align_up(p->out);
+      *task_recv(t) = p->hrecv;
+    }
+    if (p->dsend) {
+      const char *s = p->dsend, *r = p->drecv;
+      if (r && s >= r && s + p->in <= r + p->out) {
+        p->hsend = (char *)p->hrecv + (s - r);
+      } else {
+        p->hsend = base + off;
+        off += align_up(p->in);
+      }
+      *task_send(t) = p->hsend;
+    }
+  }
+}
+
+ncclResult_t hetccl_devpath_launch(ncclComm_t comm, hetccl_task_t *tasks) {
+  hetccl_devpath_t *dp = NULL;
+  stage_plan_t *plans = NULL;
+  stage_block_t *block = NULL;
+  void *others[16];
+  void *launch = tasks->stream;
+  int ntasks = 0, nothers;
+  ncclResult_t res = devpath_get(comm, &dp);
+  if (res != ncclSuccess) goto fail;
+  const hetccl_runtime_t *rt = dp->rt;
+  for (hetccl_task_t *t = tasks; t; t = t->next) ntasks++;
+  plans = calloc(ntasks, sizeof(*plans));
+  if (!plans) {
+    WARN("devpath: out of memory");
+    res = ncclSystemError;
+    goto fail;
+  }
+  size_t need = plan_batch(comm, tasks, plans);
+  if (need) HETCCL_CHECK_GOTO(block_acquire(dp, need, &block), res, fail);
+  plan_place(tasks, plans, block ? block->host : NULL);
+
+  nothers = other_streams(tasks, launch, others, 16);
+  if (nothers == 16) {
+    WARN("devpath: a group of staged operations on more than 16 streams");
+    res = ncclInvalidUsage;
+    goto fail;
+  }
+  for (int i = 0; i < nothers; i++) HETCCL_CHECK_GOTO(stream_join(rt, launch, others[i]), res, fail);
+  for (int i = 0; i < ntasks; i++)
+    if (plans[i].dsend && plans[i].in)
+      HETCCL_CHECK_GOTO(rt->memcpy_async(plans[i].hsend, plans[i].dsend, plans[i].in, launch),
+                        res, copied);
+  HETCCL_CHECK_GOTO(rt->stream_write_counter(launch, &dp->counters[COUNTER_READY],
+                                             dp->counters_dev + COUNTER_READY * 8, dp->issued + 1),
+                    res, copied);
+
+  devpath_job_t *job = malloc(sizeof(*job));
+  if (!job) {
+    WARN("devpath: out of memory");
+    res = ncclSystemError;
+    goto copied;
+  }
+  job->dp = dp;
+  job->tasks = tasks;
+  job->number = ++dp->issued;
+  TRACE(HETCCL_COLL, "rank %d: staged batch %llu of %d task(s), %zu bytes", comm->rank,
+        (unsigned long long)job->number, ntasks, need);
+  res = hetccl_proxy_post(comm, devpath_job, job, NULL); /* frees job on failure */
+  if (res != ncclSuccess) {
+    dp->issued--;
+    goto copied;
+  }
+  /* From here the batch runs whatever happens (its peers count on it), and
+   * the job owns the tasks. */
+  tasks = NULL;
+  HETCCL_CHECK_GOTO(rt->stream_wait_counter(launch, &dp->counters[COUNTER_DONE],
+                                            dp->counters_dev + COUNTER_DONE * 8, dp->issued),
+                    res, copied);
+  for (int i = 0; i < ntasks; i++)
+    if (plans[i].drecv && plans[i].out)
+      HETCCL_CHECK_GOTO(rt->memcpy_async(plans[i].drecv, plans[i].hrecv, plans[i].out, launch),
+                        res, copied);
+copied:
+  /* The block is busy until the stream has passed everything enqueued. */
+  if (block && rt->event_record(block->free_event, launch) == ncclSuccess) block->busy = 1;
+  for (int i = 0; res == ncclSuccess && i < nothers; i++) res = stream_join(rt, others[i], launch);
+fail:
+  if (tasks) hetccl_group_free_tasks(tasks);
+  free(plans);
+  if (res != ncclSuccess) hetccl_comm_set_error(comm, res);
+  return res;
+}
+
+void hetccl_devpath_destroy(ncclComm_t comm) {
+  hetccl_devpath_t *dp = comm->devpath;
+  if (!dp) return;
+  comm->devpath = NULL;
+  /* Jobs the stopped proxy dropped never stored their numbers. */
+  __atomic_store_n(&dp->counters[COUNTER_DONE], UINT64_MAX, __ATOMIC_RELEASE);
+  struct timespec nap = {0, 1000000};
+  int waited_ms = 0, stuck = 0;
+  for (stage_block_t *b = dp->blocks; b; b = b->next) {
+    while (!block_idle(dp, b) && waited_ms < DESTROY_WAIT_MS) {
+      nanosleep(&nap, NULL);
+      waited_ms++;
+    }
+    stuck |= b->busy;
+  }
+  if (stuck) {
+    /* A stream still holds work that reads our memory: leak it, never free it under the GPU. */
+    WARN("rank %d: a stream still had staged copies pending after %d s; their pinned memory "
+         "is left allocated", comm->rank, DESTROY_WAIT_MS / 1000);
+    free(dp);
+    return;
+  }
+  while (dp->blocks) {
+    stage_block_t *b = dp->blocks;
+    dp->blocks = b->next;
+    block_free(dp, b);
+  }
+  dp->rt->host_free((void *)dp->counters);
+  free(dp);
+}

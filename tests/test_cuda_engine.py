@@ -1,0 +1,100 @@
+"""Device buffers on an engine communicator (several islands), on a real GPU.
+
+Islands are forced (HETCCL_ISLANDS=rank), so two or three processes on one
+GPU run every collective on hetccl's engine with CUDA buffers staged through
+pinned host memory on a side stream (core/devpath.h); a mixed communicator
+joins a CUDA rank and a host rank. Each rank checks its results against
+numpy (tests/cuda_engine_rank.py). Needs torch with CUDA; skipped elsewhere.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from libpath import find_library
+
+pytestmark = pytest.mark.cuda
+
+LIB = find_library()
+RANK_PY = Path(__file__).with_name("cuda_engine_rank.py")
+
+
+def _cuda_ok() -> bool:
+    try:
+        import torch
+        return torch.cuda.is_available()
+    except Exception:
+        return False
+
+
+if LIB is None or not _cuda_ok():
+    pytest.skip("needs libhetccl.so and torch with a CUDA device", allow_module_level=True)
+
+
+def launch(tmp_path: Path, modes: list[str], checks: str, timeout: float = 300) -> list[dict]:
+    """Start one process per mode, wait for all, return each rank's results."""
+    procs = []
+    for rank, mode in enumerate(modes):
+        env = dict(os.environ, T_LIB=str(LIB), T_RANK=str(rank), T_NRANKS=str(len(modes)),
+                   T_ID_FILE=str(tmp_path / "id"), T_MODE=mode, T_CHECKS=checks,
+                   HETCCL_ISLANDS="rank", NCCL_NVLS_ENABLE="0", HETCCL_DEBUG="WARN")
+        if mode == "host":
+            env["HETCCL_DEVICE"] = "host"
+        procs.append(subprocess.Popen([sys.executable, str(RANK_PY)], env=env, text=True,
+                                      stdout=subprocess.PIPE, stderr=subprocess.STDOUT))
+    outs = []
+    try:
+        for p in procs:
+            outs.append(p.communicate(timeout=timeout)[0])
+    finally:
+        for p in procs:
+            p.kill()
+    results = []
+    for rank, (p, out) in enumerate(zip(procs, outs)):
+        assert p.returncode == 0, f"rank {rank} failed ({p.returncode}):\n{out[-4000:]}"
+        line = [l for l in out.splitlines() if l.startswith("RESULT ")]
+        assert line, f"rank {rank} printed no result:\n{out[-4000:]}"
+        results.append(json.loads(line[-1][7:]))
+    return results
+
+
+def assert_all_true(results: list[dict]) -> None:
+    for rank, res in enumerate(results):
+        bad = {k: v for k, v in res.items() if v is False or k.endswith(".first_bad")}
+        assert not bad, f"rank {rank}: {bad}"
+        assert res["async_error"] == 0, f"rank {rank}: async error {res['async_error']}"
+
+
+@pytest.mark.parametrize("n", [2, 3])
+def test_every_collective_on_device_buffers(tmp_path, n):
+    results = launch(tmp_path, ["cuda"] * n, "sweep,group,chain")
+    assert_all_true(results)
+    assert any(k.startswith("allreduce/") for k in results[0])
+
+
+def test_call_returns_before_the_stream_reaches_it(tmp_path):
+    results = launch(tmp_path, ["cuda", "cuda"], "async,capture")
+    assert_all_true(results)
+    for res in results:
+        assert res["async_returned_while_stream_busy"], res
+        assert res["async_result"], res
+        assert res["capture_refused"], res
+
+
+def test_cuda_rank_with_a_host_rank(tmp_path):
+    results = launch(tmp_path, ["cuda", "host"], "sweep,group,chain,async")
+    assert_all_true(results)
+    assert results[0]["async_returned_while_stream_busy"]
+
+
+def test_staged_bandwidth_is_reported(tmp_path):
+    """Not a speed goal: prints the figure (see the device notes)."""
+    results = launch(tmp_path, ["cuda", "cuda"], "bench")
+    assert_all_true(results)
+    print("staged allreduce, 2 ranks on one GPU:", json.dumps(results[0]))
+    assert all(v > 0 for k, v in results[0].items() if k.startswith("busbw"))
