@@ -1,5 +1,5 @@
 """Shared pytest set-up: where libhetccl.so and the hetccl package are, and
-the `cuda` marker.
+the `cuda` and `rdma` markers.
 
 The library is $HETCCL_LIBRARY, else the installed package's own
 hetccl/libhetccl.so, else the newest build*/libhetccl/libhetccl.so (see
@@ -14,7 +14,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
-from typing import Iterator, List
+from typing import Iterator, List, Optional
 
 import pytest
 
@@ -40,8 +40,24 @@ def _have_gpu() -> bool:
     return out.returncode == 0 and "GPU" in out.stdout
 
 
+def active_verbs_device() -> Optional[str]:
+    """Name of an RDMA device with an active port (the kernel's view in
+    sysfs, no verbs library needed), or None."""
+    for dev in sorted(Path("/sys/class/infiniband").glob("*")):
+        for state in sorted(dev.glob("ports/*/state")):
+            try:
+                if "ACTIVE" in state.read_text():
+                    return dev.name
+            except OSError:
+                continue
+    return None
+
+
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "cuda: needs a CUDA GPU (skipped without one)")
+    config.addinivalue_line(
+        "markers", "rdma: needs an active RDMA verbs device (skipped without one; "
+        "tools/rdma/run_vm.sh runs them in a Soft-RoCE VM)")
     if not config.pluginmanager.hasplugin("timeout"):
         config.addinivalue_line("markers", "timeout(seconds): pytest-timeout's per-test limit")
 
@@ -51,6 +67,12 @@ def pytest_collection_modifyitems(config: pytest.Config, items: List[pytest.Item
         skip = pytest.mark.skip(reason="no CUDA GPU on this machine")
         for item in items:
             if "cuda" in item.keywords:
+                item.add_marker(skip)
+    if any("rdma" in item.keywords for item in items) and active_verbs_device() is None:
+        skip = pytest.mark.skip(reason="no active RDMA verbs device (/sys/class/infiniband); "
+                                "tools/rdma/run_vm.sh runs them in a Soft-RoCE VM")
+        for item in items:
+            if "rdma" in item.keywords:
                 item.add_marker(skip)
 
 

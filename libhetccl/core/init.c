@@ -252,15 +252,20 @@ static hetccl_transport_id_t pair_transport(const hetccl_peer_info_t *a,
                                             const hetccl_peer_info_t *b, const char *choice) {
   if (!strcmp(choice, "socket")) return HETCCL_TRANSPORT_socket;
   if (!strcmp(choice, "shm")) return HETCCL_TRANSPORT_shm;
-  return a->host_hash == b->host_hash ? HETCCL_TRANSPORT_shm : HETCCL_TRANSPORT_socket;
+  if (!strcmp(choice, "ib")) return HETCCL_TRANSPORT_ib;
+  if (a->host_hash == b->host_hash) return HETCCL_TRANSPORT_shm;
+  /* Opt-in: every rank must have an active verbs device (ib's ctx_create
+   * fails, naming what it found, where one has none). */
+  return hetccl_knob_int(HETCCL_KNOB_IB_ENABLE) ? HETCCL_TRANSPORT_ib : HETCCL_TRANSPORT_socket;
 }
 
 static ncclResult_t init_engine(ncclComm_t comm, uint64_t comm_id, uint64_t secret) {
   int n = comm->nranks, me = comm->rank;
   ncclResult_t res = ncclSuccess;
   const char *choice = hetccl_knob_str(HETCCL_KNOB_TRANSPORT);
-  if (strcmp(choice, "auto") && strcmp(choice, "shm") && strcmp(choice, "socket")) {
-    WARN("HETCCL_TRANSPORT=%s: expected auto, shm or socket", choice);
+  if (strcmp(choice, "auto") && strcmp(choice, "shm") && strcmp(choice, "socket") &&
+      strcmp(choice, "ib")) {
+    WARN("HETCCL_TRANSPORT=%s: expected auto, shm, socket or ib", choice);
     return ncclInvalidArgument;
   }
   uint8_t *use = calloc((size_t)HETCCL_TRANSPORT_COUNT * n, 1);

@@ -170,7 +170,8 @@ typedef struct hetccl_transport {
 /* name, table symbol. Order is preference order under HETCCL_TRANSPORT=auto. */
 #define HETCCL_TRANSPORTS(X)                                                   \
   X(shm, hetccl_transport_shm)                                                 \
-  X(socket, hetccl_transport_socket)
+  X(socket, hetccl_transport_socket)                                           \
+  X(ib, hetccl_transport_ib)
 
 #define HETCCL_TRANSPORT_DECL(name, sym) extern const hetccl_transport_t sym;
 HETCCL_TRANSPORTS(HETCCL_TRANSPORT_DECL)
@@ -215,5 +216,15 @@ ncclResult_t hetccl_frame_check(const hetccl_frame_hdr_t *h, const char *transpo
  * ncclRemoteError. */
 ncclResult_t hetccl_fail_note_received(const hetccl_fail_note_t *note, const char *transport,
                                        int peer, hetccl_fail_note_t *keep);
+
+/* The note line (base/note_line.c), a TCP connection per pair that carries
+ * only a failure note. send: leaves `why` on fd without blocking (the line
+ * carried nothing before, so it fits the socket buffer), shuts our side
+ * and drains the peer's; the caller then closes fd. read: 1 and the note
+ * in *out if the peer left a whole one, waiting at most wait_ms for it or
+ * the line's end; 0 otherwise. */
+void hetccl_note_line_send(int fd, const hetccl_fail_note_t *why, const char *transport,
+                           int peer);
+int hetccl_note_line_read(int fd, int wait_ms, hetccl_fail_note_t *out);
 
 #endif

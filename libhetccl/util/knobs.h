@@ -40,7 +40,7 @@
   X(CONNECT_TIMEOUT, "HETCCL_CONNECT_TIMEOUT", INT, "60", 1, 86400,            \
     "seconds for bootstrap and transport connection set-up")                   \
   X(TRANSPORT, "HETCCL_TRANSPORT", STR, "auto", 0, 0,                          \
-    "transport between two host-engine peers: auto (shm on one host, else socket), shm or socket") \
+    "transport between two host-engine peers: auto (shm on one host, else socket; ib instead of socket with HETCCL_IB_ENABLE=1), shm, socket or ib") \
   X(SHM_CHUNK, "HETCCL_SHM_CHUNK", INT, "512K", 64, 1073741824,                \
     "bytes per shared-memory ring slot (multiple of 64)")                      \
   X(SHM_SLOTS, "HETCCL_SHM_SLOTS", INT, "8", 2, 1024,                          \
@@ -51,6 +51,16 @@
     "TCP connections per peer pair; large messages are striped over them")     \
   X(SOCKET_CHUNK, "HETCCL_SOCKET_CHUNK", INT, "256K", 512, 1073741824,         \
     "bytes per stripe unit on the socket transport")                           \
+  X(IB_ENABLE, "HETCCL_IB_ENABLE", INT, "0", 0, 1,                           \
+    "1: under HETCCL_TRANSPORT=auto, ranks on different hosts use ib instead of socket (every such rank needs an active verbs device)") \
+  X(IB_HCA, "HETCCL_IB_HCA", STR, "", 0, 0,                                    \
+    "verbs device for the ib transport, as name or name:port (default: the first device with an active port)") \
+  X(IB_GID_INDEX, "HETCCL_IB_GID_INDEX", INT, "-1", -1, 255,                   \
+    "GID index for the ib transport; -1: a RoCE v2 IPv4-mapped GID if the port has one, else 0") \
+  X(IB_CHUNK, "HETCCL_IB_CHUNK", INT, "128K", 64, 1073741824,                  \
+    "bytes per ib piece (staging slot payload, multiple of 64)")               \
+  X(IB_SLOTS, "HETCCL_IB_SLOTS", INT, "8", 2, 1024,                            \
+    "ib staging slots per direction per peer (pieces in flight)")              \
   X(ALGO, "HETCCL_ALGO", STR, "auto", 0, 0,                                    \
     "host-engine algorithm: auto, ring, rd (recursive doubling), direct")      \
   X(SMALL_BYTES, "HETCCL_SMALL_BYTES", INT, "64K", 0, 1073741824,            \

@@ -28,16 +28,15 @@
  *
  * Failure notes. Each pair has one more connection, the note line
  * (handshake stream number nstreams), that carries nothing while all is
- * well. A rank that gives up writes its note_wire_t there (ep_fail), shuts
- * it and closes everything. A peer that then finds a data stream closed
- * reads the note line before it reports anything: the note, if there is
- * one, is its answer; a rank that died without a word closed the line
- * empty. The data streams cannot carry the note: the failing rank may be
- * in the middle of a piece.
+ * well. A rank that gives up writes its note there (ep_fail;
+ * base/note_line.c), shuts it and closes everything. A peer that then
+ * finds a data stream closed reads the note line before it reports
+ * anything: the note, if there is one, is its answer; a rank that died
+ * without a word closed the line empty. The data streams cannot carry the
+ * note: the failing rank may be in the middle of a piece.
  */
 #include <errno.h>
 #include <inttypes.h>
-#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -52,7 +51,6 @@
 
 #define SOCK_ADDR_MAGIC 0x534f434b41444452ull /* "SOCKADDR" */
 #define SOCK_HS_MAGIC 0x534f434b48414e44ull   /* "SOCKHAND" */
-#define SOCK_NOTE_MAGIC 0x534f434b4e4f5445ull /* "SOCKNOTE" */
 #define SOCK_NOTE_WAIT_MS 200 /* how long a closed stream waits for the note behind it */
 #define SOCK_PROGRESS_BUDGET (8u << 20)        /* bytes per stream per progress call */
 #define SOCK_BUF_BYTES (1 << 20)               /* SO_SNDBUF / SO_RCVBUF, see stream_setup */
@@ -70,11 +68,6 @@ typedef struct handshake {
   int32_t rank, nranks;
   int32_t stream, nstreams;
 } handshake_t;
-
-typedef struct note_wire {
-  uint64_t magic;
-  hetccl_fail_note_t note;
-} note_wire_t;
 
 /* What a request keeps in req->priv. */
 typedef struct req_priv {
@@ -148,34 +141,12 @@ static ncclResult_t ep_fail(hetccl_ep_t *ep, ncclResult_t res) {
   return ep->err;
 }
 
-/* The peer closed a data stream: did it leave a note first? Waits at most
- * SOCK_NOTE_WAIT_MS for the note line to show a whole note or its end. */
-static int note_read(hetccl_ep_t *ep, hetccl_fail_note_t *out) {
-  note_wire_t w;
-  size_t got = 0;
-  int64_t deadline = hetccl_net_now_ms() + SOCK_NOTE_WAIT_MS;
-  while (ep->note_fd >= 0 && got < sizeof(w)) {
-    ssize_t k = recv(ep->note_fd, (char *)&w + got, sizeof(w) - got, MSG_DONTWAIT);
-    if (k > 0) {
-      got += (size_t)k;
-      continue;
-    }
-    if (k == 0 || (errno != EINTR && errno != EAGAIN && errno != EWOULDBLOCK)) break;
-    int64_t left = deadline - hetccl_net_now_ms();
-    struct pollfd p = {.fd = ep->note_fd, .events = POLLIN, .revents = 0};
-    if (left <= 0 || (poll(&p, 1, (int)left) < 0 && errno != EINTR)) break;
-  }
-  if (got < sizeof(w) || w.magic != SOCK_NOTE_MAGIC || w.note.code == 0) return 0;
-  *out = w.note;
-  return 1;
-}
-
 /* A recv/send result that is neither data nor "try later". */
 static ncclResult_t ep_io_error(hetccl_ep_t *ep, int s, const char *dir, ssize_t k, int err) {
   char a[HETCCL_NET_ADDR_STRLEN];
   if (k == 0 || err == ECONNRESET || err == EPIPE) {
     hetccl_fail_note_t note;
-    if (note_read(ep, &note))
+    if (hetccl_note_line_read(ep->note_fd, SOCK_NOTE_WAIT_MS, &note))
       return ep_fail(ep, hetccl_fail_note_received(&note, "socket", ep->peer,
                                                    ep->ctx->args.peer_note));
     WARN("socket: connection to rank %d (%s) closed (stream %d, during %s)", ep->peer,
@@ -457,26 +428,10 @@ static void sock_ep_close(hetccl_ep_t *ep) {
   free(ep);
 }
 
-/* Leave the note on the note line, then close as ep_close does. Never
- * blocks: the line carried nothing before, so the note fits its buffer. */
+/* Leave the note on the note line, then close as ep_close does. */
 static void sock_ep_fail(hetccl_ep_t *ep, const hetccl_fail_note_t *why) {
   if (ep == NULL) return;
-  if (why && ep->note_fd >= 0) {
-    note_wire_t w;
-    memset(&w, 0, sizeof(w));
-    w.magic = SOCK_NOTE_MAGIC;
-    w.note = *why;
-    w.note.text[HETCCL_FAIL_TEXT - 1] = '\0';
-    ssize_t k = send(ep->note_fd, &w, sizeof(w), MSG_DONTWAIT | MSG_NOSIGNAL);
-    if (k != (ssize_t)sizeof(w))
-      INFO(HETCCL_NET, "socket: no room to leave rank %d a note (%zd of %zu bytes)", ep->peer, k,
-           sizeof(w));
-    shutdown(ep->note_fd, SHUT_WR);
-    /* The peer's own note, if both gave up at once: read it, so that our
-     * close does not reset the line and take our note with it. */
-    char drain[sizeof(w)];
-    while (recv(ep->note_fd, drain, sizeof(drain), MSG_DONTWAIT) > 0) {}
-  }
+  hetccl_note_line_send(ep->note_fd, why, "socket", ep->peer);
   sock_ep_close(ep);
 }
 

@@ -1,0 +1,299 @@
+/* RDMA verbs transport: the data path (protocol in ib.h).
+ *
+ * Threads: the one thread that drives the communicator (transport.h); no
+ * locks. Nothing here blocks: posting a work request and polling the
+ * completion queue return at once.
+ *
+ * Send: each piece is copied into its send slot behind its header and
+ * posted as one SEND; a send request is done when the SEND of its last
+ * piece completed, i.e. the peer's adapter acknowledged it, so that a rank
+ * that finishes and closes its queue pair never takes undelivered data
+ * with it. Receive: pieces are delivered in arrival order to the oldest
+ * posted receive (strict posting order per direction), each checked first,
+ * so a message that does not fit is reported before any of its bytes is
+ * delivered or consumed. */
+#include <inttypes.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "transport/ib/ib.h"
+#include "util/check.h"
+#include "util/log.h"
+
+static uint8_t *send_slot(const hetccl_ep_t *ep, uint64_t k) {
+  return ep->buf + (size_t)(k % (uint64_t)ep->slots) * ep->stride;
+}
+
+static uint8_t *recv_slot(const hetccl_ep_t *ep, uint32_t slot) {
+  return ep->buf + ((size_t)ep->slots + slot) * ep->stride;
+}
+
+/* Length of the piece that starts at `offset` in a message of `bytes`. */
+static size_t piece_len(const hetccl_ep_t *ep, size_t bytes, uint64_t offset) {
+  size_t left = bytes - (size_t)offset;
+  return left < ep->chunk ? left : ep->chunk;
+}
+
+static ncclResult_t ep_error(hetccl_ep_t *ep, ncclResult_t res) {
+  if (ep->err == ncclSuccess) ep->err = res;
+  return ep->err;
+}
+
+static const char *wr_kind_str(int kind) {
+  return kind == IB_WR_SEND ? "send" : kind == IB_WR_RECV ? "receive" : "credit write";
+}
+
+ncclResult_t hetccl_ib_ep_post_recv(hetccl_ep_t *ep, uint32_t slot) {
+  struct ibv_sge sge = {.addr = (uintptr_t)recv_slot(ep, slot), .length = (uint32_t)ep->stride,
+                        .lkey = ep->mr->lkey};
+  struct ibv_recv_wr wr = {.wr_id = IB_WR_ID(IB_WR_RECV, slot), .sg_list = &sge, .num_sge = 1};
+  struct ibv_recv_wr *bad = NULL;
+  int rc = ibv_post_recv(ep->qp, &wr, &bad);
+  if (rc != 0) {
+    WARN("ib: rank %d: ibv_post_recv for rank %d: %s", ep->ctx->args.rank, ep->peer,
+         strerror(rc));
+    return ep_error(ep, ncclSystemError);
+  }
+  return ncclSuccess;
+}
+
+static ncclResult_t post_send(hetccl_ep_t *ep, struct ibv_send_wr *wr, const char *what) {
+  struct ibv_send_wr *bad = NULL;
+  int rc = ibv_post_send(ep->qp, wr, &bad);
+  if (rc != 0) {
+    WARN("ib: rank %d: ibv_post_send (%s) to rank %d: %s", ep->ctx->args.rank, what, ep->peer,
+         strerror(rc));
+    return ep_error(ep, ncclSystemError);
+  }
+  return ncclSuccess;
+}
+
+/* ---- completions ----------------------------------------------------------- */
+
+/* A failed completion puts the QP in the error state, and every later work
+ * request is flushed. That is an error only for requests still waiting
+ * (hetccl_ib_ep_check_peer): a peer that finished and closed fails our
+ * last credit write, and must not fail us. */
+static void wc_failed(hetccl_ep_t *ep, const struct ibv_wc *wc) {
+  if (ep->broken) return;
+  ep->broken = 1;
+  snprintf(ep->broken_why, sizeof(ep->broken_why), "%s on a %s (status %d, vendor error 0x%x)",
+           ep->v->wc_status_str(wc->status), wr_kind_str(IB_WR_KIND(wc->wr_id)),
+           (int)wc->status, wc->vendor_err);
+}
+
+static ncclResult_t cq_drain(hetccl_ep_t *ep, size_t *moved) {
+  struct ibv_wc wc[16];
+  for (;;) {
+    int n = ibv_poll_cq(ep->cq, 16, wc);
+    if (n < 0) {
+      WARN("ib: rank %d: ibv_poll_cq for rank %d failed (%d)", ep->ctx->args.rank, ep->peer, n);
+      return ep_error(ep, ncclSystemError);
+    }
+    if (n == 0) return ncclSuccess;
+    *moved += (size_t)n;
+    for (int i = 0; i < n; i++) {
+      if (wc[i].status != IBV_WC_SUCCESS) {
+        wc_failed(ep, &wc[i]);
+        continue;
+      }
+      switch (IB_WR_KIND(wc[i].wr_id)) {
+      case IB_WR_SEND: ep->sdone++; break;
+      case IB_WR_CREDIT: ep->credit_busy = 0; break;
+      case IB_WR_RECV: {
+        uint32_t slot = IB_WR_SLOT(wc[i].wr_id);
+        /* Receive WRs complete in posting order, and slots are reposted in order. */
+        if (slot != ep->rarrived % (uint64_t)ep->slots) {
+          WARN("ib: rank %d: receive from rank %d completed in slot %u, expected %" PRIu64,
+               ep->ctx->args.rank, ep->peer, slot, ep->rarrived % (uint64_t)ep->slots);
+          return ep_error(ep, ncclInternalError);
+        }
+        ep->rlen[slot] = wc[i].byte_len;
+        ep->rarrived++;
+        break;
+      }
+      default:
+        WARN("ib: rank %d: unknown completion 0x%" PRIx64 " from rank %d", ep->ctx->args.rank,
+             (uint64_t)wc[i].wr_id, ep->peer);
+        return ep_error(ep, ncclInternalError);
+      }
+    }
+  }
+}
+
+/* ---- receive side -------------------------------------------------------- */
+
+static ncclResult_t piece_check(hetccl_ep_t *ep, hetccl_req_t *r, const ib_piece_t *pc,
+                                uint32_t landed) {
+  ib_req_priv_t *p = ib_req_priv(r);
+  hetccl_tctx_t *ctx = ep->ctx;
+  if (landed < IB_PIECE_HDR) {
+    WARN("ib: corrupt piece from rank %d: %u bytes, shorter than its header", ep->peer, landed);
+    return ep_error(ep, ncclSystemError);
+  }
+  ncclResult_t res = hetccl_frame_check(&pc->frame, "ib", ctx->args.comm_id, ep->peer, p->seq,
+                                        r->tag, r->bytes, ctx->args.mismatch);
+  if (res != ncclSuccess) return ep_error(ep, res);
+  if (pc->offset != p->offset || pc->len != piece_len(ep, r->bytes, p->offset) ||
+      landed != IB_PIECE_HDR + pc->len) {
+    WARN("ib: corrupt piece from rank %d in message %" PRIu64 ": offset %" PRIu64 " length %"
+         PRIu64 " (%u bytes landed), expected offset %" PRIu64 " length %zu", ep->peer, p->seq,
+         pc->offset, pc->len, landed, p->offset, piece_len(ep, r->bytes, p->offset));
+    return ep_error(ep, ncclSystemError);
+  }
+  return ncclSuccess;
+}
+
+/* Tell the peer how many of its pieces we consumed: one RDMA write at a
+ * time, from a word that is not touched while it is in flight. */
+static ncclResult_t credit_return(hetccl_ep_t *ep) {
+  if (ep->credit_busy || ep->broken || ep->rconsumed == ep->credit_sent) return ncclSuccess;
+  ep->credit->out = ep->rconsumed;
+  struct ibv_sge sge = {.addr = (uintptr_t)&ep->credit->out, .length = sizeof(uint64_t),
+                        .lkey = ep->credit_mr->lkey};
+  struct ibv_send_wr wr;
+  memset(&wr, 0, sizeof(wr));
+  wr.wr_id = IB_WR_ID(IB_WR_CREDIT, 0);
+  wr.sg_list = &sge;
+  wr.num_sge = 1;
+  wr.opcode = IBV_WR_RDMA_WRITE;
+  wr.send_flags = IBV_SEND_SIGNALED;
+  wr.wr.rdma.remote_addr = ep->peer_credit_addr;
+  wr.wr.rdma.rkey = ep->peer_credit_rkey;
+  HETCCL_CHECK(post_send(ep, &wr, "credits"));
+  ep->credit_busy = 1;
+  ep->credit_sent = ep->rconsumed;
+  return ncclSuccess;
+}
+
+static ncclResult_t recv_deliver(hetccl_ep_t *ep, size_t *moved) {
+  while (ep->rq.first && ep->rconsumed < ep->rarrived) {
+    hetccl_req_t *r = ep->rq.first;
+    ib_req_priv_t *p = ib_req_priv(r);
+    uint32_t slot = (uint32_t)(ep->rconsumed % (uint64_t)ep->slots);
+    const ib_piece_t *pc = (const ib_piece_t *)recv_slot(ep, slot);
+    HETCCL_CHECK(piece_check(ep, r, pc, ep->rlen[slot]));
+    size_t len = (size_t)pc->len;
+    if (len > 0 && r->consume)
+      r->consume(r->consume_ctx, (char *)r->buf + p->offset, pc + 1, len);
+    else if (len > 0)
+      memcpy((char *)r->buf + p->offset, pc + 1, len);
+    /* The slot is free again; a broken QP would only flush it. */
+    if (!ep->broken) HETCCL_CHECK(hetccl_ib_ep_post_recv(ep, slot));
+    ep->rconsumed++;
+    p->pieces++;
+    p->offset += len;
+    r->progress = p->offset;
+    *moved += len + 1;
+    if (p->pieces < p->npieces) continue;
+    ep->rq.first = r->next;
+    if (ep->rq.first == NULL) ep->rq.last = NULL;
+    __atomic_store_n(&r->done, 1, __ATOMIC_RELEASE); /* last: the caller may reuse r at once */
+  }
+  return credit_return(ep);
+}
+
+/* ---- send side ----------------------------------------------------------- */
+
+static ncclResult_t send_place(hetccl_ep_t *ep, size_t *moved) {
+  hetccl_tctx_t *ctx = ep->ctx;
+  uint64_t slots = (uint64_t)ep->slots;
+  /* The peer's count only grows; a value beyond what we sent is not one it wrote. */
+  uint64_t credits = __atomic_load_n(&ep->credit->in, __ATOMIC_ACQUIRE);
+  if (credits > ep->sposted) credits = ep->sposted;
+  while (ep->splace && !ep->broken && ep->sposted - ep->sdone < slots &&
+         ep->sposted - credits < slots) {
+    hetccl_req_t *r = ep->splace;
+    ib_req_priv_t *p = ib_req_priv(r);
+    size_t len = piece_len(ep, r->bytes, p->offset);
+    ib_piece_t *pc = (ib_piece_t *)send_slot(ep, ep->sposted);
+    hetccl_frame_fill(&pc->frame, ctx->args.comm_id, ctx->args.rank, p->seq, r->tag, r->bytes);
+    pc->offset = p->offset;
+    pc->len = len;
+    if (len > 0) memcpy(pc + 1, (const char *)r->buf + p->offset, len);
+    struct ibv_sge sge = {.addr = (uintptr_t)pc, .length = (uint32_t)(IB_PIECE_HDR + len),
+                          .lkey = ep->mr->lkey};
+    struct ibv_send_wr wr;
+    memset(&wr, 0, sizeof(wr));
+    wr.wr_id = IB_WR_ID(IB_WR_SEND, ep->sposted % slots);
+    wr.sg_list = &sge;
+    wr.num_sge = 1;
+    wr.opcode = IBV_WR_SEND;
+    wr.send_flags = IBV_SEND_SIGNALED;
+    HETCCL_CHECK(post_send(ep, &wr, "data"));
+    ep->sposted++;
+    p->pieces++;
+    p->offset += len;
+    *moved += len + 1;
+    if (p->pieces == p->npieces) {
+      p->end = ep->sposted;
+      ep->splace = r->next;
+    }
+  }
+  return ncclSuccess;
+}
+
+static void send_retire(hetccl_ep_t *ep) {
+  while (ep->sq.first) {
+    hetccl_req_t *r = ep->sq.first;
+    ib_req_priv_t *p = ib_req_priv(r);
+    if (p->pieces < p->npieces || ep->sdone < p->end) return;
+    ep->sq.first = r->next;
+    if (ep->sq.first == NULL) ep->sq.last = NULL;
+    r->progress = r->bytes;
+    __atomic_store_n(&r->done, 1, __ATOMIC_RELEASE);
+  }
+}
+
+/* ---- posting and progress ------------------------------------------------ */
+
+static ncclResult_t req_init(hetccl_ep_t *ep, hetccl_req_t *r, uint64_t seq, const char *what) {
+  if (r == NULL || (r->bytes > 0 && r->buf == NULL)) {
+    WARN("ib: %s to rank %d with a NULL request or buffer", what, ep->peer);
+    return ncclInvalidArgument;
+  }
+  ib_req_priv_t *p = ib_req_priv(r);
+  memset(p, 0, sizeof(*p));
+  p->seq = seq;
+  p->npieces = r->bytes == 0 ? 1 : (r->bytes + ep->chunk - 1) / ep->chunk;
+  r->done = 0;
+  r->progress = 0;
+  r->next = NULL;
+  return ncclSuccess;
+}
+
+static void enqueue(ib_req_queue_t *q, hetccl_req_t *r) {
+  if (q->last) q->last->next = r; else q->first = r;
+  q->last = r;
+}
+
+ncclResult_t hetccl_ib_isend(hetccl_ep_t *ep, hetccl_req_t *r) {
+  if (ep->err) return ep->err;
+  HETCCL_CHECK(req_init(ep, r, ep->sseq, "send"));
+  ep->sseq++;
+  enqueue(&ep->sq, r);
+  if (ep->splace == NULL) ep->splace = r;
+  size_t moved = 0;
+  return send_place(ep, &moved); /* what credits allow leaves at once */
+}
+
+ncclResult_t hetccl_ib_irecv(hetccl_ep_t *ep, hetccl_req_t *r) {
+  if (ep->err) return ep->err;
+  HETCCL_CHECK(req_init(ep, r, ep->rseq, "receive"));
+  ep->rseq++;
+  enqueue(&ep->rq, r);
+  return ncclSuccess;
+}
+
+ncclResult_t hetccl_ib_progress(hetccl_ep_t *ep, int *idle) {
+  size_t moved = 0;
+  if (idle) *idle = 1;
+  if (ep->err) return ep->err;
+  HETCCL_CHECK(cq_drain(ep, &moved));
+  HETCCL_CHECK(recv_deliver(ep, &moved));
+  HETCCL_CHECK(send_place(ep, &moved));
+  send_retire(ep);
+  if (moved == 0 && (ep->sq.first || ep->rq.first)) HETCCL_CHECK(hetccl_ib_ep_check_peer(ep));
+  if (idle) *idle = moved == 0;
+  return ncclSuccess;
+}

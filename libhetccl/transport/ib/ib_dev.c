@@ -1,0 +1,162 @@
+/* Which verbs device, port and GID a context uses (HETCCL_IB_HCA,
+ * HETCCL_IB_GID_INDEX). Runs on the thread that creates the communicator;
+ * only queries the device. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "transport/ib/ib.h"
+#include "util/knobs.h"
+#include "util/log.h"
+
+static const char *port_state_str(enum ibv_port_state s) {
+  switch (s) {
+  case IBV_PORT_DOWN: return "down";
+  case IBV_PORT_INIT: return "init";
+  case IBV_PORT_ARMED: return "armed";
+  case IBV_PORT_ACTIVE: return "active";
+  default: return "not active";
+  }
+}
+
+/* verbs.h's ibv_query_port is an inline wrapper that calls the exported
+ * ibv_query_port with the compat struct (a prefix of ibv_port_attr) when
+ * the provider has no extended query: we call the exported function the
+ * same way, with the whole struct zeroed. */
+static int port_query(const hetccl_ib_verbs_t *v, struct ibv_context *c, uint8_t port,
+                      struct ibv_port_attr *attr) {
+  memset(attr, 0, sizeof(*attr));
+  return v->query_port(c, port, (struct _compat_ibv_port_attr *)attr);
+}
+
+static int gid_is_v4_mapped(const union ibv_gid *g) {
+  static const uint8_t prefix[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
+  return memcmp(g->raw, prefix, sizeof(prefix)) == 0;
+}
+
+static int gid_is_zero(const union ibv_gid *g) {
+  static const uint8_t zero[16];
+  return memcmp(g->raw, zero, sizeof(zero)) == 0;
+}
+
+/* The default GID index: on Ethernet (RoCE), the first IPv4-mapped GID,
+ * preferring RoCE v2 where the library can tell the type (v2 is routable;
+ * v1 is not); else 0. */
+static int gid_pick(const hetccl_ib_verbs_t *v, hetccl_ib_dev_t *dev, int tbl_len) {
+  int v4_any = -1;
+  if (dev->link_layer != IBV_LINK_LAYER_ETHERNET) return 0;
+  for (int i = 0; i < tbl_len; i++) {
+    union ibv_gid g;
+    if (v->query_gid(dev->vctx, dev->port, i, &g) != 0 || gid_is_zero(&g) ||
+        !gid_is_v4_mapped(&g))
+      continue;
+    if (v->query_gid_ex == NULL) return i;
+    struct ibv_gid_entry e;
+    memset(&e, 0, sizeof(e));
+    if (v->query_gid_ex(dev->vctx, dev->port, (uint32_t)i, &e, 0, sizeof(e)) == 0 &&
+        e.gid_type == IBV_GID_TYPE_ROCE_V2)
+      return i;
+    if (v4_any < 0) v4_any = i;
+  }
+  return v4_any >= 0 ? v4_any : 0;
+}
+
+/* "name" or "name:port" into name and port (0: any). */
+static ncclResult_t hca_parse(const char *knob, char *name, size_t len, int *port) {
+  const char *colon = strchr(knob, ':');
+  size_t n = colon ? (size_t)(colon - knob) : strlen(knob);
+  char *end = NULL;
+  *port = 0;
+  if (colon) {
+    long p = strtol(colon + 1, &end, 10);
+    if (end == colon + 1 || *end != '\0' || p < 1 || p > 255) {
+      WARN("HETCCL_IB_HCA=%s: expected a device name, optionally followed by :port", knob);
+      return ncclInvalidArgument;
+    }
+    *port = (int)p;
+  }
+  if (n == 0 || n >= len) {
+    WARN("HETCCL_IB_HCA=%s: expected a device name, optionally followed by :port", knob);
+    return ncclInvalidArgument;
+  }
+  memcpy(name, knob, n);
+  name[n] = '\0';
+  return ncclSuccess;
+}
+
+/* First active port of an open device (or `want`, if active); 0 if none.
+ * Appends what it saw to `seen` for the message when nothing fits. */
+static int port_find(const hetccl_ib_verbs_t *v, struct ibv_context *c, const char *name,
+                     int want, struct ibv_port_attr *attr, char *seen, size_t seen_len) {
+  struct ibv_device_attr da;
+  if (v->query_device(c, &da) != 0) return 0;
+  for (int p = 1; p <= da.phys_port_cnt; p++) {
+    if (want && p != want) continue;
+    size_t used = strlen(seen);
+    if (port_query(v, c, (uint8_t)p, attr) != 0) {
+      snprintf(seen + used, seen_len - used, " %s:%d (query failed)", name, p);
+      continue;
+    }
+    snprintf(seen + used, seen_len - used, " %s:%d (%s)", name, p, port_state_str(attr->state));
+    if (attr->state == IBV_PORT_ACTIVE) return p;
+  }
+  return 0;
+}
+
+ncclResult_t hetccl_ib_dev_open(const hetccl_ib_verbs_t *v, int rank, hetccl_ib_dev_t *dev) {
+  const char *hca = hetccl_knob_str(HETCCL_KNOB_IB_HCA);
+  char want_name[64] = "", seen[512] = "";
+  int want_port = 0, ndev = 0;
+  if (hca[0] && hca_parse(hca, want_name, sizeof(want_name), &want_port) != ncclSuccess)
+    return ncclInvalidArgument;
+  struct ibv_device **list = v->get_device_list(&ndev);
+  if (list == NULL) {
+    WARN("ib: rank %d: cannot list verbs devices (no RDMA stack in this kernel?): %s", rank, strerror(errno));
+    return ncclSystemError;
+  }
+  struct ibv_port_attr attr;
+  memset(dev, 0, sizeof(*dev));
+  for (int i = 0; i < ndev && dev->vctx == NULL; i++) {
+    const char *name = v->get_device_name(list[i]);
+    if (want_name[0] && strcmp(name, want_name) != 0) continue;
+    struct ibv_context *c = v->open_device(list[i]);
+    if (c == NULL) {
+      size_t used = strlen(seen);
+      snprintf(seen + used, sizeof(seen) - used, " %s (cannot open: %s)", name, strerror(errno));
+      continue;
+    }
+    int port = port_find(v, c, name, want_port, &attr, seen, sizeof(seen));
+    if (port == 0) {
+      v->close_device(c);
+      continue;
+    }
+    dev->vctx = c;
+    dev->port = (uint8_t)port;
+    snprintf(dev->name, sizeof(dev->name), "%s", name);
+  }
+  v->free_device_list(list);
+  if (dev->vctx == NULL) {
+    WARN("ib: rank %d: no verbs device with an active port%s%s (found:%s)", rank,
+         hca[0] ? " matching HETCCL_IB_HCA=" : "", hca, seen[0] ? seen : " none");
+    return ncclSystemError;
+  }
+  dev->link_layer = attr.link_layer;
+  dev->mtu = (uint8_t)attr.active_mtu;
+  dev->lid = attr.lid;
+  int gid_index = (int)hetccl_knob_int(HETCCL_KNOB_IB_GID_INDEX);
+  if (gid_index < 0) gid_index = gid_pick(v, dev, attr.gid_tbl_len);
+  if (v->query_gid(dev->vctx, dev->port, gid_index, &dev->gid) != 0) {
+    WARN("ib: rank %d: %s port %d has no GID at index %d (HETCCL_IB_GID_INDEX): %s", rank,
+         dev->name, dev->port, gid_index, strerror(errno));
+    hetccl_ib_dev_close(v, dev);
+    return ncclSystemError;
+  }
+  dev->gid_index = gid_index;
+  return ncclSuccess;
+}
+
+void hetccl_ib_dev_close(const hetccl_ib_verbs_t *v, hetccl_ib_dev_t *dev) {
+  if (dev->vctx) v->close_device(dev->vctx);
+  dev->vctx = NULL;
+}

@@ -1,0 +1,328 @@
+"""The ib transport (RDMA verbs) on a real kernel verbs stack.
+
+Marked `rdma`: skipped where no verbs device has an active port (CI, this
+development machine). Inside a Soft-RoCE VM (the rxe-vm tool) they run
+real processes with HETCCL_TRANSPORT=ib; tools/rdma/run_vm.sh is the
+command (docs/transports.md):
+
+- every collective, every type and operator, counts 0/7/1031 and a
+  multi-chunk size, in place and not, on 2, 3 and 4 ranks, and with 64-byte
+  pieces and 2 slots so that every message is many pieces (the checks and
+  the reference are test_collectives.py's);
+- ranks that disagree (operation, count, root, and a plain size mismatch
+  with signatures off): ncclInvalidUsage;
+- a peer killed during traffic or between calls: ncclRemoteError naming
+  it, within a few seconds;
+- 50 init/destroy cycles leave fds, threads and mappings as they were;
+- two VMs joined by a wire (`--hosts 2`): send/recv and allreduce across
+  them, forced (HETCCL_TRANSPORT=ib) and by HETCCL_IB_ENABLE=1 under auto.
+
+One test runs where there is no device: HETCCL_TRANSPORT=ib then fails
+init with ncclSystemError and a message saying why.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any, Dict, List, Optional
+
+import numpy as np
+import pytest
+
+import hetccl
+from conftest import active_verbs_device
+from hetccl import nccl
+from hetccl.errors import NcclError
+from hetccl.nccl import NcclCommunicator
+from test_collectives import LARGE_SET, MOVE, SMALL_CHUNKS, SUM, Sweep, rank_sweep
+from test_failures import (INVALID_USAGE, MISMATCH_CASES, REMOTE, SAME_ROOT_CASES, SYSTEM,
+                           Outcome, _describe, _die, _die_after, _error, _learned, _names_rank,
+                           _ok_results, _run_ranks, rank_mismatch)
+from test_leaks import LEAK_SCRIPT, RSS_BOUND_KIB
+
+pytestmark = pytest.mark.usefixtures("hetccl_library")
+
+IB = (("HETCCL_TRANSPORT", "ib"),)
+IB_ENV = dict(IB)
+F32 = nccl.NCCL_FLOAT32
+DEAD_PEER_BOUND_S = 5.0
+MAX_SHOWN = 40
+
+# -- every collective ------------------------------------------------------------------
+
+IB_SMALL_PIECES = IB + SMALL_CHUNKS + (("HETCCL_IB_CHUNK", "64"), ("HETCCL_IB_SLOTS", "2"))
+IB_SWEEPS = [
+    Sweep("n2-ib", 2, IB, counts=(0, 7, 1031), large=LARGE_SET),
+    Sweep("n3-ib", 3, IB, counts=(0, 7, 1031),
+          large=(("allreduce", "float32", SUM), ("reducescatter", "float32", SUM),
+                 ("allgather", "uint8", MOVE))),
+    Sweep("n4-ib", 4, IB, counts=(7,)),
+    Sweep("n2-ib-small-pieces", 2, IB_SMALL_PIECES, counts=(1, 1031)),
+    Sweep("n3-ib-small-pieces", 3, IB_SMALL_PIECES, counts=(1, 1031)),
+]
+
+
+@pytest.mark.rdma
+@pytest.mark.timeout(900)
+@pytest.mark.parametrize("spec", IB_SWEEPS, ids=[s.name for s in IB_SWEEPS])
+def test_ib_sweep(spec: Sweep) -> None:
+    t0 = time.monotonic()
+    results = hetccl.launch(rank_sweep, spec.nranks, spec, env=dict(spec.env), timeout=840)
+    failures = [line for _checks, lines in results for line in lines]
+    checks = sum(c for c, _lines in results)
+    print(f"\n[ib sweep] {spec.name}: {checks} checks in {time.monotonic() - t0:.1f} s")
+    assert checks > 0
+    shown = "\n".join(failures[:MAX_SHOWN])
+    assert not failures, f"{len(failures)} of {checks} checks failed:\n{shown}"
+
+
+# -- ranks that disagree ---------------------------------------------------------------
+
+MISMATCH_ENV = {**IB_ENV, "HETCCL_TIMEOUT": "2"}
+
+
+@pytest.mark.rdma
+@pytest.mark.timeout(180)
+@pytest.mark.parametrize("n", [2, 3])
+def test_ib_mismatch_is_invalid_usage(n: int) -> None:
+    """test_failures' disagreeing ranks over ib: every rank ends with
+    ncclInvalidUsage (the receiver that sees the odd frame names both
+    operations; the others learn it through the failure notes)."""
+    uids = [nccl.unique_id_to_hex(nccl.get_unique_id()) for _ in MISMATCH_CASES]
+    results = _run_ranks(rank_mismatch, n, uids, MISMATCH_CASES, env=MISMATCH_ENV, timeout=150)
+    ranks = _ok_results(results, range(n))
+    wrong = []
+    for case in MISMATCH_CASES:
+        outs = [got[case] for got in ranks]
+        for r, o in enumerate(outs):
+            print(f"\n[ib mismatch] n={n} {case}: rank {r} -> {_describe(o)}")
+        wrong += [f"{case}: rank {r}: {_describe(o)}" for r, o in enumerate(outs)
+                  if _learned(o).get("name") != INVALID_USAGE]
+        if case in SAME_ROOT_CASES and not any(
+                o.get("name") == INVALID_USAGE and "different operation" in o["message"]
+                for o in outs):
+            wrong.append(f"{case}: no rank named the two operations")
+    assert not wrong, "\n".join(wrong)
+
+
+def rank_size_mismatch(rank: int, n: int, uid: str, barrier: Any) -> Outcome:
+    """Signatures off (HETCCL_CHECK_MISMATCH=0): rank 0 sends 1000 floats,
+    rank 1 posts a receive of 500. Only the frame's byte count can tell."""
+    comm = NcclCommunicator(n, uid, rank)
+    x = np.ones(1000, dtype=np.float32)
+    t0 = time.monotonic()
+    try:
+        if rank == 0:
+            comm.send(int(x.ctypes.data), 1000, F32, 1)
+            comm.allReduce(int(x.ctypes.data), int(x.ctypes.data), 1, F32, SUM)
+        else:
+            comm.recv(int(x.ctypes.data), 500, F32, 0)
+        out: Outcome = {"kind": "ok"}
+    except NcclError as e:
+        out = _error(e, time.monotonic() - t0)
+    barrier.wait(30)
+    comm.abort()
+    return out
+
+
+@pytest.mark.rdma
+@pytest.mark.timeout(90)
+def test_ib_size_mismatch_on_the_receiver() -> None:
+    env = {**MISMATCH_ENV, "HETCCL_CHECK_MISMATCH": "0"}
+    sender, receiver = _ok_results(_run_ranks(rank_size_mismatch, 2, env=env), range(2))
+    print(f"\n[ib size mismatch] sender: {_describe(sender)}\n  receiver: {_describe(receiver)}")
+    assert receiver.get("name") == INVALID_USAGE, receiver
+    assert "4000 bytes" in receiver["message"] and "2000" in receiver["message"], receiver
+    assert sender["kind"] == "error", sender  # told by the receiver's note, or timed out
+
+
+# -- a dead peer -----------------------------------------------------------------------
+
+DEAD_COUNT = 1 << 18  # float32 elements: 1 MiB, several pieces
+
+
+def rank_ib_dead_peer(rank: int, n: int, uid: str, barrier: Any, case: str,
+                      victim: int) -> Outcome:
+    """The victim SIGKILLs itself during a stream of allreduces ("during") or
+    before the survivors' next call ("between")."""
+    comm = NcclCommunicator(n, uid, rank)
+    x = np.ones(DEAD_COUNT, dtype=np.float32)
+    y = np.zeros(DEAD_COUNT, dtype=np.float32)
+    xp, yp = int(x.ctypes.data), int(y.ctypes.data)
+    comm.allReduce(xp, yp, DEAD_COUNT, F32, SUM)  # connections are up, data flows
+    if y[0] != n:
+        return {"kind": "wrong", "value": float(y[0])}
+    got: Optional[NcclError] = None
+    t0 = time.monotonic()
+    try:
+        if case == "during":
+            if rank == victim:
+                _die_after(0.2)
+            for _ in range(100000):
+                comm.allReduce(xp, yp, DEAD_COUNT, F32, SUM)
+        else:
+            if rank == victim:
+                _die()
+            comm.allReduce(xp, yp, 1024, F32, SUM)
+    except NcclError as e:
+        got = e
+    elapsed = time.monotonic() - t0
+    if got is None:
+        comm.abort()
+        return {"kind": "ok", "s": elapsed}
+    out = _error(got, elapsed)
+    try:
+        barrier.wait(DEAD_PEER_BOUND_S + 5)
+    except threading.BrokenBarrierError:
+        pass
+    t1 = time.monotonic()
+    comm.abort()
+    out["abort_s"] = time.monotonic() - t1
+    return out
+
+
+@pytest.mark.rdma
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("case", ["during", "between"])
+@pytest.mark.parametrize("n", [2, 3])
+def test_ib_dead_peer(case: str, n: int) -> None:
+    victim = n - 1 if n == 2 else 1
+    results = _run_ranks(rank_ib_dead_peer, n, case, victim, env=IB_ENV, survivors=n - 1,
+                         timeout=90)
+    assert results[victim][0] == "died", results[victim]
+    survivors = [r for r in range(n) if r != victim]
+    wrong = []
+    for r, got in zip(survivors, _ok_results(results, survivors)):
+        print(f"\n[ib dead peer] {case} n={n}: rank {r} -> {got.get('name')} after "
+              f"{got.get('s', 0):.3f} s: {got.get('message')!r}")
+        if got["kind"] != "error":
+            wrong.append(f"rank {r}: no error: {got}")
+            continue
+        if got["name"] not in (REMOTE, SYSTEM):
+            wrong.append(f"rank {r}: {got['name']}, want {REMOTE}")
+        if not _names_rank(got["message"], victim):
+            wrong.append(f"rank {r}: message does not name dead rank {victim}: "
+                         f"{got['message']!r}")
+        if got["s"] > DEAD_PEER_BOUND_S:
+            wrong.append(f"rank {r}: error after {got['s']:.1f} s > {DEAD_PEER_BOUND_S} s")
+        if got["abort_s"] > 2.0:
+            wrong.append(f"rank {r}: ncclCommAbort took {got['abort_s']:.1f} s")
+    assert not wrong, "\n".join(wrong)
+
+
+# -- nothing leaks ---------------------------------------------------------------------
+
+IB_LEAK_CYCLES = 50
+
+
+@pytest.mark.rdma
+@pytest.mark.timeout(300)
+def test_ib_no_leaks_over_init_destroy_cycles() -> None:
+    """test_leaks' cycle (initAll(2) + allreduce + destroy) over ib: each
+    cycle opens the device, registers memory and makes queue pairs; after
+    50 the process has the fds, threads and mappings it had."""
+    env = {**os.environ, **IB_ENV}
+    proc = subprocess.run([sys.executable, "-c", LEAK_SCRIPT, str(IB_LEAK_CYCLES), "5"],
+                          capture_output=True, text=True, timeout=280, env=env)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    got = json.loads(proc.stdout.strip().splitlines()[-1])
+    print(f"\n[ib leak] {IB_LEAK_CYCLES} cycles: before {got['before']}, after {got['after']}, "
+          f"peak {got['peak']}")
+    before, after = got["before"], got["after"]
+    for what in ("fds", "threads", "maps"):
+        assert after[what] <= before[what], (what, got)
+    assert after["rss_kib"] <= before["rss_kib"] + RSS_BOUND_KIB, got
+
+
+# -- two hosts -------------------------------------------------------------------------
+
+TWO_HOSTS = os.environ.get("RXE_VM_PEER") is not None
+UID_WAIT_S = 120.0
+
+
+def _shared_uid(name: str) -> str:
+    """Host 0 makes the unique id and leaves it in a file of the shared
+    directory; host 1 waits for it. HETCCL_RDMA_RUN names the run, so that a
+    file of an earlier run is never read."""
+    run = os.environ.get("HETCCL_RDMA_RUN", "default")
+    path = Path(f".rdma-uid-{run}-{name}")
+    if os.environ["RXE_VM_HOST"] == "0":
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(nccl.unique_id_to_hex(nccl.get_unique_id()))
+        tmp.rename(path)
+        return path.read_text()
+    deadline = time.monotonic() + UID_WAIT_S
+    while not path.exists():
+        assert time.monotonic() < deadline, f"host 0 wrote no {path} in {UID_WAIT_S} s"
+        time.sleep(0.2)
+    return path.read_text()
+
+
+def rank_two_hosts(rank: int, n: int, uid: str, barrier: Any) -> Dict[str, Any]:
+    me = int(os.environ["RXE_VM_HOST"])
+    comm = NcclCommunicator(2, uid, me)
+    out: Dict[str, Any] = {"checked": []}
+    try:
+        for count in (0, 7, 1031, 1 << 20):  # 4 MiB: 32 pieces of 128 KiB
+            x = (np.arange(count, dtype=np.float32) % 1000) + me
+            y = np.full(count, -1, dtype=np.float32)
+            nccl.groupStart()
+            comm.send(int(x.ctypes.data), count, F32, 1 - me)
+            comm.recv(int(y.ctypes.data), count, F32, 1 - me)
+            nccl.groupEnd()
+            want = (np.arange(count, dtype=np.float32) % 1000) + (1 - me)
+            assert (y == want).all(), f"sendrecv {count}: wrong data"
+            comm.allReduce(int(x.ctypes.data), int(y.ctypes.data), count, F32, SUM)
+            want = 2 * (np.arange(count, dtype=np.float32) % 1000) + 1
+            assert (y == want).all(), f"allreduce {count}: wrong data"
+            out["checked"].append(count)
+    finally:
+        comm.destroy()
+    return out
+
+
+@pytest.mark.rdma
+@pytest.mark.timeout(300)
+@pytest.mark.skipif(not TWO_HOSTS, reason="needs two VMs: tools/rdma/run_vm.sh --hosts 2")
+@pytest.mark.parametrize("mode", ["forced", "auto"])
+def test_ib_two_hosts(mode: str, tmp_path: Path) -> None:
+    """One rank per VM; the pair goes over rxe0 on the wire between them."""
+    uid = _shared_uid(mode)
+    env = {"HETCCL_DEBUG": "INFO", "HETCCL_DEBUG_SUBSYS": "NET",
+           "HETCCL_DEBUG_FILE": str(tmp_path / "log.%p")}
+    env.update(IB_ENV if mode == "forced" else {"HETCCL_TRANSPORT": "auto",
+                                                 "HETCCL_IB_ENABLE": "1"})
+    results = _run_ranks(rank_two_hosts, 1, env=env, uid=uid, timeout=240)
+    got = _ok_results(results, [0])[0]
+    log = "".join(p.read_text() for p in tmp_path.glob("log.*"))
+    print(f"\n[ib two hosts] {mode}: host {os.environ['RXE_VM_HOST']} checked {got['checked']}")
+    assert got["checked"] == [0, 7, 1031, 1 << 20]
+    assert "ib rank" in log and "connected on" in log, log[-2000:]
+
+
+# -- no device ---------------------------------------------------------------------------
+
+def rank_no_device(rank: int, n: int, uid: str, barrier: Any) -> Outcome:
+    try:
+        comm = NcclCommunicator(n, uid, rank)
+    except NcclError as e:
+        return _error(e, 0.0)
+    comm.abort()
+    return {"kind": "ok"}
+
+
+@pytest.mark.timeout(90)
+@pytest.mark.skipif(active_verbs_device() is not None, reason="a verbs device is active here")
+def test_ib_without_a_device_fails_init_with_a_reason() -> None:
+    env = {**IB_ENV, "HETCCL_CONNECT_TIMEOUT": "5"}
+    outs = _ok_results(_run_ranks(rank_no_device, 2, env=env), range(2))
+    for o in outs:
+        print(f"\n[ib without device] {_describe(o)}")
+    assert any(o.get("name") == SYSTEM and "ib:" in o["message"] for o in outs), outs
+    assert all(o["kind"] == "error" for o in outs), outs

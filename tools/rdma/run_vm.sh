@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# Run the rdma tests (tests/test_ib.py) or any command inside a Soft-RoCE VM
+# (the rxe-vm tool: $RXE_VM, default ../shared/tools/rxe-vm beside the
+# checkout), against the library built in BUILD.
+#
+#   tools/rdma/run_vm.sh [--hosts 1|2] [--build DIR] [-- CMD ARGS...]
+#
+# Default CMD: python3 -m pytest -q -m rdma tests/test_ib.py (with -s for the
+# figures). With --hosts 2 both VMs run CMD; the tests then add the
+# two-host cases, exchanging the unique id through a file in the checkout
+# (named by HETCCL_RDMA_RUN, fresh per run). Run from anywhere.
+set -euo pipefail
+
+top="$(cd "$(dirname "$0")/../.." && pwd)"
+hosts=1 build="$top/build-ib"
+while [[ $# -gt 0 ]]; do
+  case "$1" in
+    --hosts) hosts="$2"; shift 2 ;;
+    --build) build="$(cd "$2" && pwd)"; shift 2 ;;
+    --) shift; break ;;
+    -h|--help) sed -n '2,11p' "$0"; exit 0 ;;
+    *) echo "run_vm.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
+  esac
+done
+[[ -f "$build/libhetccl/libhetccl.so" ]] || {
+  echo "run_vm.sh: no $build/libhetccl/libhetccl.so (meson setup build-ib && ninja -C build-ib)" >&2
+  exit 2
+}
+[[ $# -gt 0 ]] || set -- python3 -m pytest -q -s -m rdma tests/test_ib.py
+
+# qemu's TCG default CPU (qemu64) lacks SSE4.2 and POPCNT, which numpy 2
+# wheels require (the tests die with "Illegal instruction"): rxe-vm finds
+# qemu on PATH, so a wrapper first on PATH asks for every feature TCG
+# emulates (-cpu max). The VM is otherwise rxe-vm's own.
+qemu="$(command -v qemu-system-x86_64 || true)"
+wrap="$(mktemp -d)"
+if [[ -n "$qemu" ]]; then
+  printf '#!/bin/sh\nexec %q -cpu max "$@"\n' "$qemu" > "$wrap/qemu-system-x86_64"
+  chmod +x "$wrap/qemu-system-x86_64"
+  export PATH="$wrap:$PATH"
+fi
+
+run="$(date +%s)-$$"
+# The guest's /dev is a bare devtmpfs: multiprocessing (and shm) want /dev/shm.
+cmd="{ [ -d /dev/shm ] || { mkdir -p /dev/shm && mount -t tmpfs tmpfs /dev/shm; }; } && cd '$top' && export HETCCL_LIBRARY='$build/libhetccl/libhetccl.so' PYTHONPATH='$top/python' \
+HETCCL_RDMA_RUN='$run' && $(printf '%q ' "$@")"
+cd "$top"
+trap 'rm -rf "$wrap"; rm -f "$top"/.rdma-uid-"$run"-*' EXIT
+"${RXE_VM:-$top/../shared/tools/rxe-vm}" --hosts "$hosts" -- sh -c "$cmd"
