@@ -132,6 +132,19 @@ ncclResult_t hetccl_group_start(void) {
   return ncclSuccess;
 }
 
+/* The end of a hand-off to proxies: a blocking caller waits for every job
+ * posted against sync, a nonblocking one hears "in progress". */
+static ncclResult_t sync_finish(hetccl_sync_t *sync, int wait, ncclResult_t res) {
+  if (wait) {
+    ncclResult_t r = hetccl_sync_wait(sync);
+    if (res == ncclSuccess) res = r;
+  } else if (res == ncclSuccess) {
+    res = ncclInProgress;
+  }
+  hetccl_sync_release(sync);
+  return res;
+}
+
 static ncclResult_t run_inits(deferred_init_t *inits) {
   hetccl_sync_t *sync = hetccl_sync_new();
   ncclResult_t res = ncclSuccess;
@@ -157,16 +170,7 @@ static ncclResult_t run_inits(deferred_init_t *inits) {
     free(inits);
     inits = next;
   }
-  if (sync) {
-    if (any_blocking) {
-      ncclResult_t r = hetccl_sync_wait(sync);
-      if (res == ncclSuccess) res = r;
-    } else if (res == ncclSuccess) {
-      res = ncclInProgress;
-    }
-    hetccl_sync_release(sync);
-  }
-  return res;
+  return sync ? sync_finish(sync, any_blocking, res) : res;
 }
 
 /* Host-buffer shares of a group, one list per communicator: inline when a
@@ -194,14 +198,7 @@ static ncclResult_t run_host_shares(ncclComm_t *comms, hetccl_task_t **lists, in
     ncclResult_t r = post_tasks(comms[i], lists[i], sync);
     if (res == ncclSuccess) res = r;
   }
-  if (all_blocking) {
-    ncclResult_t r = hetccl_sync_wait(sync);
-    if (res == ncclSuccess) res = r;
-  } else if (res == ncclSuccess) {
-    res = ncclInProgress;
-  }
-  hetccl_sync_release(sync);
-  return res;
+  return sync_finish(sync, all_blocking, res);
 }
 
 /* Run a list of tasks (any communicators, call order). */
