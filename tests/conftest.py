@@ -40,6 +40,15 @@ def _have_gpu() -> bool:
     return out.returncode == 0 and "GPU" in out.stdout
 
 
+def torch_cuda_ok() -> bool:
+    """torch imports and sees a CUDA device (what the cuda tests drive)."""
+    try:
+        import torch
+        return torch.cuda.is_available()
+    except Exception:
+        return False
+
+
 def active_verbs_device() -> Optional[str]:
     """Name of an RDMA device with an active port (the kernel's view in
     sysfs, no verbs library needed), or None."""

@@ -18,6 +18,7 @@ import textwrap
 
 import pytest
 
+from conftest import torch_cuda_ok
 from libpath import find_library
 
 pytestmark = pytest.mark.cuda
@@ -25,15 +26,7 @@ pytestmark = pytest.mark.cuda
 LIB = find_library()
 
 
-def _cuda_ok() -> bool:
-    try:
-        import torch
-        return torch.cuda.is_available()
-    except Exception:
-        return False
-
-
-if LIB is None or not _cuda_ok():
+if LIB is None or not torch_cuda_ok():
     pytest.skip("needs libhetccl.so and torch with a CUDA device", allow_module_level=True)
 
 # Shared prologue of the child programs: ctypes bindings of the few calls used.

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from conftest import torch_cuda_ok
 from libpath import find_library
 
 pytestmark = pytest.mark.cuda
@@ -24,15 +25,7 @@ LIB = find_library()
 RANK_PY = Path(__file__).with_name("cuda_engine_rank.py")
 
 
-def _cuda_ok() -> bool:
-    try:
-        import torch
-        return torch.cuda.is_available()
-    except Exception:
-        return False
-
-
-if LIB is None or not _cuda_ok():
+if LIB is None or not torch_cuda_ok():
     pytest.skip("needs libhetccl.so and torch with a CUDA device", allow_module_level=True)
 
 

@@ -135,6 +135,9 @@ static ncclResult_t coll_submit(ncclComm_t comm, const coll_args_t *a, void *str
   t->coll.count = a->count;
   t->coll.dtype = a->dtype;
   t->coll.root = a->root == NO_ROOT ? 0 : a->root;
+  int is_root = comm->rank == a->root;
+  t->in_bytes = a->send_root_only && !is_root ? 0 : a->count * a->send_mul * elem;
+  t->out_bytes = a->recv_root_only && !is_root ? 0 : a->count * a->recv_mul * elem;
   ncclResult_t res = a->has_op ? hetccl_comm_resolve_op(comm, a->op, a->dtype, &t->coll.op)
                                : ncclSuccess;
   if (res == ncclSuccess) res = classify_buffers(comm, a->fn, a->sendbuf, a->recvbuf, stream, t);
@@ -202,7 +205,7 @@ ncclResult_t ncclBcast(void *buff, size_t count, ncclDataType_t datatype, int ro
   HETCCL_REENTRY(Bcast, buff, count, datatype, root, comm, stream);
   FORWARD(comm, Bcast, buff, count, datatype, root, comm->vcomm, stream);
   coll_args_t a = {"ncclBcast", HETCCL_FUNC_BROADCAST, buff, buff, count, datatype,
-                   ncclSum, 0, root, 1, 1, 0, 0};
+                   ncclSum, 0, root, 1, 1, 1, 0};
   return coll_engine(comm, &a, stream);
 }
 
@@ -399,6 +402,8 @@ static ncclResult_t p2p_submit(ncclComm_t comm, const char *fn, hetccl_task_kind
   t->peer = peer;
   t->buf = buf;
   t->bytes = count * elem;
+  t->in_bytes = sends ? t->bytes : 0;
+  t->out_bytes = sends ? 0 : t->bytes;
   t->tag = hetccl_knob_int(HETCCL_KNOB_CHECK_MISMATCH) ? hetccl_comm_p2p_tag(t->bytes) : 0;
   return hetccl_group_enqueue(t);
 }

@@ -57,32 +57,6 @@ typedef struct devpath_job {
 
 static size_t align_up(size_t n) { return (n + STAGE_ALIGN - 1) & ~(size_t)(STAGE_ALIGN - 1); }
 
-/* Bytes a task reads from its send buffer and writes to its receive buffer
- * on this rank. */
-static void task_io(const hetccl_task_t *t, int rank, int n, size_t *in, size_t *out) {
-  if (t->kind == HETCCL_TASK_SEND) {
-    *in = t->bytes, *out = 0;
-    return;
-  }
-  if (t->kind == HETCCL_TASK_RECV) {
-    *in = 0, *out = t->bytes;
-    return;
-  }
-  size_t c = t->coll.count * hetccl_dtype_size(t->coll.dtype), all = c * (size_t)n;
-  int root = rank == t->coll.root;
-  switch (t->coll.func) {
-    case HETCCL_FUNC_ALLREDUCE: *in = c, *out = c; break;
-    case HETCCL_FUNC_BROADCAST: *in = root ? c : 0, *out = c; break;
-    case HETCCL_FUNC_REDUCE: *in = c, *out = root ? c : 0; break;
-    case HETCCL_FUNC_ALLGATHER: *in = c, *out = all; break;
-    case HETCCL_FUNC_REDUCESCATTER: *in = all, *out = c; break;
-    case HETCCL_FUNC_ALLTOALL: *in = all, *out = all; break;
-    case HETCCL_FUNC_GATHER: *in = c, *out = root ? all : 0; break;
-    case HETCCL_FUNC_SCATTER: *in = root ? all : 0, *out = c; break;
-    default: *in = c, *out = c; break;
-  }
-}
-
 static const void **task_send(hetccl_task_t *t) {
   return t->kind == HETCCL_TASK_COLL ? &t->coll.sendbuf : (const void **)&t->buf;
 }
@@ -230,13 +204,13 @@ static ncclResult_t stream_join(const hetccl_runtime_t *rt, void *to, void *from
 /* Lay the batch out in one block: each staged output, and each staged input
  * that does not lie inside its own task's output (in place), gets a slice.
  * Returns the bytes needed; fills plans[i] except host pointers. */
-static size_t plan_batch(ncclComm_t comm, hetccl_task_t *tasks, stage_plan_t *plans) {
+static size_t plan_batch(hetccl_task_t *tasks, stage_plan_t *plans) {
   size_t need = 0;
   int i = 0;
   for (hetccl_task_t *t = tasks; t; t = t->next, i++) {
     stage_plan_t *p = &plans[i];
     memset(p, 0, sizeof(*p));
-    task_io(t, comm->rank, comm->nranks, &p->in, &p->out);
+    p->in = t->in_bytes, p->out = t->out_bytes;
     if (t->stage_recv) {
       p->drecv = *task_recv(t);
       need += align_up(p->out);
@@ -292,7 +266,7 @@ ncclResult_t hetccl_devpath_launch(ncclComm_t comm, hetccl_task_t *tasks) {
     res = ncclSystemError;
     goto fail;
   }
-  size_t need = plan_batch(comm, tasks, plans);
+  size_t need = plan_batch(tasks, plans);
   if (need) HETCCL_CHECK_GOTO(block_acquire(dp, need, &block), res, fail);
   plan_place(tasks, plans, block ? block->host : NULL);
 

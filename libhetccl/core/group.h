@@ -29,9 +29,12 @@ typedef struct hetccl_task {
   size_t bytes;
   uint64_t tag;
   /* Device buffers on an engine communicator (core/devpath.h): which ones
-   * are staged through pinned host memory, ordered on `stream`. */
+   * are staged through pinned host memory, ordered on `stream`, and the
+   * bytes this rank reads from its send buffer and writes to its receive
+   * buffer (api/coll.c, from the function's buffer sizes). */
   void *stream;
   uint8_t stage_send, stage_recv;
+  size_t in_bytes, out_bytes;
   struct hetccl_task *next;
 } hetccl_task_t;
 

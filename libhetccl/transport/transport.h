@@ -217,6 +217,22 @@ ncclResult_t hetccl_frame_check(const hetccl_frame_hdr_t *h, const char *transpo
 ncclResult_t hetccl_fail_note_received(const hetccl_fail_note_t *note, const char *transport,
                                        int peer, hetccl_fail_note_t *keep);
 
+/* The identity that opens every transport connection: the first bytes of
+ * each transport's handshake (base/frame.c). */
+typedef struct hetccl_hello {
+  uint64_t magic; /* the transport's own */
+  uint64_t comm_id;
+  uint64_t secret;
+  int32_t rank, nranks;
+} hetccl_hello_t;
+
+hetccl_hello_t hetccl_hello_make(uint64_t magic, const hetccl_transport_args_t *args);
+/* Why a listener drops a connection that opens with h, or NULL if it may
+ * join: another transport's or nobody's handshake, another communicator, or
+ * a rank that does not connect here (only lower ranks p with use[p] set). */
+const char *hetccl_hello_refusal(const hetccl_hello_t *h, uint64_t magic,
+                                 const hetccl_transport_args_t *args, const uint8_t *use);
+
 /* The note line (base/note_line.c), a TCP connection per pair that carries
  * only a failure note. send: leaves `why` on fd without blocking (the line
  * carried nothing before, so it fits the socket buffer), shuts our side

@@ -1,5 +1,7 @@
 /* The frame header every transport puts in front of a message, and the one
- * judgement of it on the receive side (transport.h). Any thread; pure. */
+ * judgement of it on the receive side; the hello that opens a connection,
+ * and the one judgement of it on the listening side (transport.h). Any
+ * thread; pure. */
 #include <inttypes.h>
 #include <string.h>
 
@@ -16,6 +18,20 @@ void hetccl_frame_fill(hetccl_frame_hdr_t *h, uint64_t comm_id, int src_rank, ui
   h->bytes = bytes;
   h->src_rank = src_rank;
   h->flags = 0;
+}
+
+hetccl_hello_t hetccl_hello_make(uint64_t magic, const hetccl_transport_args_t *args) {
+  return (hetccl_hello_t){.magic = magic, .comm_id = args->comm_id, .secret = args->secret,
+                          .rank = args->rank, .nranks = args->nranks};
+}
+
+const char *hetccl_hello_refusal(const hetccl_hello_t *h, uint64_t magic,
+                                 const hetccl_transport_args_t *args, const uint8_t *use) {
+  if (h->magic != magic) return "not a hetccl handshake of this transport";
+  if (h->comm_id != args->comm_id || h->secret != args->secret) return "another communicator";
+  if (h->nranks != args->nranks || h->rank < 0 || h->rank >= args->rank || !use[h->rank])
+    return "a rank that should not connect here";
+  return NULL;
 }
 
 ncclResult_t hetccl_frame_check(const hetccl_frame_hdr_t *h, const char *transport,

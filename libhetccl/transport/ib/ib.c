@@ -47,10 +47,7 @@
 #define IB_QP_MIN_RNR 12  /* 0.64 ms */
 
 typedef struct ib_hello {
-  uint64_t magic;
-  uint64_t comm_id;
-  uint64_t secret;
-  int32_t rank, nranks;
+  hetccl_hello_t id;
   uint32_t qpn, psn;
   uint64_t credit_addr;
   uint32_t credit_rkey;
@@ -251,8 +248,7 @@ static ncclResult_t ep_qp_up(hetccl_ep_t *ep) {
 
 static ib_hello_t hello_of(const hetccl_ep_t *ep) {
   const hetccl_transport_args_t *args = &ep->ctx->args;
-  return (ib_hello_t){.magic = IB_HELLO_MAGIC, .comm_id = args->comm_id, .secret = args->secret,
-                      .rank = args->rank, .nranks = args->nranks, .qpn = ep->qp->qp_num,
+  return (ib_hello_t){.id = hetccl_hello_make(IB_HELLO_MAGIC, args), .qpn = ep->qp->qp_num,
                       .psn = ep->psn, .credit_addr = (uintptr_t)&ep->credit->in,
                       .credit_rkey = ep->credit_mr->rkey};
 }
@@ -266,15 +262,8 @@ static long hs_on_header(void *arg, const void *hdr, const hetccl_sockaddr_t *fr
   char a[HETCCL_NET_ADDR_STRLEN];
   (void)reply; /* real ranks past the bootstrap connect here: a refusal is logged, not told */
   memcpy(&h, hdr, sizeof(h));
-  const char *why = NULL;
-  if (h.magic != IB_HELLO_MAGIC) why = "not a hetccl ib handshake";
-  else if (h.comm_id != ctx->args.comm_id || h.secret != ctx->args.secret)
-    why = "another communicator";
-  else if (h.nranks != ctx->args.nranks || h.rank < 0 || h.rank >= ctx->args.rank ||
-           !ctx->use[h.rank])
-    why = "a rank that should not connect here";
-  else if (ctx->eps[h.rank]->fd >= 0)
-    why = "duplicate connection";
+  const char *why = hetccl_hello_refusal(&h.id, IB_HELLO_MAGIC, &ctx->args, ctx->use);
+  if (!why && ctx->eps[h.id.rank]->fd >= 0) why = "duplicate connection";
   if (why) {
     INFO(HETCCL_NET, "ib rank %d: dropping connection from %s: %s", ctx->args.rank,
          hetccl_net_addr_str(from, a, sizeof(a)), why);
@@ -291,7 +280,7 @@ static int hs_on_frame(void *arg, int fd, const void *hdr, const void *payload,
   (void)from;
   (void)reply;
   memcpy(&h, hdr, sizeof(h));
-  hetccl_ep_t *ep = ctx->eps[h.rank];
+  hetccl_ep_t *ep = ctx->eps[h.id.rank];
   if (ep->fd >= 0) return 0;
   ep->fd = fd;
   hello_take(ep, &h);
@@ -334,10 +323,10 @@ static ncclResult_t answer_take(hetccl_tctx_t *ctx, hetccl_ep_t *ep, int64_t dea
   ib_hello_t h;
   what_of(ep, what, sizeof(what));
   HETCCL_CHECK(hetccl_net_recv_all(ep->fd, &h, sizeof(h), deadline, ctx->args.abort_flag, what));
-  if (h.magic != IB_HELLO_MAGIC || h.comm_id != ctx->args.comm_id ||
-      h.secret != ctx->args.secret || h.rank != ep->peer) {
+  if (h.id.magic != IB_HELLO_MAGIC || h.id.comm_id != ctx->args.comm_id ||
+      h.id.secret != ctx->args.secret || h.id.rank != ep->peer) {
     WARN("%s: the answer is not rank %d's of this communicator (magic 0x%016" PRIx64
-         ", rank %d)", what, ep->peer, h.magic, (int)h.rank);
+         ", rank %d)", what, ep->peer, h.id.magic, (int)h.id.rank);
     return ncclSystemError;
   }
   hello_take(ep, &h);

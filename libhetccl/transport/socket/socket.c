@@ -62,10 +62,7 @@ typedef struct addr_blob {
 _Static_assert(sizeof(addr_blob_t) <= HETCCL_TRANSPORT_ADDR_BYTES, "address blob");
 
 typedef struct handshake {
-  uint64_t magic;
-  uint64_t comm_id;
-  uint64_t secret;
-  int32_t rank, nranks;
+  hetccl_hello_t id;
   int32_t stream, nstreams;
 } handshake_t;
 
@@ -493,19 +490,13 @@ static long hs_on_header(void *arg, const void *hdr, const hetccl_sockaddr_t *fr
   (void)reply;
   char a[HETCCL_NET_ADDR_STRLEN];
   memcpy(&h, hdr, sizeof(h));
-  const char *why = NULL;
-  if (h.magic != SOCK_HS_MAGIC) why = "not a hetccl socket handshake";
-  else if (h.comm_id != ctx->args.comm_id || h.secret != ctx->args.secret)
-    why = "another communicator";
-  else if (h.nranks != ctx->args.nranks || h.rank < 0 || h.rank >= ctx->args.rank ||
-           !ctx->use[h.rank])
-    why = "a rank that should not connect here";
-  else if (h.nstreams != ctx->nstreams || h.stream < 0 || h.stream > ctx->nstreams) {
+  const char *why = hetccl_hello_refusal(&h.id, SOCK_HS_MAGIC, &ctx->args, ctx->use);
+  if (!why && (h.nstreams != ctx->nstreams || h.stream < 0 || h.stream > ctx->nstreams)) {
     WARN("socket: rank %d connects with %d streams, rank %d uses %d (HETCCL_SOCKET_NSTREAMS "
-         "differs between ranks)", h.rank, h.nstreams, ctx->args.rank, ctx->nstreams);
+         "differs between ranks)", h.id.rank, h.nstreams, ctx->args.rank, ctx->nstreams);
     return -1;
-  } else if (*stream_fd(ctx->eps[h.rank], h.stream) >= 0)
-    why = "duplicate stream";
+  }
+  if (!why && *stream_fd(ctx->eps[h.id.rank], h.stream) >= 0) why = "duplicate stream";
   if (why) {
     INFO(HETCCL_NET, "socket rank %d: dropping connection from %s: %s", ctx->args.rank,
          hetccl_net_addr_str(from, a, sizeof(a)), why);
@@ -522,7 +513,7 @@ static int hs_on_frame(void *arg, int fd, const void *hdr, const void *payload,
   (void)from;
   (void)reply;
   memcpy(&h, hdr, sizeof(h));
-  int *slot = stream_fd(ctx->eps[h.rank], h.stream);
+  int *slot = stream_fd(ctx->eps[h.id.rank], h.stream);
   if (*slot >= 0) return 0;
   if (h.stream < ctx->nstreams) stream_setup(fd);
   *slot = fd;
@@ -543,9 +534,8 @@ static ncclResult_t connect_peer(hetccl_tctx_t *ctx, hetccl_ep_t *ep, int64_t de
     int *fd = stream_fd(ep, s);
     HETCCL_CHECK(hetccl_net_connect(&ep->paddr, deadline, ctx->args.abort_flag, what, fd));
     if (s < ep->nstreams) stream_setup(*fd);
-    handshake_t h = {.magic = SOCK_HS_MAGIC, .comm_id = ctx->args.comm_id,
-                     .secret = ctx->args.secret, .rank = ctx->args.rank,
-                     .nranks = ctx->args.nranks, .stream = s, .nstreams = ep->nstreams};
+    handshake_t h = {.id = hetccl_hello_make(SOCK_HS_MAGIC, &ctx->args), .stream = s,
+                     .nstreams = ep->nstreams};
     HETCCL_CHECK(hetccl_net_send_all(*fd, &h, sizeof(h), deadline, ctx->args.abort_flag, what));
   }
   return ncclSuccess;
