@@ -491,6 +491,12 @@ SMALL_CHUNKS = (("HETCCL_PIPELINE_CHUNK", "64"), ("HETCCL_SMALL_BYTES", "0"),
 SHM = (("HETCCL_TRANSPORT", "shm"),)
 SOCKET = (("HETCCL_TRANSPORT", "socket"),)
 
+def pieces(size: str) -> Tuple[Tuple[str, str], ...]:
+    """Elementwise collectives cut into pieces, as on a communicator that
+    stages device buffers (HETCCL_STAGE_PIECE)."""
+    return (("HETCCL_STAGE_PIECE_HOST", "1"), ("HETCCL_STAGE_PIECE", size))
+
+
 SWEEPS = [
     Sweep("n1", 1),
     Sweep("n2-shm", 2, SHM, large=LARGE_SET),
@@ -511,6 +517,9 @@ SWEEPS = [
     Sweep("n4-shm-direct", 4, SHM + (("HETCCL_ALGO", "direct"),), counts=(7, 1031)),
     # Receivers pull large messages (process_vm_readv), as on a host with
     # more ranks than CPUs; large allgathers then run direct.
+    Sweep("n3-shm-pieces", 3, SHM + pieces("256"), counts=(7, 1031)),
+    Sweep("n2-socket-pieces", 2, SOCKET + pieces("64K"), counts=(1031,),
+          large=(("allreduce", "float32", SUM), ("broadcast", "float64", MOVE))),
     Sweep("n3-shm-pull", 3, SHM + (("HETCCL_SHM_CMA", "1"),), counts=(7,), large=LARGE_SET),
 ]
 

@@ -56,6 +56,7 @@ static ncclResult_t check_buffer(const coll_args_t *a, const void *buf, size_t m
 static ncclResult_t classify_buffers(ncclComm_t comm, const char *fn, const void *send,
                                      const void *recv, void *stream, hetccl_task_t *t) {
   if (comm->ptr_kind == HETCCL_DEV_HOST) return ncclSuccess;
+  t->stream = stream; /* a staged batch orders every task of it on its stream */
   const hetccl_runtime_t *rt = hetccl_runtime_get(comm->ptr_kind);
   if (!rt) return ncclSuccess;
   const void *bufs[2] = {send, recv};
@@ -74,7 +75,6 @@ static ncclResult_t classify_buffers(ncclComm_t comm, const char *fn, const void
          "islands: hetccl's engine cannot be captured yet", fn, stream);
     return ncclInvalidUsage;
   }
-  t->stream = stream;
   return ncclSuccess;
 }
 
@@ -118,6 +118,57 @@ static ncclResult_t comm_usable(ncclComm_t comm, const char *fn) {
   return ncclSuccess;
 }
 
+/* Elementwise functions: piece k of the result needs piece k of the
+ * input only. */
+static int func_elementwise(hetccl_func_t f) {
+  return f == HETCCL_FUNC_ALLREDUCE || f == HETCCL_FUNC_BROADCAST || f == HETCCL_FUNC_REDUCE;
+}
+
+/* Queue t, cut into comm->stage_piece-byte pieces (one task each, in
+ * order, one group) where that applies: staging then moves piece k + 1
+ * while the engine runs piece k (core/devpath.h). Every rank cuts the same
+ * way, as the pieces are separate operations to its peers. */
+static ncclResult_t enqueue_pieces(ncclComm_t comm, hetccl_task_t *t, size_t elem) {
+  int check = (int)hetccl_knob_int(HETCCL_KNOB_CHECK_MISMATCH);
+  size_t per = comm->stage_piece / elem;
+  size_t n = 1;
+  if (per && func_elementwise(t->coll.func) && t->coll.count > per)
+    n = (t->coll.count + per - 1) / per;
+  if (n == 1) {
+    t->tag = check ? hetccl_comm_coll_tag(comm, &t->coll) : 0;
+    return hetccl_group_enqueue(t);
+  }
+  hetccl_task_t **pieces = calloc(n, sizeof(*pieces));
+  for (size_t k = 0; pieces && k < n; k++) {
+    if (!(pieces[k] = malloc(sizeof(*t)))) {
+      for (size_t j = 0; j < k; j++) free(pieces[j]);
+      free(pieces);
+      pieces = NULL;
+    }
+  }
+  if (!pieces) {
+    WARN("%s: out of memory for %zu pieces", hetccl_func_name(t->coll.func), n);
+    free(t);
+    return ncclSystemError;
+  }
+  hetccl_group_start();
+  for (size_t k = 0; k < n; k++) {
+    hetccl_task_t *p = pieces[k];
+    size_t off = k * per, cnt = k + 1 < n ? per : t->coll.count - off;
+    *p = *t;
+    p->coll.count = cnt;
+    if (p->coll.sendbuf) p->coll.sendbuf = (const char *)t->coll.sendbuf + off * elem;
+    if (p->coll.recvbuf) p->coll.recvbuf = (char *)t->coll.recvbuf + off * elem;
+    p->in_bytes = t->in_bytes ? cnt * elem : 0;
+    p->out_bytes = t->out_bytes ? cnt * elem : 0;
+    p->tag = check ? hetccl_comm_coll_tag(comm, &p->coll) : 0;
+    hetccl_group_enqueue(p); /* inside a group: appends */
+  }
+  free(pieces);
+  free(t);
+  return hetccl_group_end();
+}
+
 static ncclResult_t coll_submit(ncclComm_t comm, const coll_args_t *a, void *stream) {
   size_t elem;
   HETCCL_CHECK(comm_usable(comm, a->fn));
@@ -145,8 +196,7 @@ static ncclResult_t coll_submit(ncclComm_t comm, const coll_args_t *a, void *str
     free(t);
     return res;
   }
-  t->tag = hetccl_knob_int(HETCCL_KNOB_CHECK_MISMATCH) ? hetccl_comm_coll_tag(comm, &t->coll) : 0;
-  return hetccl_group_enqueue(t);
+  return enqueue_pieces(comm, t, elem);
 }
 
 /* Engine path of every collective: in-flight accounting, last error. */

@@ -55,7 +55,7 @@ static ncclResult_t init_rank(ncclComm_t *newcomm, int nranks, const ncclUniqueI
       res = ncclSystemError;
     } else {
       *heap = *id;
-      res = hetccl_proxy_post(comm, hetccl_comm_init_job, heap, NULL);
+      res = hetccl_proxy_post(comm, hetccl_comm_init_job, heap, NULL, NULL);
       if (res == ncclSuccess) {
         *newcomm = comm;
         return ncclInProgress;

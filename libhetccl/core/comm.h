@@ -39,7 +39,7 @@ typedef struct hetccl_peer_info {
   int32_t vendor_version;  /* NCCL/RCCL version this rank can load, 0 = none */
   int32_t island;          /* forced island id (HETCCL_ISLANDS) or -1 */
   int32_t blocking;        /* config.blocking, to detect disagreement */
-  int32_t pad;
+  int32_t stages;          /* may pass device buffers to an engine communicator */
   char vendor_err[160];    /* why a CUDA rank could not load its vendor library */
 } hetccl_peer_info_t;
 
@@ -74,6 +74,11 @@ struct ncclComm {
   hetccl_engine_t *engine;
   hetccl_peer_info_t *peers;     /* nranks entries */
   uint64_t op_seq;               /* operations issued on this comm */
+  /* Elementwise collectives larger than this run as pieces of this many
+   * bytes, so that staging device buffers overlaps the engine (api/coll.c,
+   * core/devpath.h); 0: never. The same on every rank: it depends on
+   * whether any rank stages (hetccl_peer_info_t.stages). */
+  size_t stage_piece;
 
   hetccl_user_redop_t redops[HETCCL_MAX_USER_REDOPS];
 

@@ -14,12 +14,18 @@
 #define STAGE_ALIGN 256                 /* device copies like aligned host addresses */
 #define STAGE_MIN_BLOCK (1u << 20)      /* smallest staging block allocated */
 #define DESTROY_WAIT_MS 10000           /* how long destroy waits for a stream */
+/* Blocks in the pool at most. Pinning memory costs about as much as
+ * moving it, so once this many are busy the next launch waits for the
+ * oldest to come back (the stream to pass its last copy) instead of
+ * pinning another: the caller runs at most this many batches ahead. */
+#define STAGE_MAX_BLOCKS 3
 
 typedef struct stage_block {
   void *host;
   size_t bytes;
   void *free_event;   /* recorded after the batch's last copy out of the block */
   int busy;           /* free_event recorded and maybe not reached yet */
+  uint64_t last_use;  /* the launch that last recorded free_event */
   struct stage_block *next;
 } stage_block_t;
 
@@ -37,8 +43,10 @@ struct hetccl_devpath {
   const hetccl_runtime_t *rt;
   volatile uint64_t *counters; /* host view */
   char *counters_dev;          /* device view of the same page */
-  uint64_t issued;             /* batches launched (API thread) */
+  uint64_t issued;             /* stage numbers handed out (API thread) */
+  uint64_t launches;           /* launches with a staging block */
   stage_block_t *blocks;
+  int nblocks;
 };
 
 /* What one task moves through staging. */
@@ -49,11 +57,26 @@ typedef struct stage_plan {
   size_t in, out;     /* bytes this rank reads / writes */
 } stage_plan_t;
 
+/* A batch runs as stages, in order: stage i's inputs are copied in, then
+ * `ready` is set to its number; its outputs are copied out once `done`
+ * holds that number. The proxy runs stage i while the stream still copies
+ * the inputs of the stages after it and the outputs of those before.
+ * Numbers grow by one per stage. */
+typedef struct devpath_stage {
+  hetccl_task_t *tasks; /* owned; a sublist in call order */
+  uint64_t number;
+} devpath_stage_t;
+
 typedef struct devpath_job {
   hetccl_devpath_t *dp;
-  hetccl_task_t *tasks;
-  uint64_t number;
+  int nstages;
+  devpath_stage_t stages[]; /* nstages */
 } devpath_job_t;
+
+/* A stage closes after a collective once it moves this many bytes; the
+ * sends and receives, which run together after the collectives, all fall
+ * in the last stage. */
+#define STAGE_MIN_BYTES (256u << 10)
 
 static size_t align_up(size_t n) { return (n + STAGE_ALIGN - 1) & ~(size_t)(STAGE_ALIGN - 1); }
 
@@ -114,9 +137,30 @@ static void block_free(hetccl_devpath_t *dp, stage_block_t *b) {
   free(b);
 }
 
+/* Wait (bounded by the abort flag) until the block the stream has held
+ * longest is idle, and return it. */
+static ncclResult_t block_wait_oldest(ncclComm_t comm, hetccl_devpath_t *dp,
+                                      stage_block_t ***out) {
+  stage_block_t **oldest = &dp->blocks;
+  for (stage_block_t **pb = &dp->blocks; *pb; pb = &(*pb)->next)
+    if ((*pb)->last_use < (*oldest)->last_use) oldest = pb;
+  struct timespec nap = {0, 20000};
+  while (!block_idle(dp, *oldest)) {
+    if (__atomic_load_n(&comm->abort_flag, __ATOMIC_ACQUIRE)) {
+      WARN("rank %d: aborted while waiting for a staging block", comm->rank);
+      return ncclInvalidUsage;
+    }
+    nanosleep(&nap, NULL);
+  }
+  *out = oldest;
+  return ncclSuccess;
+}
+
 /* An idle block of at least `bytes`: reuse one, else replace an idle one
- * that is too small, else allocate. */
-static ncclResult_t block_acquire(hetccl_devpath_t *dp, size_t bytes, stage_block_t **out) {
+ * that is too small, else allocate one; with the pool full, the oldest
+ * busy block once it is idle (reused, or replaced if too small). */
+static ncclResult_t block_acquire(ncclComm_t comm, hetccl_devpath_t *dp, size_t bytes,
+                                  stage_block_t **out) {
   stage_block_t **small = NULL;
   for (stage_block_t **pb = &dp->blocks; *pb; pb = &(*pb)->next) {
     if (!block_idle(dp, *pb)) continue;
@@ -126,10 +170,18 @@ static ncclResult_t block_acquire(hetccl_devpath_t *dp, size_t bytes, stage_bloc
     }
     if (!small) small = pb;
   }
+  if (!small && dp->nblocks >= STAGE_MAX_BLOCKS) {
+    HETCCL_CHECK(block_wait_oldest(comm, dp, &small));
+    if ((*small)->bytes >= bytes) {
+      *out = *small;
+      return ncclSuccess;
+    }
+  }
   if (small) { /* keep the pool from growing with every larger size */
     stage_block_t *b = *small;
     *small = b->next;
     block_free(dp, b);
+    dp->nblocks--;
   }
   stage_block_t *b = calloc(1, sizeof(*b));
   if (!b) {
@@ -146,11 +198,20 @@ static ncclResult_t block_acquire(hetccl_devpath_t *dp, size_t bytes, stage_bloc
   }
   b->next = dp->blocks;
   dp->blocks = b;
+  dp->nblocks++;
+  INFO(HETCCL_ALLOC, "rank %d: staging block of %zu bytes pinned (%d in the pool)", comm->rank,
+       b->bytes, dp->nblocks);
   *out = b;
   return ncclSuccess;
 }
 
 /* --- the proxy's half ----------------------------------------------------------- */
+
+static double now_us(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return ts.tv_sec * 1e6 + ts.tv_nsec / 1e3;
+}
 
 static ncclResult_t wait_ready(ncclComm_t comm, hetccl_devpath_t *dp, uint64_t number) {
   struct timespec nap = {0, 10000};
@@ -168,13 +229,33 @@ static ncclResult_t wait_ready(ncclComm_t comm, hetccl_devpath_t *dp, uint64_t n
 
 static ncclResult_t devpath_job(ncclComm_t comm, void *arg) {
   devpath_job_t *j = arg;
-  ncclResult_t res = wait_ready(comm, j->dp, j->number);
-  if (res != ncclSuccess) hetccl_comm_set_error(comm, res);
-  /* With the communicator failed, this only frees the tasks. */
-  ncclResult_t run = hetccl_group_run_tasks(comm, j->tasks);
-  if (res == ncclSuccess) res = run;
-  __atomic_store_n(&j->dp->counters[COUNTER_DONE], j->number, __ATOMIC_RELEASE);
+  ncclResult_t res = ncclSuccess;
+  for (int i = 0; i < j->nstages; i++) {
+    devpath_stage_t *st = &j->stages[i];
+    double t0 = now_us(), t1 = t0;
+    if (res == ncclSuccess) {
+      res = wait_ready(comm, j->dp, st->number);
+      if (res != ncclSuccess) hetccl_comm_set_error(comm, res);
+      t1 = now_us();
+    }
+    /* With the communicator failed, this only frees the tasks. */
+    hetccl_task_t *tasks = st->tasks;
+    st->tasks = NULL;
+    ncclResult_t run = hetccl_group_run_tasks(comm, tasks);
+    if (res == ncclSuccess) res = run;
+    __atomic_store_n(&j->dp->counters[COUNTER_DONE], st->number, __ATOMIC_RELEASE);
+    TRACE(HETCCL_COLL, "rank %d: stage %llu waited %.0f us for its inputs, ran %.0f us",
+          comm->rank, (unsigned long long)st->number, t1 - t0, now_us() - t1);
+  }
   return res;
+}
+
+/* A job dropped unrun (the proxy stopped) still owns its tasks; the
+ * streams it would have released are released by hetccl_devpath_destroy. */
+static void devpath_job_release(void *arg) {
+  devpath_job_t *j = arg;
+  for (int i = 0; i < j->nstages; i++) hetccl_group_free_tasks(j->stages[i].tasks);
+  free(j);
 }
 
 /* --- the API thread's half ---------------------------------------------------- */
@@ -249,25 +330,82 @@ static void plan_place(hetccl_task_t *tasks, stage_plan_t *plans, char *base) {
   }
 }
 
+/* Collectives first, then sends and receives, each in call order: the
+ * order hetccl_group_run_tasks runs them in, which the stages keep (a
+ * peer that runs the batch unstaged runs it in that order too). */
+static hetccl_task_t *colls_first(hetccl_task_t *tasks) {
+  hetccl_task_t *heads[2] = {NULL, NULL}, **tails[2] = {&heads[0], &heads[1]};
+  while (tasks) {
+    hetccl_task_t *t = tasks;
+    tasks = t->next;
+    t->next = NULL;
+    int k = t->kind != HETCCL_TASK_COLL;
+    *tails[k] = t;
+    tails[k] = &t->next;
+  }
+  *tails[0] = heads[1];
+  return heads[0];
+}
+
+/* Cut the batch (at least one task, collectives first) into stages (devpath_job_t):
+ * stage_of[i] for task i. Returns the number of stages. */
+static int plan_stages(const hetccl_task_t *tasks, const stage_plan_t *plans, int *stage_of) {
+  int i = 0, stage = 0;
+  size_t bytes = 0;
+  for (const hetccl_task_t *t = tasks; t; t = t->next, i++) {
+    stage_of[i] = stage;
+    if (t->kind != HETCCL_TASK_COLL) continue;
+    bytes += plans[i].in + plans[i].out;
+    if (bytes >= STAGE_MIN_BYTES && t->next && t->next->kind == HETCCL_TASK_COLL) {
+      stage++;
+      bytes = 0;
+    }
+  }
+  return stage + 1;
+}
+
+/* Cut the task list into the job's per-stage sublists (stage_of never
+ * decreases along the list, so each stage is a run of it). */
+static void split_stages(hetccl_task_t *tasks, const int *stage_of, devpath_job_t *job) {
+  hetccl_task_t *prev = NULL;
+  for (int i = 0; tasks; i++, prev = tasks, tasks = tasks->next) {
+    if (prev && stage_of[i] == stage_of[i - 1]) continue;
+    if (prev) prev->next = NULL;
+    job->stages[stage_of[i]].tasks = tasks;
+  }
+}
+
 ncclResult_t hetccl_devpath_launch(ncclComm_t comm, hetccl_task_t *tasks) {
   hetccl_devpath_t *dp = NULL;
   stage_plan_t *plans = NULL;
+  int *stage_of = NULL;
   stage_block_t *block = NULL;
+  devpath_job_t *job = NULL;
   void *others[16];
   void *launch = tasks->stream;
-  int ntasks = 0, nothers;
+  int ntasks = 0, nothers, nstages = 0;
+  uint64_t first = 0;
   ncclResult_t res = devpath_get(comm, &dp);
   if (res != ncclSuccess) goto fail;
   const hetccl_runtime_t *rt = dp->rt;
+  tasks = colls_first(tasks);
   for (hetccl_task_t *t = tasks; t; t = t->next) ntasks++;
   plans = calloc(ntasks, sizeof(*plans));
-  if (!plans) {
+  stage_of = calloc(ntasks, sizeof(*stage_of));
+  if (!plans || !stage_of) {
     WARN("devpath: out of memory");
     res = ncclSystemError;
     goto fail;
   }
   size_t need = plan_batch(tasks, plans);
-  if (need) HETCCL_CHECK_GOTO(block_acquire(dp, need, &block), res, fail);
+  nstages = plan_stages(tasks, plans, stage_of);
+  job = calloc(1, sizeof(*job) + (size_t)nstages * sizeof(job->stages[0]));
+  if (!job) {
+    WARN("devpath: out of memory");
+    res = ncclSystemError;
+    goto fail;
+  }
+  if (need) HETCCL_CHECK_GOTO(block_acquire(comm, dp, need, &block), res, fail);
   plan_place(tasks, plans, block ? block->host : NULL);
 
   nothers = other_streams(tasks, launch, others, 16);
@@ -277,47 +415,51 @@ ncclResult_t hetccl_devpath_launch(ncclComm_t comm, hetccl_task_t *tasks) {
     goto fail;
   }
   for (int i = 0; i < nothers; i++) HETCCL_CHECK_GOTO(stream_join(rt, launch, others[i]), res, fail);
-  for (int i = 0; i < ntasks; i++)
-    if (plans[i].dsend && plans[i].in)
-      HETCCL_CHECK_GOTO(rt->memcpy_async(plans[i].hsend, plans[i].dsend, plans[i].in, launch),
-                        res, copied);
-  HETCCL_CHECK_GOTO(rt->stream_write_counter(launch, &dp->counters[COUNTER_READY],
-                                             dp->counters_dev + COUNTER_READY * 8, dp->issued + 1),
-                    res, copied);
-
-  devpath_job_t *job = malloc(sizeof(*job));
-  if (!job) {
-    WARN("devpath: out of memory");
-    res = ncclSystemError;
-    goto copied;
+  /* Inputs, stage by stage, each stage's copies followed by its number. */
+  first = dp->issued + 1;
+  for (int s = 0, i = 0; s < nstages; s++) {
+    for (; i < ntasks && stage_of[i] == s; i++)
+      if (plans[i].dsend && plans[i].in)
+        HETCCL_CHECK_GOTO(rt->memcpy_async(plans[i].hsend, plans[i].dsend, plans[i].in, launch),
+                          res, copied);
+    HETCCL_CHECK_GOTO(rt->stream_write_counter(launch, &dp->counters[COUNTER_READY],
+                                               dp->counters_dev + COUNTER_READY * 8, first + s),
+                      res, copied);
   }
   job->dp = dp;
-  job->tasks = tasks;
-  job->number = ++dp->issued;
-  TRACE(HETCCL_COLL, "rank %d: staged batch %llu of %d task(s), %zu bytes", comm->rank,
-        (unsigned long long)job->number, ntasks, need);
-  res = hetccl_proxy_post(comm, devpath_job, job, NULL); /* frees job on failure */
-  if (res != ncclSuccess) {
-    dp->issued--;
-    goto copied;
-  }
-  /* From here the batch runs whatever happens (its peers count on it), and
-   * the job owns the tasks. */
+  job->nstages = nstages;
+  for (int s = 0; s < nstages; s++) job->stages[s].number = first + s;
+  split_stages(tasks, stage_of, job);
   tasks = NULL;
-  HETCCL_CHECK_GOTO(rt->stream_wait_counter(launch, &dp->counters[COUNTER_DONE],
-                                            dp->counters_dev + COUNTER_DONE * 8, dp->issued),
-                    res, copied);
-  for (int i = 0; i < ntasks; i++)
-    if (plans[i].drecv && plans[i].out)
-      HETCCL_CHECK_GOTO(rt->memcpy_async(plans[i].drecv, plans[i].hrecv, plans[i].out, launch),
-                        res, copied);
+  dp->issued += nstages;
+  TRACE(HETCCL_COLL, "rank %d: staged batch of %d task(s) in %d stage(s) from %llu, %zu bytes",
+        comm->rank, ntasks, nstages, (unsigned long long)first, need);
+  res = hetccl_proxy_post(comm, devpath_job, job, devpath_job_release, NULL);
+  job = NULL; /* the proxy's now, or released if posting failed */
+  if (res != ncclSuccess) goto copied;
+  /* From here the batch runs whatever happens (its peers count on it).
+   * Outputs, stage by stage, each after its number is done. */
+  for (int s = 0, i = 0; s < nstages; s++) {
+    HETCCL_CHECK_GOTO(rt->stream_wait_counter(launch, &dp->counters[COUNTER_DONE],
+                                              dp->counters_dev + COUNTER_DONE * 8, first + s),
+                      res, copied);
+    for (; i < ntasks && stage_of[i] == s; i++)
+      if (plans[i].drecv && plans[i].out)
+        HETCCL_CHECK_GOTO(rt->memcpy_async(plans[i].drecv, plans[i].hrecv, plans[i].out, launch),
+                          res, copied);
+  }
 copied:
   /* The block is busy until the stream has passed everything enqueued. */
-  if (block && rt->event_record(block->free_event, launch) == ncclSuccess) block->busy = 1;
+  if (block && rt->event_record(block->free_event, launch) == ncclSuccess) {
+    block->busy = 1;
+    block->last_use = ++dp->launches;
+  }
   for (int i = 0; res == ncclSuccess && i < nothers; i++) res = stream_join(rt, others[i], launch);
 fail:
   if (tasks) hetccl_group_free_tasks(tasks);
+  free(job);
   free(plans);
+  free(stage_of);
   if (res != ncclSuccess) hetccl_comm_set_error(comm, res);
   return res;
 }

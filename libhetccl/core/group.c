@@ -107,11 +107,20 @@ out:
 }
 
 typedef struct tasks_job {
-  hetccl_task_t *tasks;
+  hetccl_task_t *tasks; /* NULL once run (hetccl_group_run_tasks frees them) */
 } tasks_job_t;
 
 static ncclResult_t tasks_job(ncclComm_t comm, void *arg) {
-  return hetccl_group_run_tasks(comm, ((tasks_job_t *)arg)->tasks);
+  tasks_job_t *job = arg;
+  hetccl_task_t *tasks = job->tasks;
+  job->tasks = NULL;
+  return hetccl_group_run_tasks(comm, tasks);
+}
+
+static void tasks_job_release(void *arg) {
+  tasks_job_t *job = arg;
+  hetccl_group_free_tasks(job->tasks);
+  free(job);
 }
 
 static ncclResult_t post_tasks(ncclComm_t comm, hetccl_task_t *tasks, hetccl_sync_t *sync) {
@@ -122,7 +131,7 @@ static ncclResult_t post_tasks(ncclComm_t comm, hetccl_task_t *tasks, hetccl_syn
     return ncclSystemError;
   }
   job->tasks = tasks;
-  return hetccl_proxy_post(comm, tasks_job, job, sync);
+  return hetccl_proxy_post(comm, tasks_job, job, tasks_job_release, sync);
 }
 
 /* --- group ---------------------------------------------------------------- */
@@ -163,7 +172,7 @@ static ncclResult_t run_inits(deferred_init_t *inits) {
       } else {
         *id = inits->id;
         any_blocking |= inits->comm->blocking;
-        res = hetccl_proxy_post(inits->comm, hetccl_comm_init_job, id,
+        res = hetccl_proxy_post(inits->comm, hetccl_comm_init_job, id, NULL,
                                 inits->comm->blocking ? sync : NULL);
       }
     }

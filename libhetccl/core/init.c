@@ -178,6 +178,7 @@ static ncclResult_t fill_info(ncclComm_t comm, hetccl_peer_info_t *me) {
   me->dev_kind = comm->dev_kind;
   me->dev = comm->dev;
   me->blocking = comm->blocking;
+  me->stages = comm->ptr_kind != HETCCL_DEV_HOST;
   if (comm->dev_kind != HETCCL_DEV_HOST) {
     const hetccl_runtime_t *rt = hetccl_runtime_get(comm->dev_kind);
     int dev;
@@ -348,6 +349,9 @@ static ncclResult_t init_engine(ncclComm_t comm, uint64_t comm_id, uint64_t secr
       .abort_flag = &comm->abort_flag, .comm_error = &comm->error, .ctxs = ctx,
       .peer_note = &comm->peer_note, .mismatch = &comm->mismatch};
   HETCCL_CHECK_GOTO(hetccl_engine_create(&eargs, &comm->engine), res, out);
+  int stages = (int)hetccl_knob_int(HETCCL_KNOB_STAGE_PIECE_HOST);
+  for (int p = 0; p < n; p++) stages |= comm->peers[p].stages;
+  comm->stage_piece = stages ? (size_t)hetccl_knob_int(HETCCL_KNOB_STAGE_PIECE) : 0;
   /* The engine owns endpoints and contexts now. */
   memset(eps, 0, n * sizeof(*eps));
   memset(ctx, 0, sizeof(ctx));

@@ -17,6 +17,7 @@
 typedef struct hetccl_job {
   hetccl_job_fn fn;
   void *arg;
+  hetccl_job_release_fn release;
   hetccl_sync_t *sync;
   struct hetccl_job *next;
 } hetccl_job_t;
@@ -74,6 +75,13 @@ static void sync_done(hetccl_sync_t *s, ncclResult_t res) {
   hetccl_sync_release(s);
 }
 
+static void release_arg(hetccl_job_release_fn release, void *arg) {
+  if (release) release(arg);
+  else free(arg);
+}
+
+static void job_release(hetccl_job_t *job) { release_arg(job->release, job->arg); }
+
 static void *proxy_main(void *varg) {
   ncclComm_t comm = varg;
   struct hetccl_proxy *p = comm->proxy;
@@ -97,7 +105,7 @@ static void *proxy_main(void *varg) {
       hetccl_comm_set_error(comm, res);
       hetccl_comm_record_error(comm, res);
     }
-    free(job->arg);
+    job_release(job);
     sync_done(job->sync, res);
     free(job);
 
@@ -130,24 +138,25 @@ static ncclResult_t proxy_start(ncclComm_t comm) {
 }
 
 ncclResult_t hetccl_proxy_post(ncclComm_t comm, hetccl_job_fn fn, void *arg,
-                               hetccl_sync_t *sync) {
+                               hetccl_job_release_fn release, hetccl_sync_t *sync) {
   /* Only API threads post, and a communicator is used by one API thread at
    * a time (NCCL's rule), so the lazy start needs no lock of its own. */
   if (!comm->proxy) {
     ncclResult_t res = proxy_start(comm);
     if (res != ncclSuccess) {
-      free(arg);
+      release_arg(release, arg);
       return res;
     }
   }
   hetccl_job_t *job = calloc(1, sizeof(*job));
   if (!job) {
-    free(arg);
+    release_arg(release, arg);
     WARN("proxy: out of memory");
     return ncclSystemError;
   }
   job->fn = fn;
   job->arg = arg;
+  job->release = release;
   job->sync = sync;
   if (sync) {
     pthread_mutex_lock(&sync->lock);
@@ -195,7 +204,7 @@ void hetccl_proxy_stop(ncclComm_t comm) {
   pthread_mutex_unlock(&p->lock);
   while (job) {
     hetccl_job_t *next = job->next;
-    free(job->arg);
+    job_release(job);
     sync_done(job->sync, ncclInvalidUsage);
     free(job);
     pthread_mutex_lock(&p->lock);

@@ -33,10 +33,16 @@ ncclResult_t hetccl_sync_wait(hetccl_sync_t *s);
 
 typedef ncclResult_t (*hetccl_job_fn)(ncclComm_t comm, void *arg);
 
+/* Frees a job's arg and whatever it still owns. */
+typedef void (*hetccl_job_release_fn)(void *arg);
+
 /* Queue fn(comm, arg) on comm's proxy thread (started if needed). `arg` is
- * owned by the job and freed with free() after fn returns. sync may be NULL
- * (then only the communicator's async error reports the outcome). */
-ncclResult_t hetccl_proxy_post(ncclComm_t comm, hetccl_job_fn fn, void *arg, hetccl_sync_t *sync);
+ * owned by the job: released with release(arg) (free() when NULL) after fn
+ * returns, when the job is dropped unrun (hetccl_proxy_stop), or here if
+ * posting fails. sync may be NULL (then only the communicator's async
+ * error reports the outcome). */
+ncclResult_t hetccl_proxy_post(ncclComm_t comm, hetccl_job_fn fn, void *arg,
+                               hetccl_job_release_fn release, hetccl_sync_t *sync);
 
 /* Number of queued or running jobs (for ncclCommGetAsyncError). */
 int hetccl_proxy_pending(ncclComm_t comm);

@@ -67,6 +67,10 @@
     "messages up to this many bytes use latency-bound algorithms under HETCCL_ALGO=auto") \
   X(PIPELINE_CHUNK, "HETCCL_PIPELINE_CHUNK", INT, "1M", 64, 1073741824,        \
     "bytes per pipeline step in ring/chain algorithms (small values reach multi-chunk paths)") \
+  X(STAGE_PIECE, "HETCCL_STAGE_PIECE", INT, "4M", 0, 1073741824,               \
+    "on a communicator where some rank passes device buffers, AllReduce/Broadcast/Reduce larger than this run as pieces of this many bytes, so that staging overlaps the engine; 0: whole") \
+  X(STAGE_PIECE_HOST, "HETCCL_STAGE_PIECE_HOST", INT, "0", 0, 1,               \
+    "1: cut into HETCCL_STAGE_PIECE pieces on host-only communicators too (tests)") \
   X(SPIN, "HETCCL_SPIN", INT, "2000", 0, 100000000,                            \
     "polls of an idle wait before it starts yielding the CPU")                 \
   X(CHECK_MISMATCH, "HETCCL_CHECK_MISMATCH", INT, "1", 0, 1,                   \
