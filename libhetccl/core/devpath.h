@@ -3,26 +3,35 @@
  *
  * For one communicator's share of a group whose tasks name device memory
  * (task->stage_send / stage_recv), the API thread enqueues on the stream of
- * the first task, and returns:
- *   1. copies of the device inputs into a pinned staging block;
- *   2. a store of this batch's number into the `ready` counter (pinned host
- *      memory mapped into the device) once they are done;
- *   3. a wait until the `done` counter reaches the batch's number;
- *   4. copies of the staged outputs into the device buffers;
- *   5. an event after them that hands the staging block back to the pool.
- * It posts one job to the communicator's proxy thread, which polls `ready`
- * (plain loads, no runtime call; bounded by the abort flag), runs the tasks
- * with the engine on the staged host buffers, and stores the batch number
- * into `done`. That store happens whatever the outcome, so a stream never
- * waits for ever: on failure the communicator holds the error
- * (ncclCommGetAsyncError) and the outputs are undefined, as with NCCL.
+ * the first task, and returns. The share runs as stages (collectives in call
+ * order, a new stage after each that brings the stage to 256 KiB moved;
+ * the sends and receives in the last one), each with its own number:
+ *   1. per stage: copies of its device inputs into a pinned staging block,
+ *      then a store of the stage's number into the `ready` counter (pinned
+ *      host memory mapped into the device);
+ *   2. per stage: a wait until the `done` counter reaches its number, then
+ *      copies of its staged outputs into the device buffers;
+ *   3. an event after them that hands the staging block back to the pool.
+ * It posts one job to the communicator's proxy thread, which for each stage
+ * polls `ready` (plain loads, no runtime call; bounded by the abort flag),
+ * runs the stage's tasks with the engine on the staged host buffers, and
+ * stores the number into `done`: stage k runs while the stream copies the
+ * inputs of the stages after it. The store happens whatever the outcome,
+ * so a stream never waits for ever: on failure the communicator holds the
+ * error (ncclCommGetAsyncError) and the outputs are undefined, as with
+ * NCCL. Large elementwise collectives reach here already cut into pieces
+ * (api/coll.c, comm->stage_piece), one stage each.
+ *
+ * The pool holds at most a few staging blocks: with all in use, a launch
+ * waits (bounded by the abort flag) for the stream to finish with the
+ * oldest rather than pinning more memory.
  *
  * Several streams in one group: the first task's stream runs the batch; it
  * waits for the others first, and they wait for it after, as in NCCL.
  *
  * Threads: launch runs on the API thread (one at a time per communicator,
  * NCCL's rule), which owns the staging pool; the job runs on the proxy
- * thread, the only writer of the counter. */
+ * thread, the only writer of `done` (the stream writes `ready`). */
 #ifndef HETCCL_CORE_DEVPATH_H
 #define HETCCL_CORE_DEVPATH_H
 
