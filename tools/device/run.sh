@@ -21,10 +21,14 @@
 #              capture, windows, split, shrink, finalize), without and with
 #              hetccl preloaded: the same output, every step ok
 #   8 overhead tools/device/overhead.sh: per-call forwarding cost
+#   9 staging  tools/device/stage_bench.py: device buffers on an engine
+#              communicator (forced islands), staged whole and in 4 MiB
+#              pieces, against the same ranks on host buffers
 # STAGES="build features ..." runs only those (build is always first); the
 # default is every stage. One GPU suffices for all but torch, cupy and perf.
 # $OUT also gets summary.txt and extra.tgz (JSON results, hetccl debug logs,
-# raw perf tables): 8 files, the most that come back.
+# raw perf tables). At most 8 files come back, so when more than 6 stage
+# logs were written, those of passing stages move into extra.tgz.
 #
 # Wheels for what the machine lacks (cffi, pycparser) travel in .whl (see
 # the device README); NCCL_NVLS_ENABLE=0 everywhere. Budget: about 10 minutes.
@@ -148,6 +152,11 @@ do_perf() {
 
 do_features() { OUT=$WORK bash tools/device/forward_features.sh; }
 do_overhead() { ITERS=${ITERS:-1000000} bash tools/device/overhead.sh; }
+do_staging() {
+  set -o pipefail
+  OUT=$WORK $PY tools/device/stage_bench.py --pieces 0,4M --reps 1 |
+    while IFS= read -r line; do note "$line"; done
+}
 
 do_broken() {
   local log="$WORK/broken.out"
@@ -167,8 +176,9 @@ do_broken() {
 }
 
 export ROOT OUT WORK PY LIB REAL_NCCL
-export -f note dropin do_build do_pytest do_torch do_cupy do_perf do_broken do_features do_overhead
-STAGES=${STAGES:-pytest torch cupy perf broken features overhead}
+export -f note dropin do_build do_pytest do_torch do_cupy do_perf do_broken do_features do_overhead \
+  do_staging
+STAGES=${STAGES:-pytest torch cupy perf broken features overhead staging}
 want() { case " $STAGES " in *" $1 "*) return 0 ;; esac; return 1; }
 stage 01 build 120 do_build
 export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
@@ -180,11 +190,20 @@ if [ -f "$LIB" ]; then
   want broken && stage 06 broken 40 do_broken
   want features && stage 07 features 150 do_features
   want overhead && stage 08 overhead 120 do_overhead
+  want staging && stage 09 staging 180 do_staging
 else
   note "FAIL skipped every later stage: no $LIB"
   STATUS=1
 fi
 
+logs=("$OUT"/[0-9][0-9]-*.log)
+if [ ${#logs[@]} -gt 6 ]; then
+  mkdir -p "$WORK/stage-logs"
+  for f in "${logs[@]}"; do
+    name=$(basename "$f" .log)
+    grep -q "^PASS ${name#*-} " "$OUT/summary.txt" && mv "$f" "$WORK/stage-logs/"
+  done
+fi
 tar czf "$OUT/extra.tgz" -C "$WORK" . 2>/dev/null
 note "overall: $([ $STATUS -eq 0 ] && echo PASS || echo FAIL)"
 exit $STATUS
