@@ -17,7 +17,7 @@
 static const hetccl_vendor_t *process_vendor(void) {
   const hetccl_vendor_t *v = hetccl_vendor_loaded();
   if (!v && hetccl_knob_int(HETCCL_KNOB_VENDOR) && hetccl_process_dev_kind() == HETCCL_DEV_CUDA)
-    hetccl_vendor_load_nccl(&v);
+    hetccl_vendor_load(HETCCL_VENDOR_NCCL, &v);
   return v;
 }
 
@@ -165,6 +165,6 @@ HETCCL_EXPORT ncclResult_t hetcclKnobsCheck(void) { return hetccl_knobs_check();
 
 HETCCL_EXPORT const char *hetcclCommBackend(ncclComm_t comm) {
   if (!comm || hetccl_comm_check(comm, "hetcclCommBackend") != ncclSuccess) return "invalid";
-  if (comm->vendor) return "vendor:nccl";
+  if (comm->vendor) return comm->vendor->backend;
   return comm->engine ? "engine" : "initializing";
 }

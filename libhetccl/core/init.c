@@ -84,7 +84,7 @@ hetccl_dev_kind_t hetccl_process_dev_kind(void) {
   hetccl_dev_kind_t k = hetccl_runtime_detect();
   if (k != HETCCL_DEV_HOST || hetccl_knob_is_set(HETCCL_KNOB_DEVICE)) return k;
   const hetccl_runtime_t *cuda = hetccl_runtime_get(HETCCL_DEV_CUDA);
-  if (cuda && hetccl_vendor_foreign_mapped() && cuda->available()) return HETCCL_DEV_CUDA;
+  if (cuda && hetccl_vendor_foreign_mapped(HETCCL_VENDOR_NCCL) && cuda->available()) return HETCCL_DEV_CUDA;
   return k;
 }
 
@@ -147,7 +147,7 @@ ncclResult_t hetccl_comm_create(int nranks, int rank, const ncclConfig_t *config
   comm->ptr_kind = comm->dev_kind;
   if (comm->ptr_kind == HETCCL_DEV_HOST) {
     const hetccl_runtime_t *cuda = hetccl_runtime_get(HETCCL_DEV_CUDA);
-    if (cuda && (hetccl_vendor_foreign_mapped() || cuda->in_use())) comm->ptr_kind = HETCCL_DEV_CUDA;
+    if (cuda && (hetccl_vendor_foreign_mapped(HETCCL_VENDOR_NCCL) || cuda->in_use())) comm->ptr_kind = HETCCL_DEV_CUDA;
   }
   if (comm->dev_kind != HETCCL_DEV_HOST) {
     const hetccl_runtime_t *rt = hetccl_runtime_get(comm->dev_kind);
@@ -185,7 +185,7 @@ static ncclResult_t fill_info(ncclComm_t comm, hetccl_peer_info_t *me) {
     if (rt) rt->current_device(&dev, me->bus_id, sizeof(me->bus_id));
     if (comm->dev_kind == HETCCL_DEV_CUDA && hetccl_knob_int(HETCCL_KNOB_VENDOR)) {
       const hetccl_vendor_t *v = NULL;
-      if (hetccl_vendor_load_nccl(&v) == ncclSuccess && v)
+      if (hetccl_vendor_load(HETCCL_VENDOR_NCCL, &v) == ncclSuccess && v)
         me->vendor_version = v->version;
       else
         snprintf(me->vendor_err, sizeof(me->vendor_err), "%s", hetccl_last_error());
@@ -207,7 +207,7 @@ static int is_homogeneous(const hetccl_peer_info_t *peers, int n) {
 
 static ncclResult_t init_vendor(ncclComm_t comm) {
   const hetccl_vendor_t *v = NULL;
-  HETCCL_CHECK(hetccl_vendor_load_nccl(&v));
+  HETCCL_CHECK(hetccl_vendor_load(HETCCL_VENDOR_NCCL, &v));
   struct {
     int32_t status;
     ncclUniqueId id;
