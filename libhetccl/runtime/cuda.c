@@ -313,6 +313,7 @@ static int driver_context_live(void) {
 static int cuda_in_use(void) { return runtime_get(0) != NULL || driver_context_live(); }
 
 static int available_cached = -1;
+static int devices_seen; /* cudaGetDeviceCount's answer, for describe */
 
 static int cuda_available(void) {
   int a = __atomic_load_n(&available_cached, __ATOMIC_ACQUIRE);
@@ -324,10 +325,32 @@ static int cuda_available(void) {
     n = 0;
   }
   a = n > 0;
+  devices_seen = n;
   INFO(HETCCL_RUNTIME, "cuda: %s (%d device%s)", a ? "available" : "not available", n,
        n == 1 ? "" : "s");
   __atomic_store_n(&available_cached, a, __ATOMIC_RELEASE);
   return a;
+}
+
+static char describe_text[2048];
+
+static void describe_once(void) {
+  cuda_available();
+  const cuda_runtime_lib_t *r = runtime_get(0);
+  if (!r) {
+    snprintf(describe_text, sizeof(describe_text), "not found: %s", crt_why);
+    return;
+  }
+  const cuda_driver_t *d = driver_get(1);
+  snprintf(describe_text, sizeof(describe_text), "%s, %s%s%s: %d device%s", r->path,
+           d ? d->path : "no driver (", d ? "" : drv_why, d ? "" : ")", devices_seen,
+           devices_seen == 1 ? "" : "s");
+}
+
+static const char *cuda_describe(void) {
+  static pthread_once_t once = PTHREAD_ONCE_INIT;
+  pthread_once(&once, describe_once);
+  return describe_text;
 }
 
 static ncclResult_t cuda_current_device(int *dev, char *busid, size_t busid_len) {
@@ -552,6 +575,7 @@ const hetccl_runtime_t hetccl_runtime_cuda = {
     .name = "cuda",
     .available = cuda_available,
     .in_use = cuda_in_use,
+    .describe = cuda_describe,
     .current_device = cuda_current_device,
     .set_device = cuda_set_device,
     .mem_kind = cuda_mem_kind,
