@@ -13,11 +13,13 @@
 #include "util/knobs.h"
 
 /* The vendor library this process forwards to: the loaded one, else, in a
- * CUDA process, the one it would load at its first communicator. */
+ * GPU process, the one it would load at its first communicator. */
 static const hetccl_vendor_t *process_vendor(void) {
   const hetccl_vendor_t *v = hetccl_vendor_loaded();
-  if (!v && hetccl_knob_int(HETCCL_KNOB_VENDOR) && hetccl_process_dev_kind() == HETCCL_DEV_CUDA)
-    hetccl_vendor_load(HETCCL_VENDOR_NCCL, &v);
+  hetccl_vendor_id_t vid;
+  if (!v && hetccl_knob_int(HETCCL_KNOB_VENDOR) &&
+      hetccl_dev_vendor(hetccl_process_dev_kind(), &vid))
+    hetccl_vendor_load(vid, &v);
   return v;
 }
 
