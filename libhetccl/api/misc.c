@@ -165,6 +165,37 @@ HETCCL_EXPORT ncclResult_t hetcclKnobInfo(int index, const char **name, const ch
 
 HETCCL_EXPORT ncclResult_t hetcclKnobsCheck(void) { return hetccl_knobs_check(); }
 
+HETCCL_EXPORT int hetcclRuntimeCount(void) { return HETCCL_DEV_COUNT; }
+
+HETCCL_EXPORT ncclResult_t hetcclRuntimeInfo(int index, const char **name, int *available,
+                                             const char **detail) {
+  const hetccl_runtime_t *rt = index >= 0 ? hetccl_runtime_get((hetccl_dev_kind_t)index) : NULL;
+  if (!rt) {
+    WARN("hetcclRuntimeInfo: index %d out of range [0, %d)", index, HETCCL_DEV_COUNT);
+    return ncclInvalidArgument;
+  }
+  if (name) *name = rt->name;
+  if (available) *available = rt->available();
+  if (detail) *detail = rt->describe();
+  return ncclSuccess;
+}
+
+HETCCL_EXPORT int hetcclVendorCount(void) { return HETCCL_VENDOR_COUNT; }
+
+HETCCL_EXPORT ncclResult_t hetcclVendorInfo(int index, const char **name, int *version,
+                                            const char **detail) {
+  if (index < 0 || index >= HETCCL_VENDOR_COUNT) {
+    WARN("hetcclVendorInfo: index %d out of range [0, %d)", index, HETCCL_VENDOR_COUNT);
+    return ncclInvalidArgument;
+  }
+  const char *said = NULL;
+  const hetccl_vendor_t *v = hetccl_vendor_probe((hetccl_vendor_id_t)index, &said);
+  if (name) *name = hetccl_vendor_name((hetccl_vendor_id_t)index);
+  if (version) *version = v ? v->version : 0;
+  if (detail) *detail = said;
+  return ncclSuccess;
+}
+
 HETCCL_EXPORT const char *hetcclCommBackend(ncclComm_t comm) {
   if (!comm || hetccl_comm_check(comm, "hetcclCommBackend") != ncclSuccess) return "invalid";
   if (comm->vendor) return comm->vendor->backend;

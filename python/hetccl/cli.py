@@ -1,6 +1,7 @@
 """The `hetccl` command (also `python -m hetccl`).
 
-  hetccl info                       library, versions, exported API, every knob
+  hetccl info                       library, versions, exported API, device runtimes
+                                    and vendor libraries found, every knob
   hetccl run -n N [--timeout S] -- CMD ARGS...
                                     N ranks of CMD, libhetccl.so preloaded
   hetccl demo [-n N]                a checked multi-rank job (hetccl.demo)
@@ -14,7 +15,7 @@ import os
 import shutil
 import sys
 from pathlib import Path
-from typing import List, Optional, Sequence, Tuple
+from typing import Any, List, Optional, Sequence, Tuple
 
 from . import __version__, _lib
 from .elfsyms import nccl_api_symbols
@@ -39,6 +40,33 @@ def knobs() -> List[Tuple[str, str, str, str, str]]:
     return out  # type: ignore[return-value]
 
 
+def _text(ptr: Any) -> str:
+    return _lib.ffi.string(ptr).decode(errors="replace") if ptr != _lib.ffi.NULL else ""
+
+
+def runtimes() -> List[Tuple[str, bool, str]]:
+    """(name, available, detail) of every device runtime: the files it
+    loaded and the devices it sees, or why it could not be loaded."""
+    L, ffi = _lib.lib(), _lib.ffi
+    name, detail, avail = ffi.new("const char **"), ffi.new("const char **"), ffi.new("int *")
+    out = []
+    for i in range(L.hetcclRuntimeCount()):
+        if L.hetcclRuntimeInfo(i, name, avail, detail) == 0:
+            out.append((_text(name[0]), bool(avail[0]), _text(detail[0])))
+    return out
+
+
+def vendors() -> List[Tuple[str, int, str]]:
+    """(name, version or 0, file or why not) of every vendor library."""
+    L, ffi = _lib.lib(), _lib.ffi
+    name, detail, version = ffi.new("const char **"), ffi.new("const char **"), ffi.new("int *")
+    out = []
+    for i in range(L.hetcclVendorCount()):
+        if L.hetcclVendorInfo(i, name, version, detail) == 0:
+            out.append((_text(name[0]), int(version[0]), _text(detail[0])))
+    return out
+
+
 def cmd_info(_args: argparse.Namespace) -> int:
     from .nccl import get_version
 
@@ -50,6 +78,13 @@ def cmd_info(_args: argparse.Namespace) -> int:
     print(f"library: {path}")
     print(f"NCCL API version: {_version_text(version)} ({version})")
     print(f"exported NCCL API symbols: {len(nccl_api_symbols(path))} (nccl* and pnccl*)")
+    print("device runtimes (loaded here to ask; a rank loads only its own):")
+    for name, available, detail in runtimes():
+        print(f"  {name:<5} {'available' if available else 'unavailable':<12} {detail}")
+    print("vendor libraries:")
+    for name, vcode, detail in vendors():
+        state = f"{_version_text(vcode)} ({vcode})" if vcode else "not loaded"
+        print(f"  {name:<5} {state:<12} {detail}")
     table = knobs()
     print(f"knobs: {len(table)} (environment variables; value '' = unset)")
     width = max((len(k[0]) for k in table), default=0)
