@@ -63,23 +63,25 @@ def test_info(hetccl_library: Path) -> None:
     assert f"knobs: {len(names)} " in out
 
 
+def info_with(**env: str) -> str:
+    """`hetccl info`'s output with env added to this environment."""
+    proc = subprocess.run([sys.executable, "-m", "hetccl", "info"], capture_output=True,
+                          text=True, timeout=TIMEOUT, env={**os.environ, **env})
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout
+
+
 @pytest.mark.timeout(TIMEOUT)
 def test_info_shows_current_values() -> None:
-    env = {**os.environ, "HETCCL_SHM_SLOTS": "16"}
-    proc = subprocess.run([sys.executable, "-m", "hetccl", "info"], capture_output=True,
-                          text=True, timeout=TIMEOUT, env=env)
-    assert proc.returncode == 0, proc.stderr
-    assert re.search(r"HETCCL_SHM_SLOTS\s+int\s+default='8'\s+value='16'", proc.stdout)
+    out = info_with(HETCCL_SHM_SLOTS="16")
+    assert re.search(r"HETCCL_SHM_SLOTS\s+int\s+default='8'\s+value='16'", out)
 
 
 @pytest.mark.timeout(TIMEOUT)
 def test_info_names_the_rccl_it_was_told() -> None:
-    env = {**os.environ, "HETCCL_RCCL_LIBRARY": "/nonexistent/librccl.so.1"}
-    proc = subprocess.run([sys.executable, "-m", "hetccl", "info"], capture_output=True,
-                          text=True, timeout=TIMEOUT, env=env)
-    assert proc.returncode == 0, proc.stderr
+    out = info_with(HETCCL_RCCL_LIBRARY="/nonexistent/librccl.so.1")
     assert re.search(r"^  rccl\s+not loaded\s+HETCCL_RCCL_LIBRARY=/nonexistent/librccl.so.1 "
-                     r"cannot be used: .*No such file", proc.stdout, re.M), proc.stdout
+                     r"cannot be used: .*No such file", out, re.M), out
 
 
 def test_dynsym_reader_matches_nm(hetccl_library: Path) -> None:

@@ -26,18 +26,14 @@
  *
  * Threads: any. Loading is serialised by one mutex and published with an
  * atomic pointer; the table is read-only afterwards. */
-#ifndef _GNU_SOURCE
-#define _GNU_SOURCE /* dladdr, dl_iterate_phdr */
-#endif
 #include <ctype.h>
 #include <dlfcn.h>
-#include <link.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
+#include "runtime/gpu.h"
 #include "runtime/runtime.h"
 #include "util/check.h"
 #include "util/log.h"
@@ -135,11 +131,7 @@ static int hip_fill(void *h, const char *name) {
 #undef FN_TAKE
   *(void **)&hip.hipLaunchHostFunc = dlsym(h, "hipLaunchHostFunc");
   hip.handle = h;
-  Dl_info info;
-  if (dladdr((void *)hip.hipGetDevice, &info) && info.dli_fname && info.dli_fname[0])
-    snprintf(hip.path, sizeof(hip.path), "%s", info.dli_fname);
-  else
-    snprintf(hip.path, sizeof(hip.path), "%s", name);
+  hetccl_gpu_where_loaded((void *)hip.hipGetDevice, hip.path, sizeof(hip.path), name);
   /* Needs no device (it answers before HIP looks for one). */
   int version = 0;
   if (hip.hipRuntimeGetVersion(&version) != hipSuccess || HIP_VERSION_MAJOR_OF(version) < 5) {
@@ -152,29 +144,6 @@ static int hip_fill(void *h, const char *name) {
   return 1;
 }
 
-/* dl_iterate_phdr callback: the first mapped libamdhip64.so* (a versioned
- * file name such as libamdhip64.so.6.2.60200 that no name above matches). */
-static int find_mapped_hip(struct dl_phdr_info *info, size_t size, void *data) {
-  const char *slash = info->dlpi_name ? strrchr(info->dlpi_name, '/') : NULL;
-  const char *base = slash ? slash + 1 : info->dlpi_name;
-  if (base && strncmp(base, "libamdhip64.so", 14) == 0) {
-    snprintf((char *)data, 512, "%s", info->dlpi_name);
-    return 1;
-  }
-  return 0;
-}
-
-static void *open_loaded_hip(void) {
-  for (size_t i = 0; i < HIP_NNAMES; i++) {
-    void *h = dlopen(hip_names[i], RTLD_NOW | RTLD_LOCAL | RTLD_NOLOAD);
-    if (h) return h;
-  }
-  char path[512] = "";
-  if (dl_iterate_phdr(find_mapped_hip, path) && path[0])
-    return dlopen(path, RTLD_NOW | RTLD_LOCAL | RTLD_NOLOAD);
-  return NULL;
-}
-
 /* The library, loading it if may_load; NULL when absent (not an error for
  * may_load == 0). */
 static const hip_lib_t *hip_get(int may_load) {
@@ -182,7 +151,8 @@ static const hip_lib_t *hip_get(int may_load) {
   if (r || (may_load && __atomic_load_n(&hip_failed, __ATOMIC_ACQUIRE))) return r;
   pthread_mutex_lock(&load_lock);
   if (!hip_ready && !(may_load && hip_failed)) {
-    void *h = open_loaded_hip();
+    /* a versioned file name (libamdhip64.so.6.2.60200) matches no soname above */
+    void *h = hetccl_gpu_open_loaded(hip_names, HIP_NNAMES, "libamdhip64.so");
     const char *how = "already loaded";
     if (h && !hip_fill(h, "the loaded libamdhip64")) {
       dlclose(h);
@@ -445,33 +415,16 @@ static ncclResult_t hip_host_alloc_mapped(void **host, void **dev, size_t bytes)
 }
 
 /* Counters on a stream: HIP's stream memory operations on the mapped
- * counter, or where those are refused a host function on the stream (it
- * makes no HIP call; a waiting one holds HIP's callback thread meanwhile,
- * which is why it is only the fallback). HIP refuses a wait on memory that
+ * counter, or where those are refused a host function on the stream
+ * (gpu.h). HIP refuses a wait on memory that
  * is not signal memory when GPU_STREAMOPS_CP_WAIT is set (invalid value),
  * and a device may not support them at all (not supported): both turn the
  * fallback on for the process. */
-typedef struct counter_op {
-  volatile uint64_t *counter;
-  uint64_t value;
-  int write; /* 1: store value; 0: wait until counter >= value */
-} counter_op_t;
-
-static void counter_host_fn(void *arg) {
-  counter_op_t *op = arg;
-  struct timespec ts = {0, 2000};
-  if (op->write)
-    __atomic_store_n(op->counter, op->value, __ATOMIC_RELEASE);
-  else
-    while (__atomic_load_n(op->counter, __ATOMIC_ACQUIRE) < op->value) nanosleep(&ts, NULL);
-  free(op);
-}
-
 /* hipStreamAddCallback's shape, for runtimes without hipLaunchHostFunc. */
 static void counter_callback(void *stream, hipError_t status, void *arg) {
   (void)stream;
   (void)status; /* the counter is moved whatever happened before: never leave a waiter */
-  counter_host_fn(arg);
+  hetccl_gpu_counter_fn(arg);
 }
 
 static int mem_ops_off; /* HIP refused a stream memory operation once */
@@ -493,18 +446,15 @@ static ncclResult_t counter_op(void *stream, volatile uint64_t *host, void *dev,
          text ? text : "");
     __atomic_store_n(&mem_ops_off, 1, __ATOMIC_RELAXED);
   }
-  counter_op_t *op = malloc(sizeof(*op));
-  if (!op) {
+  void *job = hetccl_gpu_counter_job(host, value, write);
+  if (!job) {
     WARN("hip: %s: out of memory", name);
     return ncclSystemError;
   }
-  op->counter = host;
-  op->value = value;
-  op->write = write;
   ncclResult_t res = r->hipLaunchHostFunc
-                         ? HIP_CALL(r, hipLaunchHostFunc, stream, counter_host_fn, op)
-                         : HIP_CALL(r, hipStreamAddCallback, stream, counter_callback, op, 0);
-  if (res != ncclSuccess) free(op);
+                         ? HIP_CALL(r, hipLaunchHostFunc, stream, hetccl_gpu_counter_fn, job)
+                         : HIP_CALL(r, hipStreamAddCallback, stream, counter_callback, job, 0);
+  if (res != ncclSuccess) free(job);
   return res;
 }
 

@@ -15,7 +15,7 @@ import os
 import shutil
 import sys
 from pathlib import Path
-from typing import Any, List, Optional, Sequence, Tuple
+from typing import Any, Callable, List, Optional, Sequence, Tuple
 
 from . import __version__, _lib
 from .elfsyms import nccl_api_symbols
@@ -44,27 +44,26 @@ def _text(ptr: Any) -> str:
     return _lib.ffi.string(ptr).decode(errors="replace") if ptr != _lib.ffi.NULL else ""
 
 
+def _backends(count: Callable[[], int], info: Callable[..., int]) -> List[Tuple[str, int, str]]:
+    """(name, number, detail) rows of hetcclRuntimeInfo / hetcclVendorInfo
+    (same shape: index, name, an int, detail)."""
+    ffi = _lib.ffi
+    name, detail, number = ffi.new("const char **"), ffi.new("const char **"), ffi.new("int *")
+    return [(_text(name[0]), int(number[0]), _text(detail[0]))
+            for i in range(count()) if info(i, name, number, detail) == 0]
+
+
 def runtimes() -> List[Tuple[str, bool, str]]:
     """(name, available, detail) of every device runtime: the files it
     loaded and the devices it sees, or why it could not be loaded."""
-    L, ffi = _lib.lib(), _lib.ffi
-    name, detail, avail = ffi.new("const char **"), ffi.new("const char **"), ffi.new("int *")
-    out = []
-    for i in range(L.hetcclRuntimeCount()):
-        if L.hetcclRuntimeInfo(i, name, avail, detail) == 0:
-            out.append((_text(name[0]), bool(avail[0]), _text(detail[0])))
-    return out
+    L = _lib.lib()
+    return [(n, bool(a), d) for n, a, d in _backends(L.hetcclRuntimeCount, L.hetcclRuntimeInfo)]
 
 
 def vendors() -> List[Tuple[str, int, str]]:
     """(name, version or 0, file or why not) of every vendor library."""
-    L, ffi = _lib.lib(), _lib.ffi
-    name, detail, version = ffi.new("const char **"), ffi.new("const char **"), ffi.new("int *")
-    out = []
-    for i in range(L.hetcclVendorCount()):
-        if L.hetcclVendorInfo(i, name, version, detail) == 0:
-            out.append((_text(name[0]), int(version[0]), _text(detail[0])))
-    return out
+    L = _lib.lib()
+    return _backends(L.hetcclVendorCount, L.hetcclVendorInfo)
 
 
 def cmd_info(_args: argparse.Namespace) -> int:

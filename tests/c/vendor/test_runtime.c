@@ -147,6 +147,13 @@ static void mode_fake(const char *cudart, const char *driver) {
   EXPECT(rt->stream_capturing(NULL, &capturing) == ncclSuccess && !capturing, "not capturing");
   char src[16] = "hello", dst[16] = "";
   EXPECT(rt->memcpy_async(dst, src, 6, NULL) == ncclSuccess && strcmp(dst, "hello") == 0, "copy");
+  /* The stand-in driver has no stream memory operations: counters move
+   * through host functions on the stream (which the stand-in runs at once). */
+  volatile uint64_t counter = 0;
+  EXPECT(rt->stream_write_counter(NULL, &counter, (void *)&counter, 9) == ncclSuccess &&
+             counter == 9,
+         "write_counter %llu", (unsigned long long)counter);
+  EXPECT(rt->stream_wait_counter(NULL, &counter, (void *)&counter, 9) == ncclSuccess, "wait");
 }
 
 static void mode_hipsys(void) {
