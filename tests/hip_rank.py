@@ -3,7 +3,10 @@ host buffers, prints one line "RESULT {json}".
 
 Environment: T_RANK, T_NRANKS, T_ID_FILE (rank 0 writes the unique id
 there), T_PRELOAD (colon list of libraries to load first, RTLD_GLOBAL, as a
-program linking them would have). The result: "error"/"message" when init
+program linking them would have), T_DEVBUF=1 (the allreduce runs on a
+buffer from the stand-in libamdhip64's hipMalloc, the first preloaded
+library, and the result adds what its counters saw: "copies", "writes",
+"waits"). The result: "error"/"message" when init
 failed, else "backend", "kind" (the device kind this rank presented) and
 "sum"; always "hip_mapped" and "cudart_mapped" (what the process loaded).
 """
@@ -51,10 +54,26 @@ def main() -> dict:
     out["backend"] = comm.backend()
     out["kind"] = _device_kind()
     x = np.full(4, RANK + 1, dtype=np.float32)
-    comm.allReduce(x.ctypes.data, x.ctypes.data, 4, nccl.NCCL_FLOAT32, nccl.NCCL_SUM)
-    out["sum"] = float(x[0])
+    if os.environ.get("T_DEVBUF") == "1":
+        out.update(_device_allreduce(comm, x))
+    else:
+        comm.allReduce(x.ctypes.data, x.ctypes.data, 4, nccl.NCCL_FLOAT32, nccl.NCCL_SUM)
+        out["sum"] = float(x[0])
     comm.destroy()
     return out
+
+
+def _device_allreduce(comm: nccl.NcclCommunicator, x: np.ndarray) -> dict:
+    """In place on 'device' memory of the stand-in (its streams run at once,
+    so the result is there when the call returns)."""
+    hip = ctypes.CDLL(os.environ["T_PRELOAD"].split(":")[0])
+    dev = ctypes.c_void_p()
+    assert hip.hipMalloc(ctypes.byref(dev), ctypes.c_size_t(x.nbytes)) == 0
+    ctypes.memmove(dev.value, x.ctypes.data, x.nbytes)
+    comm.allReduce(dev.value, dev.value, x.size, nccl.NCCL_FLOAT32, nccl.NCCL_SUM)
+    ctypes.memmove(x.ctypes.data, dev.value, x.nbytes)
+    counts = {k: ctypes.c_int.in_dll(hip, "fake_" + k).value for k in ("copies", "writes", "waits")}
+    return {"sum": float(x[0]), **counts}
 
 
 def _device_kind() -> str:

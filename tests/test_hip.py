@@ -12,8 +12,9 @@ Three kinds of check:
   with two "devices", an NCCL-API library under RCCL's and NCCL's names, a
   libcudart + libcuda): two HIP ranks with one RCCL forward to it; HIP with a
   host rank, and HIP with a CUDA rank, run on the engine; a HIP rank that
-  cannot load RCCL fails init naming RCCL and HETCCL_RCCL_LIBRARY. Skipped
-  without a C compiler.
+  cannot load RCCL fails init naming RCCL and HETCCL_RCCL_LIBRARY; a HIP
+  rank's device buffers are staged through the HIP table. Skipped without a
+  C compiler.
 
 Each rank is its own process (tests/hip_rank.py); loading happens once per
 process.
@@ -212,6 +213,19 @@ def test_hip_rank_without_rccl_fails_init(tmp_path: Path, fakes: Dict[str, Path]
     msg = results[0]["message"]
     assert "is a hip rank but could not load RCCL" in msg and "HETCCL_RCCL_LIBRARY" in msg, msg
     assert missing in msg, msg
+
+
+@pytest.mark.timeout(TIMEOUT)
+def test_hip_device_buffers_are_staged_through_the_hip_runtime(tmp_path: Path,
+                                                              fakes: Dict[str, Path]) -> None:
+    """core/devpath.c, unchanged, over the hip table: copies in and out and
+    the ready/done counters go through the stand-in's HIP calls."""
+    results = run_ranks(tmp_path, [{**hip_env(fakes), "T_DEVBUF": "1"},
+                                   {"HETCCL_DEVICE": "host"}])
+    assert results[0].get("backend") == "engine" and results[0].get("sum") == 3.0, results[0]
+    assert results[1].get("sum") == 3.0, results[1]
+    res = results[0]
+    assert res["copies"] >= 2 and res["writes"] >= 1 and res["waits"] >= 1, res
 
 
 @pytest.mark.timeout(TIMEOUT)

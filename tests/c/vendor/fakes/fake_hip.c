@@ -11,18 +11,31 @@
  *           unified 11; stream memory operations work. */
 #include <stdint.h>
 #include <string.h>
+#include <time.h>
 
 #define FAKE_EXPORT __attribute__((visibility("default")))
 
 #define V6 (FAKE_HIP_VERSION >= 60000000)
 
-FAKE_EXPORT char fake_device_arena[4096], fake_managed_arena[4096], fake_pinned_arena[4096];
-FAKE_EXPORT int fake_callbacks, fake_host_funcs, fake_waits, fake_writes;
+#define ARENA (1 << 20)
+#define PINNED_ARENA (16 << 20) /* hetccl stages through 1 MiB blocks */
+
+FAKE_EXPORT char fake_device_arena[ARENA], fake_managed_arena[4096],
+    fake_pinned_arena[PINNED_ARENA];
+FAKE_EXPORT int fake_callbacks, fake_host_funcs, fake_waits, fake_writes, fake_copies;
 
 static int current = 1;
+static size_t device_used, pinned_used;
 
-static int inside(const void *p, const char *arena) {
-  return (const char *)p >= arena && (const char *)p < arena + 4096;
+static int inside(const void *p, const char *arena, size_t size) {
+  return (const char *)p >= arena && (const char *)p < arena + size;
+}
+
+static int carve(void **p, size_t n, char *arena, size_t size, size_t *used) {
+  size_t at = __atomic_fetch_add(used, (n + 63) & ~(size_t)63, __ATOMIC_RELAXED);
+  if (at + n > size) return 2; /* hipErrorOutOfMemory */
+  *p = arena + at;
+  return 0;
 }
 
 FAKE_EXPORT const char *hipGetErrorString(int err) { return err ? "fake hip error" : "no error"; }
@@ -38,8 +51,8 @@ FAKE_EXPORT int hipDeviceGetPCIBusId(char *b, int len, int d) {
 /* DEVICE_ORDINAL 9, MEMORY_TYPE 2, IS_MANAGED 8 (written as a one-byte bool);
  * memory HIP does not know: invalid value (1), as the real one answers. */
 FAKE_EXPORT int hipPointerGetAttribute(void *data, int attr, void *p) {
-  int dev = inside(p, fake_device_arena), man = inside(p, fake_managed_arena),
-      pin = inside(p, fake_pinned_arena);
+  int dev = inside(p, fake_device_arena, ARENA), man = inside(p, fake_managed_arena, 4096),
+      pin = inside(p, fake_pinned_arena, PINNED_ARENA);
   if (!dev && !man && !pin) {
     if (attr == 9) *(int *)data = -2;
     return 1;
@@ -50,18 +63,16 @@ FAKE_EXPORT int hipPointerGetAttribute(void *data, int attr, void *p) {
   if (attr == 8) *(unsigned char *)data = (unsigned char)man;
   return 0;
 }
-FAKE_EXPORT int hipMalloc(void **p, size_t n) { (void)p; (void)n; return 2; }
+FAKE_EXPORT int hipMalloc(void **p, size_t n) { return carve(p, n, fake_device_arena, ARENA, &device_used); }
 FAKE_EXPORT int hipFree(void *p) { (void)p; return 0; }
 FAKE_EXPORT int hipHostMalloc(void **p, size_t n, unsigned f) {
   (void)f;
-  if (n > sizeof(fake_pinned_arena)) return 2;
-  *p = fake_pinned_arena;
-  return 0;
+  return carve(p, n, fake_pinned_arena, PINNED_ARENA, &pinned_used);
 }
 FAKE_EXPORT int hipHostFree(void *p) { (void)p; return 0; }
 FAKE_EXPORT int hipHostGetDevicePointer(void **d, void *h, unsigned f) { (void)f; *d = h; return 0; }
 FAKE_EXPORT int hipMemcpyAsync(void *d, const void *s, size_t n, int k, void *st) {
-  (void)k; (void)st; memmove(d, s, n); return 0;
+  (void)k; (void)st; __atomic_add_fetch(&fake_copies, 1, __ATOMIC_RELAXED); memmove(d, s, n); return 0;
 }
 FAKE_EXPORT int hipStreamSynchronize(void *s) { (void)s; return 0; }
 FAKE_EXPORT int hipStreamIsCapturing(void *s, int *st) { *st = s == (void *)0x1 ? 1 : 0; return 0; }
@@ -74,14 +85,22 @@ FAKE_EXPORT int hipStreamWaitEvent(void *s, void *e, unsigned f) { (void)s; (voi
 FAKE_EXPORT int hipStreamWaitValue64(void *s, void *p, uint64_t v, unsigned f, uint64_t m) {
   (void)s; (void)f;
   if (!V6) return 801;
-  fake_waits++;
-  return (*(volatile uint64_t *)p & m) >= v ? 0 : 1; /* a fake stream cannot wait */
+  __atomic_add_fetch(&fake_waits, 1, __ATOMIC_RELAXED);
+  struct timespec now, end, nap = {0, 1000};
+  clock_gettime(CLOCK_MONOTONIC, &end);
+  end.tv_sec += 60; /* at most a minute, then "invalid value" */
+  do {
+    if ((__atomic_load_n((volatile uint64_t *)p, __ATOMIC_ACQUIRE) & m) >= v) return 0;
+    nanosleep(&nap, NULL);
+    clock_gettime(CLOCK_MONOTONIC, &now);
+  } while (now.tv_sec < end.tv_sec);
+  return 1;
 }
 FAKE_EXPORT int hipStreamWriteValue64(void *s, void *p, uint64_t v, unsigned f) {
   (void)s; (void)f;
   if (!V6) return 801;
-  fake_writes++;
-  *(volatile uint64_t *)p = v;
+  __atomic_add_fetch(&fake_writes, 1, __ATOMIC_RELAXED);
+  __atomic_store_n((volatile uint64_t *)p, v, __ATOMIC_RELEASE);
   return 0;
 }
 FAKE_EXPORT int hipStreamAddCallback(void *s, void (*fn)(void *, int, void *), void *arg,
