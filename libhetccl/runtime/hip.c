@@ -104,7 +104,7 @@ typedef struct {
 #define FN_FIELD(name, ret, params) ret(*name) params;
   HIP_FNS(FN_FIELD)
 #undef FN_FIELD
-  /* Optional: exported from ROCm 5.3 on (5.2 declares it but lacks it). */
+  /* Optional: ROCm 5.2's header declares it, its library does not export it. */
   hipError_t (*hipLaunchHostFunc)(void *stream, hip_host_fn_t fn, void *arg);
 } hip_lib_t;
 
@@ -416,10 +416,11 @@ static ncclResult_t hip_host_alloc_mapped(void **host, void **dev, size_t bytes)
 
 /* Counters on a stream: HIP's stream memory operations on the mapped
  * counter, or where those are refused a host function on the stream
- * (gpu.h). HIP refuses a wait on memory that
- * is not signal memory when GPU_STREAMOPS_CP_WAIT is set (invalid value),
- * and a device may not support them at all (not supported): both turn the
- * fallback on for the process. */
+ * (gpu.h). HIP refuses a wait on memory that is not signal memory when
+ * GPU_STREAMOPS_CP_WAIT is set (invalid value), and a device may not
+ * support them at all (not supported): both turn the fallback on for the
+ * process. */
+
 /* hipStreamAddCallback's shape, for runtimes without hipLaunchHostFunc. */
 static void counter_callback(void *stream, hipError_t status, void *arg) {
   (void)stream;
