@@ -28,7 +28,21 @@ ncclResult_t hetcclKnobInfo(int index, const char **name, const char **type,
  * message for ncclGetLastError(NULL) if one is malformed or out of range. */
 ncclResult_t hetcclKnobsCheck(void);
 
-/* How a communicator is served: "vendor:nccl", "engine", ... (static string;
+/* The device runtimes (host, cuda, hip) and vendor libraries (nccl, rccl)
+ * this build knows, for `hetccl info`. Asking loads each as a communicator
+ * of that kind would (a tool's question, not a rank's). index in [0,
+ * count); every out pointer may be NULL; strings are static. detail: the
+ * files used and the devices seen (runtime), the file loaded (vendor), or
+ * why none could be loaded. version: the vendor's ncclGetVersion, 0 when
+ * it could not be loaded. */
+int hetcclRuntimeCount(void);
+ncclResult_t hetcclRuntimeInfo(int index, const char **name, int *available,
+                               const char **detail);
+int hetcclVendorCount(void);
+ncclResult_t hetcclVendorInfo(int index, const char **name, int *version,
+                              const char **detail);
+
+/* How a communicator is served: "vendor:nccl", "vendor:rccl", "engine", ... (static string;
  * NULL comm gives "invalid"). */
 const char *hetcclCommBackend(ncclComm_t comm);
 

@@ -46,6 +46,16 @@ def test_info(hetccl_library: Path) -> None:
         want = sum(1 for s in SYMBOL_LIST.read_text().splitlines()
                    if s.strip() and not s.startswith("#"))
     assert f"exported NCCL API symbols: {want} " in out
+    # Every device runtime and vendor library, found or with the reason why not.
+    assert "device runtimes" in out and "vendor libraries:" in out
+    assert re.search(r"^  host\s+available\s+built in", out, re.M)
+    for runtime in ("cuda", "hip"):
+        assert re.search(rf"^  {runtime}\s+(available|unavailable)\s+\S", out, re.M), runtime
+    hip = re.search(r"^  hip\s+\S+\s+(.*)$", out, re.M)
+    assert hip and "libamdhip64" in hip.group(1), hip  # its file, or the names it tried
+    for vendor in ("nccl", "rccl"):
+        assert re.search(rf"^  {vendor}\s+(\d+\.\d+\.\d+ \(\d+\)|not loaded)\s+\S", out,
+                         re.M), vendor
     names = _knob_names()
     assert len(names) >= 20
     for name in names:
@@ -53,13 +63,25 @@ def test_info(hetccl_library: Path) -> None:
     assert f"knobs: {len(names)} " in out
 
 
+def info_with(**env: str) -> str:
+    """`hetccl info`'s output with env added to this environment."""
+    proc = subprocess.run([sys.executable, "-m", "hetccl", "info"], capture_output=True,
+                          text=True, timeout=TIMEOUT, env={**os.environ, **env})
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout
+
+
 @pytest.mark.timeout(TIMEOUT)
 def test_info_shows_current_values() -> None:
-    env = {**os.environ, "HETCCL_SHM_SLOTS": "16"}
-    proc = subprocess.run([sys.executable, "-m", "hetccl", "info"], capture_output=True,
-                          text=True, timeout=TIMEOUT, env=env)
-    assert proc.returncode == 0, proc.stderr
-    assert re.search(r"HETCCL_SHM_SLOTS\s+int\s+default='8'\s+value='16'", proc.stdout)
+    out = info_with(HETCCL_SHM_SLOTS="16")
+    assert re.search(r"HETCCL_SHM_SLOTS\s+int\s+default='8'\s+value='16'", out)
+
+
+@pytest.mark.timeout(TIMEOUT)
+def test_info_names_the_rccl_it_was_told() -> None:
+    out = info_with(HETCCL_RCCL_LIBRARY="/nonexistent/librccl.so.1")
+    assert re.search(r"^  rccl\s+not loaded\s+HETCCL_RCCL_LIBRARY=/nonexistent/librccl.so.1 "
+                     r"cannot be used: .*No such file", out, re.M), out
 
 
 def test_dynsym_reader_matches_nm(hetccl_library: Path) -> None:

@@ -13,11 +13,13 @@
 #include "util/knobs.h"
 
 /* The vendor library this process forwards to: the loaded one, else, in a
- * CUDA process, the one it would load at its first communicator. */
+ * GPU process, the one it would load at its first communicator. */
 static const hetccl_vendor_t *process_vendor(void) {
   const hetccl_vendor_t *v = hetccl_vendor_loaded();
-  if (!v && hetccl_knob_int(HETCCL_KNOB_VENDOR) && hetccl_process_dev_kind() == HETCCL_DEV_CUDA)
-    hetccl_vendor_load_nccl(&v);
+  hetccl_vendor_id_t vid;
+  if (!v && hetccl_knob_int(HETCCL_KNOB_VENDOR) &&
+      hetccl_dev_vendor(hetccl_process_dev_kind(), &vid))
+    hetccl_vendor_load(vid, &v);
   return v;
 }
 
@@ -163,8 +165,39 @@ HETCCL_EXPORT ncclResult_t hetcclKnobInfo(int index, const char **name, const ch
 
 HETCCL_EXPORT ncclResult_t hetcclKnobsCheck(void) { return hetccl_knobs_check(); }
 
+HETCCL_EXPORT int hetcclRuntimeCount(void) { return HETCCL_DEV_COUNT; }
+
+HETCCL_EXPORT ncclResult_t hetcclRuntimeInfo(int index, const char **name, int *available,
+                                             const char **detail) {
+  const hetccl_runtime_t *rt = index >= 0 ? hetccl_runtime_get((hetccl_dev_kind_t)index) : NULL;
+  if (!rt) {
+    WARN("hetcclRuntimeInfo: index %d out of range [0, %d)", index, HETCCL_DEV_COUNT);
+    return ncclInvalidArgument;
+  }
+  if (name) *name = rt->name;
+  if (available) *available = rt->available();
+  if (detail) *detail = rt->describe();
+  return ncclSuccess;
+}
+
+HETCCL_EXPORT int hetcclVendorCount(void) { return HETCCL_VENDOR_COUNT; }
+
+HETCCL_EXPORT ncclResult_t hetcclVendorInfo(int index, const char **name, int *version,
+                                            const char **detail) {
+  if (index < 0 || index >= HETCCL_VENDOR_COUNT) {
+    WARN("hetcclVendorInfo: index %d out of range [0, %d)", index, HETCCL_VENDOR_COUNT);
+    return ncclInvalidArgument;
+  }
+  const char *said = NULL;
+  const hetccl_vendor_t *v = hetccl_vendor_probe((hetccl_vendor_id_t)index, &said);
+  if (name) *name = hetccl_vendor_name((hetccl_vendor_id_t)index);
+  if (version) *version = v ? v->version : 0;
+  if (detail) *detail = said;
+  return ncclSuccess;
+}
+
 HETCCL_EXPORT const char *hetcclCommBackend(ncclComm_t comm) {
   if (!comm || hetccl_comm_check(comm, "hetcclCommBackend") != ncclSuccess) return "invalid";
-  if (comm->vendor) return "vendor:nccl";
+  if (comm->vendor) return comm->vendor->backend;
   return comm->engine ? "engine" : "initializing";
 }

@@ -40,7 +40,7 @@ typedef struct hetccl_peer_info {
   int32_t island;          /* forced island id (HETCCL_ISLANDS) or -1 */
   int32_t blocking;        /* config.blocking, to detect disagreement */
   int32_t stages;          /* may pass device buffers to an engine communicator */
-  char vendor_err[160];    /* why a CUDA rank could not load its vendor library */
+  char vendor_err[160];    /* why a GPU rank could not load its vendor library */
 } hetccl_peer_info_t;
 
 typedef struct hetccl_user_redop {
@@ -51,7 +51,7 @@ typedef struct hetccl_user_redop {
 struct ncclComm {
   uint64_t magic;
   int rank, nranks;
-  int dev;                       /* CUDA device, -1 for host ranks */
+  int dev;                       /* GPU device, -1 for host ranks */
   hetccl_dev_kind_t dev_kind;
   hetccl_dev_kind_t ptr_kind;    /* runtime that can tell device pointers apart (HOST: none) */
   int blocking;                  /* config.blocking resolved (1 default) */

@@ -80,12 +80,42 @@ static ncclResult_t forced_island(int rank, int nranks, int *island) {
   return ncclSuccess;
 }
 
+int hetccl_dev_vendor(hetccl_dev_kind_t kind, hetccl_vendor_id_t *id) {
+  switch (kind) {
+  case HETCCL_DEV_CUDA: *id = HETCCL_VENDOR_NCCL; return 1;
+  case HETCCL_DEV_HIP: *id = HETCCL_VENDOR_RCCL; return 1;
+  default: return 0;
+  }
+}
+
+/* GPU kinds, in the order the rules below ask them. */
+static const hetccl_dev_kind_t gpu_kinds[] = {HETCCL_DEV_CUDA, HETCCL_DEV_HIP};
+#define NGPU_KINDS (sizeof(gpu_kinds) / sizeof(gpu_kinds[0]))
+
+/* Does this process link kind's real vendor library (libnccl.so.2,
+ * librccl.so.1 mapped, not hetccl)? Looks, never loads. */
+static int links_vendor_of(hetccl_dev_kind_t kind) {
+  hetccl_vendor_id_t v;
+  return hetccl_dev_vendor(kind, &v) && hetccl_vendor_foreign_mapped(v);
+}
+
 hetccl_dev_kind_t hetccl_process_dev_kind(void) {
   hetccl_dev_kind_t k = hetccl_runtime_detect();
   if (k != HETCCL_DEV_HOST || hetccl_knob_is_set(HETCCL_KNOB_DEVICE)) return k;
-  const hetccl_runtime_t *cuda = hetccl_runtime_get(HETCCL_DEV_CUDA);
-  if (cuda && hetccl_vendor_foreign_mapped() && cuda->available()) return HETCCL_DEV_CUDA;
+  /* Only a process that links the vendor library loads its runtime here. */
+  for (size_t i = 0; i < NGPU_KINDS; i++)
+    if (links_vendor_of(gpu_kinds[i]) && hetccl_runtime_get(gpu_kinds[i])->available())
+      return gpu_kinds[i];
   return k;
+}
+
+/* The runtime that can tell a host rank's device pointers from host ones:
+ * one the process already uses, or whose vendor library it links. */
+static hetccl_dev_kind_t host_pointer_kind(void) {
+  for (size_t i = 0; i < NGPU_KINDS; i++)
+    if (links_vendor_of(gpu_kinds[i]) || hetccl_runtime_get(gpu_kinds[i])->in_use())
+      return gpu_kinds[i];
+  return HETCCL_DEV_HOST;
 }
 
 /* --- create / free ------------------------------------------------------ */
@@ -145,16 +175,14 @@ ncclResult_t hetccl_comm_create(int nranks, int rank, const ncclConfig_t *config
   HETCCL_CHECK_GOTO(config_resolve(comm, config), res, fail);
   comm->dev_kind = hetccl_process_dev_kind();
   comm->ptr_kind = comm->dev_kind;
-  if (comm->ptr_kind == HETCCL_DEV_HOST) {
-    const hetccl_runtime_t *cuda = hetccl_runtime_get(HETCCL_DEV_CUDA);
-    if (cuda && (hetccl_vendor_foreign_mapped() || cuda->in_use())) comm->ptr_kind = HETCCL_DEV_CUDA;
-  }
+  if (comm->ptr_kind == HETCCL_DEV_HOST) comm->ptr_kind = host_pointer_kind();
   if (comm->dev_kind != HETCCL_DEV_HOST) {
     const hetccl_runtime_t *rt = hetccl_runtime_get(comm->dev_kind);
     char busid[32];
     if (!rt || rt->current_device(&comm->dev, busid, sizeof(busid)) != ncclSuccess) {
-      WARN("ncclCommInitRank: cannot read the current %s device",
-           hetccl_dev_kind_name(comm->dev_kind));
+      /* the runtime's WARN said why (a library missing, no device): keep it */
+      WARN("ncclCommInitRank: cannot read the current %s device: %s",
+           hetccl_dev_kind_name(comm->dev_kind), hetccl_last_error());
       res = ncclUnhandledCudaError;
       goto fail;
     }
@@ -183,9 +211,10 @@ static ncclResult_t fill_info(ncclComm_t comm, hetccl_peer_info_t *me) {
     const hetccl_runtime_t *rt = hetccl_runtime_get(comm->dev_kind);
     int dev;
     if (rt) rt->current_device(&dev, me->bus_id, sizeof(me->bus_id));
-    if (comm->dev_kind == HETCCL_DEV_CUDA && hetccl_knob_int(HETCCL_KNOB_VENDOR)) {
+    hetccl_vendor_id_t vid;
+    if (hetccl_dev_vendor(comm->dev_kind, &vid) && hetccl_knob_int(HETCCL_KNOB_VENDOR)) {
       const hetccl_vendor_t *v = NULL;
-      if (hetccl_vendor_load_nccl(&v) == ncclSuccess && v)
+      if (hetccl_vendor_load(vid, &v) == ncclSuccess && v)
         me->vendor_version = v->version;
       else
         snprintf(me->vendor_err, sizeof(me->vendor_err), "%s", hetccl_last_error());
@@ -194,11 +223,14 @@ static ncclResult_t fill_info(ncclComm_t comm, hetccl_peer_info_t *me) {
   return forced_island(comm->rank, comm->nranks, &me->island);
 }
 
-/* One island covering everyone, served by one vendor library version. */
+/* One island covering everyone: ranks of one GPU kind (all CUDA, or all
+ * HIP), served by one version of that kind's vendor library (NCCL, RCCL). */
 static int is_homogeneous(const hetccl_peer_info_t *peers, int n) {
+  hetccl_vendor_id_t vid;
   if (!hetccl_knob_int(HETCCL_KNOB_VENDOR)) return 0;
+  if (!hetccl_dev_vendor((hetccl_dev_kind_t)peers[0].dev_kind, &vid)) return 0;
   for (int r = 0; r < n; r++) {
-    if (peers[r].dev_kind != HETCCL_DEV_CUDA || peers[r].vendor_version == 0) return 0;
+    if (peers[r].dev_kind != peers[0].dev_kind || peers[r].vendor_version == 0) return 0;
     if (peers[r].vendor_version != peers[0].vendor_version) return 0;
     if (peers[r].island != peers[0].island) return 0;
   }
@@ -207,7 +239,13 @@ static int is_homogeneous(const hetccl_peer_info_t *peers, int n) {
 
 static ncclResult_t init_vendor(ncclComm_t comm) {
   const hetccl_vendor_t *v = NULL;
-  HETCCL_CHECK(hetccl_vendor_load_nccl(&v));
+  hetccl_vendor_id_t vid;
+  if (!hetccl_dev_vendor(comm->dev_kind, &vid)) {
+    WARN("vendor: rank %d is a %s rank, which has no vendor library", comm->rank,
+         hetccl_dev_kind_name(comm->dev_kind));
+    return ncclInternalError;
+  }
+  HETCCL_CHECK(hetccl_vendor_load(vid, &v));
   struct {
     int32_t status;
     ncclUniqueId id;
@@ -394,12 +432,16 @@ ncclResult_t hetccl_comm_init(ncclComm_t comm, const ncclUniqueId *id) {
     return ncclSuccess;
   }
   for (int r = 0; r < n; r++) {
-    if (comm->peers[r].dev_kind == HETCCL_DEV_CUDA && comm->peers[r].vendor_version == 0 &&
+    hetccl_vendor_id_t vid;
+    const hetccl_peer_info_t *p = &comm->peers[r];
+    if (hetccl_dev_vendor((hetccl_dev_kind_t)p->dev_kind, &vid) && p->vendor_version == 0 &&
         hetccl_knob_int(HETCCL_KNOB_VENDOR)) {
-      WARN("rank %d (%s) is a CUDA rank but could not load NCCL: %s. Point HETCCL_NCCL_LIBRARY "
-           "at a working NCCL, or set HETCCL_VENDOR=0 to run on hetccl's engine (device buffers "
-           "staged through host memory, far slower than NCCL)", r, comm->peers[r].hostname,
-           comm->peers[r].vendor_err);
+      WARN("rank %d (%s) is a %s rank but could not load %s: %s. Point %s at a working %s, or "
+           "set HETCCL_VENDOR=0 to run on hetccl's engine (device buffers staged through host "
+           "memory, far slower than %s)", r, p->hostname,
+           hetccl_dev_kind_name((hetccl_dev_kind_t)p->dev_kind), hetccl_vendor_title(vid),
+           p->vendor_err, hetccl_knob_desc(hetccl_vendor_knob(vid))->env,
+           hetccl_vendor_title(vid), hetccl_vendor_title(vid));
       return ncclSystemError;
     }
   }

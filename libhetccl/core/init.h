@@ -12,8 +12,13 @@
 /* The device kind this process presents: hetccl_runtime_detect(), except
  * that a process which links a real NCCL (the NCCL library is mapped, as
  * in PyTorch and CuPy under LD_PRELOAD) and can use CUDA is a CUDA process
- * even before it touched the CUDA runtime: it is an NCCL program. */
+ * even before it touched the CUDA runtime: it is an NCCL program. Likewise
+ * a process that links a real RCCL and can use HIP is a HIP process. */
 hetccl_dev_kind_t hetccl_process_dev_kind(void);
+
+/* The vendor library that serves ranks of a device kind (cuda: NCCL,
+ * hip: RCCL): 1 and *id, or 0 for kinds without one (host). */
+int hetccl_dev_vendor(hetccl_dev_kind_t kind, hetccl_vendor_id_t *id);
 
 /* Allocate and register a communicator for (rank, nranks); config may be
  * NULL. Validates config. Captures the calling thread's device. */

@@ -24,18 +24,14 @@
  *
  * Threads: any. Loading is serialised by one mutex and published with an
  * atomic pointer; the tables are read-only afterwards. */
-#ifndef _GNU_SOURCE
-#define _GNU_SOURCE /* dladdr, dl_iterate_phdr */
-#endif
 #include <ctype.h>
 #include <dlfcn.h>
-#include <link.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
+#include "runtime/gpu.h"
 #include "runtime/runtime.h"
 #include "util/check.h"
 #include "util/log.h"
@@ -127,16 +123,9 @@ static pthread_mutex_t load_lock = PTHREAD_MUTEX_INITIALIZER;
 
 static const char *const cudart_names[] = {"libcudart.so.13", "libcudart.so.12",
                                            "libcudart.so.11.0", "libcudart.so"};
+#define NCUDART_NAMES (sizeof(cudart_names) / sizeof(cudart_names[0]))
 
 /* --- loading ------------------------------------------------------------------ */
-
-static void where_loaded(void *sym, char *out, size_t len, const char *fallback) {
-  Dl_info info;
-  if (sym && dladdr(sym, &info) && info.dli_fname && info.dli_fname[0])
-    snprintf(out, len, "%s", info.dli_fname);
-  else
-    snprintf(out, len, "%s", fallback);
-}
 
 /* Fill drv from handle h; 0 and a reason in why if a symbol is missing. */
 static int driver_fill(void *h, const char *name) {
@@ -154,7 +143,7 @@ static int driver_fill(void *h, const char *name) {
   *(void **)&drv.cuStreamWriteValue64 = dlsym(h, "cuStreamWriteValue64_v2");
   if (!drv.cuStreamWriteValue64) *(void **)&drv.cuStreamWriteValue64 = dlsym(h, "cuStreamWriteValue64");
   drv.handle = h;
-  where_loaded((void *)drv.cuInit, drv.path, sizeof(drv.path), name);
+  hetccl_gpu_where_loaded((void *)drv.cuInit, drv.path, sizeof(drv.path), name);
   return 1;
 }
 
@@ -200,32 +189,8 @@ static int runtime_fill(void *h, const char *name) {
   CUDA_RUNTIME_FNS(FN_TAKE)
 #undef FN_TAKE
   crt.handle = h;
-  where_loaded((void *)crt.cudaGetDevice, crt.path, sizeof(crt.path), name);
+  hetccl_gpu_where_loaded((void *)crt.cudaGetDevice, crt.path, sizeof(crt.path), name);
   return 1;
-}
-
-/* dl_iterate_phdr callback: the first mapped object named libcudart.so*
- * (a versioned file name such as libcudart.so.13.0.96 that no soname in
- * cudart_names matches). */
-static int find_mapped_cudart(struct dl_phdr_info *info, size_t size, void *data) {
-  const char *slash = info->dlpi_name ? strrchr(info->dlpi_name, '/') : NULL;
-  const char *base = slash ? slash + 1 : info->dlpi_name;
-  if (base && strncmp(base, "libcudart.so", 12) == 0) {
-    snprintf((char *)data, 512, "%s", info->dlpi_name);
-    return 1;
-  }
-  return 0;
-}
-
-static void *open_loaded_cudart(void) {
-  for (size_t i = 0; i < sizeof(cudart_names) / sizeof(cudart_names[0]); i++) {
-    void *h = dlopen(cudart_names[i], RTLD_NOW | RTLD_LOCAL | RTLD_NOLOAD);
-    if (h) return h;
-  }
-  char path[512] = "";
-  if (dl_iterate_phdr(find_mapped_cudart, path) && path[0])
-    return dlopen(path, RTLD_NOW | RTLD_LOCAL | RTLD_NOLOAD);
-  return NULL;
 }
 
 static const cuda_runtime_lib_t *runtime_get(int may_load) {
@@ -233,15 +198,15 @@ static const cuda_runtime_lib_t *runtime_get(int may_load) {
   if (r || (may_load && __atomic_load_n(&crt_failed, __ATOMIC_ACQUIRE))) return r;
   pthread_mutex_lock(&load_lock);
   if (!crt_ready && !(may_load && crt_failed)) {
-    void *h = open_loaded_cudart();
+    /* a versioned file name (libcudart.so.13.0.96) matches no soname above */
+    void *h = hetccl_gpu_open_loaded(cudart_names, NCUDART_NAMES, "libcudart.so");
     const char *how = "already loaded";
     if (h && !runtime_fill(h, "the loaded libcudart")) {
       dlclose(h);
       h = NULL;
     }
     size_t off = 0;
-    for (size_t i = 0; !h && may_load && i < sizeof(cudart_names) / sizeof(cudart_names[0]);
-         i++) {
+    for (size_t i = 0; !h && may_load && i < NCUDART_NAMES; i++) {
       h = dlopen(cudart_names[i], RTLD_NOW | RTLD_LOCAL);
       how = "loaded by name";
       if (!h) {
@@ -313,6 +278,7 @@ static int driver_context_live(void) {
 static int cuda_in_use(void) { return runtime_get(0) != NULL || driver_context_live(); }
 
 static int available_cached = -1;
+static int devices_seen; /* cudaGetDeviceCount's answer, for describe */
 
 static int cuda_available(void) {
   int a = __atomic_load_n(&available_cached, __ATOMIC_ACQUIRE);
@@ -324,10 +290,32 @@ static int cuda_available(void) {
     n = 0;
   }
   a = n > 0;
+  devices_seen = n;
   INFO(HETCCL_RUNTIME, "cuda: %s (%d device%s)", a ? "available" : "not available", n,
        n == 1 ? "" : "s");
   __atomic_store_n(&available_cached, a, __ATOMIC_RELEASE);
   return a;
+}
+
+static char describe_text[2048];
+
+static void describe_once(void) {
+  cuda_available();
+  const cuda_runtime_lib_t *r = runtime_get(0);
+  if (!r) {
+    snprintf(describe_text, sizeof(describe_text), "not found: %s", crt_why);
+    return;
+  }
+  const cuda_driver_t *d = driver_get(1);
+  snprintf(describe_text, sizeof(describe_text), "%s, %s%s%s: %d device%s", r->path,
+           d ? d->path : "no driver (", d ? "" : drv_why, d ? "" : ")", devices_seen,
+           devices_seen == 1 ? "" : "s");
+}
+
+static const char *cuda_describe(void) {
+  static pthread_once_t once = PTHREAD_ONCE_INIT;
+  pthread_once(&once, describe_once);
+  return describe_text;
 }
 
 static ncclResult_t cuda_current_device(int *dev, char *busid, size_t busid_len) {
@@ -481,24 +469,7 @@ static ncclResult_t cuda_host_alloc_mapped(void **host, void **dev, size_t bytes
 }
 
 /* Counters on a stream: the driver's stream memory operations, or where
- * those are unavailable a host function on the stream (it makes no CUDA
- * call; a waiting one holds CUDA's callback thread meanwhile, which is why
- * it is only the fallback). */
-typedef struct counter_op {
-  volatile uint64_t *counter;
-  uint64_t value;
-  int write; /* 1: store value; 0: wait until counter >= value */
-} counter_op_t;
-
-static void counter_host_fn(void *arg) {
-  counter_op_t *op = arg;
-  struct timespec ts = {0, 2000};
-  if (op->write)
-    __atomic_store_n(op->counter, op->value, __ATOMIC_RELEASE);
-  else
-    while (__atomic_load_n(op->counter, __ATOMIC_ACQUIRE) < op->value) nanosleep(&ts, NULL);
-  free(op);
-}
+ * those are unavailable a host function on the stream (gpu.h). */
 
 static int mem_ops_off; /* the driver refused a stream memory operation once */
 
@@ -524,16 +495,13 @@ static ncclResult_t counter_op(void *stream, volatile uint64_t *host, void *dev,
   }
   const cuda_runtime_lib_t *r;
   HETCCL_CHECK(runtime_need(&r, name));
-  counter_op_t *op = malloc(sizeof(*op));
-  if (!op) {
+  void *job = hetccl_gpu_counter_job(host, value, write);
+  if (!job) {
     WARN("cuda: %s: out of memory", name);
     return ncclSystemError;
   }
-  op->counter = host;
-  op->value = value;
-  op->write = write;
-  ncclResult_t res = CUDA_CALL(r, cudaLaunchHostFunc, stream, counter_host_fn, op);
-  if (res != ncclSuccess) free(op);
+  ncclResult_t res = CUDA_CALL(r, cudaLaunchHostFunc, stream, hetccl_gpu_counter_fn, job);
+  if (res != ncclSuccess) free(job);
   return res;
 }
 
@@ -552,6 +520,7 @@ const hetccl_runtime_t hetccl_runtime_cuda = {
     .name = "cuda",
     .available = cuda_available,
     .in_use = cuda_in_use,
+    .describe = cuda_describe,
     .current_device = cuda_current_device,
     .set_device = cuda_set_device,
     .mem_kind = cuda_mem_kind,

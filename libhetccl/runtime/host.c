@@ -7,16 +7,20 @@
  * synchronisation has nothing to wait for.
  *
  * Which kind is this process? (hetccl_runtime_detect, knob HETCCL_DEVICE)
- *   host | cuda   that kind, no questions asked (cuda with no usable CUDA
- *                 then fails at comm init, naming what is missing).
+ *   host | cuda | hip
+ *                 that kind, no questions asked (cuda or hip with no usable
+ *                 runtime then fails at comm init, naming what is missing).
  *   auto          (the default) a GPU kind when the process is ALREADY using
- *                 that GPU runtime and it has a usable device, else host.
- *                 "Already using" (runtime slot in_use) means: its runtime
- *                 library (libcudart.so.N) is loaded in the process, or a
+ *                 that GPU runtime and it has a usable device, else host;
+ *                 CUDA is asked first, then HIP. "Already using" (runtime
+ *                 slot in_use) means: its runtime library (libcudart.so.N,
+ *                 libamdhip64.so.N) is loaded in the process, or (CUDA) a
  *                 context of its driver is current / a primary context is
- *                 active. It never loads or initialises a GPU stack itself.
- * Why this rule: PyTorch and CuPy load libcudart before they create an NCCL
- * communicator, so they are CUDA ranks; a CPU-only program on a GPU box
+ *                 active. It never loads or initialises a GPU stack itself,
+ *                 so a CUDA or host process never loads libamdhip64 (nor a
+ *                 HIP process libcudart).
+ * Why this rule: PyTorch and CuPy load libcudart (their ROCm builds
+ * libamdhip64) before they create a communicator, so they are GPU ranks; a CPU-only program on a GPU box
  * (numpy buffers through the Python binding, a host-only benchmark) never
  * loaded CUDA, so it stays a host rank and pays no CUDA start-up, even though
  * a GPU and the CUDA libraries are present. A program that links the CUDA
@@ -46,6 +50,7 @@ static size_t page_size(void) {
 
 static int host_available(void) { return 1; }
 static int host_in_use(void) { return 1; }
+static const char *host_describe(void) { return "built in (host memory, host reductions)"; }
 
 static ncclResult_t host_current_device(int *dev, char *busid, size_t busid_len) {
   if (dev) *dev = -1;
@@ -105,6 +110,7 @@ const hetccl_runtime_t hetccl_runtime_host = {
     .name = "host",
     .available = host_available,
     .in_use = host_in_use,
+    .describe = host_describe,
     .current_device = host_current_device,
     .set_device = host_set_device,
     .mem_kind = host_mem_kind,
@@ -133,6 +139,7 @@ const hetccl_runtime_t *hetccl_runtime_get(hetccl_dev_kind_t kind) {
   switch (kind) {
   case HETCCL_DEV_HOST: return &hetccl_runtime_host;
   case HETCCL_DEV_CUDA: return &hetccl_runtime_cuda;
+  case HETCCL_DEV_HIP: return &hetccl_runtime_hip;
   default: return NULL;
   }
 }
@@ -140,7 +147,7 @@ const hetccl_runtime_t *hetccl_runtime_get(hetccl_dev_kind_t kind) {
 /* --- detection --------------------------------------------------------------- */
 
 /* GPU kinds that auto may pick, in order of preference. */
-static const hetccl_dev_kind_t auto_kinds[] = {HETCCL_DEV_CUDA};
+static const hetccl_dev_kind_t auto_kinds[] = {HETCCL_DEV_CUDA, HETCCL_DEV_HIP};
 
 static hetccl_dev_kind_t detected = HETCCL_DEV_COUNT; /* cached positive answer */
 
@@ -152,7 +159,7 @@ hetccl_dev_kind_t hetccl_runtime_detect(void) {
   if (want[0] && strcasecmp(want, "auto") != 0) {
     static int warned;
     if (!__atomic_exchange_n(&warned, 1, __ATOMIC_RELAXED))
-      WARN("HETCCL_DEVICE=%s is not one of auto, host, cuda; using auto", want);
+      WARN("HETCCL_DEVICE=%s is not one of auto, host, cuda, hip; using auto", want);
   }
   hetccl_dev_kind_t k = __atomic_load_n(&detected, __ATOMIC_ACQUIRE);
   if (k != HETCCL_DEV_COUNT) return k;

@@ -41,8 +41,13 @@ typedef struct hetccl_runtime {
    * runtime library loaded, or a driver context current or active)? Never
    * loads or initialises anything; drives HETCCL_DEVICE=auto (host.c). */
   int (*in_use)(void);
-  /* The device the calling thread has selected (cudaGetDevice), its PCI bus
-   * id ("0000:1b:00.0") into busid (>= 16 bytes). */
+  /* For `hetccl info`: loads the runtime as available() does and says in
+   * one line which files it uses and how many devices it sees, or why it
+   * cannot be loaded. Static text, valid for the life of the process. */
+  const char *(*describe)(void);
+  /* The device the calling thread has selected (cudaGetDevice,
+   * hipGetDevice), its PCI bus id ("0000:1b:00.0") into busid (>= 16
+   * bytes). */
   ncclResult_t (*current_device)(int *dev, char *busid, size_t busid_len);
   ncclResult_t (*set_device)(int dev);
   /* What memory is ptr? Host memory unknown to the runtime is HETCCL_MEM_HOST. */
@@ -83,13 +88,14 @@ typedef struct hetccl_runtime {
 
 extern const hetccl_runtime_t hetccl_runtime_host;
 extern const hetccl_runtime_t hetccl_runtime_cuda;
+extern const hetccl_runtime_t hetccl_runtime_hip;
 
-/* The table for kind (host always; cuda only if compiled in). */
+/* The table for kind (NULL only for a kind out of range). */
 const hetccl_runtime_t *hetccl_runtime_get(hetccl_dev_kind_t kind);
 
 /* The device kind this process presents at comm init: HETCCL_DEVICE knob,
- * else (auto) cuda if the process already uses CUDA and has a device, else
- * host. The full rule is at the top of host.c. */
+ * else (auto) cuda or hip if the process already uses that runtime and
+ * has a device, else host. The full rule is at the top of host.c. */
 hetccl_dev_kind_t hetccl_runtime_detect(void);
 
 #endif

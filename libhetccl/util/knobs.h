@@ -80,9 +80,9 @@
   X(NCCL_LIBRARY, "HETCCL_NCCL_LIBRARY", STR, "", 0, 0,                        \
     "path or name of the real NCCL library to forward to (default: the loaded libnccl.so.2, then the usual names)") \
   X(RCCL_LIBRARY, "HETCCL_RCCL_LIBRARY", STR, "", 0, 0,                        \
-    "path or name of the real RCCL library to forward to")                     \
+    "path or name of the real RCCL library to forward to (default: the loaded librccl.so.1, then the usual names)") \
   X(DEVICE, "HETCCL_DEVICE", STR, "auto", 0, 0,                             \
-    "device kind this process presents: auto (cuda when a CUDA device is usable), host or cuda") \
+    "device kind this process presents: auto (cuda or hip when the process already uses that runtime, or links NCCL or RCCL, and a device is usable), host, cuda or hip") \
   X(VENDOR, "HETCCL_VENDOR", INT, "1", 0, 1,                                   \
     "0: never forward to a vendor library, run every collective on hetccl's engine")
 

@@ -1,22 +1,44 @@
 /* Vendor CCL layer: a real NCCL-API library (NCCL, RCCL) opened with dlopen.
  *
+ * RCCL exports the NCCL API under the same names, so one slot table and one
+ * loader serve both; a small descriptor per vendor (vendor/loader.c) says
+ * where each is looked for. A process forwards to the vendor of its device
+ * kind (core/init.c): NCCL for CUDA ranks, RCCL for HIP ranks.
+ *
  * Every slot is taken with dlsym on the library's own handle, never by
  * global symbol lookup, so that hetccl (which exports the same names, and
- * may itself be installed as libnccl.so.2) is never found in its place. A
- * handle that resolves to hetccl itself is refused.
+ * may itself be installed as libnccl.so.2 or librccl.so.1) is never found in
+ * its place. A handle that resolves to hetccl itself is refused.
  *
  * Slots that the loaded version lacks stay at a shared stub that returns
  * ncclInvalidUsage with a message naming the function and the version (never
  * NULL). Required slots (init, destroy, the collectives, group calls) are
  * checked at load: a library missing one is refused.
  *
- * Threads: loading is once per process (thread-safe); slots are called from
- * the API thread exactly as the application called hetccl. */
+ * Threads: loading is once per process and vendor (thread-safe); slots are
+ * called from the API thread exactly as the application called hetccl. */
 #ifndef HETCCL_VENDOR_H
 #define HETCCL_VENDOR_H
 
 #include "nccl.h"
 #include "nccl_device_host.h"
+#include "util/knobs.h"
+
+/* The vendor libraries hetccl can forward to; what each is called and where
+ * it is looked for is its descriptor in vendor/loader.c. */
+#define HETCCL_VENDORS(X) X(NCCL) X(RCCL)
+
+typedef enum {
+#define HETCCL_VENDOR_ENUM(id) HETCCL_VENDOR_##id,
+  HETCCL_VENDORS(HETCCL_VENDOR_ENUM)
+#undef HETCCL_VENDOR_ENUM
+  HETCCL_VENDOR_COUNT
+} hetccl_vendor_id_t;
+
+/* "nccl", "rccl"; "NCCL", "RCCL" (messages); the knob naming its library. */
+const char *hetccl_vendor_name(hetccl_vendor_id_t id);
+const char *hetccl_vendor_title(hetccl_vendor_id_t id);
+hetccl_knob_t hetccl_vendor_knob(hetccl_vendor_id_t id);
 
 /* X(slot, return type, parameter list) for every forwarded function. */
 #define HETCCL_VENDOR_SLOTS(X)                                                                    \
@@ -144,7 +166,9 @@
      ncclDevResourceRequirements_t *outReq))
 
 typedef struct hetccl_vendor {
+  hetccl_vendor_id_t id;
   const char *name;    /* "nccl", "rccl" */
+  const char *backend; /* "vendor:nccl", "vendor:rccl" (hetcclCommBackend) */
   const char *path;    /* what dlopen was given / resolved to */
   void *handle;        /* dlopen handle */
   int version;         /* its ncclGetVersion */
@@ -153,51 +177,61 @@ typedef struct hetccl_vendor {
 #undef HETCCL_VENDOR_SLOT
 } hetccl_vendor_t;
 
-/* Load (once per process) the vendor library for a device kind: NCCL for
- * cuda, RCCL for hip. *out is NULL with ncclSystemError and a WARN naming
- * what was tried when none loads; later calls return the same answer. */
-ncclResult_t hetccl_vendor_load_nccl(const hetccl_vendor_t **out);
+/* Load (once per process) the library of vendor id. *out is NULL with
+ * ncclSystemError and a WARN naming what was tried when none loads; later
+ * calls return the same answer. */
+ncclResult_t hetccl_vendor_load(hetccl_vendor_id_t id, const hetccl_vendor_t **out);
 
-/* Is the calling thread currently inside a call into the vendor library?
+/* For `hetccl info`: load vendor id as hetccl_vendor_load does, then *detail
+ * is the file it resolved to, or why none could be used (static text). */
+const hetccl_vendor_t *hetccl_vendor_probe(hetccl_vendor_id_t id, const char **detail);
+
+/* Is the calling thread currently inside a call into a vendor library?
  * (Re-entry guard: under LD_PRELOAD the vendor's calls to its own exported
  * names may bind to hetccl's definitions; those must go straight back to
  * the vendor, never loop.) */
 int hetccl_vendor_in_call(void);
 
-/* Did this call come from inside the vendor library? `caller` is the
+/* Did this call come from inside a vendor library? `caller` is the
  * exported function's return address. Yes when the thread is inside a call
- * hetccl made into the vendor, or when the caller's code lies in the
- * vendor's text (the program called the real library directly and it called
- * one of its own exported names, which bound to hetccl). Returns the vendor
- * to go back to, or NULL. */
+ * hetccl made into a vendor, or when the caller's code lies in a loaded
+ * vendor's text (the program called the real library directly and it
+ * called one of its own exported names, which bound to hetccl). Returns the
+ * vendor to go back to, or NULL. */
 const hetccl_vendor_t *hetccl_vendor_reentered(const void *caller);
 
-/* Is an NCCL library other than hetccl mapped in this process? (Once.) */
-int hetccl_vendor_foreign_mapped(void);
+/* Is vendor id's library (not hetccl) mapped in this process? The mapped
+ * objects are looked at once, the first call; a vendor found there is
+ * loaded then, so that its calls into our names can be recognised. */
+int hetccl_vendor_foreign_mapped(hetccl_vendor_id_t id);
 
-/* The vendor library loaded in this process, or NULL (for re-entry). */
+/* The vendor library this process forwards to (the first one loaded), or
+ * NULL. Functions without a communicator (group calls, memory, the device
+ * API) go to it. */
 const hetccl_vendor_t *hetccl_vendor_loaded(void);
 
 /* Does addr (e.g. __builtin_return_address(0) in an exported function) lie
- * in the loaded vendor library's code? Catches the vendor calling one of
- * its own exported names from a thread of its own, where the depth counter
- * below is 0. Two compares; 0 when no vendor is loaded. A tail call from
- * the vendor (`return ncclGroupEnd();` compiled as a jump) leaves the
- * vendor's caller as the return address, so this complements the depth
- * counter and does not replace it. */
+ * in a loaded vendor library's code? Catches the vendor calling one of
+ * its own exported names from a thread of its own, where no call of ours
+ * is in progress. A few compares; 0 when no vendor is loaded. A tail call
+ * from the vendor (`return ncclGroupEnd();` compiled as a jump) leaves the
+ * vendor's caller as the return address, so this complements
+ * hetccl_vendor_inside and does not replace it. */
 int hetccl_vendor_owns(const void *addr);
 
-/* Thread-local depth of calls into the vendor library; owned by nccl.c. */
-extern __thread int hetccl_vendor_depth;
+/* The vendor the calling thread is inside a call to (NULL: none); owned by
+ * loader.c, set and restored by HETCCL_VENDOR_CALL. */
+extern __thread const hetccl_vendor_t *hetccl_vendor_inside;
 
 /* Call a vendor slot with the re-entry guard held: any nccl* name that the
- * vendor calls while inside comes back to hetccl, sees
- * hetccl_vendor_in_call() and goes straight to the vendor again. */
+ * vendor calls while inside comes back to hetccl, sees which vendor it is
+ * inside and goes straight to that vendor again. */
 #define HETCCL_VENDOR_CALL(v, slot, ...)                                       \
   __extension__({                                                              \
-    hetccl_vendor_depth++;                                                     \
+    const hetccl_vendor_t *hetccl_vouter_ = hetccl_vendor_inside;              \
+    hetccl_vendor_inside = (v);                                                \
     __typeof__((v)->slot(__VA_ARGS__)) hetccl_vres_ = (v)->slot(__VA_ARGS__);  \
-    hetccl_vendor_depth--;                                                     \
+    hetccl_vendor_inside = hetccl_vouter_;                                     \
     hetccl_vres_;                                                              \
   })
 

@@ -140,6 +140,11 @@ ncclResult_t hetcclKnobInfo(int index, const char **name, const char **type,
                             const char **help);
 ncclResult_t hetcclKnobsCheck(void);
 const char *hetcclCommBackend(ncclComm_t comm);
+int hetcclRuntimeCount(void);
+ncclResult_t hetcclRuntimeInfo(int index, const char **name, int *available,
+                               const char **detail);
+int hetcclVendorCount(void);
+ncclResult_t hetcclVendorInfo(int index, const char **name, int *version, const char **detail);
 """
 
 CONFIG_MAGIC = 0xCAFEBEEF

@@ -1,6 +1,7 @@
 """The `hetccl` command (also `python -m hetccl`).
 
-  hetccl info                       library, versions, exported API, every knob
+  hetccl info                       library, versions, exported API, device runtimes
+                                    and vendor libraries found, every knob
   hetccl run -n N [--timeout S] -- CMD ARGS...
                                     N ranks of CMD, libhetccl.so preloaded
   hetccl demo [-n N]                a checked multi-rank job (hetccl.demo)
@@ -14,7 +15,7 @@ import os
 import shutil
 import sys
 from pathlib import Path
-from typing import List, Optional, Sequence, Tuple
+from typing import Any, Callable, List, Optional, Sequence, Tuple
 
 from . import __version__, _lib
 from .elfsyms import nccl_api_symbols
@@ -39,6 +40,32 @@ def knobs() -> List[Tuple[str, str, str, str, str]]:
     return out  # type: ignore[return-value]
 
 
+def _text(ptr: Any) -> str:
+    return _lib.ffi.string(ptr).decode(errors="replace") if ptr != _lib.ffi.NULL else ""
+
+
+def _backends(count: Callable[[], int], info: Callable[..., int]) -> List[Tuple[str, int, str]]:
+    """(name, number, detail) rows of hetcclRuntimeInfo / hetcclVendorInfo
+    (same shape: index, name, an int, detail)."""
+    ffi = _lib.ffi
+    name, detail, number = ffi.new("const char **"), ffi.new("const char **"), ffi.new("int *")
+    return [(_text(name[0]), int(number[0]), _text(detail[0]))
+            for i in range(count()) if info(i, name, number, detail) == 0]
+
+
+def runtimes() -> List[Tuple[str, bool, str]]:
+    """(name, available, detail) of every device runtime: the files it
+    loaded and the devices it sees, or why it could not be loaded."""
+    L = _lib.lib()
+    return [(n, bool(a), d) for n, a, d in _backends(L.hetcclRuntimeCount, L.hetcclRuntimeInfo)]
+
+
+def vendors() -> List[Tuple[str, int, str]]:
+    """(name, version or 0, file or why not) of every vendor library."""
+    L = _lib.lib()
+    return _backends(L.hetcclVendorCount, L.hetcclVendorInfo)
+
+
 def cmd_info(_args: argparse.Namespace) -> int:
     from .nccl import get_version
 
@@ -50,6 +77,13 @@ def cmd_info(_args: argparse.Namespace) -> int:
     print(f"library: {path}")
     print(f"NCCL API version: {_version_text(version)} ({version})")
     print(f"exported NCCL API symbols: {len(nccl_api_symbols(path))} (nccl* and pnccl*)")
+    print("device runtimes (loaded here to ask; a rank loads only its own):")
+    for name, available, detail in runtimes():
+        print(f"  {name:<5} {'available' if available else 'unavailable':<12} {detail}")
+    print("vendor libraries:")
+    for name, vcode, detail in vendors():
+        state = f"{_version_text(vcode)} ({vcode})" if vcode else "not loaded"
+        print(f"  {name:<5} {state:<12} {detail}")
     table = knobs()
     print(f"knobs: {len(table)} (environment variables; value '' = unset)")
     width = max((len(k[0]) for k in table), default=0)

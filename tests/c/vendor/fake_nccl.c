@@ -3,6 +3,7 @@
  *   (default)       every required function and a few optional ones
  *   -DFAKE_NO_SEND  lacks ncclSend (a required function): must be refused
  *   -DFAKE_HETCCL   also defines hetcclVersionString: looks like hetccl
+ * (and in fakes/, as libnccl.so.2 and as librccl.so.1 for the searches).
  * Its ncclCommInitRank calls its own exported ncclGroupStart/ncclGroupEnd,
  * as the real NCCL's ncclCommInitAll does, to exercise re-entry. */
 #include <string.h>

@@ -1,6 +1,7 @@
-/* The device-runtime entries (libhetccl/runtime/host.c, cuda.c) with no GPU.
+/* The device-runtime entries (libhetccl/runtime/host.c, cuda.c, hip.c)
+ * with no GPU.
  *
- *   test_runtime MODE [FAKE_CUDART FAKE_DRIVER]
+ *   test_runtime MODE [FAKE_CUDART FAKE_DRIVER | FAKE_HIP]
  *
  *   host     the host entry's slots; HETCCL_DEVICE=auto in a process that
  *            never loaded CUDA is a host rank (even where libcudart exists)
@@ -11,8 +12,20 @@
  *            device, bus id, memory kinds and capture state through them
  *   ctx      only the stand-in driver loaded, with an active primary
  *            context: the process counts as using CUDA
- * Exit 0 pass, 1 fail. */
+ *   hipsys   HETCCL_DEVICE=hip with whatever HIP this machine has and no AMD
+ *            GPU: current_device fails with a message naming the HIP call
+ *            (libamdhip64 loaded: every symbol resolved, 0 devices) or the
+ *            library that could not be loaded; no crash
+ *   hipfake  a stand-in libamdhip64.so.N loaded first (ROCm 5 or 6
+ *            numbering, by its hipRuntimeGetVersion): auto picks hip, and
+ *            the hip entry reads the device, bus id, memory kinds in that
+ *            version's numbering, and moves counters on a stream (stream
+ *            memory operations on 6, the host-callback fallback on 5)
+ * The host mode also checks that asking the kind of a process that never
+ * loaded HIP leaves libamdhip64 unloaded (it is installed on some of our
+ * machines). Exit 0 pass, 1 fail. */
 #include <dlfcn.h>
+#include <link.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -32,15 +45,27 @@ static int failures;
     }                                                                          \
   } while (0)
 
+static int find_hip(struct dl_phdr_info *info, size_t size, void *data) {
+  (void)size;
+  (void)data;
+  return info->dlpi_name && strstr(info->dlpi_name, "libamdhip64") != NULL;
+}
+
+/* Is any libamdhip64 mapped in this process? */
+static int hip_mapped(void) { return dl_iterate_phdr(find_hip, NULL); }
+
 static void mode_host(void) {
   const hetccl_runtime_t *rt = hetccl_runtime_get(HETCCL_DEV_HOST);
   EXPECT(rt && rt->kind == HETCCL_DEV_HOST && strcmp(rt->name, "host") == 0, "host table");
   EXPECT(strcmp(hetccl_dev_kind_name(HETCCL_DEV_CUDA), "cuda") == 0, "kind name");
   EXPECT(strcmp(hetccl_dev_kind_name((hetccl_dev_kind_t)99), "unknown") == 0, "bad kind name");
   EXPECT(hetccl_runtime_get(HETCCL_DEV_CUDA) == &hetccl_runtime_cuda, "cuda table");
-  EXPECT(hetccl_runtime_get(HETCCL_DEV_HIP) == NULL, "no hip table yet");
+  EXPECT(strcmp(hetccl_dev_kind_name(HETCCL_DEV_HIP), "hip") == 0, "hip kind name");
+  EXPECT(hetccl_runtime_get(HETCCL_DEV_HIP) == &hetccl_runtime_hip, "hip table");
   EXPECT(hetccl_runtime_detect() == HETCCL_DEV_HOST, "auto without CUDA loaded is host");
   EXPECT(!hetccl_runtime_cuda.in_use(), "cuda in use without being loaded");
+  EXPECT(!hetccl_runtime_hip.in_use(), "hip in use without being loaded");
+  EXPECT(!hip_mapped(), "a host process loaded libamdhip64");
   void *a = NULL, *b = NULL;
   EXPECT(rt->mem_alloc(&a, 1000) == ncclSuccess && a, "mem_alloc");
   EXPECT(rt->host_alloc(&b, 0) == ncclSuccess && b, "host_alloc of 0");
@@ -91,6 +116,10 @@ static void mode_fake(const char *cudart, const char *driver) {
   if (failures) return;
   EXPECT(hetccl_runtime_detect() == HETCCL_DEV_CUDA, "auto with libcudart loaded is not cuda");
   const hetccl_runtime_t *rt = hetccl_runtime_get(HETCCL_DEV_CUDA);
+  const char *said = rt->describe();
+  EXPECT(strstr(said, cudart) && strstr(said, driver) && strstr(said, ": 2 devices"),
+         "describe '%s'", said);
+  EXPECT(!hip_mapped(), "a CUDA process loaded libamdhip64");
   int dev = -1;
   char busid[32] = "";
   EXPECT(rt->current_device(&dev, busid, sizeof(busid)) == ncclSuccess && dev == 1 &&
@@ -118,6 +147,107 @@ static void mode_fake(const char *cudart, const char *driver) {
   EXPECT(rt->stream_capturing(NULL, &capturing) == ncclSuccess && !capturing, "not capturing");
   char src[16] = "hello", dst[16] = "";
   EXPECT(rt->memcpy_async(dst, src, 6, NULL) == ncclSuccess && strcmp(dst, "hello") == 0, "copy");
+  /* The stand-in driver has no stream memory operations: counters move
+   * through host functions on the stream (which the stand-in runs at once). */
+  volatile uint64_t counter = 0;
+  EXPECT(rt->stream_write_counter(NULL, &counter, (void *)&counter, 9) == ncclSuccess &&
+             counter == 9,
+         "write_counter %llu", (unsigned long long)counter);
+  EXPECT(rt->stream_wait_counter(NULL, &counter, (void *)&counter, 9) == ncclSuccess, "wait");
+}
+
+static void mode_hipsys(void) {
+  setenv("HETCCL_DEVICE", "hip", 1);
+  EXPECT(hetccl_runtime_detect() == HETCCL_DEV_HIP, "HETCCL_DEVICE=hip not honoured");
+  const hetccl_runtime_t *rt = &hetccl_runtime_hip;
+  int dev = -1;
+  char busid[32];
+  ncclResult_t res = rt->current_device(&dev, busid, sizeof(busid));
+  EXPECT(res == ncclUnhandledCudaError, "current_device %d", res);
+  char msg[1024];
+  snprintf(msg, sizeof(msg), "%s", hetccl_last_error());
+  EXPECT(!rt->available(), "HIP available on a machine without an AMD GPU?");
+  const char *said = rt->describe();
+  if (hip_mapped()) { /* the library loaded, every symbol resolved: no device */
+    EXPECT(rt->in_use(), "loaded but not in use");
+    EXPECT(strstr(msg, "hip: hipGetDevice failed"), "message '%s'", msg);
+    EXPECT(strstr(said, "libamdhip64") && strstr(said, "(HIP ") && strstr(said, ": 0 devices"),
+           "describe '%s'", said);
+    hetccl_mem_kind_t k;
+    int local = 0;
+    EXPECT(rt->mem_kind(&local, &k, &dev) == ncclUnhandledCudaError, "mem_kind without a device");
+  } else { /* no library: the message says which were tried */
+    EXPECT(strstr(msg, "could not be loaded") && strstr(msg, "libamdhip64.so"), "message '%s'",
+           msg);
+    EXPECT(strncmp(said, "not found: ", 11) == 0 && strstr(said, "libamdhip64.so.5"),
+           "describe '%s'", said);
+  }
+  printf("as expected: %s\n  describe: %s\n", msg, said);
+}
+
+static void mode_hipfake(const char *lib) {
+  EXPECT(hetccl_runtime_detect() == HETCCL_DEV_HOST, "hip before HIP was loaded");
+  EXPECT(!hetccl_runtime_hip.in_use(), "in use before it was loaded");
+  void *h = preload(lib);
+  if (failures) return;
+  EXPECT(hetccl_runtime_hip.in_use(), "loaded but not in use");
+  EXPECT(hetccl_runtime_detect() == HETCCL_DEV_HIP, "auto with libamdhip64 loaded is not hip");
+  const hetccl_runtime_t *rt = hetccl_runtime_get(HETCCL_DEV_HIP);
+  int v6 = strstr(lib, ".so.6") != NULL;
+  const char *said = rt->describe();
+  EXPECT(strstr(said, lib) && strstr(said, v6 ? "(HIP 6.2.42134)" : "(HIP 5.2.21153)") &&
+             strstr(said, ": 2 devices"),
+         "describe '%s'", said);
+  int dev = -1;
+  char busid[32] = "";
+  EXPECT(rt->current_device(&dev, busid, sizeof(busid)) == ncclSuccess && dev == 1 &&
+             strcmp(busid, "0000:c1:00.0") == 0,
+         "current_device %d '%s'", dev, busid);
+  EXPECT(rt->set_device(0) == ncclSuccess, "set_device 0");
+  EXPECT(rt->current_device(&dev, NULL, 0) == ncclSuccess && dev == 0, "device %d", dev);
+  ncclResult_t res = rt->set_device(7);
+  EXPECT(res == ncclUnhandledCudaError && strstr(hetccl_last_error(), "hipSetDevice") &&
+             strstr(hetccl_last_error(), "fake hip error"),
+         "set_device 7: %d '%s'", res, hetccl_last_error());
+  char *device = dlsym(h, "fake_device_arena"), *managed = dlsym(h, "fake_managed_arena");
+  char *pinned = dlsym(h, "fake_pinned_arena");
+  hetccl_mem_kind_t k;
+  int kd = -5, local = 0;
+  EXPECT(rt->mem_kind(device + 100, &k, &kd) == ncclSuccess && k == HETCCL_MEM_DEVICE && kd == 1,
+         "device pointer: kind %d dev %d", k, kd);
+  EXPECT(rt->mem_kind(managed, &k, &kd) == ncclSuccess && k == HETCCL_MEM_MANAGED && kd == 1,
+         "managed pointer: kind %d dev %d", k, kd);
+  EXPECT(rt->mem_kind(pinned, &k, &kd) == ncclSuccess && k == HETCCL_MEM_HOST && kd == -1,
+         "pinned pointer: kind %d dev %d", k, kd);
+  EXPECT(rt->mem_kind(&local, &k, &kd) == ncclSuccess && k == HETCCL_MEM_HOST && kd == -1,
+         "host pointer: kind %d dev %d", k, kd);
+  int capturing = 0;
+  EXPECT(rt->stream_capturing((void *)1, &capturing) == ncclSuccess && capturing, "capturing");
+  EXPECT(rt->stream_capturing(NULL, &capturing) == ncclSuccess && !capturing, "not capturing");
+  void *event = NULL;
+  int done = 0;
+  EXPECT(rt->event_create(&event) == ncclSuccess && rt->event_record(event, NULL) == ncclSuccess &&
+             rt->event_query(event, &done) == ncclSuccess && done,
+         "event");
+  char src[16] = "hello", dst[16] = "";
+  EXPECT(rt->memcpy_async(dst, src, 6, NULL) == ncclSuccess && strcmp(dst, "hello") == 0, "copy");
+  void *host = NULL, *mapped = NULL;
+  EXPECT(rt->host_alloc_mapped(&host, &mapped, 64) == ncclSuccess && host == pinned &&
+             mapped == pinned,
+         "host_alloc_mapped %p %p", host, mapped);
+  volatile uint64_t *counter = host;
+  *counter = 0;
+  EXPECT(rt->stream_write_counter(NULL, counter, mapped, 5) == ncclSuccess && *counter == 5,
+         "write_counter: %llu", (unsigned long long)*counter);
+  EXPECT(rt->stream_wait_counter(NULL, counter, mapped, 3) == ncclSuccess, "wait_counter");
+  int callbacks = *(int *)dlsym(h, "fake_callbacks"), waits = *(int *)dlsym(h, "fake_waits");
+  int writes = *(int *)dlsym(h, "fake_writes"), funcs = *(int *)dlsym(h, "fake_host_funcs");
+  if (v6) /* stream memory operations, no host function */
+    EXPECT(writes == 1 && waits == 1 && callbacks == 0 && funcs == 0,
+           "writes %d waits %d callbacks %d", writes, waits, callbacks);
+  else /* refused: stream callbacks (5.2 has no hipLaunchHostFunc) */
+    EXPECT(writes == 0 && waits == 0 && callbacks == 2, "writes %d waits %d callbacks %d",
+           writes, waits, callbacks);
 }
 
 static void mode_ctx(const char *driver) {
@@ -134,6 +264,8 @@ int main(int argc, char **argv) {
   else if (strcmp(mode, "nocuda") == 0) mode_nocuda();
   else if (strcmp(mode, "fake") == 0 && argc > 3) mode_fake(argv[2], argv[3]);
   else if (strcmp(mode, "ctx") == 0 && argc > 3) mode_ctx(argv[3]);
+  else if (strcmp(mode, "hipsys") == 0) mode_hipsys();
+  else if (strcmp(mode, "hipfake") == 0 && argc > 2) mode_hipfake(argv[2]);
   else {
     fprintf(stderr, "bad arguments\n");
     return 2;

@@ -1,9 +1,11 @@
-/* The vendor loader (libhetccl/vendor/nccl.c) against stand-in libraries.
+/* The vendor loader (libhetccl/vendor/loader.c) against stand-in libraries.
  *
- *   test_vendor MODE LIB
+ *   test_vendor [rccl-]MODE LIB
  *
  * Loading happens once per process, so each mode is its own process (one
- * meson test each). LIB is what HETCCL_NCCL_LIBRARY is set to:
+ * meson test each). A mode loads NCCL, or with the rccl- prefix RCCL (the
+ * same loader under RCCL's descriptor). LIB is what the vendor's knob
+ * (HETCCL_NCCL_LIBRARY, HETCCL_RCCL_LIBRARY) is set to:
  *   slots     a fake NCCL: slots taken from it, absent ones answer with the
  *             stub's error, the re-entry guard forwards its calls to its own
  *             exported names back to it, 8 threads get the same answer
@@ -17,6 +19,13 @@
  *             loaded first: found among the mapped objects
  *   real      the real NCCL named by $HETCCL_TEST_REAL_NCCL (skipped when
  *             unset): loads and reports its version (no GPU needed)
+ *   rccl-loaded  (no knob) LIB, a fake named librccl.so.1, was loaded
+ *             first: RCCL finds it as already loaded, the mapped-object
+ *             probe names it RCCL and not NCCL, and NCCL's search never
+ *             takes it
+ *   two       LIB is NCCL (knob) and fakes/librccl.so.1 (argument 3) is
+ *             RCCL: both load, NCCL stays the process's vendor, and each
+ *             one's calls to its own names go back to that one
  * Exit 0 pass, 1 fail, 77 skip. */
 #include <dlfcn.h>
 #include <pthread.h>
@@ -30,6 +39,8 @@
 extern int ut_fresh_calls, ut_reentered, ut_from_vendor;
 
 static int failures;
+static hetccl_vendor_id_t vendor = HETCCL_VENDOR_NCCL; /* what the mode loads */
+static const char *knob_env = "";                       /* its knob's variable */
 
 #define EXPECT(cond, ...)                                                      \
   do {                                                                         \
@@ -43,22 +54,22 @@ static int failures;
 
 static void *load_thread(void *arg) {
   const hetccl_vendor_t *v = NULL;
-  ncclResult_t res = hetccl_vendor_load_nccl(&v);
+  ncclResult_t res = hetccl_vendor_load(vendor, &v);
   *(const hetccl_vendor_t **)arg = res == ncclSuccess ? v : NULL;
   return NULL;
 }
 
 static void expect_refused(const char *lib, const char *why) {
   const hetccl_vendor_t *v = (const hetccl_vendor_t *)1;
-  ncclResult_t res = hetccl_vendor_load_nccl(&v);
+  ncclResult_t res = hetccl_vendor_load(vendor, &v);
   EXPECT(res == ncclSystemError, "result %d", res);
   EXPECT(v == NULL, "vendor %p", (const void *)v);
   EXPECT(hetccl_vendor_loaded() == NULL, "a vendor was published");
   const char *msg = hetccl_last_error();
-  EXPECT(strstr(msg, "HETCCL_NCCL_LIBRARY") && strstr(msg, lib) && strstr(msg, why),
-         "message '%s' should name HETCCL_NCCL_LIBRARY, %s and '%s'", msg, lib, why);
+  EXPECT(strstr(msg, knob_env) && strstr(msg, lib) && strstr(msg, why),
+         "message '%s' should name %s, %s and '%s'", msg, knob_env, lib, why);
   hetccl_last_error_clear();
-  res = hetccl_vendor_load_nccl(&v); /* the same answer, and the message again */
+  res = hetccl_vendor_load(vendor, &v); /* the same answer, and the message again */
   EXPECT(res == ncclSystemError && strstr(hetccl_last_error(), why), "second call: %d '%s'",
          res, hetccl_last_error());
   printf("refused as expected: %s\n", msg);
@@ -71,13 +82,13 @@ static void mode_slots(const char *lib) {
   const hetccl_vendor_t *seen[8];
   for (int i = 0; i < 8; i++) pthread_create(&th[i], NULL, load_thread, &seen[i]);
   for (int i = 0; i < 8; i++) pthread_join(th[i], NULL);
-  ncclResult_t res = hetccl_vendor_load_nccl(&v);
+  ncclResult_t res = hetccl_vendor_load(vendor, &v);
   EXPECT(res == ncclSuccess && v, "load: %d '%s'", res, hetccl_last_error());
   if (!v) return;
   for (int i = 0; i < 8; i++) EXPECT(seen[i] == v, "thread %d got %p", i, (const void *)seen[i]);
   EXPECT(hetccl_vendor_loaded() == v, "loaded() differs");
   EXPECT(v->version == 23203, "version %d", v->version);
-  EXPECT(strcmp(v->name, "nccl") == 0, "name %s", v->name);
+  EXPECT(v->id == vendor && strcmp(v->name, hetccl_vendor_name(vendor)) == 0, "name %s", v->name);
   EXPECT(v->path && strstr(v->path, "fakenccl_full"), "path %s", v->path);
 
   void *h = dlopen(lib, RTLD_NOW | RTLD_NOLOAD);
@@ -145,7 +156,7 @@ static void mode_search(const char *lib, const char *how) {
   EXPECT(h != NULL, "dlopen %s: %s", lib, dlerror());
   if (!h) return;
   const hetccl_vendor_t *v = NULL;
-  ncclResult_t res = hetccl_vendor_load_nccl(&v);
+  ncclResult_t res = hetccl_vendor_load(vendor, &v);
   EXPECT(res == ncclSuccess && v, "load: %d '%s'", res, hetccl_last_error());
   if (!v) return;
   EXPECT((void *)v->GetVersion == dlsym(h, "ncclGetVersion"), "not the program's library");
@@ -156,7 +167,7 @@ static void mode_search(const char *lib, const char *how) {
 static void mode_real(void) {
   const char *path = getenv("HETCCL_TEST_REAL_NCCL");
   const hetccl_vendor_t *v = NULL;
-  ncclResult_t res = hetccl_vendor_load_nccl(&v);
+  ncclResult_t res = hetccl_vendor_load(HETCCL_VENDOR_NCCL, &v);
   EXPECT(res == ncclSuccess && v, "load %s: %d '%s'", path, res, hetccl_last_error());
   if (!v) return;
   EXPECT(v->version >= 21800, "version %d", v->version);
@@ -168,13 +179,62 @@ static void mode_real(void) {
   printf("real NCCL %d from %s\n", v->version, v->path);
 }
 
+/* After mode_search found LIB (a fake librccl.so.1) as RCCL: only RCCL
+ * claims it. */
+static void rccl_only(void) {
+  EXPECT(hetccl_vendor_foreign_mapped(HETCCL_VENDOR_RCCL), "librccl.so.1 not seen as mapped");
+  EXPECT(!hetccl_vendor_foreign_mapped(HETCCL_VENDOR_NCCL), "librccl.so.1 seen as NCCL");
+  const hetccl_vendor_t *n = NULL;
+  ncclResult_t res = hetccl_vendor_load(HETCCL_VENDOR_NCCL, &n);
+  EXPECT(res != ncclSuccess || !strstr(n->path, "librccl"), "NCCL's search took %s",
+         n ? n->path : "");
+  printf("NCCL: %s\n", res == ncclSuccess ? n->path : hetccl_last_error());
+}
+
+/* NCCL (the knob) and RCCL (loaded by the program) in one process. */
+static void mode_two(const char *nccl_lib, const char *rccl_lib) {
+  const hetccl_vendor_t *n = NULL, *r = NULL;
+  EXPECT(hetccl_vendor_load(HETCCL_VENDOR_NCCL, &n) == ncclSuccess && n, "NCCL: %s",
+         hetccl_last_error());
+  void *h = dlopen(rccl_lib, RTLD_NOW | RTLD_GLOBAL);
+  EXPECT(h != NULL, "dlopen %s: %s", rccl_lib, dlerror());
+  EXPECT(hetccl_vendor_load(HETCCL_VENDOR_RCCL, &r) == ncclSuccess && r, "RCCL: %s",
+         hetccl_last_error());
+  if (!n || !r || !h) return;
+  EXPECT(n != r && (void *)r->GroupStart == dlsym(h, "ncclGroupStart"), "RCCL not the fake");
+  EXPECT(strstr(n->path, nccl_lib) && strcmp(n->backend, "vendor:nccl") == 0, "NCCL %s %s",
+         n->path, n->backend);
+  EXPECT(strstr(r->path, "librccl.so.1") && strcmp(r->backend, "vendor:rccl") == 0, "RCCL %s %s",
+         r->path, r->backend);
+  EXPECT(hetccl_vendor_loaded() == n, "the process's vendor is not the first loaded");
+  int *r_starts = dlsym(h, "fake_group_starts");
+  int *n_starts = dlsym(dlopen(nccl_lib, RTLD_NOW | RTLD_NOLOAD), "fake_group_starts");
+  ncclComm_t comm = NULL;
+  ncclUniqueId id;
+  memset(&id, 0, sizeof(id));
+  EXPECT(HETCCL_VENDOR_CALL(r, CommInitRank, &comm, 2, id, 0) == ncclSuccess, "RCCL init");
+  EXPECT(*r_starts == 1 && *n_starts == 0, "RCCL's own group call went to %s",
+         *n_starts ? "NCCL" : "nowhere");
+  EXPECT(HETCCL_VENDOR_CALL(n, CommInitRank, &comm, 2, id, 0) == ncclSuccess, "NCCL init");
+  EXPECT(*r_starts == 1 && *n_starts == 1, "NCCL's own group call: nccl %d rccl %d", *n_starts,
+         *r_starts);
+  EXPECT(hetccl_vendor_owns((const void *)r->AllReduce) &&
+             hetccl_vendor_owns((const void *)n->AllReduce), "a vendor's code not recognised");
+  EXPECT(hetccl_vendor_reentered((const void *)r->AllReduce) == r, "RCCL's code not RCCL's");
+}
+
 int main(int argc, char **argv) {
   if (argc < 2) {
     fprintf(stderr, "usage: %s MODE [LIB]\n", argv[0]);
     return 2;
   }
   const char *mode = argv[1], *lib = argc > 2 ? argv[2] : "";
-  if (strcmp(mode, "real") == 0) {
+  if (strncmp(mode, "rccl-", 5) == 0) {
+    vendor = HETCCL_VENDOR_RCCL;
+    mode += 5;
+  }
+  knob_env = hetccl_knob_desc(hetccl_vendor_knob(vendor))->env;
+  if (strcmp(mode, "real") == 0 && vendor == HETCCL_VENDOR_NCCL) {
     lib = getenv("HETCCL_TEST_REAL_NCCL");
     if (!lib || !lib[0]) {
       printf("SKIP: set HETCCL_TEST_REAL_NCCL to a real libnccl.so.2\n");
@@ -182,14 +242,18 @@ int main(int argc, char **argv) {
     }
   }
   int search = strcmp(mode, "loaded") == 0 || strcmp(mode, "mapped") == 0;
-  setenv("HETCCL_NCCL_LIBRARY", search ? "" : lib, 1);
+  setenv(knob_env, search ? "" : lib, 1);
   if (strcmp(mode, "slots") == 0) mode_slots(lib);
   else if (strcmp(mode, "required") == 0) expect_refused(lib, "lacks ncclSend");
   else if (strcmp(mode, "self") == 0) expect_refused(lib, "hetccl itself");
   else if (strcmp(mode, "hetccl") == 0) expect_refused(lib, "is a hetccl library");
   else if (strcmp(mode, "missing") == 0) expect_refused(lib, "No such file");
   else if (strcmp(mode, "real") == 0) mode_real();
-  else if (search) mode_search(lib, mode);
+  else if (strcmp(mode, "two") == 0 && argc > 3) mode_two(lib, argv[3]);
+  else if (search) {
+    mode_search(lib, mode);
+    if (vendor == HETCCL_VENDOR_RCCL) rccl_only();
+  }
   else {
     fprintf(stderr, "unknown mode %s\n", mode);
     return 2;

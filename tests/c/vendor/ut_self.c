@@ -17,8 +17,8 @@ UT_EXPORT ncclResult_t ncclGetVersion(int *version) {
 
 static ncclResult_t group_call(int start, const void *ret) {
   if (hetccl_vendor_owns(ret)) ut_from_vendor++;
-  const hetccl_vendor_t *v = hetccl_vendor_loaded();
-  if (v && hetccl_vendor_in_call()) {
+  const hetccl_vendor_t *v = hetccl_vendor_inside; /* the vendor this call came back from */
+  if (v) {
     ut_reentered++;
     return start ? v->GroupStart() : v->GroupEnd();
   }

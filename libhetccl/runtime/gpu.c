@@ -1,0 +1,77 @@
+/* What the GPU runtime entries share (gpu.h). */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE /* dladdr, dl_iterate_phdr */
+#endif
+#include "runtime/gpu.h"
+
+#include <dlfcn.h>
+#include <link.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define PATH_BYTES 512
+
+typedef struct {
+  const char *prefix;
+  char path[PATH_BYTES];
+} mapped_search_t;
+
+/* dl_iterate_phdr callback: the first mapped object named prefix*. */
+static int find_mapped(struct dl_phdr_info *info, size_t size, void *data) {
+  (void)size;
+  mapped_search_t *s = data;
+  const char *slash = info->dlpi_name ? strrchr(info->dlpi_name, '/') : NULL;
+  const char *base = slash ? slash + 1 : info->dlpi_name;
+  if (base && strncmp(base, s->prefix, strlen(s->prefix)) == 0) {
+    snprintf(s->path, sizeof(s->path), "%s", info->dlpi_name);
+    return 1;
+  }
+  return 0;
+}
+
+void *hetccl_gpu_open_loaded(const char *const *names, size_t nnames, const char *prefix) {
+  for (size_t i = 0; i < nnames; i++) {
+    void *h = dlopen(names[i], RTLD_NOW | RTLD_LOCAL | RTLD_NOLOAD);
+    if (h) return h;
+  }
+  /* No dlopen while dl_iterate_phdr holds the loader's lock: name first. */
+  mapped_search_t s = {.prefix = prefix, .path = ""};
+  if (dl_iterate_phdr(find_mapped, &s) && s.path[0])
+    return dlopen(s.path, RTLD_NOW | RTLD_LOCAL | RTLD_NOLOAD);
+  return NULL;
+}
+
+void hetccl_gpu_where_loaded(const void *sym, char *out, size_t len, const char *fallback) {
+  Dl_info info;
+  if (sym && dladdr(sym, &info) && info.dli_fname && info.dli_fname[0])
+    snprintf(out, len, "%s", info.dli_fname);
+  else
+    snprintf(out, len, "%s", fallback);
+}
+
+typedef struct counter_job {
+  volatile uint64_t *counter;
+  uint64_t value;
+  int write; /* 1: store value; 0: wait until counter >= value */
+} counter_job_t;
+
+void *hetccl_gpu_counter_job(volatile uint64_t *counter, uint64_t value, int write) {
+  counter_job_t *job = malloc(sizeof(*job));
+  if (!job) return NULL;
+  job->counter = counter;
+  job->value = value;
+  job->write = write;
+  return job;
+}
+
+void hetccl_gpu_counter_fn(void *arg) {
+  counter_job_t *job = arg;
+  struct timespec ts = {0, 2000};
+  if (job->write)
+    __atomic_store_n(job->counter, job->value, __ATOMIC_RELEASE);
+  else
+    while (__atomic_load_n(job->counter, __ATOMIC_ACQUIRE) < job->value) nanosleep(&ts, NULL);
+  free(job);
+}

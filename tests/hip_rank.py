@@ -1,0 +1,97 @@
+"""One rank of tests/test_hip.py: joins a communicator, runs an allreduce on
+host buffers, prints one line "RESULT {json}".
+
+Environment: T_RANK, T_NRANKS, T_ID_FILE (rank 0 writes the unique id
+there), T_PRELOAD (colon list of libraries to load first, RTLD_GLOBAL, as a
+program linking them would have), T_DEVBUF=1 (the allreduce runs on a
+buffer from the stand-in libamdhip64's hipMalloc, the first preloaded
+library, and the result adds what its counters saw: "copies", "writes",
+"waits"). The result: "error"/"message" when init
+failed, else "backend", "kind" (the device kind this rank presented) and
+"sum"; always "hip_mapped" and "cudart_mapped" (what the process loaded).
+"""
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import time
+
+for path in filter(None, os.environ.get("T_PRELOAD", "").split(":")):
+    ctypes.CDLL(path, mode=ctypes.RTLD_GLOBAL)
+
+import numpy as np  # noqa: E402
+
+from hetccl import _lib, nccl  # noqa: E402
+from hetccl.errors import NcclError  # noqa: E402
+
+RANK, NRANKS = int(os.environ["T_RANK"]), int(os.environ["T_NRANKS"])
+
+
+def exchange_id() -> str:
+    path = os.environ["T_ID_FILE"]
+    if RANK == 0:
+        text = nccl.unique_id_to_hex(nccl.get_unique_id())
+        with open(path + ".tmp", "w") as f:
+            f.write(text)
+        os.rename(path + ".tmp", path)
+        return text
+    deadline = time.time() + 60
+    while not os.path.exists(path):
+        if time.time() > deadline:
+            raise SystemExit("rank 0 wrote no unique id")
+        time.sleep(0.02)
+    with open(path) as f:
+        return f.read()
+
+
+def main() -> dict:
+    out: dict = {}
+    try:
+        comm = nccl.NcclCommunicator(NRANKS, nccl.unique_id_from_hex(exchange_id()), RANK)
+    except NcclError as e:
+        return {"error": e.name, "message": e.message}
+    out["backend"] = comm.backend()
+    out["kind"] = _device_kind()
+    x = np.full(4, RANK + 1, dtype=np.float32)
+    if os.environ.get("T_DEVBUF") == "1":
+        out.update(_device_allreduce(comm, x))
+    else:
+        comm.allReduce(x.ctypes.data, x.ctypes.data, 4, nccl.NCCL_FLOAT32, nccl.NCCL_SUM)
+        out["sum"] = float(x[0])
+    comm.destroy()
+    return out
+
+
+def _device_allreduce(comm: nccl.NcclCommunicator, x: np.ndarray) -> dict:
+    """In place on 'device' memory of the stand-in (its streams run at once,
+    so the result is there when the call returns)."""
+    hip = ctypes.CDLL(os.environ["T_PRELOAD"].split(":")[0])
+    dev = ctypes.c_void_p()
+    assert hip.hipMalloc(ctypes.byref(dev), ctypes.c_size_t(x.nbytes)) == 0
+    ctypes.memmove(dev.value, x.ctypes.data, x.nbytes)
+    comm.allReduce(dev.value, dev.value, x.size, nccl.NCCL_FLOAT32, nccl.NCCL_SUM)
+    ctypes.memmove(x.ctypes.data, dev.value, x.nbytes)
+    counts = {k: ctypes.c_int.in_dll(hip, "fake_" + k).value for k in ("copies", "writes", "waits")}
+    return {"sum": float(x[0]), **counts}
+
+
+def _device_kind() -> str:
+    """The GPU runtime this process has loaded (the one the auto rule picks
+    up), else host."""
+    maps = _maps()
+    return "hip" if "libamdhip64" in maps else "cuda" if "libcudart" in maps else "host"
+
+
+def _maps() -> str:
+    with open("/proc/self/maps") as f:
+        return f.read()
+
+
+if __name__ == "__main__":
+    _lib.lib()
+    res = main()
+    maps = _maps()
+    res["hip_mapped"] = "libamdhip64" in maps
+    res["cudart_mapped"] = "libcudart" in maps
+    print("RESULT " + json.dumps(res), flush=True)

@@ -1,0 +1,236 @@
+"""The AMD side (runtime/hip.c, RCCL through vendor/loader.c, the island
+rules of core/init.c) on a machine with no AMD GPU.
+
+Three kinds of check:
+- HETCCL_DEVICE=hip with whatever HIP this machine has: ncclCommInitRank
+  fails cleanly, its message naming the missing library or, where
+  libamdhip64 is installed (Debian's libamdhip64-5), the HIP call that found
+  no device; a host process never loads libamdhip64.
+- The real libamdhip64, where installed: `hetccl info` shows it loaded (every
+  symbol hip.c takes resolved) and no device. Skipped where absent.
+- Islands with stand-ins compiled here from tests/c/vendor (a libamdhip64
+  with two "devices", an NCCL-API library under RCCL's and NCCL's names, a
+  libcudart + libcuda): two HIP ranks with one RCCL forward to it; HIP with a
+  host rank, and HIP with a CUDA rank, run on the engine; a HIP rank that
+  cannot load RCCL fails init naming RCCL and HETCCL_RCCL_LIBRARY; a HIP
+  rank's device buffers are staged through the HIP table. Skipped without a
+  C compiler.
+
+Each rank is its own process (tests/hip_rank.py); loading happens once per
+process.
+"""
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Dict, List, Optional
+
+import pytest
+
+from libpath import REPO_ROOT
+
+pytestmark = pytest.mark.usefixtures("hetccl_library")
+
+TIMEOUT = 120
+RANK_PY = Path(__file__).with_name("hip_rank.py")
+FAKES = REPO_ROOT / "tests" / "c" / "vendor"
+HIP_NAMES = ("libamdhip64.so", "libamdhip64.so.6", "libamdhip64.so.5")
+
+
+def real_hip() -> Optional[str]:
+    """A libamdhip64 the loader finds by name, or None. Asked in a child
+    process, so that this one never maps it."""
+    code = ("import ctypes, sys\n"
+            f"for n in {HIP_NAMES!r}:\n"
+            "    try:\n"
+            "        ctypes.CDLL(n); print(n); sys.exit(0)\n"
+            "    except OSError:\n"
+            "        pass\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=60).stdout.strip()
+    return out or None
+
+
+def run_ranks(tmp_path: Path, envs: List[Dict[str, str]]) -> List[dict]:
+    """One process per entry of envs (added to this environment); each
+    returns the dict hip_rank.py prints."""
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    procs = []
+    for rank, extra in enumerate(envs):
+        env = dict(os.environ, T_RANK=str(rank), T_NRANKS=str(len(envs)),
+                   T_ID_FILE=str(tmp_path / "id"), HETCCL_CONNECT_TIMEOUT="30")
+        env.update(extra)
+        procs.append(subprocess.Popen([sys.executable, str(RANK_PY)], env=env, text=True,
+                                      stdout=subprocess.PIPE, stderr=subprocess.STDOUT))
+    outs = []
+    try:
+        for p in procs:
+            outs.append(p.communicate(timeout=TIMEOUT)[0])
+    finally:
+        for p in procs:
+            p.kill()
+    results = []
+    for rank, (p, out) in enumerate(zip(procs, outs)):
+        assert p.returncode == 0, f"rank {rank} died ({p.returncode}):\n{out[-3000:]}"
+        line = [ln for ln in out.splitlines() if ln.startswith("RESULT ")]
+        assert line, f"rank {rank} printed no result:\n{out[-3000:]}"
+        results.append(json.loads(line[-1][7:]))
+    return results
+
+
+# --- whatever HIP this machine has ---------------------------------------------
+
+
+@pytest.mark.timeout(TIMEOUT)
+def test_hip_rank_without_amd_gpu_fails_init_cleanly(tmp_path: Path) -> None:
+    [res] = run_ranks(tmp_path, [{"HETCCL_DEVICE": "hip"}])
+    assert res.get("error") == "ncclUnhandledCudaError", res
+    msg = res["message"]
+    assert "cannot read the current hip device" in msg, msg
+    if real_hip():
+        assert "hipGetDevice failed" in msg, msg
+        assert res["hip_mapped"], res
+    else:
+        assert "could not be loaded" in msg and "libamdhip64.so" in msg, msg
+        assert not res["hip_mapped"], res
+
+
+@pytest.mark.timeout(TIMEOUT)
+def test_host_and_cuda_ranks_never_load_hip(tmp_path: Path) -> None:
+    """The auto rule looks at what is loaded; it never loads libamdhip64
+    (installed or not), and HETCCL_DEVICE=host never does either."""
+    for env in ({}, {"HETCCL_DEVICE": "host"}):
+        [res] = run_ranks(tmp_path / str(len(env)), [env])
+        assert res.get("backend") == "engine" and res.get("sum") == 1.0, res
+        assert not res["hip_mapped"], res
+
+
+@pytest.mark.timeout(TIMEOUT)
+def test_real_libamdhip64_loads_and_sees_no_device() -> None:
+    name = real_hip()
+    if name is None:
+        pytest.skip("no libamdhip64 on this machine (Debian: apt-get install libamdhip64-5)")
+    proc = subprocess.run([sys.executable, "-m", "hetccl", "info"], capture_output=True,
+                          text=True, timeout=TIMEOUT)
+    assert proc.returncode == 0, proc.stderr
+    [line] = [ln for ln in proc.stdout.splitlines() if ln.startswith("  hip ")]
+    # A path means hip.c took every symbol it needs and read the version.
+    assert "libamdhip64" in line and "(HIP " in line, line
+    if not Path("/dev/kfd").exists():
+        assert " unavailable " in line and ": 0 devices" in line, line
+
+
+# --- islands, with stand-ins -------------------------------------------------------
+
+
+def _cc() -> Optional[str]:
+    return shutil.which(os.environ.get("CC", "cc"))
+
+
+def _build(cc: str, out: Path, src: Path, soname: str, *args: str) -> Path:
+    out.parent.mkdir(parents=True, exist_ok=True)
+    subprocess.run([cc, "-shared", "-fPIC", "-O1", "-o", str(out), f"-Wl,-soname,{soname}",
+                    "-I", str(REPO_ROOT / "include"), *args, str(src)], check=True,
+                   capture_output=True, timeout=120)
+    return out
+
+
+@pytest.fixture(scope="module")
+def fakes(tmp_path_factory: pytest.TempPathFactory) -> Dict[str, Path]:
+    cc = _cc()
+    if cc is None:
+        pytest.skip("no C compiler for the stand-in libraries")
+    d = tmp_path_factory.mktemp("fakes")
+    return {
+        "hip": _build(cc, d / "hip" / "libamdhip64.so.6", FAKES / "fakes" / "fake_hip.c",
+                      "libamdhip64.so.6", "-DFAKE_HIP_VERSION=60242134"),
+        "rccl": _build(cc, d / "rccl" / "librccl.so.1", FAKES / "fake_nccl.c", "librccl.so.1",
+                       "-Wno-unused-parameter"),
+        "nccl": _build(cc, d / "nccl" / "libnccl.so.2", FAKES / "fake_nccl.c", "libnccl.so.2",
+                       "-Wno-unused-parameter"),
+        "cudart": _build(cc, d / "cuda" / "libcudart.so.13", FAKES / "fakes" / "fake_cuda.c",
+                         "libcudart.so.13", "-DFAKE_CUDART"),
+        "cuda": _build(cc, d / "cuda" / "libcuda.so.1", FAKES / "fakes" / "fake_cuda.c",
+                       "libcuda.so.1", "-DFAKE_DRIVER"),
+    }
+
+
+def hip_env(fakes: Dict[str, Path], rccl: Optional[str] = None) -> Dict[str, str]:
+    """A rank whose program uses HIP (libamdhip64 loaded before the first
+    call, as PyTorch's ROCm build does) and finds RCCL through the knob."""
+    return {"T_PRELOAD": str(fakes["hip"]),
+            "HETCCL_RCCL_LIBRARY": rccl if rccl is not None else str(fakes["rccl"])}
+
+
+@pytest.mark.timeout(TIMEOUT)
+def test_hip_ranks_with_one_rccl_forward_to_it(tmp_path: Path, fakes: Dict[str, Path]) -> None:
+    results = run_ranks(tmp_path, [hip_env(fakes)] * 2)
+    for res in results:
+        assert res.get("backend") == "vendor:rccl", res
+        assert res["kind"] == "hip" and res["hip_mapped"] and not res["cudart_mapped"], res
+
+
+@pytest.mark.timeout(TIMEOUT)
+def test_rccl_linked_by_the_program_is_found(tmp_path: Path, fakes: Dict[str, Path]) -> None:
+    """No knob: the librccl.so.1 the program loaded is RCCL, and linking it
+    makes the process a HIP rank."""
+    env = {"T_PRELOAD": f"{fakes['hip']}:{fakes['rccl']}", "HETCCL_RCCL_LIBRARY": ""}
+    for res in run_ranks(tmp_path, [env] * 2):
+        assert res.get("backend") == "vendor:rccl", res
+
+
+@pytest.mark.timeout(TIMEOUT)
+def test_hip_and_host_ranks_run_on_the_engine(tmp_path: Path, fakes: Dict[str, Path]) -> None:
+    results = run_ranks(tmp_path, [hip_env(fakes), {"HETCCL_DEVICE": "host"}])
+    for res in results:
+        assert res.get("backend") == "engine" and res.get("sum") == 3.0, res
+    assert results[0]["kind"] == "hip" and results[1]["kind"] == "host"
+    assert not results[1]["hip_mapped"]
+
+
+@pytest.mark.timeout(TIMEOUT)
+def test_hip_and_cuda_ranks_run_on_the_engine(tmp_path: Path, fakes: Dict[str, Path]) -> None:
+    cuda = {"T_PRELOAD": f"{fakes['cuda']}:{fakes['cudart']}",
+            "HETCCL_NCCL_LIBRARY": str(fakes["nccl"])}
+    results = run_ranks(tmp_path, [hip_env(fakes), cuda, hip_env(fakes)])
+    for res in results:
+        assert res.get("backend") == "engine" and res.get("sum") == 6.0, res
+    assert [r["kind"] for r in results] == ["hip", "cuda", "hip"]
+    assert not results[1]["hip_mapped"], "the CUDA rank loaded libamdhip64"
+
+
+@pytest.mark.timeout(TIMEOUT)
+def test_hip_rank_without_rccl_fails_init(tmp_path: Path, fakes: Dict[str, Path]) -> None:
+    missing = str(tmp_path / "nowhere" / "librccl.so.1")
+    results = run_ranks(tmp_path, [hip_env(fakes, missing), hip_env(fakes)])
+    for res in results:
+        assert res.get("error") == "ncclSystemError", res
+    msg = results[0]["message"]
+    assert "is a hip rank but could not load RCCL" in msg and "HETCCL_RCCL_LIBRARY" in msg, msg
+    assert missing in msg, msg
+
+
+@pytest.mark.timeout(TIMEOUT)
+def test_hip_device_buffers_are_staged_through_the_hip_runtime(tmp_path: Path,
+                                                              fakes: Dict[str, Path]) -> None:
+    """core/devpath.c, unchanged, over the hip table: copies in and out and
+    the ready/done counters go through the stand-in's HIP calls."""
+    results = run_ranks(tmp_path, [{**hip_env(fakes), "T_DEVBUF": "1"},
+                                   {"HETCCL_DEVICE": "host"}])
+    assert results[0].get("backend") == "engine" and results[0].get("sum") == 3.0, results[0]
+    assert results[1].get("sum") == 3.0, results[1]
+    res = results[0]
+    assert res["copies"] >= 2 and res["writes"] >= 1 and res["waits"] >= 1, res
+
+
+@pytest.mark.timeout(TIMEOUT)
+def test_hip_ranks_with_forced_islands_run_on_the_engine(tmp_path: Path,
+                                                         fakes: Dict[str, Path]) -> None:
+    env = {**hip_env(fakes), "HETCCL_ISLANDS": "rank"}
+    for res in run_ranks(tmp_path, [env] * 2):
+        assert res.get("backend") == "engine" and res.get("sum") == 3.0, res
