@@ -154,7 +154,7 @@ do_features() { OUT=$WORK bash tools/device/forward_features.sh; }
 do_overhead() { ITERS=${ITERS:-1000000} bash tools/device/overhead.sh; }
 do_staging() {
   set -o pipefail
-  OUT=$WORK $PY tools/device/stage_bench.py --pieces 0,4M --reps 1 |
+  OUT=$WORK $PY tools/device/stage_bench.py --pieces 0,4M --reps 3 |
     while IFS= read -r line; do note "$line"; done
 }
 

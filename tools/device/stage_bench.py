@@ -10,8 +10,9 @@ host pair measured in the same invocation.
 
     python3 tools/device/stage_bench.py [--pieces 0,2M,4M,8M] [--reps 2]
 
-Each configuration runs --reps times; the table shows the best run of each
-(the GPU machine is shared by nothing else, but process start-up varies).
+Each configuration runs --reps times, the configurations interleaved (rep
+1 of every piece and pair, then rep 2, ...) so that a drift of the
+machine's memory speed falls on all of them; the table shows medians.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import subprocess
 import sys
 from pathlib import Path
@@ -39,9 +41,9 @@ def run_bench(pair: str, piece: str) -> dict:
     raise RuntimeError(f"bench {pair} with piece {piece}: no result from rank 0")
 
 
-def best(runs: list) -> dict:
+def median(runs: list) -> dict:
     keys = [k for k in runs[0] if k.startswith("busbw")]
-    return {k: max(r[k] for r in runs) for k in keys}
+    return {k: statistics.median(r[k] for r in runs) for k in keys}
 
 
 def main() -> int:
@@ -52,8 +54,14 @@ def main() -> int:
     print("| piece | ranks | " + " | ".join(f"{s} GB/s (x host)" for s in ("1MiB", "16MiB", "64MiB"))
           + " |")
     print("| --- | --- | --- | --- | --- |")
-    for piece in args.pieces.split(","):
-        res = {pair: best([run_bench(pair, piece) for _ in range(args.reps)]) for pair in PAIRS}
+    pieces = args.pieces.split(",")
+    runs = {(piece, pair): [] for piece in pieces for pair in PAIRS}
+    for _ in range(args.reps):
+        for piece in pieces:
+            for pair in PAIRS:
+                runs[(piece, pair)].append(run_bench(pair, piece))
+    for piece in pieces:
+        res = {pair: median(runs[(piece, pair)]) for pair in PAIRS}
         host = res["host,host"]
         for pair in PAIRS:
             cells = []
