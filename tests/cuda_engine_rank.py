@@ -16,6 +16,8 @@ import time
 
 import numpy as np
 
+from rank_procs import publish, wait_for
+
 LIB = ctypes.CDLL(os.environ["T_LIB"])
 RANK = int(os.environ["T_RANK"])
 N = int(os.environ["T_NRANKS"])
@@ -61,16 +63,9 @@ def exchange_id() -> UniqueId:
     uid = UniqueId()
     if RANK == 0:
         check(LIB.ncclGetUniqueId(ctypes.byref(uid)), "ncclGetUniqueId")
-        with open(path + ".tmp", "wb") as f:
-            f.write(bytes(uid))  # the raw 128 bytes (.internal stops at a NUL)
-        os.rename(path + ".tmp", path)
+        publish(path, bytes(uid))  # the raw 128 bytes (.internal stops at a NUL)
         return uid
-    deadline = time.time() + 60
-    while not os.path.exists(path):
-        if time.time() > deadline:
-            raise RuntimeError("no unique id from rank 0")
-        time.sleep(0.01)
-    ctypes.memmove(ctypes.byref(uid), open(path, "rb").read(), 128)
+    ctypes.memmove(ctypes.byref(uid), wait_for(path), 128)
     return uid
 
 

@@ -15,7 +15,8 @@ from __future__ import annotations
 import ctypes
 import json
 import os
-import time
+
+from rank_procs import publish, wait_for
 
 for path in filter(None, os.environ.get("T_PRELOAD", "").split(":")):
     ctypes.CDLL(path, mode=ctypes.RTLD_GLOBAL)
@@ -32,17 +33,9 @@ def exchange_id() -> str:
     path = os.environ["T_ID_FILE"]
     if RANK == 0:
         text = nccl.unique_id_to_hex(nccl.get_unique_id())
-        with open(path + ".tmp", "w") as f:
-            f.write(text)
-        os.rename(path + ".tmp", path)
+        publish(path, text.encode())
         return text
-    deadline = time.time() + 60
-    while not os.path.exists(path):
-        if time.time() > deadline:
-            raise SystemExit("rank 0 wrote no unique id")
-        time.sleep(0.02)
-    with open(path) as f:
-        return f.read()
+    return wait_for(path).decode()
 
 
 def main() -> dict:

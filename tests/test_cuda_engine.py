@@ -10,14 +10,13 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from conftest import torch_cuda_ok
 from libpath import find_library
+from rank_procs import run_ranks
 
 pytestmark = pytest.mark.cuda
 
@@ -31,29 +30,15 @@ if LIB is None or not torch_cuda_ok():
 
 def launch(tmp_path: Path, modes: list[str], checks: str, timeout: float = 300) -> list[dict]:
     """Start one process per mode, wait for all, return each rank's results."""
-    procs = []
+    envs = []
     for rank, mode in enumerate(modes):
         env = dict(os.environ, T_LIB=str(LIB), T_RANK=str(rank), T_NRANKS=str(len(modes)),
                    T_ID_FILE=str(tmp_path / "id"), T_MODE=mode, T_CHECKS=checks,
                    HETCCL_ISLANDS="rank", NCCL_NVLS_ENABLE="0", HETCCL_DEBUG="WARN")
         if mode == "host":
             env["HETCCL_DEVICE"] = "host"
-        procs.append(subprocess.Popen([sys.executable, str(RANK_PY)], env=env, text=True,
-                                      stdout=subprocess.PIPE, stderr=subprocess.STDOUT))
-    outs = []
-    try:
-        for p in procs:
-            outs.append(p.communicate(timeout=timeout)[0])
-    finally:
-        for p in procs:
-            p.kill()
-    results = []
-    for rank, (p, out) in enumerate(zip(procs, outs)):
-        assert p.returncode == 0, f"rank {rank} failed ({p.returncode}):\n{out[-4000:]}"
-        line = [l for l in out.splitlines() if l.startswith("RESULT ")]
-        assert line, f"rank {rank} printed no result:\n{out[-4000:]}"
-        results.append(json.loads(line[-1][7:]))
-    return results
+        envs.append(env)
+    return run_ranks(RANK_PY, envs, timeout)
 
 
 def assert_all_true(results: list[dict]) -> None:

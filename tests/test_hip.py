@@ -21,8 +21,6 @@ process.
 """
 from __future__ import annotations
 
-import ctypes
-import json
 import os
 import shutil
 import subprocess
@@ -33,6 +31,7 @@ from typing import Dict, List, Optional
 import pytest
 
 from libpath import REPO_ROOT
+from rank_procs import run_ranks
 
 pytestmark = pytest.mark.usefixtures("hetccl_library")
 
@@ -56,31 +55,14 @@ def real_hip() -> Optional[str]:
     return out or None
 
 
-def run_ranks(tmp_path: Path, envs: List[Dict[str, str]]) -> List[dict]:
+def start_ranks(tmp_path: Path, envs: List[Dict[str, str]]) -> List[dict]:
     """One process per entry of envs (added to this environment); each
     returns the dict hip_rank.py prints."""
     tmp_path.mkdir(parents=True, exist_ok=True)
-    procs = []
-    for rank, extra in enumerate(envs):
-        env = dict(os.environ, T_RANK=str(rank), T_NRANKS=str(len(envs)),
-                   T_ID_FILE=str(tmp_path / "id"), HETCCL_CONNECT_TIMEOUT="30")
-        env.update(extra)
-        procs.append(subprocess.Popen([sys.executable, str(RANK_PY)], env=env, text=True,
-                                      stdout=subprocess.PIPE, stderr=subprocess.STDOUT))
-    outs = []
-    try:
-        for p in procs:
-            outs.append(p.communicate(timeout=TIMEOUT)[0])
-    finally:
-        for p in procs:
-            p.kill()
-    results = []
-    for rank, (p, out) in enumerate(zip(procs, outs)):
-        assert p.returncode == 0, f"rank {rank} died ({p.returncode}):\n{out[-3000:]}"
-        line = [ln for ln in out.splitlines() if ln.startswith("RESULT ")]
-        assert line, f"rank {rank} printed no result:\n{out[-3000:]}"
-        results.append(json.loads(line[-1][7:]))
-    return results
+    full = [{**os.environ, "T_RANK": str(rank), "T_NRANKS": str(len(envs)),
+             "T_ID_FILE": str(tmp_path / "id"), "HETCCL_CONNECT_TIMEOUT": "30", **extra}
+            for rank, extra in enumerate(envs)]
+    return run_ranks(RANK_PY, full, TIMEOUT)
 
 
 # --- whatever HIP this machine has ---------------------------------------------
@@ -88,7 +70,7 @@ def run_ranks(tmp_path: Path, envs: List[Dict[str, str]]) -> List[dict]:
 
 @pytest.mark.timeout(TIMEOUT)
 def test_hip_rank_without_amd_gpu_fails_init_cleanly(tmp_path: Path) -> None:
-    [res] = run_ranks(tmp_path, [{"HETCCL_DEVICE": "hip"}])
+    [res] = start_ranks(tmp_path, [{"HETCCL_DEVICE": "hip"}])
     assert res.get("error") == "ncclUnhandledCudaError", res
     msg = res["message"]
     assert "cannot read the current hip device" in msg, msg
@@ -105,7 +87,7 @@ def test_host_and_cuda_ranks_never_load_hip(tmp_path: Path) -> None:
     """The auto rule looks at what is loaded; it never loads libamdhip64
     (installed or not), and HETCCL_DEVICE=host never does either."""
     for env in ({}, {"HETCCL_DEVICE": "host"}):
-        [res] = run_ranks(tmp_path / str(len(env)), [env])
+        [res] = start_ranks(tmp_path / str(len(env)), [env])
         assert res.get("backend") == "engine" and res.get("sum") == 1.0, res
         assert not res["hip_mapped"], res
 
@@ -169,7 +151,7 @@ def hip_env(fakes: Dict[str, Path], rccl: Optional[str] = None) -> Dict[str, str
 
 @pytest.mark.timeout(TIMEOUT)
 def test_hip_ranks_with_one_rccl_forward_to_it(tmp_path: Path, fakes: Dict[str, Path]) -> None:
-    results = run_ranks(tmp_path, [hip_env(fakes)] * 2)
+    results = start_ranks(tmp_path, [hip_env(fakes)] * 2)
     for res in results:
         assert res.get("backend") == "vendor:rccl", res
         assert res["kind"] == "hip" and res["hip_mapped"] and not res["cudart_mapped"], res
@@ -180,13 +162,13 @@ def test_rccl_linked_by_the_program_is_found(tmp_path: Path, fakes: Dict[str, Pa
     """No knob: the librccl.so.1 the program loaded is RCCL, and linking it
     makes the process a HIP rank."""
     env = {"T_PRELOAD": f"{fakes['hip']}:{fakes['rccl']}", "HETCCL_RCCL_LIBRARY": ""}
-    for res in run_ranks(tmp_path, [env] * 2):
+    for res in start_ranks(tmp_path, [env] * 2):
         assert res.get("backend") == "vendor:rccl", res
 
 
 @pytest.mark.timeout(TIMEOUT)
 def test_hip_and_host_ranks_run_on_the_engine(tmp_path: Path, fakes: Dict[str, Path]) -> None:
-    results = run_ranks(tmp_path, [hip_env(fakes), {"HETCCL_DEVICE": "host"}])
+    results = start_ranks(tmp_path, [hip_env(fakes), {"HETCCL_DEVICE": "host"}])
     for res in results:
         assert res.get("backend") == "engine" and res.get("sum") == 3.0, res
     assert results[0]["kind"] == "hip" and results[1]["kind"] == "host"
@@ -197,7 +179,7 @@ def test_hip_and_host_ranks_run_on_the_engine(tmp_path: Path, fakes: Dict[str, P
 def test_hip_and_cuda_ranks_run_on_the_engine(tmp_path: Path, fakes: Dict[str, Path]) -> None:
     cuda = {"T_PRELOAD": f"{fakes['cuda']}:{fakes['cudart']}",
             "HETCCL_NCCL_LIBRARY": str(fakes["nccl"])}
-    results = run_ranks(tmp_path, [hip_env(fakes), cuda, hip_env(fakes)])
+    results = start_ranks(tmp_path, [hip_env(fakes), cuda, hip_env(fakes)])
     for res in results:
         assert res.get("backend") == "engine" and res.get("sum") == 6.0, res
     assert [r["kind"] for r in results] == ["hip", "cuda", "hip"]
@@ -207,7 +189,7 @@ def test_hip_and_cuda_ranks_run_on_the_engine(tmp_path: Path, fakes: Dict[str, P
 @pytest.mark.timeout(TIMEOUT)
 def test_hip_rank_without_rccl_fails_init(tmp_path: Path, fakes: Dict[str, Path]) -> None:
     missing = str(tmp_path / "nowhere" / "librccl.so.1")
-    results = run_ranks(tmp_path, [hip_env(fakes, missing), hip_env(fakes)])
+    results = start_ranks(tmp_path, [hip_env(fakes, missing), hip_env(fakes)])
     for res in results:
         assert res.get("error") == "ncclSystemError", res
     msg = results[0]["message"]
@@ -220,7 +202,7 @@ def test_hip_device_buffers_are_staged_through_the_hip_runtime(tmp_path: Path,
                                                               fakes: Dict[str, Path]) -> None:
     """core/devpath.c, unchanged, over the hip table: copies in and out and
     the ready/done counters go through the stand-in's HIP calls."""
-    results = run_ranks(tmp_path, [{**hip_env(fakes), "T_DEVBUF": "1"},
+    results = start_ranks(tmp_path, [{**hip_env(fakes), "T_DEVBUF": "1"},
                                    {"HETCCL_DEVICE": "host"}])
     assert results[0].get("backend") == "engine" and results[0].get("sum") == 3.0, results[0]
     assert results[1].get("sum") == 3.0, results[1]
@@ -232,5 +214,5 @@ def test_hip_device_buffers_are_staged_through_the_hip_runtime(tmp_path: Path,
 def test_hip_ranks_with_forced_islands_run_on_the_engine(tmp_path: Path,
                                                          fakes: Dict[str, Path]) -> None:
     env = {**hip_env(fakes), "HETCCL_ISLANDS": "rank"}
-    for res in run_ranks(tmp_path, [env] * 2):
+    for res in start_ranks(tmp_path, [env] * 2):
         assert res.get("backend") == "engine" and res.get("sum") == 3.0, res

@@ -138,34 +138,35 @@ static ncclResult_t enqueue_pieces(ncclComm_t comm, hetccl_task_t *t, size_t ele
     t->tag = check ? hetccl_comm_coll_tag(comm, &t->coll) : 0;
     return hetccl_group_enqueue(t);
   }
-  hetccl_task_t **pieces = calloc(n, sizeof(*pieces));
-  for (size_t k = 0; pieces && k < n; k++) {
-    if (!(pieces[k] = malloc(sizeof(*t)))) {
-      for (size_t j = 0; j < k; j++) free(pieces[j]);
-      free(pieces);
-      pieces = NULL;
-    }
-  }
-  if (!pieces) {
-    WARN("%s: out of memory for %zu pieces", hetccl_func_name(t->coll.func), n);
-    free(t);
-    return ncclSystemError;
-  }
-  hetccl_group_start();
+  hetccl_task_t *head = NULL, **tail = &head;
   for (size_t k = 0; k < n; k++) {
-    hetccl_task_t *p = pieces[k];
+    hetccl_task_t *p = malloc(sizeof(*p));
+    if (!p) {
+      WARN("%s: out of memory for %zu pieces", hetccl_func_name(t->coll.func), n);
+      hetccl_group_free_tasks(head);
+      free(t);
+      return ncclSystemError;
+    }
     size_t off = k * per, cnt = k + 1 < n ? per : t->coll.count - off;
     *p = *t;
+    p->next = NULL;
     p->coll.count = cnt;
     if (p->coll.sendbuf) p->coll.sendbuf = (const char *)t->coll.sendbuf + off * elem;
     if (p->coll.recvbuf) p->coll.recvbuf = (char *)t->coll.recvbuf + off * elem;
     p->in_bytes = t->in_bytes ? cnt * elem : 0;
     p->out_bytes = t->out_bytes ? cnt * elem : 0;
+    *tail = p;
+    tail = &p->next;
+  }
+  free(t);
+  /* Signatures in call order, as every rank numbers them. */
+  hetccl_group_start();
+  while (head) {
+    hetccl_task_t *p = head;
+    head = p->next;
     p->tag = check ? hetccl_comm_coll_tag(comm, &p->coll) : 0;
     hetccl_group_enqueue(p); /* inside a group: appends */
   }
-  free(pieces);
-  free(t);
   return hetccl_group_end();
 }
 

@@ -1,0 +1,57 @@
+"""Ranks as separate processes, for tests whose ranks must each load
+libraries their own way (tests/test_cuda_engine.py, tests/test_hip.py).
+
+The test side starts one process per rank script and collects the line
+"RESULT {json}" each prints; the rank side passes rank 0's unique id to the
+others through a file. Standard library only: rank scripts import it
+before anything else.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Dict, List
+
+
+def run_ranks(script: Path, envs: List[Dict[str, str]], timeout: float) -> List[dict]:
+    """One process of `script` per entry of envs (each a full environment),
+    waited for together; each must exit 0 and print a RESULT line, whose
+    dicts are returned in rank order."""
+    procs = [subprocess.Popen([sys.executable, str(script)], env=env, text=True,
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT) for env in envs]
+    outs = []
+    try:
+        for p in procs:
+            outs.append(p.communicate(timeout=timeout)[0])
+    finally:
+        for p in procs:
+            p.kill()
+    results = []
+    for rank, (p, out) in enumerate(zip(procs, outs)):
+        assert p.returncode == 0, f"rank {rank} failed ({p.returncode}):\n{out[-4000:]}"
+        line = [ln for ln in out.splitlines() if ln.startswith("RESULT ")]
+        assert line, f"rank {rank} printed no result:\n{out[-4000:]}"
+        results.append(json.loads(line[-1][7:]))
+    return results
+
+
+def publish(path: str, data: bytes) -> None:
+    """Write data to path at once (readers never see part of it)."""
+    with open(path + ".tmp", "wb") as f:
+        f.write(data)
+    os.rename(path + ".tmp", path)
+
+
+def wait_for(path: str, timeout: float = 60) -> bytes:
+    """The contents of path once it exists; RuntimeError after timeout s."""
+    deadline = time.time() + timeout
+    while not os.path.exists(path):
+        if time.time() > deadline:
+            raise RuntimeError(f"rank 0 wrote no unique id to {path}")
+        time.sleep(0.01)
+    with open(path, "rb") as f:
+        return f.read()
