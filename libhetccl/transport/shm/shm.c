@@ -137,16 +137,15 @@ static uint64_t pidns_self(void) {
   return stat("/proc/self/ns/pid", &st) == 0 ? (uint64_t)st.st_ino : 0;
 }
 
-/* The peer's note, if the side that wrote `flag` failed with one. */
-static const hetccl_fail_note_t *peer_failed(_Atomic uint32_t *flag,
-                                             const hetccl_fail_note_t *note) {
-  return atomic_load_explicit(flag, memory_order_acquire) == SHM_FAILED ? note : NULL;
-}
-
 ncclResult_t hetccl_shm_ep_check_peer(hetccl_ep_t *ep) {
+  /* Read each close flag once: a peer that fails while we look must not
+   * be seen as failed by one test and as merely closed by the next. */
+  uint32_t peer_rx = atomic_load_explicit(&ep->tx.ctrl->rx_closed, memory_order_acquire);
+  uint32_t peer_tx = atomic_load_explicit(&ep->rx.ctrl->tx_closed, memory_order_acquire);
   /* A peer that failed says why before it exits: read that first. */
-  const hetccl_fail_note_t *why = peer_failed(&ep->tx.ctrl->rx_closed, &ep->tx.ctrl->rx_note);
-  if (!why) why = peer_failed(&ep->rx.ctrl->tx_closed, &ep->rx.ctrl->tx_note);
+  const hetccl_fail_note_t *why = peer_rx == SHM_FAILED ? &ep->tx.ctrl->rx_note
+                                  : peer_tx == SHM_FAILED ? &ep->rx.ctrl->tx_note
+                                                          : NULL;
   if (why && (ep->sq.first || ep->rq.first))
     return hetccl_fail_note_received(why, "shm", ep->peer, ep->peer_note);
   if (ep->peer_watch && !peer_alive(ep->peer_pid, ep->peer_start)) {
@@ -155,12 +154,12 @@ ncclResult_t hetccl_shm_ep_check_peer(hetccl_ep_t *ep) {
   }
   /* Idle with work pending: our sends wait for a consumer, our receives for
    * a producer. If that side closed, they wait forever. */
-  if (ep->sq.first && atomic_load_explicit(&ep->tx.ctrl->rx_closed, memory_order_acquire)) {
+  if (ep->sq.first && peer_rx) {
     WARN("shm: peer rank %d (pid %d) closed its connection while a send of %zu bytes was "
          "pending", ep->peer, ep->peer_pid, ep->sq.first->bytes);
     return ncclRemoteError;
   }
-  if (ep->rq.first && atomic_load_explicit(&ep->rx.ctrl->tx_closed, memory_order_acquire) &&
+  if (ep->rq.first && peer_tx &&
       atomic_load_explicit(&ep->rx.ctrl->tail, memory_order_acquire) == ep->rx_head) {
     WARN("shm: peer rank %d (pid %d) closed its connection while a receive of %zu bytes was "
          "pending", ep->peer, ep->peer_pid, ep->rq.first->bytes);
