@@ -24,8 +24,13 @@
 #   9 staging  tools/device/stage_bench.py: device buffers on an engine
 #              communicator (forced islands), staged whole and in 4 MiB
 #              pieces, against the same ranks on host buffers
+#  10 latency  tools/device/paired_latency.c: small-message latency of
+#              hetccl and NCCL paired in one process on 2 GPUs, after a
+#              control run of NCCL against itself (the method's own bias);
+#              fails if hetccl misses NCCL + 0.5 us
 # STAGES="build features ..." runs only those (build is always first); the
-# default is every stage. One GPU suffices for all but torch, cupy and perf.
+# default is every stage. One GPU suffices for all but torch, cupy, perf
+# and latency.
 # $OUT also gets summary.txt and extra.tgz (JSON results, hetccl debug logs,
 # raw perf tables). At most 8 files come back, so when more than 6 stage
 # logs were written, those of passing stages move into extra.tgz.
@@ -138,16 +143,31 @@ do_perf() {
   elif [ -f tools/device/compare_nccl.py ]; then
     $PY tools/device/compare_nccl.py "$REAL_NCCL" --perf build-dev/tools/perf/hetccl-perf \
       --colls all_reduce,all_gather,broadcast,reduce_scatter,alltoall,sendrecv \
-      -b 1M -e 1G -f 8 -n 20 -w 5 -c 0 --timeout 120 --out "$WORK/perf-large"
-    # Small messages: many iterations, both orders, to see latency through the noise.
-    for modes in nccl,hetccl hetccl,nccl; do
-      $PY tools/device/compare_nccl.py "$REAL_NCCL" --perf build-dev/tools/perf/hetccl-perf \
-        --colls all_reduce,all_gather,broadcast,reduce_scatter,alltoall,sendrecv --modes $modes \
-        -b 8 -e 64K -f 8 -n 1000 -w 100 -c 0 --timeout 60 --out "$WORK/perf-small-$modes"
-    done
+      -b 1M -e 1G -f 4 -n 20 -w 5 -c 0 --timeout 120 --out "$WORK/perf-large"
   else
     echo "no tools/device/compare_nccl.{sh,py}: skipped"
   fi
+}
+
+# Small messages differ by microseconds from one invocation to the next,
+# so latency is measured paired, inside one process (paired_latency.c).
+do_latency() {
+  set -o pipefail
+  gcc -O2 -Wall tools/device/paired_latency.c -ldl -lm -o "$WORK/paired_latency" || return 1
+  HETCCL_PERF_CUDART=$(ls "$SITE"/nvidia/*/lib/libcudart.so* 2>/dev/null | sort -r | head -1)
+  export HETCCL_PERF_CUDART
+  local args=(--rounds "${ROUNDS:-400}" --iters 20)
+  note "latency control: NCCL against itself (two pairs of communicators)"
+  "$WORK/paired_latency" "$REAL_NCCL" "$REAL_NCCL" --sizes 8 "${args[@]}" |
+    while IFS= read -r line; do note "$line"; done
+  note "latency: hetccl forwarding to that NCCL, against it"
+  HETCCL_DEVICE=cuda HETCCL_NCCL_LIBRARY=$REAL_NCCL HETCCL_DEBUG=INFO \
+    HETCCL_DEBUG_FILE="$WORK/latency-hetccl.%p.log" \
+    "$WORK/paired_latency" "$REAL_NCCL" "$LIB" --sizes 8,1K,64K "${args[@]}" |
+    while IFS= read -r line; do note "$line"; done
+  local rc=$?
+  grep -h "forwarding to" "$WORK"/latency-hetccl.*.log | head -2
+  return $rc
 }
 
 do_features() { OUT=$WORK bash tools/device/forward_features.sh; }
@@ -175,10 +195,10 @@ do_broken() {
   echo "clean error naming the library"
 }
 
-export ROOT OUT WORK PY LIB REAL_NCCL
+export ROOT OUT WORK PY LIB REAL_NCCL SITE
 export -f note dropin do_build do_pytest do_torch do_cupy do_perf do_broken do_features do_overhead \
-  do_staging
-STAGES=${STAGES:-pytest torch cupy perf broken features overhead staging}
+  do_staging do_latency
+STAGES=${STAGES:-pytest torch cupy perf broken features overhead staging latency}
 want() { case " $STAGES " in *" $1 "*) return 0 ;; esac; return 1; }
 stage 01 build 120 do_build
 export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
@@ -191,6 +211,7 @@ if [ -f "$LIB" ]; then
   want features && stage 07 features 150 do_features
   want overhead && stage 08 overhead 120 do_overhead
   want staging && stage 09 staging 180 do_staging
+  want latency && stage 10 latency 120 do_latency
 else
   note "FAIL skipped every later stage: no $LIB"
   STATUS=1
