@@ -11,7 +11,9 @@
  * order alternates round by round), and the round's difference is one
  * sample. Reported per collective and size: the median time per operation
  * of each library, the median of the paired differences (hetccl - NCCL) and
- * a distribution-free 95% interval for that median (order statistics).
+ * a distribution-free 95% interval for that median (order statistics),
+ * and the ratio of the medians (NCCL / hetccl: hetccl's bus bandwidth over
+ * NCCL's, so that large sizes read as the perf table's ratio does).
  *
  *   gcc -O2 tools/device/paired_latency.c -ldl -lm -o paired_latency
  *   HETCCL_NCCL_LIBRARY=$REAL HETCCL_DEVICE=cuda \
@@ -210,6 +212,7 @@ static size_t parse_size(const char *s) {
   switch (*end) {
   case 'K': case 'k': v *= 1024; break;
   case 'M': case 'm': v *= 1024 * 1024; break;
+  case 'G': case 'g': v *= 1024.0 * 1024 * 1024; break;
   default: break;
   }
   return (size_t)v;
@@ -271,8 +274,8 @@ int main(int argc, char **argv) {
   printf("# %d rounds x %d operations per library, order alternating by round; diff = "
          "hetccl - nccl per round; 95%% interval of the median diff; bar: upper end < %.2f us\n",
          rounds, iters, bar);
-  printf("# %-14s %9s %10s %10s %9s %21s %7s\n", "collective", "bytes", "nccl us", "hetccl us",
-         "diff us", "95% interval", "bar");
+  printf("# %-14s %10s %10s %10s %9s %21s %7s %7s\n", "collective", "bytes", "nccl us",
+         "hetccl us", "diff us", "95% interval", "bar", "ratio");
 
   double *t[2] = {malloc(sizeof(double) * rounds), malloc(sizeof(double) * rounds)};
   double *diff = malloc(sizeof(double) * rounds);
@@ -302,8 +305,9 @@ int main(int argc, char **argv) {
       double mn = median(t[0], rounds), mh = median(t[1], rounds), md = median(diff, rounds);
       int ok = diff[hi] < bar; /* diff is sorted by median() */
       missed += !ok;
-      printf("  %-14s %9zu %10.2f %10.2f %+9.2f [%+8.2f, %+8.2f] %7s\n", coll, bytes, mn, mh,
-             md, diff[lo], diff[hi], ok ? "met" : "MISSED");
+      /* ratio: NCCL's median time over hetccl's, i.e. hetccl's busbw over NCCL's */
+      printf("  %-14s %10zu %10.2f %10.2f %+9.2f [%+8.2f, %+8.2f] %7s %7.3f\n", coll, bytes, mn,
+             mh, md, diff[lo], diff[hi], ok ? "met" : "MISSED", mh > 0 ? mn / mh : 0);
       fflush(stdout);
     }
   }
