@@ -168,3 +168,57 @@ def test_missing_library(perf: Path) -> None:
     proc = _run([str(perf), "all_reduce", "-b", "8", "-e", "8"],
                 _env(perf, HETCCL_PERF_LIB="/nonexistent/libnccl.so.2"))
     assert proc.returncode == 2 and "cannot load the NCCL library" in proc.stderr
+
+
+# --- tools/device/paired_latency.c, on host ranks -----------------------------
+
+PAIRED_COLLS = ["all_reduce", "all_gather", "broadcast", "reduce_scatter", "alltoall",
+                "sendrecv"]
+
+
+@pytest.fixture(scope="module")
+def paired(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    cc = shutil.which("cc") or shutil.which("gcc")
+    if cc is None:
+        pytest.skip("no C compiler")
+    exe = tmp_path_factory.mktemp("paired") / "paired_latency"
+    subprocess.run([cc, "-O2", "-Wall", "-Werror", str(ROOT / "tools/device/paired_latency.c"),
+                    "-ldl", "-lm", "-o", str(exe)], check=True, timeout=TIMEOUT)
+    return exe
+
+
+def test_paired_latency_rows(paired: Path, hetccl_library: Path) -> None:
+    """hetccl against itself on two host ranks: one row per collective and
+    size, the median difference inside its interval, the ratio that of the
+    medians. The bar is not asserted (host timings on a shared machine)."""
+    lib = str(hetccl_library)
+    proc = subprocess.run([str(paired), lib, lib, "--memory", "host", "--sizes", "8,1K",
+                           "--rounds", "10", "--iters", "2"],
+                          capture_output=True, text=True, timeout=TIMEOUT,
+                          env=dict(os.environ, HETCCL_DEVICE="host"))
+    assert proc.returncode in (0, 1), proc.stderr
+    rows = [line.replace("[", " ").replace("]", " ").replace(",", " ").split()
+            for line in proc.stdout.splitlines() if line.startswith("  ")]
+    assert [(r[0], int(r[1])) for r in rows] == \
+        [(c, b) for c in PAIRED_COLLS for b in (8, 1024)], proc.stdout
+    for r in rows:
+        nccl_us, het_us, diff = float(r[2]), float(r[3]), float(r[4])
+        lo, hi = float(r[5]), float(r[6])
+        assert nccl_us > 0 and het_us > 0, r
+        assert lo <= diff <= hi, r
+        assert r[7] in ("met", "MISSED") and (r[7] == "met") == (hi < 0.5), r
+        assert float(r[8]) == pytest.approx(nccl_us / het_us, abs=2e-3), r
+    assert proc.returncode == (1 if any(r[7] == "MISSED" for r in rows) else 0)
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--sizes", "6"], "not a multiple of 8 bytes"),
+    (["--rounds", "3"], "--rounds must be >= 10"),
+    (["--colour", "red"], "unknown option --colour"),
+])
+def test_paired_latency_bad_input(paired: Path, hetccl_library: Path, args: list[str],
+                                  message: str) -> None:
+    lib = str(hetccl_library)
+    proc = subprocess.run([str(paired), lib, lib, "--memory", "host", *args],
+                          capture_output=True, text=True, timeout=TIMEOUT)
+    assert proc.returncode == 2 and message in proc.stderr, proc.stderr
