@@ -8,7 +8,10 @@ processes (hetccl.launch) with host buffers.
 - several processes each holding several ranks of one communicator (the
   launcher's numbering: process p holds ranks p*g .. p*g+g-1);
 - ncclCommSplit with uneven colors, keys that reverse the order, and
-  NCCL_SPLIT_NOCOLOR.
+  NCCL_SPLIT_NOCOLOR;
+- ncclCommGrow: members keep their ranks, joining processes take the next
+  ones, the id reaching members that pass NULL; disagreeing members fail
+  alike.
 """
 
 from __future__ import annotations
@@ -314,3 +317,93 @@ def test_comm_split(name: str) -> None:
 def test_split_of_a_split() -> None:
     sizes = hetccl.launch(rank_split_twice, 4, timeout=TIMEOUT - 10)
     assert sizes == [(2, 1)] * 4
+
+
+# -- growing -------------------------------------------------------------------------
+
+def _share_id(world: NcclCommunicator, uid: Sequence[int], root: int) -> Tuple[int, ...]:
+    """Broadcast a unique id over `world` (host memory), as a program would
+    hand it to joining processes out of band."""
+    buf = np.array([b & 0xFF for b in uid] if uid else [0] * nccl.NCCL_UNIQUE_ID_BYTES,
+                   dtype=np.uint8)
+    world.bcast(p(buf), buf.size, nccl.NCCL_UINT8, root)
+    return tuple(int(b) - 256 if b > 127 else int(b) for b in buf)
+
+
+def rank_grow(members: int, id_holder: int, all_pass_id: bool) -> Tuple[int, int, List[int]]:
+    """World ranks < members form a communicator (in reverse order), then
+    grow it by the other launched processes. Returns (rank, size, the world
+    rank of every rank of the grown communicator)."""
+    world = hetccl.communicator()
+    me, n = world.rank_id(), world.size()
+    member = me < members
+    sub = world.commSplit(0 if member else nccl.NCCL_SPLIT_NOCOLOR, -me)
+    uid: Sequence[int] = ()
+    if member and sub.rank_id() == id_holder:
+        uid = sub.commGetUniqueId()
+    holder_world = members - 1 - id_holder  # key -me: sub rank k is world rank members-1-k
+    uid = _share_id(world, uid, holder_world)
+    if member:
+        mine = uid if (all_pass_id or sub.rank_id() == id_holder) else None
+        grown = sub.commGrow(n, mine)
+    else:
+        grown = NcclCommunicator.joinGrow(n, uid, me)
+    x = np.array([me], dtype=np.int32)
+    who = np.zeros(n, dtype=np.int32)
+    grown.allGather(p(x), p(who), 1, I32)
+    result = (grown.rank_id(), grown.size(), who.tolist())
+    grown.destroy()
+    if sub is not None:
+        sub.destroy()
+    world.destroy()
+    return result
+
+
+@pytest.mark.timeout(TIMEOUT)
+@pytest.mark.parametrize("members,joining,id_holder,all_pass_id", [
+    (2, 1, 0, False), (3, 2, 1, False), (2, 2, 1, True), (1, 1, 0, False)])
+def test_comm_grow(members: int, joining: int, id_holder: int, all_pass_id: bool) -> None:
+    n = members + joining
+    results = hetccl.launch(rank_grow, n, members, id_holder, all_pass_id, timeout=TIMEOUT - 10)
+    # members keep their ranks (world rank w is member rank members-1-w),
+    # joining world rank w asked for rank w
+    expect_world = list(range(members - 1, -1, -1)) + list(range(members, n))
+    for me, (rank, size, who) in enumerate(results):
+        want = members - 1 - me if me < members else me
+        assert (rank, size) == (want, n), (me, results)
+        assert who == expect_world, (me, results)
+
+
+def rank_grow_bad(case: str) -> Tuple[str, str]:
+    """Two members, no joining rank: every member must fail alike, before
+    anyone waits on the new communicator."""
+    comm = hetccl.communicator()
+    me, n = comm.rank_id(), comm.size()
+    uid = comm.commGetUniqueId() if me == 0 else None
+    nranks = {"sizes-differ": n + 1 + me, "not-larger": n, "no-id": n + 1}[case]
+    if case == "no-id":
+        uid = None
+    try:
+        comm.commGrow(nranks, uid)
+        outcome = ("ok", "")
+    except nccl.NcclError as e:
+        outcome = (e.name, e.message)
+    comm.destroy()
+    return outcome
+
+
+@pytest.mark.timeout(TIMEOUT)
+@pytest.mark.parametrize("case,message", [
+    ("sizes-differ", "rank 0 asked to grow to 3 ranks and rank 1 to 4"),
+    ("not-larger", "asked to grow to 2 ranks, not more than the 2 there are"),
+    ("no-id", "no member passed the unique id"),
+])
+def test_comm_grow_bad_arguments(case: str, message: str) -> None:
+    for name, text in hetccl.launch(rank_grow_bad, 2, case, timeout=TIMEOUT - 10):
+        assert name == "ncclInvalidArgument" and message in text, (name, text)
+
+
+def test_comm_grow_joining_rank_needs_an_id() -> None:
+    with pytest.raises(nccl.NcclError) as e:
+        nccl.NcclCommunicator.joinGrow(2, None, 1)
+    assert e.value.name == "ncclInvalidArgument"

@@ -347,18 +347,37 @@ ncclResult_t ncclCommMemStats(ncclComm_t comm, ncclCommMemStat_t stat, uint64_t 
                                                      "the engine does not track device memory"));
 }
 
+/* The id for ncclCommGrow: a bootstrap root served by this rank, as
+ * ncclGetUniqueId's, until the grown communicator is linked. */
 NCCL_API(ncclResult_t, ncclCommGetUniqueId, ncclComm_t comm, ncclUniqueId *uniqueId);
 ncclResult_t ncclCommGetUniqueId(ncclComm_t comm, ncclUniqueId *uniqueId) {
   CHECK_COMM(comm, "ncclCommGetUniqueId");
-  return hetccl_api_ret(comm, hetccl_api_unsupported("ncclCommGetUniqueId",
-                                                     "communicator growth is not implemented"));
+  CHECK_PTR(uniqueId, "ncclCommGetUniqueId");
+  if (comm->vendor) {
+    return hetccl_api_ret(comm, hetccl_api_unsupported("ncclCommGetUniqueId",
+                                                       "growing a forwarded communicator is not "
+                                                       "implemented"));
+  }
+  return hetccl_api_ret(comm, hetccl_bootstrap_root_create(uniqueId));
 }
 
+/* Members of comm pass it with rank -1 and keep their ranks; joining ranks
+ * pass no communicator, the id and their new rank, and go through
+ * ncclCommInitRank's path (groups, nonblocking configs). */
 NCCL_API(ncclResult_t, ncclCommGrow, ncclComm_t comm, int nRanks, const ncclUniqueId *uniqueId,
          int rank, ncclComm_t *newcomm, ncclConfig_t *config);
 ncclResult_t ncclCommGrow(ncclComm_t comm, int nRanks, const ncclUniqueId *uniqueId, int rank,
                           ncclComm_t *newcomm, ncclConfig_t *config) {
-  if (comm) CHECK_COMM(comm, "ncclCommGrow");
-  return hetccl_api_ret(comm, hetccl_api_unsupported("ncclCommGrow",
-                                                     "communicator growth is not implemented"));
+  CHECK_PTR(newcomm, "ncclCommGrow");
+  if (!comm) {
+    HETCCL_ARGCHECK(uniqueId != NULL, ncclInvalidArgument,
+                    "ncclCommGrow: a joining rank (no communicator) needs the unique id");
+    return init_rank(newcomm, nRanks, uniqueId, rank, config, "ncclCommGrow");
+  }
+  CHECK_COMM(comm, "ncclCommGrow");
+  *newcomm = NULL;
+  hetccl_comm_enter(comm);
+  ncclResult_t res = hetccl_comm_grow(comm, nRanks, uniqueId, rank, newcomm, config);
+  hetccl_comm_leave(comm);
+  return hetccl_api_ret(comm, res);
 }

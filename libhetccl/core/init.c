@@ -686,3 +686,82 @@ out:
   free(gone);
   return res;
 }
+
+/* --- growing ------------------------------------------------------------ */
+
+/* What each member of the parent brings to a grow; the same table on every
+ * member, so every member reaches the same verdict. */
+typedef struct grow_entry {
+  int32_t nranks, rank, has_id, pad;
+  ncclUniqueId id;
+} grow_entry_t;
+
+ncclResult_t hetccl_comm_grow(ncclComm_t parent, int nranks, const ncclUniqueId *id, int rank,
+                              ncclComm_t *newcomm, const ncclConfig_t *config) {
+  *newcomm = NULL;
+  if (parent->vendor) {
+    /* Its members have no bootstrap of ours any more (the vendor keeps its
+     * own), so the grow id could not reach those that pass NULL. */
+    WARN("ncclCommGrow: rank %d's communicator is forwarded to %s, and growing one is not "
+         "implemented; make the larger communicator with ncclCommInitRank instead",
+         parent->rank, parent->vendor->name);
+    return ncclInvalidUsage;
+  }
+  if (!parent->bs) {
+    WARN("ncclCommGrow: communicator has no bootstrap (rank %d)", parent->rank);
+    return ncclInternalError;
+  }
+  int n = parent->nranks;
+  grow_entry_t mine = {.nranks = nranks, .rank = rank, .has_id = id != NULL};
+  if (id) mine.id = *id;
+  grow_entry_t *all = calloc(n, sizeof(*all));
+  if (!all) {
+    WARN("ncclCommGrow: out of memory");
+    return ncclSystemError;
+  }
+  ncclResult_t res = ncclSuccess;
+  HETCCL_CHECK_GOTO(hetccl_bootstrap_allgather(parent->bs, &mine, all, sizeof(mine)), res, out);
+  int from = -1;
+  for (int r = 0; r < n; r++) {
+    if (all[r].rank != -1) {
+      WARN("ncclCommGrow: rank %d of the communicator passed rank %d; members pass -1 (they "
+           "keep their ranks) and only joining ranks, with no communicator, name theirs",
+           r, all[r].rank);
+      res = ncclInvalidArgument;
+      goto out;
+    }
+    if (all[r].nranks <= n) {
+      WARN("ncclCommGrow: rank %d asked to grow to %d ranks, not more than the %d there are", r,
+           all[r].nranks, n);
+      res = ncclInvalidArgument;
+      goto out;
+    }
+    if (all[r].nranks != all[0].nranks) {
+      WARN("ncclCommGrow: rank 0 asked to grow to %d ranks and rank %d to %d", all[0].nranks, r,
+           all[r].nranks);
+      res = ncclInvalidArgument;
+      goto out;
+    }
+    if (!all[r].has_id) continue;
+    if (from >= 0 && memcmp(&all[r].id, &all[from].id, sizeof(ncclUniqueId)) != 0) {
+      WARN("ncclCommGrow: ranks %d and %d passed different unique ids; pass the one "
+           "ncclCommGetUniqueId made, or NULL", from, r);
+      res = ncclInvalidArgument;
+      goto out;
+    }
+    if (from < 0) from = r;
+  }
+  if (from < 0) {
+    WARN("ncclCommGrow: no member passed the unique id; the one that called "
+         "ncclCommGetUniqueId must pass it");
+    res = ncclInvalidArgument;
+    goto out;
+  }
+  HETCCL_CHECK_GOTO(hetccl_bootstrap_id_check(&all[from].id), res, out);
+  INFO(HETCCL_INIT, "ncclCommGrow: rank %d of %d joins a communicator of %d (id from rank %d)",
+       parent->rank, n, nranks, from);
+  res = join_new(parent, parent->rank, nranks, &all[from].id, config, newcomm);
+out:
+  free(all);
+  return res;
+}

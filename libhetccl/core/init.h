@@ -41,6 +41,13 @@ ncclResult_t hetccl_comm_split(ncclComm_t comm, int color, int key, ncclComm_t *
                                const ncclConfig_t *config);
 ncclResult_t hetccl_comm_shrink(ncclComm_t comm, const int *exclude, int nexclude,
                                 ncclComm_t *newcomm, const ncclConfig_t *config, int flags);
+/* ncclCommGrow for a member of the parent (rank -1 given): every member
+ * calls it; `id` (from ncclCommGetUniqueId on one of them) may be NULL on
+ * all but that one, as the members pass it round over the parent's
+ * bootstrap. Members keep their ranks in the new communicator of nranks;
+ * the joining ranks come in through ncclCommInitRank's path with the id. */
+ncclResult_t hetccl_comm_grow(ncclComm_t parent, int nranks, const ncclUniqueId *id, int rank,
+                              ncclComm_t *newcomm, const ncclConfig_t *config);
 
 /* Number of API calls currently running on comm (abort waits for them). */
 void hetccl_comm_enter(ncclComm_t comm);

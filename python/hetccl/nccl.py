@@ -7,7 +7,7 @@ for CuPy runs here by changing the import. Buffers and streams are raw
 addresses (int); `hetccl.buffers` turns numpy / CuPy / torch arrays into
 (ptr, count, dtype). Host buffers take stream 0.
 
-hetccl extensions, not in CuPy: alltoall, gather, scatter, commSplit,
+hetccl extensions, not in CuPy: alltoall, gather, scatter, commGrow, commSplit,
 createPreMulSum / destroyRedOp, finalize, backend.
 """
 
@@ -254,6 +254,40 @@ class NcclCommunicator:
         flags = NCCL_SHRINK_ABORT if abort else NCCL_SHRINK_DEFAULT
         check(_lib.lib().ncclCommShrink(self._comm, ranks, len(exclude), out, cfg, flags),
               "ncclCommShrink")
+        return NcclCommunicator.from_handle(int(_ffi.cast("uintptr_t", out[0])))
+
+    def commGetUniqueId(self) -> Tuple[int, ...]:
+        """ncclCommGetUniqueId: the id for growing this communicator, in
+        get_unique_id's form. This rank serves the grown communicator's
+        bootstrap, so it must take part in the grow."""
+        uid = _ffi.new("ncclUniqueId *")
+        check(_lib.lib().ncclCommGetUniqueId(self._comm, uid), "ncclCommGetUniqueId")
+        raw = bytes(_ffi.buffer(uid.internal))
+        return tuple(b - 256 if b > 127 else b for b in raw)
+
+    def commGrow(self, nranks: int, commId: Optional[UniqueId] = None,
+                 blocking: Optional[bool] = None) -> "NcclCommunicator":
+        """ncclCommGrow for a member of this communicator: every member
+        calls it (the one that made the id passes it, the others may pass
+        None) and keeps its rank in the new communicator of `nranks`."""
+        out = _ffi.new("ncclComm_t *")
+        uid = _ffi.NULL if commId is None else _uid_struct(commId)
+        cfg = _ffi.NULL if blocking is None else _lib.new_config(blocking=blocking)
+        check(_lib.lib().ncclCommGrow(self._comm, int(nranks), uid, -1, out, cfg),
+              "ncclCommGrow")
+        return NcclCommunicator.from_handle(int(_ffi.cast("uintptr_t", out[0])))
+
+    @staticmethod
+    def joinGrow(nranks: int, commId: Optional[UniqueId], rank: int,
+                 blocking: Optional[bool] = None) -> "NcclCommunicator":
+        """ncclCommGrow for a joining rank: no communicator yet, the id from
+        ncclCommGetUniqueId, and its rank in the new communicator (the
+        members keep 0 .. n-1, joining ranks take n and up)."""
+        out = _ffi.new("ncclComm_t *")
+        cfg = _ffi.NULL if blocking is None else _lib.new_config(blocking=blocking)
+        uid = _ffi.NULL if commId is None else _uid_struct(commId)
+        check(_lib.lib().ncclCommGrow(_ffi.NULL, int(nranks), uid, int(rank), out, cfg),
+              "ncclCommGrow")
         return NcclCommunicator.from_handle(int(_ffi.cast("uintptr_t", out[0])))
 
     # -- reduction operators -------------------------------------------------
