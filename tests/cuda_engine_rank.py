@@ -73,7 +73,7 @@ def exchange_id() -> UniqueId:
 
 if MODE == "cuda":
     import torch
-    DEV = torch.device("cuda", 0)
+    DEV = torch.device("cuda", int(os.environ.get("T_DEV", "0")))
     torch.cuda.set_device(DEV)
     STREAM = torch.cuda.Stream()
     STREAM_P = STREAM.cuda_stream
@@ -288,7 +288,8 @@ def main() -> None:
         faulthandler.dump_traceback_later(float(os.environ["T_HANG_DUMP"]), exit=True)
     comm = P()
     check(LIB.ncclCommInitRank(ctypes.byref(comm), N, exchange_id(), RANK), "ncclCommInitRank")
-    results = {}
+    LIB.hetcclCommBackend.restype = ctypes.c_char_p
+    results = {"backend": LIB.hetcclCommBackend(comm).decode()}
     for name in os.environ.get("T_CHECKS", "sweep").split(","):
         results.update(CHECKS[name](comm))
     if MODE == "cuda":

@@ -521,6 +521,14 @@ SWEEPS = [
     Sweep("n2-socket-pieces", 2, SOCKET + pieces("64K"), counts=(1031,),
           large=(("allreduce", "float32", SUM), ("broadcast", "float64", MOVE))),
     Sweep("n3-shm-pull", 3, SHM + (("HETCCL_SHM_CMA", "1"),), counts=(7,), large=LARGE_SET),
+    # Forced islands holding several ranks: AllReduce runs hierarchically
+    # (inside each island, across the leaders, back; core/hier.h), every
+    # other collective over all ranks, on one communicator.
+    Sweep("n4-islands-hier", 4, SHM + (("HETCCL_ISLANDS", "0,0,1,1"),), counts=(0, 1, 7, 1031),
+          large=LARGE_SET),
+    Sweep("n4-islands-hier-socket", 4, SOCKET + (("HETCCL_ISLANDS", "1,0,1,0"),),
+          counts=(7, 1031)),
+    Sweep("n3-islands-hier", 3, SHM + (("HETCCL_ISLANDS", "0,1,1"),), counts=(7,)),
 ]
 
 MAX_SHOWN = 40
@@ -548,3 +556,41 @@ def test_reference_is_independent() -> None:
         if not dt.is_int:
             k = np.arange(-8, 9)
             assert (dt.decode(dt.quarters(k)) == k / 4).all(), dt.name
+
+
+# -- hierarchical AllReduce: which communicators take it --------------------------
+
+def rank_hier(count: int) -> Tuple[str, List[float], List[float]]:
+    """backend(), then AllReduce sums of (rank + 1) * index outside a group
+    and inside one (where it runs over all ranks), in place and not."""
+    comm = hetccl.communicator()
+    me, n = comm.rank_id(), comm.size()
+    x = (np.arange(count, dtype=np.float64) + 1) * (me + 1)
+    out = np.zeros(count, dtype=np.float64)
+    comm.allReduce(x.ctypes.data, out.ctypes.data, count, nccl.NCCL_FLOAT64, nccl.NCCL_SUM)
+    grouped = x.copy()
+    nccl.groupStart()
+    comm.allReduce(grouped.ctypes.data, grouped.ctypes.data, count, nccl.NCCL_FLOAT64,
+                   nccl.NCCL_SUM)
+    nccl.groupEnd()
+    result = (comm.backend(), out[:3].tolist(), grouped[:3].tolist())
+    comm.destroy()
+    return result
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("islands,hier,backend", [
+    ("0,0,1,1", "1", "hierarchical:engine"),
+    ("0,1,1", "1", "hierarchical:engine"),
+    ("0,0,1,1", "0", "engine"),
+    ("rank", "1", "engine"),          # no island holds two ranks
+    ("0,0,0", "1", "engine"),         # one island
+])
+def test_hier_choice(islands: str, hier: str, backend: str) -> None:
+    n = 4 if islands.count(",") == 3 or islands == "rank" else 3
+    env = {"HETCCL_ISLANDS": islands, "HETCCL_HIER": hier}
+    total = n * (n + 1) // 2
+    for got, out, grouped in hetccl.launch(rank_hier, n, 4099, env=env, timeout=100):
+        assert got == backend
+        assert out == [total * 1.0, total * 2.0, total * 3.0]
+        assert grouped == out

@@ -28,13 +28,16 @@ if LIB is None or not torch_cuda_ok():
     pytest.skip("needs libhetccl.so and torch with a CUDA device", allow_module_level=True)
 
 
-def launch(tmp_path: Path, modes: list[str], checks: str, timeout: float = 300) -> list[dict]:
-    """Start one process per mode, wait for all, return each rank's results."""
+def launch(tmp_path: Path, modes: list[str], checks: str, timeout: float = 300,
+           islands: str = "rank", devices: tuple[int, ...] = ()) -> list[dict]:
+    """Start one process per mode, wait for all, return each rank's results.
+    `devices`: each rank's GPU (default 0 for every rank)."""
     envs = []
     for rank, mode in enumerate(modes):
         env = dict(os.environ, T_LIB=str(LIB), T_RANK=str(rank), T_NRANKS=str(len(modes)),
                    T_ID_FILE=str(tmp_path / "id"), T_MODE=mode, T_CHECKS=checks,
-                   HETCCL_ISLANDS="rank", NCCL_NVLS_ENABLE="0", HETCCL_DEBUG="WARN")
+                   T_DEV=str(devices[rank] if devices else 0),
+                   HETCCL_ISLANDS=islands, NCCL_NVLS_ENABLE="0", HETCCL_DEBUG="WARN")
         if mode == "host":
             env["HETCCL_DEVICE"] = "host"
         envs.append(env)
@@ -76,3 +79,18 @@ def test_staged_bandwidth_is_reported(tmp_path):
     assert_all_true(results)
     print("staged allreduce, 2 ranks on one GPU:", json.dumps(results[0]))
     assert all(v > 0 for k, v in results[0].items() if k.startswith("busbw"))
+
+
+def test_hierarchical_island_of_two_gpus_with_a_host_rank(tmp_path):
+    """Two GPUs in one island (NCCL serves it) and a host rank in another
+    (core/hier.h): AllReduce runs inside the island on NCCL, across the
+    islands on the engine, back on NCCL; the other collectives over all
+    three ranks on the engine. Every result checked against numpy."""
+    import torch
+    if torch.cuda.device_count() < 2:
+        pytest.skip("needs two GPUs")
+    results = launch(tmp_path, ["cuda", "cuda", "host"], "sweep,group,chain,async",
+                     islands="0,0,1", devices=(0, 1, 0))
+    assert_all_true(results)
+    assert [r["backend"] for r in results] == \
+        ["hierarchical:nccl", "hierarchical:nccl", "hierarchical:engine"], results

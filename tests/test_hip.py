@@ -179,11 +179,27 @@ def test_hip_and_host_ranks_run_on_the_engine(tmp_path: Path, fakes: Dict[str, P
 def test_hip_and_cuda_ranks_run_on_the_engine(tmp_path: Path, fakes: Dict[str, Path]) -> None:
     cuda = {"T_PRELOAD": f"{fakes['cuda']}:{fakes['cudart']}",
             "HETCCL_NCCL_LIBRARY": str(fakes["nccl"])}
-    results = start_ranks(tmp_path, [hip_env(fakes), cuda, hip_env(fakes)])
+    flat = {"HETCCL_HIER": "0"}
+    results = start_ranks(tmp_path, [{**hip_env(fakes), **flat}, {**cuda, **flat},
+                                     {**hip_env(fakes), **flat}])
     for res in results:
         assert res.get("backend") == "engine" and res.get("sum") == 6.0, res
     assert [r["kind"] for r in results] == ["hip", "cuda", "hip"]
     assert not results[1]["hip_mapped"], "the CUDA rank loaded libamdhip64"
+
+
+@pytest.mark.timeout(TIMEOUT)
+def test_hip_island_goes_to_rccl_in_a_hierarchy(tmp_path: Path, fakes: Dict[str, Path]) -> None:
+    """Two HIP ranks and a CUDA rank (core/hier.h): the HIP island's phases
+    go to RCCL, the CUDA rank is alone in its island. The stand-in RCCL
+    moves no data, so the in-place AllReduce of 1, 2, 3 leaves 1 + 2 on the
+    two leaders (ranks 0 and 1, the engine's phase) and 3 on rank 2."""
+    cuda = {"T_PRELOAD": f"{fakes['cuda']}:{fakes['cudart']}",
+            "HETCCL_NCCL_LIBRARY": str(fakes["nccl"])}
+    results = start_ranks(tmp_path, [hip_env(fakes), cuda, hip_env(fakes)])
+    assert [r.get("backend") for r in results] == \
+        ["hierarchical:rccl", "hierarchical:engine", "hierarchical:rccl"], results
+    assert [r.get("sum") for r in results] == [3.0, 3.0, 3.0], results
 
 
 @pytest.mark.timeout(TIMEOUT)

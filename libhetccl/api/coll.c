@@ -8,6 +8,7 @@
 
 #include "api/api.h"
 #include "core/group.h"
+#include "core/hier.h"
 #include "core/init.h"
 #include "util/knobs.h"
 
@@ -225,6 +226,64 @@ static ncclResult_t coll_config_check(const char *fn, const ncclCollConfig_t *co
 
 /* --- the collectives ------------------------------------------------------ */
 
+/* The calls a hierarchical AllReduce is made of, on an island or leaders
+ * communicator (forwarded or engine), without the public entry points'
+ * re-entry check: these calls start inside hetccl. */
+static ncclResult_t reduce_on(const void *sendbuff, void *recvbuff, size_t count,
+                              ncclDataType_t datatype, ncclRedOp_t op, int root, ncclComm_t comm,
+                              cudaStream_t stream) {
+  FORWARD(comm, Reduce, sendbuff, recvbuff, count, datatype, op, root, comm->vcomm, stream);
+  coll_args_t a = {"ncclReduce", HETCCL_FUNC_REDUCE, sendbuff, recvbuff, count, datatype,
+                   op, 1, root, 1, 1, 0, 1};
+  return coll_engine(comm, &a, stream);
+}
+
+static ncclResult_t broadcast_on(const void *sendbuff, void *recvbuff, size_t count,
+                                 ncclDataType_t datatype, int root, ncclComm_t comm,
+                                 cudaStream_t stream) {
+  FORWARD(comm, Broadcast, sendbuff, recvbuff, count, datatype, root, comm->vcomm, stream);
+  coll_args_t a = {"ncclBroadcast", HETCCL_FUNC_BROADCAST, sendbuff, recvbuff, count, datatype,
+                   ncclSum, 0, root, 1, 1, 1, 0};
+  return coll_engine(comm, &a, stream);
+}
+
+static ncclResult_t allreduce_on(const void *sendbuff, void *recvbuff, size_t count,
+                                 ncclDataType_t datatype, ncclRedOp_t op, ncclComm_t comm,
+                                 cudaStream_t stream) {
+  FORWARD(comm, AllReduce, sendbuff, recvbuff, count, datatype, op, comm->vcomm, stream);
+  coll_args_t a = {"ncclAllReduce", HETCCL_FUNC_ALLREDUCE, sendbuff, recvbuff, count, datatype,
+                   op, 1, NO_ROOT, 1, 1, 0, 0};
+  return coll_engine(comm, &a, stream);
+}
+
+/* Inside the island to its leader (island rank 0), across the leaders,
+ * back inside the island (core/hier.h). A one-rank island has only the
+ * middle phase, out of place as asked (no island communicator). */
+static ncclResult_t allreduce_hier(const void *sendbuff, void *recvbuff, size_t count,
+                                   ncclDataType_t datatype, ncclRedOp_t op, ncclComm_t comm,
+                                   cudaStream_t stream) {
+  ncclResult_t res = comm_usable(comm, "ncclAllReduce");
+  if (res != ncclSuccess) return hetccl_api_ret(comm, res);
+  hetccl_comm_enter(comm);
+  ncclComm_t island = comm->island, leaders = comm->leaders;
+  int alone = island == NULL;
+  const void *across = sendbuff;
+  TRACE(HETCCL_COLL, "AllReduce rank %d: hierarchical, %zu x %s, island of %d%s", comm->rank,
+        count, hetccl_dtype_name(datatype), alone ? 1 : island->nranks,
+        leaders ? ", leader" : "");
+  if (!alone) {
+    res = reduce_on(sendbuff, recvbuff, count, datatype, op, 0, island, stream);
+    across = recvbuff;
+  }
+  if (res == ncclSuccess && leaders)
+    res = allreduce_on(across, recvbuff, count, datatype, op, leaders, stream);
+  if (res == ncclSuccess && !alone)
+    res = broadcast_on(recvbuff, recvbuff, count, datatype, 0, island, stream);
+  if (res != ncclSuccess && res != ncclInProgress) hetccl_comm_set_error(comm, res);
+  hetccl_comm_leave(comm);
+  return hetccl_api_ret(comm, res);
+}
+
 NCCL_API(ncclResult_t, ncclAllReduce, const void *sendbuff, void *recvbuff, size_t count,
          ncclDataType_t datatype, ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream);
 ncclResult_t ncclAllReduce(const void *sendbuff, void *recvbuff, size_t count,
@@ -232,6 +291,8 @@ ncclResult_t ncclAllReduce(const void *sendbuff, void *recvbuff, size_t count,
                            cudaStream_t stream) {
   HETCCL_REENTRY(AllReduce, sendbuff, recvbuff, count, datatype, op, comm, stream);
   FORWARD(comm, AllReduce, sendbuff, recvbuff, count, datatype, op, comm->vcomm, stream);
+  if (hetccl_hier_allreduce_applies(comm, count, op))
+    return allreduce_hier(sendbuff, recvbuff, count, datatype, op, comm, stream);
   coll_args_t a = {"ncclAllReduce", HETCCL_FUNC_ALLREDUCE, sendbuff, recvbuff, count, datatype,
                    op, 1, NO_ROOT, 1, 1, 0, 0};
   return coll_engine(comm, &a, stream);

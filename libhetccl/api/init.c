@@ -7,6 +7,7 @@
 
 #include "api/api.h"
 #include "core/group.h"
+#include "core/hier.h"
 #include "core/init.h"
 #include "core/proxy.h"
 #include "util/knobs.h"
@@ -235,6 +236,7 @@ ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t *asyncError) {
    * watchdog polling here must not take for an unfinished init. */
   ncclResult_t err = (ncclResult_t)__atomic_load_n(&comm->error, __ATOMIC_ACQUIRE);
   if (!comm->blocking && hetccl_proxy_pending(comm) > 0) err = ncclInProgress;
+  if (err == ncclSuccess) err = hetccl_hier_error(comm); /* a phase failing on the stream */
   *asyncError = err;
   return ncclSuccess;
 }

@@ -199,5 +199,10 @@ HETCCL_EXPORT ncclResult_t hetcclVendorInfo(int index, const char **name, int *v
 HETCCL_EXPORT const char *hetcclCommBackend(ncclComm_t comm) {
   if (!comm || hetccl_comm_check(comm, "hetcclCommBackend") != ncclSuccess) return "invalid";
   if (comm->vendor) return comm->vendor->backend;
+  if (comm->hier) { /* what serves the inside of this rank's island */
+    const hetccl_vendor_t *v = comm->island ? comm->island->vendor : NULL;
+    if (!v) return "hierarchical:engine";
+    return strcmp(v->name, "rccl") ? "hierarchical:nccl" : "hierarchical:rccl";
+  }
   return comm->engine ? "engine" : "initializing";
 }

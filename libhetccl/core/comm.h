@@ -79,6 +79,18 @@ struct ncclComm {
    * core/devpath.h); 0: never. The same on every rank: it depends on
    * whether any rank stages (hetccl_peer_info_t.stages). */
   size_t stage_piece;
+  /* Hierarchical collectives (core/hier.h): set on every rank or on
+   * none; then the ranks of this rank's island (NULL where it is alone)
+   * and the first rank of every island (NULL on the others). Made at init
+   * by splitting this communicator; owned by it. */
+  int hier;
+  struct ncclComm *island;
+  struct ncclComm *leaders;
+  /* An internal communicator presents this island id at init instead of
+   * HETCCL_ISLANDS's (island_forced set): the whole island one id, each
+   * leader its own. */
+  int island_forced;
+  int32_t island_force_id;
 
   hetccl_user_redop_t redops[HETCCL_MAX_USER_REDOPS];
 

@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "core/devpath.h"
+#include "core/hier.h"
 #include "core/proxy.h"
 #include "transport/transport.h"
 #include "util/check.h"
@@ -149,6 +150,7 @@ static ncclResult_t config_resolve(ncclComm_t comm, const ncclConfig_t *config) 
 }
 
 static void comm_release(ncclComm_t comm) {
+  hetccl_hier_release(comm, 1);
   hetccl_proxy_stop(comm);
   hetccl_devpath_destroy(comm);
   hetccl_engine_destroy(comm->engine);
@@ -219,6 +221,10 @@ static ncclResult_t fill_info(ncclComm_t comm, hetccl_peer_info_t *me) {
       else
         snprintf(me->vendor_err, sizeof(me->vendor_err), "%s", hetccl_last_error());
     }
+  }
+  if (comm->island_forced) {
+    me->island = comm->island_force_id;
+    return ncclSuccess;
   }
   return forced_island(comm->rank, comm->nranks, &me->island);
 }
@@ -445,7 +451,8 @@ ncclResult_t hetccl_comm_init(ncclComm_t comm, const ncclUniqueId *id) {
       return ncclSystemError;
     }
   }
-  return init_engine(comm, comm->comm_id, hetccl_bootstrap_id_secret(id));
+  HETCCL_CHECK(init_engine(comm, comm->comm_id, hetccl_bootstrap_id_secret(id)));
+  return hetccl_hier_setup(comm);
 }
 
 ncclResult_t hetccl_comm_init_job(ncclComm_t comm, void *arg) {
@@ -469,6 +476,7 @@ static void wait_inflight(ncclComm_t comm, int allowed) {
 ncclResult_t hetccl_comm_finalize(ncclComm_t comm) {
   if (comm->vendor) return HETCCL_VENDOR_CALL(comm->vendor, CommFinalize, comm->vcomm);
   hetccl_proxy_drain(comm);
+  hetccl_hier_finalize(comm);
   comm->finalized = 1;
   ncclResult_t err = (ncclResult_t)__atomic_load_n(&comm->error, __ATOMIC_ACQUIRE);
   return err == ncclInProgress ? ncclSuccess : err;
@@ -480,6 +488,7 @@ ncclResult_t hetccl_comm_destroy(ncclComm_t comm) {
   hetccl_proxy_drain(comm);
   hetccl_comm_unregister(comm);
   wait_inflight(comm, 0);
+  hetccl_hier_release(comm, 0);
   comm_release(comm);
   return res;
 }
@@ -487,6 +496,7 @@ ncclResult_t hetccl_comm_destroy(ncclComm_t comm) {
 ncclResult_t hetccl_comm_abort(ncclComm_t comm) {
   ncclResult_t res = ncclSuccess;
   __atomic_store_n(&comm->abort_flag, 1, __ATOMIC_RELEASE);
+  hetccl_hier_set_abort(comm); /* a call blocked in a phase returns */
   if (comm->vendor && comm->vcomm) res = HETCCL_VENDOR_CALL(comm->vendor, CommAbort, comm->vcomm);
   hetccl_comm_unregister(comm);
   wait_inflight(comm, 0);
@@ -550,10 +560,13 @@ typedef struct split_entry {
 
 /* Ranks [members] (parent ranks, in new-rank order) form a communicator;
  * `leader_id` is the unique id its first member created. */
-static ncclResult_t join_new(ncclComm_t parent, int newrank, int newn, const ncclUniqueId *id,
-                             const ncclConfig_t *config, ncclComm_t *out) {
+static ncclResult_t join_new_as(ncclComm_t parent, int newrank, int newn, const ncclUniqueId *id,
+                                const ncclConfig_t *config, int forced, int32_t island,
+                                ncclComm_t *out) {
   ncclComm_t comm = NULL;
   HETCCL_CHECK(hetccl_comm_create(newn, newrank, config ? config : &parent->config, &comm));
+  comm->island_forced = forced;
+  comm->island_force_id = island;
   ncclResult_t res = hetccl_comm_init(comm, id);
   if (res != ncclSuccess) {
     hetccl_comm_unregister(comm);
@@ -562,6 +575,21 @@ static ncclResult_t join_new(ncclComm_t parent, int newrank, int newn, const ncc
   }
   *out = comm;
   return ncclSuccess;
+}
+
+static ncclResult_t join_new(ncclComm_t parent, int newrank, int newn, const ncclUniqueId *id,
+                             const ncclConfig_t *config, ncclComm_t *out) {
+  return join_new_as(parent, newrank, newn, id, config, 0, 0, out);
+}
+
+static ncclResult_t split_engine(ncclComm_t comm, int color, int key, ncclComm_t *newcomm,
+                                 const ncclConfig_t *config, int forced, int32_t island);
+
+ncclResult_t hetccl_comm_split_internal(ncclComm_t comm, int color, int key,
+                                        const ncclConfig_t *config, int32_t island,
+                                        ncclComm_t *newcomm) {
+  *newcomm = NULL;
+  return split_engine(comm, color, key, newcomm, config, 1, island);
 }
 
 ncclResult_t hetccl_comm_split(ncclComm_t comm, int color, int key, ncclComm_t *newcomm,
@@ -577,6 +605,11 @@ ncclResult_t hetccl_comm_split(ncclComm_t comm, int color, int key, ncclComm_t *
                                           &child->vcomm, (ncclConfig_t *)config);
     return vendor_child_finish(child, res, newcomm);
   }
+  return split_engine(comm, color, key, newcomm, config, 0, 0);
+}
+
+static ncclResult_t split_engine(ncclComm_t comm, int color, int key, ncclComm_t *newcomm,
+                                 const ncclConfig_t *config, int forced, int32_t island) {
   if (!comm->bs) {
     WARN("ncclCommSplit: communicator has no bootstrap (rank %d)", comm->rank);
     return ncclInternalError;
@@ -605,7 +638,7 @@ ncclResult_t hetccl_comm_split(ncclComm_t comm, int color, int key, ncclComm_t *
   if (leader == comm->rank) HETCCL_CHECK_GOTO(hetccl_bootstrap_root_create(&myid), res, out);
   HETCCL_CHECK_GOTO(hetccl_bootstrap_allgather(comm->bs, &myid, ids, sizeof(myid)), res, out);
   if (color == NCCL_SPLIT_NOCOLOR) goto out;
-  res = join_new(comm, newrank, newn, &ids[leader], config, newcomm);
+  res = join_new_as(comm, newrank, newn, &ids[leader], config, forced, island, newcomm);
 out:
   free(all);
   free(ids);

@@ -39,6 +39,11 @@ ncclResult_t hetccl_comm_finalize(ncclComm_t comm);
 
 ncclResult_t hetccl_comm_split(ncclComm_t comm, int color, int key, ncclComm_t *newcomm,
                                const ncclConfig_t *config);
+/* A split for hetccl's own use (core/hier.c): the child presents `island`
+ * as its forced island at init, whatever HETCCL_ISLANDS says. */
+ncclResult_t hetccl_comm_split_internal(ncclComm_t comm, int color, int key,
+                                        const ncclConfig_t *config, int32_t island,
+                                        ncclComm_t *newcomm);
 ncclResult_t hetccl_comm_shrink(ncclComm_t comm, const int *exclude, int nexclude,
                                 ncclComm_t *newcomm, const ncclConfig_t *config, int flags);
 /* ncclCommGrow for a member of the parent (rank -1 given): every member

@@ -84,7 +84,9 @@
   X(DEVICE, "HETCCL_DEVICE", STR, "auto", 0, 0,                             \
     "device kind this process presents: auto (cuda or hip when the process already uses that runtime, or links NCCL or RCCL, and a device is usable), host, cuda or hip") \
   X(VENDOR, "HETCCL_VENDOR", INT, "1", 0, 1,                                   \
-    "0: never forward to a vendor library, run every collective on hetccl's engine")
+    "0: never forward to a vendor library, run every collective on hetccl's engine") \
+  X(HIER, "HETCCL_HIER", INT, "1", 0, 1,                                       \
+    "1: where a communicator spans several islands and one holds several ranks, AllReduce runs inside each island (its vendor library where it has one), then across the islands' first ranks; 0: over every rank on the engine")
 
 typedef enum {
 #define HETCCL_KNOB_ENUM(id, env, type, def, lo, hi, help) HETCCL_KNOB_##id,

@@ -1,0 +1,95 @@
+/* Hierarchical communicators: the island and leaders communicators of a
+ * communicator that spans several islands (core/hier.h). The three-phase
+ * AllReduce itself is in api/coll.c, beside the calls it is made of. */
+#include "core/hier.h"
+
+#include "core/group.h"
+#include "core/init.h"
+#include "util/check.h"
+#include "util/knobs.h"
+#include "util/log.h"
+
+static int same_island(const hetccl_peer_info_t *a, const hetccl_peer_info_t *b) {
+  return a->island == b->island && a->dev_kind == b->dev_kind &&
+         a->vendor_version == b->vendor_version;
+}
+
+/* The lowest rank of r's island. */
+static int island_leader(const ncclComm_t comm, int r) {
+  for (int q = 0; q < r; q++)
+    if (same_island(&comm->peers[q], &comm->peers[r])) return q;
+  return r;
+}
+
+ncclResult_t hetccl_hier_setup(ncclComm_t comm) {
+  int n = comm->nranks;
+  if (!hetccl_knob_int(HETCCL_KNOB_HIER) || n < 3) return ncclSuccess;
+  int islands = 0, biggest = 0;
+  for (int r = 0; r < n; r++) {
+    if (island_leader(comm, r) != r) continue;
+    int size = 0;
+    for (int q = r; q < n; q++) size += island_leader(comm, q) == r;
+    islands++;
+    if (size > biggest) biggest = size;
+  }
+  if (islands < 2 || biggest < 2) return ncclSuccess;
+  int leader = island_leader(comm, comm->rank), mine = 0;
+  for (int q = 0; q < n; q++) mine += island_leader(comm, q) == leader;
+  /* Internal communicators block: a host-buffer phase has finished when
+   * its call returns, so the next phase may start. */
+  ncclConfig_t config = comm->config;
+  config.blocking = 1;
+  HETCCL_CHECK(hetccl_comm_split_internal(comm, mine > 1 ? leader : NCCL_SPLIT_NOCOLOR,
+                                          comm->rank, &config, leader, &comm->island));
+  HETCCL_CHECK(hetccl_comm_split_internal(comm, comm->rank == leader ? 0 : NCCL_SPLIT_NOCOLOR,
+                                          comm->rank, &config, comm->rank, &comm->leaders));
+  comm->hier = 1;
+  const char *inside = !comm->island ? "no one else"
+                       : comm->island->vendor ? comm->island->vendor->backend : "engine";
+  INFO(HETCCL_INIT, "rank %d of %d: hierarchical, %d islands; mine has %d ranks led by rank %d "
+       "(inside it: %s)%s", comm->rank, n, islands, mine, leader, inside,
+       comm->leaders ? "; this rank joins the leaders" : "");
+  return ncclSuccess;
+}
+
+int hetccl_hier_allreduce_applies(ncclComm_t comm, size_t count, ncclRedOp_t op) {
+  return comm->hier && count > 0 && (int)op >= (int)ncclSum && (int)op < (int)ncclAvg &&
+         hetccl_group_depth() == 0;
+}
+
+static ncclResult_t child_error(ncclComm_t c) {
+  if (!c) return ncclSuccess;
+  if (c->vendor && c->vcomm) {
+    ncclResult_t err = ncclSuccess;
+    if (HETCCL_VENDOR_CALL(c->vendor, CommGetAsyncError, c->vcomm, &err) != ncclSuccess)
+      return ncclInternalError;
+    return err == ncclInProgress ? ncclSuccess : err;
+  }
+  ncclResult_t err = (ncclResult_t)__atomic_load_n(&c->error, __ATOMIC_ACQUIRE);
+  return err == ncclInProgress ? ncclSuccess : err;
+}
+
+ncclResult_t hetccl_hier_error(ncclComm_t comm) {
+  ncclResult_t err = child_error(comm->island);
+  return err != ncclSuccess ? err : child_error(comm->leaders);
+}
+
+void hetccl_hier_finalize(ncclComm_t comm) {
+  if (comm->island) (void)hetccl_comm_finalize(comm->island);
+  if (comm->leaders) (void)hetccl_comm_finalize(comm->leaders);
+}
+
+void hetccl_hier_set_abort(ncclComm_t comm) {
+  if (comm->island) __atomic_store_n(&comm->island->abort_flag, 1, __ATOMIC_RELEASE);
+  if (comm->leaders) __atomic_store_n(&comm->leaders->abort_flag, 1, __ATOMIC_RELEASE);
+}
+
+void hetccl_hier_release(ncclComm_t comm, int abort) {
+  ncclComm_t kids[2] = {comm->leaders, comm->island};
+  comm->leaders = comm->island = NULL;
+  for (int i = 0; i < 2; i++) {
+    if (!kids[i]) continue;
+    if (abort) (void)hetccl_comm_abort(kids[i]);
+    else (void)hetccl_comm_destroy(kids[i]);
+  }
+}
