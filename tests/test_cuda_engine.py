@@ -29,7 +29,8 @@ if LIB is None or not torch_cuda_ok():
 
 
 def launch(tmp_path: Path, modes: list[str], checks: str, timeout: float = 300,
-           islands: str = "rank", devices: tuple[int, ...] = ()) -> list[dict]:
+           islands: str = "rank", devices: tuple[int, ...] = (),
+           extra: dict | None = None) -> list[dict]:
     """Start one process per mode, wait for all, return each rank's results.
     `devices`: each rank's GPU (default 0 for every rank)."""
     envs = []
@@ -37,7 +38,8 @@ def launch(tmp_path: Path, modes: list[str], checks: str, timeout: float = 300,
         env = dict(os.environ, T_LIB=str(LIB), T_RANK=str(rank), T_NRANKS=str(len(modes)),
                    T_ID_FILE=str(tmp_path / "id"), T_MODE=mode, T_CHECKS=checks,
                    T_DEV=str(devices[rank] if devices else 0),
-                   HETCCL_ISLANDS=islands, NCCL_NVLS_ENABLE="0", HETCCL_DEBUG="WARN")
+                   HETCCL_ISLANDS=islands, NCCL_NVLS_ENABLE="0", HETCCL_DEBUG="WARN",
+                   **(extra or {}))
         if mode == "host":
             env["HETCCL_DEVICE"] = "host"
         envs.append(env)
@@ -94,3 +96,25 @@ def test_hierarchical_island_of_two_gpus_with_a_host_rank(tmp_path):
     assert_all_true(results)
     assert [r["backend"] for r in results] == \
         ["hierarchical:nccl", "hierarchical:nccl", "hierarchical:engine"], results
+
+
+def test_hierarchical_bandwidth_is_reported(tmp_path):
+    """Not a speed goal: the same three ranks (two GPUs in one island, a
+    host rank in another) with HETCCL_HIER=1 and 0, rank 0's busbw and the
+    ratio, for the note."""
+    import torch
+    if torch.cuda.device_count() < 2:
+        pytest.skip("needs two GPUs")
+    got = {}
+    for hier in ("1", "0", "1", "0"):
+        res = launch(tmp_path / f"h{hier}-{len(got)}", ["cuda", "cuda", "host"], "bench",
+                     islands="0,0,1", devices=(0, 1, 0), extra={"HETCCL_HIER": hier})
+        assert_all_true(res)
+        got.setdefault(hier, []).append(res[0])
+    for key in got["1"][0]:
+        if not key.startswith("busbw"):
+            continue
+        on = max(r[key] for r in got["1"])
+        off = max(r[key] for r in got["0"])
+        print(f"hierarchical {key}: {on} GB/s with HETCCL_HIER=1, {off} without, "
+              f"ratio {on / off:.2f} (best of 2 each)")
