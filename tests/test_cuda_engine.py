@@ -107,7 +107,9 @@ def test_hierarchical_bandwidth_is_reported(tmp_path):
         pytest.skip("needs two GPUs")
     got = {}
     for hier in ("1", "0", "1", "0"):
-        res = launch(tmp_path / f"h{hier}-{len(got)}", ["cuda", "cuda", "host"], "bench",
+        run_dir = tmp_path / f"run{sum(len(v) for v in got.values())}"
+        run_dir.mkdir()
+        res = launch(run_dir, ["cuda", "cuda", "host"], "bench",
                      islands="0,0,1", devices=(0, 1, 0), extra={"HETCCL_HIER": hier})
         assert_all_true(res)
         got.setdefault(hier, []).append(res[0])
