@@ -226,9 +226,10 @@ static ncclResult_t coll_config_check(const char *fn, const ncclCollConfig_t *co
 
 /* --- the collectives ------------------------------------------------------ */
 
-/* The calls a hierarchical AllReduce is made of, on an island or leaders
- * communicator (forwarded or engine), without the public entry points'
- * re-entry check: these calls start inside hetccl. */
+/* Reduce, Broadcast and AllReduce on a communicator, forwarded or on the
+ * engine: the public entry points after their re-entry check, and the
+ * phases of a hierarchical AllReduce on an island or leaders communicator
+ * (calls that start inside hetccl, so no re-entry check). */
 static ncclResult_t reduce_on(const void *sendbuff, void *recvbuff, size_t count,
                               ncclDataType_t datatype, ncclRedOp_t op, int root, ncclComm_t comm,
                               cudaStream_t stream) {
@@ -293,9 +294,7 @@ ncclResult_t ncclAllReduce(const void *sendbuff, void *recvbuff, size_t count,
   FORWARD(comm, AllReduce, sendbuff, recvbuff, count, datatype, op, comm->vcomm, stream);
   if (hetccl_hier_allreduce_applies(comm, count, op))
     return allreduce_hier(sendbuff, recvbuff, count, datatype, op, comm, stream);
-  coll_args_t a = {"ncclAllReduce", HETCCL_FUNC_ALLREDUCE, sendbuff, recvbuff, count, datatype,
-                   op, 1, NO_ROOT, 1, 1, 0, 0};
-  return coll_engine(comm, &a, stream);
+  return allreduce_on(sendbuff, recvbuff, count, datatype, op, comm, stream);
 }
 
 NCCL_API(ncclResult_t, ncclBroadcast, const void *sendbuff, void *recvbuff, size_t count,
@@ -304,10 +303,7 @@ ncclResult_t ncclBroadcast(const void *sendbuff, void *recvbuff, size_t count,
                            ncclDataType_t datatype, int root, ncclComm_t comm,
                            cudaStream_t stream) {
   HETCCL_REENTRY(Broadcast, sendbuff, recvbuff, count, datatype, root, comm, stream);
-  FORWARD(comm, Broadcast, sendbuff, recvbuff, count, datatype, root, comm->vcomm, stream);
-  coll_args_t a = {"ncclBroadcast", HETCCL_FUNC_BROADCAST, sendbuff, recvbuff, count, datatype,
-                   ncclSum, 0, root, 1, 1, 1, 0};
-  return coll_engine(comm, &a, stream);
+  return broadcast_on(sendbuff, recvbuff, count, datatype, root, comm, stream);
 }
 
 NCCL_API(ncclResult_t, ncclBcast, void *buff, size_t count, ncclDataType_t datatype, int root,
@@ -327,10 +323,7 @@ ncclResult_t ncclReduce(const void *sendbuff, void *recvbuff, size_t count,
                         ncclDataType_t datatype, ncclRedOp_t op, int root, ncclComm_t comm,
                         cudaStream_t stream) {
   HETCCL_REENTRY(Reduce, sendbuff, recvbuff, count, datatype, op, root, comm, stream);
-  FORWARD(comm, Reduce, sendbuff, recvbuff, count, datatype, op, root, comm->vcomm, stream);
-  coll_args_t a = {"ncclReduce", HETCCL_FUNC_REDUCE, sendbuff, recvbuff, count, datatype,
-                   op, 1, root, 1, 1, 0, 1};
-  return coll_engine(comm, &a, stream);
+  return reduce_on(sendbuff, recvbuff, count, datatype, op, root, comm, stream);
 }
 
 NCCL_API(ncclResult_t, ncclAllGather, const void *sendbuff, void *recvbuff, size_t sendcount,
