@@ -244,14 +244,29 @@ def _dead_case_param(case: str, n: int, transport: str) -> Any:
 @pytest.mark.parametrize("case,n,transport", [_dead_case_param(*c) for c in DEAD_CASES])
 def test_dead_peer(case: str, n: int, transport: str) -> None:
     victim = n - 1 if n == 2 else 1  # n >= 3: a middle rank, with a survivor on each side
-    results = _run_ranks(rank_dead_peer, n, case, victim, env={"HETCCL_TRANSPORT": transport},
-                         survivors=n - 1)
+    _check_dead_peer(case, n, victim, {"HETCCL_TRANSPORT": transport}, f"{case} n={n} {transport}")
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("transport", ["shm", "socket"])
+@pytest.mark.parametrize("victim", [1, 2, 3])
+def test_dead_peer_hierarchical(victim: int, transport: str) -> None:
+    """Islands {0, 1} and {2, 3}: the AllReduce runs inside the islands and
+    across their leaders 0 and 2 (core/hier.h). Whichever rank dies, and in
+    whichever phase the others wait, every survivor fails promptly with a
+    message that names the dead rank in this communicator's numbering."""
+    env = {"HETCCL_TRANSPORT": transport, "HETCCL_ISLANDS": "0,0,1,1"}
+    _check_dead_peer("allreduce", 4, victim, env, f"hierarchical victim {victim} {transport}")
+
+
+def _check_dead_peer(case: str, n: int, victim: int, env: Dict[str, str], label: str) -> None:
+    results = _run_ranks(rank_dead_peer, n, case, victim, env=env, survivors=n - 1)
     assert results[victim][0] == "died" and results[victim][1] == -signal.SIGKILL, \
         results[victim]
     survivors = [r for r in range(n) if r != victim]
     wrong = []
     for r, got in zip(survivors, _ok_results(results, survivors)):
-        print(f"\n[dead peer] {case} n={n} {transport}: rank {r} -> {got.get('name')} after "
+        print(f"\n[dead peer] {label}: rank {r} -> {got.get('name')} after "
               f"{got.get('s', 0):.3f} s, abort {got.get('abort_s', 0):.3f} s: "
               f"{got.get('message')!r}")
         if got["kind"] != "error":

@@ -124,7 +124,8 @@ void hetccl_engine_set_pull_ok(hetccl_engine_t *e, int pull_ok) { e->pull_ok = p
  * note this rank got from a peer if that is why it fails (relayed as is,
  * so every rank hears of the first cause), else its own last message with
  * note_code (res, or ncclRemoteError where res says nothing to a peer). */
-static ncclResult_t engine_fail_as(hetccl_engine_t *e, ncclResult_t res, ncclResult_t note_code) {
+static ncclResult_t engine_fail_text(hetccl_engine_t *e, ncclResult_t res, ncclResult_t note_code,
+                                     const char *text) {
   if (e->failed != ncclSuccess) return e->failed;
   e->failed = res;
   if (e->comm_error) __sync_bool_compare_and_swap(e->comm_error, ncclSuccess, res);
@@ -135,7 +136,7 @@ static ncclResult_t engine_fail_as(hetccl_engine_t *e, ncclResult_t res, ncclRes
     memset(&note, 0, sizeof(note));
     note.code = note_code;
     note.origin = e->rank;
-    snprintf(note.text, sizeof(note.text), "%s", hetccl_last_error());
+    snprintf(note.text, sizeof(note.text), "%s", text ? text : hetccl_last_error());
   }
   for (int p = 0; p < e->nranks; p++) {
     if (!e->eps[p]) continue;
@@ -147,8 +148,16 @@ static ncclResult_t engine_fail_as(hetccl_engine_t *e, ncclResult_t res, ncclRes
   return res;
 }
 
+static ncclResult_t engine_fail_as(hetccl_engine_t *e, ncclResult_t res, ncclResult_t note_code) {
+  return engine_fail_text(e, res, note_code, NULL);
+}
+
 static ncclResult_t engine_fail(hetccl_engine_t *e, ncclResult_t res) {
   return engine_fail_as(e, res, res);
+}
+
+ncclResult_t hetccl_engine_fail(hetccl_engine_t *e, ncclResult_t res, const char *why) {
+  return engine_fail_text(e, res, res == ncclInvalidUsage ? ncclRemoteError : res, why);
 }
 
 /* A receive met a message of another operation: say which ranks called

@@ -90,6 +90,11 @@ void hetccl_engine_set_tag(hetccl_engine_t *e, uint64_t tag);
  * ties the send's completion to the receiver. */
 void hetccl_engine_set_pull_ok(hetccl_engine_t *e, int pull_ok);
 
+/* Fail the engine from outside its operations, as its own first error
+ * would (connections closed, each peer left a note with `why`): a sibling
+ * communicator failed (core/hier.c). On the thread that drives it. */
+ncclResult_t hetccl_engine_fail(hetccl_engine_t *e, ncclResult_t res, const char *why);
+
 /* Tuning read from knobs at engine creation. */
 size_t hetccl_engine_pipeline_chunk(const hetccl_engine_t *e);
 size_t hetccl_engine_small_bytes(const hetccl_engine_t *e);

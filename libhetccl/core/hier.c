@@ -3,8 +3,13 @@
  * AllReduce itself is in api/coll.c, beside the calls it is made of. */
 #include "core/hier.h"
 
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
 #include "core/group.h"
 #include "core/init.h"
+#include "core/proxy.h"
 #include "util/check.h"
 #include "util/knobs.h"
 #include "util/log.h"
@@ -92,4 +97,72 @@ void hetccl_hier_release(ncclComm_t comm, int abort) {
     if (abort) (void)hetccl_comm_abort(kids[i]);
     else (void)hetccl_comm_destroy(kids[i]);
   }
+}
+
+/* This communicator's ranks that make up its island (leaders 0) or
+ * leaders (1) communicator, in that communicator's rank order. */
+static int members(ncclComm_t comm, int leaders, int *out, int max) {
+  int mine = island_leader(comm, comm->rank), k = 0;
+  for (int r = 0; r < comm->nranks && k < max; r++) {
+    int in = leaders ? island_leader(comm, r) == r : island_leader(comm, r) == mine;
+    if (in) out[k++] = r;
+  }
+  return k;
+}
+
+/* The marker that starts a message this function already wrote (relayed
+ * in a note from another rank): its rank numbers are this communicator's. */
+#define HIER_MARK "hierarchical AllReduce failed"
+
+void hetccl_hier_translate(ncclComm_t comm, int leaders, const char *in, char *out, size_t len) {
+  int map[256];
+  int n = members(comm, leaders, map, 256);
+  const char *stop = strstr(in, HIER_MARK);
+  size_t o = 0;
+  for (const char *p = in; *p && o + 1 < len;) {
+    int word = p == in || p[-1] == ' ' || p[-1] == '(';
+    if (p < stop || !stop) {
+      if (word && !strncmp(p, "rank ", 5) && p[5] >= '0' && p[5] <= '9') {
+        char *end;
+        long k = strtol(p + 5, &end, 10);
+        if (k >= 0 && k < n) {
+          o += (size_t)snprintf(out + o, len - o, "rank %d", map[k]);
+          p = end;
+          continue;
+        }
+      }
+    }
+    out[o++] = *p++;
+  }
+  out[o < len ? o : len - 1] = '\0';
+}
+
+/* A phase failed here: fail the engines of the sibling communicators too
+ * (and the parent's), on their proxies, so that ranks waiting on this one
+ * in another phase learn it now, with `why`, instead of at HETCCL_TIMEOUT.
+ * A vendor island is left to the vendor, as NCCL leaves its own peers. */
+typedef struct hier_fail {
+  ncclResult_t res;
+  char why[HETCCL_FAIL_TEXT];
+} hier_fail_t;
+
+static ncclResult_t fail_job(ncclComm_t c, void *arg) {
+  const hier_fail_t *f = arg;
+  if (c->engine) (void)hetccl_engine_fail(c->engine, f->res, f->why);
+  return ncclSuccess;
+}
+
+static void fail_engine_of(ncclComm_t c, ncclResult_t res, const char *why) {
+  if (!c || !c->engine) return;
+  hier_fail_t *f = malloc(sizeof(*f));
+  if (!f) return; /* the peers then wait out HETCCL_TIMEOUT */
+  f->res = res;
+  snprintf(f->why, sizeof(f->why), "%s", why);
+  (void)hetccl_proxy_post(c, fail_job, f, NULL, NULL);
+}
+
+void hetccl_hier_fail(ncclComm_t comm, ncclResult_t res, const char *why) {
+  fail_engine_of(comm->island, res, why);
+  fail_engine_of(comm->leaders, res, why);
+  fail_engine_of(comm, res, why);
 }
