@@ -295,7 +295,8 @@ static ncclResult_t allreduce_hier(const void *sendbuff, void *recvbuff, size_t 
     WARN("ncclAllReduce: rank %d: hierarchical AllReduce failed %s: %s", comm->rank,
          where[phase], cause);
     hetccl_comm_set_error(comm, res);
-    hetccl_hier_fail(comm, res, hetccl_last_error());
+    if (!__atomic_load_n(&comm->abort_flag, __ATOMIC_ACQUIRE)) /* abort tears them down */
+      hetccl_hier_fail(comm, res, hetccl_last_error());
   }
   hetccl_comm_leave(comm);
   return hetccl_api_ret(comm, res);
