@@ -1,5 +1,6 @@
 """Nothing leaks: 1000 cycles of ncclCommInitAll(2) + AllReduce + destroy in
-one process, on each transport, leave the process with the file
+one process, on each transport (and 200 of a 4-rank hierarchical one, two
+islands of two), leave the process with the file
 descriptors, threads, /dev/shm entries and memory mappings it had, and its
 resident memory within a small bound.
 
@@ -49,16 +50,17 @@ def counts():
             'shm': len(shm), 'maps': maps, 'rss_kib': int(rss)}
 
 def cycle():
-    comms = NcclCommunicator.initAll(2)
-    xs = [np.full(1024, r + 1, dtype=np.float32) for r in range(2)]
-    ys = [np.zeros(1024, dtype=np.float32) for r in range(2)]
+    comms = NcclCommunicator.initAll(N)
+    xs = [np.full(1024, r + 1, dtype=np.float32) for r in range(N)]
+    ys = [np.zeros(1024, dtype=np.float32) for r in range(N)]
     def work(r):
         comms[r].allReduce(int(xs[r].ctypes.data), int(ys[r].ctypes.data), 1024,
                            nccl.NCCL_FLOAT32, nccl.NCCL_SUM)
-    ts = [threading.Thread(target=work, args=(r,)) for r in range(2)]
+    ts = [threading.Thread(target=work, args=(r,)) for r in range(N)]
     for t in ts: t.start()
     for t in ts: t.join()
-    assert (ys[0] == 3).all() and (ys[1] == 3).all(), (ys[0][:4], ys[1][:4])
+    want = N * (N + 1) / 2
+    assert all((y == want).all() for y in ys), [y[:4] for y in ys]
     for c in comms: c.destroy()
 
 def settled(threads):
@@ -71,7 +73,7 @@ def settled(threads):
         time.sleep(0.01)
     return now
 
-cycles, warm = int(sys.argv[1]), int(sys.argv[2])
+cycles, warm, N = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
 start = counts()  # no communicator yet: none of the library's threads
 for _ in range(warm):
     cycle()
@@ -87,19 +89,26 @@ print(json.dumps({'before': before, 'after': after, 'peak': peak}))
 
 
 @pytest.mark.timeout(120)
-@pytest.mark.parametrize("transport", ["shm", "socket"])
-def test_no_leaks_over_init_destroy_cycles(transport: str) -> None:
+@pytest.mark.parametrize("transport,nranks,islands,cycles", [
+    ("shm", 2, "", LEAK_CYCLES), ("socket", 2, "", LEAK_CYCLES),
+    # islands of two: each communicator also makes its island and leaders
+    # communicators (core/hier.h), and AllReduce runs through them
+    ("shm", 4, "0,0,1,1", LEAK_CYCLES // 5)])
+def test_no_leaks_over_init_destroy_cycles(transport: str, nranks: int, islands: str,
+                                           cycles: int) -> None:
     # One malloc arena: glibc makes a new one (two mappings) whenever
     # threads contend for the heap, which on a loaded machine can first
     # happen after the warm-up; that is the allocator, not a leak.
-    env = {**os.environ, "HETCCL_TRANSPORT": transport, "MALLOC_ARENA_MAX": "1"}
+    env = {**os.environ, "HETCCL_TRANSPORT": transport, "MALLOC_ARENA_MAX": "1",
+           "HETCCL_ISLANDS": islands}
     t0 = time.monotonic()
-    proc = subprocess.run([sys.executable, "-c", LEAK_SCRIPT, str(LEAK_CYCLES), str(WARM_CYCLES)],
-                          capture_output=True, text=True, timeout=100, env=env)
+    proc = subprocess.run([sys.executable, "-c", LEAK_SCRIPT, str(cycles), str(WARM_CYCLES),
+                           str(nranks)], capture_output=True, text=True, timeout=100, env=env)
     took = time.monotonic() - t0
     assert proc.returncode == 0, proc.stderr[-4000:]
     got = json.loads(proc.stdout.strip().splitlines()[-1])
-    print(f"\n[leak] {transport}: {LEAK_CYCLES} cycles of initAll(2)+allreduce+destroy in "
+    print(f"\n[leak] {transport} {islands or 'one island'}: {cycles} cycles of "
+          f"initAll({nranks})+allreduce+destroy in "
           f"{took:.1f} s: before {got['before']}, after {got['after']}, peak {got['peak']}")
     before, after = got["before"], got["after"]
     for what in ("fds", "threads", "shm", "maps"):
