@@ -29,17 +29,23 @@ static int island_leader(const ncclComm_t comm, int r) {
 ncclResult_t hetccl_hier_setup(ncclComm_t comm) {
   int n = comm->nranks;
   if (!hetccl_knob_int(HETCCL_KNOB_HIER) || n < 3) return ncclSuccess;
+  int *lead = malloc((size_t)n * sizeof(*lead)), *size = calloc((size_t)n, sizeof(*size));
+  if (!lead || !size) {
+    free(lead);
+    free(size);
+    WARN("ncclCommInitRank: out of memory for %d ranks' islands", n);
+    return ncclSystemError;
+  }
   int islands = 0, biggest = 0;
   for (int r = 0; r < n; r++) {
-    if (island_leader(comm, r) != r) continue;
-    int size = 0;
-    for (int q = r; q < n; q++) size += island_leader(comm, q) == r;
-    islands++;
-    if (size > biggest) biggest = size;
+    lead[r] = island_leader(comm, r);
+    islands += lead[r] == r;
+    if (++size[lead[r]] > biggest) biggest = size[lead[r]];
   }
+  int leader = lead[comm->rank], mine = size[leader];
+  free(lead);
+  free(size);
   if (islands < 2 || biggest < 2) return ncclSuccess;
-  int leader = island_leader(comm, comm->rank), mine = 0;
-  for (int q = 0; q < n; q++) mine += island_leader(comm, q) == leader;
   /* Internal communicators block: a host-buffer phase has finished when
    * its call returns, so the next phase may start. */
   ncclConfig_t config = comm->config;
