@@ -273,27 +273,25 @@ static ncclResult_t allreduce_hier(const void *sendbuff, void *recvbuff, size_t 
   TRACE(HETCCL_COLL, "AllReduce rank %d: hierarchical, %zu x %s, island of %d%s", comm->rank,
         count, hetccl_dtype_name(datatype), alone ? 1 : island->nranks,
         leaders ? ", leader" : "");
-  int phase = 0; /* 0 inside the island, 1 across the leaders, 2 inside again */
+  int in_leaders = 0; /* which communicator the failing phase ran on */
   if (!alone) {
     res = reduce_on(sendbuff, recvbuff, count, datatype, op, 0, island, stream);
     across = recvbuff;
   }
   if (res == ncclSuccess && leaders) {
-    phase = 1;
+    in_leaders = 1;
     res = allreduce_on(across, recvbuff, count, datatype, op, leaders, stream);
   }
   if (res == ncclSuccess && !alone) {
-    phase = 2;
+    in_leaders = 0;
     res = broadcast_on(recvbuff, recvbuff, count, datatype, 0, island, stream);
   }
   if (res != ncclSuccess && res != ncclInProgress) {
     /* The phase spoke of its own communicator's ranks: name them as here. */
-    static const char *const where[] = {"inside its island", "across the islands' leaders",
-                                        "inside its island"};
     char cause[HETCCL_ERRMSG_BYTES];
-    hetccl_hier_translate(comm, phase == 1, hetccl_last_error(), cause, sizeof(cause));
+    hetccl_hier_translate(comm, in_leaders, hetccl_last_error(), cause, sizeof(cause));
     WARN("ncclAllReduce: rank %d: hierarchical AllReduce failed %s: %s", comm->rank,
-         where[phase], cause);
+         in_leaders ? "across the islands' leaders" : "inside its island", cause);
     hetccl_comm_set_error(comm, res);
     if (!__atomic_load_n(&comm->abort_flag, __ATOMIC_ACQUIRE)) /* abort tears them down */
       hetccl_hier_fail(comm, res, hetccl_last_error());

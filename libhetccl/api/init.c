@@ -377,7 +377,6 @@ ncclResult_t ncclCommGrow(ncclComm_t comm, int nRanks, const ncclUniqueId *uniqu
     return init_rank(newcomm, nRanks, uniqueId, rank, config, "ncclCommGrow");
   }
   CHECK_COMM(comm, "ncclCommGrow");
-  *newcomm = NULL;
   hetccl_comm_enter(comm);
   ncclResult_t res = hetccl_comm_grow(comm, nRanks, uniqueId, rank, newcomm, config);
   hetccl_comm_leave(comm);

@@ -127,7 +127,7 @@ void hetccl_hier_translate(ncclComm_t comm, int leaders, const char *in, char *o
   size_t o = 0;
   for (const char *p = in; *p && o + 1 < len;) {
     int word = p == in || p[-1] == ' ' || p[-1] == '(';
-    if (p < stop || !stop) {
+    if (!stop || p < stop) {
       if (word && !strncmp(p, "rank ", 5) && p[5] >= '0' && p[5] <= '9') {
         char *end;
         long k = strtol(p + 5, &end, 10);
