@@ -1,4 +1,4 @@
-"""The AMD side (runtime/hip.c, RCCL through vendor/loader.c, the island
+"""The AMD side (runtime/hip.c, RCCL through vendor_ccl/loader.c, the island
 rules of core/init.c) on a machine with no AMD GPU.
 
 Three kinds of check:

@@ -8,6 +8,7 @@
 
 #include <string.h>
 
+#include "util/knobs.h"
 #include "util/log.h"
 
 const char *hetccl_func_name(hetccl_func_t f) {
@@ -139,6 +140,15 @@ static ncclResult_t run_allreduce(hetccl_engine_t *e, const hetccl_coll_t *c, in
   }
 }
 
+/* HETCCL_ALGO: an algorithm by name, or -1 for auto. */
+static int algo_forced(void) {
+  const char *s = hetccl_knob_str(HETCCL_KNOB_ALGO);
+#define ALGO_MATCH(id, name) if (!strcmp(s, name)) return HETCCL_ALGO_##id;
+  HETCCL_ALGOS(ALGO_MATCH)
+#undef ALGO_MATCH
+  return -1;
+}
+
 ncclResult_t hetccl_algo_run(hetccl_engine_t *e, const hetccl_coll_t *c) {
   size_t esize = hetccl_dtype_size(c->dtype);
   int n = hetccl_engine_nranks(e);
@@ -150,7 +160,7 @@ ncclResult_t hetccl_algo_run(hetccl_engine_t *e, const hetccl_coll_t *c) {
   if (n == 1) return run_single(c);
   size_t bytes = c->count * esize; /* per rank, in NCCL's count convention */
   size_t small = hetccl_engine_small_bytes(e);
-  int algo = hetccl_engine_algo_forced(e);
+  int algo = algo_forced();
   int ring = algo == HETCCL_ALGO_RING || (algo < 0 && bytes * (size_t)n > small);
   int ring1 = algo == HETCCL_ALGO_RING || (algo < 0 && bytes > small);
   TRACE(HETCCL_COLL, "%s: %zu x %s on %d ranks, algo %d", hetccl_func_name(c->func), c->count,

@@ -18,7 +18,7 @@
 
 #include <stddef.h>
 
-#include "core/engine.h"
+#include "p2p/engine.h"
 #include "runtime/reduce.h"
 
 /* name */

@@ -1,6 +1,6 @@
 /* Shared pieces of the algorithm files (algo/ only; not an interface).
  *
- * Thread: whichever thread drives the engine (see core/engine.h). Nothing
+ * Thread: whichever thread drives the engine (see p2p/engine.h). Nothing
  * here allocates: temporaries come from hetccl_engine_scratch, requested
  * once per collective (a second request may move the buffer).
  *

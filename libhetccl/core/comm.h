@@ -17,11 +17,11 @@
 
 #include "algo/algo.h"
 #include "core/bootstrap.h"
-#include "core/engine.h"
+#include "p2p/engine.h"
 #include "nccl.h"
 #include "runtime/reduce.h"
 #include "runtime/runtime.h"
-#include "vendor/vendor.h"
+#include "vendor_ccl/vendor.h"
 
 #define HETCCL_MAX_USER_REDOPS 64
 #define HETCCL_ERRMSG_BYTES 1024

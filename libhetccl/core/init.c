@@ -391,7 +391,8 @@ static ncclResult_t init_engine(ncclComm_t comm, uint64_t comm_id, uint64_t secr
       .rank = me, .nranks = n, .eps = eps, .transports = tps,
       .timeout_ms = (int)hetccl_knob_int(HETCCL_KNOB_TIMEOUT) * 1000, .spin = spin,
       .abort_flag = &comm->abort_flag, .comm_error = &comm->error, .ctxs = ctx,
-      .peer_note = &comm->peer_note, .mismatch = &comm->mismatch};
+      .peer_note = &comm->peer_note, .mismatch = &comm->mismatch,
+      .describe_tag = hetccl_comm_tag_describe};
   HETCCL_CHECK_GOTO(hetccl_engine_create(&eargs, &comm->engine), res, out);
   int stages = (int)hetccl_knob_int(HETCCL_KNOB_STAGE_PIECE_HOST);
   for (int p = 0; p < n; p++) stages |= comm->peers[p].stages;

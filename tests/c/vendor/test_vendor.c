@@ -1,4 +1,4 @@
-/* The vendor loader (libhetccl/vendor/loader.c) against stand-in libraries.
+/* The vendor loader (libhetccl/vendor_ccl/loader.c) against stand-in libraries.
  *
  *   test_vendor [rccl-]MODE LIB
  *
@@ -34,7 +34,7 @@
 #include <string.h>
 
 #include "util/log.h"
-#include "vendor/vendor.h"
+#include "vendor_ccl/vendor.h"
 
 extern int ut_fresh_calls, ut_reentered, ut_from_vendor;
 

@@ -2,7 +2,7 @@
  * in exports ncclGetVersion (so that pointing HETCCL_NCCL_LIBRARY at it must
  * be refused) and ncclGroupStart/ncclGroupEnd with the API layer's re-entry
  * rule, counting which way each call went. */
-#include "vendor/vendor.h"
+#include "vendor_ccl/vendor.h"
 
 #define UT_EXPORT __attribute__((visibility("default")))
 

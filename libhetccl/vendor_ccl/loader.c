@@ -52,7 +52,7 @@
 #include "util/check.h"
 #include "util/knobs.h"
 #include "util/log.h"
-#include "vendor/vendor.h"
+#include "vendor_ccl/vendor.h"
 
 __thread const hetccl_vendor_t *hetccl_vendor_inside;
 

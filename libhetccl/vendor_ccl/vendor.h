@@ -1,7 +1,7 @@
 /* Vendor CCL layer: a real NCCL-API library (NCCL, RCCL) opened with dlopen.
  *
  * RCCL exports the NCCL API under the same names, so one slot table and one
- * loader serve both; a small descriptor per vendor (vendor/loader.c) says
+ * loader serve both; a small descriptor per vendor (vendor_ccl/loader.c) says
  * where each is looked for. A process forwards to the vendor of its device
  * kind (core/init.c): NCCL for CUDA ranks, RCCL for HIP ranks.
  *
@@ -25,7 +25,7 @@
 #include "util/knobs.h"
 
 /* The vendor libraries hetccl can forward to; what each is called and where
- * it is looked for is its descriptor in vendor/loader.c. */
+ * it is looked for is its descriptor in vendor_ccl/loader.c. */
 #define HETCCL_VENDORS(X) X(NCCL) X(RCCL)
 
 typedef enum {

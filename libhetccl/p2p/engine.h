@@ -8,8 +8,8 @@
  *
  * Threads: an engine is driven by one thread at a time (the API caller for
  * a blocking host call, or the communicator's proxy thread). */
-#ifndef HETCCL_CORE_ENGINE_H
-#define HETCCL_CORE_ENGINE_H
+#ifndef HETCCL_P2P_ENGINE_H
+#define HETCCL_P2P_ENGINE_H
 
 #include <stddef.h>
 #include <stdint.h>
@@ -73,6 +73,9 @@ typedef struct hetccl_engine_args {
   volatile int *comm_error;             /* sticky error of the owner */
   hetccl_fail_note_t *peer_note;        /* the transports' args->peer_note (owner's) */
   hetccl_tag_mismatch_t *mismatch;      /* the transports' args->mismatch (owner's) */
+  /* Reads a message signature back for the mismatch message ("AllReduce(
+   * float, sum, count 4096, operation #3)"); the owner knows the layout. */
+  void (*describe_tag)(uint64_t tag, char *buf, size_t len);
 } hetccl_engine_args_t;
 
 /* Takes ownership of eps and ctxs (destroy closes every endpoint, then the
@@ -98,7 +101,6 @@ ncclResult_t hetccl_engine_fail(hetccl_engine_t *e, ncclResult_t res, const char
 /* Tuning read from knobs at engine creation. */
 size_t hetccl_engine_pipeline_chunk(const hetccl_engine_t *e);
 size_t hetccl_engine_small_bytes(const hetccl_engine_t *e);
-int hetccl_engine_algo_forced(const hetccl_engine_t *e); /* hetccl_algo_id_t or -1 */
 /* Sends with pull_ok larger than this are pulled by the receiver from every
  * peer (the largest of the transports' pull_min over all peers; SIZE_MAX
  * if some peer never pulls). */

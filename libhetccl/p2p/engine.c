@@ -4,7 +4,7 @@
  * blocking host call, or the proxy thread); one at a time, so no locks.
  * Never waits without a bound: every loop checks the abort flag and the
  * communicator timeout. */
-#include "core/engine.h"
+#include "p2p/engine.h"
 
 #include <sched.h>
 #include <stdio.h>
@@ -12,8 +12,6 @@
 #include <string.h>
 #include <time.h>
 
-#include "algo/algo.h"
-#include "core/comm.h"
 #include "util/check.h"
 #include "util/knobs.h"
 #include "util/log.h"
@@ -33,6 +31,7 @@ struct hetccl_engine {
   volatile int *comm_error;
   hetccl_fail_note_t *peer_note; /* the first note a peer left us (transports write it) */
   hetccl_tag_mismatch_t *mismatch; /* the first signature mismatch (transports write it) */
+  void (*describe_tag)(uint64_t tag, char *buf, size_t len);
   hetccl_req_t tok_send, tok_recv; /* the signature ring (hetccl_engine_token_*) */
   int tok_posted;
   ncclResult_t failed;
@@ -40,18 +39,7 @@ struct hetccl_engine {
   size_t scratch_bytes;
   size_t pipeline_chunk, small_bytes;
   size_t pull_min; /* hetccl_engine_pull_min */
-  int algo;
 };
-
-static int algo_from_knob(void) {
-  const char *s = hetccl_knob_str(HETCCL_KNOB_ALGO);
-  if (!s[0] || !strcmp(s, "auto")) return -1;
-#define ALGO_MATCH(id, name) if (!strcmp(s, name)) return HETCCL_ALGO_##id;
-  HETCCL_ALGOS(ALGO_MATCH)
-#undef ALGO_MATCH
-  WARN("HETCCL_ALGO=%s: unknown algorithm, using auto", s);
-  return -1;
-}
 
 ncclResult_t hetccl_engine_create(const hetccl_engine_args_t *a, hetccl_engine_t **out) {
   hetccl_engine_t *e = calloc(1, sizeof(*e));
@@ -84,13 +72,13 @@ ncclResult_t hetccl_engine_create(const hetccl_engine_args_t *a, hetccl_engine_t
   e->timeout_ms = a->timeout_ms;
   e->abort_flag = a->abort_flag;
   e->comm_error = a->comm_error;
+  e->describe_tag = a->describe_tag;
   e->peer_note = a->peer_note;
   e->mismatch = a->mismatch;
   e->spin = a->spin;
   e->pipeline_chunk = (size_t)hetccl_knob_int(HETCCL_KNOB_PIPELINE_CHUNK) & ~(size_t)63;
   if (e->pipeline_chunk < 64) e->pipeline_chunk = 64;
   e->small_bytes = (size_t)hetccl_knob_int(HETCCL_KNOB_SMALL_BYTES);
-  e->algo = algo_from_knob();
   *out = e;
   return ncclSuccess;
 }
@@ -112,7 +100,6 @@ int hetccl_engine_rank(const hetccl_engine_t *e) { return e->rank; }
 int hetccl_engine_nranks(const hetccl_engine_t *e) { return e->nranks; }
 size_t hetccl_engine_pipeline_chunk(const hetccl_engine_t *e) { return e->pipeline_chunk; }
 size_t hetccl_engine_small_bytes(const hetccl_engine_t *e) { return e->small_bytes; }
-int hetccl_engine_algo_forced(const hetccl_engine_t *e) { return e->algo; }
 size_t hetccl_engine_pull_min(const hetccl_engine_t *e) { return e->pull_min; }
 void hetccl_engine_set_tag(hetccl_engine_t *e, uint64_t tag) { e->tag = tag; }
 
@@ -161,13 +148,13 @@ ncclResult_t hetccl_engine_fail(hetccl_engine_t *e, ncclResult_t res, const char
 }
 
 /* A receive met a message of another operation: say which ranks called
- * what, from the signatures (hetccl_comm_tag_describe). */
+ * what, from the signatures (args->describe_tag). */
 static void mismatch_explain(const hetccl_engine_t *e) {
   const hetccl_tag_mismatch_t *m = e->mismatch;
   if (!m || !m->seen) return; /* a size mismatch: the transport said it */
   char theirs[128], mine[128];
-  hetccl_comm_tag_describe(m->theirs, theirs, sizeof(theirs));
-  hetccl_comm_tag_describe(m->mine, mine, sizeof(mine));
+  e->describe_tag(m->theirs, theirs, sizeof(theirs));
+  e->describe_tag(m->mine, mine, sizeof(mine));
   int lo = e->rank < m->peer ? e->rank : m->peer, hi = e->rank < m->peer ? m->peer : e->rank;
   WARN("ranks %d and %d called different operations: rank %d sent %s, rank %d expected %s", lo,
        hi, m->peer, theirs, e->rank, mine);
