@@ -6,7 +6,10 @@ there), T_PRELOAD (colon list of libraries to load first, RTLD_GLOBAL, as a
 program linking them would have), T_DEVBUF=1 (the allreduce runs on a
 buffer from the stand-in libamdhip64's hipMalloc, the first preloaded
 library, and the result adds what its counters saw: "copies", "writes",
-"waits"). The result: "error"/"message" when init
+"waits"), T_CONFIG=1 (also an ncclAllReduceConfig with a config through
+the C ABI; the result adds what the stand-in vendor library saw:
+"config_calls", "config_magic", and "plain_calls"). The result:
+"error"/"message" when init
 failed, else "backend", "kind" (the device kind this rank presented) and
 "sum"; always "hip_mapped" and "cudart_mapped" (what the process loaded).
 """
@@ -52,8 +55,34 @@ def main() -> dict:
     else:
         comm.allReduce(x.ctypes.data, x.ctypes.data, 4, nccl.NCCL_FLOAT32, nccl.NCCL_SUM)
         out["sum"] = float(x[0])
+    if os.environ.get("T_CONFIG") == "1":
+        out.update(_config_allreduce(comm))
     comm.destroy()
     return out
+
+
+class _CollConfig(ctypes.Structure):
+    """ncclCollConfig_t's leading fields (include/nccl.h); the rest zero."""
+    _fields_ = [("size", ctypes.c_size_t), ("magic", ctypes.c_uint),
+                ("version", ctypes.c_uint), ("rest", ctypes.c_char * 64)]
+
+
+def _config_allreduce(comm: nccl.NcclCommunicator) -> dict:
+    """ncclAllReduceConfig as a C program calls it; what the vendor saw."""
+    lib = ctypes.CDLL(str(_lib.loaded_path()))
+    vendor = ctypes.CDLL(os.environ["HETCCL_RCCL_LIBRARY"])
+    plain_before = ctypes.c_int.in_dll(vendor, "fake_allreduce_calls").value
+    cfg = _CollConfig(size=ctypes.sizeof(_CollConfig), magic=0xcafebeef, version=23203)
+    x = np.zeros(8, dtype=np.float32)
+    lib.ncclAllReduceConfig.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t,
+                                        ctypes.c_int, ctypes.c_int, ctypes.c_void_p,
+                                        ctypes.c_void_p, ctypes.c_void_p]
+    res = lib.ncclAllReduceConfig(x.ctypes.data, x.ctypes.data, 8, nccl.NCCL_FLOAT32,
+                                  nccl.NCCL_SUM, comm.comm, None, ctypes.addressof(cfg))
+    return {"config_result": res,
+            "config_calls": ctypes.c_int.in_dll(vendor, "fake_allreduce_config_calls").value,
+            "config_magic": ctypes.c_uint.in_dll(vendor, "fake_last_config_magic").value,
+            "plain_calls": ctypes.c_int.in_dll(vendor, "fake_allreduce_calls").value - plain_before}
 
 
 def _device_allreduce(comm: nccl.NcclCommunicator, x: np.ndarray) -> dict:

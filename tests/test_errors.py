@@ -253,3 +253,43 @@ def test_launcher_reports_the_failing_rank() -> None:
         hetccl.launch(_failing_rank, 3, 1, timeout=60)
     assert err.value.rank == 1
     assert "fails on purpose" in str(err.value) and "ValueError" in str(err.value)
+
+
+def rank_last_error() -> Dict[str, str]:
+    """ncclGetLastError(comm) follows the communicator's last call: the
+    message of the last failure, "" once a call succeeds. Through the C ABI
+    as a C program makes the calls."""
+    import ctypes
+
+    from hetccl import _lib
+
+    L = ctypes.CDLL(str(_lib.loaded_path()))
+    L.ncclGetLastError.restype = ctypes.c_char_p
+    L.ncclGetLastError.argtypes = [ctypes.c_void_p]
+    for fn in ("ncclAllReduce", "ncclCommRegister", "ncclCommCount"):
+        getattr(L, fn).restype = ctypes.c_int
+    comm = NcclCommunicator(1, nccl.get_unique_id(), 0)
+    h = ctypes.c_void_p(comm.comm)
+    buf = np.zeros(4, dtype=np.float32)
+    b = ctypes.c_void_p(buf.ctypes.data)
+    last = lambda: L.ncclGetLastError(h).decode()  # noqa: E731
+    out = {"allreduce": str(L.ncclAllReduce(b, b, ctypes.c_size_t(4), 99, 0, h, None))}
+    out["after allreduce"] = last()
+    handle = ctypes.c_void_p()
+    out["register"] = str(L.ncclCommRegister(h, None, ctypes.c_size_t(10), ctypes.byref(handle)))
+    out["after register"] = last()
+    count = ctypes.c_int()
+    out["count"] = str(L.ncclCommCount(h, ctypes.byref(count)))
+    out["after count"] = last()
+    comm.destroy()
+    return out
+
+
+@pytest.mark.timeout(TIMEOUT)
+def test_last_error_follows_the_last_call() -> None:
+    got = hetccl.launch(rank_last_error, 1, timeout=TIMEOUT - 10)[0]
+    assert got["allreduce"] == "4" and "ncclAllReduce" in got["after allreduce"], got
+    assert "99" in got["after allreduce"], got
+    assert got["register"] == "4" and "ncclCommRegister" in got["after register"], got
+    assert "ncclAllReduce" not in got["after register"], got
+    assert got["count"] == "0" and got["after count"] == "", got

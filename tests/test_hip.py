@@ -133,6 +133,8 @@ def fakes(tmp_path_factory: pytest.TempPathFactory) -> Dict[str, Path]:
                       "libamdhip64.so.6", "-DFAKE_HIP_VERSION=60242134"),
         "rccl": _build(cc, d / "rccl" / "librccl.so.1", FAKES / "fake_nccl.c", "librccl.so.1",
                        "-Wno-unused-parameter"),
+        "rccl_old": _build(cc, d / "rccl_old" / "librccl.so.1", FAKES / "fake_nccl.c",
+                           "librccl.so.1", "-Wno-unused-parameter", "-DFAKE_NO_CONFIG"),
         "nccl": _build(cc, d / "nccl" / "libnccl.so.2", FAKES / "fake_nccl.c", "libnccl.so.2",
                        "-Wno-unused-parameter"),
         "cudart": _build(cc, d / "cuda" / "libcudart.so.13", FAKES / "fakes" / "fake_cuda.c",
@@ -155,6 +157,21 @@ def test_hip_ranks_with_one_rccl_forward_to_it(tmp_path: Path, fakes: Dict[str, 
     for res in results:
         assert res.get("backend") == "vendor:rccl", res
         assert res["kind"] == "hip" and res["hip_mapped"] and not res["cudart_mapped"], res
+
+
+@pytest.mark.timeout(TIMEOUT)
+def test_config_collectives_reach_the_vendor(tmp_path: Path, fakes: Dict[str, Path]) -> None:
+    """ncclAllReduceConfig on a forwarded communicator goes to the vendor's
+    ncclAllReduceConfig with the caller's config; a vendor without the
+    *Config collectives gets the plain call."""
+    for res in start_ranks(tmp_path / "new", [{**hip_env(fakes), "T_CONFIG": "1"}] * 2):
+        assert res["config_result"] == 0, res
+        assert (res["config_calls"], res["plain_calls"]) == (1, 0), res
+        assert res["config_magic"] == 0xcafebeef, res
+    old = hip_env(fakes, str(fakes["rccl_old"]))
+    for res in start_ranks(tmp_path / "old", [{**old, "T_CONFIG": "1"}] * 2):
+        assert res["config_result"] == 0, res
+        assert (res["config_calls"], res["plain_calls"]) == (0, 1), res
 
 
 @pytest.mark.timeout(TIMEOUT)

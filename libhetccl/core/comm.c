@@ -70,18 +70,44 @@ ncclResult_t hetccl_comm_check(ncclComm_t comm, const char *func) {
   return ncclSuccess;
 }
 
-void hetccl_comm_record_error(ncclComm_t comm, ncclResult_t res) {
-  (void)res;
+ncclResult_t hetccl_unsupported(const char *func, const char *why) {
+  WARN("%s is not supported here: %s", func, why);
+  return ncclInvalidUsage;
+}
+
+void hetccl_comm_note_call(ncclComm_t comm, ncclResult_t res) {
   if (!is_live(comm)) return;
-  const char *msg = hetccl_last_error();
-  if (!msg[0]) return;
+  int failed = res != ncclSuccess && res != ncclInProgress;
   pthread_mutex_lock(&comm->lock);
-  snprintf(comm->last_error, sizeof(comm->last_error), "%s", msg);
+  if (failed) snprintf(comm->last_error, sizeof(comm->last_error), "%s", hetccl_last_error());
+  else comm->last_error[0] = '\0';
   pthread_mutex_unlock(&comm->lock);
 }
 
 void hetccl_comm_set_error(ncclComm_t comm, ncclResult_t res) {
   __sync_bool_compare_and_swap(&comm->error, ncclSuccess, res);
+  const char *msg = hetccl_last_error();
+  pthread_mutex_lock(&comm->lock);
+  if (!comm->fail_error[0] && msg[0])
+    snprintf(comm->fail_error, sizeof(comm->fail_error), "%s", msg);
+  pthread_mutex_unlock(&comm->lock);
+}
+
+void hetccl_comm_fail_message(ncclComm_t comm, char *buf, size_t len) {
+  pthread_mutex_lock(&comm->lock);
+  snprintf(buf, len, "%s", comm->fail_error);
+  pthread_mutex_unlock(&comm->lock);
+}
+
+void hetccl_comm_last_error(ncclComm_t comm, char *buf, size_t len) {
+  int failed = __atomic_load_n(&comm->error, __ATOMIC_ACQUIRE) != ncclSuccess &&
+               __atomic_load_n(&comm->error, __ATOMIC_ACQUIRE) != ncclInProgress;
+  pthread_mutex_lock(&comm->lock);
+  const char *msg = comm->last_error[0]                 ? comm->last_error
+                    : failed && comm->fail_error[0]     ? comm->fail_error
+                                                        : hetccl_last_error();
+  snprintf(buf, len, "%s", msg);
+  pthread_mutex_unlock(&comm->lock);
 }
 
 /* --- reduction operators ------------------------------------------------ */

@@ -103,8 +103,9 @@ struct ncclComm {
   hetccl_tag_mismatch_t mismatch; /* first signature mismatch seen (engine, transports) */
   struct hetccl_proxy *proxy;    /* started lazily for nonblocking work */
   struct hetccl_devpath *devpath; /* staging of device buffers, made on first use */
-  pthread_mutex_t lock;          /* guards last_error */
-  char last_error[HETCCL_ERRMSG_BYTES];
+  pthread_mutex_t lock;          /* guards last_error, fail_error */
+  char last_error[HETCCL_ERRMSG_BYTES]; /* why the last API call on it failed; "" after a success */
+  char fail_error[HETCCL_ERRMSG_BYTES]; /* why it failed (the first message), kept while failed */
 };
 
 #define HETCCL_COMM_MAGIC 0x6865746363636f6dull /* "hetcccom" */
@@ -113,16 +114,30 @@ struct ncclComm {
  * calling function if NULL, destroyed or foreign. */
 ncclResult_t hetccl_comm_check(ncclComm_t comm, const char *func);
 
+/* For functions hetccl cannot serve in the current situation: a WARN naming
+ * the function (which becomes the last error) and ncclInvalidUsage. */
+ncclResult_t hetccl_unsupported(const char *func, const char *why);
+
 /* Register / forget a communicator in the live set. */
 ncclResult_t hetccl_comm_register(ncclComm_t comm);
 void hetccl_comm_unregister(ncclComm_t comm);
 
-/* Record the calling thread's last error on the communicator (API layer,
- * after a failing call). */
-void hetccl_comm_record_error(ncclComm_t comm, ncclResult_t res);
+/* The end of an API call on comm (core/dispatch.c): a failure's message
+ * (the calling thread's last error) becomes the communicator's last
+ * error; a success clears it. Ignores a comm that is not live. */
+void hetccl_comm_note_call(ncclComm_t comm, ncclResult_t res);
 
-/* Mark the communicator failed (sticky); first error wins. Any thread. */
+/* Mark the communicator failed (sticky); the first error wins, and the
+ * calling thread's last error becomes why it failed unless a message is
+ * kept already (the engine may have set the code first). Any thread. */
 void hetccl_comm_set_error(ncclComm_t comm, ncclResult_t res);
+
+/* Why the communicator failed ("" when it has not), copied under its lock. */
+void hetccl_comm_fail_message(ncclComm_t comm, char *buf, size_t len);
+
+/* ncclGetLastError(comm) for an engine communicator: its last call's
+ * error, else why it failed, else the thread's. Copied into buf. */
+void hetccl_comm_last_error(ncclComm_t comm, char *buf, size_t len);
 
 /* Resolve an ncclRedOp_t (built-in or user-created) for dtype on comm. */
 ncclResult_t hetccl_comm_resolve_op(ncclComm_t comm, ncclRedOp_t op, ncclDataType_t dtype,

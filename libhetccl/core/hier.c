@@ -1,12 +1,13 @@
 /* Hierarchical communicators: the island and leaders communicators of a
- * communicator that spans several islands (core/hier.h). The three-phase
- * AllReduce itself is in api/coll.c, beside the calls it is made of. */
+ * communicator that spans several islands, and the operations' hierarchical
+ * forms (core/hier.h). */
 #include "core/hier.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/dispatch.h"
 #include "core/group.h"
 #include "core/init.h"
 #include "core/proxy.h"
@@ -171,4 +172,62 @@ void hetccl_hier_fail(ncclComm_t comm, ncclResult_t res, const char *why) {
   fail_engine_of(comm->island, res, why);
   fail_engine_of(comm->leaders, res, why);
   fail_engine_of(comm, res, why);
+}
+
+/* --- the hierarchical forms --------------------------------------------------- */
+
+int hetccl_hier_applies(ncclComm_t comm, const hetccl_op_t *op) {
+  return op->kind == HETCCL_OP_AllReduce &&
+         hetccl_hier_allreduce_applies(comm, op->count, op->redop);
+}
+
+/* One phase: op as `kind` on c (forwarded or engine), same buffers' owner. */
+static ncclResult_t phase(ncclComm_t c, const hetccl_op_t *op, hetccl_op_kind_t kind,
+                          const void *send, void *recv, int root) {
+  hetccl_op_t p = *op;
+  p.kind = kind;
+  p.sendbuf = send;
+  p.recvbuf = recv;
+  p.root = root;
+  if (kind != HETCCL_OP_AllReduce && kind != HETCCL_OP_Reduce) p.redop = HETCCL_NO_REDOP;
+  return hetccl_dispatch(c, &p);
+}
+
+/* AllReduce: inside the island to its leader (island rank 0), across the
+ * leaders, back inside the island. A one-rank island has only the middle
+ * phase, out of place as asked (no island communicator). */
+ncclResult_t hetccl_hier_run(ncclComm_t comm, const hetccl_op_t *op) {
+  ncclComm_t island = comm->island, leaders = comm->leaders;
+  int alone = island == NULL;
+  const void *across = op->sendbuf;
+  TRACE(HETCCL_COLL, "AllReduce rank %d: hierarchical, %zu x %s, island of %d%s", comm->rank,
+        op->count, hetccl_dtype_name(op->dtype), alone ? 1 : island->nranks,
+        leaders ? ", leader" : "");
+  ncclResult_t res = ncclSuccess;
+  int in_leaders = 0; /* which communicator the failing phase ran on */
+  if (!alone) {
+    res = phase(island, op, HETCCL_OP_Reduce, op->sendbuf, op->recvbuf, 0);
+    across = op->recvbuf;
+  }
+  if (res == ncclSuccess && leaders) {
+    in_leaders = 1;
+    res = phase(leaders, op, HETCCL_OP_AllReduce, across, op->recvbuf, HETCCL_NO_ROOT);
+  }
+  if (res == ncclSuccess && !alone) {
+    in_leaders = 0;
+    res = phase(island, op, HETCCL_OP_Broadcast, op->recvbuf, op->recvbuf, 0);
+  }
+  if (res != ncclSuccess && res != ncclInProgress) {
+    /* The phase logged its cause; the caller's message says where it ran,
+     * with the ranks as this communicator numbers them. */
+    char cause[HETCCL_ERRMSG_BYTES - 128], msg[HETCCL_ERRMSG_BYTES];
+    hetccl_hier_translate(comm, in_leaders, hetccl_last_error(), cause, sizeof(cause));
+    snprintf(msg, sizeof(msg), "%s: rank %d: %s %s: %s", op->fn, comm->rank, HIER_MARK,
+             in_leaders ? "across the islands' leaders" : "inside its island", cause);
+    hetccl_last_error_set(msg);
+    hetccl_comm_set_error(comm, res);
+    if (!__atomic_load_n(&comm->abort_flag, __ATOMIC_ACQUIRE)) /* abort tears them down */
+      hetccl_hier_fail(comm, res, msg);
+  }
+  return res;
 }

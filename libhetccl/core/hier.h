@@ -33,6 +33,7 @@
 #define HETCCL_CORE_HIER_H
 
 #include "core/comm.h"
+#include "core/dispatch.h"
 
 /* After the engine is up: make comm->island and comm->leaders where the
  * islands call for them (collective over comm; the same choice on every
@@ -42,6 +43,13 @@ ncclResult_t hetccl_hier_setup(ncclComm_t comm);
 /* Whether an AllReduce with these arguments runs hierarchically (the same
  * answer on every rank for the same call, outside groups). */
 int hetccl_hier_allreduce_applies(ncclComm_t comm, size_t count, ncclRedOp_t op);
+
+/* Whether op (validated, on a communicator run by hetccl) has a
+ * hierarchical form here, and running it: the phases in stream order on
+ * the island and leaders communicators. A failing phase fails comm and its
+ * siblings (hetccl_hier_fail) and says where it failed in the message. */
+int hetccl_hier_applies(ncclComm_t comm, const hetccl_op_t *op);
+ncclResult_t hetccl_hier_run(ncclComm_t comm, const hetccl_op_t *op);
 
 /* The island and leader communicators' teardown, with the parent's. */
 void hetccl_hier_finalize(ncclComm_t comm);

@@ -101,10 +101,7 @@ static void *proxy_main(void *varg) {
     pthread_mutex_unlock(&p->lock);
 
     ncclResult_t res = stopping ? ncclInvalidUsage : job->fn(comm, job->arg);
-    if (res != ncclSuccess) {
-      hetccl_comm_set_error(comm, res);
-      hetccl_comm_record_error(comm, res);
-    }
+    if (res != ncclSuccess) hetccl_comm_set_error(comm, res); /* keeps this thread's message */
     job_release(job);
     sync_done(job->sync, res);
     free(job);

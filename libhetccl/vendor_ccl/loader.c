@@ -307,6 +307,7 @@ static int try_handle(vendor_state_t *st, void *h, const char *what, const char 
     if (p_ && object_of(p_, NULL) != base) p_ = NULL; /* another object's, not this library's */ \
     if (p_) {                                                                                     \
       *(void **)&v.slot = p_;                                                                     \
+      v.provided[HETCCL_VSLOT_##slot] = 1;                                                        \
     } else if (slot_required(#slot)) {                                                            \
       why_add(st, "%s: lacks nccl%s", who, #slot);                                                \
       return 0;                                                                                   \

@@ -109,6 +109,30 @@ hetccl_knob_t hetccl_vendor_knob(hetccl_vendor_id_t id);
   X(Recv, ncclResult_t,                                                                           \
     (void *recvbuff, size_t count, ncclDataType_t dtype, int peer, ncclComm_t comm,               \
      cudaStream_t stream))                                                                        \
+  X(AllReduceConfig, ncclResult_t,                                                                \
+    (const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t dtype, ncclRedOp_t op,    \
+     ncclComm_t comm, cudaStream_t stream, const ncclCollConfig_t *config))                       \
+  X(BroadcastConfig, ncclResult_t,                                                                \
+    (const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t dtype, int root,          \
+     ncclComm_t comm, cudaStream_t stream, const ncclCollConfig_t *config))                       \
+  X(ReduceConfig, ncclResult_t,                                                                   \
+    (const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t dtype, ncclRedOp_t op,    \
+     int root, ncclComm_t comm, cudaStream_t stream, const ncclCollConfig_t *config))             \
+  X(AllGatherConfig, ncclResult_t,                                                                \
+    (const void *sendbuff, void *recvbuff, size_t sendcount, ncclDataType_t dtype,                \
+     ncclComm_t comm, cudaStream_t stream, const ncclCollConfig_t *config))                       \
+  X(ReduceScatterConfig, ncclResult_t,                                                            \
+    (const void *sendbuff, void *recvbuff, size_t recvcount, ncclDataType_t dtype,                \
+     ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream, const ncclCollConfig_t *config))       \
+  X(AlltoAllConfig, ncclResult_t,                                                                 \
+    (const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t dtype, ncclComm_t comm,   \
+     cudaStream_t stream, const ncclCollConfig_t *config))                                        \
+  X(GatherConfig, ncclResult_t,                                                                   \
+    (const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t dtype, int root,          \
+     ncclComm_t comm, cudaStream_t stream, const ncclCollConfig_t *config))                       \
+  X(ScatterConfig, ncclResult_t,                                                                  \
+    (const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t dtype, int root,          \
+     ncclComm_t comm, cudaStream_t stream, const ncclCollConfig_t *config))                       \
   X(GroupStart, ncclResult_t, (void))                                                             \
   X(GroupEnd, ncclResult_t, (void))                                                               \
   X(GroupSimulateEnd, ncclResult_t, (ncclSimInfo_t * info))                                       \
@@ -165,6 +189,14 @@ hetccl_knob_t hetccl_vendor_knob(hetccl_vendor_id_t id);
     (int nBlocks, int nSlots, ncclLLA2AHandle_t *outHandle,                                       \
      ncclDevResourceRequirements_t *outReq))
 
+/* Each slot's index, for hetccl_vendor_t.provided. */
+typedef enum {
+#define HETCCL_VENDOR_SLOT_ENUM(slot, ret, params) HETCCL_VSLOT_##slot,
+  HETCCL_VENDOR_SLOTS(HETCCL_VENDOR_SLOT_ENUM)
+#undef HETCCL_VENDOR_SLOT_ENUM
+  HETCCL_VSLOT_COUNT
+} hetccl_vendor_slot_t;
+
 typedef struct hetccl_vendor {
   hetccl_vendor_id_t id;
   const char *name;    /* "nccl", "rccl" */
@@ -172,10 +204,15 @@ typedef struct hetccl_vendor {
   const char *path;    /* what dlopen was given / resolved to */
   void *handle;        /* dlopen handle */
   int version;         /* its ncclGetVersion */
+  /* Which slots the library itself provides (the others are stubs): the
+   * nccl*Config collectives, say, which older versions lack. */
+  unsigned char provided[HETCCL_VSLOT_COUNT];
 #define HETCCL_VENDOR_SLOT(slot, ret, params) ret(*slot) params;
   HETCCL_VENDOR_SLOTS(HETCCL_VENDOR_SLOT)
 #undef HETCCL_VENDOR_SLOT
 } hetccl_vendor_t;
+
+#define HETCCL_VENDOR_HAS(v, slot) ((v)->provided[HETCCL_VSLOT_##slot])
 
 /* Load (once per process) the library of vendor id. *out is NULL with
  * ncclSystemError and a WARN naming what was tried when none loads; later

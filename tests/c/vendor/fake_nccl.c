@@ -3,6 +3,7 @@
  *   (default)       every required function and a few optional ones
  *   -DFAKE_NO_SEND  lacks ncclSend (a required function): must be refused
  *   -DFAKE_HETCCL   also defines hetcclVersionString: looks like hetccl
+ *   -DFAKE_NO_CONFIG lacks the nccl*Config collectives (as NCCL before 2.29)
  * (and in fakes/, as libnccl.so.2 and as librccl.so.1 for the searches).
  * Its ncclCommInitRank calls its own exported ncclGroupStart/ncclGroupEnd,
  * as the real NCCL's ncclCommInitAll does, to exercise re-entry. */
@@ -13,6 +14,9 @@
 #define FAKE_EXPORT __attribute__((visibility("default")))
 
 FAKE_EXPORT int fake_group_starts, fake_group_ends, fake_allreduce_calls;
+/* ncclAllReduceConfig calls, and the last config's magic seen there. */
+FAKE_EXPORT int fake_allreduce_config_calls;
+FAKE_EXPORT unsigned fake_last_config_magic;
 FAKE_EXPORT size_t fake_last_count;
 
 ncclResult_t ncclGetVersion(int *version) {
@@ -64,6 +68,17 @@ ncclResult_t ncclAllReduce(const void *sendbuff, void *recvbuff, size_t count,
   fake_last_count = count;
   return ncclSuccess;
 }
+
+#ifndef FAKE_NO_CONFIG
+ncclResult_t ncclAllReduceConfig(const void *sendbuff, void *recvbuff, size_t count,
+                                 ncclDataType_t datatype, ncclRedOp_t op, ncclComm_t comm,
+                                 cudaStream_t stream, const ncclCollConfig_t *config) {
+  fake_allreduce_config_calls++;
+  fake_last_config_magic = config ? config->magic : 0;
+  fake_last_count = count;
+  return ncclSuccess;
+}
+#endif
 
 ncclResult_t ncclBroadcast(const void *sendbuff, void *recvbuff, size_t count,
                            ncclDataType_t datatype, int root, ncclComm_t comm,

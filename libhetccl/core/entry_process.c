@@ -1,5 +1,6 @@
-/* Version, errors, memory, reduction operators, and hetccl's own entry
- * points (include/hetccl.h).
+/* The core half of the process-wide entry points (core/dispatch.h):
+ * version, errors, memory, reduction operators; and hetccl's own entry
+ * points (include/hetccl.h, exported by api/own.c).
  *
  * Thread: the API caller. */
 #include <stdint.h>
@@ -7,10 +8,14 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "api/api.h"
-#include "hetccl.h"
+#include "core/comm.h"
+#include "core/dispatch.h"
+#include "core/hier.h"
 #include "core/init.h"
+#include "hetccl.h"
+#include "util/check.h"
 #include "util/knobs.h"
+#include "util/log.h"
 
 /* The vendor library this process forwards to: the loaded one, else, in a
  * GPU process, the one it would load at its first communicator. */
@@ -23,18 +28,10 @@ static const hetccl_vendor_t *process_vendor(void) {
   return v;
 }
 
-ncclResult_t hetccl_api_unsupported(const char *func, const char *why) {
-  WARN("%s is not supported here: %s", func, why);
-  return ncclInvalidUsage;
-}
-
 /* The vendor's version when this process forwards to one (so programs gate
  * features on what will really serve them), else the API version hetccl
  * implements. */
-NCCL_API(ncclResult_t, ncclGetVersion, int *version);
-ncclResult_t ncclGetVersion(int *version) {
-  HETCCL_REENTRY(GetVersion, version);
-  HETCCL_ARGCHECK(version != NULL, ncclInvalidArgument, "ncclGetVersion: version is NULL");
+ncclResult_t hetccl_GetVersion(int *version) {
   const hetccl_vendor_t *v = process_vendor();
   *version = v ? v->version : NCCL_VERSION_CODE;
   return ncclSuccess;
@@ -51,8 +48,7 @@ ncclResult_t ncclGetVersion(int *version) {
   X(ncclInProgress, "NCCL operation in progress")                              \
   X(ncclTimeout, "operation timed out waiting on a peer")
 
-NCCL_API(const char *, ncclGetErrorString, ncclResult_t result);
-const char *ncclGetErrorString(ncclResult_t result) {
+const char *hetccl_GetErrorString(ncclResult_t result) {
   switch (result) {
 #define RESULT_CASE(code, text) case code: return text;
     HETCCL_RESULTS(RESULT_CASE)
@@ -61,85 +57,60 @@ const char *ncclGetErrorString(ncclResult_t result) {
   }
 }
 
-NCCL_API(const char *, ncclGetLastError, ncclComm_t comm);
-const char *ncclGetLastError(ncclComm_t comm) {
-  HETCCL_REENTRY(GetLastError, comm);
-  /* The communicator's message may be rewritten by its proxy thread at any
-   * time: the caller gets its own copy, taken under the lock. */
+/* Not an API call of its own for the last error: it reads it. */
+const char *hetccl_GetLastError(ncclComm_t comm) {
   static __thread char copy[HETCCL_ERRMSG_BYTES];
   if (comm && hetccl_comm_check(comm, "ncclGetLastError") == ncclSuccess) {
     if (comm->vendor) return HETCCL_VENDOR_CALL(comm->vendor, GetLastError, comm->vcomm);
-    pthread_mutex_lock(&comm->lock);
-    int has = comm->last_error[0] != '\0';
-    if (has) memcpy(copy, comm->last_error, sizeof(copy));
-    pthread_mutex_unlock(&comm->lock);
-    if (has) return copy;
+    hetccl_comm_last_error(comm, copy, sizeof(copy));
+    return copy;
   }
   return hetccl_last_error();
 }
 
-NCCL_API(ncclResult_t, ncclMemAlloc, void **ptr, size_t size);
-ncclResult_t ncclMemAlloc(void **ptr, size_t size) {
-  HETCCL_REENTRY(MemAlloc, ptr, size);
-  HETCCL_ARGCHECK(ptr != NULL, ncclInvalidArgument, "ncclMemAlloc: ptr is NULL");
+ncclResult_t hetccl_MemAlloc(void **ptr, size_t size) {
   const hetccl_vendor_t *v = process_vendor();
   if (v) return HETCCL_VENDOR_CALL(v, MemAlloc, ptr, size);
   const hetccl_runtime_t *rt = hetccl_runtime_get(HETCCL_DEV_HOST);
   return rt->mem_alloc(ptr, size);
 }
 
-NCCL_API(ncclResult_t, ncclMemFree, void *ptr);
-ncclResult_t ncclMemFree(void *ptr) {
-  HETCCL_REENTRY(MemFree, ptr);
+ncclResult_t hetccl_MemFree(void *ptr) {
   const hetccl_vendor_t *v = process_vendor();
   if (v) return HETCCL_VENDOR_CALL(v, MemFree, ptr);
   const hetccl_runtime_t *rt = hetccl_runtime_get(HETCCL_DEV_HOST);
   return rt->mem_free(ptr);
 }
 
-NCCL_API(ncclResult_t, ncclRedOpCreatePreMulSum, ncclRedOp_t *op, void *scalar,
-         ncclDataType_t datatype, ncclScalarResidence_t residence, ncclComm_t comm);
-ncclResult_t ncclRedOpCreatePreMulSum(ncclRedOp_t *op, void *scalar, ncclDataType_t datatype,
+ncclResult_t hetccl_RedOpCreatePreMulSum(ncclRedOp_t *op, void *scalar, ncclDataType_t datatype,
                                       ncclScalarResidence_t residence, ncclComm_t comm) {
-  HETCCL_REENTRY(RedOpCreatePreMulSum, op, scalar, datatype, residence, comm);
   HETCCL_CHECK(hetccl_comm_check(comm, "ncclRedOpCreatePreMulSum"));
   if (comm->vendor)
     return HETCCL_VENDOR_CALL(comm->vendor, RedOpCreatePreMulSum, op, scalar, datatype, residence,
                               comm->vcomm);
-  ncclResult_t res = ncclSuccess;
-  if (!op || !scalar) {
-    WARN("ncclRedOpCreatePreMulSum: %s is NULL", op ? "scalar" : "op");
-    res = ncclInvalidArgument;
-  } else if ((int)datatype < 0 || (int)datatype >= ncclNumTypes) {
-    WARN("ncclRedOpCreatePreMulSum: invalid datatype %d", (int)datatype);
-    res = ncclInvalidArgument;
-  } else if (residence != ncclScalarHostImmediate) {
+  if (residence != ncclScalarHostImmediate) {
     /* The engine reduces on the host: a device-resident scalar would have
      * to be read at run time from device memory it does not manage. */
-    res = hetccl_api_unsupported("ncclRedOpCreatePreMulSum",
-                                 "ncclScalarDevice needs a vendor communicator; use "
-                                 "ncclScalarHostImmediate on host ranks");
-  } else {
-    res = hetccl_comm_redop_create(comm, op, scalar, datatype);
+    return hetccl_unsupported("ncclRedOpCreatePreMulSum",
+                              "ncclScalarDevice needs a vendor communicator; use "
+                              "ncclScalarHostImmediate on host ranks");
   }
-  return hetccl_api_ret(comm, res);
+  return hetccl_comm_redop_create(comm, op, scalar, datatype);
 }
 
-NCCL_API(ncclResult_t, ncclRedOpDestroy, ncclRedOp_t op, ncclComm_t comm);
-ncclResult_t ncclRedOpDestroy(ncclRedOp_t op, ncclComm_t comm) {
-  HETCCL_REENTRY(RedOpDestroy, op, comm);
+ncclResult_t hetccl_RedOpDestroy(ncclRedOp_t op, ncclComm_t comm) {
   HETCCL_CHECK(hetccl_comm_check(comm, "ncclRedOpDestroy"));
   if (comm->vendor) return HETCCL_VENDOR_CALL(comm->vendor, RedOpDestroy, op, comm->vcomm);
-  return hetccl_api_ret(comm, hetccl_comm_redop_destroy(comm, op));
+  return hetccl_comm_redop_destroy(comm, op);
 }
 
 /* --- hetccl's own entry points --------------------------------------------- */
 
-HETCCL_EXPORT const char *hetcclVersionString(void) { return HETCCL_VERSION_STRING; }
+const char *hetccl_own_VersionString(void) { return HETCCL_VERSION_STRING; }
 
-HETCCL_EXPORT int hetcclKnobCount(void) { return HETCCL_KNOB_COUNT; }
+int hetccl_own_KnobCount(void) { return HETCCL_KNOB_COUNT; }
 
-HETCCL_EXPORT ncclResult_t hetcclKnobInfo(int index, const char **name, const char **type,
+ncclResult_t hetccl_own_KnobInfo(int index, const char **name, const char **type,
                                           const char **defaultValue, const char **value,
                                           const char **help) {
   if (index < 0 || index >= HETCCL_KNOB_COUNT) {
@@ -163,11 +134,11 @@ HETCCL_EXPORT ncclResult_t hetcclKnobInfo(int index, const char **name, const ch
   return ncclSuccess;
 }
 
-HETCCL_EXPORT ncclResult_t hetcclKnobsCheck(void) { return hetccl_knobs_check(); }
+ncclResult_t hetccl_own_KnobsCheck(void) { return hetccl_knobs_check(); }
 
-HETCCL_EXPORT int hetcclRuntimeCount(void) { return HETCCL_DEV_COUNT; }
+int hetccl_own_RuntimeCount(void) { return HETCCL_DEV_COUNT; }
 
-HETCCL_EXPORT ncclResult_t hetcclRuntimeInfo(int index, const char **name, int *available,
+ncclResult_t hetccl_own_RuntimeInfo(int index, const char **name, int *available,
                                              const char **detail) {
   const hetccl_runtime_t *rt = index >= 0 ? hetccl_runtime_get((hetccl_dev_kind_t)index) : NULL;
   if (!rt) {
@@ -180,9 +151,9 @@ HETCCL_EXPORT ncclResult_t hetcclRuntimeInfo(int index, const char **name, int *
   return ncclSuccess;
 }
 
-HETCCL_EXPORT int hetcclVendorCount(void) { return HETCCL_VENDOR_COUNT; }
+int hetccl_own_VendorCount(void) { return HETCCL_VENDOR_COUNT; }
 
-HETCCL_EXPORT ncclResult_t hetcclVendorInfo(int index, const char **name, int *version,
+ncclResult_t hetccl_own_VendorInfo(int index, const char **name, int *version,
                                             const char **detail) {
   if (index < 0 || index >= HETCCL_VENDOR_COUNT) {
     WARN("hetcclVendorInfo: index %d out of range [0, %d)", index, HETCCL_VENDOR_COUNT);
@@ -196,7 +167,7 @@ HETCCL_EXPORT ncclResult_t hetcclVendorInfo(int index, const char **name, int *v
   return ncclSuccess;
 }
 
-HETCCL_EXPORT const char *hetcclCommBackend(ncclComm_t comm) {
+const char *hetccl_own_CommBackend(ncclComm_t comm) {
   if (!comm || hetccl_comm_check(comm, "hetcclCommBackend") != ncclSuccess) return "invalid";
   if (comm->vendor) return comm->vendor->backend;
   if (comm->hier) { /* what serves the inside of this rank's island */

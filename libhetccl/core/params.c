@@ -1,4 +1,5 @@
-/* ncclParam*: NCCL's parameter API over hetccl's knob table.
+/* ncclParam*: NCCL's parameter API over hetccl's knob table (the core half
+ * of the entry points, core/dispatch.h).
  *
  * A key is a knob's environment name ("HETCCL_TIMEOUT", "NCCL_SOCKET_IFNAME");
  * a key without its prefix ("TIMEOUT") names the HETCCL_ knob, else the
@@ -10,8 +11,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "api/api.h"
+#include "core/dispatch.h"
+#include "util/check.h"
 #include "util/knobs.h"
+#include "util/log.h"
 
 struct ncclParamHandle {
   hetccl_knob_t id;
@@ -92,22 +95,18 @@ static ncclResult_t param_get_int(ncclParamHandle_t h, int64_t lo, uint64_t hi, 
   return ncclSuccess;
 }
 
-NCCL_API(ncclResult_t, ncclParamBind, ncclParamHandle_t *out, const char *key);
-ncclResult_t ncclParamBind(ncclParamHandle_t *out, const char *key) {
-  HETCCL_ARGCHECK(out != NULL, ncclInvalidArgument, "ncclParamBind: out is NULL");
+ncclResult_t hetccl_ParamBind(ncclParamHandle_t *out, const char *key) {
   hetccl_knob_t id;
-  HETCCL_CHECK(knob_lookup(key, &id, __func__));
+  HETCCL_CHECK(knob_lookup(key, &id, "ncclParamBind"));
   *out = (ncclParamHandle_t)&param_handles[id];
   return ncclSuccess;
 }
 
 /* One getter per integer type: range-checked copy of the INT knob. */
 #define HETCCL_PARAM_GETTER(suffix, ctype, lo, hi)                             \
-  NCCL_API(ncclResult_t, ncclParamGet##suffix, ncclParamHandle_t h, ctype *out); \
-  ncclResult_t ncclParamGet##suffix(ncclParamHandle_t h, ctype *out) {         \
-    HETCCL_ARGCHECK(out != NULL, ncclInvalidArgument, "%s: out is NULL", __func__); \
+  ncclResult_t hetccl_ParamGet##suffix(ncclParamHandle_t h, ctype *out) {      \
     int64_t v;                                                                 \
-    HETCCL_CHECK(param_get_int(h, (lo), (hi), &v, __func__));                  \
+    HETCCL_CHECK(param_get_int(h, (lo), (hi), &v, "ncclParamGet" #suffix));    \
     *out = (ctype)v;                                                           \
     return ncclSuccess;                                                        \
   }
@@ -122,12 +121,10 @@ HETCCL_PARAM_GETTER(U32, uint32_t, 0, UINT32_MAX)
 HETCCL_PARAM_GETTER(U64, uint64_t, 0, UINT64_MAX)
 #undef HETCCL_PARAM_GETTER
 
-NCCL_API(ncclResult_t, ncclParamGetStr, ncclParamHandle_t h, const char **out);
-ncclResult_t ncclParamGetStr(ncclParamHandle_t h, const char **out) {
-  HETCCL_ARGCHECK(out != NULL, ncclInvalidArgument, "ncclParamGetStr: out is NULL");
-  HETCCL_CHECK(handle_check(h, __func__));
+ncclResult_t hetccl_ParamGetStr(ncclParamHandle_t h, const char **out) {
+  HETCCL_CHECK(handle_check(h, "ncclParamGetStr"));
   char tmp[32];
-  HETCCL_CHECK(tls_buf_set(&str_buf, knob_text(h->id, tmp, sizeof(tmp)), __func__));
+  HETCCL_CHECK(tls_buf_set(&str_buf, knob_text(h->id, tmp, sizeof(tmp)), "ncclParamGetStr"));
   *out = str_buf.data;
   return ncclSuccess;
 }
@@ -135,10 +132,8 @@ ncclResult_t ncclParamGetStr(ncclParamHandle_t h, const char **out) {
 /* Raw bytes: an INT knob as a native int64_t, a STR knob as its text with
  * the terminating NUL. *len receives the size needed even when it does not
  * fit. */
-NCCL_API(ncclResult_t, ncclParamGet, ncclParamHandle_t h, void *out, int maxLen, int *len);
-ncclResult_t ncclParamGet(ncclParamHandle_t h, void *out, int maxLen, int *len) {
-  HETCCL_CHECK(handle_check(h, __func__));
-  HETCCL_ARGCHECK(out != NULL || maxLen == 0, ncclInvalidArgument, "ncclParamGet: out is NULL");
+ncclResult_t hetccl_ParamGet(ncclParamHandle_t h, void *out, int maxLen, int *len) {
+  HETCCL_CHECK(handle_check(h, "ncclParamGet"));
   const hetccl_knob_desc_t *d = hetccl_knob_desc(h->id);
   int64_t ival = 0;
   const void *src;
@@ -158,22 +153,17 @@ ncclResult_t ncclParamGet(ncclParamHandle_t h, void *out, int maxLen, int *len) 
   return ncclSuccess;
 }
 
-NCCL_API(ncclResult_t, ncclParamGetParameter, const char *key, const char **value, int *valueLen);
-ncclResult_t ncclParamGetParameter(const char *key, const char **value, int *valueLen) {
-  HETCCL_ARGCHECK(value != NULL, ncclInvalidArgument, "ncclParamGetParameter: value is NULL");
+ncclResult_t hetccl_ParamGetParameter(const char *key, const char **value, int *valueLen) {
   hetccl_knob_t id;
-  HETCCL_CHECK(knob_lookup(key, &id, __func__));
+  HETCCL_CHECK(knob_lookup(key, &id, "ncclParamGetParameter"));
   char tmp[32];
-  HETCCL_CHECK(tls_buf_set(&param_buf, knob_text(id, tmp, sizeof(tmp)), __func__));
+  HETCCL_CHECK(tls_buf_set(&param_buf, knob_text(id, tmp, sizeof(tmp)), "ncclParamGetParameter"));
   *value = param_buf.data;
   if (valueLen) *valueLen = (int)strlen(param_buf.data);
   return ncclSuccess;
 }
 
-NCCL_API(ncclResult_t, ncclParamGetAllParameterKeys, const char ***table, int *tableLen);
-ncclResult_t ncclParamGetAllParameterKeys(const char ***table, int *tableLen) {
-  HETCCL_ARGCHECK(table != NULL && tableLen != NULL, ncclInvalidArgument,
-                  "ncclParamGetAllParameterKeys: table or tableLen is NULL");
+ncclResult_t hetccl_ParamGetAllParameterKeys(const char ***table, int *tableLen) {
   for (int i = 0; i < HETCCL_KNOB_COUNT; i++) key_table[i] = hetccl_knob_desc((hetccl_knob_t)i)->env;
   *table = key_table;
   *tableLen = HETCCL_KNOB_COUNT;
@@ -181,8 +171,7 @@ ncclResult_t ncclParamGetAllParameterKeys(const char ***table, int *tableLen) {
 }
 
 /* Printed only when logging (INFO, subsystem ENV) is on, like any log. */
-NCCL_API(void, ncclParamDumpAll, void);
-void ncclParamDumpAll(void) {
+void hetccl_ParamDumpAll(void) {
   for (int i = 0; i < HETCCL_KNOB_COUNT; i++) {
     const hetccl_knob_desc_t *d = hetccl_knob_desc((hetccl_knob_t)i);
     char tmp[32];

@@ -6,15 +6,17 @@
  * tasks are collected by core/group.c. The vendor group is closed after
  * the engine's tasks have run.
  *
+ * The core half of the three entry points (core/dispatch.h).
+ *
  * Thread: the API caller; group state is per thread. */
-#include "api/api.h"
+#include "core/dispatch.h"
 #include "core/group.h"
+#include "util/check.h"
+#include "util/log.h"
 
 static __thread int vendor_open; /* depth at which we opened the vendor's group */
 
-NCCL_API(ncclResult_t, ncclGroupStart, void);
-ncclResult_t ncclGroupStart(void) {
-  HETCCL_REENTRY(GroupStart);
+ncclResult_t hetccl_GroupStart(void) {
   const hetccl_vendor_t *v = hetccl_vendor_loaded();
   HETCCL_CHECK(hetccl_group_start());
   if (v) {
@@ -28,9 +30,7 @@ ncclResult_t ncclGroupStart(void) {
   return ncclSuccess;
 }
 
-NCCL_API(ncclResult_t, ncclGroupEnd, void);
-ncclResult_t ncclGroupEnd(void) {
-  HETCCL_REENTRY(GroupEnd);
+ncclResult_t hetccl_GroupEnd(void) {
   const hetccl_vendor_t *v = hetccl_vendor_loaded();
   int close_vendor = vendor_open > 0 && vendor_open == hetccl_group_depth();
   ncclResult_t res = hetccl_group_end();
@@ -45,13 +45,8 @@ ncclResult_t ncclGroupEnd(void) {
 /* The engine's estimate is a plain latency/bandwidth model over the
  * group's bytes; the group is ended without running anything, as NCCL's
  * simulation does. */
-NCCL_API(ncclResult_t, ncclGroupSimulateEnd, ncclSimInfo_t *simInfo);
-ncclResult_t ncclGroupSimulateEnd(ncclSimInfo_t *simInfo) {
-  HETCCL_REENTRY(GroupSimulateEnd, simInfo);
+ncclResult_t hetccl_GroupSimulateEnd(ncclSimInfo_t *simInfo) {
   const hetccl_vendor_t *v = hetccl_vendor_loaded();
-  HETCCL_ARGCHECK(simInfo != NULL, ncclInvalidArgument, "ncclGroupSimulateEnd: simInfo is NULL");
-  HETCCL_ARGCHECK(simInfo->magic == 0x74685283u, ncclInvalidArgument,
-                  "ncclGroupSimulateEnd: simInfo not initialised with NCCL_SIM_INFO_INITIALIZER");
   if (hetccl_group_depth() == 0) {
     WARN("ncclGroupSimulateEnd: not inside a group");
     return ncclInvalidUsage;
