@@ -18,6 +18,7 @@
 
 struct hetccl_engine {
   int rank, nranks;
+  const int32_t *user_ranks; /* for messages (engine.h) */
   hetccl_ep_t **eps;
   const hetccl_transport_t **tp;
   hetccl_tctx_t *ctxs[HETCCL_TRANSPORT_COUNT];
@@ -49,6 +50,7 @@ ncclResult_t hetccl_engine_create(const hetccl_engine_args_t *a, hetccl_engine_t
   }
   e->rank = a->rank;
   e->nranks = a->nranks;
+  e->user_ranks = a->user_ranks;
   e->eps = calloc(a->nranks, sizeof(*e->eps));
   e->tp = calloc(a->nranks, sizeof(*e->tp));
   e->active = calloc(a->nranks, sizeof(int));
@@ -147,17 +149,23 @@ ncclResult_t hetccl_engine_fail(hetccl_engine_t *e, ncclResult_t res, const char
   return engine_fail_text(e, res, res == ncclInvalidUsage ? ncclRemoteError : res, why);
 }
 
+/* Rank r of this engine's communicator as the user numbers it. */
+static int user_rank(const hetccl_engine_t *e, int r) {
+  return hetccl_user_rank(e->user_ranks, r);
+}
+
 /* A receive met a message of another operation: say which ranks called
- * what, from the signatures (args->describe_tag). */
+ * what, from the signatures (args->describe_tag). Both ranks order the
+ * pair the same way, in the user's numbering. */
 static void mismatch_explain(const hetccl_engine_t *e) {
   const hetccl_tag_mismatch_t *m = e->mismatch;
   if (!m || !m->seen) return; /* a size mismatch: the transport said it */
   char theirs[128], mine[128];
   e->describe_tag(m->theirs, theirs, sizeof(theirs));
   e->describe_tag(m->mine, mine, sizeof(mine));
-  int lo = e->rank < m->peer ? e->rank : m->peer, hi = e->rank < m->peer ? m->peer : e->rank;
-  WARN("ranks %d and %d called different operations: rank %d sent %s, rank %d expected %s", lo,
-       hi, m->peer, theirs, e->rank, mine);
+  int me = user_rank(e, e->rank), peer = user_rank(e, m->peer);
+  WARN("ranks %d and %d called different operations: rank %d sent %s, rank %d expected %s",
+       me < peer ? me : peer, me < peer ? peer : me, peer, theirs, me, mine);
 }
 
 /* Every failure of a transport call goes through here. */
@@ -169,7 +177,10 @@ static ncclResult_t engine_fail_call(hetccl_engine_t *e, ncclResult_t res) {
 static ncclResult_t peer_check(hetccl_engine_t *e, int peer, const char *what) {
   if (e->failed != ncclSuccess) return e->failed;
   if (peer < 0 || peer >= e->nranks || !e->eps[peer]) {
-    WARN("engine: %s rank %d: no connection (rank %d of %d)", what, peer, e->rank, e->nranks);
+    /* Out of range is an algorithm's bug, and names no rank to look up. */
+    int named = peer < 0 || peer >= e->nranks ? peer : user_rank(e, peer);
+    WARN("engine: %s rank %d: no connection (rank %d of %d)", what, named, user_rank(e, e->rank),
+         e->nranks);
     return ncclInternalError;
   }
   return ncclSuccess;
@@ -231,7 +242,7 @@ ncclResult_t hetccl_engine_wait(hetccl_engine_t *e, hetccl_req_t **reqs, int n) 
     for (int i = first; i < n && !pending; i++) pending = reqs[i] && !reqs[i]->done;
     if (!pending) return ncclSuccess;
     if (__atomic_load_n(e->abort_flag, __ATOMIC_ACQUIRE)) {
-      WARN("engine: rank %d: operation aborted (ncclCommAbort)", e->rank);
+      WARN("engine: rank %d: operation aborted (ncclCommAbort)", user_rank(e, e->rank));
       return engine_fail_as(e, ncclInvalidUsage, ncclRemoteError);
     }
     int idle;
@@ -252,7 +263,7 @@ ncclResult_t hetccl_engine_wait(hetccl_engine_t *e, hetccl_req_t **reqs, int n) 
         deadline = t + e->timeout_ms;
       } else if (t > deadline) {
         WARN("engine: rank %d: no progress for %d ms waiting on peers (HETCCL_TIMEOUT)",
-             e->rank, e->timeout_ms);
+             user_rank(e, e->rank), e->timeout_ms);
         return engine_fail(e, ncclTimeout);
       }
     }

@@ -62,7 +62,12 @@ ncclResult_t hetccl_engine_token_wait(hetccl_engine_t *e);
 /* --- used by the core only (comm.c, group.c) ----------------------------- */
 
 typedef struct hetccl_engine_args {
-  int rank, nranks;
+  int rank, nranks;                     /* the communicator's numbering: peers, indices */
+  /* How the user numbers this communicator's ranks, for messages only
+   * (as hetccl_transport_args_t.user_ranks, and the same table): NULL =
+   * as the communicator does. The owner's, valid until the engine is
+   * destroyed; the engine hands it to nothing. */
+  const int32_t *user_ranks;
   hetccl_ep_t **eps;                    /* nranks entries, NULL for self */
   const hetccl_transport_t **transports; /* per peer, NULL for self */
   hetccl_tctx_t **ctxs;                 /* per transport id, NULL if unused; the

@@ -50,7 +50,8 @@ typedef void (*hetccl_consume_fn)(void *ctx, void *dst, const void *src, size_t 
 #define HETCCL_FAIL_TEXT 504
 typedef struct hetccl_fail_note {
   int32_t code;                /* ncclResult_t of the first failure; 0 = no note */
-  int32_t origin;              /* the rank where it happened */
+  int32_t origin;              /* the rank where it happened, as the communicator numbers it
+                                * (a receiver prints it through its own user_ranks) */
   char text[HETCCL_FAIL_TEXT]; /* that rank's message, NUL-terminated */
 } hetccl_fail_note_t;
 
@@ -82,7 +83,13 @@ typedef struct hetccl_req {
 } hetccl_req_t;
 
 typedef struct hetccl_transport_args {
-  int rank, nranks;
+  int rank, nranks;            /* this communicator's numbering: indices, frames, handshakes */
+  /* How the user numbers this communicator's ranks, for messages only:
+   * NULL = as the communicator does, else rank r is the user's
+   * user_ranks[r] (an island or leaders communicator of a hierarchical
+   * one). nranks entries, the caller's, valid until every context and
+   * endpoint made with these args is gone. */
+  const int32_t *user_ranks;
   uint64_t comm_id;            /* goes into every frame header */
   uint64_t secret;             /* proves a connection belongs to this communicator */
   int timeout_ms;              /* bound on every wait */
@@ -92,6 +99,14 @@ typedef struct hetccl_transport_args {
   hetccl_tag_mismatch_t *mismatch; /* where the first signature mismatch goes; may be NULL */
   int oversubscribed;          /* this host runs more ranks of the communicator than CPUs */
 } hetccl_transport_args_t;
+
+/* Rank r (0 <= r < nranks) of a communicator as the user numbers it
+ * (args->user_ranks): every message that names a rank prints this, never r
+ * itself. A number a peer sent is looked up only once it is checked
+ * against nranks. */
+static inline int hetccl_user_rank(const int32_t *user_ranks, int r) {
+  return user_ranks ? user_ranks[r] : r;
+}
 
 typedef struct hetccl_tctx hetccl_tctx_t; /* per communicator, per transport */
 typedef struct hetccl_ep hetccl_ep_t;     /* one connected peer */
@@ -201,21 +216,23 @@ typedef struct hetccl_frame_hdr {
 
 void hetccl_frame_fill(hetccl_frame_hdr_t *h, uint64_t comm_id, int src_rank, uint64_t seq,
                        uint64_t tag, uint64_t bytes);
-/* Checks a received header against what the posted receive expects. Logs
- * the exact cause. `transport` names the caller in messages. If the tags
- * differ and `mismatch` holds none yet, records the pair there. */
+/* Checks a received header against what the posted receive expects, from
+ * expect_src of the communicator that args describe (comm_id). Logs the
+ * exact cause, naming ranks through args->user_ranks; `transport` names
+ * the caller. If the tags differ and args->mismatch holds none yet,
+ * records the pair there. */
 ncclResult_t hetccl_frame_check(const hetccl_frame_hdr_t *h, const char *transport,
-                                uint64_t comm_id, int expect_src, uint64_t expect_seq,
-                                uint64_t expect_tag, uint64_t expect_bytes,
-                                hetccl_tag_mismatch_t *mismatch);
+                                const hetccl_transport_args_t *args, int expect_src,
+                                uint64_t expect_seq, uint64_t expect_tag, uint64_t expect_bytes);
 
 /* A note from `peer` (the rank at the other end of the connection, which
- * may relay another rank's): logs it, keeps it in *keep if *keep holds none
- * (keep may be NULL), and returns what this rank fails with: the origin's
+ * may relay another rank's): logs it, naming ranks through
+ * args->user_ranks, keeps it in *args->peer_note if that holds none (and
+ * is not NULL), and returns what this rank fails with: the origin's
  * ncclInvalidUsage (every rank learns of a usage error as one), else
  * ncclRemoteError. */
 ncclResult_t hetccl_fail_note_received(const hetccl_fail_note_t *note, const char *transport,
-                                       int peer, hetccl_fail_note_t *keep);
+                                       int peer, const hetccl_transport_args_t *args);
 
 /* The identity that opens every transport connection: the first bytes of
  * each transport's handshake (base/frame.c). */
@@ -236,7 +253,8 @@ const char *hetccl_hello_refusal(const hetccl_hello_t *h, uint64_t magic,
 /* The note line (base/note_line.c), a TCP connection per pair that carries
  * only a failure note. send: leaves `why` on fd without blocking (the line
  * carried nothing before, so it fits the socket buffer), shuts our side
- * and drains the peer's; the caller then closes fd. read: 1 and the note
+ * and drains the peer's; the caller then closes fd (`peer`, as the user
+ * numbers it, only names it in a message). read: 1 and the note
  * in *out if the peer left a whole one, waiting at most wait_ms for it or
  * the line's end; 0 otherwise. */
 void hetccl_note_line_send(int fd, const hetccl_fail_note_t *why, const char *transport,

@@ -65,10 +65,10 @@ ncclResult_t hetccl_ib_ep_lost(hetccl_ep_t *ep, const char *why) {
   hetccl_fail_note_t note;
   char a[HETCCL_NET_ADDR_STRLEN];
   if (hetccl_note_line_read(ep->fd, IB_NOTE_WAIT_MS, &note)) {
-    ep->err = hetccl_fail_note_received(&note, "ib", ep->peer, ep->ctx->args.peer_note);
+    ep->err = hetccl_fail_note_received(&note, "ib", ep->peer, &ep->ctx->args);
     return ep->err;
   }
-  WARN("ib: rank %d: connection to rank %d (%s, %s) lost: %s", ep->ctx->args.rank, ep->peer,
+  WARN("ib: rank %d: connection to rank %d (%s, %s) lost: %s", ep->ctx->rank_user, ep->peer_user,
        ep_addr(ep, a, sizeof(a)), ep->pub.dev, why);
   ep->err = ncclRemoteError;
   return ep->err;
@@ -94,9 +94,9 @@ static void ib_ep_close(hetccl_ep_t *ep) {
   const hetccl_ib_verbs_t *v = ep->v;
   /* QP before CQ and memory: it may still reference both. */
   if (ep->qp && v->destroy_qp(ep->qp) != 0)
-    INFO(HETCCL_NET, "ib: destroying the QP to rank %d failed", ep->peer);
+    INFO(HETCCL_NET, "ib: destroying the QP to rank %d failed", ep->peer_user);
   if (ep->cq && v->destroy_cq(ep->cq) != 0)
-    INFO(HETCCL_NET, "ib: destroying the CQ of rank %d failed", ep->peer);
+    INFO(HETCCL_NET, "ib: destroying the CQ of rank %d failed", ep->peer_user);
   if (ep->mr) v->dereg_mr(ep->mr);
   if (ep->credit_mr) v->dereg_mr(ep->credit_mr);
   free(ep->buf);
@@ -109,12 +109,12 @@ static void ib_ep_close(hetccl_ep_t *ep) {
 /* Leave the note on the TCP line, then close as ep_close does. */
 static void ib_ep_fail(hetccl_ep_t *ep, const hetccl_fail_note_t *why) {
   if (ep == NULL) return;
-  hetccl_note_line_send(ep->fd, why, "ib", ep->peer);
+  hetccl_note_line_send(ep->fd, why, "ib", ep->peer_user);
   ib_ep_close(ep);
 }
 
 static ncclResult_t ep_verbs_fail(hetccl_ep_t *ep, const char *call, int err) {
-  WARN("ib: rank %d: %s for rank %d on %s: %s%s", ep->ctx->args.rank, call, ep->peer,
+  WARN("ib: rank %d: %s for rank %d on %s: %s%s", ep->ctx->rank_user, call, ep->peer_user,
        ep->ctx->dev.name, strerror(err),
        err == ENOMEM || err == EPERM ? " (locked memory limit, ulimit -l?)" : "");
   return ncclSystemError;
@@ -127,8 +127,8 @@ static ncclResult_t ep_alloc(hetccl_ep_t *ep) {
   if (posix_memalign((void **)&ep->buf, 4096, bytes) != 0 ||
       posix_memalign((void **)&ep->credit, 4096, sizeof(ib_credit_t)) != 0 ||
       (ep->rlen = calloc((size_t)ep->slots, sizeof(*ep->rlen))) == NULL) {
-    WARN("ib: rank %d: out of memory for %zu bytes of staging for rank %d", ctx->args.rank,
-         bytes, ep->peer);
+    WARN("ib: rank %d: out of memory for %zu bytes of staging for rank %d", ctx->rank_user,
+         bytes, ep->peer_user);
     return ncclSystemError;
   }
   memset(ep->credit, 0, sizeof(*ep->credit));
@@ -168,14 +168,16 @@ static ncclResult_t ep_alloc(hetccl_ep_t *ep) {
 }
 
 static ncclResult_t ep_new(hetccl_tctx_t *ctx, int peer, const uint8_t *addrs, hetccl_ep_t **out) {
+  int peer_user = hetccl_user_rank(ctx->args.user_ranks, peer);
   hetccl_ep_t *ep = calloc(1, sizeof(*ep));
   if (ep == NULL) {
-    WARN("ib: out of memory for the endpoint to rank %d", peer);
+    WARN("ib: out of memory for the endpoint to rank %d", peer_user);
     return ncclSystemError;
   }
   ep->ctx = ctx;
   ep->v = ctx->v;
   ep->peer = peer;
+  ep->peer_user = peer_user;
   ep->fd = -1;
   ep->slots = ctx->slots;
   ep->chunk = ctx->chunk;
@@ -185,13 +187,13 @@ static ncclResult_t ep_new(hetccl_tctx_t *ctx, int peer, const uint8_t *addrs, h
   ncclResult_t res = ncclInvalidArgument;
   if (ep->pub.magic != IB_ADDR_MAGIC ||
       hetccl_net_addr_from_wire(&ep->pub.tcp, &ep->paddr) != ncclSuccess) {
-    WARN("ib: rank %d published a malformed address blob", peer);
+    WARN("ib: rank %d published a malformed address blob", peer_user);
     goto fail;
   }
   if (ep->pub.chunk != ctx->chunk || ep->pub.slots != (uint32_t)ctx->slots) {
     WARN("ib: rank %d stages %u slots of %u bytes, rank %d %d of %zu (HETCCL_IB_SLOTS and "
-         "HETCCL_IB_CHUNK must be the same on every rank)", peer, ep->pub.slots, ep->pub.chunk,
-         ctx->args.rank, ctx->slots, ctx->chunk);
+         "HETCCL_IB_CHUNK must be the same on every rank)", peer_user, ep->pub.slots,
+         ep->pub.chunk, ctx->rank_user, ctx->slots, ctx->chunk);
     goto fail;
   }
   HETCCL_CHECK_GOTO(hetccl_net_addr_localize(&ep->paddr, ctx->args.ifname), res, fail);
@@ -265,7 +267,7 @@ static long hs_on_header(void *arg, const void *hdr, const hetccl_sockaddr_t *fr
   const char *why = hetccl_hello_refusal(&h.id, IB_HELLO_MAGIC, &ctx->args, ctx->use);
   if (!why && ctx->eps[h.id.rank]->fd >= 0) why = "duplicate connection";
   if (why) {
-    INFO(HETCCL_NET, "ib rank %d: dropping connection from %s: %s", ctx->args.rank,
+    INFO(HETCCL_NET, "ib rank %d: dropping connection from %s: %s", ctx->rank_user,
          hetccl_net_addr_str(from, a, sizeof(a)), why);
     return -1;
   }
@@ -295,8 +297,8 @@ static int hs_done(void *arg) {
 
 static void what_of(const hetccl_ep_t *ep, char *what, size_t len) {
   char a[HETCCL_NET_ADDR_STRLEN];
-  snprintf(what, len, "ib rank %d: connection to rank %d (%s)", ep->ctx->args.rank, ep->peer,
-           ep_addr(ep, a, sizeof(a)));
+  snprintf(what, len, "ib rank %d: connection to rank %d (%s)", ep->ctx->rank_user,
+           ep->peer_user, ep_addr(ep, a, sizeof(a)));
 }
 
 /* Lower rank, first step: connect to the higher rank and say hello. */
@@ -325,8 +327,10 @@ static ncclResult_t answer_take(hetccl_tctx_t *ctx, hetccl_ep_t *ep, int64_t dea
   HETCCL_CHECK(hetccl_net_recv_all(ep->fd, &h, sizeof(h), deadline, ctx->args.abort_flag, what));
   if (h.id.magic != IB_HELLO_MAGIC || h.id.comm_id != ctx->args.comm_id ||
       h.id.secret != ctx->args.secret || h.id.rank != ep->peer) {
+    int says = h.id.rank >= 0 && h.id.rank < ctx->args.nranks
+                   ? hetccl_user_rank(ctx->args.user_ranks, h.id.rank) : h.id.rank;
     WARN("%s: the answer is not rank %d's of this communicator (magic 0x%016" PRIx64
-         ", rank %d)", what, ep->peer, h.id.magic, (int)h.id.rank);
+         ", rank %d)", what, ep->peer_user, h.id.magic, says);
     return ncclSystemError;
   }
   hello_take(ep, &h);
@@ -361,7 +365,7 @@ static ncclResult_t accept_lower(hetccl_tctx_t *ctx, const uint8_t *use, hetccl_
   if (ctx->expected > 0) {
     char a[HETCCL_NET_ADDR_STRLEN], what[160];
     snprintf(what, sizeof(what), "ib rank %d (%s): waiting for %d connections from lower ranks",
-             me, hetccl_net_addr_str(&ctx->laddr, a, sizeof(a)), ctx->expected);
+             ctx->rank_user, hetccl_net_addr_str(&ctx->laddr, a, sizeof(a)), ctx->expected);
     hetccl_net_hello_ops_t ops = {.hdr_bytes = sizeof(ib_hello_t), .max_payload = 0,
                                   .on_header = hs_on_header, .on_frame = hs_on_frame,
                                   .done = hs_done};
@@ -394,7 +398,8 @@ static ncclResult_t ib_connect(hetccl_tctx_t *ctx, const uint8_t *use, const uin
   /* Every expected connection is in: the port closes now, not at ctx_destroy. */
   hetccl_net_close(&ctx->lfd);
   INFO(HETCCL_NET, "ib rank %d: connected on %s port %d, GID index %d (%d slots of %zu bytes "
-       "per peer)", me, ctx->dev.name, ctx->dev.port, ctx->dev.gid_index, ctx->slots, ctx->chunk);
+       "per peer)", ctx->rank_user, ctx->dev.name, ctx->dev.port, ctx->dev.gid_index, ctx->slots,
+       ctx->chunk);
   return ncclSuccess;
 fail:
   for (int p = 0; p < n; p++) {
@@ -416,7 +421,7 @@ static void ib_ctx_destroy(hetccl_tctx_t *ctx) {
   if (ctx == NULL) return;
   hetccl_net_close(&ctx->lfd);
   if (ctx->pd && ctx->v->dealloc_pd(ctx->pd) != 0)
-    INFO(HETCCL_NET, "ib: releasing the protection domain of rank %d failed", ctx->args.rank);
+    INFO(HETCCL_NET, "ib: releasing the protection domain of rank %d failed", ctx->rank_user);
   if (ctx->v) hetccl_ib_dev_close(ctx->v, &ctx->dev);
   free(ctx);
 }
@@ -426,18 +431,20 @@ static ncclResult_t ib_ctx_create(const hetccl_transport_args_t *args, hetccl_tc
   ncclResult_t res;
   hetccl_tctx_t *ctx = calloc(1, sizeof(*ctx));
   if (ctx == NULL) {
-    WARN("ib: out of memory for a context (rank %d)", args->rank);
+    WARN("ib: out of memory for a context (rank %d)",
+         hetccl_user_rank(args->user_ranks, args->rank));
     return ncclSystemError;
   }
   ctx->args = *args;
+  ctx->rank_user = hetccl_user_rank(args->user_ranks, args->rank);
   ctx->lfd = -1;
   ctx->chunk = (size_t)hetccl_knob_int(HETCCL_KNOB_IB_CHUNK) & ~(size_t)63;
   ctx->slots = (int)hetccl_knob_int(HETCCL_KNOB_IB_SLOTS);
   HETCCL_CHECK_GOTO(hetccl_ib_verbs_load(&ctx->v), res, fail);
-  HETCCL_CHECK_GOTO(hetccl_ib_dev_open(ctx->v, args->rank, &ctx->dev), res, fail);
+  HETCCL_CHECK_GOTO(hetccl_ib_dev_open(ctx->v, ctx->rank_user, &ctx->dev), res, fail);
   ctx->pd = ctx->v->alloc_pd(ctx->dev.vctx);
   if (ctx->pd == NULL) {
-    WARN("ib: rank %d: ibv_alloc_pd on %s: %s", args->rank, ctx->dev.name, strerror(errno));
+    WARN("ib: rank %d: ibv_alloc_pd on %s: %s", ctx->rank_user, ctx->dev.name, strerror(errno));
     res = ncclSystemError;
     goto fail;
   }
@@ -458,7 +465,7 @@ static ncclResult_t ib_ctx_create(const hetccl_transport_args_t *args, hetccl_tc
   snprintf(b.dev, sizeof(b.dev), "%.*s", (int)sizeof(b.dev) - 1, ctx->dev.name);
   memset(addr, 0, HETCCL_TRANSPORT_ADDR_BYTES);
   memcpy(addr, &b, sizeof(b));
-  INFO(HETCCL_NET | HETCCL_INIT, "ib rank %d: %s port %d (%s), GID index %d", args->rank,
+  INFO(HETCCL_NET | HETCCL_INIT, "ib rank %d: %s port %d (%s), GID index %d", ctx->rank_user,
        ctx->dev.name, ctx->dev.port,
        ctx->dev.link_layer == IBV_LINK_LAYER_ETHERNET ? "RoCE" : "InfiniBand", ctx->dev.gid_index);
   *out = ctx;

@@ -91,7 +91,8 @@ typedef struct hetccl_ib_dev {
 /* Opens the device HETCCL_IB_HCA names ("name" or "name:port"), else the
  * first device with an active port, and picks its GID (HETCCL_IB_GID_INDEX,
  * else a RoCE v2 IPv4-mapped GID if the port has one, else index 0).
- * ncclSystemError with a WARN listing what was found if none fits. */
+ * ncclSystemError with a WARN listing what was found if none fits; `rank`,
+ * as the user numbers it, only names the caller in messages. */
 ncclResult_t hetccl_ib_dev_open(const hetccl_ib_verbs_t *v, int rank, hetccl_ib_dev_t *dev);
 void hetccl_ib_dev_close(const hetccl_ib_verbs_t *v, hetccl_ib_dev_t *dev);
 
@@ -129,6 +130,7 @@ _Static_assert(sizeof(ib_addr_t) <= HETCCL_TRANSPORT_ADDR_BYTES, "address blob")
 
 struct hetccl_tctx {
   hetccl_transport_args_t args;
+  int rank_user;           /* args.rank as the user numbers it, for messages */
   const hetccl_ib_verbs_t *v;
   hetccl_ib_dev_t dev;
   struct ibv_pd *pd;
@@ -151,6 +153,7 @@ struct hetccl_ep {
   hetccl_tctx_t *ctx;
   const hetccl_ib_verbs_t *v;
   int peer;
+  int peer_user;            /* the peer as the user numbers it, for messages */
   hetccl_sockaddr_t paddr;  /* the peer's handshake address, for messages */
   ib_addr_t pub;            /* what the peer published */
   int fd;                   /* the TCP line: handshake, then notes and liveness */

@@ -50,7 +50,7 @@ ncclResult_t hetccl_ib_ep_post_recv(hetccl_ep_t *ep, uint32_t slot) {
   struct ibv_recv_wr *bad = NULL;
   int rc = ibv_post_recv(ep->qp, &wr, &bad);
   if (rc != 0) {
-    WARN("ib: rank %d: ibv_post_recv for rank %d: %s", ep->ctx->args.rank, ep->peer,
+    WARN("ib: rank %d: ibv_post_recv for rank %d: %s", ep->ctx->rank_user, ep->peer_user,
          strerror(rc));
     return ep_error(ep, ncclSystemError);
   }
@@ -61,8 +61,8 @@ static ncclResult_t post_send(hetccl_ep_t *ep, struct ibv_send_wr *wr, const cha
   struct ibv_send_wr *bad = NULL;
   int rc = ibv_post_send(ep->qp, wr, &bad);
   if (rc != 0) {
-    WARN("ib: rank %d: ibv_post_send (%s) to rank %d: %s", ep->ctx->args.rank, what, ep->peer,
-         strerror(rc));
+    WARN("ib: rank %d: ibv_post_send (%s) to rank %d: %s", ep->ctx->rank_user, what,
+         ep->peer_user, strerror(rc));
     return ep_error(ep, ncclSystemError);
   }
   return ncclSuccess;
@@ -87,7 +87,8 @@ static ncclResult_t cq_drain(hetccl_ep_t *ep, size_t *moved) {
   for (;;) {
     int n = ibv_poll_cq(ep->cq, 16, wc);
     if (n < 0) {
-      WARN("ib: rank %d: ibv_poll_cq for rank %d failed (%d)", ep->ctx->args.rank, ep->peer, n);
+      WARN("ib: rank %d: ibv_poll_cq for rank %d failed (%d)", ep->ctx->rank_user,
+           ep->peer_user, n);
       return ep_error(ep, ncclSystemError);
     }
     if (n == 0) return ncclSuccess;
@@ -105,7 +106,7 @@ static ncclResult_t cq_drain(hetccl_ep_t *ep, size_t *moved) {
         /* Receive WRs complete in posting order, and slots are reposted in order. */
         if (slot != ep->rarrived % (uint64_t)ep->slots) {
           WARN("ib: rank %d: receive from rank %d completed in slot %u, expected %" PRIu64,
-               ep->ctx->args.rank, ep->peer, slot, ep->rarrived % (uint64_t)ep->slots);
+               ep->ctx->rank_user, ep->peer_user, slot, ep->rarrived % (uint64_t)ep->slots);
           return ep_error(ep, ncclInternalError);
         }
         ep->rlen[slot] = wc[i].byte_len;
@@ -113,8 +114,8 @@ static ncclResult_t cq_drain(hetccl_ep_t *ep, size_t *moved) {
         break;
       }
       default:
-        WARN("ib: rank %d: unknown completion 0x%" PRIx64 " from rank %d", ep->ctx->args.rank,
-             (uint64_t)wc[i].wr_id, ep->peer);
+        WARN("ib: rank %d: unknown completion 0x%" PRIx64 " from rank %d", ep->ctx->rank_user,
+             (uint64_t)wc[i].wr_id, ep->peer_user);
         return ep_error(ep, ncclInternalError);
       }
     }
@@ -128,17 +129,18 @@ static ncclResult_t piece_check(hetccl_ep_t *ep, hetccl_req_t *r, const ib_piece
   ib_req_priv_t *p = ib_req_priv(r);
   hetccl_tctx_t *ctx = ep->ctx;
   if (landed < IB_PIECE_HDR) {
-    WARN("ib: corrupt piece from rank %d: %u bytes, shorter than its header", ep->peer, landed);
+    WARN("ib: corrupt piece from rank %d: %u bytes, shorter than its header", ep->peer_user,
+         landed);
     return ep_error(ep, ncclSystemError);
   }
-  ncclResult_t res = hetccl_frame_check(&pc->frame, "ib", ctx->args.comm_id, ep->peer, p->seq,
-                                        r->tag, r->bytes, ctx->args.mismatch);
+  ncclResult_t res = hetccl_frame_check(&pc->frame, "ib", &ctx->args, ep->peer, p->seq, r->tag,
+                                        r->bytes);
   if (res != ncclSuccess) return ep_error(ep, res);
   if (pc->offset != p->offset || pc->len != piece_len(ep, r->bytes, p->offset) ||
       landed != IB_PIECE_HDR + pc->len) {
     WARN("ib: corrupt piece from rank %d in message %" PRIu64 ": offset %" PRIu64 " length %"
-         PRIu64 " (%u bytes landed), expected offset %" PRIu64 " length %zu", ep->peer, p->seq,
-         pc->offset, pc->len, landed, p->offset, piece_len(ep, r->bytes, p->offset));
+         PRIu64 " (%u bytes landed), expected offset %" PRIu64 " length %zu", ep->peer_user,
+         p->seq, pc->offset, pc->len, landed, p->offset, piece_len(ep, r->bytes, p->offset));
     return ep_error(ep, ncclSystemError);
   }
   return ncclSuccess;
@@ -249,7 +251,7 @@ static void send_retire(hetccl_ep_t *ep) {
 
 static ncclResult_t req_init(hetccl_ep_t *ep, hetccl_req_t *r, uint64_t seq, const char *what) {
   if (r == NULL || (r->bytes > 0 && r->buf == NULL)) {
-    WARN("ib: %s to rank %d with a NULL request or buffer", what, ep->peer);
+    WARN("ib: %s to rank %d with a NULL request or buffer", what, ep->peer_user);
     return ncclInvalidArgument;
   }
   ib_req_priv_t *p = ib_req_priv(r);

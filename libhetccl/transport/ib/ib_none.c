@@ -18,7 +18,7 @@ static ncclResult_t none_ctx_create(const hetccl_transport_args_t *args, hetccl_
   (void)addr;
   WARN("ib: rank %d: hetccl was built without verbs headers (infiniband/verbs.h, from "
        "libibverbs-dev / rdma-core-devel); rebuild with them to use HETCCL_TRANSPORT=ib",
-       args->rank);
+       hetccl_user_rank(args->user_ranks, args->rank));
   return ncclSystemError;
 }
 

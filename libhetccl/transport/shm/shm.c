@@ -68,13 +68,8 @@ _Static_assert(sizeof(addr_blob_t) <= HETCCL_TRANSPORT_ADDR_BYTES, "address blob
 static const volatile uint64_t shm_cma_probe = SHM_CMA_PROBE;
 
 struct hetccl_tctx {
-  int rank, nranks;
-  uint64_t comm_id;
-  int timeout_ms;
-  volatile int *abort_flag;
-  hetccl_fail_note_t *peer_note;
-  hetccl_tag_mismatch_t *mismatch;
-  int oversubscribed;
+  hetccl_transport_args_t args;
+  int rank_user; /* args.rank as the user numbers it, for messages */
   int fd;           /* our segment, -1 once closed */
   int unlinked;
   char name[SHM_NAME_MAX];
@@ -147,22 +142,22 @@ ncclResult_t hetccl_shm_ep_check_peer(hetccl_ep_t *ep) {
                                   : peer_tx == SHM_FAILED ? &ep->rx.ctrl->tx_note
                                                           : NULL;
   if (why && (ep->sq.first || ep->rq.first))
-    return hetccl_fail_note_received(why, "shm", ep->peer, ep->peer_note);
+    return hetccl_fail_note_received(why, "shm", ep->peer, &ep->args);
   if (ep->peer_watch && !peer_alive(ep->peer_pid, ep->peer_start)) {
-    WARN("shm: peer rank %d (pid %d) exited", ep->peer, ep->peer_pid);
+    WARN("shm: peer rank %d (pid %d) exited", ep->peer_user, ep->peer_pid);
     return ncclRemoteError;
   }
   /* Idle with work pending: our sends wait for a consumer, our receives for
    * a producer. If that side closed, they wait forever. */
   if (ep->sq.first && peer_rx) {
     WARN("shm: peer rank %d (pid %d) closed its connection while a send of %zu bytes was "
-         "pending", ep->peer, ep->peer_pid, ep->sq.first->bytes);
+         "pending", ep->peer_user, ep->peer_pid, ep->sq.first->bytes);
     return ncclRemoteError;
   }
   if (ep->rq.first && peer_tx &&
       atomic_load_explicit(&ep->rx.ctrl->tail, memory_order_acquire) == ep->rx_head) {
     WARN("shm: peer rank %d (pid %d) closed its connection while a receive of %zu bytes was "
-         "pending", ep->peer, ep->peer_pid, ep->rq.first->bytes);
+         "pending", ep->peer_user, ep->peer_pid, ep->rq.first->bytes);
     return ncclRemoteError;
   }
   return ncclSuccess;
@@ -222,14 +217,8 @@ static ncclResult_t shm_ctx_create(const hetccl_transport_args_t *args, hetccl_t
     return ncclSystemError;
   }
   c->fd = -1;
-  c->rank = args->rank;
-  c->nranks = args->nranks;
-  c->comm_id = args->comm_id;
-  c->timeout_ms = args->timeout_ms;
-  c->abort_flag = args->abort_flag;
-  c->peer_note = args->peer_note;
-  c->mismatch = args->mismatch;
-  c->oversubscribed = args->oversubscribed;
+  c->args = *args;
+  c->rank_user = hetccl_user_rank(args->user_ranks, args->rank);
   size_t page = (size_t)sysconf(_SC_PAGESIZE);
   c->chunk = (size_t)hetccl_knob_int(HETCCL_KNOB_SHM_CHUNK) & ~(size_t)63;
   if (c->chunk < 64) c->chunk = 64;
@@ -251,7 +240,8 @@ static ncclResult_t shm_ctx_create(const hetccl_transport_args_t *args, hetccl_t
   if (pidns) seg_sweep_stale(pidns);
   for (int attempt = 0; c->fd < 0; attempt++) {
     snprintf(c->name, sizeof(c->name), "/hetccl-%016" PRIx64 "-r%d-p%d-n%" PRIx64 "-%u",
-             c->comm_id, c->rank, (int)getpid(), pidns, atomic_fetch_add(&name_counter, 1));
+             c->args.comm_id, c->args.rank, (int)getpid(), pidns,
+             atomic_fetch_add(&name_counter, 1));
     c->fd = shm_open(c->name, O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600);
     if (c->fd >= 0) break;
     if (errno == EEXIST && attempt < 16) continue; /* a stale one from a reused pid */
@@ -268,8 +258,9 @@ static ncclResult_t shm_ctx_create(const hetccl_transport_args_t *args, hetccl_t
   for (size_t i = 0; i < nrings; i++)
     HETCCL_CHECK_GOTO(seg_reserve(c->fd, c->name, c->hdr_bytes + i * c->ring_bytes, page), res,
                       fail);
-  shm_seg_hdr_t h = {.magic = SHM_SEG_MAGIC, .comm_id = c->comm_id, .rank = c->rank,
-                     .nranks = c->nranks, .pid = (int32_t)getpid(), .slots = (int32_t)c->slots,
+  shm_seg_hdr_t h = {.magic = SHM_SEG_MAGIC, .comm_id = c->args.comm_id, .rank = c->args.rank,
+                     .nranks = c->args.nranks, .pid = (int32_t)getpid(),
+                     .slots = (int32_t)c->slots,
                      .chunk = c->chunk, .ring_bytes = c->ring_bytes, .hdr_bytes = c->hdr_bytes,
                      .cma_probe_addr = (uint64_t)(uintptr_t)&shm_cma_probe,
                      .pidns = pidns};
@@ -280,8 +271,8 @@ static ncclResult_t shm_ctx_create(const hetccl_transport_args_t *args, hetccl_t
   memcpy(blob.name, c->name, sizeof(blob.name));
   memset(addr, 0, HETCCL_TRANSPORT_ADDR_BYTES);
   memcpy(addr, &blob, sizeof(blob));
-  INFO(HETCCL_SHM | HETCCL_INIT, "shm: rank %d segment %s, %zu rings of %u x %zu bytes", c->rank,
-       c->name, nrings, c->slots, c->chunk);
+  INFO(HETCCL_SHM | HETCCL_INIT, "shm: rank %d segment %s, %zu rings of %u x %zu bytes",
+       c->rank_user, c->name, nrings, c->slots, c->chunk);
   *out = c;
   return ncclSuccess;
 fail:
@@ -347,38 +338,41 @@ static ncclResult_t ep_map_tx(hetccl_tctx_t *c, hetccl_ep_t *ep, const uint8_t *
   blob.name[SHM_NAME_MAX - 1] = '\0';
   if (blob.magic != SHM_ADDR_MAGIC) {
     WARN("shm: rank %d published no shared-memory segment (address magic 0x%016" PRIx64 ")",
-         ep->peer, blob.magic);
+         ep->peer_user, blob.magic);
     return ncclInternalError;
   }
   int fd = shm_open(blob.name, O_RDWR | O_CLOEXEC, 0);
   if (fd < 0) {
     int err = errno;
     WARN("shm: cannot open rank %d's segment %s: %s (different IPC namespace, or the peer "
-         "already gone?)", ep->peer, blob.name, strerror(err));
+         "already gone?)", ep->peer_user, blob.name, strerror(err));
     return err == ENOENT ? ncclRemoteError : ncclSystemError;
   }
   ncclResult_t res = ncclSuccess;
   shm_seg_hdr_t h;
   struct stat st;
   if (pread(fd, &h, sizeof(h), 0) != (ssize_t)sizeof(h) || fstat(fd, &st) != 0) {
-    WARN("shm: cannot read the header of rank %d's segment %s: %s", ep->peer, blob.name,
+    WARN("shm: cannot read the header of rank %d's segment %s: %s", ep->peer_user, blob.name,
          strerror(errno));
     res = ncclSystemError;
     goto out;
   }
-  if (h.magic != SHM_SEG_MAGIC || h.comm_id != c->comm_id || h.rank != ep->peer ||
-      h.nranks != c->nranks || h.pid != loc->pid) {
+  if (h.magic != SHM_SEG_MAGIC || h.comm_id != c->args.comm_id || h.rank != ep->peer ||
+      h.nranks != c->args.nranks || h.pid != loc->pid) {
+    /* h.rank is in range only if the segment is of this communicator's size. */
+    int says = h.nranks == c->args.nranks && h.rank >= 0 && h.rank < h.nranks
+                   ? hetccl_user_rank(c->args.user_ranks, h.rank) : h.rank;
     WARN("shm: segment %s is not rank %d's for communicator 0x%016" PRIx64 " (it says rank %d "
-         "of %d, pid %d, communicator 0x%016" PRIx64 "; expected pid %d)", blob.name, ep->peer,
-         c->comm_id, h.rank, h.nranks, h.pid, h.comm_id, loc->pid);
+         "of %d, pid %d, communicator 0x%016" PRIx64 "; expected pid %d)", blob.name,
+         ep->peer_user, c->args.comm_id, says, h.nranks, h.pid, h.comm_id, loc->pid);
     res = ncclSystemError;
     goto out;
   }
-  size_t off = h.hdr_bytes + ring_index(ep->peer, c->rank) * h.ring_bytes;
+  size_t off = h.hdr_bytes + ring_index(ep->peer, c->args.rank) * h.ring_bytes;
   if (h.slots < 2 || h.chunk < 64 || h.chunk % 64 || (size_t)st.st_size < off + h.ring_bytes ||
       h.ring_bytes < (uint64_t)h.slots * (SHM_SLOT_HDR + h.chunk) + (size_t)sysconf(_SC_PAGESIZE)) {
     WARN("shm: segment %s of rank %d has an inconsistent geometry (%d slots of %" PRIu64
-         " bytes, ring %" PRIu64 ", size %lld)", blob.name, ep->peer, h.slots, h.chunk,
+         " bytes, ring %" PRIu64 ", size %lld)", blob.name, ep->peer_user, h.slots, h.chunk,
          h.ring_bytes, (long long)st.st_size);
     res = ncclSystemError;
     goto out;
@@ -389,7 +383,7 @@ static ncclResult_t ep_map_tx(hetccl_tctx_t *c, hetccl_ep_t *ep, const uint8_t *
   ep->peer_watch = h.pidns == ns || h.pidns == 0 || ns == 0;
   if (!ep->peer_watch)
     INFO(HETCCL_SHM | HETCCL_INIT, "shm: rank %d (pid %d) is in another pid namespace: its exit "
-         "shows only as a timeout", ep->peer, ep->peer_pid);
+         "shows only as a timeout", ep->peer_user, ep->peer_pid);
   else if (!proc_stat(ep->peer_pid, &(char){0}, &ep->peer_start))
     ep->peer_start = 0;
   atomic_store_explicit(&ep->tx.ctrl->attached, 1, memory_order_release);
@@ -408,7 +402,8 @@ static int cma_probe(const hetccl_ep_t *ep, uint64_t probe_addr) {
   if (n == (ssize_t)sizeof(v) && v == SHM_CMA_PROBE) return 1;
   INFO(HETCCL_SHM | HETCCL_INIT,
        "shm: process_vm_readv from rank %d (pid %d) unavailable (%s); its large messages go "
-       "through the ring", ep->peer, ep->peer_pid, n < 0 ? strerror(errno) : "probe mismatch");
+       "through the ring", ep->peer_user, ep->peer_pid,
+       n < 0 ? strerror(errno) : "probe mismatch");
   return 0;
 }
 
@@ -418,18 +413,17 @@ static ncclResult_t ep_create(hetccl_tctx_t *c, int p, const uint8_t *addr,
   ncclResult_t res = ncclSuccess;
   hetccl_ep_t *ep = calloc(1, sizeof(*ep));
   if (!ep) {
-    WARN("shm: out of memory for the endpoint to rank %d", p);
+    WARN("shm: out of memory for the endpoint to rank %d",
+         hetccl_user_rank(c->args.user_ranks, p));
     return ncclSystemError;
   }
-  ep->rank = c->rank;
+  ep->args = c->args;
   ep->peer = p;
+  ep->peer_user = hetccl_user_rank(c->args.user_ranks, p);
   ep->peer_pid = loc->pid;
-  ep->comm_id = c->comm_id;
-  ep->peer_note = c->peer_note;
-  ep->mismatch = c->mismatch;
   ep->cma_min = SIZE_MAX;
 
-  size_t off = c->hdr_bytes + ring_index(c->rank, p) * c->ring_bytes;
+  size_t off = c->hdr_bytes + ring_index(c->args.rank, p) * c->ring_bytes;
   HETCCL_CHECK_GOTO(seg_reserve(c->fd, c->name, off, c->ring_bytes), res, fail);
   HETCCL_CHECK_GOTO(ring_map(&ep->rx, c->fd, c->name, off, c->ring_bytes, c->slots, c->chunk),
                     res, fail);
@@ -451,15 +445,16 @@ static ncclResult_t connect_wait(hetccl_tctx_t *c, const uint8_t *use, hetccl_ep
   int64_t start = hetccl_shm_now_ns(), last_check = start;
   for (unsigned spin = 0;; spin++) {
     int pending = -1;
-    for (int p = 0; p < c->nranks && pending < 0; p++) {
-      if (p == c->rank || !use[p]) continue;
+    for (int p = 0; p < c->args.nranks && pending < 0; p++) {
+      if (p == c->args.rank || !use[p]) continue;
       if (!atomic_load_explicit(&mine[p]->rx.ctrl->attached, memory_order_acquire) ||
           !atomic_load_explicit(&mine[p]->tx.ctrl->rx_ready, memory_order_acquire))
         pending = p;
     }
     if (pending < 0) return ncclSuccess;
-    if (c->abort_flag && __atomic_load_n(c->abort_flag, __ATOMIC_ACQUIRE)) {
-      WARN("shm: connect of rank %d aborted while waiting for rank %d", c->rank, pending);
+    if (c->args.abort_flag && __atomic_load_n(c->args.abort_flag, __ATOMIC_ACQUIRE)) {
+      WARN("shm: connect of rank %d aborted while waiting for rank %d", c->rank_user,
+           mine[pending]->peer_user);
       return ncclInternalError;
     }
     if (spin < 1000) {
@@ -469,16 +464,16 @@ static ncclResult_t connect_wait(hetccl_tctx_t *c, const uint8_t *use, hetccl_ep
     struct timespec ts = {0, 50000};
     nanosleep(&ts, NULL);
     int64_t now = hetccl_shm_now_ns();
-    if (now - start > (int64_t)c->timeout_ms * 1000000LL) {
+    if (now - start > (int64_t)c->args.timeout_ms * 1000000LL) {
       WARN("shm: rank %d waited %d ms for rank %d (pid %d) to map its shared-memory ring",
-           c->rank, c->timeout_ms, pending, mine[pending]->peer_pid);
+           c->rank_user, c->args.timeout_ms, mine[pending]->peer_user, mine[pending]->peer_pid);
       return ncclTimeout;
     }
     if (now - last_check > SHM_LIVENESS_NS) {
       last_check = now;
       hetccl_ep_t *ep = mine[pending];
       if (ep->peer_watch && !peer_alive(ep->peer_pid, ep->peer_start)) {
-        WARN("shm: peer rank %d (pid %d) exited during connect", pending, ep->peer_pid);
+        WARN("shm: peer rank %d (pid %d) exited during connect", ep->peer_user, ep->peer_pid);
         return ncclRemoteError;
       }
     }
@@ -495,14 +490,14 @@ static ncclResult_t shm_connect(hetccl_tctx_t *c, const uint8_t *use, const uint
    * this host has the same answer, so both sides of a pair agree. */
   int cma_knob = hetccl_knob_is_set(HETCCL_KNOB_SHM_CMA)
                      ? (int)hetccl_knob_int(HETCCL_KNOB_SHM_CMA)
-                     : c->oversubscribed;
-  hetccl_ep_t **mine = calloc((size_t)c->nranks, sizeof(*mine));
+                     : c->args.oversubscribed;
+  hetccl_ep_t **mine = calloc((size_t)c->args.nranks, sizeof(*mine));
   if (!mine) {
-    WARN("shm: out of memory connecting %d ranks", c->nranks);
+    WARN("shm: out of memory connecting %d ranks", c->args.nranks);
     return ncclSystemError;
   }
-  for (int p = 0; p < c->nranks; p++) {
-    if (p == c->rank || !use[p]) continue;
+  for (int p = 0; p < c->args.nranks; p++) {
+    if (p == c->args.rank || !use[p]) continue;
     HETCCL_CHECK_GOTO(ep_create(c, p, addrs + (size_t)p * HETCCL_TRANSPORT_ADDR_BYTES,
                                 &localities[p], cma_knob, &mine[p]),
                       res, fail);
@@ -512,19 +507,20 @@ static ncclResult_t shm_connect(hetccl_tctx_t *c, const uint8_t *use, const uint
   if (shm_unlink(c->name) == 0) c->unlinked = 1;
   close(c->fd);
   c->fd = -1;
-  for (int p = 0; p < c->nranks; p++) {
+  for (int p = 0; p < c->args.nranks; p++) {
     hetccl_ep_t *ep = mine[p];
     if (!ep) continue;
     if (cma_knob && atomic_load_explicit(&ep->tx.ctrl->cma_ok, memory_order_relaxed))
       ep->cma_min = ep->tx.chunk / 2;
     INFO(HETCCL_SHM | HETCCL_INIT, "shm: rank %d -> %d connected (%u x %zu byte slots, CMA %s)",
-         c->rank, p, ep->tx.nslots, ep->tx.chunk, ep->cma_min == SIZE_MAX ? "off" : "on");
+         c->rank_user, ep->peer_user, ep->tx.nslots, ep->tx.chunk,
+         ep->cma_min == SIZE_MAX ? "off" : "on");
     eps[p] = ep;
   }
   free(mine);
   return ncclSuccess;
 fail:
-  for (int p = 0; p < c->nranks; p++) shm_ep_close(mine[p]);
+  for (int p = 0; p < c->args.nranks; p++) shm_ep_close(mine[p]);
   free(mine);
   return res;
 }

@@ -97,10 +97,9 @@ typedef struct shm_req_queue {
 } shm_req_queue_t;
 
 struct hetccl_ep {
-  int rank, peer, peer_pid;
-  uint64_t comm_id;
-  hetccl_fail_note_t *peer_note; /* the context's args->peer_note */
-  hetccl_tag_mismatch_t *mismatch; /* the context's args->mismatch */
+  hetccl_transport_args_t args;  /* the context's, copied: the context may go first */
+  int peer, peer_pid;
+  int peer_user;                 /* the peer as the user numbers it, for messages */
   unsigned long long peer_start; /* /proc start time of the peer, 0 = unknown */
   int peer_watch;                /* peer_pid means the peer here (same pid namespace) */
   ncclResult_t failed;           /* sticky: once an endpoint fails it stays failed */

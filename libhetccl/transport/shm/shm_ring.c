@@ -84,7 +84,8 @@ static void tx_place(hetccl_ep_t *ep, int *moved) {
     shm_req_priv_t *pv = shm_req_priv(r);
     if (!pv->started) {
       pv->started = 1;
-      hetccl_frame_fill(&h->frame, ep->comm_id, ep->rank, ep->tx_seq++, r->tag, r->bytes);
+      hetccl_frame_fill(&h->frame, ep->args.comm_id, ep->args.rank, ep->tx_seq++, r->tag,
+                        r->bytes);
       if (r->bytes > ep->cma_min && r->pull_ok) {
         h->kind = SHM_PIECE_RNDV;
         h->len = 0;
@@ -153,7 +154,7 @@ static ncclResult_t rx_cma(hetccl_ep_t *ep, hetccl_req_t *r, int *moved) {
   if (r->consume) {
     if (!ep->bounce && !(ep->bounce = malloc(SHM_BOUNCE_BYTES))) {
       WARN("shm: out of memory for a %u-byte receive buffer (from rank %d)", SHM_BOUNCE_BYTES,
-           ep->peer);
+           ep->peer_user);
       return ncclSystemError;
     }
     n = min_size(n, SHM_BOUNCE_BYTES);
@@ -164,12 +165,12 @@ static ncclResult_t rx_cma(hetccl_ep_t *ep, hetccl_req_t *r, int *moved) {
   ssize_t got = process_vm_readv(ep->peer_pid, &local, 1, &remote, 1, 0);
   if (got < 0 && errno == EINTR) return ncclSuccess;
   if (got < 0 && errno == ESRCH) {
-    WARN("shm: peer rank %d (pid %d) exited", ep->peer, ep->peer_pid);
+    WARN("shm: peer rank %d (pid %d) exited", ep->peer_user, ep->peer_pid);
     return ncclRemoteError;
   }
   if (got <= 0) {
     WARN("shm: process_vm_readv of %zu bytes at offset %zu of rank %d's send buffer (pid %d, "
-         "address 0x%llx): %s", n, r->progress, ep->peer, ep->peer_pid,
+         "address 0x%llx): %s", n, r->progress, ep->peer_user, ep->peer_pid,
          (unsigned long long)pv->src_addr, got < 0 ? strerror(errno) : "read nothing");
     return ncclSystemError;
   }
@@ -191,7 +192,7 @@ static ncclResult_t rx_cma(hetccl_ep_t *ep, hetccl_req_t *r, int *moved) {
 static ncclResult_t rx_corrupt(hetccl_ep_t *ep, const shm_slot_hdr_t *h, const hetccl_req_t *r,
                                const char *why) {
   WARN("shm: corrupt slot from rank %d (kind %u, %u bytes, message %zu of %zu bytes): %s",
-       ep->peer, h->kind, h->len, r->progress, r->bytes, why);
+       ep->peer_user, h->kind, h->len, r->progress, r->bytes, why);
   return ncclSystemError;
 }
 
@@ -215,8 +216,8 @@ static ncclResult_t rx_drain(hetccl_ep_t *ep, int *moved) {
     if (!pv->started) {
       if (h->kind != SHM_PIECE_FIRST && h->kind != SHM_PIECE_RNDV)
         return rx_corrupt(ep, h, r, "a message does not start here");
-      HETCCL_CHECK(hetccl_frame_check(&h->frame, "shm", ep->comm_id, ep->peer, ep->rx_seq,
-                                      r->tag, r->bytes, ep->mismatch));
+      HETCCL_CHECK(hetccl_frame_check(&h->frame, "shm", &ep->args, ep->peer, ep->rx_seq,
+                                      r->tag, r->bytes));
       ep->rx_seq++;
       pv->started = 1;
       if (h->kind == SHM_PIECE_RNDV) {

@@ -96,6 +96,7 @@ typedef struct sock_stream {
 struct hetccl_ep {
   hetccl_tctx_t *ctx;
   int peer;
+  int peer_user; /* the peer as the user numbers it, for messages */
   hetccl_sockaddr_t paddr;
   int nstreams;
   size_t chunk;
@@ -109,6 +110,7 @@ struct hetccl_ep {
 
 struct hetccl_tctx {
   hetccl_transport_args_t args;
+  int rank_user; /* args.rank as the user numbers it, for messages */
   int lfd;
   hetccl_sockaddr_t laddr;
   int nstreams;
@@ -144,14 +146,13 @@ static ncclResult_t ep_io_error(hetccl_ep_t *ep, int s, const char *dir, ssize_t
   if (k == 0 || err == ECONNRESET || err == EPIPE) {
     hetccl_fail_note_t note;
     if (hetccl_note_line_read(ep->note_fd, SOCK_NOTE_WAIT_MS, &note))
-      return ep_fail(ep, hetccl_fail_note_received(&note, "socket", ep->peer,
-                                                   ep->ctx->args.peer_note));
-    WARN("socket: connection to rank %d (%s) closed (stream %d, during %s)", ep->peer,
+      return ep_fail(ep, hetccl_fail_note_received(&note, "socket", ep->peer, &ep->ctx->args));
+    WARN("socket: connection to rank %d (%s) closed (stream %d, during %s)", ep->peer_user,
          ep_addr(ep, a, sizeof(a)), s, dir);
     return ep_fail(ep, ncclRemoteError);
   }
-  WARN("socket: %s on stream %d to rank %d (%s): %s", dir, s, ep->peer, ep_addr(ep, a, sizeof(a)),
-       strerror(err));
+  WARN("socket: %s on stream %d to rank %d (%s): %s", dir, s, ep->peer_user,
+       ep_addr(ep, a, sizeof(a)), strerror(err));
   return ep_fail(ep, ncclSystemError);
 }
 
@@ -239,9 +240,8 @@ static ncclResult_t recv_header(hetccl_ep_t *ep, sock_stream_t *st, hetccl_req_t
   *moved += (size_t)k;
   st->rhdr_off += (size_t)k;
   if (st->rhdr_off < sizeof(st->rhdr)) return ncclSuccess;
-  ncclResult_t res = hetccl_frame_check(&st->rhdr, "socket", ep->ctx->args.comm_id, ep->peer,
-                                        priv_of(r)->seq, r->tag, r->bytes,
-                                        ep->ctx->args.mismatch);
+  ncclResult_t res = hetccl_frame_check(&st->rhdr, "socket", &ep->ctx->args, ep->peer,
+                                        priv_of(r)->seq, r->tag, r->bytes);
   if (res != ncclSuccess) return ep_fail(ep, res);
   priv_of(r)->hdr_ok = 1;
   *ready = 1;
@@ -267,7 +267,7 @@ static ncclResult_t recv_stream(hetccl_ep_t *ep, int s, size_t *moved) {
       if (r->consume) {
         if (st->bounce == NULL && (st->bounce = malloc(ep->chunk)) == NULL) {
           WARN("socket: out of memory for a %zu-byte receive buffer (rank %d)", ep->chunk,
-               ep->peer);
+               ep->peer_user);
           return ep_fail(ep, ncclSystemError);
         }
         dst = st->bounce + st->roff;
@@ -306,7 +306,7 @@ static ncclResult_t recv_stream(hetccl_ep_t *ep, int s, size_t *moved) {
 
 static ncclResult_t req_init(hetccl_ep_t *ep, hetccl_req_t *r, uint64_t seq, const char *what) {
   if (r == NULL || (r->bytes > 0 && r->buf == NULL)) {
-    WARN("socket: %s to rank %d with a NULL request or buffer", what, ep->peer);
+    WARN("socket: %s to rank %d with a NULL request or buffer", what, ep->peer_user);
     return ncclInvalidArgument;
   }
   req_priv_t *p = priv_of(r);
@@ -389,10 +389,12 @@ static ncclResult_t sock_ctx_create(const hetccl_transport_args_t *args, hetccl_
   ncclResult_t res;
   hetccl_tctx_t *ctx = calloc(1, sizeof(*ctx));
   if (ctx == NULL) {
-    WARN("socket: out of memory for a context (rank %d)", args->rank);
+    WARN("socket: out of memory for a context (rank %d)",
+         hetccl_user_rank(args->user_ranks, args->rank));
     return ncclSystemError;
   }
   ctx->args = *args;
+  ctx->rank_user = hetccl_user_rank(args->user_ranks, args->rank);
   ctx->lfd = -1;
   ctx->nstreams = (int)hetccl_knob_int(HETCCL_KNOB_SOCKET_NSTREAMS);
   ctx->chunk = (size_t)hetccl_knob_int(HETCCL_KNOB_SOCKET_CHUNK) & ~(size_t)63;
@@ -428,7 +430,7 @@ static void sock_ep_close(hetccl_ep_t *ep) {
 /* Leave the note on the note line, then close as ep_close does. */
 static void sock_ep_fail(hetccl_ep_t *ep, const hetccl_fail_note_t *why) {
   if (ep == NULL) return;
-  hetccl_note_line_send(ep->note_fd, why, "socket", ep->peer);
+  hetccl_note_line_send(ep->note_fd, why, "socket", ep->peer_user);
   sock_ep_close(ep);
 }
 
@@ -441,20 +443,22 @@ static void sock_ctx_destroy(hetccl_tctx_t *ctx) {
 static ncclResult_t ep_new(hetccl_tctx_t *ctx, int peer, const uint8_t *addrs, hetccl_ep_t **out) {
   addr_blob_t b;
   memcpy(&b, addrs + (size_t)peer * HETCCL_TRANSPORT_ADDR_BYTES, sizeof(b));
+  int peer_user = hetccl_user_rank(ctx->args.user_ranks, peer);
   hetccl_ep_t *ep = calloc(1, sizeof(*ep));
   if (ep == NULL || (ep->st = calloc(ctx->nstreams, sizeof(sock_stream_t))) == NULL) {
     free(ep);
-    WARN("socket: out of memory for the endpoint to rank %d", peer);
+    WARN("socket: out of memory for the endpoint to rank %d", peer_user);
     return ncclSystemError;
   }
   ep->ctx = ctx;
   ep->peer = peer;
+  ep->peer_user = peer_user;
   ep->nstreams = ctx->nstreams;
   ep->chunk = ctx->chunk;
   ep->note_fd = -1;
   for (int s = 0; s < ep->nstreams; s++) ep->st[s].fd = -1;
   if (b.magic != SOCK_ADDR_MAGIC || hetccl_net_addr_from_wire(&b.addr, &ep->paddr) != ncclSuccess) {
-    WARN("socket: rank %d published a malformed address blob", peer);
+    WARN("socket: rank %d published a malformed address blob", peer_user);
     sock_ep_close(ep);
     return ncclInvalidArgument;
   }
@@ -493,12 +497,14 @@ static long hs_on_header(void *arg, const void *hdr, const hetccl_sockaddr_t *fr
   const char *why = hetccl_hello_refusal(&h.id, SOCK_HS_MAGIC, &ctx->args, ctx->use);
   if (!why && (h.nstreams != ctx->nstreams || h.stream < 0 || h.stream > ctx->nstreams)) {
     WARN("socket: rank %d connects with %d streams, rank %d uses %d (HETCCL_SOCKET_NSTREAMS "
-         "differs between ranks)", h.id.rank, h.nstreams, ctx->args.rank, ctx->nstreams);
+         "differs between ranks)", ctx->eps[h.id.rank]->peer_user, h.nstreams,
+         ctx->rank_user, ctx->nstreams);
     return -1;
   }
   if (!why && *stream_fd(ctx->eps[h.id.rank], h.stream) >= 0) why = "duplicate stream";
   if (why) {
-    INFO(HETCCL_NET, "socket rank %d: dropping connection from %s: %s", ctx->args.rank,
+    INFO(HETCCL_NET, "socket rank %d: dropping connection from %s: %s",
+         ctx->rank_user,
          hetccl_net_addr_str(from, a, sizeof(a)), why);
     return -1;
   }
@@ -528,8 +534,9 @@ static int hs_done(void *arg) {
 
 static ncclResult_t connect_peer(hetccl_tctx_t *ctx, hetccl_ep_t *ep, int64_t deadline) {
   char a[HETCCL_NET_ADDR_STRLEN], what[160];
-  snprintf(what, sizeof(what), "socket rank %d: connection to rank %d (%s)", ctx->args.rank,
-           ep->peer, ep_addr(ep, a, sizeof(a)));
+  snprintf(what, sizeof(what), "socket rank %d: connection to rank %d (%s)",
+           ctx->rank_user, ep->peer_user,
+           ep_addr(ep, a, sizeof(a)));
   for (int s = 0; s <= ep->nstreams; s++) { /* the data streams, then the note line */
     int *fd = stream_fd(ep, s);
     HETCCL_CHECK(hetccl_net_connect(&ep->paddr, deadline, ctx->args.abort_flag, what, fd));
@@ -563,7 +570,8 @@ static ncclResult_t sock_connect(hetccl_tctx_t *ctx, const uint8_t *use, const u
   if (ctx->expected > 0) {
     char a[HETCCL_NET_ADDR_STRLEN], what[160];
     snprintf(what, sizeof(what), "socket rank %d (%s): waiting for %d connections from lower ranks",
-             me, hetccl_net_addr_str(&ctx->laddr, a, sizeof(a)), ctx->expected);
+             ctx->rank_user,
+             hetccl_net_addr_str(&ctx->laddr, a, sizeof(a)), ctx->expected);
     hetccl_net_hello_ops_t ops = {.hdr_bytes = sizeof(handshake_t), .max_payload = 0,
                                   .on_header = hs_on_header, .on_frame = hs_on_frame,
                                   .done = hs_done};
@@ -575,8 +583,8 @@ static ncclResult_t sock_connect(hetccl_tctx_t *ctx, const uint8_t *use, const u
   /* Every expected stream is in: nobody else may connect (connect runs
    * once per context), so the port closes now, not at ctx_destroy. */
   hetccl_net_close(&ctx->lfd);
-  INFO(HETCCL_NET, "socket rank %d: connected (%d streams per peer, chunk %zu)", me,
-       ctx->nstreams, ctx->chunk);
+  INFO(HETCCL_NET, "socket rank %d: connected (%d streams per peer, chunk %zu)",
+       ctx->rank_user, ctx->nstreams, ctx->chunk);
   return ncclSuccess;
 fail:
   ctx->use = NULL;
