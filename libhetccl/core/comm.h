@@ -38,6 +38,8 @@ typedef struct hetccl_peer_info {
   char bus_id[32];
   int32_t vendor_version;  /* NCCL/RCCL version this rank can load, 0 = none */
   int32_t island;          /* forced island id (HETCCL_ISLANDS) or -1 */
+  int32_t user_rank;       /* how the user numbers this rank (internal communicators:
+                              its rank in the communicator they serve) */
   int32_t blocking;        /* config.blocking, to detect disagreement */
   int32_t stages;          /* may pass device buffers to an engine communicator */
   char vendor_err[160];    /* why a GPU rank could not load its vendor library */
@@ -91,6 +93,12 @@ struct ncclComm {
    * leader its own. */
   int island_forced;
   int32_t island_force_id;
+  /* How the user numbers this communicator's ranks, for messages: NULL
+   * where it is the user's own; for an internal one (island, leaders), the
+   * ranks they have in the communicator it serves. Handed to the
+   * transports and the engine; owned here. */
+  int32_t self_user_rank;
+  int32_t *user_ranks;
 
   hetccl_user_redop_t redops[HETCCL_MAX_USER_REDOPS];
 

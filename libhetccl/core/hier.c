@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "core/dispatch.h"
+#include "core/enqueue.h"
 #include "core/group.h"
 #include "core/init.h"
 #include "core/proxy.h"
@@ -106,44 +107,6 @@ void hetccl_hier_release(ncclComm_t comm, int abort) {
   }
 }
 
-/* This communicator's ranks that make up its island (leaders 0) or
- * leaders (1) communicator, in that communicator's rank order. */
-static int members(ncclComm_t comm, int leaders, int *out, int max) {
-  int mine = island_leader(comm, comm->rank), k = 0;
-  for (int r = 0; r < comm->nranks && k < max; r++) {
-    int in = leaders ? island_leader(comm, r) == r : island_leader(comm, r) == mine;
-    if (in) out[k++] = r;
-  }
-  return k;
-}
-
-/* The marker that starts a message this function already wrote (relayed
- * in a note from another rank): its rank numbers are this communicator's. */
-#define HIER_MARK "hierarchical AllReduce failed"
-
-void hetccl_hier_translate(ncclComm_t comm, int leaders, const char *in, char *out, size_t len) {
-  int map[256];
-  int n = members(comm, leaders, map, 256);
-  const char *stop = strstr(in, HIER_MARK);
-  size_t o = 0;
-  for (const char *p = in; *p && o + 1 < len;) {
-    int word = p == in || p[-1] == ' ' || p[-1] == '(';
-    if (!stop || p < stop) {
-      if (word && !strncmp(p, "rank ", 5) && p[5] >= '0' && p[5] <= '9') {
-        char *end;
-        long k = strtol(p + 5, &end, 10);
-        if (k >= 0 && k < n) {
-          o += (size_t)snprintf(out + o, len - o, "rank %d", map[k]);
-          p = end;
-          continue;
-        }
-      }
-    }
-    out[o++] = *p++;
-  }
-  out[o < len ? o : len - 1] = '\0';
-}
-
 /* A phase failed here: fail the engines of the sibling communicators too
  * (and the parent's), on their proxies, so that ranks waiting on this one
  * in another phase learn it now, with `why`, instead of at HETCCL_TIMEOUT.
@@ -218,12 +181,13 @@ ncclResult_t hetccl_hier_run(ncclComm_t comm, const hetccl_op_t *op) {
     res = phase(island, op, HETCCL_OP_Broadcast, op->recvbuf, op->recvbuf, 0);
   }
   if (res != ncclSuccess && res != ncclInProgress) {
-    /* The phase logged its cause; the caller's message says where it ran,
-     * with the ranks as this communicator numbers them. */
-    char cause[HETCCL_ERRMSG_BYTES - 128], msg[HETCCL_ERRMSG_BYTES];
-    hetccl_hier_translate(comm, in_leaders, hetccl_last_error(), cause, sizeof(cause));
-    snprintf(msg, sizeof(msg), "%s: rank %d: %s %s: %s", op->fn, comm->rank, HIER_MARK,
-             in_leaders ? "across the islands' leaders" : "inside its island", cause);
+    /* The phase logged its cause, naming ranks as this communicator does
+     * (its engine and transports have the map); the message returned here
+     * adds where it ran, and goes to the siblings as why. */
+    char msg[HETCCL_ERRMSG_BYTES];
+    snprintf(msg, sizeof(msg), "%s: rank %d: hierarchical %s failed %s: %.900s", op->fn,
+             comm->rank, hetccl_func_name(hetccl_op_func(op->kind)),
+             in_leaders ? "across the islands' leaders" : "inside its island", hetccl_last_error());
     hetccl_last_error_set(msg);
     hetccl_comm_set_error(comm, res);
     if (!__atomic_load_n(&comm->abort_flag, __ATOMIC_ACQUIRE)) /* abort tears them down */

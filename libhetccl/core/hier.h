@@ -56,11 +56,6 @@ void hetccl_hier_finalize(ncclComm_t comm);
 void hetccl_hier_set_abort(ncclComm_t comm);
 void hetccl_hier_release(ncclComm_t comm, int abort);
 
-/* A message of the island (leaders 0) or leaders (1) communicator, its
- * "rank N" turned into this communicator's numbers up to where it relays
- * a message of this kind from another rank (already in these numbers). */
-void hetccl_hier_translate(ncclComm_t comm, int leaders, const char *in, char *out, size_t len);
-
 /* A phase failed on this rank with `why`: fail the engines of its island,
  * leaders and own communicators, so that their peers learn it promptly. */
 void hetccl_hier_fail(ncclComm_t comm, ncclResult_t res, const char *why);

@@ -156,6 +156,7 @@ static void comm_release(ncclComm_t comm) {
   hetccl_engine_destroy(comm->engine);
   hetccl_bootstrap_destroy(comm->bs);
   free(comm->peers);
+  free(comm->user_ranks);
   pthread_mutex_destroy(&comm->lock);
   free(comm);
 }
@@ -208,6 +209,7 @@ static ncclResult_t fill_info(ncclComm_t comm, hetccl_peer_info_t *me) {
   me->dev_kind = comm->dev_kind;
   me->dev = comm->dev;
   me->blocking = comm->blocking;
+  me->user_rank = comm->island_forced ? comm->self_user_rank : comm->rank;
   me->stages = comm->ptr_kind != HETCCL_DEV_HOST;
   if (comm->dev_kind != HETCCL_DEV_HOST) {
     const hetccl_runtime_t *rt = hetccl_runtime_get(comm->dev_kind);
@@ -361,7 +363,8 @@ static ncclResult_t init_engine(ncclComm_t comm, uint64_t comm_id, uint64_t secr
       .timeout_ms = (int)hetccl_knob_int(HETCCL_KNOB_CONNECT_TIMEOUT) * 1000,
       .abort_flag = &comm->abort_flag,
       .ifname = hetccl_knob_str(HETCCL_KNOB_SOCKET_IFNAME), .peer_note = &comm->peer_note,
-      .mismatch = &comm->mismatch, .oversubscribed = oversubscribed};
+      .mismatch = &comm->mismatch, .oversubscribed = oversubscribed,
+      .user_ranks = comm->user_ranks};
   for (int t = 0; t < HETCCL_TRANSPORT_COUNT; t++) {
     if (!used[t]) continue;
     HETCCL_CHECK_GOTO(hetccl_transport_get(t)->ctx_create(&args, &ctx[t],
@@ -392,7 +395,7 @@ static ncclResult_t init_engine(ncclComm_t comm, uint64_t comm_id, uint64_t secr
       .timeout_ms = (int)hetccl_knob_int(HETCCL_KNOB_TIMEOUT) * 1000, .spin = spin,
       .abort_flag = &comm->abort_flag, .comm_error = &comm->error, .ctxs = ctx,
       .peer_note = &comm->peer_note, .mismatch = &comm->mismatch,
-      .describe_tag = hetccl_comm_tag_describe};
+      .describe_tag = hetccl_comm_tag_describe, .user_ranks = comm->user_ranks};
   HETCCL_CHECK_GOTO(hetccl_engine_create(&eargs, &comm->engine), res, out);
   int stages = (int)hetccl_knob_int(HETCCL_KNOB_STAGE_PIECE_HOST);
   for (int p = 0; p < n; p++) stages |= comm->peers[p].stages;
@@ -408,6 +411,18 @@ out:
     if (ctx[t]) hetccl_transport_get(t)->ctx_destroy(ctx[t]);
   free(use); free(addrs); free(mine); free(taddrs); free(loc); free(eps); free(teps); free(tps);
   return res;
+}
+
+/* An internal communicator names its ranks in messages as the user does:
+ * by their ranks in the communicator it serves. */
+static ncclResult_t user_ranks_from_peers(ncclComm_t comm) {
+  comm->user_ranks = malloc((size_t)comm->nranks * sizeof(*comm->user_ranks));
+  if (!comm->user_ranks) {
+    WARN("ncclCommInitRank: out of memory for %d ranks", comm->nranks);
+    return ncclSystemError;
+  }
+  for (int r = 0; r < comm->nranks; r++) comm->user_ranks[r] = comm->peers[r].user_rank;
+  return ncclSuccess;
 }
 
 ncclResult_t hetccl_comm_init(ncclComm_t comm, const ncclUniqueId *id) {
@@ -431,6 +446,7 @@ ncclResult_t hetccl_comm_init(ncclComm_t comm, const ncclUniqueId *id) {
       return ncclInternalError;
     }
   }
+  if (comm->island_forced) HETCCL_CHECK(user_ranks_from_peers(comm));
   if (is_homogeneous(comm->peers, n)) {
     HETCCL_CHECK(init_vendor(comm));
     /* The vendor has its own bootstrap from here on. */
@@ -568,6 +584,7 @@ static ncclResult_t join_new_as(ncclComm_t parent, int newrank, int newn, const 
   HETCCL_CHECK(hetccl_comm_create(newn, newrank, config ? config : &parent->config, &comm));
   comm->island_forced = forced;
   comm->island_force_id = island;
+  comm->self_user_rank = parent->user_ranks ? parent->user_ranks[parent->rank] : parent->rank;
   ncclResult_t res = hetccl_comm_init(comm, id);
   if (res != ncclSuccess) {
     hetccl_comm_unregister(comm);
