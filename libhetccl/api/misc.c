@@ -148,7 +148,7 @@ HETCCL_EXPORT ncclResult_t hetcclKnobInfo(int index, const char **name, const ch
   }
   const hetccl_knob_desc_t *d = hetccl_knob_desc((hetccl_knob_t)index);
   if (name) *name = d->env;
-  if (type) *type = d->type == HETCCL_KNOB_INT ? "int" : "str";
+  if (type) *type = d->type_name; /* "int", "str", "enum:auto|shm|..." */
   if (defaultValue) *defaultValue = d->def;
   if (value) {
     static __thread char buf[32];

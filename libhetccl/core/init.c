@@ -293,11 +293,21 @@ static ncclResult_t init_vendor(ncclComm_t comm) {
   return ncclSuccess;
 }
 
+/* HETCCL_TRANSPORT: the transport it names, HETCCL_TRANSPORT_COUNT for
+ * auto (the knob table allows no other word). */
+static hetccl_transport_id_t transport_forced(void) {
+  const char *s = hetccl_knob_str(HETCCL_KNOB_TRANSPORT);
+#define TRANSPORT_MATCH(name, sym)                                             \
+  if (!strcmp(s, #name)) return HETCCL_TRANSPORT_##name;
+  HETCCL_TRANSPORTS(TRANSPORT_MATCH)
+#undef TRANSPORT_MATCH
+  return HETCCL_TRANSPORT_COUNT;
+}
+
 static hetccl_transport_id_t pair_transport(const hetccl_peer_info_t *a,
-                                            const hetccl_peer_info_t *b, const char *choice) {
-  if (!strcmp(choice, "socket")) return HETCCL_TRANSPORT_socket;
-  if (!strcmp(choice, "shm")) return HETCCL_TRANSPORT_shm;
-  if (!strcmp(choice, "ib")) return HETCCL_TRANSPORT_ib;
+                                            const hetccl_peer_info_t *b,
+                                            hetccl_transport_id_t forced) {
+  if (forced != HETCCL_TRANSPORT_COUNT) return forced;
   if (a->host_hash == b->host_hash) return HETCCL_TRANSPORT_shm;
   /* Opt-in: every rank must have an active verbs device (ib's ctx_create
    * fails, naming what it found, where one has none). */
@@ -307,12 +317,7 @@ static hetccl_transport_id_t pair_transport(const hetccl_peer_info_t *a,
 static ncclResult_t init_engine(ncclComm_t comm, uint64_t comm_id, uint64_t secret) {
   int n = comm->nranks, me = comm->rank;
   ncclResult_t res = ncclSuccess;
-  const char *choice = hetccl_knob_str(HETCCL_KNOB_TRANSPORT);
-  if (strcmp(choice, "auto") && strcmp(choice, "shm") && strcmp(choice, "socket") &&
-      strcmp(choice, "ib")) {
-    WARN("HETCCL_TRANSPORT=%s: expected auto, shm, socket or ib", choice);
-    return ncclInvalidArgument;
-  }
+  hetccl_transport_id_t forced = transport_forced();
   uint8_t *use = calloc((size_t)HETCCL_TRANSPORT_COUNT * n, 1);
   uint8_t *addrs = calloc((size_t)n * HETCCL_TRANSPORT_COUNT, HETCCL_TRANSPORT_ADDR_BYTES);
   uint8_t *mine = calloc(HETCCL_TRANSPORT_COUNT, HETCCL_TRANSPORT_ADDR_BYTES);
@@ -334,7 +339,7 @@ static ncclResult_t init_engine(ncclComm_t comm, uint64_t comm_id, uint64_t secr
   }
   for (int p = 0; p < n; p++) {
     if (p == me) continue;
-    hetccl_transport_id_t t = pair_transport(&comm->peers[me], &comm->peers[p], choice);
+    hetccl_transport_id_t t = pair_transport(&comm->peers[me], &comm->peers[p], forced);
     const hetccl_transport_t *tp = hetccl_transport_get(t);
     if (!tp) { /* the registry logged which slot is missing */
       res = ncclInternalError;
@@ -400,7 +405,8 @@ static ncclResult_t init_engine(ncclComm_t comm, uint64_t comm_id, uint64_t secr
   /* The engine owns endpoints and contexts now. */
   memset(eps, 0, n * sizeof(*eps));
   memset(ctx, 0, sizeof(ctx));
-  INFO(HETCCL_INIT, "rank %d of %d: engine ready (transport %s)", me, n, choice);
+  INFO(HETCCL_INIT, "rank %d of %d: engine ready (transport %s)", me, n,
+       hetccl_knob_str(HETCCL_KNOB_TRANSPORT));
 out:
   for (int p = 0; p < n && eps; p++)
     if (eps[p]) tps[p]->ep_close(eps[p]);

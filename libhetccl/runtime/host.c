@@ -33,7 +33,6 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
 #include <unistd.h>
 
 #include "runtime/runtime.h"
@@ -152,15 +151,11 @@ static const hetccl_dev_kind_t auto_kinds[] = {HETCCL_DEV_CUDA, HETCCL_DEV_HIP};
 static hetccl_dev_kind_t detected = HETCCL_DEV_COUNT; /* cached positive answer */
 
 hetccl_dev_kind_t hetccl_runtime_detect(void) {
+  /* The knob table spells the value as kind_names do, and allows no word
+   * but auto and those (a bad one fails comm init there; here it is auto). */
   const char *want = hetccl_knob_str(HETCCL_KNOB_DEVICE);
   for (int k = 0; k < HETCCL_DEV_COUNT; k++)
-    if (want[0] && strcasecmp(want, kind_names[k]) == 0 && hetccl_runtime_get(k))
-      return (hetccl_dev_kind_t)k;
-  if (want[0] && strcasecmp(want, "auto") != 0) {
-    static int warned;
-    if (!__atomic_exchange_n(&warned, 1, __ATOMIC_RELAXED))
-      WARN("HETCCL_DEVICE=%s is not one of auto, host, cuda, hip; using auto", want);
-  }
+    if (strcmp(want, kind_names[k]) == 0) return (hetccl_dev_kind_t)k;
   hetccl_dev_kind_t k = __atomic_load_n(&detected, __ATOMIC_ACQUIRE);
   if (k != HETCCL_DEV_COUNT) return k;
   for (size_t i = 0; i < sizeof(auto_kinds) / sizeof(auto_kinds[0]); i++) {

@@ -49,6 +49,8 @@ static const char *knob_either(hetccl_knob_t ours, hetccl_knob_t nccls) {
   return v[0] ? v : hetccl_knob_str(nccls);
 }
 
+/* The knob table allows only these words (any case, as NCCL reads them);
+ * a bad one fails comm init there, and logs nothing here. */
 static int parse_level(const char *s) {
   for (int l = HETCCL_LOG_VERSION; l <= HETCCL_LOG_TRACE; l++)
     if (strcasecmp(s, level_names[l]) == 0) return l;

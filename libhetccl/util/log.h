@@ -1,6 +1,6 @@
 /* Logging with levels and subsystem bits, silent by default.
  *
- * Level from HETCCL_DEBUG, else NCCL_DEBUG (VERSION, WARN, INFO, TRACE);
+ * Level from HETCCL_DEBUG, else NCCL_DEBUG (VERSION, WARN, INFO, ABORT, TRACE);
  * subsystems from HETCCL_DEBUG_SUBSYS, else NCCL_DEBUG_SUBSYS (comma list,
  * ^ to negate, ALL); output to HETCCL_DEBUG_FILE / NCCL_DEBUG_FILE (%h host,
  * %p pid) or stderr.
