@@ -201,8 +201,7 @@ HETCCL_EXPORT const char *hetcclCommBackend(ncclComm_t comm) {
   if (comm->vendor) return comm->vendor->backend;
   if (comm->hier) { /* what serves the inside of this rank's island */
     const hetccl_vendor_t *v = comm->island ? comm->island->vendor : NULL;
-    if (!v) return "hierarchical:engine";
-    return strcmp(v->name, "rccl") ? "hierarchical:nccl" : "hierarchical:rccl";
+    return v ? v->hier_backend : "hierarchical:engine";
   }
   return comm->engine ? "engine" : "initializing";
 }

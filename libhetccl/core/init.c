@@ -81,12 +81,20 @@ static ncclResult_t forced_island(int rank, int nranks, int *island) {
   return ncclSuccess;
 }
 
+/* The device-kind table's vendor column (runtime/runtime.h) as vendor ids;
+ * NONE, a kind no vendor library serves, reads as HETCCL_VENDOR_COUNT. */
+#define HETCCL_VENDOR_NONE HETCCL_VENDOR_COUNT
+static const hetccl_vendor_id_t kind_vendor[HETCCL_DEV_COUNT] = {
+#define KIND_VENDOR(id, name, vendor) [HETCCL_DEV_##id] = HETCCL_VENDOR_##vendor,
+    HETCCL_DEVICE_KINDS(KIND_VENDOR)
+#undef KIND_VENDOR
+};
+#undef HETCCL_VENDOR_NONE
+
 int hetccl_dev_vendor(hetccl_dev_kind_t kind, hetccl_vendor_id_t *id) {
-  switch (kind) {
-  case HETCCL_DEV_CUDA: *id = HETCCL_VENDOR_NCCL; return 1;
-  case HETCCL_DEV_HIP: *id = HETCCL_VENDOR_RCCL; return 1;
-  default: return 0;
-  }
+  if ((unsigned)kind >= HETCCL_DEV_COUNT || kind_vendor[kind] == HETCCL_VENDOR_COUNT) return 0;
+  *id = kind_vendor[kind];
+  return 1;
 }
 
 /* GPU kinds, in the order the rules below ask them. */
