@@ -187,13 +187,13 @@ ncclResult_t hetccl_comm_create(int nranks, int rank, const ncclConfig_t *config
   comm->ptr_kind = comm->dev_kind;
   if (comm->ptr_kind == HETCCL_DEV_HOST) comm->ptr_kind = host_pointer_kind();
   if (comm->dev_kind != HETCCL_DEV_HOST) {
+    /* The runtime (or the registry, for a missing table) WARNed the cause
+     * (a library missing, no device); this adds where, not a second line. */
     const hetccl_runtime_t *rt = hetccl_runtime_get(comm->dev_kind);
-    char busid[32];
-    if (!rt || rt->current_device(&comm->dev, busid, sizeof(busid)) != ncclSuccess) {
-      /* the runtime's WARN said why (a library missing, no device): keep it */
-      WARN("ncclCommInitRank: cannot read the current %s device: %s",
-           hetccl_dev_kind_name(comm->dev_kind), hetccl_last_error());
-      res = ncclUnhandledCudaError;
+    res = rt ? rt->current_device(&comm->dev, NULL, 0) : ncclInternalError;
+    if (res != ncclSuccess) {
+      hetccl_last_error_prefix("ncclCommInitRank: cannot read the current %s device",
+                               hetccl_dev_kind_name(comm->dev_kind));
       goto fail;
     }
   }
@@ -218,9 +218,16 @@ static ncclResult_t fill_info(ncclComm_t comm, hetccl_peer_info_t *me) {
   me->blocking = comm->blocking;
   me->stages = comm->ptr_kind != HETCCL_DEV_HOST;
   if (comm->dev_kind != HETCCL_DEV_HOST) {
+    /* Peers tell devices apart by bus id: never publish an empty one. */
     const hetccl_runtime_t *rt = hetccl_runtime_get(comm->dev_kind);
-    int dev;
-    if (rt) rt->current_device(&dev, me->bus_id, sizeof(me->bus_id));
+    int dev = -1;
+    ncclResult_t res = rt ? rt->current_device(&dev, me->bus_id, sizeof(me->bus_id))
+                          : ncclInternalError;
+    if (res != ncclSuccess) {
+      hetccl_last_error_prefix("rank %d: cannot read the bus id of its %s device %d", comm->rank,
+                               hetccl_dev_kind_name(comm->dev_kind), comm->dev);
+      return res;
+    }
     hetccl_vendor_id_t vid;
     if (hetccl_dev_vendor(comm->dev_kind, &vid) && hetccl_knob_int(HETCCL_KNOB_VENDOR)) {
       const hetccl_vendor_t *v = NULL;

@@ -211,3 +211,14 @@ void hetccl_last_error_clear(void) { last_error[0] = '\0'; }
 void hetccl_last_error_set(const char *msg) {
   snprintf(last_error, sizeof(last_error), "%s", msg ? msg : "");
 }
+
+void hetccl_last_error_prefix(const char *fmt, ...) {
+  char context[LAST_ERROR_BYTES], joined[2 * LAST_ERROR_BYTES + 2];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(context, sizeof(context), fmt, ap);
+  va_end(ap);
+  snprintf(joined, sizeof(joined), "%s%s%s", context, last_error[0] ? ": " : "", last_error);
+  /* Too long: the cause loses its tail, the context stays whole. */
+  snprintf(last_error, sizeof(last_error), "%.*s", (int)sizeof(last_error) - 1, joined);
+}
