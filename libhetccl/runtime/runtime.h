@@ -57,7 +57,7 @@ typedef enum { HETCCL_MEM_HOST = 0, HETCCL_MEM_DEVICE, HETCCL_MEM_MANAGED } hetc
  * Unless a slot says otherwise: any thread may call it (as the vendor
  * runtime allows), it blocks the caller only for as long as the vendor call
  * does, `stream` is a stream of this runtime (cudaStream_t, hipStream_t;
- * NULL: the legacy default stream), outputs are written only on success,
+ * NULL: the legacy default stream), outputs mean something only on success,
  * and a failure is WARNed here, once, with the vendor call and its error
  * (ncclUnhandledCudaError; ncclSystemError for the host), so that callers
  * pass the result on without logging again. A slot the runtime lacks is a

@@ -21,7 +21,7 @@ typedef enum { KNOB_OK, KNOB_NOT_INTEGER, KNOB_OUT_OF_RANGE, KNOB_NOT_ALLOWED } 
 typedef struct {
   const char *value; /* copy of the environment's text (ENUM: the table's
                       * spelling); NULL when unset or "" */
-  int64_t ival;      /* INT: the value; ENUM: the word's index; the default's when bad */
+  int64_t ival;      /* INT knobs: the value, or the default when bad */
   int status;        /* knob_status_t */
 } knob_state_t;
 
@@ -86,20 +86,18 @@ static knob_status_t check_int(const hetccl_knob_desc_t *d, const char *text, in
 /* Longest word of an ENUM knob's list. */
 #define KNOB_WORD_BYTES 32
 
-/* The index of text among d's words, its spelling there into word; -1 when
- * it is none of them. */
+/* Is text one of d's words? 1 and its spelling there into word, else 0. */
 static int enum_find(const hetccl_knob_desc_t *d, const char *text, char word[KNOB_WORD_BYTES]) {
-  const char *w = d->values;
-  for (int i = 0;; i++) {
+  for (const char *w = d->values;; w++) {
     size_t len = strcspn(w, "|");
     if (len == strlen(text) && len < KNOB_WORD_BYTES &&
         (d->nocase ? strncasecmp(w, text, len) : strncmp(w, text, len)) == 0) {
       memcpy(word, w, len);
       word[len] = '\0';
-      return i;
+      return 1;
     }
-    if (w[len] == '\0') return -1;
-    w += len + 1;
+    w += len;
+    if (*w == '\0') return 0;
   }
 }
 
@@ -116,17 +114,15 @@ static const char *keep_text(const char *env, const char *current) {
   return t->text;
 }
 
-/* Check text against d. INT and ENUM knobs set *ival; *spelled is the
- * text to keep: an ENUM knob's word as the table spells it (copied into
- * word), else text itself. */
+/* Check text against d. INT knobs set *ival; *spelled is the text to
+ * keep: an ENUM knob's word as the table spells it (copied into word),
+ * else text itself. */
 static knob_status_t check_value(const hetccl_knob_desc_t *d, const char *text, int64_t *ival,
                                  char word[KNOB_WORD_BYTES], const char **spelled) {
   *spelled = text;
   if (d->type == HETCCL_KNOB_INT) return check_int(d, text, ival);
   if (d->type != HETCCL_KNOB_ENUM) return KNOB_OK;
-  int idx = enum_find(d, text, word);
-  if (idx < 0) return KNOB_NOT_ALLOWED;
-  *ival = idx;
+  if (!enum_find(d, text, word)) return KNOB_NOT_ALLOWED;
   *spelled = word;
   return KNOB_OK;
 }
@@ -155,8 +151,8 @@ static void knobs_load(void) {
     const hetccl_knob_desc_t *d = &knob_table[i];
     char word[KNOB_WORD_BYTES];
     const char *spelled;
-    knob_default[i] = d->type == HETCCL_KNOB_ENUM ? -1 : 0; /* -1: ENUM default "" */
-    if (d->def[0] == '\0' && d->type != HETCCL_KNOB_INT) continue;
+    knob_default[i] = 0;
+    if (d->def[0] == '\0' && d->type != HETCCL_KNOB_INT) continue; /* "" = unset */
     if (check_value(d, d->def, &knob_default[i], word, &spelled) != KNOB_OK &&
         defaults_bad < 0)
       defaults_bad = i;
@@ -181,12 +177,6 @@ const char *hetccl_knob_str(hetccl_knob_t id) {
   knobs_ensure();
   const char *v = __atomic_load_n(&knob_state[id].value, __ATOMIC_ACQUIRE);
   return v ? v : knob_table[id].def;
-}
-
-int hetccl_knob_enum(hetccl_knob_t id) {
-  if ((unsigned)id >= HETCCL_KNOB_COUNT || knob_table[id].type != HETCCL_KNOB_ENUM) return -1;
-  knobs_ensure();
-  return (int)__atomic_load_n(&knob_state[id].ival, __ATOMIC_RELAXED);
 }
 
 int hetccl_knob_is_set(hetccl_knob_t id) {

@@ -130,11 +130,10 @@ const hetccl_knob_desc_t *hetccl_knob_desc(hetccl_knob_t id);
 /* Value of an INT knob (the default when unset or malformed). */
 int64_t hetccl_knob_int(hetccl_knob_t id);
 /* Value of a STR or ENUM knob; never NULL ("" when unset). An ENUM knob's
- * value is spelled as in the table (a bad value: the text as given). */
+ * value is spelled as in the table, whatever the case it was given in, so
+ * callers compare it with strcmp against the words they know (a bad value,
+ * which fails hetccl_knobs_check, is the text as given). */
 const char *hetccl_knob_str(hetccl_knob_t id);
-/* Index in the table's word list of an ENUM knob's value (the default's
- * when unset or not allowed); -1 when that is "" or id is no ENUM knob. */
-int hetccl_knob_enum(hetccl_knob_t id);
 /* Was the variable set in the environment? */
 int hetccl_knob_is_set(hetccl_knob_t id);
 
