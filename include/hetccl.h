@@ -18,7 +18,9 @@ const char *hetcclVersionString(void);
 
 /* The knob table (environment variables hetccl reads), for `hetccl info`.
  * index in [0, hetcclKnobCount()); every out pointer may be NULL; the
- * strings are static. `value` is the effective value ("" when unset). */
+ * strings are static. `value` is the effective value ("" when unset).
+ * `type` is "int", "str", or "enum:" followed by the allowed words
+ * separated by '|' ("enum:auto|shm|socket|ib"). */
 int hetcclKnobCount(void);
 ncclResult_t hetcclKnobInfo(int index, const char **name, const char **type,
                             const char **defaultValue, const char **value,

@@ -59,7 +59,10 @@ def test_info(hetccl_library: Path) -> None:
     names = _knob_names()
     assert len(names) >= 20
     for name in names:
-        assert re.search(rf"^  {name}\s+(int|str)\s+default=", out, re.M), name
+        assert re.search(rf"^  {name}\s+(int|str|enum)\s+default=", out, re.M), name
+    # An ENUM knob lists its words on the line below its own.
+    assert re.search(r"^  HETCCL_TRANSPORT\s+enum\s+default='auto'.*\n\s+one of: auto, shm, "
+                     r"socket, ib$", out, re.M), out
     assert f"knobs: {len(names)} " in out
 
 

@@ -10,7 +10,11 @@ argument does not break it.
 
 from __future__ import annotations
 
+import os
 import pickle
+import subprocess
+import sys
+from pathlib import Path
 from typing import Callable, Dict, Optional, Tuple
 
 import numpy as np
@@ -293,3 +297,44 @@ def test_last_error_follows_the_last_call() -> None:
     assert got["register"] == "4" and "ncclCommRegister" in got["after register"], got
     assert "ncclAllReduce" not in got["after register"], got
     assert got["count"] == "0" and got["after count"] == "", got
+
+
+CUDA_INIT_SCRIPT = """
+from hetccl import nccl
+from hetccl.errors import NcclError, last_error
+from hetccl.nccl import NcclCommunicator
+try:
+    NcclCommunicator(1, nccl.get_unique_id(), 0).destroy()
+    print("RESULT ok")
+except NcclError as e:
+    print("RESULT", e.name)
+    print("LAST", last_error())
+"""
+
+
+@pytest.mark.timeout(TIMEOUT)
+def test_one_warn_per_failure(tmp_path: Path) -> None:
+    """HETCCL_DEVICE=cuda where CUDA cannot run: the failure is WARNed once,
+    by the runtime that met it; comm init adds where it happened to the
+    message (ncclGetLastError), not a second WARN line."""
+    from hetccl.cli import runtimes
+
+    if any(name == "cuda" and ok for name, ok, _ in runtimes()):
+        pytest.skip("CUDA works here")
+    log = tmp_path / "warn.log"
+    env = {**os.environ, "HETCCL_DEVICE": "cuda", "NCCL_DEBUG": "WARN",
+           "NCCL_DEBUG_FILE": str(log)}
+    env.pop("HETCCL_DEBUG", None)
+    proc = subprocess.run([sys.executable, "-c", CUDA_INIT_SCRIPT], capture_output=True,
+                          text=True, timeout=TIMEOUT - 10, env=env)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    out = dict(line.split(" ", 1) for line in proc.stdout.splitlines() if " " in line)
+    assert out.get("RESULT") == "ncclUnhandledCudaError", proc.stdout
+    warns = [ln for ln in log.read_text().splitlines() if " WARN " in ln]
+    assert len(warns) == 1, warns
+    # The one line names the CUDA call or library that failed ...
+    assert "cuda: " in warns[0] and ("cudaGetDevice" in warns[0] or "libcudart" in warns[0]), warns
+    # ... and the message the program reads has the context in front of it.
+    cause = warns[0].split(" WARN ", 1)[1]
+    last = out.get("LAST", "")
+    assert "ncclCommInitRank: cannot read the current cuda device: " + cause in last, (last, cause)

@@ -140,7 +140,8 @@ static ncclResult_t run_allreduce(hetccl_engine_t *e, const hetccl_coll_t *c, in
   }
 }
 
-/* HETCCL_ALGO: an algorithm by name, or -1 for auto. */
+/* HETCCL_ALGO: an algorithm by name, or -1 for auto (the knob table
+ * allows no other word). */
 static int algo_forced(void) {
   const char *s = hetccl_knob_str(HETCCL_KNOB_ALGO);
 #define ALGO_MATCH(id, name) if (!strcmp(s, name)) return HETCCL_ALGO_##id;

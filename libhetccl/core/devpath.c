@@ -95,8 +95,7 @@ static ncclResult_t devpath_get(ncclComm_t comm, hetccl_devpath_t **out) {
     return ncclSuccess;
   }
   const hetccl_runtime_t *rt = hetccl_runtime_get(comm->ptr_kind);
-  if (!rt || !rt->event_create || !rt->host_alloc_mapped || !rt->stream_wait_counter ||
-      !rt->stream_write_counter) {
+  if (!rt || !(rt->caps & HETCCL_RT_CAP_STREAMS)) {
     WARN("rank %d: device buffers on a communicator that spans several islands need the %s "
          "runtime's events and stream waits", comm->rank, hetccl_dev_kind_name(comm->ptr_kind));
     return ncclInvalidUsage;

@@ -119,7 +119,7 @@ ncclResult_t hetccl_own_KnobInfo(int index, const char **name, const char **type
   }
   const hetccl_knob_desc_t *d = hetccl_knob_desc((hetccl_knob_t)index);
   if (name) *name = d->env;
-  if (type) *type = d->type == HETCCL_KNOB_INT ? "int" : "str";
+  if (type) *type = d->type_name; /* "int", "str", "enum:auto|shm|..." */
   if (defaultValue) *defaultValue = d->def;
   if (value) {
     static __thread char buf[32];
@@ -172,8 +172,7 @@ const char *hetccl_own_CommBackend(ncclComm_t comm) {
   if (comm->vendor) return comm->vendor->backend;
   if (comm->hier) { /* what serves the inside of this rank's island */
     const hetccl_vendor_t *v = comm->island ? comm->island->vendor : NULL;
-    if (!v) return "hierarchical:engine";
-    return strcmp(v->name, "rccl") ? "hierarchical:nccl" : "hierarchical:rccl";
+    return v ? v->hier_backend : "hierarchical:engine";
   }
   return comm->engine ? "engine" : "initializing";
 }

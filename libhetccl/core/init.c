@@ -81,12 +81,20 @@ static ncclResult_t forced_island(int rank, int nranks, int *island) {
   return ncclSuccess;
 }
 
+/* The device-kind table's vendor column (runtime/runtime.h) as vendor ids;
+ * NONE, a kind no vendor library serves, reads as HETCCL_VENDOR_COUNT. */
+#define HETCCL_VENDOR_NONE HETCCL_VENDOR_COUNT
+static const hetccl_vendor_id_t kind_vendor[HETCCL_DEV_COUNT] = {
+#define KIND_VENDOR(id, name, vendor) [HETCCL_DEV_##id] = HETCCL_VENDOR_##vendor,
+    HETCCL_DEVICE_KINDS(KIND_VENDOR)
+#undef KIND_VENDOR
+};
+#undef HETCCL_VENDOR_NONE
+
 int hetccl_dev_vendor(hetccl_dev_kind_t kind, hetccl_vendor_id_t *id) {
-  switch (kind) {
-  case HETCCL_DEV_CUDA: *id = HETCCL_VENDOR_NCCL; return 1;
-  case HETCCL_DEV_HIP: *id = HETCCL_VENDOR_RCCL; return 1;
-  default: return 0;
-  }
+  if ((unsigned)kind >= HETCCL_DEV_COUNT || kind_vendor[kind] == HETCCL_VENDOR_COUNT) return 0;
+  *id = kind_vendor[kind];
+  return 1;
 }
 
 /* GPU kinds, in the order the rules below ask them. */
@@ -180,13 +188,13 @@ ncclResult_t hetccl_comm_create(int nranks, int rank, const ncclConfig_t *config
   comm->ptr_kind = comm->dev_kind;
   if (comm->ptr_kind == HETCCL_DEV_HOST) comm->ptr_kind = host_pointer_kind();
   if (comm->dev_kind != HETCCL_DEV_HOST) {
+    /* The runtime (or the registry, for a missing table) WARNed the cause
+     * (a library missing, no device); this adds where, not a second line. */
     const hetccl_runtime_t *rt = hetccl_runtime_get(comm->dev_kind);
-    char busid[32];
-    if (!rt || rt->current_device(&comm->dev, busid, sizeof(busid)) != ncclSuccess) {
-      /* the runtime's WARN said why (a library missing, no device): keep it */
-      WARN("ncclCommInitRank: cannot read the current %s device: %s",
-           hetccl_dev_kind_name(comm->dev_kind), hetccl_last_error());
-      res = ncclUnhandledCudaError;
+    res = rt ? rt->current_device(&comm->dev, NULL, 0) : ncclInternalError;
+    if (res != ncclSuccess) {
+      hetccl_last_error_prefix("ncclCommInitRank: cannot read the current %s device",
+                               hetccl_dev_kind_name(comm->dev_kind));
       goto fail;
     }
   }
@@ -212,9 +220,16 @@ static ncclResult_t fill_info(ncclComm_t comm, hetccl_peer_info_t *me) {
   me->user_rank = comm->island_forced ? comm->self_user_rank : comm->rank;
   me->stages = comm->ptr_kind != HETCCL_DEV_HOST;
   if (comm->dev_kind != HETCCL_DEV_HOST) {
+    /* Peers tell devices apart by bus id: never publish an empty one. */
     const hetccl_runtime_t *rt = hetccl_runtime_get(comm->dev_kind);
-    int dev;
-    if (rt) rt->current_device(&dev, me->bus_id, sizeof(me->bus_id));
+    int dev = -1;
+    ncclResult_t res = rt ? rt->current_device(&dev, me->bus_id, sizeof(me->bus_id))
+                          : ncclInternalError;
+    if (res != ncclSuccess) {
+      hetccl_last_error_prefix("rank %d: cannot read the bus id of its %s device %d", comm->rank,
+                               hetccl_dev_kind_name(comm->dev_kind), comm->dev);
+      return res;
+    }
     hetccl_vendor_id_t vid;
     if (hetccl_dev_vendor(comm->dev_kind, &vid) && hetccl_knob_int(HETCCL_KNOB_VENDOR)) {
       const hetccl_vendor_t *v = NULL;
@@ -295,11 +310,21 @@ static ncclResult_t init_vendor(ncclComm_t comm) {
   return ncclSuccess;
 }
 
+/* HETCCL_TRANSPORT: the transport it names, HETCCL_TRANSPORT_COUNT for
+ * auto (the knob table allows no other word). */
+static hetccl_transport_id_t transport_forced(void) {
+  const char *s = hetccl_knob_str(HETCCL_KNOB_TRANSPORT);
+#define TRANSPORT_MATCH(name, sym)                                             \
+  if (!strcmp(s, #name)) return HETCCL_TRANSPORT_##name;
+  HETCCL_TRANSPORTS(TRANSPORT_MATCH)
+#undef TRANSPORT_MATCH
+  return HETCCL_TRANSPORT_COUNT;
+}
+
 static hetccl_transport_id_t pair_transport(const hetccl_peer_info_t *a,
-                                            const hetccl_peer_info_t *b, const char *choice) {
-  if (!strcmp(choice, "socket")) return HETCCL_TRANSPORT_socket;
-  if (!strcmp(choice, "shm")) return HETCCL_TRANSPORT_shm;
-  if (!strcmp(choice, "ib")) return HETCCL_TRANSPORT_ib;
+                                            const hetccl_peer_info_t *b,
+                                            hetccl_transport_id_t forced) {
+  if (forced != HETCCL_TRANSPORT_COUNT) return forced;
   if (a->host_hash == b->host_hash) return HETCCL_TRANSPORT_shm;
   /* Opt-in: every rank must have an active verbs device (ib's ctx_create
    * fails, naming what it found, where one has none). */
@@ -309,12 +334,7 @@ static hetccl_transport_id_t pair_transport(const hetccl_peer_info_t *a,
 static ncclResult_t init_engine(ncclComm_t comm, uint64_t comm_id, uint64_t secret) {
   int n = comm->nranks, me = comm->rank;
   ncclResult_t res = ncclSuccess;
-  const char *choice = hetccl_knob_str(HETCCL_KNOB_TRANSPORT);
-  if (strcmp(choice, "auto") && strcmp(choice, "shm") && strcmp(choice, "socket") &&
-      strcmp(choice, "ib")) {
-    WARN("HETCCL_TRANSPORT=%s: expected auto, shm, socket or ib", choice);
-    return ncclInvalidArgument;
-  }
+  hetccl_transport_id_t forced = transport_forced();
   uint8_t *use = calloc((size_t)HETCCL_TRANSPORT_COUNT * n, 1);
   uint8_t *addrs = calloc((size_t)n * HETCCL_TRANSPORT_COUNT, HETCCL_TRANSPORT_ADDR_BYTES);
   uint8_t *mine = calloc(HETCCL_TRANSPORT_COUNT, HETCCL_TRANSPORT_ADDR_BYTES);
@@ -336,7 +356,7 @@ static ncclResult_t init_engine(ncclComm_t comm, uint64_t comm_id, uint64_t secr
   }
   for (int p = 0; p < n; p++) {
     if (p == me) continue;
-    hetccl_transport_id_t t = pair_transport(&comm->peers[me], &comm->peers[p], choice);
+    hetccl_transport_id_t t = pair_transport(&comm->peers[me], &comm->peers[p], forced);
     const hetccl_transport_t *tp = hetccl_transport_get(t);
     if (!tp) { /* the registry logged which slot is missing */
       res = ncclInternalError;
@@ -403,7 +423,8 @@ static ncclResult_t init_engine(ncclComm_t comm, uint64_t comm_id, uint64_t secr
   /* The engine owns endpoints and contexts now. */
   memset(eps, 0, n * sizeof(*eps));
   memset(ctx, 0, sizeof(ctx));
-  INFO(HETCCL_INIT, "rank %d of %d: engine ready (transport %s)", me, n, choice);
+  INFO(HETCCL_INIT, "rank %d of %d: engine ready (transport %s)", me, n,
+       hetccl_knob_str(HETCCL_KNOB_TRANSPORT));
 out:
   for (int p = 0; p < n && eps; p++)
     if (eps[p]) tps[p]->ep_close(eps[p]);

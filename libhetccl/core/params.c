@@ -74,9 +74,9 @@ static ncclResult_t handle_check(ncclParamHandle_t h, const char *func) {
   return ncclSuccess;
 }
 
-/* Effective value as text; INT knobs in decimal. */
+/* Effective value as text; INT knobs in decimal, STR and ENUM as text. */
 static const char *knob_text(hetccl_knob_t id, char *tmp, size_t tmp_len) {
-  if (hetccl_knob_desc(id)->type == HETCCL_KNOB_STR) return hetccl_knob_str(id);
+  if (hetccl_knob_desc(id)->type != HETCCL_KNOB_INT) return hetccl_knob_str(id);
   snprintf(tmp, tmp_len, "%lld", (long long)hetccl_knob_int(id));
   return tmp;
 }

@@ -82,14 +82,27 @@ static void release_arg(hetccl_job_release_fn release, void *arg) {
 
 static void job_release(hetccl_job_t *job) { release_arg(job->release, job->arg); }
 
+/* Device work issued from here must target the communicator's device. On
+ * failure the runtime has WARNed why; the message, with where, goes into
+ * *why for every job to fail with (staged copies on another device would
+ * be silent corruption). */
+static ncclResult_t proxy_select_device(ncclComm_t comm, char *why, size_t len) {
+  if (comm->dev < 0) return ncclSuccess;
+  const hetccl_runtime_t *rt = hetccl_runtime_get(comm->dev_kind);
+  ncclResult_t res = rt ? rt->set_device(comm->dev) : ncclInternalError;
+  if (res != ncclSuccess) {
+    hetccl_last_error_prefix("rank %d: proxy thread cannot select %s device %d", comm->rank,
+                             hetccl_dev_kind_name(comm->dev_kind), comm->dev);
+    snprintf(why, len, "%s", hetccl_last_error());
+  }
+  return res;
+}
+
 static void *proxy_main(void *varg) {
   ncclComm_t comm = varg;
   struct hetccl_proxy *p = comm->proxy;
-  /* Device work issued from here must target the communicator's device. */
-  if (comm->dev >= 0) {
-    const hetccl_runtime_t *rt = hetccl_runtime_get(comm->dev_kind);
-    if (rt && rt->set_device) rt->set_device(comm->dev);
-  }
+  char dev_why[sizeof(((hetccl_sync_t *)0)->message)];
+  ncclResult_t dev_res = proxy_select_device(comm, dev_why, sizeof(dev_why));
   pthread_mutex_lock(&p->lock);
   for (;;) {
     while (!p->head && !p->stop) pthread_cond_wait(&p->cond, &p->lock);
@@ -100,7 +113,9 @@ static void *proxy_main(void *varg) {
     int stopping = p->stop; /* read under the lock: hetccl_proxy_stop writes it */
     pthread_mutex_unlock(&p->lock);
 
-    ncclResult_t res = stopping ? ncclInvalidUsage : job->fn(comm, job->arg);
+    ncclResult_t res = stopping ? ncclInvalidUsage : dev_res;
+    if (res == ncclSuccess) res = job->fn(comm, job->arg);
+    else if (dev_res != ncclSuccess) hetccl_last_error_set(dev_why);
     if (res != ncclSuccess) hetccl_comm_set_error(comm, res); /* keeps this thread's message */
     job_release(job);
     sync_done(job->sync, res);

@@ -49,6 +49,8 @@ enum { cudaMemcpyDefault = 4 };
 enum { cudaErrorNotReady = 600 };
 enum { cudaEventDisableTiming = 0x02 };
 enum { cudaHostAllocPortable = 0x01, cudaHostAllocMapped = 0x02 };
+enum { cudaHostRegisterPortable = 0x01, cudaHostRegisterMapped = 0x02 };
+enum { cudaStreamNonBlocking = 0x01 };
 enum { CU_STREAM_WAIT_VALUE_GEQ = 0x0, CU_STREAM_WRITE_VALUE_DEFAULT = 0x0 };
 enum { cudaStreamCaptureStatusNone = 0 };
 enum {
@@ -93,6 +95,10 @@ enum { CU_MEMORYTYPE_HOST = 1, CU_MEMORYTYPE_DEVICE = 2, CU_MEMORYTYPE_ARRAY = 3
   X(cudaStreamWaitEvent, cudaError_t, (void *stream, void *event, unsigned flags))                \
   X(cudaHostAlloc, cudaError_t, (void **ptr, size_t bytes, unsigned flags))                       \
   X(cudaHostGetDevicePointer, cudaError_t, (void **dev, void *host, unsigned flags))              \
+  X(cudaHostRegister, cudaError_t, (void *ptr, size_t bytes, unsigned flags))                     \
+  X(cudaHostUnregister, cudaError_t, (void *ptr))                                                 \
+  X(cudaStreamCreateWithFlags, cudaError_t, (void **stream, unsigned flags))                      \
+  X(cudaStreamDestroy, cudaError_t, (void *stream))                                               \
   X(cudaLaunchHostFunc, cudaError_t, (void *stream, void (*fn)(void *), void *arg))
 
 typedef struct {
@@ -515,9 +521,46 @@ static ncclResult_t cuda_stream_write_counter(void *stream, volatile uint64_t *h
   return counter_op(stream, host, dev, value, 1);
 }
 
+static ncclResult_t cuda_stream_create(void **stream) {
+  const cuda_runtime_lib_t *r;
+  HETCCL_CHECK(runtime_need(&r, "stream_create"));
+  return CUDA_CALL(r, cudaStreamCreateWithFlags, stream, cudaStreamNonBlocking);
+}
+
+static ncclResult_t cuda_stream_destroy(void *stream) {
+  const cuda_runtime_lib_t *r;
+  HETCCL_CHECK(runtime_need(&r, "stream_destroy"));
+  return CUDA_CALL(r, cudaStreamDestroy, stream);
+}
+
+/* --- registering host memory someone else mapped (a /dev/shm segment) ----- */
+
+static ncclResult_t cuda_host_register(void *ptr, size_t bytes, void **dev) {
+  const cuda_runtime_lib_t *r;
+  HETCCL_CHECK(runtime_need(&r, "host_register"));
+  HETCCL_CHECK(CUDA_CALL(r, cudaHostRegister, ptr, bytes,
+                         cudaHostRegisterPortable | cudaHostRegisterMapped));
+  void *d = NULL;
+  ncclResult_t res = CUDA_CALL(r, cudaHostGetDevicePointer, &d, ptr, 0);
+  if (res != ncclSuccess) {
+    r->cudaHostUnregister(ptr);
+    r->cudaGetLastError(); /* the WARN above told the failure; leave the application none */
+    return res;
+  }
+  *dev = d;
+  return ncclSuccess;
+}
+
+static ncclResult_t cuda_host_unregister(void *ptr) {
+  const cuda_runtime_lib_t *r;
+  HETCCL_CHECK(runtime_need(&r, "host_unregister"));
+  return CUDA_CALL(r, cudaHostUnregister, ptr);
+}
+
 const hetccl_runtime_t hetccl_runtime_cuda = {
     .kind = HETCCL_DEV_CUDA,
     .name = "cuda",
+    .caps = HETCCL_RT_CAP_STREAMS | HETCCL_RT_CAP_HOST_REGISTER,
     .available = cuda_available,
     .in_use = cuda_in_use,
     .describe = cuda_describe,
@@ -539,4 +582,11 @@ const hetccl_runtime_t hetccl_runtime_cuda = {
     .host_alloc_mapped = cuda_host_alloc_mapped,
     .stream_wait_counter = cuda_stream_wait_counter,
     .stream_write_counter = cuda_stream_write_counter,
+    .stream_create = cuda_stream_create,
+    .stream_destroy = cuda_stream_destroy,
+    .host_register = cuda_host_register,
+    .host_unregister = cuda_host_unregister,
+    /* device kernels (NVRTC) are not built yet */
+    .reduce_async = hetccl_rt_reduce_async_none,
+    .reduce_available = hetccl_rt_reduce_available_none,
 };

@@ -47,6 +47,8 @@ enum { hipSuccess = 0, hipErrorInvalidValue = 1, hipErrorNotReady = 600,
 enum { hipMemcpyDefault = 4 };
 enum { hipEventDisableTiming = 0x2 };
 enum { hipHostMallocPortable = 0x1, hipHostMallocMapped = 0x2 };
+enum { hipHostRegisterPortable = 0x1, hipHostRegisterMapped = 0x2 };
+enum { hipStreamNonBlocking = 0x1 };
 enum { hipStreamWaitValueGte = 0x0 };
 enum { hipStreamCaptureStatusNone = 0 };
 /* hipPointer_attribute: the same values in ROCm 5 and 6 (and as CUDA's). */
@@ -82,6 +84,10 @@ typedef void (*hip_stream_callback_t)(void *stream, hipError_t status, void *arg
   X(hipHostMalloc, hipError_t, (void **ptr, size_t bytes, unsigned flags))                        \
   X(hipHostFree, hipError_t, (void *ptr))                                                         \
   X(hipHostGetDevicePointer, hipError_t, (void **dev, void *host, unsigned flags))                \
+  X(hipHostRegister, hipError_t, (void *ptr, size_t bytes, unsigned flags))                       \
+  X(hipHostUnregister, hipError_t, (void *ptr))                                                   \
+  X(hipStreamCreateWithFlags, hipError_t, (void **stream, unsigned flags))                        \
+  X(hipStreamDestroy, hipError_t, (void *stream))                                                 \
   X(hipMemcpyAsync, hipError_t,                                                                   \
     (void *dst, const void *src, size_t bytes, int kind, void *stream))                           \
   X(hipStreamSynchronize, hipError_t, (void *stream))                                             \
@@ -469,9 +475,46 @@ static ncclResult_t hip_stream_write_counter(void *stream, volatile uint64_t *ho
   return counter_op(stream, host, dev, value, 1);
 }
 
+static ncclResult_t hip_stream_create(void **stream) {
+  const hip_lib_t *r;
+  HETCCL_CHECK(hip_need(&r, "stream_create"));
+  return HIP_CALL(r, hipStreamCreateWithFlags, stream, hipStreamNonBlocking);
+}
+
+static ncclResult_t hip_stream_destroy(void *stream) {
+  const hip_lib_t *r;
+  HETCCL_CHECK(hip_need(&r, "stream_destroy"));
+  return HIP_CALL(r, hipStreamDestroy, stream);
+}
+
+/* --- registering host memory someone else mapped (a /dev/shm segment) ------- */
+
+static ncclResult_t hip_host_register(void *ptr, size_t bytes, void **dev) {
+  const hip_lib_t *r;
+  HETCCL_CHECK(hip_need(&r, "host_register"));
+  HETCCL_CHECK(HIP_CALL(r, hipHostRegister, ptr, bytes,
+                        hipHostRegisterPortable | hipHostRegisterMapped));
+  void *d = NULL;
+  ncclResult_t res = HIP_CALL(r, hipHostGetDevicePointer, &d, ptr, 0);
+  if (res != ncclSuccess) {
+    r->hipHostUnregister(ptr);
+    r->hipGetLastError(); /* the WARN above told the failure; leave the application none */
+    return res;
+  }
+  *dev = d;
+  return ncclSuccess;
+}
+
+static ncclResult_t hip_host_unregister(void *ptr) {
+  const hip_lib_t *r;
+  HETCCL_CHECK(hip_need(&r, "host_unregister"));
+  return HIP_CALL(r, hipHostUnregister, ptr);
+}
+
 const hetccl_runtime_t hetccl_runtime_hip = {
     .kind = HETCCL_DEV_HIP,
     .name = "hip",
+    .caps = HETCCL_RT_CAP_STREAMS | HETCCL_RT_CAP_HOST_REGISTER,
     .available = hip_available,
     .in_use = hip_in_use,
     .describe = hip_describe,
@@ -493,4 +536,11 @@ const hetccl_runtime_t hetccl_runtime_hip = {
     .host_alloc_mapped = hip_host_alloc_mapped,
     .stream_wait_counter = hip_stream_wait_counter,
     .stream_write_counter = hip_stream_write_counter,
+    .stream_create = hip_stream_create,
+    .stream_destroy = hip_stream_destroy,
+    .host_register = hip_host_register,
+    .host_unregister = hip_host_unregister,
+    /* device kernels (hipRTC) are not built yet */
+    .reduce_async = hetccl_rt_reduce_async_none,
+    .reduce_available = hetccl_rt_reduce_available_none,
 };

@@ -1,10 +1,12 @@
-/* Device runtime: the host entry, the table lookup, and the choice of the
- * device kind a process presents at comm init.
+/* Device runtime: the host entry, the shared "unsupported" stubs, the table
+ * lookup (every table's slots checked once, at first lookup), and the
+ * choice of the device kind a process presents at comm init.
  *
  * The host entry treats "device" memory as ordinary memory: allocations are
  * page-aligned heap blocks, a stream is ignored, an asynchronous copy is a
  * memcpy finished before it returns (so stream order holds trivially) and a
- * synchronisation has nothing to wait for.
+ * synchronisation has nothing to wait for. It has no caps: events, streams,
+ * mapped or registered memory and device reductions are stubs.
  *
  * Which kind is this process? (hetccl_runtime_detect, knob HETCCL_DEVICE)
  *   host | cuda | hip
@@ -30,10 +32,11 @@
  * communicators.
  *
  * Threads: any. */
+#include <pthread.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
 #include <unistd.h>
 
 #include "runtime/runtime.h"
@@ -105,9 +108,27 @@ static ncclResult_t host_stream_capturing(void *stream, int *capturing) {
   return ncclSuccess;
 }
 
+/* No events, streams or mapped memory: a host rank's "device" work is
+ * finished when the call returns, so there is nothing to wait on. */
+HETCCL_RT_UNSUPPORTED_STUB(host, event_create, (void **event))
+HETCCL_RT_UNSUPPORTED_STUB(host, event_destroy, (void *event))
+HETCCL_RT_UNSUPPORTED_STUB(host, event_record, (void *event, void *stream))
+HETCCL_RT_UNSUPPORTED_STUB(host, event_query, (void *event, int *done))
+HETCCL_RT_UNSUPPORTED_STUB(host, stream_wait_event, (void *stream, void *event))
+HETCCL_RT_UNSUPPORTED_STUB(host, host_alloc_mapped, (void **host, void **dev, size_t bytes))
+HETCCL_RT_UNSUPPORTED_STUB(host, stream_wait_counter,
+                           (void *stream, volatile uint64_t *host, void *dev, uint64_t value))
+HETCCL_RT_UNSUPPORTED_STUB(host, stream_write_counter,
+                           (void *stream, volatile uint64_t *host, void *dev, uint64_t value))
+HETCCL_RT_UNSUPPORTED_STUB(host, stream_create, (void **stream))
+HETCCL_RT_UNSUPPORTED_STUB(host, stream_destroy, (void *stream))
+HETCCL_RT_UNSUPPORTED_STUB(host, host_register, (void *ptr, size_t bytes, void **dev))
+HETCCL_RT_UNSUPPORTED_STUB(host, host_unregister, (void *ptr))
+
 const hetccl_runtime_t hetccl_runtime_host = {
     .kind = HETCCL_DEV_HOST,
     .name = "host",
+    .caps = 0,
     .available = host_available,
     .in_use = host_in_use,
     .describe = host_describe,
@@ -121,12 +142,44 @@ const hetccl_runtime_t hetccl_runtime_host = {
     .memcpy_async = host_memcpy_async,
     .stream_sync = host_stream_sync,
     .stream_capturing = host_stream_capturing,
+    .event_create = host_event_create,
+    .event_destroy = host_event_destroy,
+    .event_record = host_event_record,
+    .event_query = host_event_query,
+    .stream_wait_event = host_stream_wait_event,
+    .host_alloc_mapped = host_host_alloc_mapped,
+    .stream_wait_counter = host_stream_wait_counter,
+    .stream_write_counter = host_stream_write_counter,
+    .stream_create = host_stream_create,
+    .stream_destroy = host_stream_destroy,
+    .host_register = host_host_register,
+    .host_unregister = host_host_unregister,
+    .reduce_async = hetccl_rt_reduce_async_none,
+    .reduce_available = hetccl_rt_reduce_available_none,
 };
+
+/* --- shared stubs ------------------------------------------------------------ */
+
+ncclResult_t hetccl_rt_unsupported(const char *runtime, const char *slot) {
+  WARN("%s runtime: %s is not supported", runtime, slot);
+  return ncclInvalidUsage;
+}
+
+ncclResult_t hetccl_rt_reduce_async_none(const hetccl_redop_t *op, void *dst, const void *a,
+                                         const void *b, size_t count, unsigned flags,
+                                         void *stream) {
+  return ncclInvalidUsage; /* no WARN: the caller decides (the slot's contract) */
+}
+
+int hetccl_rt_reduce_available_none(char *why, size_t len) {
+  if (why && len) snprintf(why, len, "no device reduction kernels in this build");
+  return 0;
+}
 
 /* --- lookup ------------------------------------------------------------------ */
 
 static const char *const kind_names[HETCCL_DEV_COUNT] = {
-#define KIND_NAME(id, text) [HETCCL_DEV_##id] = text,
+#define KIND_NAME(id, text, vendor) [HETCCL_DEV_##id] = text,
     HETCCL_DEVICE_KINDS(KIND_NAME)
 #undef KIND_NAME
 };
@@ -135,13 +188,37 @@ const char *hetccl_dev_kind_name(hetccl_dev_kind_t k) {
   return (unsigned)k < HETCCL_DEV_COUNT ? kind_names[k] : "unknown";
 }
 
-const hetccl_runtime_t *hetccl_runtime_get(hetccl_dev_kind_t kind) {
-  switch (kind) {
-  case HETCCL_DEV_HOST: return &hetccl_runtime_host;
-  case HETCCL_DEV_CUDA: return &hetccl_runtime_cuda;
-  case HETCCL_DEV_HIP: return &hetccl_runtime_hip;
-  default: return NULL;
+static const hetccl_runtime_t *const registry[HETCCL_DEV_COUNT] = {
+    [HETCCL_DEV_HOST] = &hetccl_runtime_host,
+    [HETCCL_DEV_CUDA] = &hetccl_runtime_cuda,
+    [HETCCL_DEV_HIP] = &hetccl_runtime_hip,
+};
+
+static int registry_valid[HETCCL_DEV_COUNT];
+static pthread_once_t registry_once = PTHREAD_ONCE_INIT;
+
+/* Every slot filled (a missing one is a stub, never NULL), and each table
+ * under its own kind. */
+static void registry_check(void) {
+  for (int k = 0; k < HETCCL_DEV_COUNT; k++) {
+    const hetccl_runtime_t *rt = registry[k];
+    int ok = rt != NULL && rt->kind == (hetccl_dev_kind_t)k && rt->name != NULL;
+    if (!ok) WARN("device runtime %s: no table, or one of another kind", kind_names[k]);
+#define CHECK_SLOT(slot)                                                       \
+  if (ok && rt->slot == NULL) {                                                \
+    WARN("device runtime %s: slot '" #slot "' is NULL; runtime not registered", rt->name); \
+    ok = 0;                                                                    \
   }
+    HETCCL_RT_SLOTS(CHECK_SLOT)
+#undef CHECK_SLOT
+    registry_valid[k] = ok;
+  }
+}
+
+const hetccl_runtime_t *hetccl_runtime_get(hetccl_dev_kind_t kind) {
+  if ((unsigned)kind >= HETCCL_DEV_COUNT) return NULL;
+  pthread_once(&registry_once, registry_check);
+  return registry_valid[kind] ? registry[kind] : NULL;
 }
 
 /* --- detection --------------------------------------------------------------- */
@@ -152,15 +229,11 @@ static const hetccl_dev_kind_t auto_kinds[] = {HETCCL_DEV_CUDA, HETCCL_DEV_HIP};
 static hetccl_dev_kind_t detected = HETCCL_DEV_COUNT; /* cached positive answer */
 
 hetccl_dev_kind_t hetccl_runtime_detect(void) {
+  /* The knob table spells the value as kind_names do, and allows no word
+   * but auto and those (a bad one fails comm init there; here it is auto). */
   const char *want = hetccl_knob_str(HETCCL_KNOB_DEVICE);
   for (int k = 0; k < HETCCL_DEV_COUNT; k++)
-    if (want[0] && strcasecmp(want, kind_names[k]) == 0 && hetccl_runtime_get(k))
-      return (hetccl_dev_kind_t)k;
-  if (want[0] && strcasecmp(want, "auto") != 0) {
-    static int warned;
-    if (!__atomic_exchange_n(&warned, 1, __ATOMIC_RELAXED))
-      WARN("HETCCL_DEVICE=%s is not one of auto, host, cuda, hip; using auto", want);
-  }
+    if (strcmp(want, kind_names[k]) == 0) return (hetccl_dev_kind_t)k;
   hetccl_dev_kind_t k = __atomic_load_n(&detected, __ATOMIC_ACQUIRE);
   if (k != HETCCL_DEV_COUNT) return k;
   for (size_t i = 0; i < sizeof(auto_kinds) / sizeof(auto_kinds[0]); i++) {

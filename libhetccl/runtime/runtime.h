@@ -5,6 +5,10 @@
  * the library builds and runs with no GPU stack present, where only the host
  * entry is available.
  *
+ * Each slot has a named type below with its contract; every table fills
+ * every slot (a slot a runtime lacks is a shared stub, never NULL), and
+ * says in `caps` which optional groups of slots really work.
+ *
  * Threads: any thread; entries are thread-safe as their vendor runtime is.
  * Errors: a failing vendor call is logged once with its name and code. */
 #ifndef HETCCL_RUNTIME_RUNTIME_H
@@ -14,14 +18,18 @@
 #include <stdint.h>
 
 #include "nccl.h"
+#include "runtime/reduce.h"
 
+/* id, name, the vendor collective library that serves the kind: a name in
+ * HETCCL_VENDORS (vendor_ccl/vendor.h) or NONE. This layer only carries the
+ * token; core turns it into a vendor id (core/init.c, hetccl_dev_vendor). */
 #define HETCCL_DEVICE_KINDS(X)                                                 \
-  X(HOST, "host")                                                              \
-  X(CUDA, "cuda")                                                              \
-  X(HIP, "hip")
+  X(HOST, "host", NONE)                                                        \
+  X(CUDA, "cuda", NCCL)                                                        \
+  X(HIP, "hip", RCCL)
 
 typedef enum {
-#define HETCCL_DEVKIND_ENUM(id, name) HETCCL_DEV_##id,
+#define HETCCL_DEVKIND_ENUM(id, name, vendor) HETCCL_DEV_##id,
   HETCCL_DEVICE_KINDS(HETCCL_DEVKIND_ENUM)
 #undef HETCCL_DEVKIND_ENUM
   HETCCL_DEV_COUNT
@@ -31,66 +39,210 @@ const char *hetccl_dev_kind_name(hetccl_dev_kind_t k);
 
 typedef enum { HETCCL_MEM_HOST = 0, HETCCL_MEM_DEVICE, HETCCL_MEM_MANAGED } hetccl_mem_kind_t;
 
+/* What a runtime can do beyond the slots every runtime serves (the caps
+ * field). A slot outside a runtime's caps is a stub that WARNs and returns
+ * ncclInvalidUsage: ask the cap, never call to find out. */
+#define HETCCL_RT_CAP_STREAMS 0x1u       /* events, stream waits and writes on host
+                                          * counters, mapped host memory, streams
+                                          * of our own */
+#define HETCCL_RT_CAP_HOST_REGISTER 0x2u /* host_register / host_unregister */
+
+/* reduce_async flags: which inputs are pre-multiplied, and whether the
+ * final average is taken (see hetccl_rt_reduce_async_fn). */
+#define HETCCL_REDUCE_SCALE_A 0x1u
+#define HETCCL_REDUCE_SCALE_B 0x2u
+#define HETCCL_REDUCE_FINISH 0x4u
+
+/* --- slot types ------------------------------------------------------------
+ * Unless a slot says otherwise: any thread may call it (as the vendor
+ * runtime allows), it blocks the caller only for as long as the vendor call
+ * does, `stream` is a stream of this runtime (cudaStream_t, hipStream_t;
+ * NULL: the legacy default stream), outputs mean something only on success,
+ * and a failure is WARNed here, once, with the vendor call and its error
+ * (ncclUnhandledCudaError; ncclSystemError for the host), so that callers
+ * pass the result on without logging again. A slot the runtime lacks is a
+ * shared stub (HETCCL_RT_UNSUPPORTED_STUB) returning ncclInvalidUsage. */
+
+/* Can this runtime be used in this process (library loads, >= 1 device)?
+ * Cheap after the first call; never logs above INFO. */
+typedef int (*hetccl_rt_available_fn)(void);
+/* Has this process already started using this runtime on its own (its
+ * runtime library loaded, or a driver context current or active)? Never
+ * loads or initialises anything; drives HETCCL_DEVICE=auto (host.c). */
+typedef int (*hetccl_rt_in_use_fn)(void);
+/* For `hetccl info`: loads the runtime as available() does and says in one
+ * line which files it uses and how many devices it sees, or why it cannot
+ * be loaded. Static text, valid for the life of the process. */
+typedef const char *(*hetccl_rt_describe_fn)(void);
+
+/* The device the calling thread has selected (cudaGetDevice, hipGetDevice)
+ * and its PCI bus id ("0000:1b:00.0", lower case) into busid (>= 16 bytes;
+ * may be NULL). The host: -1 and "". */
+typedef ncclResult_t (*hetccl_rt_current_device_fn)(int *dev, char *busid, size_t busid_len);
+/* Select dev for the calling thread (per-thread state: a thread that issues
+ * device work calls it itself). */
+typedef ncclResult_t (*hetccl_rt_set_device_fn)(int dev);
+/* What memory is ptr, and on which device (-1 for host memory)? Host
+ * memory unknown to the runtime is HETCCL_MEM_HOST, not an error. Leaves
+ * no error behind in the application's runtime state. */
+typedef ncclResult_t (*hetccl_rt_mem_kind_fn)(const void *ptr, hetccl_mem_kind_t *kind,
+                                              int *dev);
+/* Device memory on the current device; the caller owns it and frees it
+ * with mem_free. Synchronous. */
+typedef ncclResult_t (*hetccl_rt_mem_alloc_fn)(void **ptr, size_t bytes);
+typedef ncclResult_t (*hetccl_rt_mem_free_fn)(void *ptr);
+/* Pinned (page-locked) host memory, for copies that overlap; the caller
+ * owns it and frees it with host_free (which also frees host_alloc_mapped
+ * memory). */
+typedef ncclResult_t (*hetccl_rt_host_alloc_fn)(void **ptr, size_t bytes);
+typedef ncclResult_t (*hetccl_rt_host_free_fn)(void *ptr);
+/* Enqueue a copy of bytes from src to dst (host or device, either way) on
+ * stream; never waits for it (the host: copies before returning, which
+ * keeps stream order trivially). Both buffers belong to the caller and
+ * must stay valid until the stream passes the copy. */
+typedef ncclResult_t (*hetccl_rt_memcpy_async_fn)(void *dst, const void *src, size_t bytes,
+                                                  void *stream);
+/* Block the calling thread until all work enqueued on stream has finished. */
+typedef ncclResult_t (*hetccl_rt_stream_sync_fn)(void *stream);
+/* Is stream being captured into a graph (then nothing may wait on the
+ * host for it)? */
+typedef ncclResult_t (*hetccl_rt_stream_capturing_fn)(void *stream, int *capturing);
+
+/* HETCCL_RT_CAP_STREAMS: what staging device buffers through host memory
+ * needs (core/devpath.c). */
+
+/* An event that any thread may record and query (no timing). The caller
+ * owns it; event_destroy may be called while work recorded on it is still
+ * pending (released once reached). */
+typedef ncclResult_t (*hetccl_rt_event_create_fn)(void **event);
+typedef ncclResult_t (*hetccl_rt_event_destroy_fn)(void *event);
+/* Mark event on stream after the work enqueued so far. Never blocks. */
+typedef ncclResult_t (*hetccl_rt_event_record_fn)(void *event, void *stream);
+/* *done = 1 once the work recorded before the event has finished, else 0
+ * ("not ready" is an answer, not an error). Never blocks. */
+typedef ncclResult_t (*hetccl_rt_event_query_fn)(void *event, int *done);
+/* Work enqueued on stream after this call waits for event. Never blocks
+ * the calling thread. */
+typedef ncclResult_t (*hetccl_rt_stream_wait_event_fn)(void *stream, void *event);
+/* Pinned host memory mapped into the device: *host for the CPU, *dev for
+ * stream operations and kernels. The caller owns it; freed with host_free. */
+typedef ncclResult_t (*hetccl_rt_host_alloc_mapped_fn)(void **host, void **dev, size_t bytes);
+/* Work enqueued on stream after this call waits until the 64-bit counter
+ * (host_alloc_mapped: host / dev) holds a value >= `value`. Never blocks
+ * the calling thread. */
+typedef ncclResult_t (*hetccl_rt_stream_wait_counter_fn)(void *stream, volatile uint64_t *host,
+                                                         void *dev, uint64_t value);
+/* Once the work enqueued before it has finished (its writes visible to the
+ * host), the stream stores `value` into the counter. The host polls the
+ * counter without calling the runtime. Never blocks the calling thread. */
+typedef ncclResult_t (*hetccl_rt_stream_write_counter_fn)(void *stream, volatile uint64_t *host,
+                                                          void *dev, uint64_t value);
+/* A stream of our own on the current device that does not synchronise
+ * with the legacy default stream (cudaStreamNonBlocking). The caller owns
+ * it and destroys it with stream_destroy, which returns at once; work
+ * still pending on it completes first. */
+typedef ncclResult_t (*hetccl_rt_stream_create_fn)(void **stream);
+typedef ncclResult_t (*hetccl_rt_stream_destroy_fn)(void *stream);
+
+/* HETCCL_RT_CAP_HOST_REGISTER: page-lock and map into the device host
+ * memory that someone else allocated (a mapped /dev/shm segment), for
+ * every device (portable); *dev is its address for copies and kernels.
+ * The caller keeps owning the memory: it must stay mapped until
+ * host_unregister(ptr), which the caller calls before unmapping it.
+ * Synchronous; ptr and bytes may need to be page-aligned. */
+typedef ncclResult_t (*hetccl_rt_host_register_fn)(void *ptr, size_t bytes, void **dev);
+typedef ncclResult_t (*hetccl_rt_host_unregister_fn)(void *ptr);
+
+/* Enqueue on stream, for i < count:
+ *   dst[i] = FIN(OP(PRE_A(a[i]), PRE_B(b[i])))
+ * in op->dtype, where OP is op->kind; PRE_A / PRE_B multiply by the
+ * PreMulSum scalar (op->scalar_dev when set, else op's host copy) when
+ * flags has HETCCL_REDUCE_SCALE_A / _B and op->premul; FIN divides by
+ * op->nranks when flags has HETCCL_REDUCE_FINISH and op->average. a, b and
+ * dst are device-accessible (device memory, or mapped host memory's device
+ * address) and belong to the caller until the stream passes the kernel;
+ * dst may equal a or b. Never blocks the calling thread. Where the runtime
+ * has no device compiler (reduce_available says why) it returns
+ * ncclInvalidUsage WITHOUT a WARN: the caller decides whether that is an
+ * error (it may reduce on the host instead). */
+typedef ncclResult_t (*hetccl_rt_reduce_async_fn)(const hetccl_redop_t *op, void *dst,
+                                                  const void *a, const void *b, size_t count,
+                                                  unsigned flags, void *stream);
+/* 1 if reduce_async can run here (a device compiler loaded and working);
+ * else 0 and, in why (len bytes, may be NULL), one line saying why, for an
+ * INFO. May load the compiler the first time; cheap afterwards. */
+typedef int (*hetccl_rt_reduce_available_fn)(char *why, size_t len);
+
 typedef struct hetccl_runtime {
   hetccl_dev_kind_t kind;
   const char *name;
-  /* Can this runtime be used in this process (library loads, >= 1 device)?
-   * Cheap after the first call; never logs above INFO. */
-  int (*available)(void);
-  /* Has this process already started using this runtime on its own (its
-   * runtime library loaded, or a driver context current or active)? Never
-   * loads or initialises anything; drives HETCCL_DEVICE=auto (host.c). */
-  int (*in_use)(void);
-  /* For `hetccl info`: loads the runtime as available() does and says in
-   * one line which files it uses and how many devices it sees, or why it
-   * cannot be loaded. Static text, valid for the life of the process. */
-  const char *(*describe)(void);
-  /* The device the calling thread has selected (cudaGetDevice,
-   * hipGetDevice), its PCI bus id ("0000:1b:00.0") into busid (>= 16
-   * bytes). */
-  ncclResult_t (*current_device)(int *dev, char *busid, size_t busid_len);
-  ncclResult_t (*set_device)(int dev);
-  /* What memory is ptr? Host memory unknown to the runtime is HETCCL_MEM_HOST. */
-  ncclResult_t (*mem_kind)(const void *ptr, hetccl_mem_kind_t *kind, int *dev);
-  ncclResult_t (*mem_alloc)(void **ptr, size_t bytes);  /* device memory */
-  ncclResult_t (*mem_free)(void *ptr);
-  ncclResult_t (*host_alloc)(void **ptr, size_t bytes); /* pinned host memory */
-  ncclResult_t (*host_free)(void *ptr);
-  /* Stream-ordered copies and synchronisation (stream is the vendor's). */
-  ncclResult_t (*memcpy_async)(void *dst, const void *src, size_t bytes, void *stream);
-  ncclResult_t (*stream_sync)(void *stream);
-  /* Is the stream being captured into a graph? */
-  ncclResult_t (*stream_capturing)(void *stream, int *capturing);
-
-  /* What the engine's staging of device buffers needs (core/devpath.c):
-   * events that any thread may query, host memory the device can read, and
-   * a stream that waits for a host-written counter. NULL in the host entry. */
-  ncclResult_t (*event_create)(void **event);
-  ncclResult_t (*event_destroy)(void *event);
-  ncclResult_t (*event_record)(void *event, void *stream);
-  /* *done = 1 once the work recorded before the event has finished. */
-  ncclResult_t (*event_query)(void *event, int *done);
-  ncclResult_t (*stream_wait_event)(void *stream, void *event);
-  /* Pinned host memory mapped into the device: *host for the CPU, *dev for
-   * stream operations. Freed with host_free. */
-  ncclResult_t (*host_alloc_mapped)(void **host, void **dev, size_t bytes);
-  /* Work enqueued on stream after this call waits until the 64-bit counter
-   * (host_alloc_mapped: host / dev) holds a value >= `value`. Never blocks
-   * the calling thread. */
-  ncclResult_t (*stream_wait_counter)(void *stream, volatile uint64_t *host, void *dev,
-                                      uint64_t value);
-  /* Once the work enqueued before it has finished (its writes visible to
-   * the host), the stream stores `value` into the counter. The host polls
-   * the counter without calling the runtime. */
-  ncclResult_t (*stream_write_counter)(void *stream, volatile uint64_t *host, void *dev,
-                                       uint64_t value);
+  unsigned caps; /* HETCCL_RT_CAP_* */
+  hetccl_rt_available_fn available;
+  hetccl_rt_in_use_fn in_use;
+  hetccl_rt_describe_fn describe;
+  hetccl_rt_current_device_fn current_device;
+  hetccl_rt_set_device_fn set_device;
+  hetccl_rt_mem_kind_fn mem_kind;
+  hetccl_rt_mem_alloc_fn mem_alloc;
+  hetccl_rt_mem_free_fn mem_free;
+  hetccl_rt_host_alloc_fn host_alloc;
+  hetccl_rt_host_free_fn host_free;
+  hetccl_rt_memcpy_async_fn memcpy_async;
+  hetccl_rt_stream_sync_fn stream_sync;
+  hetccl_rt_stream_capturing_fn stream_capturing;
+  /* HETCCL_RT_CAP_STREAMS */
+  hetccl_rt_event_create_fn event_create;
+  hetccl_rt_event_destroy_fn event_destroy;
+  hetccl_rt_event_record_fn event_record;
+  hetccl_rt_event_query_fn event_query;
+  hetccl_rt_stream_wait_event_fn stream_wait_event;
+  hetccl_rt_host_alloc_mapped_fn host_alloc_mapped;
+  hetccl_rt_stream_wait_counter_fn stream_wait_counter;
+  hetccl_rt_stream_write_counter_fn stream_write_counter;
+  hetccl_rt_stream_create_fn stream_create;
+  hetccl_rt_stream_destroy_fn stream_destroy;
+  /* HETCCL_RT_CAP_HOST_REGISTER */
+  hetccl_rt_host_register_fn host_register;
+  hetccl_rt_host_unregister_fn host_unregister;
+  /* device reductions (ask reduce_available) */
+  hetccl_rt_reduce_async_fn reduce_async;
+  hetccl_rt_reduce_available_fn reduce_available;
 } hetccl_runtime_t;
+
+/* Every slot, for the check at registration (host.c): none may be NULL. */
+#define HETCCL_RT_SLOTS(X)                                                     \
+  X(available) X(in_use) X(describe) X(current_device) X(set_device)           \
+  X(mem_kind) X(mem_alloc) X(mem_free) X(host_alloc) X(host_free)              \
+  X(memcpy_async) X(stream_sync) X(stream_capturing) X(event_create)           \
+  X(event_destroy) X(event_record) X(event_query) X(stream_wait_event)         \
+  X(host_alloc_mapped) X(stream_wait_counter) X(stream_write_counter)          \
+  X(stream_create) X(stream_destroy) X(host_register) X(host_unregister)       \
+  X(reduce_async) X(reduce_available)
+
+/* --- shared stubs for slots a runtime lacks -------------------------------- */
+
+/* WARN "<runtime> runtime: <slot> is not supported" and return
+ * ncclInvalidUsage. */
+ncclResult_t hetccl_rt_unsupported(const char *runtime, const char *slot);
+
+/* Defines static rt##_##slot(params) returning hetccl_rt_unsupported(#rt,
+ * #slot), for a table of runtime rt to name in place of NULL. */
+#define HETCCL_RT_UNSUPPORTED_STUB(rt, slot, params)                           \
+  static ncclResult_t rt##_##slot params { return hetccl_rt_unsupported(#rt, #slot); }
+
+/* reduce_async / reduce_available of a runtime without device reductions:
+ * ncclInvalidUsage without a WARN (the slot's contract), and 0 with why. */
+ncclResult_t hetccl_rt_reduce_async_none(const hetccl_redop_t *op, void *dst,
+                                         const void *a, const void *b, size_t count,
+                                         unsigned flags, void *stream);
+int hetccl_rt_reduce_available_none(char *why, size_t len);
 
 extern const hetccl_runtime_t hetccl_runtime_host;
 extern const hetccl_runtime_t hetccl_runtime_cuda;
 extern const hetccl_runtime_t hetccl_runtime_hip;
 
-/* The table for kind (NULL only for a kind out of range). */
+/* The table for kind; NULL for a kind out of range, or a table with a NULL
+ * slot (WARNed once, naming it: a build error that the unit tests catch). */
 const hetccl_runtime_t *hetccl_runtime_get(hetccl_dev_kind_t kind);
 
 /* The device kind this process presents at comm init: HETCCL_DEVICE knob,

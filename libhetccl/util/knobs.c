@@ -12,21 +12,28 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "util/log.h"
 
-typedef enum { KNOB_OK, KNOB_NOT_INTEGER, KNOB_OUT_OF_RANGE } knob_status_t;
+typedef enum { KNOB_OK, KNOB_NOT_INTEGER, KNOB_OUT_OF_RANGE, KNOB_NOT_ALLOWED } knob_status_t;
 
 typedef struct {
-  const char *value; /* copy of the environment's text; NULL when unset or "" */
+  const char *value; /* copy of the environment's text (ENUM: the table's
+                      * spelling); NULL when unset or "" */
   int64_t ival;      /* INT knobs: the value, or the default when bad */
   int status;        /* knob_status_t */
 } knob_state_t;
 
+/* The type column's expansion (knobs.h) into its four fields. */
+#define KNOB_KIND_FIELDS(...) KNOB_KIND_FIELDS_(__VA_ARGS__)
+#define KNOB_KIND_FIELDS_(type_, values_, nocase_, name_)                      \
+  .type = type_, .values = values_, .nocase = nocase_, .type_name = name_
+
 static const hetccl_knob_desc_t knob_table[HETCCL_KNOB_COUNT] = {
 #define HETCCL_KNOB_ROW(id, env_, type_, def_, lo, hi, help_)                  \
-  [HETCCL_KNOB_##id] = {.env = env_, .type = HETCCL_KNOB_##type_, .def = def_,   \
-                        .min = lo, .max = hi, .help = help_},
+  [HETCCL_KNOB_##id] = {.env = env_, KNOB_KIND_FIELDS(HETCCL_KNOB_KIND_##type_), \
+                        .def = def_, .min = lo, .max = hi, .help = help_},
     HETCCL_KNOBS(HETCCL_KNOB_ROW)
 #undef HETCCL_KNOB_ROW
 };
@@ -43,7 +50,7 @@ typedef struct knob_text {
 } knob_text_t;
 static knob_text_t *knob_texts;
 static int64_t knob_default[HETCCL_KNOB_COUNT];
-static int defaults_bad = -1; /* first INT knob whose default fails its own check */
+static int defaults_bad = -1; /* first knob whose default fails its own check */
 static pthread_once_t knobs_once = PTHREAD_ONCE_INIT;
 static pthread_mutex_t reload_lock = PTHREAD_MUTEX_INITIALIZER;
 
@@ -76,6 +83,24 @@ static knob_status_t check_int(const hetccl_knob_desc_t *d, const char *text, in
   return KNOB_OK;
 }
 
+/* Longest word of an ENUM knob's list. */
+#define KNOB_WORD_BYTES 32
+
+/* Is text one of d's words? 1 and its spelling there into word, else 0. */
+static int enum_find(const hetccl_knob_desc_t *d, const char *text, char word[KNOB_WORD_BYTES]) {
+  for (const char *w = d->values;; w++) {
+    size_t len = strcspn(w, "|");
+    if (len == strlen(text) && len < KNOB_WORD_BYTES &&
+        (d->nocase ? strncasecmp(w, text, len) : strncmp(w, text, len)) == 0) {
+      memcpy(word, w, len);
+      word[len] = '\0';
+      return 1;
+    }
+    w += len;
+    if (*w == '\0') return 0;
+  }
+}
+
 /* A lasting copy of env ("" and NULL: NULL); the current one if unchanged. */
 static const char *keep_text(const char *env, const char *current) {
   if (!env || !env[0]) return NULL;
@@ -89,17 +114,32 @@ static const char *keep_text(const char *env, const char *current) {
   return t->text;
 }
 
+/* Check text against d. INT knobs set *ival; *spelled is the text to
+ * keep: an ENUM knob's word as the table spells it (copied into word),
+ * else text itself. */
+static knob_status_t check_value(const hetccl_knob_desc_t *d, const char *text, int64_t *ival,
+                                 char word[KNOB_WORD_BYTES], const char **spelled) {
+  *spelled = text;
+  if (d->type == HETCCL_KNOB_INT) return check_int(d, text, ival);
+  if (d->type != HETCCL_KNOB_ENUM) return KNOB_OK;
+  if (!enum_find(d, text, word)) return KNOB_NOT_ALLOWED;
+  *spelled = word;
+  return KNOB_OK;
+}
+
 /* Callers serialise: the first load runs under pthread_once, reloads under
  * reload_lock after it. */
 static void read_environment(void) {
   for (int i = 0; i < HETCCL_KNOB_COUNT; i++) {
     const hetccl_knob_desc_t *d = &knob_table[i];
-    const char *copy = keep_text(getenv(d->env),
-                                 __atomic_load_n(&knob_state[i].value, __ATOMIC_RELAXED));
+    const char *env = getenv(d->env), *spelled = env;
     int64_t ival = knob_default[i];
     knob_status_t st = KNOB_OK;
-    if (copy && d->type == HETCCL_KNOB_INT && (st = check_int(d, copy, &ival)) != KNOB_OK)
+    char word[KNOB_WORD_BYTES];
+    if (env && env[0] && (st = check_value(d, env, &ival, word, &spelled)) != KNOB_OK)
       ival = knob_default[i];
+    const char *copy =
+        keep_text(spelled, __atomic_load_n(&knob_state[i].value, __ATOMIC_RELAXED));
     __atomic_store_n(&knob_state[i].ival, ival, __ATOMIC_RELAXED);
     __atomic_store_n(&knob_state[i].status, (int)st, __ATOMIC_RELAXED);
     __atomic_store_n(&knob_state[i].value, copy, __ATOMIC_RELEASE);
@@ -109,7 +149,11 @@ static void read_environment(void) {
 static void knobs_load(void) {
   for (int i = 0; i < HETCCL_KNOB_COUNT; i++) {
     const hetccl_knob_desc_t *d = &knob_table[i];
-    if (d->type == HETCCL_KNOB_INT && check_int(d, d->def, &knob_default[i]) != KNOB_OK &&
+    char word[KNOB_WORD_BYTES];
+    const char *spelled;
+    knob_default[i] = 0;
+    if (d->def[0] == '\0' && d->type != HETCCL_KNOB_INT) continue; /* "" = unset */
+    if (check_value(d, d->def, &knob_default[i], word, &spelled) != KNOB_OK &&
         defaults_bad < 0)
       defaults_bad = i;
   }
@@ -153,17 +197,24 @@ ncclResult_t hetccl_knobs_check(void) {
   knobs_ensure();
   if (defaults_bad >= 0) {
     const hetccl_knob_desc_t *d = &knob_table[defaults_bad];
-    WARN("knob table: default %s=%s is not an integer in %lld..%lld", d->env, d->def,
-         (long long)d->min, (long long)d->max);
+    if (d->type == HETCCL_KNOB_ENUM)
+      WARN("knob table: default %s=%s is not one of %s", d->env, d->def, d->values);
+    else
+      WARN("knob table: default %s=%s is not an integer in %lld..%lld", d->env, d->def,
+           (long long)d->min, (long long)d->max);
     return ncclInternalError;
   }
   for (int i = 0; i < HETCCL_KNOB_COUNT; i++) {
     const hetccl_knob_desc_t *d = &knob_table[i];
     int st = __atomic_load_n(&knob_state[i].status, __ATOMIC_RELAXED);
     if (st == KNOB_OK) continue;
-    WARN("%s=%s: %s (expected %lld..%lld)", d->env, hetccl_knob_str((hetccl_knob_t)i),
-         st == KNOB_NOT_INTEGER ? "not an integer" : "out of range", (long long)d->min,
-         (long long)d->max);
+    if (st == KNOB_NOT_ALLOWED)
+      WARN("%s=%s: not one of %s%s", d->env, hetccl_knob_str((hetccl_knob_t)i), d->values,
+           d->nocase ? " (any case)" : "");
+    else
+      WARN("%s=%s: %s (expected %lld..%lld)", d->env, hetccl_knob_str((hetccl_knob_t)i),
+           st == KNOB_NOT_INTEGER ? "not an integer" : "out of range", (long long)d->min,
+           (long long)d->max);
     return ncclInvalidArgument;
   }
   if (!__atomic_exchange_n(&reported, 1, __ATOMIC_RELAXED)) {

@@ -4,11 +4,20 @@
  * a knob. Values are read and validated once per process (first use); a
  * malformed or out-of-range value makes hetccl_knobs_check() fail with
  * ncclInvalidArgument and a message naming the variable, which comm init
- * returns to the user.
+ * returns to the user. Validation lives here only: code that reads a knob
+ * may assume its value is one the table allows.
  *
  * Columns: id, environment name, type, default (as text), min, max, help.
- * INT knobs accept decimal with an optional K/M/G suffix (powers of 1024);
- * min/max bound INT knobs only. STR knobs take any text ("" = unset). */
+ * Types:
+ *   INT                decimal with an optional K/M/G suffix (powers of
+ *                      1024), bounded by min..max;
+ *   STR                any text ("" = unset);
+ *   ENUM("a|b|c")      one of the listed words, matched exactly;
+ *   ENUM_NOCASE("A|B") one of the listed words, case ignored (NCCL's rule
+ *                      for NCCL_DEBUG). The effective value is the word as
+ *                      the table spells it, whatever the case it was given
+ *                      in; "" (unset) is allowed when the default is "".
+ * min/max bound INT knobs only. */
 #ifndef HETCCL_UTIL_KNOBS_H
 #define HETCCL_UTIL_KNOBS_H
 
@@ -17,13 +26,13 @@
 #include "nccl.h"
 
 #define HETCCL_KNOBS(X)                                                        \
-  X(DEBUG, "HETCCL_DEBUG", STR, "", 0, 0,                                      \
-    "log level: VERSION, WARN, INFO or TRACE (default: NCCL_DEBUG, else silent)") \
+  X(DEBUG, "HETCCL_DEBUG", ENUM_NOCASE("VERSION|WARN|INFO|ABORT|TRACE"), "", 0, 0, \
+    "log level, any case; ABORT logs as WARN (default: NCCL_DEBUG, else silent)") \
   X(DEBUG_SUBSYS, "HETCCL_DEBUG_SUBSYS", STR, "", 0, 0,                        \
     "comma list of log subsystems (INIT,COLL,P2P,SHM,NET,BOOTSTRAP,PROXY,ENV,ALLOC,VENDOR,RUNTIME,GROUP,CALL, ALL, ^X to drop); default NCCL_DEBUG_SUBSYS, else INIT,ENV") \
   X(DEBUG_FILE, "HETCCL_DEBUG_FILE", STR, "", 0, 0,                            \
     "log file pattern (%h host, %p pid); default NCCL_DEBUG_FILE, else stderr") \
-  X(NCCL_DEBUG, "NCCL_DEBUG", STR, "", 0, 0,                                   \
+  X(NCCL_DEBUG, "NCCL_DEBUG", ENUM_NOCASE("VERSION|WARN|INFO|ABORT|TRACE"), "", 0, 0, \
     "NCCL's log level, honoured when HETCCL_DEBUG is unset")                   \
   X(NCCL_DEBUG_SUBSYS, "NCCL_DEBUG_SUBSYS", STR, "", 0, 0,                     \
     "NCCL's subsystem mask, honoured when HETCCL_DEBUG_SUBSYS is unset")       \
@@ -33,14 +42,14 @@
     "host:port of the bootstrap root; ncclGetUniqueId then encodes it and rank 0 serves it") \
   X(SOCKET_IFNAME, "NCCL_SOCKET_IFNAME", STR, "", 0, 0,                        \
     "interfaces for bootstrap and socket transport: prefix list, ^ to exclude, = for exact names") \
-  X(SOCKET_FAMILY, "NCCL_SOCKET_FAMILY", STR, "", 0, 0,                        \
-    "AF_INET or AF_INET6 to restrict interface choice")                        \
+  X(SOCKET_FAMILY, "NCCL_SOCKET_FAMILY", ENUM("AF_INET|AF_INET6|4|6"), "", 0, 0, \
+    "restrict interface choice to IPv4 (AF_INET or 4) or IPv6 (AF_INET6 or 6)") \
   X(TIMEOUT, "HETCCL_TIMEOUT", INT, "300", 1, 86400,                           \
     "seconds a wait on a peer may last before the communicator fails with ncclTimeout") \
   X(CONNECT_TIMEOUT, "HETCCL_CONNECT_TIMEOUT", INT, "60", 1, 86400,            \
     "seconds for bootstrap and transport connection set-up")                   \
-  X(TRANSPORT, "HETCCL_TRANSPORT", STR, "auto", 0, 0,                          \
-    "transport between two host-engine peers: auto (shm on one host, else socket; ib instead of socket with HETCCL_IB_ENABLE=1), shm, socket or ib") \
+  X(TRANSPORT, "HETCCL_TRANSPORT", ENUM("auto|shm|socket|ib"), "auto", 0, 0,   \
+    "transport between two host-engine peers; auto: shm on one host, else socket (ib instead of socket with HETCCL_IB_ENABLE=1)") \
   X(SHM_CHUNK, "HETCCL_SHM_CHUNK", INT, "512K", 64, 1073741824,                \
     "bytes per shared-memory ring slot (multiple of 64)")                      \
   X(SHM_SLOTS, "HETCCL_SHM_SLOTS", INT, "8", 2, 1024,                          \
@@ -61,8 +70,8 @@
     "bytes per ib piece (staging slot payload, multiple of 64)")               \
   X(IB_SLOTS, "HETCCL_IB_SLOTS", INT, "8", 2, 1024,                            \
     "ib staging slots per direction per peer (pieces in flight)")              \
-  X(ALGO, "HETCCL_ALGO", STR, "auto", 0, 0,                                    \
-    "host-engine algorithm: auto, ring, rd (recursive doubling), direct")      \
+  X(ALGO, "HETCCL_ALGO", ENUM("auto|ring|rd|direct"), "auto", 0, 0,           \
+    "host-engine algorithm (rd: recursive doubling); auto picks by size and rank count") \
   X(SMALL_BYTES, "HETCCL_SMALL_BYTES", INT, "64K", 0, 1073741824,            \
     "messages up to this many bytes use latency-bound algorithms under HETCCL_ALGO=auto") \
   X(PIPELINE_CHUNK, "HETCCL_PIPELINE_CHUNK", INT, "1M", 64, 1073741824,        \
@@ -81,21 +90,28 @@
     "path or name of the real NCCL library to forward to (default: the loaded libnccl.so.2, then the usual names)") \
   X(RCCL_LIBRARY, "HETCCL_RCCL_LIBRARY", STR, "", 0, 0,                        \
     "path or name of the real RCCL library to forward to (default: the loaded librccl.so.1, then the usual names)") \
-  X(DEVICE, "HETCCL_DEVICE", STR, "auto", 0, 0,                             \
-    "device kind this process presents: auto (cuda or hip when the process already uses that runtime, or links NCCL or RCCL, and a device is usable), host, cuda or hip") \
+  X(DEVICE, "HETCCL_DEVICE", ENUM_NOCASE("auto|host|cuda|hip"), "auto", 0, 0,  \
+    "device kind this process presents, any case; auto: cuda or hip when the process already uses that runtime, or links NCCL or RCCL, and a device is usable, else host") \
   X(VENDOR, "HETCCL_VENDOR", INT, "1", 0, 1,                                   \
     "0: never forward to a vendor library, run every collective on hetccl's engine") \
   X(HIER, "HETCCL_HIER", INT, "1", 0, 1,                                       \
     "1: where a communicator spans several islands and one holds several ranks, AllReduce runs inside each island (its vendor library where it has one), then across the islands' first ranks; 0: over every rank on the engine")
 
+/* The type column, expanded by HETCCL_KNOB_KIND_##type into
+ * (type, allowed words, case ignored, type name for hetcclKnobInfo). */
+#define HETCCL_KNOB_KIND_INT HETCCL_KNOB_INT, NULL, 0, "int"
+#define HETCCL_KNOB_KIND_STR HETCCL_KNOB_STR, NULL, 0, "str"
+#define HETCCL_KNOB_KIND_ENUM(words) HETCCL_KNOB_ENUM, words, 0, "enum:" words
+#define HETCCL_KNOB_KIND_ENUM_NOCASE(words) HETCCL_KNOB_ENUM, words, 1, "enum:" words
+
 typedef enum {
-#define HETCCL_KNOB_ENUM(id, env, type, def, lo, hi, help) HETCCL_KNOB_##id,
-  HETCCL_KNOBS(HETCCL_KNOB_ENUM)
-#undef HETCCL_KNOB_ENUM
+#define HETCCL_KNOB_ID(id, env, type, def, lo, hi, help) HETCCL_KNOB_##id,
+  HETCCL_KNOBS(HETCCL_KNOB_ID)
+#undef HETCCL_KNOB_ID
   HETCCL_KNOB_COUNT
 } hetccl_knob_t;
 
-typedef enum { HETCCL_KNOB_INT, HETCCL_KNOB_STR } hetccl_knob_type_t;
+typedef enum { HETCCL_KNOB_INT, HETCCL_KNOB_STR, HETCCL_KNOB_ENUM } hetccl_knob_type_t;
 
 typedef struct hetccl_knob_desc {
   const char *env;
@@ -103,6 +119,9 @@ typedef struct hetccl_knob_desc {
   const char *def;
   int64_t min, max;
   const char *help;
+  const char *values;    /* ENUM: the allowed words, '|'-separated; NULL otherwise */
+  int nocase;            /* ENUM: words match whatever their case */
+  const char *type_name; /* "int", "str", or "enum:" and the words */
 } hetccl_knob_desc_t;
 
 /* The declaration of knob `id`. */
@@ -110,7 +129,10 @@ const hetccl_knob_desc_t *hetccl_knob_desc(hetccl_knob_t id);
 
 /* Value of an INT knob (the default when unset or malformed). */
 int64_t hetccl_knob_int(hetccl_knob_t id);
-/* Value of a STR knob; never NULL ("" when unset). */
+/* Value of a STR or ENUM knob; never NULL ("" when unset). An ENUM knob's
+ * value is spelled as in the table, whatever the case it was given in, so
+ * callers compare it with strcmp against the words they know (a bad value,
+ * which fails hetccl_knobs_check, is the text as given). */
 const char *hetccl_knob_str(hetccl_knob_t id);
 /* Was the variable set in the environment? */
 int hetccl_knob_is_set(hetccl_knob_t id);

@@ -49,6 +49,8 @@ static const char *knob_either(hetccl_knob_t ours, hetccl_knob_t nccls) {
   return v[0] ? v : hetccl_knob_str(nccls);
 }
 
+/* The knob table allows only these words (any case, as NCCL reads them);
+ * a bad one fails comm init there, and logs nothing here. */
 static int parse_level(const char *s) {
   for (int l = HETCCL_LOG_VERSION; l <= HETCCL_LOG_TRACE; l++)
     if (strcasecmp(s, level_names[l]) == 0) return l;
@@ -208,4 +210,15 @@ void hetccl_last_error_clear(void) { last_error[0] = '\0'; }
 
 void hetccl_last_error_set(const char *msg) {
   snprintf(last_error, sizeof(last_error), "%s", msg ? msg : "");
+}
+
+void hetccl_last_error_prefix(const char *fmt, ...) {
+  char context[LAST_ERROR_BYTES], joined[2 * LAST_ERROR_BYTES + 2];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(context, sizeof(context), fmt, ap);
+  va_end(ap);
+  snprintf(joined, sizeof(joined), "%s%s%s", context, last_error[0] ? ": " : "", last_error);
+  /* Too long: the cause loses its tail, the context stays whole. */
+  snprintf(last_error, sizeof(last_error), "%.*s", (int)sizeof(last_error) - 1, joined);
 }

@@ -1,6 +1,6 @@
 /* Logging with levels and subsystem bits, silent by default.
  *
- * Level from HETCCL_DEBUG, else NCCL_DEBUG (VERSION, WARN, INFO, TRACE);
+ * Level from HETCCL_DEBUG, else NCCL_DEBUG (VERSION, WARN, INFO, ABORT, TRACE);
  * subsystems from HETCCL_DEBUG_SUBSYS, else NCCL_DEBUG_SUBSYS (comma list,
  * ^ to negate, ALL); output to HETCCL_DEBUG_FILE / NCCL_DEBUG_FILE (%h host,
  * %p pid) or stderr.
@@ -58,6 +58,10 @@ const char *hetccl_last_error(void);
 void hetccl_last_error_clear(void);
 /* Hand an error that another thread logged (a proxy's) to this thread. */
 void hetccl_last_error_set(const char *msg);
+/* Put context in front of the calling thread's last error ("<context>:
+ * <error>"), printing nothing. For a caller that passes on a failure that
+ * was logged where it was born: it adds where, without a second WARN. */
+void hetccl_last_error_prefix(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 #define WARN(...)                                                              \
   hetccl_log(HETCCL_LOG_WARN, HETCCL_ALL, __FILE__, __LINE__, __VA_ARGS__)

@@ -195,16 +195,13 @@ static int is_v6_link_local(const struct sockaddr_in6 *s) {
   return s->sin6_addr.s6_addr[0] == 0xfe && (s->sin6_addr.s6_addr[1] & 0xc0) == 0x80;
 }
 
-static ncclResult_t family_knob(int *family) {
+/* NCCL_SOCKET_FAMILY; the knob table allows only these words (a bad one
+ * fails comm init there; here it is unset). */
+static int family_knob(void) {
   const char *f = hetccl_knob_str(HETCCL_KNOB_SOCKET_FAMILY);
-  if (*f == '\0') *family = AF_UNSPEC;
-  else if (strcmp(f, "AF_INET") == 0 || strcmp(f, "4") == 0) *family = AF_INET;
-  else if (strcmp(f, "AF_INET6") == 0 || strcmp(f, "6") == 0) *family = AF_INET6;
-  else {
-    WARN("net: NCCL_SOCKET_FAMILY='%s' is neither AF_INET nor AF_INET6", f);
-    return ncclInvalidArgument;
-  }
-  return ncclSuccess;
+  if (strcmp(f, "AF_INET") == 0 || strcmp(f, "4") == 0) return AF_INET;
+  if (strcmp(f, "AF_INET6") == 0 || strcmp(f, "6") == 0) return AF_INET6;
+  return AF_UNSPEC;
 }
 
 /* First address of family fam on an up interface allowed by spec. */
@@ -235,8 +232,7 @@ ncclResult_t hetccl_net_local_addr(const char *ifname, hetccl_sockaddr_t *out, c
                                    size_t name_len) {
   const char *spec = (ifname && *ifname) ? ifname : hetccl_knob_str(HETCCL_KNOB_SOCKET_IFNAME);
   char name[IFNAMSIZ + 1] = "";
-  int family;
-  HETCCL_CHECK(family_knob(&family));
+  int family = family_knob();
   struct ifaddrs *list = NULL;
   if (getifaddrs(&list) != 0) {
     WARN("net: getifaddrs: %s", strerror(errno));

@@ -65,6 +65,7 @@ int hetccl_vendor_in_call(void) { return hetccl_vendor_inside != NULL; }
 typedef struct vendor_desc {
   const char *name;     /* hetccl_vendor_t.name */
   const char *backend;  /* hetcclCommBackend of a communicator forwarded to it */
+  const char *hier_backend; /* ... of a hierarchical one whose island it serves */
   const char *title;    /* in messages */
   hetccl_knob_t knob;   /* step 1 */
   const char *prefix;   /* its file names contain this (mapped-object probe, step 3) */
@@ -73,12 +74,16 @@ typedef struct vendor_desc {
 } vendor_desc_t;
 
 static const vendor_desc_t descs[HETCCL_VENDOR_COUNT] = {
-    [HETCCL_VENDOR_NCCL] = {.name = "nccl", .backend = "vendor:nccl", .title = "NCCL", .knob = HETCCL_KNOB_NCCL_LIBRARY,
-                            .prefix = "libnccl", .names = {"libnccl.so.2", "libnccl.so"},
+    [HETCCL_VENDOR_NCCL] = {.name = "nccl", .backend = "vendor:nccl",
+                            .hier_backend = "hierarchical:nccl", .title = "NCCL",
+                            .knob = HETCCL_KNOB_NCCL_LIBRARY, .prefix = "libnccl",
+                            .names = {"libnccl.so.2", "libnccl.so"},
                             .dirs = "/usr/local/lib:/usr/lib/x86_64-linux-gnu:/usr/lib64:"
                                     "/usr/lib:/usr/local/cuda/lib64"},
-    [HETCCL_VENDOR_RCCL] = {.name = "rccl", .backend = "vendor:rccl", .title = "RCCL", .knob = HETCCL_KNOB_RCCL_LIBRARY,
-                            .prefix = "librccl", .names = {"librccl.so.1", "librccl.so"},
+    [HETCCL_VENDOR_RCCL] = {.name = "rccl", .backend = "vendor:rccl",
+                            .hier_backend = "hierarchical:rccl", .title = "RCCL",
+                            .knob = HETCCL_KNOB_RCCL_LIBRARY, .prefix = "librccl",
+                            .names = {"librccl.so.1", "librccl.so"},
                             .dirs = "/opt/rocm/lib:/usr/local/lib:/usr/lib/x86_64-linux-gnu:"
                                     "/usr/lib64:/usr/lib"},
 };
@@ -297,7 +302,8 @@ static int try_handle(vendor_state_t *st, void *h, const char *what, const char 
     return 0;
   }
   hetccl_vendor_t v = {.id = (hetccl_vendor_id_t)(st - states), .name = st->desc->name,
-                       .backend = st->desc->backend, .handle = h};
+                       .backend = st->desc->backend,
+                       .hier_backend = st->desc->hier_backend, .handle = h};
   char missing[512] = "";
   int nmissing = 0, nslots = 0;
 #define TAKE_SLOT(slot, ret, params)                                                              \

@@ -3,7 +3,8 @@
  * RCCL exports the NCCL API under the same names, so one slot table and one
  * loader serve both; a small descriptor per vendor (vendor_ccl/loader.c) says
  * where each is looked for. A process forwards to the vendor of its device
- * kind (core/init.c): NCCL for CUDA ranks, RCCL for HIP ranks.
+ * kind (the vendor column of HETCCL_DEVICE_KINDS in runtime/runtime.h, read
+ * by core/init.c): NCCL for CUDA ranks, RCCL for HIP ranks.
  *
  * Every slot is taken with dlsym on the library's own handle, never by
  * global symbol lookup, so that hetccl (which exports the same names, and
@@ -201,6 +202,8 @@ typedef struct hetccl_vendor {
   hetccl_vendor_id_t id;
   const char *name;    /* "nccl", "rccl" */
   const char *backend; /* "vendor:nccl", "vendor:rccl" (hetcclCommBackend) */
+  const char *hier_backend; /* "hierarchical:nccl", ...: a hierarchical communicator
+                             * whose island this vendor serves (hetcclCommBackend) */
   const char *path;    /* what dlopen was given / resolved to */
   void *handle;        /* dlopen handle */
   int version;         /* its ncclGetVersion */

@@ -88,7 +88,10 @@ def cmd_info(_args: argparse.Namespace) -> int:
     print(f"knobs: {len(table)} (environment variables; value '' = unset)")
     width = max((len(k[0]) for k in table), default=0)
     for name, kind, default, value, help_text in table:
-        print(f"  {name:<{width}}  {kind.lower():<3}  default={default!r:<8} value={value!r}")
+        kind, _, words = kind.partition(":")  # "enum:auto|shm|..." lists the allowed words
+        print(f"  {name:<{width}}  {kind.lower():<4}  default={default!r:<8} value={value!r}")
+        if words:
+            print(f"  {'':<{width}}  one of: {', '.join(words.split('|'))}")
         print(f"  {'':<{width}}  {help_text}")
     return 0
 

@@ -3,13 +3,16 @@
  *
  *   test_runtime MODE [FAKE_CUDART FAKE_DRIVER | FAKE_HIP]
  *
- *   host     the host entry's slots; HETCCL_DEVICE=auto in a process that
- *            never loaded CUDA is a host rank (even where libcudart exists)
+ *   host     every table registered with its caps; the host entry's slots
+ *            and its "unsupported" stubs; HETCCL_DEVICE=auto in a process
+ *            that never loaded CUDA is a host rank (even where libcudart
+ *            exists)
  *   nocuda   HETCCL_DEVICE=cuda where CUDA cannot run: current_device fails
  *            with a message naming the CUDA call or library, no crash
  *   fake     stand-in libcudart.so.13 and libcuda.so.1 loaded first (as
  *            PyTorch would): auto picks cuda, and the cuda entry reads the
- *            device, bus id, memory kinds and capture state through them
+ *            device, bus id, memory kinds and capture state through them,
+ *            registers host memory and creates streams with their flags
  *   ctx      only the stand-in driver loaded, with an active primary
  *            context: the process counts as using CUDA
  *   hipsys   HETCCL_DEVICE=hip with whatever HIP this machine has and no AMD
@@ -54,7 +57,62 @@ static int find_hip(struct dl_phdr_info *info, size_t size, void *data) {
 /* Is any libamdhip64 mapped in this process? */
 static int hip_mapped(void) { return dl_iterate_phdr(find_hip, NULL); }
 
+/* Every table registered (every slot filled), with the caps it claims; the
+ * host's missing slots are stubs that WARN naming the runtime and slot. */
+static void check_tables(void) {
+  for (int k = 0; k < HETCCL_DEV_COUNT; k++)
+    EXPECT(hetccl_runtime_get((hetccl_dev_kind_t)k) != NULL, "kind %d not registered", k);
+  const unsigned gpu = HETCCL_RT_CAP_STREAMS | HETCCL_RT_CAP_HOST_REGISTER;
+  EXPECT(hetccl_runtime_host.caps == 0, "host caps %#x", hetccl_runtime_host.caps);
+  EXPECT(hetccl_runtime_cuda.caps == gpu, "cuda caps %#x", hetccl_runtime_cuda.caps);
+  EXPECT(hetccl_runtime_hip.caps == gpu, "hip caps %#x", hetccl_runtime_hip.caps);
+  const hetccl_runtime_t *rt = &hetccl_runtime_host;
+  void *event = NULL, *dev = NULL;
+  char page[64];
+  EXPECT(rt->event_create(&event) == ncclInvalidUsage && !event &&
+             strstr(hetccl_last_error(), "host runtime: event_create is not supported"),
+         "host event_create: '%s'", hetccl_last_error());
+  EXPECT(rt->host_register(page, sizeof(page), &dev) == ncclInvalidUsage && !dev &&
+             strstr(hetccl_last_error(), "host runtime: host_register"),
+         "host host_register: '%s'", hetccl_last_error());
+  /* No device reductions anywhere yet: "no" without a WARN, and why. */
+  for (int k = 0; k < HETCCL_DEV_COUNT; k++) {
+    const hetccl_runtime_t *r = hetccl_runtime_get((hetccl_dev_kind_t)k);
+    char why[128] = "";
+    hetccl_last_error_clear();
+    EXPECT(r->reduce_available(why, sizeof(why)) == 0 && why[0], "%s reduce_available", r->name);
+    EXPECT(r->reduce_async(NULL, page, page, page, 1, HETCCL_REDUCE_FINISH, NULL) ==
+                   ncclInvalidUsage && !hetccl_last_error()[0],
+           "%s reduce_async: '%s'", r->name, hetccl_last_error());
+  }
+}
+
+/* host_register maps for every device (portable) and into the device
+ * (mapped), and gives the device address; stream_create asks for a stream
+ * that does not wait on the legacy default stream. handle: the stand-in
+ * runtime, which keeps the flags it was given. */
+static void check_register_and_streams(const hetccl_runtime_t *rt, void *handle) {
+  static char segment[4096];
+  void *dev = NULL, *stream = NULL;
+  int *registered = dlsym(handle, "fake_registered"), *streams = dlsym(handle, "fake_streams");
+  unsigned *reg_flags = dlsym(handle, "fake_register_flags");
+  unsigned *stream_flags = dlsym(handle, "fake_stream_flags");
+  EXPECT(registered && streams && reg_flags && stream_flags, "stand-in counters");
+  if (failures) return;
+  EXPECT(rt->host_register(segment, sizeof(segment), &dev) == ncclSuccess && dev == segment &&
+             *reg_flags == 0x3 && *registered == 1,
+         "%s host_register: dev %p flags %#x", rt->name, dev, *reg_flags);
+  EXPECT(rt->host_unregister(segment) == ncclSuccess && *registered == 0, "%s host_unregister",
+         rt->name);
+  EXPECT(rt->stream_create(&stream) == ncclSuccess && stream && *stream_flags == 0x1 &&
+             *streams == 1,
+         "%s stream_create: flags %#x", rt->name, *stream_flags);
+  EXPECT(rt->stream_destroy(stream) == ncclSuccess && *streams == 0, "%s stream_destroy",
+         rt->name);
+}
+
 static void mode_host(void) {
+  check_tables();
   const hetccl_runtime_t *rt = hetccl_runtime_get(HETCCL_DEV_HOST);
   EXPECT(rt && rt->kind == HETCCL_DEV_HOST && strcmp(rt->name, "host") == 0, "host table");
   EXPECT(strcmp(hetccl_dev_kind_name(HETCCL_DEV_CUDA), "cuda") == 0, "kind name");
@@ -112,7 +170,7 @@ static void *preload(const char *path) {
 static void mode_fake(const char *cudart, const char *driver) {
   EXPECT(hetccl_runtime_detect() == HETCCL_DEV_HOST, "cuda before CUDA was loaded");
   void *hd = preload(driver);
-  preload(cudart);
+  void *hrt = preload(cudart);
   if (failures) return;
   EXPECT(hetccl_runtime_detect() == HETCCL_DEV_CUDA, "auto with libcudart loaded is not cuda");
   const hetccl_runtime_t *rt = hetccl_runtime_get(HETCCL_DEV_CUDA);
@@ -154,6 +212,7 @@ static void mode_fake(const char *cudart, const char *driver) {
              counter == 9,
          "write_counter %llu", (unsigned long long)counter);
   EXPECT(rt->stream_wait_counter(NULL, &counter, (void *)&counter, 9) == ncclSuccess, "wait");
+  check_register_and_streams(rt, hrt);
 }
 
 static void mode_hipsys(void) {
@@ -248,6 +307,7 @@ static void mode_hipfake(const char *lib) {
   else /* refused: stream callbacks (5.2 has no hipLaunchHostFunc) */
     EXPECT(writes == 0 && waits == 0 && callbacks == 2, "writes %d waits %d callbacks %d",
            writes, waits, callbacks);
+  check_register_and_streams(rt, h);
 }
 
 static void mode_ctx(const char *driver) {

@@ -206,6 +206,9 @@ static void mode_two(const char *nccl_lib, const char *rccl_lib) {
          n->path, n->backend);
   EXPECT(strstr(r->path, "librccl.so.1") && strcmp(r->backend, "vendor:rccl") == 0, "RCCL %s %s",
          r->path, r->backend);
+  EXPECT(strcmp(n->hier_backend, "hierarchical:nccl") == 0 &&
+             strcmp(r->hier_backend, "hierarchical:rccl") == 0,
+         "hierarchical backends %s %s", n->hier_backend, r->hier_backend);
   EXPECT(hetccl_vendor_loaded() == n, "the process's vendor is not the first loaded");
   int *r_starts = dlsym(h, "fake_group_starts");
   int *n_starts = dlsym(dlopen(nccl_lib, RTLD_NOW | RTLD_NOLOAD), "fake_group_starts");

@@ -37,6 +37,17 @@ FAKE_EXPORT int cudaStreamWaitEvent(void *s, void *e, unsigned f) { (void)s; (vo
 FAKE_EXPORT int cudaHostAlloc(void **p, size_t n, unsigned f) { (void)p; (void)n; (void)f; return 2; }
 FAKE_EXPORT int cudaHostGetDevicePointer(void **d, void *h, unsigned f) { (void)f; *d = h; return 0; }
 FAKE_EXPORT int cudaLaunchHostFunc(void *s, void (*fn)(void *), void *arg) { (void)s; fn(arg); return 0; }
+/* Registration and streams succeed and leave their flags for the test. */
+FAKE_EXPORT unsigned fake_register_flags, fake_stream_flags;
+FAKE_EXPORT int fake_registered, fake_streams;
+FAKE_EXPORT int cudaHostRegister(void *p, size_t n, unsigned f) {
+  (void)p; (void)n; fake_register_flags = f; fake_registered++; return 0;
+}
+FAKE_EXPORT int cudaHostUnregister(void *p) { (void)p; fake_registered--; return 0; }
+FAKE_EXPORT int cudaStreamCreateWithFlags(void **s, unsigned f) {
+  fake_stream_flags = f; fake_streams++; *s = &fake_event; return 0;
+}
+FAKE_EXPORT int cudaStreamDestroy(void *s) { (void)s; fake_streams--; return 0; }
 #endif
 
 #ifdef FAKE_DRIVER

@@ -71,6 +71,18 @@ FAKE_EXPORT int hipHostMalloc(void **p, size_t n, unsigned f) {
 }
 FAKE_EXPORT int hipHostFree(void *p) { (void)p; return 0; }
 FAKE_EXPORT int hipHostGetDevicePointer(void **d, void *h, unsigned f) { (void)f; *d = h; return 0; }
+/* Registration and streams succeed and leave their flags for the test. */
+FAKE_EXPORT unsigned fake_register_flags, fake_stream_flags;
+FAKE_EXPORT int fake_registered, fake_streams;
+static char fake_stream;
+FAKE_EXPORT int hipHostRegister(void *p, size_t n, unsigned f) {
+  (void)p; (void)n; fake_register_flags = f; fake_registered++; return 0;
+}
+FAKE_EXPORT int hipHostUnregister(void *p) { (void)p; fake_registered--; return 0; }
+FAKE_EXPORT int hipStreamCreateWithFlags(void **s, unsigned f) {
+  fake_stream_flags = f; fake_streams++; *s = &fake_stream; return 0;
+}
+FAKE_EXPORT int hipStreamDestroy(void *s) { (void)s; fake_streams--; return 0; }
 FAKE_EXPORT int hipMemcpyAsync(void *d, const void *s, size_t n, int k, void *st) {
   (void)k; (void)st; __atomic_add_fetch(&fake_copies, 1, __ATOMIC_RELAXED); memmove(d, s, n); return 0;
 }
