@@ -129,8 +129,8 @@ def test_run_python_ranks(n: int, hetccl_library: Path) -> None:
 @pytest.mark.timeout(TIMEOUT)
 def test_run_sets_preload(hetccl_library: Path) -> None:
     proc = hetccl("run", "-n", "2", "--", sys.executable, "-c",
-                  "import os; print(os.environ['LD_PRELOAD'].split()[0], "
-                  "os.environ['HETCCL_LAUNCH_RANK'])")
+                  "import os; os.write(1, (os.environ['LD_PRELOAD'].split()[0] + ' ' + "
+                  "os.environ['HETCCL_LAUNCH_RANK'] + '\\n').encode())")  # one write: no interleaving
     assert proc.returncode == 0, proc.stderr
     lines = sorted(proc.stdout.split("\n"))[-2:]
     assert lines == [f"{hetccl_library.resolve()} 0", f"{hetccl_library.resolve()} 1"]
