@@ -491,6 +491,10 @@ SMALL_CHUNKS = (("HETCCL_PIPELINE_CHUNK", "64"), ("HETCCL_SMALL_BYTES", "0"),
 SHM = (("HETCCL_TRANSPORT", "shm"),)
 SOCKET = (("HETCCL_TRANSPORT", "socket"),)
 
+PLANE = (("HETCCL_PLANE", "on"),)
+PLANE_SMALL = (("HETCCL_PLANE_PIECE", "4096"), ("HETCCL_PLANE_SLOTS", "2"))
+
+
 def pieces(size: str) -> Tuple[Tuple[str, str], ...]:
     """Elementwise collectives cut into pieces, as on a communicator that
     stages device buffers (HETCCL_STAGE_PIECE)."""
@@ -529,6 +533,16 @@ SWEEPS = [
     Sweep("n4-islands-hier-socket", 4, SOCKET + (("HETCCL_ISLANDS", "1,0,1,0"),),
           counts=(7, 1031)),
     Sweep("n3-islands-hier", 3, SHM + (("HETCCL_ISLANDS", "0,1,1"),), counts=(7,)),
+    # The cross-island data plane (plane/plane.h) with host ranks: the same
+    # channels, pieces and programs a GPU rank's streams run, moved by CPUs.
+    # Small slots send every message through many pieces and wrap the slots.
+    Sweep("n2-plane", 2, PLANE, large=LARGE_SET),
+    Sweep("n2-plane-small", 2, PLANE + PLANE_SMALL, counts=(1, 7, 1031)),
+    Sweep("n3-plane-small", 3, PLANE + PLANE_SMALL, counts=(0, 7, 1031), large=LARGE_SET),
+    Sweep("n4-plane-small", 4, PLANE + PLANE_SMALL, counts=(7, 1031)),
+    Sweep("n4-plane", 4, PLANE, counts=(7, 1031), large=LARGE_SET),
+    Sweep("n4-plane-islands-hier", 4, PLANE + (("HETCCL_ISLANDS", "0,0,1,1"),),
+          counts=(7, 1031)),
 ]
 
 MAX_SHOWN = 40

@@ -111,6 +111,9 @@ struct ncclComm {
   hetccl_tag_mismatch_t mismatch; /* first signature mismatch seen (engine, transports) */
   struct hetccl_proxy *proxy;    /* started lazily for nonblocking work */
   struct hetccl_devpath *devpath; /* staging of device buffers, made on first use */
+  struct hetccl_plane *plane;    /* the cross-island data plane (core/dataplane.h), or NULL */
+  int plane_reduces;             /* it runs the reducing collectives too */
+  int32_t *pids;                 /* each rank's pid, for the plane */
   pthread_mutex_t lock;          /* guards last_error, fail_error */
   char last_error[HETCCL_ERRMSG_BYTES]; /* why the last API call on it failed; "" after a success */
   char fail_error[HETCCL_ERRMSG_BYTES]; /* why it failed (the first message), kept while failed */

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/dataplane.h"
 #include "core/group.h"
 #include "core/init.h"
 #include "util/check.h"
@@ -138,7 +139,9 @@ static ncclResult_t enqueue_pieces(ncclComm_t comm, hetccl_task_t *t, size_t ele
   int check = (int)hetccl_knob_int(HETCCL_KNOB_CHECK_MISMATCH);
   size_t per = comm->stage_piece / elem;
   size_t n = 1;
-  if (per && func_elementwise(t->coll.func) && t->coll.count > per)
+  /* The data plane pipelines within the operation: it takes it whole. */
+  if (per && func_elementwise(t->coll.func) && t->coll.count > per &&
+      !hetccl_dataplane_takes(comm, t))
     n = (t->coll.count + per - 1) / per;
   if (n == 1) {
     t->tag = check ? hetccl_comm_coll_tag(comm, &t->coll) : 0;

@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/dataplane.h"
 #include "core/devpath.h"
 #include "core/init.h"
 #include "core/proxy.h"
@@ -89,6 +90,10 @@ ncclResult_t hetccl_group_run_tasks(ncclComm_t comm, hetccl_task_t *tasks) {
   /* Another rank's thread may fail this communicator at any time. */
   res = (ncclResult_t)__atomic_load_n(&comm->error, __ATOMIC_ACQUIRE);
   if (res != ncclSuccess) goto out;
+  /* The data plane's share runs on it (host buffers here); the rest on the
+   * engine. Independent paths: either order is the peers' order too. */
+  hetccl_task_t *plane = hetccl_dataplane_split(comm, &tasks);
+  if (plane) HETCCL_CHECK_GOTO(hetccl_dataplane_run(comm, plane), res, out);
   for (hetccl_task_t *t = tasks; t; t = t->next) {
     if (t->kind != HETCCL_TASK_COLL) {
       nreq++;
@@ -239,11 +244,19 @@ static ncclResult_t run_group(hetccl_task_t *head) {
     else lists[i] = t;
     tails[i] = t;
   }
-  /* Shares with device buffers go to their stream and proxy (devpath.h):
-   * the caller never waits for them. The others run as before. */
+  /* Shares with device buffers go to their stream: the data plane's
+   * (dataplane.h), and what stays on the engine through staging
+   * (devpath.h); the caller never waits for them. The others run as
+   * before. */
   ncclResult_t res = ncclSuccess;
   int kept = 0;
   for (int i = 0; i < ncomm; i++) {
+    if (comms[i]->plane && hetccl_dataplane_on_device(lists[i])) {
+      hetccl_task_t *plane = hetccl_dataplane_split(comms[i], &lists[i]);
+      ncclResult_t r = plane ? hetccl_dataplane_launch(comms[i], plane) : ncclSuccess;
+      if (res == ncclSuccess) res = r;
+      if (!lists[i]) continue;
+    }
     int staged = 0;
     for (hetccl_task_t *t = lists[i]; t && !staged; t = t->next)
       staged = t->stage_send || t->stage_recv;

@@ -16,6 +16,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "core/dataplane.h"
 #include "core/devpath.h"
 #include "core/hier.h"
 #include "core/proxy.h"
@@ -161,6 +162,7 @@ static void comm_release(ncclComm_t comm) {
   hetccl_hier_release(comm, 1);
   hetccl_proxy_stop(comm);
   hetccl_devpath_destroy(comm);
+  hetccl_dataplane_destroy(comm);
   hetccl_engine_destroy(comm->engine);
   hetccl_bootstrap_destroy(comm->bs);
   free(comm->peers);
@@ -490,6 +492,7 @@ ncclResult_t hetccl_comm_init(ncclComm_t comm, const ncclUniqueId *id) {
     }
   }
   HETCCL_CHECK(init_engine(comm, comm->comm_id, hetccl_bootstrap_id_secret(id)));
+  HETCCL_CHECK(hetccl_dataplane_setup(comm));
   return hetccl_hier_setup(comm);
 }
 
@@ -535,6 +538,7 @@ ncclResult_t hetccl_comm_abort(ncclComm_t comm) {
   ncclResult_t res = ncclSuccess;
   __atomic_store_n(&comm->abort_flag, 1, __ATOMIC_RELEASE);
   hetccl_hier_set_abort(comm); /* a call blocked in a phase returns */
+  hetccl_dataplane_abort(comm); /* streams waiting on the data plane move on */
   if (comm->vendor && comm->vcomm) res = HETCCL_VENDOR_CALL(comm->vendor, CommAbort, comm->vcomm);
   hetccl_comm_unregister(comm);
   wait_inflight(comm, 0);

@@ -95,7 +95,15 @@
   X(VENDOR, "HETCCL_VENDOR", INT, "1", 0, 1,                                   \
     "0: never forward to a vendor library, run every collective on hetccl's engine") \
   X(HIER, "HETCCL_HIER", INT, "1", 0, 1,                                       \
-    "1: where a communicator spans several islands and one holds several ranks, AllReduce runs inside each island (its vendor library where it has one), then across the islands' first ranks; 0: over every rank on the engine")
+    "1: where a communicator spans several islands and one holds several ranks, AllReduce runs inside each island (its vendor library where it has one), then across the islands' first ranks; 0: over every rank on the engine") \
+  X(PLANE, "HETCCL_PLANE", ENUM("auto|on|off"), "auto", 0, 0,                  \
+    "cross-island data plane: auto (ranks of one host, some with device buffers, move data through shared pinned segments with the devices' copy engines and reduce on the devices), on (also when no rank has device buffers: host ranks through the same segments, for tests), off (the engine, device buffers staged through host memory)") \
+  X(PLANE_PIECE, "HETCCL_PLANE_PIECE", INT, "4M", 4096, 1073741824,            \
+    "bytes per data-plane slot (a multiple of 4096): the unit a copy engine or reduction moves at once") \
+  X(PLANE_SLOTS, "HETCCL_PLANE_SLOTS", INT, "4", 2, 64,                        \
+    "data-plane slots per channel (pieces in flight per direction and pair)") \
+  X(PLANE_MAX_RANKS, "HETCCL_PLANE_MAX_RANKS", INT, "8", 2, 64,                \
+    "largest communicator given a data plane (every pair of its ranks holds a channel of HETCCL_PLANE_SLOTS x HETCCL_PLANE_PIECE bytes)")
 
 /* The type column, expanded by HETCCL_KNOB_KIND_##type into
  * (type, allowed words, case ignored, type name for hetcclKnobInfo). */

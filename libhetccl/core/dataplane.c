@@ -1,0 +1,262 @@
+/* The core's side of the cross-island data plane (dataplane.h). */
+#include "core/dataplane.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/proxy.h"
+#include "plane/plane.h"
+#include "util/check.h"
+#include "util/knobs.h"
+#include "util/log.h"
+
+/* --- set-up ------------------------------------------------------------------ */
+
+static int plane_applies(ncclComm_t comm) {
+  int n = comm->nranks, stages = 0;
+  if (n < 2 || n > hetccl_knob_int(HETCCL_KNOB_PLANE_MAX_RANKS)) return 0;
+  const char *knob = hetccl_knob_str(HETCCL_KNOB_PLANE);
+  if (!strcmp(knob, "off")) return 0;
+  for (int r = 0; r < n; r++) {
+    if (comm->peers[r].host_hash != comm->peers[0].host_hash) return 0;
+    stages |= comm->peers[r].stages;
+  }
+  return stages || !strcmp(knob, "on");
+}
+
+static ncclResult_t barrier(void *ctx) { return hetccl_bootstrap_barrier(ctx); }
+
+/* Whether every rank that passes device buffers can reduce on its device
+ * (asked here, not at every init: only a communicator with a plane loads a
+ * runtime compiler). *first is the first that cannot. */
+static ncclResult_t all_reduce_on_device(ncclComm_t comm, const hetccl_runtime_t *rt, int *all,
+                                         int *first) {
+  char why[256] = "";
+  int32_t mine = !rt || rt->reduce_available(why, sizeof(why));
+  if (!mine)
+    INFO(HETCCL_INIT, "rank %d: no device reductions here: %s", comm->rank, why);
+  int32_t *can = calloc((size_t)comm->nranks, sizeof(*can));
+  if (!can) {
+    WARN("ncclCommInitRank: out of memory for %d ranks", comm->nranks);
+    return ncclSystemError;
+  }
+  ncclResult_t res = hetccl_bootstrap_allgather(comm->bs, &mine, can, sizeof(mine));
+  *all = 1;
+  for (int r = 0; r < comm->nranks && res == ncclSuccess && *all; r++)
+    if (!can[r]) *all = 0, *first = r;
+  free(can);
+  return res;
+}
+
+ncclResult_t hetccl_dataplane_setup(ncclComm_t comm) {
+  int n = comm->nranks;
+  if (!plane_applies(comm)) return ncclSuccess;
+  comm->pids = malloc((size_t)n * sizeof(*comm->pids));
+  if (!comm->pids) {
+    WARN("ncclCommInitRank: out of memory for %d ranks", n);
+    return ncclSystemError;
+  }
+  for (int r = 0; r < n; r++) comm->pids[r] = comm->peers[r].pid;
+  const hetccl_runtime_t *rt = NULL;
+  if (comm->ptr_kind != HETCCL_DEV_HOST) {
+    rt = hetccl_runtime_get(comm->ptr_kind);
+    unsigned need = HETCCL_RT_CAP_STREAMS | HETCCL_RT_CAP_HOST_REGISTER;
+    if (rt && (rt->caps & need) != need) rt = NULL;
+  }
+  int slow = -1, reduces = 0;
+  HETCCL_CHECK(all_reduce_on_device(comm, rt, &reduces, &slow));
+  hetccl_plane_args_t args = {
+      .rank = comm->rank, .nranks = n, .comm_id = comm->comm_id, .pids = comm->pids,
+      .user_ranks = comm->user_ranks, .rt = rt, .dev = comm->dev,
+      .piece = (size_t)hetccl_knob_int(HETCCL_KNOB_PLANE_PIECE) & ~(size_t)4095,
+      .slots = (int)hetccl_knob_int(HETCCL_KNOB_PLANE_SLOTS),
+      .timeout_ms = (int)hetccl_knob_int(HETCCL_KNOB_TIMEOUT) * 1000,
+      .abort_flag = &comm->abort_flag, .device_reduce = reduces, .barrier = barrier,
+      .barrier_ctx = comm->bs};
+  hetccl_plane_t *p = NULL;
+  ncclResult_t mine = hetccl_plane_create(&args, &p);
+  /* Everyone, or no one: a rank that could not make it says so. */
+  int32_t *all = calloc((size_t)n, sizeof(*all)), ok = mine == ncclSuccess;
+  ncclResult_t res = all ? hetccl_bootstrap_allgather(comm->bs, &ok, all, sizeof(ok))
+                         : ncclSystemError;
+  int failed = -1;
+  for (int r = 0; r < n && res == ncclSuccess && failed < 0; r++)
+    if (!all[r]) failed = r;
+  free(all);
+  if (res != ncclSuccess || failed >= 0) {
+    hetccl_plane_destroy(p);
+    if (res != ncclSuccess) return res;
+    INFO(HETCCL_INIT, "rank %d: no data plane (rank %d could not make it: see its log); device "
+         "buffers are staged through host memory", comm->rank, failed);
+    hetccl_last_error_clear();
+    return ncclSuccess;
+  }
+  comm->plane = p;
+  comm->plane_reduces = reduces;
+  if (!reduces)
+    INFO(HETCCL_INIT, "rank %d: rank %d cannot reduce on its device (see its log): reducing "
+         "collectives keep the engine, device buffers staged through host memory", comm->rank,
+         slow);
+  return ncclSuccess;
+}
+
+/* --- which tasks ----------------------------------------------------------------- */
+
+int hetccl_dataplane_takes(ncclComm_t comm, const hetccl_task_t *t) {
+  if (!comm->plane) return 0;
+  if (t->kind == HETCCL_TASK_COLL && hetccl_func_reduces(t->coll.func) && !comm->plane_reduces)
+    return 0;
+  return 1;
+}
+
+hetccl_task_t *hetccl_dataplane_split(ncclComm_t comm, hetccl_task_t **tasks) {
+  hetccl_task_t *taken = NULL, **ttail = &taken, **keep = tasks;
+  while (*keep) {
+    hetccl_task_t *t = *keep;
+    if (!hetccl_dataplane_takes(comm, t)) {
+      keep = &t->next;
+      continue;
+    }
+    *keep = t->next;
+    t->next = NULL;
+    *ttail = t;
+    ttail = &t->next;
+  }
+  return taken;
+}
+
+int hetccl_dataplane_on_device(const hetccl_task_t *tasks) {
+  for (const hetccl_task_t *t = tasks; t; t = t->next)
+    if (t->stage_send || t->stage_recv) return 1;
+  return 0;
+}
+
+/* Does t use a host buffer (a buffer it moves bytes through, not staged)? */
+static int uses_host_buffer(const hetccl_task_t *t) {
+  return (t->in_bytes && !t->stage_send) || (t->out_bytes && !t->stage_recv);
+}
+
+/* The plane's view of tasks: an array, in call order. */
+static ncclResult_t to_plane(const hetccl_task_t *tasks, hetccl_plane_task_t **out, int *n) {
+  int k = 0;
+  for (const hetccl_task_t *t = tasks; t; t = t->next) k++;
+  hetccl_plane_task_t *a = calloc((size_t)(k ? k : 1), sizeof(*a));
+  if (!a) {
+    WARN("plane: out of memory for %d operations", k);
+    return ncclSystemError;
+  }
+  k = 0;
+  for (const hetccl_task_t *t = tasks; t; t = t->next, k++) {
+    a[k].kind = t->kind == HETCCL_TASK_COLL   ? HETCCL_PLANE_COLL
+                : t->kind == HETCCL_TASK_SEND ? HETCCL_PLANE_SEND
+                                              : HETCCL_PLANE_RECV;
+    a[k].coll = t->coll;
+    a[k].peer = t->peer;
+    a[k].buf = t->buf;
+    a[k].bytes = t->bytes;
+  }
+  *out = a;
+  *n = k;
+  return ncclSuccess;
+}
+
+/* --- running ----------------------------------------------------------------- */
+
+typedef struct watch_job {
+  uint64_t ticket;
+} watch_job_t;
+
+static ncclResult_t watch_job(ncclComm_t comm, void *arg) {
+  return hetccl_plane_watch(comm->plane, ((watch_job_t *)arg)->ticket);
+}
+
+/* `to` waits for the work enqueued so far on `from`. */
+static ncclResult_t stream_join(const hetccl_runtime_t *rt, void *to, void *from) {
+  void *ev = NULL;
+  HETCCL_CHECK(rt->event_create(&ev));
+  ncclResult_t res = rt->event_record(ev, from);
+  if (res == ncclSuccess) res = rt->stream_wait_event(to, ev);
+  rt->event_destroy(ev); /* released once reached */
+  return res;
+}
+
+/* Enqueue on `stream` with comm's device current (a thread may drive ranks
+ * of several devices, ncclCommInitAll); other streams of the share wait
+ * for it at the start and it waits for them, as NCCL's group does. */
+static ncclResult_t launch_on(ncclComm_t comm, const hetccl_runtime_t *rt, hetccl_task_t *tasks,
+                              hetccl_plane_task_t *a, int n, uint64_t *ticket) {
+  void *stream = tasks->stream;
+  ncclResult_t res = ncclSuccess;
+  for (const hetccl_task_t *t = tasks->next; t && res == ncclSuccess; t = t->next)
+    if (t->stream != stream) res = stream_join(rt, stream, t->stream);
+  if (res == ncclSuccess) res = hetccl_plane_launch(comm->plane, a, n, stream, ticket);
+  for (const hetccl_task_t *t = tasks->next; t && res == ncclSuccess; t = t->next)
+    if (t->stream != stream) res = stream_join(rt, t->stream, stream);
+  return res;
+}
+
+ncclResult_t hetccl_dataplane_launch(ncclComm_t comm, hetccl_task_t *tasks) {
+  const hetccl_runtime_t *rt = hetccl_runtime_get(comm->ptr_kind);
+  hetccl_plane_task_t *a = NULL;
+  int n = 0, saved = -1;
+  uint64_t ticket = 0;
+  ncclResult_t res = ncclSuccess;
+  for (const hetccl_task_t *t = tasks; t && res == ncclSuccess; t = t->next) {
+    if (!uses_host_buffer(t)) continue;
+    WARN("rank %d: a group mixes device and host buffers on a communicator whose ranks are in "
+         "several islands; give each group buffers of one kind", comm->rank);
+    res = ncclInvalidUsage;
+  }
+  if (res == ncclSuccess) res = to_plane(tasks, &a, &n);
+  if (res == ncclSuccess && comm->dev >= 0) {
+    char busid[32];
+    res = rt->current_device(&saved, busid, sizeof(busid));
+    if (res == ncclSuccess && saved != comm->dev) res = rt->set_device(comm->dev);
+  }
+  if (res == ncclSuccess) res = launch_on(comm, rt, tasks, a, n, &ticket);
+  if (saved >= 0 && saved != comm->dev) (void)rt->set_device(saved);
+  free(a);
+  hetccl_group_free_tasks(tasks);
+  if (res == ncclSuccess) {
+    watch_job_t *w = malloc(sizeof(*w));
+    if (!w) {
+      WARN("plane: out of memory");
+      res = ncclSystemError;
+    } else {
+      w->ticket = ticket;
+      res = hetccl_proxy_post(comm, watch_job, w, NULL, NULL);
+    }
+    if (res != ncclSuccess) hetccl_plane_fail(comm->plane, res);
+  }
+  if (res != ncclSuccess) hetccl_comm_set_error(comm, res);
+  return res;
+}
+
+ncclResult_t hetccl_dataplane_run(ncclComm_t comm, hetccl_task_t *tasks) {
+  hetccl_plane_task_t *a = NULL;
+  int n = 0;
+  ncclResult_t res = ncclSuccess;
+  for (const hetccl_task_t *t = tasks; t && res == ncclSuccess; t = t->next) {
+    if (!t->stage_send && !t->stage_recv) continue;
+    WARN("rank %d: a group mixes device and host buffers on a communicator whose ranks are in "
+         "several islands; give each group buffers of one kind", comm->rank);
+    res = ncclInvalidUsage;
+  }
+  if (res == ncclSuccess) res = to_plane(tasks, &a, &n);
+  if (res == ncclSuccess) res = hetccl_plane_run_host(comm->plane, a, n);
+  free(a);
+  hetccl_group_free_tasks(tasks);
+  if (res != ncclSuccess) hetccl_comm_set_error(comm, res);
+  return res;
+}
+
+void hetccl_dataplane_abort(ncclComm_t comm) {
+  if (comm->plane) hetccl_plane_fail(comm->plane, ncclInvalidUsage);
+}
+
+void hetccl_dataplane_destroy(ncclComm_t comm) {
+  hetccl_plane_destroy(comm->plane);
+  comm->plane = NULL;
+  free(comm->pids);
+  comm->pids = NULL;
+}

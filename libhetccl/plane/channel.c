@@ -1,0 +1,111 @@
+/* Channels: the shared segments of the data plane (plane_impl.h).
+ *
+ * The sender of a channel creates its segment under a name made of the
+ * communicator id, both ranks and its own pid; the receiver opens it by the
+ * same name once the caller's barrier has passed, and the creator unlinks
+ * it after a second barrier, so nothing is left in /dev/shm even when a
+ * process is killed later. A GPU rank registers each segment it maps with
+ * its runtime (pinned and mapped: the copy engines and kernels reach the
+ * slots, the stream operations reach the counters).
+ *
+ * Thread: set-up and teardown only (plane.c). */
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "plane/plane_impl.h"
+#include "util/check.h"
+#include "util/log.h"
+
+#define PLANE_MAGIC 0x48455450414e4531ull /* "HETPANE1" */
+
+static void chan_name(const hetccl_plane_t *p, int src, int dst, char *out, size_t len) {
+  snprintf(out, len, "/hetccl-plane-%016" PRIx64 "-%d-%d-%d", p->a.comm_id, src, dst,
+           (int)p->a.pids[src]);
+}
+
+static ncclResult_t chan_map(hetccl_plane_t *p, int fd, const char *name, plane_chan_t *c) {
+  void *m = mmap(NULL, p->seg_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (m == MAP_FAILED) {
+    WARN("plane: mmap %zu bytes of %s: %s", p->seg_bytes, name, strerror(errno));
+    return ncclSystemError;
+  }
+  c->hdr = m;
+  c->bytes = p->seg_bytes;
+  c->slots_host = (char *)m + PLANE_HDR_BYTES;
+  return ncclSuccess;
+}
+
+ncclResult_t plane_chan_create(hetccl_plane_t *p, int dst, plane_chan_t *c) {
+  chan_name(p, p->a.rank, dst, c->name, sizeof(c->name));
+  int fd = shm_open(c->name, O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600);
+  if (fd < 0) {
+    WARN("plane: shm_open %s: %s", c->name, strerror(errno));
+    c->name[0] = '\0';
+    return ncclSystemError;
+  }
+  ncclResult_t res = ncclSuccess;
+  /* Reserve the pages now: a /dev/shm that cannot hold the slots fails
+   * here, with a message, not later with SIGBUS inside a copy. */
+  int err = posix_fallocate(fd, 0, (off_t)p->seg_bytes);
+  if (err) {
+    WARN("plane: cannot reserve %zu bytes for %s in /dev/shm: %s", p->seg_bytes, c->name,
+         strerror(err));
+    res = ncclSystemError;
+  }
+  if (res == ncclSuccess) res = chan_map(p, fd, c->name, c);
+  close(fd);
+  if (res != ncclSuccess) return res;
+  plane_chan_hdr_t *h = c->hdr;
+  h->comm_id = p->a.comm_id;
+  h->src = p->a.rank;
+  h->dst = dst;
+  h->slots = p->a.slots;
+  h->piece = p->a.piece;
+  __atomic_store_n(&h->magic, PLANE_MAGIC, __ATOMIC_RELEASE);
+  return ncclSuccess;
+}
+
+ncclResult_t plane_chan_open(hetccl_plane_t *p, int src, plane_chan_t *c) {
+  char name[96];
+  chan_name(p, src, p->a.rank, name, sizeof(name));
+  int fd = shm_open(name, O_RDWR | O_CLOEXEC, 0);
+  if (fd < 0) {
+    WARN("plane: rank %d cannot open rank %d's channel %s: %s", plane_user_rank(p, p->a.rank),
+         plane_user_rank(p, src), name, strerror(errno));
+    return ncclSystemError;
+  }
+  ncclResult_t res = chan_map(p, fd, name, c);
+  close(fd);
+  if (res != ncclSuccess) return res;
+  const plane_chan_hdr_t *h = c->hdr;
+  if (__atomic_load_n(&h->magic, __ATOMIC_ACQUIRE) != PLANE_MAGIC || h->comm_id != p->a.comm_id ||
+      h->src != src || h->dst != p->a.rank || h->slots != p->a.slots ||
+      h->piece != p->a.piece) {
+    WARN("plane: channel %s from rank %d does not fit (slots %d x %" PRIu64 " bytes, here "
+         "%d x %zu): ranks disagree on HETCCL_PLANE_SLOTS or HETCCL_PLANE_PIECE",
+         name, plane_user_rank(p, src), (int)h->slots, h->piece, p->a.slots, p->a.piece);
+    return ncclInvalidUsage;
+  }
+  return ncclSuccess;
+}
+
+ncclResult_t plane_chan_register(hetccl_plane_t *p, plane_chan_t *c) {
+  void *dev = NULL;
+  HETCCL_CHECK(p->a.rt->host_register(c->hdr, c->bytes, &dev));
+  c->dev = dev;
+  return ncclSuccess;
+}
+
+void plane_chan_close(hetccl_plane_t *p, plane_chan_t *c) {
+  if (c->dev && p->a.rt) (void)p->a.rt->host_unregister(c->hdr);
+  c->dev = NULL;
+  if (c->hdr) munmap(c->hdr, c->bytes);
+  c->hdr = NULL;
+  if (c->name[0]) shm_unlink(c->name);
+  c->name[0] = '\0';
+}

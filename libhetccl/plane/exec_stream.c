@@ -1,0 +1,142 @@
+/* The stream executor: a program enqueued on a GPU rank's streams
+ * (plane_impl.h).
+ *
+ * Each step becomes up to three stream waits on channel counters, one copy
+ * (the copy engine: device memory to a slot, a slot to device memory) or
+ * one reduction kernel (reading the slot through its device mapping), and
+ * one or two stream writes of counters. Nothing runs on a CPU after this
+ * returns: the streams wait on the counters the peers' streams (or CPUs)
+ * write.
+ *
+ * A phase with one lane runs on the caller's stream itself; a phase with
+ * several gives each lane a stream of this plane's, forked from the
+ * caller's stream by an event and joined back to it by one event per
+ * lane, so that the caller's later work waits for all of them.
+ *
+ * Thread: the API caller's, with this rank's device current. */
+#include <stdlib.h>
+
+#include "plane/plane_impl.h"
+#include "runtime/reduce.h"
+#include "util/check.h"
+#include "util/log.h"
+
+ncclResult_t plane_streams_create(hetccl_plane_t *p) {
+  if (p->lane_stream) return ncclSuccess;
+  const hetccl_runtime_t *rt = p->a.rt;
+  void **s = calloc((size_t)p->nlanes, sizeof(*s)), **e = calloc((size_t)p->nlanes, sizeof(*e));
+  if (!s || !e) {
+    free(s);
+    free(e);
+    WARN("plane: out of memory for %d streams", p->nlanes);
+    return ncclSystemError;
+  }
+  p->lane_stream = s;
+  p->lane_event = e;
+  HETCCL_CHECK(rt->event_create(&p->fork_event));
+  for (int l = 0; l < p->nlanes; l++) {
+    HETCCL_CHECK(rt->stream_create(&s[l]));
+    HETCCL_CHECK(rt->event_create(&e[l]));
+  }
+  return ncclSuccess;
+}
+
+void plane_streams_destroy(hetccl_plane_t *p) {
+  const hetccl_runtime_t *rt = p->a.rt;
+  for (int l = 0; p->lane_stream && l < p->nlanes; l++) {
+    if (p->lane_stream[l]) rt->stream_destroy(p->lane_stream[l]);
+    if (p->lane_event[l]) rt->event_destroy(p->lane_event[l]);
+  }
+  if (p->fork_event) rt->event_destroy(p->fork_event);
+  free(p->lane_stream);
+  free(p->lane_event);
+  p->lane_stream = p->lane_event = NULL;
+  p->fork_event = NULL;
+}
+
+static ncclResult_t wait_on(hetccl_plane_t *p, void *st, const plane_chan_t *c,
+                            volatile uint64_t *counter, uint64_t value) {
+  return p->a.rt->stream_wait_counter(st, counter, plane_counter_dev(c, counter), value);
+}
+
+static ncclResult_t write_to(hetccl_plane_t *p, void *st, const plane_chan_t *c,
+                             volatile uint64_t *counter, uint64_t value) {
+  return p->a.rt->stream_write_counter(st, counter, plane_counter_dev(c, counter), value);
+}
+
+static ncclResult_t reduce_step(hetccl_plane_t *p, const plane_step_t *s, void *st) {
+  const plane_chan_t *in = &p->in[s->in];
+  const void *slot = plane_slot_dev(p, in, s->in_q);
+  void *dst = s->dst ? s->dst : plane_slot_dev(p, &p->out[s->out], s->out_q);
+  size_t count = s->bytes / hetccl_dtype_size(s->op->dtype);
+  unsigned a = s->flags & HETCCL_REDUCE_SCALE_A, b = s->flags & HETCCL_REDUCE_SCALE_B;
+  unsigned fin = s->flags & HETCCL_REDUCE_FINISH;
+  if (s->swap) /* the slot first: its scaling goes with it */
+    return p->a.rt->reduce_async(s->op, dst, slot, s->src, count,
+                                 fin | (b ? HETCCL_REDUCE_SCALE_A : 0) |
+                                     (a ? HETCCL_REDUCE_SCALE_B : 0), st);
+  return p->a.rt->reduce_async(s->op, dst, s->src, slot, count, s->flags, st);
+}
+
+static ncclResult_t enqueue_step(hetccl_plane_t *p, const plane_step_t *s, void *st) {
+  const hetccl_runtime_t *rt = p->a.rt;
+  plane_chan_t *in = s->in >= 0 ? &p->in[s->in] : NULL;
+  plane_chan_t *out = s->out >= 0 ? &p->out[s->out] : NULL;
+  uint64_t slots = (uint64_t)p->a.slots;
+  if (in) HETCCL_CHECK(wait_on(p, st, in, &in->hdr->produced, s->in_q + 1));
+  if (out && s->out_q + 1 > slots)
+    HETCCL_CHECK(wait_on(p, st, out, &out->hdr->consumed, s->out_q + 1 - slots));
+  if (s->dep_out >= 0) {
+    plane_chan_t *d = &p->out[s->dep_out];
+    HETCCL_CHECK(wait_on(p, st, d, &d->hdr->produced, s->dep_q));
+  }
+  switch (s->kind) {
+    case STEP_SEND:
+      if (s->op && s->op->premul) /* scaled on the way: a kernel, not the copy engine */
+        HETCCL_CHECK(rt->reduce_async(s->op, plane_slot_dev(p, out, s->out_q), s->src, NULL,
+                                      s->bytes / hetccl_dtype_size(s->op->dtype),
+                                      HETCCL_REDUCE_SCALE_A, st));
+      else
+        HETCCL_CHECK(rt->memcpy_async(plane_slot_host(p, out, s->out_q), s->src, s->bytes, st));
+      break;
+    case STEP_RECV:
+      HETCCL_CHECK(rt->memcpy_async(s->dst, plane_slot_host(p, in, s->in_q), s->bytes, st));
+      break;
+    case STEP_COPY:
+      if (s->dst != s->src) HETCCL_CHECK(rt->memcpy_async(s->dst, s->src, s->bytes, st));
+      break;
+    case STEP_REDUCE: HETCCL_CHECK(reduce_step(p, s, st)); break;
+  }
+  if (in) HETCCL_CHECK(write_to(p, st, in, &in->hdr->consumed, s->in_q + 1));
+  if (out) HETCCL_CHECK(write_to(p, st, out, &out->hdr->produced, s->out_q + 1));
+  return ncclSuccess;
+}
+
+static ncclResult_t enqueue_lane(hetccl_plane_t *p, const plane_lane_t *lane, void *st) {
+  for (int i = 0; i < lane->n; i++) HETCCL_CHECK(enqueue_step(p, &lane->steps[i], st));
+  return ncclSuccess;
+}
+
+static ncclResult_t enqueue_phase(hetccl_plane_t *p, const plane_phase_t *ph, void *stream) {
+  const hetccl_runtime_t *rt = p->a.rt;
+  int used = 0, only = -1;
+  for (int l = 0; l < ph->nlanes; l++)
+    if (ph->lanes[l].n) used++, only = l;
+  if (used == 0) return ncclSuccess;
+  if (used == 1) return enqueue_lane(p, &ph->lanes[only], stream);
+  HETCCL_CHECK(rt->event_record(p->fork_event, stream));
+  for (int l = 0; l < ph->nlanes; l++) {
+    if (!ph->lanes[l].n) continue;
+    HETCCL_CHECK(rt->stream_wait_event(p->lane_stream[l], p->fork_event));
+    HETCCL_CHECK(enqueue_lane(p, &ph->lanes[l], p->lane_stream[l]));
+    HETCCL_CHECK(rt->event_record(p->lane_event[l], p->lane_stream[l]));
+    HETCCL_CHECK(rt->stream_wait_event(stream, p->lane_event[l]));
+  }
+  return ncclSuccess;
+}
+
+ncclResult_t plane_exec_stream(hetccl_plane_t *p, const plane_prog_t *prog, void *stream) {
+  for (const plane_phase_t *ph = prog->head; ph; ph = ph->next)
+    HETCCL_CHECK(enqueue_phase(p, ph, stream));
+  return ncclSuccess;
+}

@@ -1,0 +1,243 @@
+/* The data plane's life and its failures (plane.h). */
+#include <errno.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <time.h>
+
+#include "plane/plane_impl.h"
+#include "util/check.h"
+#include "util/log.h"
+
+#define PEER_CHECK_NS 100000000LL /* how often a waiting rank asks whether its peers live */
+#define DESTROY_WAIT_MS 10000
+
+int64_t plane_now_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
+/* --- set-up ----------------------------------------------------------------- */
+
+/* Every rank passes both barriers whatever happened before them, so that a
+ * rank that fails never leaves the others waiting; the caller compares
+ * everyone's result afterwards. */
+ncclResult_t hetccl_plane_create(const hetccl_plane_args_t *args, hetccl_plane_t **out) {
+  *out = NULL;
+  int n = args->nranks, me = args->rank;
+  hetccl_plane_t *p = calloc(1, sizeof(*p));
+  if (!p) {
+    WARN("plane: out of memory");
+    return ncclSystemError;
+  }
+  p->a = *args;
+  p->nlanes = 1 + 2 * n;
+  p->seg_bytes = PLANE_HDR_BYTES + (size_t)args->slots * args->piece;
+  p->gpu = args->rt != NULL;
+  p->out = calloc((size_t)n, sizeof(*p->out));
+  p->in = calloc((size_t)n, sizeof(*p->in));
+  p->scratch = malloc(2 * args->piece);
+  ncclResult_t res = p->out && p->in && p->scratch ? ncclSuccess : ncclSystemError;
+  if (res != ncclSuccess) WARN("plane: out of memory for %d ranks", n);
+  for (int q = 0; q < n && res == ncclSuccess; q++)
+    if (q != me) res = plane_chan_create(p, q, &p->out[q]);
+  ncclResult_t b = args->barrier(args->barrier_ctx);
+  for (int q = 0; q < n && res == ncclSuccess; q++)
+    if (q != me) res = plane_chan_open(p, q, &p->in[q]);
+  ncclResult_t b2 = args->barrier(args->barrier_ctx);
+  for (int q = 0; q < n && p->out; q++) { /* everyone has it open: the name may go */
+    if (p->out[q].name[0]) shm_unlink(p->out[q].name);
+    p->out[q].name[0] = '\0';
+  }
+  if (res == ncclSuccess) res = b != ncclSuccess ? b : b2;
+  for (int q = 0; q < n && res == ncclSuccess && p->gpu; q++) {
+    if (q == me) continue;
+    res = plane_chan_register(p, &p->out[q]);
+    if (res == ncclSuccess) res = plane_chan_register(p, &p->in[q]);
+  }
+  if (res == ncclSuccess && p->gpu) {
+    void *host = NULL;
+    res = args->rt->host_alloc_mapped(&host, &p->done_dev, 256);
+    p->done = host;
+    if (res == ncclSuccess) *p->done = 0;
+  }
+  if (res != ncclSuccess) {
+    hetccl_plane_destroy(p);
+    return res;
+  }
+  INFO(HETCCL_INIT, "rank %d: data plane to %d ranks of this host, %d slots of %zu bytes per "
+       "channel, %s", plane_user_rank(p, me), n - 1, args->slots, args->piece,
+       p->gpu ? "moved by this GPU's copy engines" : "moved by this rank's CPU");
+  *out = p;
+  return ncclSuccess;
+}
+
+/* --- failures ---------------------------------------------------------------- */
+
+/* Every counter this rank's streams may wait on, and those its peers wait
+ * on for it, set past any value. */
+static void release_all(hetccl_plane_t *p) {
+  for (int q = 0; q < p->a.nranks; q++) {
+    plane_chan_t *chans[2] = {&p->out[q], &p->in[q]};
+    for (int i = 0; i < 2; i++) {
+      if (!chans[i]->hdr) continue;
+      __atomic_store_n(&chans[i]->hdr->produced, PLANE_RELEASED, __ATOMIC_RELEASE);
+      __atomic_store_n(&chans[i]->hdr->consumed, PLANE_RELEASED, __ATOMIC_RELEASE);
+    }
+  }
+}
+
+void hetccl_plane_fail(hetccl_plane_t *p, ncclResult_t code) {
+  if (!p || !__sync_bool_compare_and_swap(&p->failed, 0, (int)code)) return;
+  int me = p->a.rank;
+  for (int q = 0; q < p->a.nranks; q++) {
+    if (p->out[q].hdr) {
+      __atomic_store_n(&p->out[q].hdr->src_code, (int32_t)code, __ATOMIC_RELAXED);
+      __atomic_store_n(&p->out[q].hdr->src_failed, me + 1, __ATOMIC_RELEASE);
+    }
+    if (p->in[q].hdr) {
+      __atomic_store_n(&p->in[q].hdr->dst_code, (int32_t)code, __ATOMIC_RELAXED);
+      __atomic_store_n(&p->in[q].hdr->dst_failed, me + 1, __ATOMIC_RELEASE);
+    }
+  }
+  release_all(p);
+}
+
+/* A peer that marked one of our channels failed. */
+static int peer_failed(const hetccl_plane_t *p, int *who, int *code) {
+  for (int q = 0; q < p->a.nranks; q++) {
+    if (q == p->a.rank) continue;
+    const plane_chan_hdr_t *in = p->in[q].hdr, *out = p->out[q].hdr;
+    if (in && __atomic_load_n(&in->src_failed, __ATOMIC_ACQUIRE)) {
+      *who = q, *code = in->src_code;
+      return 1;
+    }
+    if (out && __atomic_load_n(&out->dst_failed, __ATOMIC_ACQUIRE)) {
+      *who = q, *code = out->dst_code;
+      return 1;
+    }
+  }
+  return 0;
+}
+
+ncclResult_t plane_check(hetccl_plane_t *p, int64_t since_ns) {
+  int me = plane_user_rank(p, p->a.rank);
+  if (p->failed) {
+    WARN("plane: rank %d: this communicator failed earlier", me);
+    return (ncclResult_t)p->failed;
+  }
+  if (__atomic_load_n(p->a.abort_flag, __ATOMIC_ACQUIRE)) {
+    WARN("plane: rank %d: operation aborted (ncclCommAbort)", me);
+    return ncclInvalidUsage;
+  }
+  int who, code;
+  if (peer_failed(p, &who, &code)) {
+    WARN("plane: rank %d gave up (%s); rank %d stops too", plane_user_rank(p, who),
+         ncclGetErrorString((ncclResult_t)code), me);
+    return code == ncclInvalidUsage ? ncclInvalidUsage : ncclRemoteError;
+  }
+  int64_t now = plane_now_ns();
+  if (now - p->last_peer_check_ns > PEER_CHECK_NS) {
+    p->last_peer_check_ns = now;
+    for (int q = 0; q < p->a.nranks; q++) {
+      if (q == p->a.rank || kill(p->a.pids[q], 0) == 0 || errno != ESRCH) continue;
+      WARN("plane: peer rank %d (pid %d) exited while rank %d waited on it",
+           plane_user_rank(p, q), (int)p->a.pids[q], me);
+      return ncclRemoteError;
+    }
+  }
+  if (since_ns >= 0 && now - since_ns > (int64_t)p->a.timeout_ms * 1000000LL) {
+    WARN("plane: rank %d: no progress from its peers for %d s (HETCCL_TIMEOUT)", me,
+         p->a.timeout_ms / 1000);
+    return ncclTimeout;
+  }
+  return ncclSuccess;
+}
+
+/* --- running ---------------------------------------------------------------- */
+
+ncclResult_t hetccl_plane_launch(hetccl_plane_t *p, const hetccl_plane_task_t *tasks, int ntasks,
+                                 void *stream, uint64_t *ticket) {
+  if (p->failed) return plane_check(p, -1);
+  HETCCL_CHECK(plane_streams_create(p));
+  plane_prog_t prog;
+  HETCCL_CHECK(plane_prog_build(p, tasks, ntasks, &prog));
+  ncclResult_t res = plane_exec_stream(p, &prog, stream);
+  plane_prog_free(&prog);
+  if (res == ncclSuccess) {
+    *ticket = ++p->launched;
+    res = p->a.rt->stream_write_counter(stream, p->done, p->done_dev, *ticket);
+  }
+  /* The peers have numbered these pieces too: what did not make it onto
+   * the streams must fail them, not leave them waiting. */
+  if (res != ncclSuccess) hetccl_plane_fail(p, res);
+  return res;
+}
+
+ncclResult_t hetccl_plane_watch(hetccl_plane_t *p, uint64_t ticket) {
+  struct timespec nap = {0, 20000};
+  for (long polls = 0;; polls++) {
+    if (__atomic_load_n(p->done, __ATOMIC_ACQUIRE) >= ticket) return ncclSuccess;
+    /* No timeout here: the stream may be busy with the program's own
+     * earlier work for as long as that takes. */
+    ncclResult_t res = plane_check(p, -1);
+    if (res != ncclSuccess) {
+      hetccl_plane_fail(p, res);
+      return res;
+    }
+    if (polls > 100) nanosleep(&nap, NULL);
+    if (polls > 10000) nap.tv_nsec = 200000;
+  }
+}
+
+ncclResult_t hetccl_plane_run_host(hetccl_plane_t *p, const hetccl_plane_task_t *tasks,
+                                   int ntasks) {
+  if (p->failed) return plane_check(p, -1);
+  plane_prog_t prog;
+  ncclResult_t res = plane_prog_build(p, tasks, ntasks, &prog);
+  if (res == ncclSuccess) {
+    res = plane_exec_host(p, &prog);
+    plane_prog_free(&prog);
+  }
+  if (res != ncclSuccess) hetccl_plane_fail(p, res);
+  return res;
+}
+
+/* --- teardown -------------------------------------------------------------------- */
+
+static int streams_idle(hetccl_plane_t *p, int wait_ms) {
+  if (!p->gpu || !p->done) return 1;
+  struct timespec nap = {0, 1000000};
+  for (int i = 0; i < wait_ms; i++) {
+    if (__atomic_load_n(p->done, __ATOMIC_ACQUIRE) >= p->launched) return 1;
+    nanosleep(&nap, NULL);
+  }
+  return __atomic_load_n(p->done, __ATOMIC_ACQUIRE) >= p->launched;
+}
+
+void hetccl_plane_destroy(hetccl_plane_t *p) {
+  if (!p) return;
+  if (!streams_idle(p, 100)) {
+    /* Programs still queued (the caller did not wait for its stream, or a
+     * peer is gone): let them run through, then wait for them. */
+    hetccl_plane_fail(p, ncclInvalidUsage);
+    if (!streams_idle(p, DESTROY_WAIT_MS)) {
+      WARN("plane: rank %d: a stream still had data-plane work pending after %d s; its "
+           "pinned segments are left mapped", plane_user_rank(p, p->a.rank),
+           DESTROY_WAIT_MS / 1000);
+      return; /* never unmap memory a device may still reach */
+    }
+  }
+  if (p->lane_stream) plane_streams_destroy(p);
+  for (int q = 0; q < p->a.nranks && p->out; q++) {
+    plane_chan_close(p, &p->out[q]);
+    plane_chan_close(p, &p->in[q]);
+  }
+  if (p->done) p->a.rt->host_free((void *)p->done);
+  free(p->out);
+  free(p->in);
+  free(p->scratch);
+  free(p);
+}

@@ -1,0 +1,117 @@
+/* The cross-island data plane: collectives between ranks of one host whose
+ * buffers live on different devices (or on the host), moved by the
+ * devices' copy engines and reduced on the devices, with no CPU thread
+ * touching device payload.
+ *
+ * The channels. Every ordered pair of ranks (src -> dst) has one channel:
+ * a /dev/shm segment that both processes map and every GPU rank registers
+ * with its device runtime (pinned, mapped into the device). It holds two
+ * counters and `slots` slots of `piece` bytes:
+ *
+ *   produced   pieces src has written (written by src only)
+ *   consumed   pieces dst has finished reading (written by dst only)
+ *
+ * Piece number q (counted over the channel's life) lives in slot q % slots.
+ * Writing piece q waits until consumed >= q + 1 - slots; reading it waits
+ * until produced >= q + 1. A GPU rank does both on its streams: stream
+ * waits on the counters, a copy-engine copy (or a reduction kernel that
+ * reads the slot through its mapping and writes device memory, or the next
+ * channel's slot), a stream write of the counter. A host rank does the same
+ * with its CPU. Neither side ever asks the other's runtime anything: the
+ * counters are the only protocol, so an NVIDIA, an AMD and a CPU rank can
+ * share one segment.
+ *
+ * Programs. An operation (or one communicator's share of a group) becomes a
+ * program (program.h): phases run one after the other, each a few lanes of
+ * steps; within a lane steps run in order, lanes run concurrently. A GPU
+ * rank runs each lane on a stream of its own, forked from and joined back
+ * to the caller's stream (exec_stream.c); a host rank, or a GPU rank whose
+ * buffers are host memory, runs the lanes round-robin on one thread
+ * (exec_host.c). Both number the pieces the same way, so any mix works.
+ *
+ * Failures. A GPU rank's call returns once enqueued; a watch (run by the
+ * communicator's proxy thread, hetccl_plane_watch) waits for the program's
+ * end and meanwhile looks at the abort flag, the peers (a rank whose
+ * process is gone, or that left a failure mark in a channel) and the
+ * timeout. On any of them it marks every channel of this rank failed (so
+ * peers learn it at once) and releases this rank's streams by setting the
+ * counters they wait on past any value: the caller's stream always moves
+ * on, the outputs are undefined, and the error is the communicator's.
+ *
+ * Threads: set-up and destroy on the thread that inits / destroys the
+ * communicator; launch on the API thread; watch and host runs on one
+ * thread at a time (the caller's, or the proxy's). */
+#ifndef HETCCL_PLANE_H
+#define HETCCL_PLANE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "algo/algo.h"
+#include "nccl.h"
+#include "runtime/runtime.h"
+
+typedef struct hetccl_plane hetccl_plane_t;
+
+typedef struct hetccl_plane_args {
+  int rank, nranks;
+  uint64_t comm_id;
+  const int32_t *pids;       /* each rank's process id (liveness, segment names) */
+  const int32_t *user_ranks; /* how messages name ranks; NULL: as they are */
+  /* This rank's device runtime and device; NULL / -1 for a host rank. */
+  const hetccl_runtime_t *rt;
+  int dev;
+  size_t piece;              /* bytes per slot (multiple of 4 KiB) */
+  int slots;                 /* slots per channel (>= 2) */
+  int timeout_ms;
+  volatile int *abort_flag;
+  /* Every GPU rank of the communicator reduces on its device; else the
+   * caller keeps reducing collectives with device buffers off the plane. */
+  int device_reduce;
+  /* A barrier over every rank (the caller's bootstrap). */
+  ncclResult_t (*barrier)(void *ctx);
+  void *barrier_ctx;
+} hetccl_plane_args_t;
+
+/* Collective over all ranks (calls args->barrier): create this rank's
+ * outgoing channels, map everyone's, register them with the device
+ * runtime. args (and the arrays it points to) must outlive the plane. */
+ncclResult_t hetccl_plane_create(const hetccl_plane_args_t *args, hetccl_plane_t **out);
+
+/* One task of a program, as the engine would run it (algo.h), with where
+ * this rank's buffers are. */
+typedef enum { HETCCL_PLANE_COLL, HETCCL_PLANE_SEND, HETCCL_PLANE_RECV } hetccl_plane_kind_t;
+typedef struct hetccl_plane_task {
+  hetccl_plane_kind_t kind;
+  hetccl_coll_t coll;        /* COLL */
+  int peer;                  /* SEND / RECV */
+  void *buf;
+  size_t bytes;
+} hetccl_plane_task_t;
+
+/* Does this task reduce device data, which needs device_reduce? */
+int hetccl_plane_task_reduces(const hetccl_plane_task_t *t);
+
+/* Enqueue tasks (one communicator's share of a group, call order; buffers
+ * in device memory) on `stream` and return at once. *ticket is what
+ * hetccl_plane_watch waits for. On an error nothing of it was enqueued
+ * except what the failure releases. */
+ncclResult_t hetccl_plane_launch(hetccl_plane_t *p, const hetccl_plane_task_t *tasks, int ntasks,
+                                 void *stream, uint64_t *ticket);
+
+/* Wait (bounded, see above) until the stream has passed program `ticket`. */
+ncclResult_t hetccl_plane_watch(hetccl_plane_t *p, uint64_t ticket);
+
+/* Run tasks (host buffers) to completion on the calling thread. */
+ncclResult_t hetccl_plane_run_host(hetccl_plane_t *p, const hetccl_plane_task_t *tasks,
+                                   int ntasks);
+
+/* Fail every channel of this rank with `code` and release its streams (an
+ * abort, or a failure the caller saw first). Any thread; idempotent. */
+void hetccl_plane_fail(hetccl_plane_t *p, ncclResult_t code);
+
+/* After the proxy has stopped: release, wait (bounded) for the streams to
+ * pass everything enqueued, unregister and unmap. NULL is fine. */
+void hetccl_plane_destroy(hetccl_plane_t *p);
+
+#endif

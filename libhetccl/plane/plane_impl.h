@@ -1,0 +1,160 @@
+/* The data plane's insides (plane.h): channels, programs, executors.
+ *
+ * Private to plane/. */
+#ifndef HETCCL_PLANE_IMPL_H
+#define HETCCL_PLANE_IMPL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "plane/plane.h"
+
+/* --- channels (channel.c) -------------------------------------------------------- */
+
+#define PLANE_HDR_BYTES 4096u
+/* A counter set to this releases every wait on it (failure, teardown). */
+#define PLANE_RELEASED (UINT64_MAX >> 2)
+
+/* Page 0 of a channel segment. Each line has one writer. */
+typedef struct plane_chan_hdr {
+  uint64_t magic;
+  uint64_t comm_id;
+  int32_t src, dst;
+  int32_t slots, pad;
+  uint64_t piece;
+  _Alignas(128) volatile uint64_t produced; /* src's stream or CPU */
+  _Alignas(128) volatile uint64_t consumed; /* dst's stream or CPU */
+  /* A side that gives up writes its code (ncclResult_t) and rank + 1. */
+  _Alignas(128) volatile int32_t src_failed, src_code;
+  _Alignas(128) volatile int32_t dst_failed, dst_code;
+} plane_chan_hdr_t;
+
+typedef struct plane_chan {
+  plane_chan_hdr_t *hdr;   /* host view */
+  char *dev;               /* device view of the whole segment (GPU ranks), else NULL */
+  char *slots_host;        /* hdr + PLANE_HDR_BYTES */
+  size_t bytes;            /* mapped size */
+  char name[96];           /* while it still has one (creator only) */
+  uint64_t next;           /* pieces numbered so far (API thread, at program build) */
+} plane_chan_t;
+
+ncclResult_t plane_chan_create(hetccl_plane_t *p, int dst, plane_chan_t *c);
+ncclResult_t plane_chan_open(hetccl_plane_t *p, int src, plane_chan_t *c);
+ncclResult_t plane_chan_register(hetccl_plane_t *p, plane_chan_t *c);
+void plane_chan_close(hetccl_plane_t *p, plane_chan_t *c);
+
+/* Host and device addresses of a piece's slot / of a counter. */
+static inline char *plane_slot_host(const hetccl_plane_t *p, const plane_chan_t *c, uint64_t q);
+static inline char *plane_slot_dev(const hetccl_plane_t *p, const plane_chan_t *c, uint64_t q);
+
+/* --- programs (program.c) ------------------------------------------------------- */
+
+typedef enum {
+  STEP_SEND,   /* src (user buffer) -> slot of `out` piece out_q; scaled by op's
+                * scalar on the way when op is a PreMulSum */
+  STEP_RECV,   /* slot of `in` piece in_q -> dst */
+  STEP_REDUCE, /* dst (or, dst NULL, the slot of `out` piece out_q) = op(a, slot of `in`) */
+  STEP_COPY,   /* src -> dst on this rank */
+} plane_step_kind_t;
+
+typedef struct plane_step {
+  uint8_t kind;
+  uint8_t swap;            /* REDUCE: the slot is the first operand */
+  uint16_t flags;          /* REDUCE: HETCCL_REDUCE_SCALE_A / _B / FINISH */
+  int32_t in, out;         /* peer rank of the channel read / written; -1: none */
+  uint64_t in_q, out_q;
+  const void *src;         /* SEND / COPY source; REDUCE local operand */
+  void *dst;
+  size_t bytes;
+  /* Also wait until this rank's channel to dep_out has produced dep_q
+   * pieces (-1: no such wait): e.g. an in-place reduction must not
+   * overwrite what the send lane has not copied out yet. */
+  int32_t dep_out;
+  uint64_t dep_q;
+  const hetccl_redop_t *op; /* REDUCE; SEND of a reducing collective */
+} plane_step_t;
+
+typedef struct plane_lane {
+  plane_step_t *steps;
+  int n, cap;
+} plane_lane_t;
+
+/* Lanes of a phase: 0 is the ring lane; 1 + 2p sends to rank p, 2 + 2p
+ * receives from rank p. */
+#define PLANE_LANE_RING 0
+#define PLANE_LANE_OUT(p) (1 + 2 * (p))
+#define PLANE_LANE_IN(p) (2 + 2 * (p))
+
+typedef struct plane_phase {
+  plane_lane_t *lanes;     /* nlanes entries */
+  int nlanes;
+  struct plane_phase *next;
+} plane_phase_t;
+
+typedef struct plane_prog {
+  plane_phase_t *head, *tail;
+  hetccl_redop_t *ops;     /* the reductions steps point to (one per task) */
+  int nops;
+} plane_prog_t;
+
+/* Number the pieces of tasks and lay them out as phases: collectives one
+ * phase each in call order, then every send and receive in one phase. */
+ncclResult_t plane_prog_build(hetccl_plane_t *p, const hetccl_plane_task_t *tasks, int ntasks,
+                              plane_prog_t *prog);
+void plane_prog_free(plane_prog_t *prog);
+
+/* --- executors --------------------------------------------------------------------- */
+
+/* exec_stream.c: enqueue prog on stream (this rank's device current). */
+ncclResult_t plane_exec_stream(hetccl_plane_t *p, const plane_prog_t *prog, void *stream);
+ncclResult_t plane_streams_create(hetccl_plane_t *p);
+void plane_streams_destroy(hetccl_plane_t *p);
+/* exec_host.c: run prog to completion here. */
+ncclResult_t plane_exec_host(hetccl_plane_t *p, const plane_prog_t *prog);
+
+/* liveness (plane.c): ncclSuccess while every peer is there and nothing
+ * failed; else the error (logged once, naming who). `since_ns` is when a
+ * counter this rank waits on last moved, for the timeout. */
+ncclResult_t plane_check(hetccl_plane_t *p, int64_t since_ns);
+int64_t plane_now_ns(void);
+
+/* --- the plane ---------------------------------------------------------------------- */
+
+struct hetccl_plane {
+  hetccl_plane_args_t a;
+  plane_chan_t *out, *in;  /* nranks each; [rank] unused */
+  size_t seg_bytes;
+  int gpu;                 /* this rank runs programs on streams */
+  /* streams (exec_stream.c): one per lane, events to fork and join */
+  void **lane_stream;
+  void **lane_event;
+  void *fork_event;
+  int nlanes;
+  /* programs launched on streams: `done` is a mapped counter the caller's
+   * stream sets to a program's ticket as it passes its end */
+  volatile uint64_t *done;
+  void *done_dev;
+  uint64_t launched;
+  /* host executor scratch: two pieces (scaled operands) */
+  void *scratch;
+  volatile int failed;     /* ncclResult_t this rank failed with, 0 while healthy */
+  int64_t last_peer_check_ns;
+};
+
+static inline char *plane_slot_host(const hetccl_plane_t *p, const plane_chan_t *c, uint64_t q) {
+  return c->slots_host + (q % (uint64_t)p->a.slots) * p->a.piece;
+}
+static inline char *plane_slot_dev(const hetccl_plane_t *p, const plane_chan_t *c, uint64_t q) {
+  return c->dev + PLANE_HDR_BYTES + (q % (uint64_t)p->a.slots) * p->a.piece;
+}
+/* A counter's device address, from its host address in channel c. */
+static inline void *plane_counter_dev(const plane_chan_t *c, volatile uint64_t *host) {
+  return c->dev + ((const char *)host - (const char *)c->hdr);
+}
+
+/* Name rank r as the user does. */
+static inline int plane_user_rank(const hetccl_plane_t *p, int r) {
+  return p->a.user_ranks ? p->a.user_ranks[r] : r;
+}
+
+#endif
