@@ -86,7 +86,11 @@
   X(VENDOR, "HETCCL_VENDOR", INT, "1", 0, 1,                                   \
     "0: never forward to a vendor library, run every collective on hetccl's engine") \
   X(HIER, "HETCCL_HIER", INT, "1", 0, 1,                                       \
-    "1: where a communicator spans several islands and one holds several ranks, AllReduce runs inside each island (its vendor library where it has one), then across the islands' first ranks; 0: over every rank on the engine")
+    "1: where a communicator spans several islands and one holds several ranks, AllReduce runs inside each island (its vendor library where it has one), then across the islands' first ranks; 0: over every rank on the engine") \
+  X(NVRTC_LIBRARY, "HETCCL_NVRTC_LIBRARY", STR, "", 0, 0,                       \
+    "path or name of NVRTC for reductions on CUDA devices, or none to reduce on the host (default: a loaded libnvrtc, libnvrtc.so.13/.12/.11.2/.so, beside libcudart, its pip wheel's sibling, /usr/local/cuda/lib64)") \
+  X(HIPRTC_LIBRARY, "HETCCL_HIPRTC_LIBRARY", STR, "", 0, 0,                     \
+    "path or name of hipRTC for reductions on HIP devices, or none to reduce on the host (default: a loaded libhiprtc, libhiprtc.so.7/.6/.5/.so, beside libamdhip64, /opt/rocm/lib)")
 
 typedef enum {
 #define HETCCL_KNOB_ENUM(id, env, type, def, lo, hi, help) HETCCL_KNOB_##id,
