@@ -24,9 +24,13 @@
  * hetccl_reduce_prepare on each scaled operand, hetccl_reduce, then
  * hetccl_reduce_finish, because a GPU rank and a CPU rank of one
  * communicator each compute their own copy of a result. Each step rounds to
- * the storage type where the host does, with the same conversion code; NaN
- * results carry the payload and sign the host CPU gives them (x86-64 and
- * AArch64 rules).
+ * the storage type where the host does, with the same conversion code; a
+ * NaN result is the NaN operand, quieted, or the CPU's default NaN, as the
+ * host's (x86-64 and AArch64 rules). One exception, which no device rule
+ * can meet: a sum or product of two NaNs is a NaN on both sides, but the
+ * host's payload and sign are the operand gcc happened to put first, which
+ * differs between reduce.c's vector body and its scalar tail; the device
+ * takes a's.
  *
  * Blocking: never waits for the device. The first call of a combination of
  * (context or device, dtype, op, flags, scalar from device) compiles and

@@ -298,6 +298,7 @@ static ncclResult_t nvrtc_result(const nvrtc_lib_t *n, nvrtcResult r, const char
                    ? malloc(bytes) : NULL;
   if (text && n->nvrtcGetProgramLog(p, text) == NVRTC_SUCCESS) snprintf(log, sizeof(log), "%s", text);
   free(text);
+  for (size_t end = strlen(log); end && (log[end - 1] == '\n' || log[end - 1] == ' ');) log[--end] = '\0';
   WARN("cuda: %s failed for the reduce kernel %s (%s, NVRTC %d.%d from %s): %s%s%s", call, name,
        target, n->major, n->minor, n->path, n->nvrtcGetErrorString(r), log[0] ? ": " : "", log);
   return ncclUnhandledCudaError;

@@ -247,6 +247,7 @@ static ncclResult_t rtc_result(const hiprtc_lib_t *n, hiprtcResult r, const char
                    ? malloc(bytes) : NULL;
   if (text && n->hiprtcGetProgramLog(p, text) == HIPRTC_SUCCESS) snprintf(log, sizeof(log), "%s", text);
   free(text);
+  for (size_t end = strlen(log); end && (log[end - 1] == '\n' || log[end - 1] == ' ');) log[--end] = '\0';
   WARN("hip: %s failed for the reduce kernel %s (%s, hipRTC %d.%d from %s): %s%s%s", call, name,
        target, n->major, n->minor, n->path, n->hiprtcGetErrorString(r), log[0] ? ": " : "", log);
   return ncclUnhandledCudaError;

@@ -22,6 +22,10 @@
  *                          options, launch plans for every alignment.
  *   test_devreduce compile every variant compiled by NVRTC for sm_90 with no
  *                          device (skipped without NVRTC).
+ *   test_devreduce_emu emu the kernel text compiled for the host
+ *                          (kernel_emu.cpp) and run one emulated thread at
+ *                          a time: every variant and layout against the
+ *                          host, on 100,003 elements and small counts.
  * The CUDA runtime is opened with dlopen ($HETCCL_TEST_CUDART, else the
  * usual names, else /usr/local/cuda/lib64). Exit 0 pass, 1 fail, 77 skip. */
 #include <dlfcn.h>
@@ -425,13 +429,28 @@ static uint64_t element(const uint8_t *p, size_t i, size_t size) {
   return v;
 }
 
+/* Where a[i] and b[i] are both NaN, the host's sum or product is one of the
+ * two (quieted), but which one depends on the operand order gcc gave that
+ * instruction: it differs between reduce.c's vector body and its scalar
+ * epilogue, and between its aliasing modes, so no device rule can match it
+ * everywhere. The device takes a's (x86's first-operand rule); such
+ * elements must be NaN on both sides and are counted here, not failed. */
+static size_t nan_pairs;
+
 /* Mismatches of out against ref (the first few printed), and a write past
  * the end when guard. */
-static size_t compare(ncclDataType_t t, const bufs_t *B, size_t n, int guard, const char *what) {
-  size_t size = hetccl_dtype_size(t), bad = 0, nan_only = 0;
+static size_t compare(ncclDataType_t t, int kind, const bufs_t *B, size_t n, int guard,
+                      const char *what) {
+  size_t size = hetccl_dtype_size(t), bad = 0;
+  int arith = kind == HETCCL_RED_SUM || kind == HETCCL_RED_PROD;
   for (size_t i = 0; i < n; i++) {
-    if (memcmp(B->out + i * size, B->ref + i * size, size) == 0) continue;
-    nan_only += is_nan(t, B->out + i * size) && is_nan(t, B->ref + i * size);
+    const uint8_t *o = B->out + i * size, *r = B->ref + i * size;
+    if (memcmp(o, r, size) == 0) continue;
+    if (arith && is_nan(t, o) && is_nan(t, r) && is_nan(t, B->ha + i * size) &&
+        is_nan(t, B->hb + i * size)) {
+      nan_pairs++;
+      continue;
+    }
     if (bad++ < 3)
       fprintf(stderr, "  %s [%zu]: a %0*llx b %0*llx: host %0*llx, device %0*llx\n", what, i,
               (int)size * 2, (unsigned long long)element(B->ha, i, size), (int)size * 2,
@@ -439,7 +458,6 @@ static size_t compare(ncclDataType_t t, const bufs_t *B, size_t n, int guard, co
               (unsigned long long)element(B->ref, i, size), (int)size * 2,
               (unsigned long long)element(B->out, i, size));
   }
-  if (nan_only) fprintf(stderr, "  %s: %zu of the %zu differ in NaN bits only\n", what, nan_only, bad);
   for (size_t k = 0; guard && k < size; k++)
     if (B->out[n * size + k] != 0xa5) {
       fprintf(stderr, "  %s: wrote past the end\n", what);
@@ -475,7 +493,7 @@ static size_t run_case(bufs_t *B, ncclDataType_t t, int kind, int mode, const la
   char what[96];
   snprintf(what, sizeof(what), "%s %s %s %s n=%zu", hetccl_dtype_name(t), kind_names[kind],
            mode_names[mode], L->name, n);
-  size_t bad = r == ncclSuccess ? compare(t, B, n, !L->inplace, what) : n;
+  size_t bad = r == ncclSuccess ? compare(t, kind, B, n, !L->inplace, what) : n;
   failures += bad != 0;
   return bad;
 }
@@ -584,9 +602,94 @@ static int mode_gpu(void) {
   EXPECT(strstr(hetccl_last_error(), "flags"), "bad flags: %s", hetccl_last_error());
   run_table(&B);
   run_small(&B);
+  printf("%zu results of NaN + NaN or NaN * NaN differ from the host's in NaN bits only\n",
+         nan_pairs);
   bench(B.stream);
   return failures ? 1 : 0;
 }
+
+#ifdef HETCCL_TEST_EMU
+/* --- emu: the kernel text run on the CPU (kernel_emu.cpp) ---------------------- */
+
+typedef struct {
+  unsigned x, y, z;
+} emu_dim_t;
+emu_dim_t blockIdx, threadIdx, blockDim, gridDim;
+typedef void (*emu_kernel_t)(void *, const void *, const void *, uint64_t, uint64_t, uint64_t,
+                             double, uint64_t, const void *, int);
+#define EMU_TYPES(X) \
+  X(int8) X(uint8) X(int32) X(uint32) X(int64) X(uint64) X(float16) X(float32) X(float64) \
+  X(bfloat16) X(e4m3) X(e5m2)
+#define EMU_DECLARE(t) extern const emu_kernel_t emu_table_##t[4][4];
+EMU_TYPES(EMU_DECLARE)
+#define EMU_ENTRY(t) emu_table_##t,
+static const emu_kernel_t (*const emu_tables[NTYPES])[4] = {EMU_TYPES(EMU_ENTRY)};
+#define EMU_N 100003
+
+/* The launch, one emulated thread after another (threads share no state). */
+static void emu_launch(emu_kernel_t fn, const hetccl_rtc_launch_t *l) {
+  gridDim.x = l->grid;
+  blockDim.x = l->block;
+  for (blockIdx.x = 0; blockIdx.x < l->grid; blockIdx.x++)
+    for (threadIdx.x = 0; threadIdx.x < l->block; threadIdx.x++)
+      fn(l->dst, l->a, l->b, l->head, l->nvec, l->count, l->scalar_f, l->scalar_u, l->scalar_dev,
+         l->nranks);
+}
+
+static size_t emu_case(bufs_t *B, size_t t, int kind, int mode, const layout_t *L, size_t n) {
+  ncclDataType_t dt = all_types[t];
+  size_t size = hetccl_dtype_size(dt);
+  static _Alignas(16) uint64_t scalar[2];
+  hetccl_redop_t op = case_op(dt, kind, mode, scalar), host = op;
+  host.scalar_dev = NULL;
+  if (mode == MODE_PREMUL_DEV) dev_scalar(dt, scalar, &host);
+  uint8_t *a = B->da + L->oa * size, *d = L->inplace ? a : B->dd + L->od * size;
+  uint8_t *b = B->db + L->ob * size;
+  memcpy(a, B->ha, n * size);
+  memcpy(b, B->hb, n * size);
+  if (!L->inplace) memset(B->dd, 0xa5, (n + 2 * SLACK) * size);
+  reference(&host, mode_flags[mode], B, n);
+  hetccl_rtc_variant_t v;
+  EXPECT(hetccl_rtc_variant_of(&op, mode_flags[mode], "emu", &v) == ncclSuccess &&
+             v.flags == mode_flags[mode] && v.scalar_dev == (mode == MODE_PREMUL_DEV), "variant");
+  hetccl_rtc_launch_t l;
+  hetccl_rtc_plan(&op, d, a, b, n, 2, &l); /* few blocks: many grid-stride rounds */
+  if (n) emu_launch(emu_tables[t][kind][mode], &l);
+  memcpy(B->out, d, (n + 1) * size);
+  char what[96];
+  snprintf(what, sizeof(what), "emu %s %s %s %s n=%zu", hetccl_dtype_name(dt), kind_names[kind],
+           mode_names[mode], L->name, n);
+  size_t bad = compare(dt, kind, B, n, !L->inplace, what);
+  failures += bad != 0;
+  return bad;
+}
+
+static void mode_emu(void) {
+  bufs_t B;
+  size_t bytes = (EMU_N + 2 * SLACK) * 8;
+  uint8_t **all[] = {&B.ha, &B.hb, &B.ta, &B.tb, &B.ref, &B.out, &B.da, &B.dd, &B.db};
+  for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++)
+    if (!(*all[i] = aligned_alloc(16, bytes))) exit(1);
+  static const size_t small[] = {0, 1, 2, 15, 16, 17, 33, 1025};
+  for (size_t t = 0; t < NTYPES; t++) {
+    size_t size = hetccl_dtype_size(all_types[t]), bad = 0;
+    for (size_t i = 0; i < EMU_N; i++) {
+      random_element(all_types[t], B.ha + i * size);
+      random_element(all_types[t], B.hb + i * size);
+    }
+    for (int k = 0; k < 4; k++)
+      for (int m = 0; m < NMODES; m++)
+        for (size_t l = 0; l < NLAYOUTS; l++) {
+          bad += emu_case(&B, t, k, m, &layouts[l], EMU_N);
+          for (size_t c = 0; c < sizeof(small) / sizeof(small[0]); c++)
+            bad += emu_case(&B, t, k, m, &layouts[l], small[c]);
+        }
+    printf("emu %-11s %s\n", hetccl_dtype_name(all_types[t]), bad ? "FAIL" : "ok");
+  }
+  printf("%zu results of NaN + NaN or NaN * NaN differ from the host's in NaN bits only\n",
+         nan_pairs);
+}
+#endif
 
 int main(int argc, char **argv) {
   const char *mode = argc > 1 ? argv[1] : "gpu";
@@ -596,8 +699,11 @@ int main(int argc, char **argv) {
   else if (strcmp(mode, "search") == 0) mode_search();
   else if (strcmp(mode, "plan") == 0) mode_plan();
   else if (strcmp(mode, "compile") == 0) rc = mode_compile(argc > 2 ? atoi(argv[2]) : 90);
+#ifdef HETCCL_TEST_EMU
+  else if (strcmp(mode, "emu") == 0) mode_emu();
+#endif
   else {
-    fprintf(stderr, "usage: %s [gpu|nortc|search|plan|compile [CC]]\n", argv[0]);
+    fprintf(stderr, "usage: %s [gpu|nortc|search|plan|compile [CC]|emu]\n", argv[0]);
     return 2;
   }
   if (rc == SKIP) return SKIP;
