@@ -143,13 +143,32 @@ const hetccl_rtc_entry_t *hetccl_rtc_cache_find(hetccl_rtc_cache_t *c, uint64_t 
   return NULL;
 }
 
-const hetccl_rtc_entry_t *hetccl_rtc_cache_add(hetccl_rtc_cache_t *c, const hetccl_rtc_entry_t *e) {
-  hetccl_rtc_entry_t *n = malloc(sizeof(*n));
-  if (!n) return NULL;
-  *n = *e;
-  n->next = c->head; /* writers are serialised by c->compile */
-  __atomic_store_n(&c->head, n, __ATOMIC_RELEASE);
-  return n;
+ncclResult_t hetccl_rtc_cache_get(hetccl_rtc_cache_t *c, uint64_t where,
+                                  const hetccl_rtc_variant_t *v, hetccl_rtc_build_fn build,
+                                  void *ctx, const hetccl_rtc_entry_t **out) {
+  const hetccl_rtc_entry_t *e = hetccl_rtc_cache_find(c, where, v);
+  ncclResult_t res = ncclSuccess;
+  if (!e) {
+    pthread_mutex_lock(&c->compile);
+    e = hetccl_rtc_cache_find(c, where, v); /* built by another thread meanwhile? */
+    if (!e) {
+      hetccl_rtc_entry_t *n = calloc(1, sizeof(*n));
+      res = n ? build(ctx, where, v, n) : ncclSystemError;
+      if (!n) WARN("device reduce: out of memory for a kernel cache entry");
+      if (res == ncclSuccess) {
+        n->where = where;
+        n->v = *v;
+        n->next = c->head; /* writers are serialised by c->compile */
+        __atomic_store_n(&c->head, n, __ATOMIC_RELEASE);
+        e = n;
+      } else {
+        free(n);
+      }
+    }
+    pthread_mutex_unlock(&c->compile);
+  }
+  if (res == ncclSuccess) *out = e;
+  return res;
 }
 
 /* --- search ----------------------------------------------------------------- */

@@ -94,8 +94,16 @@ typedef struct hetccl_rtc_cache {
 /* The entry for (where, v), or NULL; no lock. */
 const hetccl_rtc_entry_t *hetccl_rtc_cache_find(hetccl_rtc_cache_t *c, uint64_t where,
                                                 const hetccl_rtc_variant_t *v);
-/* Publish a copy of e (caller holds c->compile); NULL when out of memory. */
-const hetccl_rtc_entry_t *hetccl_rtc_cache_add(hetccl_rtc_cache_t *c, const hetccl_rtc_entry_t *e);
+/* Builds (compiles and loads) the kernel for (where, v) into *e; called
+ * with c->compile held, one build at a time. */
+typedef ncclResult_t (*hetccl_rtc_build_fn)(void *ctx, uint64_t where,
+                                            const hetccl_rtc_variant_t *v, hetccl_rtc_entry_t *e);
+
+/* The entry for (where, v), built and published by build on first use:
+ * the first call of a (where, variant) pays the compile. */
+ncclResult_t hetccl_rtc_cache_get(hetccl_rtc_cache_t *c, uint64_t where,
+                                  const hetccl_rtc_variant_t *v, hetccl_rtc_build_fn build,
+                                  void *ctx, const hetccl_rtc_entry_t **out);
 
 /* Open path (RTLD_NOW | RTLD_LOCAL, or only if already loaded); on failure
  * append path to tried ("a, b, c"). */

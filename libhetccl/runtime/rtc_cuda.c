@@ -360,11 +360,13 @@ destroy:
   return res;
 }
 
-/* Compile v for the current context's device, load it there and publish
- * it under id. The caller holds cache.compile. */
-static ncclResult_t kernel_build(const nvrtc_lib_t *n, const cu_driver_t *d,
-                                 const hetccl_rtc_variant_t *v, uint64_t id,
-                                 const hetccl_rtc_entry_t **out) {
+/* hetccl_rtc_build_fn: compile v for the current context's device and load
+ * it there. ctx: the NVRTC in use. */
+static ncclResult_t kernel_build(void *ctx, uint64_t id, const hetccl_rtc_variant_t *v,
+                                 hetccl_rtc_entry_t *e) {
+  const nvrtc_lib_t *n = ctx;
+  const cu_driver_t *d = &drv; /* published: kernel_get's caller had it from driver_get */
+  (void)id; /* it names the current context, which is where the module loads */
   CUdevice dev;
   int major = 0, minor = 0, units = 0;
   HETCCL_CHECK(cu_result(d, d->cuCtxGetDevice(&dev), "cuCtxGetDevice", v));
@@ -380,11 +382,11 @@ static ncclResult_t kernel_build(const nvrtc_lib_t *n, const cu_driver_t *d,
   HETCCL_CHECK(nvrtc_compile(n, v, major * 10 + minor, &image, &bytes, target, sizeof(target)));
   double t1 = hetccl_rtc_now_ms();
   CUmodule module = NULL;
-  hetccl_rtc_entry_t e = {.where = id, .v = *v, .units = units};
+  e->units = units;
   ncclResult_t res = cu_result(d, d->cuModuleLoadData(&module, image), "cuModuleLoadData", v);
   free(image);
   HETCCL_CHECK(res);
-  res = cu_result(d, d->cuModuleGetFunction(&e.function, module, HETCCL_RTC_KERNEL_NAME),
+  res = cu_result(d, d->cuModuleGetFunction(&e->function, module, HETCCL_RTC_KERNEL_NAME),
                   "cuModuleGetFunction", v);
   if (res != ncclSuccess) {
     d->cuModuleUnload(module);
@@ -395,11 +397,6 @@ static ncclResult_t kernel_build(const nvrtc_lib_t *n, const cu_driver_t *d,
   INFO(HETCCL_RUNTIME, "cuda: reduce kernel %s: compiled for %s by NVRTC %d.%d in %.1f ms "
        "(%zu bytes), loaded in %.1f ms", name, target, n->major, n->minor, t1 - t0, bytes,
        hetccl_rtc_now_ms() - t1);
-  *out = hetccl_rtc_cache_add(&cache, &e);
-  if (!*out) {
-    WARN("cuda: reduce kernel %s: out of memory for its cache entry", name);
-    return ncclSystemError;
-  }
   return ncclSuccess;
 }
 
@@ -416,16 +413,7 @@ static ncclResult_t kernel_get(const nvrtc_lib_t *n, const cu_driver_t *d,
   }
   unsigned long long id = (uintptr_t)ctx;
   if (d->cuCtxGetId) HETCCL_CHECK(cu_result(d, d->cuCtxGetId(ctx, &id), "cuCtxGetId", v));
-  const hetccl_rtc_entry_t *e = hetccl_rtc_cache_find(&cache, id, v);
-  ncclResult_t res = ncclSuccess;
-  if (!e) {
-    pthread_mutex_lock(&cache.compile);
-    e = hetccl_rtc_cache_find(&cache, id, v); /* compiled by another thread meanwhile? */
-    if (!e) res = kernel_build(n, d, v, id, &e);
-    pthread_mutex_unlock(&cache.compile);
-  }
-  if (res == ncclSuccess) *out = e;
-  return res;
+  return hetccl_rtc_cache_get(&cache, id, v, kernel_build, (void *)n, out);
 }
 
 ncclResult_t hetccl_cuda_reduce_async(const hetccl_redop_t *op, void *dst, const void *a,

@@ -312,24 +312,25 @@ destroy:
   return res;
 }
 
-/* Compile v for device dev, load it there, publish it. The caller holds
- * cache.compile. The number of CUs is not asked (hipDeviceAttribute_t's
+/* hetccl_rtc_build_fn: compile v for device dev, load it there. ctx: the
+ * hipRTC in use. The number of CUs is not asked (hipDeviceAttribute_t's
  * numbering moved between ROCm versions): the plan's fixed grid cap. */
-static ncclResult_t kernel_build(const hiprtc_lib_t *n, const hip_lib_t *h,
-                                 const hetccl_rtc_variant_t *v, int dev,
-                                 const hetccl_rtc_entry_t **out) {
+static ncclResult_t kernel_build(void *ctx, uint64_t dev, const hetccl_rtc_variant_t *v,
+                                 hetccl_rtc_entry_t *e) {
+  const hiprtc_lib_t *n = ctx;
+  const hip_lib_t *h = &hip; /* published: kernel_get's caller had it from hip_get */
   char arch[96], *image = NULL;
   size_t bytes = 0;
-  device_arch(h, dev, arch, sizeof(arch));
+  device_arch(h, (int)dev, arch, sizeof(arch));
   double t0 = hetccl_rtc_now_ms();
   HETCCL_CHECK(rtc_compile(n, v, arch, &image, &bytes));
   double t1 = hetccl_rtc_now_ms();
   hipModule_t module = NULL;
-  hetccl_rtc_entry_t e = {.where = (uint64_t)dev, .v = *v, .units = 0};
+  e->units = 0;
   ncclResult_t res = hip_result(h, h->hipModuleLoadData(&module, image), "hipModuleLoadData", v);
   free(image);
   HETCCL_CHECK(res);
-  res = hip_result(h, h->hipModuleGetFunction(&e.function, module, HETCCL_RTC_KERNEL_NAME),
+  res = hip_result(h, h->hipModuleGetFunction(&e->function, module, HETCCL_RTC_KERNEL_NAME),
                    "hipModuleGetFunction", v);
   if (res != ncclSuccess) {
     h->hipModuleUnload(module);
@@ -340,11 +341,6 @@ static ncclResult_t kernel_build(const hiprtc_lib_t *n, const hip_lib_t *h,
   INFO(HETCCL_RUNTIME, "hip: reduce kernel %s: compiled for %s by hipRTC %d.%d in %.1f ms "
        "(%zu bytes), loaded in %.1f ms", name, arch[0] ? arch : "the current device", n->major,
        n->minor, t1 - t0, bytes, hetccl_rtc_now_ms() - t1);
-  *out = hetccl_rtc_cache_add(&cache, &e);
-  if (!*out) {
-    WARN("hip: reduce kernel %s: out of memory for its cache entry", name);
-    return ncclSystemError;
-  }
   return ncclSuccess;
 }
 
@@ -354,16 +350,7 @@ static ncclResult_t kernel_get(const hiprtc_lib_t *n, const hip_lib_t *h,
                                const hetccl_rtc_variant_t *v, const hetccl_rtc_entry_t **out) {
   int dev = 0;
   HETCCL_CHECK(hip_result(h, h->hipGetDevice(&dev), "hipGetDevice", v));
-  const hetccl_rtc_entry_t *e = hetccl_rtc_cache_find(&cache, (uint64_t)dev, v);
-  ncclResult_t res = ncclSuccess;
-  if (!e) {
-    pthread_mutex_lock(&cache.compile);
-    e = hetccl_rtc_cache_find(&cache, (uint64_t)dev, v);
-    if (!e) res = kernel_build(n, h, v, dev, &e);
-    pthread_mutex_unlock(&cache.compile);
-  }
-  if (res == ncclSuccess) *out = e;
-  return res;
+  return hetccl_rtc_cache_get(&cache, (uint64_t)dev, v, kernel_build, (void *)n, out);
 }
 
 ncclResult_t hetccl_hip_reduce_async(const hetccl_redop_t *op, void *dst, const void *a,
