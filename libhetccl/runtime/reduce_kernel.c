@@ -1,8 +1,8 @@
 /* The device reduction kernel's source, one text for CUDA (NVRTC) and HIP
  * (hipRTC), compiled at run time by rtc_cuda.c and rtc_hip.c with the -D
  * options that rtc.c builds (listed at the top of the text). It is kept as
- * a C string, one line of kernel per line of file, so that a compiler's
- * "line N" is line N of the text below plus the first line of the string.
+ * a C string, one line of kernel per line of file: a compiler's "line N" is
+ * the Nth line after the one that opens hetccl_rtc_kernel_source.
  *
  * The conversions are runtime/reduce.c's, one for one: change both or
  * neither (tests/c/reduce/test_devreduce.c compares them bit for bit). */
