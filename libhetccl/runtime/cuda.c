@@ -32,6 +32,7 @@
 #include <string.h>
 
 #include "runtime/gpu.h"
+#include "runtime/devreduce.h"
 #include "runtime/runtime.h"
 #include "util/check.h"
 #include "util/log.h"
@@ -587,6 +588,6 @@ const hetccl_runtime_t hetccl_runtime_cuda = {
     .host_register = cuda_host_register,
     .host_unregister = cuda_host_unregister,
     /* device kernels (NVRTC) are not built yet */
-    .reduce_async = hetccl_rt_reduce_async_none,
-    .reduce_available = hetccl_rt_reduce_available_none,
+    .reduce_async = hetccl_cuda_reduce_async,
+    .reduce_available = hetccl_cuda_reduce_available,
 };

@@ -34,6 +34,7 @@
 #include <string.h>
 
 #include "runtime/gpu.h"
+#include "runtime/devreduce.h"
 #include "runtime/runtime.h"
 #include "util/check.h"
 #include "util/log.h"
@@ -541,6 +542,6 @@ const hetccl_runtime_t hetccl_runtime_hip = {
     .host_register = hip_host_register,
     .host_unregister = hip_host_unregister,
     /* device kernels (hipRTC) are not built yet */
-    .reduce_async = hetccl_rt_reduce_async_none,
-    .reduce_available = hetccl_rt_reduce_available_none,
+    .reduce_async = hetccl_hip_reduce_async,
+    .reduce_available = hetccl_hip_reduce_available,
 };

@@ -32,8 +32,8 @@ typedef struct hetccl_redop {
   double scalar_f;      /* premul scalar for floating types */
   int64_t scalar_i;     /* premul scalar for signed integer types */
   uint64_t scalar_u;    /* premul scalar for unsigned integer types */
-  const void *scalar_dev; /* device pointer to the premul scalar when the user made the
-                           * op with ncclScalarDevice; NULL otherwise */
+  const void *scalar_dev; /* ncclScalarDevice: the premul scalar, one element of dtype in
+                            device memory (device kernels read it there); NULL: the above */
 } hetccl_redop_t;
 
 /* Size in bytes of one element; 0 for an invalid type. */

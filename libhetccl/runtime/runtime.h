@@ -161,7 +161,8 @@ typedef ncclResult_t (*hetccl_rt_host_unregister_fn)(void *ptr);
  * op->nranks when flags has HETCCL_REDUCE_FINISH and op->average. a, b and
  * dst are device-accessible (device memory, or mapped host memory's device
  * address) and belong to the caller until the stream passes the kernel;
- * dst may equal a or b. Never blocks the calling thread. Where the runtime
+ * dst may equal a or b. b may be NULL: then dst[i] = FIN(PRE_A(a[i]))
+ * (data scaled on its way out). Never blocks the calling thread. Where the runtime
  * has no device compiler (reduce_available says why) it returns
  * ncclInvalidUsage WITHOUT a WARN: the caller decides whether that is an
  * error (it may reduce on the host instead). */

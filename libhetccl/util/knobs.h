@@ -103,7 +103,11 @@
   X(PLANE_SLOTS, "HETCCL_PLANE_SLOTS", INT, "4", 2, 64,                        \
     "data-plane slots per channel (pieces in flight per direction and pair)") \
   X(PLANE_MAX_RANKS, "HETCCL_PLANE_MAX_RANKS", INT, "8", 2, 64,                \
-    "largest communicator given a data plane (every pair of its ranks holds a channel of HETCCL_PLANE_SLOTS x HETCCL_PLANE_PIECE bytes)")
+    "largest communicator given a data plane (every pair of its ranks holds a channel of HETCCL_PLANE_SLOTS x HETCCL_PLANE_PIECE bytes)") \
+  X(NVRTC_LIBRARY, "HETCCL_NVRTC_LIBRARY", STR, "", 0, 0,                       \
+    "path or name of NVRTC for reductions on CUDA devices, or none to reduce on the host (default: a loaded libnvrtc, libnvrtc.so.13/.12/.11.2/.so, beside libcudart, its pip wheel's sibling, /usr/local/cuda/lib64)") \
+  X(HIPRTC_LIBRARY, "HETCCL_HIPRTC_LIBRARY", STR, "", 0, 0,                     \
+    "path or name of hipRTC for reductions on HIP devices, or none to reduce on the host (default: a loaded libhiprtc, libhiprtc.so.7/.6/.5/.so, beside libamdhip64, /opt/rocm/lib)")
 
 /* The type column, expanded by HETCCL_KNOB_KIND_##type into
  * (type, allowed words, case ignored, type name for hetcclKnobInfo). */

@@ -1,0 +1,213 @@
+/* Run-time compiled reduction kernels: the vendor-neutral part (rtc.h).
+ *
+ * Thread: any. The cache is read without a lock (entries are immutable once
+ * published, the list only grows at its head) and written under its compile
+ * mutex; nothing else here keeps state. */
+#include "runtime/rtc.h"
+
+#include <dlfcn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "util/log.h"
+
+/* The kernel reproduces the host's NaN results, and the host's rule depends
+ * on its CPU (see the kernel text). Other CPUs get the x86-64 rule: their
+ * results can then differ from the host's in NaN payloads only. */
+#if defined(__aarch64__)
+#define HOST_NAN_RULE "-DHK_NAN_ARM"
+#else
+#define HOST_NAN_RULE "-DHK_NAN_X86"
+#endif
+
+static const char *const type_defines[ncclNumTypes] = {
+    [ncclInt8] = "-DHK_T_INT8",         [ncclUint8] = "-DHK_T_UINT8",
+    [ncclInt32] = "-DHK_T_INT32",       [ncclUint32] = "-DHK_T_UINT32",
+    [ncclInt64] = "-DHK_T_INT64",       [ncclUint64] = "-DHK_T_UINT64",
+    [ncclFloat16] = "-DHK_T_FLOAT16",   [ncclFloat32] = "-DHK_T_FLOAT32",
+    [ncclFloat64] = "-DHK_T_FLOAT64",   [ncclBfloat16] = "-DHK_T_BFLOAT16",
+    [ncclFloat8e4m3] = "-DHK_T_E4M3",   [ncclFloat8e5m2] = "-DHK_T_E5M2",
+};
+
+static const char *const op_defines[] = {
+    [HETCCL_RED_SUM] = "-DHK_OP_SUM", [HETCCL_RED_PROD] = "-DHK_OP_PROD",
+    [HETCCL_RED_MAX] = "-DHK_OP_MAX", [HETCCL_RED_MIN] = "-DHK_OP_MIN",
+};
+
+static const char *const op_names[] = {
+    [HETCCL_RED_SUM] = "sum", [HETCCL_RED_PROD] = "prod",
+    [HETCCL_RED_MAX] = "max", [HETCCL_RED_MIN] = "min",
+};
+
+/* --- variant ---------------------------------------------------------------- */
+
+ncclResult_t hetccl_rtc_variant_of(const hetccl_redop_t *op, unsigned flags, int unary,
+                                   const char *who, hetccl_rtc_variant_t *v) {
+  if (!op || (int)op->dtype < 0 || op->dtype >= ncclNumTypes || (unsigned)op->kind > HETCCL_RED_MIN) {
+    WARN("%s: invalid reduction (type %d, operator %d)", who, op ? (int)op->dtype : -1,
+         op ? (int)op->kind : -1);
+    return ncclInvalidArgument;
+  }
+  if (flags & ~HETCCL_REDUCE_ALL_FLAGS) {
+    WARN("%s: unknown flags 0x%x", who, flags & ~HETCCL_REDUCE_ALL_FLAGS);
+    return ncclInvalidArgument;
+  }
+  /* Flags that change nothing select no variant of their own: the host
+   * scales only with premul, and divides only by nranks > 1. */
+  unsigned f = 0;
+  if (op->premul) f |= flags & (HETCCL_REDUCE_SCALE_A | HETCCL_REDUCE_SCALE_B);
+  if (op->average && op->nranks > 1) f |= flags & HETCCL_REDUCE_FINISH;
+  if (unary) f |= HETCCL_RTC_UNARY;
+  v->dtype = op->dtype;
+  v->kind = op->kind;
+  v->flags = f;
+  v->scalar_dev = (f & (HETCCL_REDUCE_SCALE_A | HETCCL_REDUCE_SCALE_B)) && op->scalar_dev;
+  return ncclSuccess;
+}
+
+void hetccl_rtc_variant_name(const hetccl_rtc_variant_t *v, char *out, size_t len) {
+  snprintf(out, len, "%s %s%s%s%s%s%s", hetccl_dtype_name(v->dtype),
+           v->flags & HETCCL_RTC_UNARY ? "unary" : op_names[v->kind],
+           v->flags & HETCCL_REDUCE_SCALE_A ? " +scale_a" : "",
+           v->flags & HETCCL_REDUCE_SCALE_B ? " +scale_b" : "",
+           v->flags & HETCCL_REDUCE_FINISH ? " +finish" : "", v->scalar_dev ? " +devscalar" : "",
+           "");
+}
+
+size_t hetccl_rtc_defines(const hetccl_rtc_variant_t *v, const char **out) {
+  size_t n = 0;
+  out[n++] = type_defines[v->dtype];
+  out[n++] = op_defines[v->kind];
+  if (v->flags & HETCCL_REDUCE_SCALE_A) out[n++] = "-DHK_SCALE_A";
+  if (v->flags & HETCCL_REDUCE_SCALE_B) out[n++] = "-DHK_SCALE_B";
+  if (v->flags & HETCCL_REDUCE_FINISH) out[n++] = "-DHK_FINISH";
+  if (v->flags & HETCCL_RTC_UNARY) out[n++] = "-DHK_UNARY";
+  if (v->scalar_dev) out[n++] = "-DHK_SCALAR_DEV";
+  out[n++] = HOST_NAN_RULE;
+  return n;
+}
+
+/* --- launch plan ------------------------------------------------------------ */
+
+static int dtype_signed(ncclDataType_t t) {
+  return t == ncclInt8 || t == ncclInt32 || t == ncclInt64;
+}
+
+/* Vectors need a, b and dst equally misaligned (then a scalar head aligns
+ * all three); otherwise every element goes alone. */
+static void plan_split(size_t size, const void *dst, const void *a, const void *b, size_t count,
+                       uint64_t *head, uint64_t *nvec) {
+  uintptr_t mis = (uintptr_t)a % 16;
+  *head = 0;
+  *nvec = 0;
+  if ((uintptr_t)b % 16 != mis || (uintptr_t)dst % 16 != mis || mis % size) return;
+  uint64_t h = ((16 - mis) % 16) / size;
+  if (h > count) h = count;
+  *head = h;
+  *nvec = (count - h) / (16 / size);
+}
+
+void hetccl_rtc_plan(const hetccl_redop_t *op, void *dst, const void *a, const void *b,
+                     size_t count, int units, hetccl_rtc_launch_t *l) {
+  size_t size = hetccl_dtype_size(op->dtype);
+  memset(l, 0, sizeof(*l));
+  l->dst = dst;
+  l->a = a;
+  l->b = b;
+  l->count = count;
+  plan_split(size, dst, a, b, count, &l->head, &l->nvec);
+  uint64_t nscalar = count - l->nvec * (16 / size);
+  uint64_t work = l->nvec > nscalar ? l->nvec : nscalar;
+  uint64_t per_block = (uint64_t)HETCCL_RTC_THREADS * HETCCL_RTC_UNROLL;
+  uint64_t blocks = (work + per_block - 1) / per_block;
+  /* Enough blocks to fill the device a few times over; the grid-stride
+   * loops take the rest. */
+  uint64_t cap = units > 0 ? (uint64_t)units * HETCCL_RTC_BLOCKS_PER_UNIT : HETCCL_RTC_MAX_BLOCKS;
+  l->grid = (unsigned)(blocks < 1 ? 1 : blocks > cap ? cap : blocks);
+  l->block = HETCCL_RTC_THREADS;
+  l->scalar_f = op->scalar_f;
+  l->scalar_u = dtype_signed(op->dtype) ? (uint64_t)op->scalar_i : op->scalar_u;
+  l->scalar_dev = op->scalar_dev;
+  l->nranks = op->nranks;
+  void *p[10] = {&l->dst,   &l->a,        &l->b,        &l->head,       &l->nvec,
+                 &l->count, &l->scalar_f, &l->scalar_u, &l->scalar_dev, &l->nranks};
+  memcpy(l->params, p, sizeof(p));
+}
+
+/* --- cache ------------------------------------------------------------------ */
+
+const hetccl_rtc_entry_t *hetccl_rtc_cache_find(hetccl_rtc_cache_t *c, uint64_t where,
+                                                const hetccl_rtc_variant_t *v) {
+  for (const hetccl_rtc_entry_t *e = __atomic_load_n(&c->head, __ATOMIC_ACQUIRE); e; e = e->next)
+    if (e->where == where && e->v.dtype == v->dtype && e->v.kind == v->kind &&
+        e->v.flags == v->flags && e->v.scalar_dev == v->scalar_dev)
+      return e;
+  return NULL;
+}
+
+ncclResult_t hetccl_rtc_cache_get(hetccl_rtc_cache_t *c, uint64_t where,
+                                  const hetccl_rtc_variant_t *v, hetccl_rtc_build_fn build,
+                                  void *ctx, const hetccl_rtc_entry_t **out) {
+  const hetccl_rtc_entry_t *e = hetccl_rtc_cache_find(c, where, v);
+  ncclResult_t res = ncclSuccess;
+  if (!e) {
+    pthread_mutex_lock(&c->compile);
+    e = hetccl_rtc_cache_find(c, where, v); /* built by another thread meanwhile? */
+    if (!e) {
+      hetccl_rtc_entry_t *n = calloc(1, sizeof(*n));
+      res = n ? build(ctx, where, v, n) : ncclSystemError;
+      if (!n) WARN("device reduce: out of memory for a kernel cache entry");
+      if (res == ncclSuccess) {
+        n->where = where;
+        n->v = *v;
+        n->next = c->head; /* writers are serialised by c->compile */
+        __atomic_store_n(&c->head, n, __ATOMIC_RELEASE);
+        e = n;
+      } else {
+        free(n);
+      }
+    }
+    pthread_mutex_unlock(&c->compile);
+  }
+  if (res == ncclSuccess) *out = e;
+  return res;
+}
+
+/* --- search ----------------------------------------------------------------- */
+
+void *hetccl_rtc_open(const char *path, int noload, char *tried, size_t len) {
+  void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL | (noload ? RTLD_NOLOAD : 0));
+  if (!h) {
+    size_t off = strlen(tried);
+    if (off + 1 < len) snprintf(tried + off, len - off, "%s%s", off ? ", " : "", path);
+  }
+  return h;
+}
+
+void *hetccl_rtc_open_in(const char *dir, const char *const *names, size_t n, char *tried,
+                         size_t len) {
+  if (!dir || !dir[0]) return NULL;
+  for (size_t i = 0; i < n; i++) {
+    char path[768];
+    snprintf(path, sizeof(path), "%s/%s", dir, names[i]);
+    void *h = hetccl_rtc_open(path, 0, tried, len);
+    if (h) return h;
+  }
+  return NULL;
+}
+
+void hetccl_rtc_dirname(const char *file, char *out, size_t len) {
+  const char *slash = file ? strrchr(file, '/') : NULL;
+  size_t n = slash ? (size_t)(slash - file) : 0;
+  if (n >= len) n = len - 1;
+  memmove(out, file, n); /* out may be file */
+  out[n] = '\0';
+}
+
+double hetccl_rtc_now_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+}
