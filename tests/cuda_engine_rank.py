@@ -226,10 +226,20 @@ def check_async(comm) -> dict:
     count = 1 << 16
     want = np.full(count, N * (N + 1) / 2, np.float32)
     if MODE != "cuda":  # a host peer takes part; its call is blocking
+        warm = Buf(count, FLOAT32, np.ones(count, np.float32))  # the CUDA ranks' warm-up
+        check(LIB.ncclAllReduce(warm.ptr(), warm.ptr(), count, FLOAT32, SUM, comm, None),
+              "AllReduce")
         b = Buf(count, FLOAT32, np.full(count, float(RANK + 1), np.float32))
         check(LIB.ncclAllReduce(b.ptr(), b.ptr(), count, FLOAT32, SUM, comm, None), "AllReduce")
         return {"async_result": bool(np.array_equal(b.read(), want))}
     b = Buf(count, FLOAT32)
+    # The first AllReduce of a type and operator on a device may compile its
+    # reduction kernel on the calling thread (once per process, or once per
+    # machine with the disk cache): not what this check times.
+    warm = Buf(count, FLOAT32, np.ones(count, np.float32))
+    check(LIB.ncclAllReduce(warm.ptr(), warm.ptr(), count, FLOAT32, SUM, comm, STREAM_P),
+          "AllReduce")
+    STREAM.synchronize()
     with torch.cuda.stream(STREAM):
         torch.cuda._sleep(1_500_000_000)  # about a second of GPU time
         b.t.fill_(float(RANK + 1))        # written after the sleep, before the call

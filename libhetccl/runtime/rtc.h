@@ -119,6 +119,14 @@ void *hetccl_rtc_open_in(const char *dir, const char *const *names, size_t n, ch
 /* The directory part of file ("" when it has none); out may be file. */
 void hetccl_rtc_dirname(const char *file, char *out, size_t len);
 
+/* Compiled images on disk (rtc_disk.c): load one (1, a malloc'd *image)
+ * or 0 on a miss; store one (failures only logged). version: the
+ * compiler's (10 * major + minor). */
+int hetccl_rtc_disk_load(const char *vendor, const char *target, int version,
+                         const hetccl_rtc_variant_t *v, char **image, size_t *bytes);
+void hetccl_rtc_disk_store(const char *vendor, const char *target, int version,
+                           const hetccl_rtc_variant_t *v, const char *image, size_t bytes);
+
 /* Milliseconds since an arbitrary point (compile timings). */
 double hetccl_rtc_now_ms(void);
 

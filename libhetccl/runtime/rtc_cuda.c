@@ -327,8 +327,9 @@ static int target_arch(const nvrtc_lib_t *n, int cc, int *cubin) {
 static ncclResult_t nvrtc_compile(const nvrtc_lib_t *n, const hetccl_rtc_variant_t *v, int cc,
                                   char **image, size_t *bytes, char *target, size_t tlen) {
   int cubin;
-  int arch = target_arch(n, cc, &cubin);
+  int arch = target_arch(n, cc, &cubin), version = n->major * 10 + n->minor;
   snprintf(target, tlen, "%s_%d", cubin ? "sm" : "compute", arch);
+  if (hetccl_rtc_disk_load("nvrtc", target, version, v, image, bytes)) return ncclSuccess;
   char archopt[64];
   snprintf(archopt, sizeof(archopt), "--gpu-architecture=%s", target);
   const char *opts[5 + HETCCL_RTC_MAX_DEFINES] = {archopt, "--fmad=false", "--prec-div=true",
@@ -354,6 +355,8 @@ static ncclResult_t nvrtc_compile(const nvrtc_lib_t *n, const hetccl_rtc_variant
   if (res != ncclSuccess) {
     free(*image);
     *image = NULL;
+  } else {
+    hetccl_rtc_disk_store("nvrtc", target, version, v, *image, *bytes);
   }
 destroy:
   n->nvrtcDestroyProgram(&p);
@@ -394,7 +397,8 @@ static ncclResult_t kernel_build(void *ctx, uint64_t id, const hetccl_rtc_varian
   }
   char name[96];
   hetccl_rtc_variant_name(v, name, sizeof(name));
-  INFO(HETCCL_RUNTIME, "cuda: reduce kernel %s: compiled for %s by NVRTC %d.%d in %.1f ms "
+  INFO(HETCCL_RUNTIME, "cuda: reduce kernel %s: compiled (or read from the disk cache) for %s "
+       "by NVRTC %d.%d in %.1f ms "
        "(%zu bytes), loaded in %.1f ms", name, target, n->major, n->minor, t1 - t0, bytes,
        hetccl_rtc_now_ms() - t1);
   return ncclSuccess;

@@ -287,6 +287,9 @@ static ncclResult_t rtc_compile(const hiprtc_lib_t *n, const hetccl_rtc_variant_
   if (arch[0]) opts[nopts++] = archopt;
   nopts += (int)hetccl_rtc_defines(v, opts + nopts);
   const char *target = arch[0] ? arch : "current device";
+  int version = n->major * 10 + n->minor;
+  if (arch[0] && hetccl_rtc_disk_load("hiprtc", arch, version, v, image, bytes))
+    return ncclSuccess;
   hiprtcProgram p = NULL;
   HETCCL_CHECK(rtc_result(n, n->hiprtcCreateProgram(&p, hetccl_rtc_kernel_source,
                                                     "hetccl_reduce.hip", 0, NULL, NULL),
@@ -306,6 +309,8 @@ static ncclResult_t rtc_compile(const hiprtc_lib_t *n, const hetccl_rtc_variant_
   if (res != ncclSuccess) {
     free(*image);
     *image = NULL;
+  } else if (arch[0]) {
+    hetccl_rtc_disk_store("hiprtc", arch, version, v, *image, *bytes);
   }
 destroy:
   n->hiprtcDestroyProgram(&p);

@@ -107,7 +107,9 @@
   X(NVRTC_LIBRARY, "HETCCL_NVRTC_LIBRARY", STR, "", 0, 0,                       \
     "path or name of NVRTC for reductions on CUDA devices, or none to reduce on the host (default: a loaded libnvrtc, libnvrtc.so.13/.12/.11.2/.so, beside libcudart, its pip wheel's sibling, /usr/local/cuda/lib64)") \
   X(HIPRTC_LIBRARY, "HETCCL_HIPRTC_LIBRARY", STR, "", 0, 0,                     \
-    "path or name of hipRTC for reductions on HIP devices, or none to reduce on the host (default: a loaded libhiprtc, libhiprtc.so.7/.6/.5/.so, beside libamdhip64, /opt/rocm/lib)")
+    "path or name of hipRTC for reductions on HIP devices, or none to reduce on the host (default: a loaded libhiprtc, libhiprtc.so.7/.6/.5/.so, beside libamdhip64, /opt/rocm/lib)") \
+  X(RTC_CACHE, "HETCCL_RTC_CACHE", STR, "", 0, 0,                             \
+    "directory keeping compiled device-reduction kernels between processes (default $XDG_CACHE_HOME/hetccl, else ~/.cache/hetccl), or none")
 
 /* The type column, expanded by HETCCL_KNOB_KIND_##type into
  * (type, allowed words, case ignored, type name for hetcclKnobInfo). */

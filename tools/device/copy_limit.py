@@ -1,0 +1,63 @@
+#!/usr/bin/env python3
+"""What the copy engines of one GPU move between device and pinned host
+memory, in this run: the ceiling of any staged path (the data plane's
+included) on this machine.
+
+    python3 tools/device/copy_limit.py [--gib 1] [--device 0]
+
+Prints D2H alone, H2D alone, and both at once on two streams (GB/s each
+way), best of three. Two ranks on ONE GPU share its one PCIe link: an
+AllReduce or SendRecv between them moves 2 x the message each way over it,
+so their busbw ceiling there is half the concurrent figure.
+"""
+from __future__ import annotations
+
+import argparse
+import time
+
+import cupy as cp
+import cupyx
+
+
+def timed(fn, reps: int = 3) -> float:
+    best = float("inf")
+    for _ in range(reps):
+        cp.cuda.Device().synchronize()
+        t0 = time.perf_counter()
+        fn()
+        cp.cuda.Device().synchronize()
+        best = min(best, time.perf_counter() - t0)
+    return best
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--gib", type=float, default=1.0)
+    ap.add_argument("--device", type=int, default=0)
+    args = ap.parse_args()
+    cp.cuda.Device(args.device).use()
+    n = int(args.gib * (1 << 30))
+    dev = [cp.empty(n, dtype=cp.uint8) for _ in range(2)]
+    host = [cupyx.empty_pinned(n, dtype=cp.uint8) for _ in range(2)]
+    for h in host:
+        h[:] = 1
+    s1, s2 = cp.cuda.Stream(non_blocking=True), cp.cuda.Stream(non_blocking=True)
+
+    def d2h(stream=s1, i=0):
+        dev[i].get(out=host[i], stream=stream, blocking=False)
+
+    def h2d(stream=s2, i=1):
+        dev[i].set(host[i], stream=stream)
+
+    t_d2h = timed(d2h)
+    t_h2d = timed(h2d)
+    t_both = timed(lambda: (d2h(s1, 0), h2d(s2, 1)))
+    gb = n / 1e9
+    print(f"copy_limit device {args.device}: {args.gib:g} GiB, best of 3")
+    print(f"  D2H alone {gb / t_d2h:.1f} GB/s, H2D alone {gb / t_h2d:.1f} GB/s, "
+          f"both at once {gb / t_both:.1f} GB/s each way")
+    print(f"  two ranks on this one GPU: staged busbw ceiling about {gb / t_both / 2:.1f} GB/s")
+
+
+if __name__ == "__main__":
+    main()

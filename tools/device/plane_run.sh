@@ -1,0 +1,87 @@
+#!/usr/bin/env bash
+# The cross-island data plane on the GPU machine, in one call:
+#
+#   device run (carry [".whl"]): bash tools/device/plane_run.sh
+#
+# Stages (each logs to $OUT/NN-name.log, one PASS/FAIL line in summary.txt):
+#   build     libhetccl, hetccl-perf and the C tests (meson, release)
+#   reduce    tests/c/reduce/test_devreduce gpu: the device reductions, every
+#             type x operator x mode x layout, bit for bit against the host
+#   pytest    tests/test_cuda_engine.py: every collective on CUDA ranks in
+#             forced islands (now on the data plane), a CUDA rank with a host
+#             rank, the call returning before the stream reaches it
+#   limit     tools/device/copy_limit.py: what the copy engines move, this run
+#   perf      hetccl-perf -m cuda under `hetccl run -n $NRANKS`, islands
+#             forced one per rank, every collective 1 MiB..1 GiB with every
+#             result checked; then all_reduce and sendrecv with
+#             HETCCL_PLANE=off (the staged engine path) for comparison
+# STAGES="build perf" runs only those. NRANKS (default 2) ranks share the
+# GPUs round-robin (one GPU: all on GPU 0). NCCL_NVLS_ENABLE=0 everywhere.
+set -u
+ROOT=$(cd "$(dirname "$0")/../.." && pwd)
+cd "$ROOT"
+OUT=${OUT:-$ROOT/device-out}
+mkdir -p "$OUT"
+export NCCL_NVLS_ENABLE=0 PYTHONUNBUFFERED=1
+PY=${PYTHON:-python3}
+LIB=$ROOT/build-dev/libhetccl/libhetccl.so
+export HETCCL_LIBRARY=$LIB HETCCL_PERF_LIB=$LIB
+NRANKS=${NRANKS:-2}
+STATUS=0
+: >"$OUT/summary.txt"
+note() { echo "$*" | tee -a "$OUT/summary.txt"; }
+stage() {
+  local num=$1 name=$2 limit=$3 fn=$4 log="$OUT/$1-$2.log" t0=$SECONDS rc
+  echo "== stage $name (limit ${limit}s)" >"$log"
+  timeout -k 10 "$limit" bash -c "$fn" >>"$log" 2>&1
+  rc=$?
+  [ $rc -eq 124 ] && echo "FAIL: timed out after ${limit}s" >>"$log"
+  if [ $rc -eq 0 ]; then note "PASS $name ($((SECONDS - t0)) s)"
+  else STATUS=1; note "FAIL $name (rc $rc, $((SECONDS - t0)) s): $(grep -E 'FAIL|Error|error' "$log" | tail -1 | cut -c1-200)"; fi
+}
+
+do_build() {
+  set -e
+  if ls .whl/*.whl >/dev/null 2>&1; then
+    $PY -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl
+  fi
+  [ -d build-dev ] || meson setup build-dev --buildtype=release -Dtests=true
+  ninja -C build-dev
+  nvidia-smi -L
+}
+do_reduce() {
+  CUDART=$(ls "$($PY -c 'import sysconfig;print(sysconfig.get_paths()["purelib"])')"/nvidia/*/lib/libcudart.so* 2>/dev/null | sort -r | head -1)
+  HETCCL_TEST_CUDART=$CUDART HETCCL_DEBUG=INFO HETCCL_DEBUG_SUBSYS=RUNTIME \
+    build-dev/tests/c/reduce/test_devreduce gpu
+}
+do_pytest() { $PY -m pytest -q tests/test_cuda_engine.py -p no:cacheprovider -rs -x; }
+do_limit() { $PY tools/device/copy_limit.py; }
+perf() { # perf LABEL COLL ARGS... (environment from the caller)
+  echo "--- $1"
+  HETCCL_ISLANDS=rank $PY -m hetccl run -n "$NRANKS" -- build-dev/tools/perf/hetccl-perf "${@:2}" \
+    -m cuda -c 1 -n 10 -w 3
+}
+do_perf() {
+  local colls="all_reduce sendrecv all_gather reduce_scatter broadcast alltoall reduce gather scatter"
+  for c in $colls; do perf "plane $c" "$c" -b 1M -e 1G -f 4 || echo "FAIL: $c"; done
+  perf "plane all_reduce small" all_reduce -b 8 -e 256K -f 8 || echo "FAIL: small"
+  for c in all_reduce sendrecv; do
+    HETCCL_PLANE=off perf "engine (HETCCL_PLANE=off) $c" "$c" -b 1M -e 256M -f 4 || echo "FAIL: off $c"
+  done
+  ! grep -q "^FAIL" "$OUT/05-perf.log"
+}
+
+export ROOT OUT PY LIB NRANKS
+export -f note perf do_build do_reduce do_pytest do_limit do_perf
+export PYTHONPATH=$ROOT/python:/tmp/site${PYTHONPATH:+:$PYTHONPATH}
+STAGES=${STAGES:-reduce pytest limit perf}
+want() { case " $STAGES " in *" $1 "*) return 0 ;; esac; return 1; }
+stage 01 build 240 do_build
+if [ -f "$LIB" ]; then
+  want reduce && stage 02 reduce 240 do_reduce
+  want pytest && stage 03 pytest 300 do_pytest
+  want limit && stage 04 limit 60 do_limit
+  want perf && stage 05 perf 400 do_perf
+fi
+note "overall: $([ $STATUS -eq 0 ] && echo PASS || echo FAIL)"
+exit $STATUS
