@@ -15,7 +15,10 @@ command (docs/transports.md):
   it, within a few seconds;
 - 50 init/destroy cycles leave fds, threads and mappings as they were;
 - two VMs joined by a wire (`--hosts 2`): send/recv and allreduce across
-  them, forced (HETCCL_TRANSPORT=ib) and by HETCCL_IB_ENABLE=1 under auto.
+  them, forced (HETCCL_TRANSPORT=ib) and by HETCCL_IB_ENABLE=1 under auto;
+- the transport alone: tests/c/transport/conformance over ib (meson suite
+  `rdma`), every contract of transport.h through the table, as for shm and
+  socket.
 
 One test runs where there is no device: HETCCL_TRANSPORT=ib then fails
 init with ncclSystemError and a message saying why.
@@ -36,7 +39,9 @@ import numpy as np
 import pytest
 
 import hetccl
+from c_build import configure_and_build, run_meson_test, select_tests
 from conftest import active_verbs_device
+from libpath import REPO_ROOT
 from hetccl import nccl
 from hetccl.errors import NcclError
 from hetccl.nccl import NcclCommunicator
@@ -80,6 +85,23 @@ def test_ib_sweep(spec: Sweep) -> None:
     assert checks > 0
     shown = "\n".join(failures[:MAX_SHOWN])
     assert not failures, f"{len(failures)} of {checks} checks failed:\n{shown}"
+
+
+# -- the transport alone ---------------------------------------------------------------
+
+@pytest.mark.rdma
+@pytest.mark.timeout(1200)
+def test_ib_transport_conformance() -> None:
+    """The C conformance test over ib (tests/c/transport/meson.build, suite
+    'rdma'), in test_c_units.py's build directory: built there on the host
+    first, only checked here (a build inside the emulator takes long)."""
+    build = REPO_ROOT / "build-tests"
+    configure_and_build(build, ["--buildtype=debugoptimized"])
+    names = select_tests(build, lambda name, suites: "rdma" in suites)
+    if not names:
+        pytest.skip("build-tests has no ib conformance test: built without infiniband/verbs.h")
+    proc = run_meson_test(build, names, timeout_multiplier=1)
+    assert proc.returncode == 0, "meson test failed:\n" + proc.stdout[-4000:]
 
 
 # -- ranks that disagree ---------------------------------------------------------------

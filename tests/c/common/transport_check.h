@@ -1,4 +1,4 @@
-/* Helpers shared by the transport tests (tests/c/net, tests/c/transport):
+/* Helpers of the transport conformance test (tests/c/transport):
  * message contents that differ by sender, size and offset, and a summing
  * consume hook that also checks the transport's piece contract. */
 #ifndef HETCCL_TESTS_TRANSPORT_CHECK_H
