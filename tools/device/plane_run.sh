@@ -15,6 +15,9 @@
 #             forced one per rank, every collective 1 MiB..1 GiB with every
 #             result checked; then all_reduce and sendrecv with
 #             HETCCL_PLANE=off (the staged engine path) for comparison
+#   perf1     the same from ONE process driving every rank (ncclCommInitAll,
+#             -g NRANKS): several ranks per process, and on one GPU no
+#             context switches between processes in the measurement
 # STAGES="build perf" runs only those. NRANKS (default 2) ranks share the
 # GPUs round-robin (one GPU: all on GPU 0). NCCL_NVLS_ENABLE=0 everywhere.
 set -u
@@ -61,6 +64,19 @@ perf() { # perf LABEL COLL ARGS... (environment from the caller)
   HETCCL_ISLANDS=rank $PY -m hetccl run -n "$NRANKS" -- build-dev/tools/perf/hetccl-perf "${@:2}" \
     -m cuda -c 1 -n 10 -w 3
 }
+# One process driving every rank (ncclCommInitAll, ranks sharing the GPUs
+# round-robin): no context switch between processes on one GPU.
+perf1() {
+  echo "--- one process: $1"
+  HETCCL_ISLANDS=rank build-dev/tools/perf/hetccl-perf "${@:2}" -m cuda -g "$NRANKS" -c 1 -n 10 -w 3
+}
+do_perf1() {
+  for c in all_reduce sendrecv all_gather reduce_scatter broadcast alltoall; do
+    perf1 "plane $c" "$c" -b 1M -e 1G -f 4 || echo "FAIL: $c"
+  done
+  perf1 "plane all_reduce small" all_reduce -b 8 -e 1M -f 8 || echo "FAIL: small"
+  ! grep -q "^FAIL" "$OUT/06-perf1.log"
+}
 do_perf() {
   local colls="all_reduce sendrecv all_gather reduce_scatter broadcast alltoall reduce gather scatter"
   for c in $colls; do perf "plane $c" "$c" -b 1M -e 1G -f 4 || echo "FAIL: $c"; done
@@ -72,7 +88,7 @@ do_perf() {
 }
 
 export ROOT OUT PY LIB NRANKS
-export -f note perf do_build do_reduce do_pytest do_limit do_perf
+export -f note perf perf1 do_build do_reduce do_pytest do_limit do_perf do_perf1
 export PYTHONPATH=$ROOT/python:/tmp/site${PYTHONPATH:+:$PYTHONPATH}
 STAGES=${STAGES:-reduce pytest limit perf}
 want() { case " $STAGES " in *" $1 "*) return 0 ;; esac; return 1; }
@@ -82,6 +98,7 @@ if [ -f "$LIB" ]; then
   want pytest && stage 03 pytest 300 do_pytest
   want limit && stage 04 limit 60 do_limit
   want perf && stage 05 perf 400 do_perf
+  want perf1 && stage 06 perf1 300 do_perf1
 fi
 note "overall: $([ $STATUS -eq 0 ] && echo PASS || echo FAIL)"
 exit $STATUS

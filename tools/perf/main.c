@@ -150,7 +150,7 @@ static void init_all(struct thread_ctx *threads)
   ncclComm_t *comms = calloc((size_t)n, sizeof *comms);
   int *devs = calloc((size_t)n, sizeof *devs);
   for (int i = 0; i < n; i++)
-    devs[i] = i;
+    devs[i] = device_of(i / opt.gpus, i % opt.gpus);
   NCCL_CHECK(api.CommInitAll(comms, n, opt.mem == PERF_MEM_CUDA ? devs : NULL), NULL);
   for (int i = 0; i < n; i++) {
     threads[i / opt.gpus].ranks[i % opt.gpus].comm = comms[i];
