@@ -23,7 +23,6 @@
 
 ncclResult_t plane_streams_create(hetccl_plane_t *p) {
   if (p->lane_stream) return ncclSuccess;
-  const hetccl_runtime_t *rt = p->a.rt;
   void **s = calloc((size_t)p->nlanes, sizeof(*s)), **e = calloc((size_t)p->nlanes, sizeof(*e));
   if (!s || !e) {
     free(s);
@@ -33,11 +32,18 @@ ncclResult_t plane_streams_create(hetccl_plane_t *p) {
   }
   p->lane_stream = s;
   p->lane_event = e;
-  HETCCL_CHECK(rt->event_create(&p->fork_event));
-  for (int l = 0; l < p->nlanes; l++) {
-    HETCCL_CHECK(rt->stream_create(&s[l]));
-    HETCCL_CHECK(rt->event_create(&e[l]));
+  return p->a.rt->event_create(&p->fork_event);
+}
+
+/* Lane l's stream, made on first use: a device has few hardware queues
+ * (8 by default), and streams beyond them share one, so only the lanes a
+ * program uses get a stream. */
+static ncclResult_t lane_stream(hetccl_plane_t *p, int l, void **out) {
+  if (!p->lane_stream[l]) {
+    HETCCL_CHECK(p->a.rt->stream_create(&p->lane_stream[l]));
+    HETCCL_CHECK(p->a.rt->event_create(&p->lane_event[l]));
   }
+  *out = p->lane_stream[l];
   return ncclSuccess;
 }
 
@@ -117,22 +123,42 @@ static ncclResult_t enqueue_lane(hetccl_plane_t *p, const plane_lane_t *lane, vo
   return ncclSuccess;
 }
 
-static ncclResult_t enqueue_phase(hetccl_plane_t *p, const plane_phase_t *ph, void *stream) {
+/* Several lanes: each on its stream, forked from and joined to the
+ * caller's. Their steps are enqueued round-robin (step i of every lane,
+ * then step i + 1): where two lane streams end up on one hardware queue,
+ * the queue then holds them in an order that a single lane could run
+ * without waiting for itself (every lane's piece i before any piece i + 1),
+ * instead of one lane's whole wait ahead of the other's work. */
+static ncclResult_t enqueue_lanes(hetccl_plane_t *p, const plane_phase_t *ph, void *stream) {
   const hetccl_runtime_t *rt = p->a.rt;
+  void *st[ph->nlanes];
+  int longest = 0;
+  HETCCL_CHECK(rt->event_record(p->fork_event, stream));
+  for (int l = 0; l < ph->nlanes; l++) {
+    st[l] = NULL;
+    if (!ph->lanes[l].n) continue;
+    HETCCL_CHECK(lane_stream(p, l, &st[l]));
+    HETCCL_CHECK(rt->stream_wait_event(st[l], p->fork_event));
+    if (ph->lanes[l].n > longest) longest = ph->lanes[l].n;
+  }
+  for (int i = 0; i < longest; i++)
+    for (int l = 0; l < ph->nlanes; l++)
+      if (i < ph->lanes[l].n) HETCCL_CHECK(enqueue_step(p, &ph->lanes[l].steps[i], st[l]));
+  for (int l = 0; l < ph->nlanes; l++) {
+    if (!st[l]) continue;
+    HETCCL_CHECK(rt->event_record(p->lane_event[l], st[l]));
+    HETCCL_CHECK(rt->stream_wait_event(stream, p->lane_event[l]));
+  }
+  return ncclSuccess;
+}
+
+static ncclResult_t enqueue_phase(hetccl_plane_t *p, const plane_phase_t *ph, void *stream) {
   int used = 0, only = -1;
   for (int l = 0; l < ph->nlanes; l++)
     if (ph->lanes[l].n) used++, only = l;
   if (used == 0) return ncclSuccess;
   if (used == 1) return enqueue_lane(p, &ph->lanes[only], stream);
-  HETCCL_CHECK(rt->event_record(p->fork_event, stream));
-  for (int l = 0; l < ph->nlanes; l++) {
-    if (!ph->lanes[l].n) continue;
-    HETCCL_CHECK(rt->stream_wait_event(p->lane_stream[l], p->fork_event));
-    HETCCL_CHECK(enqueue_lane(p, &ph->lanes[l], p->lane_stream[l]));
-    HETCCL_CHECK(rt->event_record(p->lane_event[l], p->lane_stream[l]));
-    HETCCL_CHECK(rt->stream_wait_event(stream, p->lane_event[l]));
-  }
-  return ncclSuccess;
+  return enqueue_lanes(p, ph, stream);
 }
 
 ncclResult_t plane_exec_stream(hetccl_plane_t *p, const plane_prog_t *prog, void *stream) {

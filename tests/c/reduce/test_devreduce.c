@@ -697,7 +697,7 @@ static void mode_emu(void) {
   size_t bytes = (EMU_N + 2 * SLACK) * 8;
   uint8_t **all[] = {&B.ha, &B.hb, &B.ta, &B.tb, &B.ref, &B.out, &B.da, &B.dd, &B.db};
   for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++)
-    if (!(*all[i] = aligned_alloc(16, bytes))) exit(1);
+    if (!(*all[i] = aligned_alloc(16, (bytes + 15) & ~(size_t)15))) exit(1);
   static const size_t small[] = {0, 1, 2, 15, 16, 17, 33, 1025};
   for (size_t t = 0; t < NTYPES; t++) {
     size_t size = hetccl_dtype_size(all_types[t]), bad = 0;
@@ -716,6 +716,7 @@ static void mode_emu(void) {
   }
   printf("%zu results of NaN + NaN or NaN * NaN differ from the host's in NaN bits only\n",
          nan_pairs);
+  for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++) free(*all[i]);
 }
 #endif
 
