@@ -8,10 +8,17 @@
  * its runtime (pinned and mapped: the copy engines and kernels reach the
  * slots, the stream operations reach the counters).
  *
+ * Ranks of one process (ncclCommInitAll) share a segment's mapping and
+ * its registration: the process maps each segment once (a list of mapped
+ * segments, counted), so the runtime never sees the same pages registered
+ * at two addresses.
+ *
  * Thread: set-up and teardown only (plane.c). */
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <pthread.h>
+#include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -22,6 +29,53 @@
 #include "util/log.h"
 
 #define PLANE_MAGIC 0x48455450414e4531ull /* "HETPANE1" */
+
+/* --- this process's mappings ---------------------------------------------- */
+
+typedef struct mapping {
+  struct mapping *next;
+  char name[96];
+  void *base, *dev;
+  size_t bytes;
+  int refs, registered;
+} mapping_t;
+
+static mapping_t *mappings;
+static pthread_mutex_t mappings_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static mapping_t *mapping_find(void *base) {
+  for (mapping_t *m = mappings; m; m = m->next)
+    if (m->base == base) return m;
+  return NULL;
+}
+
+/* Another rank of this process mapped `name` already: share it. */
+static int mapping_share(const char *name, plane_chan_t *c) {
+  pthread_mutex_lock(&mappings_lock);
+  mapping_t *m = mappings;
+  while (m && strcmp(m->name, name)) m = m->next;
+  if (m) {
+    m->refs++;
+    c->hdr = m->base;
+    c->bytes = m->bytes;
+    c->slots_host = (char *)m->base + PLANE_HDR_BYTES;
+  }
+  pthread_mutex_unlock(&mappings_lock);
+  return m != NULL;
+}
+
+static void mapping_add(const char *name, plane_chan_t *c) {
+  mapping_t *m = calloc(1, sizeof(*m));
+  if (!m) return; /* not shared then: a second rank here maps its own */
+  snprintf(m->name, sizeof(m->name), "%s", name);
+  m->base = c->hdr;
+  m->bytes = c->bytes;
+  m->refs = 1;
+  pthread_mutex_lock(&mappings_lock);
+  m->next = mappings;
+  mappings = m;
+  pthread_mutex_unlock(&mappings_lock);
+}
 
 static void chan_name(const hetccl_plane_t *p, int src, int dst, char *out, size_t len) {
   snprintf(out, len, "/hetccl-plane-%016" PRIx64 "-%d-%d-%d", p->a.comm_id, src, dst,
@@ -60,6 +114,7 @@ ncclResult_t plane_chan_create(hetccl_plane_t *p, int dst, plane_chan_t *c) {
   if (res == ncclSuccess) res = chan_map(p, fd, c->name, c);
   close(fd);
   if (res != ncclSuccess) return res;
+  mapping_add(c->name, c);
   plane_chan_hdr_t *h = c->hdr;
   h->comm_id = p->a.comm_id;
   h->src = p->a.rank;
@@ -79,9 +134,10 @@ ncclResult_t plane_chan_open(hetccl_plane_t *p, int src, plane_chan_t *c) {
          plane_user_rank(p, src), name, strerror(errno));
     return ncclSystemError;
   }
-  ncclResult_t res = chan_map(p, fd, name, c);
+  ncclResult_t res = mapping_share(name, c) ? ncclSuccess : chan_map(p, fd, name, c);
   close(fd);
   if (res != ncclSuccess) return res;
+  if (!mapping_find(c->hdr)) mapping_add(name, c);
   const plane_chan_hdr_t *h = c->hdr;
   if (__atomic_load_n(&h->magic, __ATOMIC_ACQUIRE) != PLANE_MAGIC || h->comm_id != p->a.comm_id ||
       h->src != src || h->dst != p->a.rank || h->slots != p->a.slots ||
@@ -95,16 +151,37 @@ ncclResult_t plane_chan_open(hetccl_plane_t *p, int src, plane_chan_t *c) {
 }
 
 ncclResult_t plane_chan_register(hetccl_plane_t *p, plane_chan_t *c) {
-  void *dev = NULL;
-  HETCCL_CHECK(p->a.rt->host_register(c->hdr, c->bytes, &dev));
-  c->dev = dev;
-  return ncclSuccess;
+  pthread_mutex_lock(&mappings_lock);
+  mapping_t *m = mapping_find(c->hdr);
+  ncclResult_t res = ncclSuccess;
+  if (m && m->registered) {
+    c->dev = m->dev;
+  } else {
+    void *dev = NULL;
+    res = p->a.rt->host_register(c->hdr, c->bytes, &dev);
+    if (res == ncclSuccess) c->dev = dev;
+    if (res == ncclSuccess && m) m->dev = dev, m->registered = 1;
+  }
+  pthread_mutex_unlock(&mappings_lock);
+  return res;
 }
 
 void plane_chan_close(hetccl_plane_t *p, plane_chan_t *c) {
-  if (c->dev && p->a.rt) (void)p->a.rt->host_unregister(c->hdr);
+  if (c->hdr) {
+    pthread_mutex_lock(&mappings_lock);
+    mapping_t **pm = &mappings;
+    while (*pm && (*pm)->base != c->hdr) pm = &(*pm)->next;
+    mapping_t *m = *pm;
+    int last = !m || --m->refs == 0;
+    if (m && last) *pm = m->next;
+    pthread_mutex_unlock(&mappings_lock);
+    if (last) {
+      if (c->dev && p->a.rt) (void)p->a.rt->host_unregister(c->hdr);
+      munmap(c->hdr, c->bytes);
+    }
+    free(last ? m : NULL);
+  }
   c->dev = NULL;
-  if (c->hdr) munmap(c->hdr, c->bytes);
   c->hdr = NULL;
   if (c->name[0]) shm_unlink(c->name);
   c->name[0] = '\0';
