@@ -71,10 +71,13 @@ perf1() {
   HETCCL_ISLANDS=rank build-dev/tools/perf/hetccl-perf "${@:2}" -m cuda -g "$NRANKS" -c 1 -n 10 -w 3
 }
 do_perf1() {
+  # With fewer GPUs than ranks, ranks of the process share a device and keep
+  # the staged engine path (core/dataplane.h): a correctness check there.
+  local top=1G
+  [ "$(nvidia-smi -L | wc -l)" -lt "$NRANKS" ] && top=64M
   for c in all_reduce sendrecv all_gather reduce_scatter broadcast alltoall; do
-    perf1 "plane $c" "$c" -b 1M -e 1G -f 4 || echo "FAIL: $c"
+    perf1 "$c" "$c" -b 1M -e $top -f 4 || echo "FAIL: $c"
   done
-  perf1 "plane all_reduce small" all_reduce -b 8 -e 1M -f 8 || echo "FAIL: small"
   ! grep -q "^FAIL" "$OUT/06-perf1.log"
 }
 do_perf() {
