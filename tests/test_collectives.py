@@ -608,3 +608,42 @@ def test_hier_choice(islands: str, hier: str, backend: str) -> None:
         assert got == backend
         assert out == [total * 1.0, total * 2.0, total * 3.0]
         assert grouped == out
+
+
+# -- forced islands follow the ranks into smaller communicators -------------------
+
+def rank_islands_follow() -> Tuple[str, Optional[str], Optional[str], Optional[float]]:
+    """Under HETCCL_ISLANDS=0,0,1,1: the parent's backend, then a split of
+    ranks 0-2 (islands 0,0,1 inherited) and a communicator of ranks 0-2
+    made from a new unique id (islands remembered per process), each
+    checked with an AllReduce; rank 3 takes part in the split only."""
+    comm = hetccl.communicator()
+    me = comm.rank_id()
+    parent = comm.backend()
+    raw = bytes.fromhex(nccl.unique_id_to_hex(nccl.get_unique_id())) if me == 0 else bytes(128)
+    uid = np.frombuffer(raw, dtype=np.uint8).copy()
+    comm.broadcast(uid.ctypes.data, uid.ctypes.data, uid.size, nccl.NCCL_UINT8, 0)
+    child = comm.commSplit(0 if me < 3 else nccl.NCCL_SPLIT_NOCOLOR, me)
+    split = fresh = total = None
+    if child is not None:
+        split = child.backend()
+        fresh_comm = nccl.NcclCommunicator(3, nccl.unique_id_from_hex(uid.tobytes().hex()), me)
+        fresh = fresh_comm.backend()
+        x = np.full(5, me + 1.0)
+        fresh_comm.allReduce(x.ctypes.data, x.ctypes.data, 5, nccl.NCCL_FLOAT64, nccl.NCCL_SUM)
+        total = float(x[0])
+        fresh_comm.destroy()
+        child.destroy()
+    comm.destroy()
+    return parent, split, fresh, total
+
+
+@pytest.mark.timeout(120)
+def test_islands_follow_ranks_into_smaller_communicators() -> None:
+    got = hetccl.launch(rank_islands_follow, 4, env={"HETCCL_ISLANDS": "0,0,1,1"}, timeout=100)
+    for rank, (parent, split, fresh, total) in enumerate(got):
+        assert parent == "hierarchical:engine", (rank, parent)
+        if rank < 3:  # islands 0, 0, 1: the hierarchy again, on both
+            assert (split, fresh, total) == ("hierarchical:engine", "hierarchical:engine", 6.0), rank
+        else:
+            assert split is None

@@ -93,6 +93,7 @@ struct ncclComm {
    * leader its own. */
   int island_forced;
   int32_t island_force_id;
+  int island_inherited;          /* a user's split: island_force_id is its island in the parent */
   /* How the user numbers this communicator's ranks, for messages: NULL
    * where it is the user's own; for an internal one (island, leaders), the
    * ranks they have in the communicator it serves. Handed to the

@@ -54,7 +54,11 @@ static uint64_t host_hash(char *hostname, size_t len) {
 
 /* HETCCL_ISLANDS: "" (none), "rank" (one island per rank) or a comma list
  * giving each rank's island. */
-static ncclResult_t forced_island(int rank, int nranks, int *island) {
+/* The island HETCCL_ISLANDS gives `rank`; *entries: how many the list has
+ * (0 for none or 'rank'). A list of another length than nranks leaves
+ * *island -1 without a message: the caller decides (list_island). */
+static ncclResult_t forced_island(int rank, int nranks, int *island, int *entries) {
+  *entries = 0;
   const char *s = hetccl_knob_str(HETCCL_KNOB_ISLANDS);
   *island = -1;
   if (!s[0]) return ncclSuccess;
@@ -75,11 +79,40 @@ static ncclResult_t forced_island(int rank, int nranks, int *island) {
     idx++;
     p = *end ? end + 1 : end;
   }
-  if (idx != nranks) {
-    WARN("HETCCL_ISLANDS=%s gives %d entries for a communicator of %d ranks", s, idx, nranks);
-    return ncclInvalidArgument;
-  }
+  *entries = idx;
+  if (idx != nranks) *island = -1;
   return ncclSuccess;
+}
+
+/* HETCCL_ISLANDS names the islands of the ranks of the job's first
+ * communicator (its length is that communicator's size). A process keeps
+ * the island it got there, per device, and a later communicator of
+ * another size (one a program makes for a subset of its ranks, as
+ * PyTorch's new_group does) gives its ranks the islands they had. */
+#define REMEMBERED_DEVICES 64
+static int32_t remembered[REMEMBERED_DEVICES + 1]; /* island + 1 per device (+1: host) */
+static pthread_mutex_t remembered_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static int device_slot(int dev) { return dev >= 0 && dev < REMEMBERED_DEVICES ? dev + 1 : 0; }
+
+static ncclResult_t list_island(ncclComm_t comm, int *island) {
+  int entries;
+  HETCCL_CHECK(forced_island(comm->rank, comm->nranks, island, &entries));
+  if (!entries) return ncclSuccess;
+  pthread_mutex_lock(&remembered_lock);
+  int32_t *slot = &remembered[device_slot(comm->dev)];
+  int known = *slot;
+  if (entries == comm->nranks && !known) *slot = *island + 1;
+  pthread_mutex_unlock(&remembered_lock);
+  if (entries == comm->nranks) return ncclSuccess;
+  if (known) {
+    *island = known - 1; /* a communicator of a subset: the island this rank had */
+    return ncclSuccess;
+  }
+  WARN("HETCCL_ISLANDS=%s gives %d entries for a communicator of %d ranks, and no earlier "
+       "communicator of this process had %d", hetccl_knob_str(HETCCL_KNOB_ISLANDS), entries,
+       comm->nranks, entries);
+  return ncclInvalidArgument;
 }
 
 /* The device-kind table's vendor column (runtime/runtime.h) as vendor ids;
@@ -241,11 +274,11 @@ static ncclResult_t fill_info(ncclComm_t comm, hetccl_peer_info_t *me) {
         snprintf(me->vendor_err, sizeof(me->vendor_err), "%s", hetccl_last_error());
     }
   }
-  if (comm->island_forced) {
+  if (comm->island_forced || comm->island_inherited) {
     me->island = comm->island_force_id;
     return ncclSuccess;
   }
-  return forced_island(comm->rank, comm->nranks, &me->island);
+  return list_island(comm, &me->island);
 }
 
 /* One island covering everyone: ranks of one GPU kind (all CUDA, or all
@@ -609,6 +642,10 @@ static ncclResult_t join_new_as(ncclComm_t parent, int newrank, int newn, const 
   HETCCL_CHECK(hetccl_comm_create(newn, newrank, config ? config : &parent->config, &comm));
   comm->island_forced = forced;
   comm->island_force_id = island;
+  if (!forced) { /* a user's split: its ranks keep the islands they have in the parent */
+    comm->island_inherited = 1;
+    comm->island_force_id = parent->peers ? parent->peers[parent->rank].island : -1;
+  }
   comm->self_user_rank = parent->user_ranks ? parent->user_ranks[parent->rank] : parent->rank;
   ncclResult_t res = hetccl_comm_init(comm, id);
   if (res != ncclSuccess) {
