@@ -192,16 +192,6 @@ static ncclResult_t watch_job(ncclComm_t comm, void *arg) {
   return hetccl_plane_watch(comm->plane, ((watch_job_t *)arg)->ticket);
 }
 
-/* `to` waits for the work enqueued so far on `from`. */
-static ncclResult_t stream_join(const hetccl_runtime_t *rt, void *to, void *from) {
-  void *ev = NULL;
-  HETCCL_CHECK(rt->event_create(&ev));
-  ncclResult_t res = rt->event_record(ev, from);
-  if (res == ncclSuccess) res = rt->stream_wait_event(to, ev);
-  rt->event_destroy(ev); /* released once reached */
-  return res;
-}
-
 /* Enqueue on `stream` with comm's device current (a thread may drive ranks
  * of several devices, ncclCommInitAll); other streams of the share wait
  * for it at the start and it waits for them, as NCCL's group does. */
@@ -210,10 +200,10 @@ static ncclResult_t launch_on(ncclComm_t comm, const hetccl_runtime_t *rt, hetcc
   void *stream = tasks->stream;
   ncclResult_t res = ncclSuccess;
   for (const hetccl_task_t *t = tasks->next; t && res == ncclSuccess; t = t->next)
-    if (t->stream != stream) res = stream_join(rt, stream, t->stream);
+    if (t->stream != stream) res = hetccl_runtime_stream_join(rt, stream, t->stream);
   if (res == ncclSuccess) res = hetccl_plane_launch(comm->plane, a, n, stream, ticket);
   for (const hetccl_task_t *t = tasks->next; t && res == ncclSuccess; t = t->next)
-    if (t->stream != stream) res = stream_join(rt, t->stream, stream);
+    if (t->stream != stream) res = hetccl_runtime_stream_join(rt, t->stream, stream);
   return res;
 }
 

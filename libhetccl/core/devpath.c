@@ -271,16 +271,6 @@ static int other_streams(const hetccl_task_t *tasks, void *launch, void **out, i
   return n;
 }
 
-/* `to` waits for the work enqueued so far on `from`. */
-static ncclResult_t stream_join(const hetccl_runtime_t *rt, void *to, void *from) {
-  void *ev = NULL;
-  HETCCL_CHECK(rt->event_create(&ev));
-  ncclResult_t res = rt->event_record(ev, from);
-  if (res == ncclSuccess) res = rt->stream_wait_event(to, ev);
-  rt->event_destroy(ev); /* released once reached */
-  return res;
-}
-
 /* Lay the batch out in one block: each staged output, and each staged input
  * that does not lie inside its own task's output (in place), gets a slice.
  * Returns the bytes needed; fills plans[i] except host pointers. */
@@ -413,7 +403,7 @@ ncclResult_t hetccl_devpath_launch(ncclComm_t comm, hetccl_task_t *tasks) {
     res = ncclInvalidUsage;
     goto fail;
   }
-  for (int i = 0; i < nothers; i++) HETCCL_CHECK_GOTO(stream_join(rt, launch, others[i]), res, fail);
+  for (int i = 0; i < nothers; i++) HETCCL_CHECK_GOTO(hetccl_runtime_stream_join(rt, launch, others[i]), res, fail);
   /* Inputs, stage by stage, each stage's copies followed by its number. */
   first = dp->issued + 1;
   for (int s = 0, i = 0; s < nstages; s++) {
@@ -453,7 +443,7 @@ copied:
     block->busy = 1;
     block->last_use = ++dp->launches;
   }
-  for (int i = 0; res == ncclSuccess && i < nothers; i++) res = stream_join(rt, others[i], launch);
+  for (int i = 0; res == ncclSuccess && i < nothers; i++) res = hetccl_runtime_stream_join(rt, others[i], launch);
 fail:
   if (tasks) hetccl_group_free_tasks(tasks);
   free(job);

@@ -32,6 +32,10 @@ ncclResult_t hetccl_comm_init(ncclComm_t comm, const ncclUniqueId *id);
 /* The proxy-job form of hetccl_comm_init; arg is a heap ncclUniqueId. */
 ncclResult_t hetccl_comm_init_job(ncclComm_t comm, void *arg);
 
+/* Free a communicator that never got (or no longer has) users: stop its
+ * proxy, tear down what init made. Used by init and core/reshape.c. */
+void hetccl_comm_release(ncclComm_t comm);
+
 /* Local teardown; never blocks on peers. abort also stops work in flight. */
 ncclResult_t hetccl_comm_destroy(ncclComm_t comm);
 ncclResult_t hetccl_comm_abort(ncclComm_t comm);

@@ -176,6 +176,17 @@ int hetccl_rt_reduce_available_none(char *why, size_t len) {
   return 0;
 }
 
+/* --- helpers on any table ---------------------------------------------------- */
+
+ncclResult_t hetccl_runtime_stream_join(const hetccl_runtime_t *rt, void *to, void *from) {
+  void *ev = NULL;
+  HETCCL_CHECK(rt->event_create(&ev));
+  ncclResult_t res = rt->event_record(ev, from);
+  if (res == ncclSuccess) res = rt->stream_wait_event(to, ev);
+  rt->event_destroy(ev); /* released once reached */
+  return res;
+}
+
 /* --- lookup ------------------------------------------------------------------ */
 
 static const char *const kind_names[HETCCL_DEV_COUNT] = {

@@ -251,4 +251,9 @@ const hetccl_runtime_t *hetccl_runtime_get(hetccl_dev_kind_t kind);
  * has a device, else host. The full rule is at the top of host.c. */
 hetccl_dev_kind_t hetccl_runtime_detect(void);
 
+/* Make `to` wait for the work enqueued so far on `from` (an event recorded
+ * on one, waited on by the other, released once reached). Needs
+ * HETCCL_RT_CAP_STREAMS. */
+ncclResult_t hetccl_runtime_stream_join(const hetccl_runtime_t *rt, void *to, void *from);
+
 #endif
