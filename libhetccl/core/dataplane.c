@@ -153,9 +153,18 @@ int hetccl_dataplane_on_device(const hetccl_task_t *tasks) {
   return 0;
 }
 
-/* Does t use a host buffer (a buffer it moves bytes through, not staged)? */
-static int uses_host_buffer(const hetccl_task_t *t) {
-  return (t->in_bytes && !t->stage_send) || (t->out_bytes && !t->stage_recv);
+/* Do all of tasks move their bytes through device buffers (device 1) or
+ * all through host buffers (device 0)? A WARN and ncclInvalidUsage if not. */
+static ncclResult_t one_kind(ncclComm_t comm, const hetccl_task_t *tasks, int device) {
+  for (const hetccl_task_t *t = tasks; t; t = t->next) {
+    int host = (t->in_bytes && !t->stage_send) || (t->out_bytes && !t->stage_recv);
+    int dev = t->stage_send || t->stage_recv;
+    if (device ? !host : !dev) continue;
+    WARN("rank %d: a group mixes device and host buffers on a communicator whose ranks are in "
+         "several islands; give each group buffers of one kind", comm->rank);
+    return ncclInvalidUsage;
+  }
+  return ncclSuccess;
 }
 
 /* The plane's view of tasks: an array, in call order. */
@@ -212,13 +221,7 @@ ncclResult_t hetccl_dataplane_launch(ncclComm_t comm, hetccl_task_t *tasks) {
   hetccl_plane_task_t *a = NULL;
   int n = 0, saved = -1;
   uint64_t ticket = 0;
-  ncclResult_t res = ncclSuccess;
-  for (const hetccl_task_t *t = tasks; t && res == ncclSuccess; t = t->next) {
-    if (!uses_host_buffer(t)) continue;
-    WARN("rank %d: a group mixes device and host buffers on a communicator whose ranks are in "
-         "several islands; give each group buffers of one kind", comm->rank);
-    res = ncclInvalidUsage;
-  }
+  ncclResult_t res = one_kind(comm, tasks, 1);
   if (res == ncclSuccess) res = to_plane(tasks, &a, &n);
   if (res == ncclSuccess && comm->dev >= 0) {
     char busid[32];
@@ -247,13 +250,7 @@ ncclResult_t hetccl_dataplane_launch(ncclComm_t comm, hetccl_task_t *tasks) {
 ncclResult_t hetccl_dataplane_run(ncclComm_t comm, hetccl_task_t *tasks) {
   hetccl_plane_task_t *a = NULL;
   int n = 0;
-  ncclResult_t res = ncclSuccess;
-  for (const hetccl_task_t *t = tasks; t && res == ncclSuccess; t = t->next) {
-    if (!t->stage_send && !t->stage_recv) continue;
-    WARN("rank %d: a group mixes device and host buffers on a communicator whose ranks are in "
-         "several islands; give each group buffers of one kind", comm->rank);
-    res = ncclInvalidUsage;
-  }
+  ncclResult_t res = one_kind(comm, tasks, 0);
   if (res == ncclSuccess) res = to_plane(tasks, &a, &n);
   if (res == ncclSuccess) res = hetccl_plane_run_host(comm->plane, a, n);
   free(a);

@@ -30,18 +30,7 @@ PY=${PYTHON:-python3}
 LIB=$ROOT/build-dev/libhetccl/libhetccl.so
 export HETCCL_LIBRARY=$LIB HETCCL_PERF_LIB=$LIB
 NRANKS=${NRANKS:-2}
-STATUS=0
-: >"$OUT/summary.txt"
-note() { echo "$*" | tee -a "$OUT/summary.txt"; }
-stage() {
-  local num=$1 name=$2 limit=$3 fn=$4 log="$OUT/$1-$2.log" t0=$SECONDS rc
-  echo "== stage $name (limit ${limit}s)" >"$log"
-  timeout -k 10 "$limit" bash -c "$fn" >>"$log" 2>&1
-  rc=$?
-  [ $rc -eq 124 ] && echo "FAIL: timed out after ${limit}s" >>"$log"
-  if [ $rc -eq 0 ]; then note "PASS $name ($((SECONDS - t0)) s)"
-  else STATUS=1; note "FAIL $name (rc $rc, $((SECONDS - t0)) s): $(grep -E 'FAIL|Error|error' "$log" | tail -1 | cut -c1-200)"; fi
-}
+. "$ROOT/tools/device/stages.sh"
 
 do_build() {
   set -e
