@@ -525,14 +525,18 @@ SWEEPS = [
     Sweep("n2-socket-pieces", 2, SOCKET + pieces("64K"), counts=(1031,),
           large=(("allreduce", "float32", SUM), ("broadcast", "float64", MOVE))),
     Sweep("n3-shm-pull", 3, SHM + (("HETCCL_SHM_CMA", "1"),), counts=(7,), large=LARGE_SET),
-    # Forced islands holding several ranks: AllReduce runs hierarchically
-    # (inside each island, across the leaders, back; core/hier.h), every
-    # other collective over all ranks, on one communicator.
+    # Forced islands holding several ranks: AllReduce, Broadcast, Reduce,
+    # AllGather and ReduceScatter run hierarchically (inside each island,
+    # across the leaders, back; core/hier_ops.c) where their form applies,
+    # the rest over all ranks: contiguous equal islands, interleaved ones
+    # (AllGather and ReduceScatter flat), unequal ones (the leaders' phase
+    # as one Broadcast or Reduce per island).
     Sweep("n4-islands-hier", 4, SHM + (("HETCCL_ISLANDS", "0,0,1,1"),), counts=(0, 1, 7, 1031),
           large=LARGE_SET),
     Sweep("n4-islands-hier-socket", 4, SOCKET + (("HETCCL_ISLANDS", "1,0,1,0"),),
           counts=(7, 1031)),
     Sweep("n3-islands-hier", 3, SHM + (("HETCCL_ISLANDS", "0,1,1"),), counts=(7,)),
+    Sweep("n4-islands-hier-unequal", 4, SHM + (("HETCCL_ISLANDS", "0,0,0,1"),), counts=(7, 1031)),
     # The cross-island data plane (plane/plane.h) with host ranks: the same
     # channels, pieces and programs a GPU rank's streams run, moved by CPUs.
     # Small slots send every message through many pieces and wrap the slots.
@@ -570,80 +574,3 @@ def test_reference_is_independent() -> None:
         if not dt.is_int:
             k = np.arange(-8, 9)
             assert (dt.decode(dt.quarters(k)) == k / 4).all(), dt.name
-
-
-# -- hierarchical AllReduce: which communicators take it --------------------------
-
-def rank_hier(count: int) -> Tuple[str, List[float], List[float]]:
-    """backend(), then AllReduce sums of (rank + 1) * index outside a group
-    and inside one (where it runs over all ranks), in place and not."""
-    comm = hetccl.communicator()
-    me, n = comm.rank_id(), comm.size()
-    x = (np.arange(count, dtype=np.float64) + 1) * (me + 1)
-    out = np.zeros(count, dtype=np.float64)
-    comm.allReduce(x.ctypes.data, out.ctypes.data, count, nccl.NCCL_FLOAT64, nccl.NCCL_SUM)
-    grouped = x.copy()
-    nccl.groupStart()
-    comm.allReduce(grouped.ctypes.data, grouped.ctypes.data, count, nccl.NCCL_FLOAT64,
-                   nccl.NCCL_SUM)
-    nccl.groupEnd()
-    result = (comm.backend(), out[:3].tolist(), grouped[:3].tolist())
-    comm.destroy()
-    return result
-
-
-@pytest.mark.timeout(120)
-@pytest.mark.parametrize("islands,hier,backend", [
-    ("0,0,1,1", "1", "hierarchical:engine"),
-    ("0,1,1", "1", "hierarchical:engine"),
-    ("0,0,1,1", "0", "engine"),
-    ("rank", "1", "engine"),          # no island holds two ranks
-    ("0,0,0", "1", "engine"),         # one island
-])
-def test_hier_choice(islands: str, hier: str, backend: str) -> None:
-    n = 4 if islands.count(",") == 3 or islands == "rank" else 3
-    env = {"HETCCL_ISLANDS": islands, "HETCCL_HIER": hier}
-    total = n * (n + 1) // 2
-    for got, out, grouped in hetccl.launch(rank_hier, n, 4099, env=env, timeout=100):
-        assert got == backend
-        assert out == [total * 1.0, total * 2.0, total * 3.0]
-        assert grouped == out
-
-
-# -- forced islands follow the ranks into smaller communicators -------------------
-
-def rank_islands_follow() -> Tuple[str, Optional[str], Optional[str], Optional[float]]:
-    """Under HETCCL_ISLANDS=0,0,1,1: the parent's backend, then a split of
-    ranks 0-2 (islands 0,0,1 inherited) and a communicator of ranks 0-2
-    made from a new unique id (islands remembered per process), each
-    checked with an AllReduce; rank 3 takes part in the split only."""
-    comm = hetccl.communicator()
-    me = comm.rank_id()
-    parent = comm.backend()
-    raw = bytes.fromhex(nccl.unique_id_to_hex(nccl.get_unique_id())) if me == 0 else bytes(128)
-    uid = np.frombuffer(raw, dtype=np.uint8).copy()
-    comm.broadcast(uid.ctypes.data, uid.ctypes.data, uid.size, nccl.NCCL_UINT8, 0)
-    child = comm.commSplit(0 if me < 3 else nccl.NCCL_SPLIT_NOCOLOR, me)
-    split = fresh = total = None
-    if child is not None:
-        split = child.backend()
-        fresh_comm = nccl.NcclCommunicator(3, nccl.unique_id_from_hex(uid.tobytes().hex()), me)
-        fresh = fresh_comm.backend()
-        x = np.full(5, me + 1.0)
-        fresh_comm.allReduce(x.ctypes.data, x.ctypes.data, 5, nccl.NCCL_FLOAT64, nccl.NCCL_SUM)
-        total = float(x[0])
-        fresh_comm.destroy()
-        child.destroy()
-    comm.destroy()
-    return parent, split, fresh, total
-
-
-@pytest.mark.timeout(120)
-def test_islands_follow_ranks_into_smaller_communicators() -> None:
-    got = hetccl.launch(rank_islands_follow, 4, env={"HETCCL_ISLANDS": "0,0,1,1"}, timeout=100)
-    for rank, (parent, split, fresh, total) in enumerate(got):
-        assert parent == "hierarchical:engine", (rank, parent)
-        if rank < 3:  # islands 0, 0, 1: the hierarchy again, on both
-            assert (split, fresh, total) == ("hierarchical:engine", "hierarchical:engine", 6.0), rank
-        else:
-            assert split is None

@@ -83,11 +83,26 @@ def test_staged_bandwidth_is_reported(tmp_path):
     assert all(v > 0 for k, v in results[0].items() if k.startswith("busbw"))
 
 
+@pytest.mark.parametrize("islands", ["0,0,1,1", "0,0,0,1"])
+def test_hierarchical_forms_on_device_buffers(tmp_path, islands):
+    """Four CUDA ranks on one GPU in two forced islands, each island run by
+    hetccl's engine (HETCCL_VENDOR=0: NCCL takes one rank per GPU): AllReduce,
+    Broadcast, Reduce, AllGather and ReduceScatter in their hierarchical
+    forms (core/hier_ops.c) with device scratch at the leaders, the root of
+    Broadcast and Reduce (rank 3) not its island's leader, AllReduce inside
+    a group at the group's end, every result checked against numpy."""
+    results = launch(tmp_path, ["cuda"] * 4, "sweep,group,chain", islands=islands,
+                     extra={"HETCCL_VENDOR": "0"})
+    assert_all_true(results)
+    assert {r["backend"] for r in results} == {"hierarchical:engine"}, results
+
+
 def test_hierarchical_island_of_two_gpus_with_a_host_rank(tmp_path):
     """Two GPUs in one island (NCCL serves it) and a host rank in another
-    (core/hier.h): AllReduce runs inside the island on NCCL, across the
-    islands on the engine, back on NCCL; the other collectives over all
-    three ranks on the engine. Every result checked against numpy."""
+    (core/hier.h): AllReduce, Broadcast, Reduce, AllGather and
+    ReduceScatter run inside the island on NCCL, across the islands on the
+    engine, back on NCCL; the other collectives over all three ranks on the
+    engine. Every result checked against numpy."""
     import torch
     if torch.cuda.device_count() < 2:
         pytest.skip("needs two GPUs")

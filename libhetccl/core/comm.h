@@ -88,6 +88,7 @@ struct ncclComm {
   int hier;
   struct ncclComm *island;
   struct ncclComm *leaders;
+  struct hetccl_hier_map *hier_map; /* where every rank's island lies (core/hier.h) */
   /* An internal communicator presents this island id at init instead of
    * HETCCL_ISLANDS's (island_forced set): the whole island one id, each
    * leader its own. */

@@ -4,7 +4,8 @@
  *                                   when the caller gave a config and the
  *                                   vendor has it), one indirect call
  *   hierarchical communicator       the operation's hierarchical form
- *                                   (core/hier.h) where it has one
+ *                                   (core/hier_ops.c) where it has one;
+ *                                   inside a group, at the group's end
  *   otherwise                       engine tasks (core/enqueue.h); device
  *                                   buffers among them go to the data
  *                                   plane or to staging at the group's end
@@ -78,7 +79,9 @@ ncclResult_t hetccl_dispatch(ncclComm_t comm, const hetccl_op_t *op) {
   ncclResult_t res = hetccl_comm_usable(comm, op->fn);
   if (res == ncclSuccess) res = hetccl_op_validate(comm, op);
   if (res == ncclSuccess)
-    res = hetccl_hier_applies(comm, op) ? hetccl_hier_run(comm, op) : hetccl_enqueue_op(comm, op);
+    res = !hetccl_hier_applies(comm, op) ? hetccl_enqueue_op(comm, op)
+          : hetccl_group_depth() > 0    ? hetccl_hier_defer(comm, op)
+                                        : hetccl_hier_run(comm, op);
   hetccl_comm_leave(comm);
   if (res != ncclSuccess && res != ncclInProgress) hetccl_group_note_error(res);
   return res;

@@ -4,13 +4,16 @@
  * own group is opened alongside ours (when a vendor library is loaded) so
  * that forwarded calls inside it are grouped by the vendor, while engine
  * tasks are collected by core/group.c. The vendor group is closed after
- * the engine's tasks have run.
+ * the engine's tasks have run; then the group's hierarchical collectives
+ * run (core/hier_ops.c), whose phases need the vendor's calls launched
+ * one after the other.
  *
  * The core half of the three entry points (core/dispatch.h).
  *
  * Thread: the API caller; group state is per thread. */
 #include "core/dispatch.h"
 #include "core/group.h"
+#include "core/hier.h"
 #include "util/check.h"
 #include "util/log.h"
 
@@ -39,6 +42,10 @@ ncclResult_t hetccl_GroupEnd(void) {
     ncclResult_t vres = HETCCL_VENDOR_CALL(v, GroupEnd);
     if (res == ncclSuccess || res == ncclInProgress) res = vres == ncclSuccess ? res : vres;
   }
+  if (hetccl_group_depth() == 0) { /* hierarchical collectives of the group, now */
+    ncclResult_t hres = hetccl_hier_run_deferred(res != ncclSuccess && res != ncclInProgress);
+    if (hres != ncclSuccess) res = hres;
+  }
   return res;
 }
 
@@ -53,6 +60,7 @@ ncclResult_t hetccl_GroupSimulateEnd(ncclSimInfo_t *simInfo) {
   }
   int close_vendor = vendor_open > 0 && vendor_open == hetccl_group_depth();
   ncclResult_t res = hetccl_group_simulate_end(&simInfo->estimatedTime);
+  if (hetccl_group_depth() == 0) (void)hetccl_hier_run_deferred(1);
   if (close_vendor) {
     vendor_open--;
     ncclSimInfo_t vinfo = *simInfo;

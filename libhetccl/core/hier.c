@@ -1,17 +1,15 @@
 /* Hierarchical communicators: the island and leaders communicators of a
- * communicator that spans several islands, and the operations' hierarchical
- * forms (core/hier.h). */
+ * communicator that spans several islands, their map, teardown and
+ * failure (core/hier.h). The forms of the collectives: core/hier_ops.c. */
 #include "core/hier.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/dispatch.h"
-#include "core/enqueue.h"
-#include "core/group.h"
 #include "core/init.h"
 #include "core/proxy.h"
+#include "runtime/runtime.h"
 #include "util/check.h"
 #include "util/knobs.h"
 #include "util/log.h"
@@ -28,46 +26,139 @@ static int island_leader(const ncclComm_t comm, int r) {
   return r;
 }
 
-ncclResult_t hetccl_hier_setup(ncclComm_t comm) {
+/* The map of the islands (hier.h), from each rank's leader. */
+static ncclResult_t make_map(ncclComm_t comm, const int *lead, hetccl_hier_map_t **out) {
   int n = comm->nranks;
-  if (!hetccl_knob_int(HETCCL_KNOB_HIER) || n < 3) return ncclSuccess;
-  int *lead = malloc((size_t)n * sizeof(*lead)), *size = calloc((size_t)n, sizeof(*size));
-  if (!lead || !size) {
-    free(lead);
-    free(size);
+  hetccl_hier_map_t *m = calloc(1, sizeof(*m));
+  if (m) {
+    m->first = malloc((size_t)n * sizeof(int));
+    m->size = calloc((size_t)n, sizeof(int));
+    m->of = malloc((size_t)n * sizeof(int));
+  }
+  if (!m || !m->first || !m->size || !m->of) {
+    hetccl_hier_map_free(comm, m);
     WARN("ncclCommInitRank: out of memory for %d ranks' islands", n);
     return ncclSystemError;
   }
-  int islands = 0, biggest = 0;
   for (int r = 0; r < n; r++) {
-    lead[r] = island_leader(comm, r);
-    islands += lead[r] == r;
-    if (++size[lead[r]] > biggest) biggest = size[lead[r]];
+    if (lead[r] == r) m->first[m->islands++] = r;
+    int i = 0;
+    while (m->first[i] != lead[r]) i++; /* leaders come in rank order */
+    m->of[r] = i;
+    m->size[i]++;
   }
-  int leader = lead[comm->rank], mine = size[leader];
+  m->contiguous = m->equal = 1;
+  for (int r = 1; r < n; r++)
+    if (m->of[r] != m->of[r - 1] && m->of[r] != m->of[r - 1] + 1) m->contiguous = 0;
+  for (int i = 1; i < m->islands; i++)
+    if (m->size[i] != m->size[0]) m->equal = 0;
+  *out = m;
+  return ncclSuccess;
+}
+
+ncclResult_t hetccl_hier_setup(ncclComm_t comm) {
+  int n = comm->nranks;
+  if (!hetccl_knob_int(HETCCL_KNOB_HIER) || n < 3) return ncclSuccess;
+  int *lead = malloc((size_t)n * sizeof(*lead));
+  if (!lead) {
+    WARN("ncclCommInitRank: out of memory for %d ranks' islands", n);
+    return ncclSystemError;
+  }
+  for (int r = 0; r < n; r++) lead[r] = island_leader(comm, r);
+  hetccl_hier_map_t *m = NULL;
+  ncclResult_t res = make_map(comm, lead, &m);
   free(lead);
-  free(size);
-  if (islands < 2 || biggest < 2) return ncclSuccess;
+  if (res != ncclSuccess) return res;
+  int biggest = 0;
+  for (int i = 0; i < m->islands; i++)
+    if (m->size[i] > biggest) biggest = m->size[i];
+  if (m->islands < 2 || biggest < 2) {
+    hetccl_hier_map_free(comm, m);
+    return ncclSuccess;
+  }
+  comm->hier_map = m;
+  int mine = m->of[comm->rank], leader = m->first[mine], size = m->size[mine];
   /* Internal communicators block: a host-buffer phase has finished when
    * its call returns, so the next phase may start. */
   ncclConfig_t config = comm->config;
   config.blocking = 1;
-  HETCCL_CHECK(hetccl_comm_split_internal(comm, mine > 1 ? leader : NCCL_SPLIT_NOCOLOR,
+  HETCCL_CHECK(hetccl_comm_split_internal(comm, size > 1 ? leader : NCCL_SPLIT_NOCOLOR,
                                           comm->rank, &config, leader, &comm->island));
   HETCCL_CHECK(hetccl_comm_split_internal(comm, comm->rank == leader ? 0 : NCCL_SPLIT_NOCOLOR,
                                           comm->rank, &config, comm->rank, &comm->leaders));
   comm->hier = 1;
   const char *inside = !comm->island ? "no one else"
                        : comm->island->vendor ? comm->island->vendor->backend : "engine";
-  INFO(HETCCL_INIT, "rank %d of %d: hierarchical, %d islands; mine has %d ranks led by rank %d "
-       "(inside it: %s)%s", comm->rank, n, islands, mine, leader, inside,
-       comm->leaders ? "; this rank joins the leaders" : "");
+  INFO(HETCCL_INIT, "rank %d of %d: hierarchical, %d islands (%s, %s sizes); mine has %d ranks "
+       "led by rank %d (inside it: %s)%s", comm->rank, n, m->islands,
+       m->contiguous ? "contiguous" : "interleaved", m->equal ? "equal" : "unequal", size, leader,
+       inside, comm->leaders ? "; this rank joins the leaders" : "");
   return ncclSuccess;
 }
 
-int hetccl_hier_allreduce_applies(ncclComm_t comm, size_t count, ncclRedOp_t op) {
-  return comm->hier && count > 0 && (int)op >= (int)ncclSum && (int)op < (int)ncclAvg &&
-         hetccl_group_depth() == 0;
+/* Device memory is allocated and freed with comm's device current (one
+ * thread may drive ranks of several devices). */
+static ncclResult_t scratch_free(ncclComm_t comm, hetccl_hier_map_t *m) {
+  ncclResult_t res = ncclSuccess;
+  if (m->scratch && !m->scratch_on_device) free(m->scratch);
+  else if (m->scratch) {
+    const hetccl_runtime_t *rt = hetccl_runtime_get(comm->ptr_kind);
+    int saved = -1;
+    res = rt->current_device(&saved, NULL, 0);
+    if (res == ncclSuccess && saved != comm->dev) res = rt->set_device(comm->dev);
+    if (res == ncclSuccess) res = rt->mem_free(m->scratch);
+    if (saved >= 0 && saved != comm->dev) (void)rt->set_device(saved);
+  }
+  m->scratch = NULL;
+  m->scratch_bytes = 0;
+  return res;
+}
+
+ncclResult_t hetccl_hier_scratch(ncclComm_t comm, size_t bytes, const void *like, void **out) {
+  hetccl_hier_map_t *m = comm->hier_map;
+  const hetccl_runtime_t *rt =
+      comm->ptr_kind == HETCCL_DEV_HOST ? NULL : hetccl_runtime_get(comm->ptr_kind);
+  hetccl_mem_kind_t kind = HETCCL_MEM_HOST;
+  int dev;
+  if (rt && like) HETCCL_CHECK(rt->mem_kind(like, &kind, &dev));
+  int device = kind != HETCCL_MEM_HOST;
+  if (m->scratch && m->scratch_bytes >= bytes && m->scratch_on_device == device) {
+    *out = m->scratch;
+    return ncclSuccess;
+  }
+  /* Growing: freeing device memory waits for the device, so no earlier
+   * phase still reads the old block. */
+  HETCCL_CHECK(scratch_free(comm, m));
+  ncclResult_t res = ncclSuccess;
+  if (!device) {
+    m->scratch = malloc(bytes);
+    if (!m->scratch) res = ncclSystemError;
+  } else {
+    int saved = -1;
+    res = rt->current_device(&saved, NULL, 0);
+    if (res == ncclSuccess && saved != comm->dev) res = rt->set_device(comm->dev);
+    if (res == ncclSuccess) res = rt->mem_alloc(&m->scratch, bytes);
+    if (saved >= 0 && saved != comm->dev) (void)rt->set_device(saved);
+  }
+  if (res != ncclSuccess) {
+    m->scratch = NULL;
+    WARN("rank %d: no %zu bytes of %s memory for a hierarchical collective's partial results",
+         comm->rank, bytes, device ? "device" : "host");
+    return res == ncclSuccess ? ncclSystemError : res;
+  }
+  m->scratch_bytes = bytes;
+  m->scratch_on_device = device;
+  *out = m->scratch;
+  return ncclSuccess;
+}
+
+void hetccl_hier_map_free(ncclComm_t comm, hetccl_hier_map_t *m) {
+  if (!m) return;
+  (void)scratch_free(comm, m);
+  free(m->first);
+  free(m->size);
+  free(m->of);
+  free(m);
 }
 
 static ncclResult_t child_error(ncclComm_t c) {
@@ -100,6 +191,8 @@ void hetccl_hier_set_abort(ncclComm_t comm) {
 void hetccl_hier_release(ncclComm_t comm, int abort) {
   ncclComm_t kids[2] = {comm->leaders, comm->island};
   comm->leaders = comm->island = NULL;
+  hetccl_hier_map_free(comm, comm->hier_map);
+  comm->hier_map = NULL;
   for (int i = 0; i < 2; i++) {
     if (!kids[i]) continue;
     if (abort) (void)hetccl_comm_abort(kids[i]);
@@ -135,63 +228,4 @@ void hetccl_hier_fail(ncclComm_t comm, ncclResult_t res, const char *why) {
   fail_engine_of(comm->island, res, why);
   fail_engine_of(comm->leaders, res, why);
   fail_engine_of(comm, res, why);
-}
-
-/* --- the hierarchical forms --------------------------------------------------- */
-
-int hetccl_hier_applies(ncclComm_t comm, const hetccl_op_t *op) {
-  return op->kind == HETCCL_OP_AllReduce &&
-         hetccl_hier_allreduce_applies(comm, op->count, op->redop);
-}
-
-/* One phase: op as `kind` on c (forwarded or engine), same buffers' owner. */
-static ncclResult_t phase(ncclComm_t c, const hetccl_op_t *op, hetccl_op_kind_t kind,
-                          const void *send, void *recv, int root) {
-  hetccl_op_t p = *op;
-  p.kind = kind;
-  p.sendbuf = send;
-  p.recvbuf = recv;
-  p.root = root;
-  if (kind != HETCCL_OP_AllReduce && kind != HETCCL_OP_Reduce) p.redop = HETCCL_NO_REDOP;
-  return hetccl_dispatch(c, &p);
-}
-
-/* AllReduce: inside the island to its leader (island rank 0), across the
- * leaders, back inside the island. A one-rank island has only the middle
- * phase, out of place as asked (no island communicator). */
-ncclResult_t hetccl_hier_run(ncclComm_t comm, const hetccl_op_t *op) {
-  ncclComm_t island = comm->island, leaders = comm->leaders;
-  int alone = island == NULL;
-  const void *across = op->sendbuf;
-  TRACE(HETCCL_COLL, "AllReduce rank %d: hierarchical, %zu x %s, island of %d%s", comm->rank,
-        op->count, hetccl_dtype_name(op->dtype), alone ? 1 : island->nranks,
-        leaders ? ", leader" : "");
-  ncclResult_t res = ncclSuccess;
-  int in_leaders = 0; /* which communicator the failing phase ran on */
-  if (!alone) {
-    res = phase(island, op, HETCCL_OP_Reduce, op->sendbuf, op->recvbuf, 0);
-    across = op->recvbuf;
-  }
-  if (res == ncclSuccess && leaders) {
-    in_leaders = 1;
-    res = phase(leaders, op, HETCCL_OP_AllReduce, across, op->recvbuf, HETCCL_NO_ROOT);
-  }
-  if (res == ncclSuccess && !alone) {
-    in_leaders = 0;
-    res = phase(island, op, HETCCL_OP_Broadcast, op->recvbuf, op->recvbuf, 0);
-  }
-  if (res != ncclSuccess && res != ncclInProgress) {
-    /* The phase logged its cause, naming ranks as this communicator does
-     * (its engine and transports have the map); the message returned here
-     * adds where it ran, and goes to the siblings as why. */
-    char msg[HETCCL_ERRMSG_BYTES];
-    snprintf(msg, sizeof(msg), "%s: rank %d: hierarchical %s failed %s: %.900s", op->fn,
-             comm->rank, hetccl_func_name(hetccl_op_func(op->kind)),
-             in_leaders ? "across the islands' leaders" : "inside its island", hetccl_last_error());
-    hetccl_last_error_set(msg);
-    hetccl_comm_set_error(comm, res);
-    if (!__atomic_load_n(&comm->abort_flag, __ATOMIC_ACQUIRE)) /* abort tears them down */
-      hetccl_hier_fail(comm, res, msg);
-  }
-  return res;
 }

@@ -14,15 +14,8 @@
  *   leaders  the first rank of every island, an engine communicator across
  *            the islands; NULL on the other ranks.
  *
- * An AllReduce with a built-in operator other than ncclAvg then runs as
- * three calls on the caller's stream: Reduce to the leader inside each
- * island, AllReduce among the leaders, Broadcast from the leader inside
- * each island. On device buffers, stream order chains the three (the
- * leaders' engine phase is staged in stream order, core/devpath.h); on
- * host buffers each call returns complete, the internal communicators
- * being blocking. Other collectives, and AllReduce inside a group, run
- * over every rank on the engine as before, so every rank must call alike
- * (NCCL's rule already). HETCCL_HIER=0 turns it off.
+ * The collectives then run in phases on these two (core/hier_ops.c has
+ * the table of forms); HETCCL_HIER=0 turns it off.
  *
  * Islands: ranks that present the same forced island (HETCCL_ISLANDS),
  * device kind and vendor library version. The leader of an island is its
@@ -35,21 +28,50 @@
 #include "core/comm.h"
 #include "core/dispatch.h"
 
-/* After the engine is up: make comm->island and comm->leaders where the
- * islands call for them (collective over comm; the same choice on every
- * rank). */
+/* Where the islands lie, the same on every rank. Island i (numbered as
+ * the leaders communicator numbers its ranks: by leader, in rank order)
+ * holds size[i] ranks, the lowest being first[i], its leader; of[r] is
+ * rank r's island. contiguous: every island's ranks are consecutive
+ * (first[i] .. first[i] + size[i] - 1); equal: every island holds as many
+ * ranks as the others. The forms that need room for partial results keep
+ * one scratch block between calls (hetccl_hier_scratch). */
+typedef struct hetccl_hier_map {
+  int islands;
+  int *first, *size, *of;
+  int contiguous, equal;
+  void *scratch;
+  size_t scratch_bytes;
+  int scratch_on_device;
+} hetccl_hier_map_t;
+
+/* After the engine is up: make comm->island, comm->leaders and
+ * comm->hier_map where the islands call for them (collective over comm;
+ * the same choice on every rank). */
 ncclResult_t hetccl_hier_setup(ncclComm_t comm);
 
-/* Whether an AllReduce with these arguments runs hierarchically (the same
- * answer on every rank for the same call, outside groups). */
-int hetccl_hier_allreduce_applies(ncclComm_t comm, size_t count, ncclRedOp_t op);
+/* At least `bytes` of scratch, of the kind of memory `like` is (device
+ * memory on comm's device, or host memory), kept in comm's map. Growing
+ * frees the old block; freeing device memory waits for the device, so a
+ * phase still reading it has finished. The phases that use it run in
+ * the island communicator's and the leaders' order, which NCCL and the
+ * engine keep per communicator, so two calls never overlap on it. */
+ncclResult_t hetccl_hier_scratch(ncclComm_t comm, size_t bytes, const void *like, void **out);
+void hetccl_hier_map_free(ncclComm_t comm, hetccl_hier_map_t *m);
 
 /* Whether op (validated, on a communicator run by hetccl) has a
- * hierarchical form here, and running it: the phases in stream order on
- * the island and leaders communicators. A failing phase fails comm and its
- * siblings (hetccl_hier_fail) and says where it failed in the message. */
+ * hierarchical form here (the same answer on every rank for the same
+ * call), and running it: the phases in stream order on the island and
+ * leaders communicators (core/hier_ops.c). A failing phase fails comm and
+ * its siblings (hetccl_hier_fail) and says where it failed in the message. */
 int hetccl_hier_applies(ncclComm_t comm, const hetccl_op_t *op);
 ncclResult_t hetccl_hier_run(ncclComm_t comm, const hetccl_op_t *op);
+
+/* Inside a group: keep op (copied) for the outermost group end, which
+ * runs the kept operations in call order once the group's other work and
+ * the vendor's group are launched, or drops them (drop: the group failed
+ * or was only simulated). Returns the first failure. Per thread. */
+ncclResult_t hetccl_hier_defer(ncclComm_t comm, const hetccl_op_t *op);
+ncclResult_t hetccl_hier_run_deferred(int drop);
 
 /* The island and leader communicators' teardown, with the parent's. */
 void hetccl_hier_finalize(ncclComm_t comm);

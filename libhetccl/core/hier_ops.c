@@ -1,0 +1,354 @@
+/* The hierarchical forms of the collectives (core/hier.h).
+ *
+ * On a hierarchical communicator a collective runs as phases on the
+ * caller's stream: inside each island on the island communicator (the
+ * vendor library where it serves the island), across the islands' leaders
+ * on the leaders communicator (the data plane or the engine), and inside
+ * each island again. L is a rank's leader, R the root, I its island.
+ *
+ *   collective     inside, first           across the leaders        inside, last
+ *   AllReduce      Reduce to L             AllReduce                 Broadcast from L
+ *   Broadcast      I: Broadcast from R     Broadcast from I's L      others: Broadcast from L
+ *   Reduce         Reduce to L             Reduce to I's L           I: L sends to R (R != L)
+ *   AllGather *    AllGather into the      AllGather of the slices   Broadcast of the other
+ *                  island's slice          (unequal: a Broadcast     islands' slices from L
+ *                                          per island)
+ *   ReduceScatter* Reduce of everything    ReduceScatter of the      L sends each rank its
+ *                  to L (scratch)          slices (unequal: a        block (grouped send and
+ *                                          Reduce per island)        receive)
+ *
+ *   * only where every island's ranks are consecutive (hier.h, contiguous):
+ *     the island's slice of the receive buffer is then one block.
+ *
+ * ncclAvg and PreMulSum are not composable across phases (an average of
+ * averages is wrong for islands of different sizes) and run flat, over
+ * every rank on the engine, as do AlltoAll, Gather, Scatter, point-to-point
+ * and the collectives above where no form applies; every rank decides alike
+ * from the same arguments and the map, which is NCCL's rule already.
+ *
+ * Buffers: phases work in the user's buffers where the result lands there;
+ * a leader that holds partial results no user buffer has room for (Reduce
+ * at a leader that is not the root, ReduceScatter at every leader) keeps
+ * them in the map's scratch block, of the user's kind of memory.
+ *
+ * Inside a group the phases cannot be grouped with the rest (the island's
+ * vendor call would only start at the vendor's group end, after the
+ * leaders' phase that needs its result): the operation is kept, checked,
+ * and runs at the outermost ncclGroupEnd, after the group's other work and
+ * the vendor's group have been launched (hetccl_hier_run_deferred).
+ *
+ * A failing phase fails the communicator and its siblings, and the
+ * message says which phase (inside the island, across the leaders).
+ *
+ * Thread: the API caller's. Deferred operations are kept per thread, as
+ * the group is. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/dispatch.h"
+#include "core/enqueue.h"
+#include "core/group.h"
+#include "core/hier.h"
+#include "core/init.h"
+#include "runtime/reduce.h"
+#include "util/check.h"
+#include "util/log.h"
+
+/* --- which form ------------------------------------------------------------------- */
+
+static int composable(ncclRedOp_t op) { return (int)op >= (int)ncclSum && (int)op < (int)ncclAvg; }
+
+int hetccl_hier_applies(ncclComm_t comm, const hetccl_op_t *op) {
+  const hetccl_hier_map_t *m = comm->hier_map;
+  if (!comm->hier || !m || op->count == 0) return 0;
+  switch (op->kind) {
+    case HETCCL_OP_AllReduce:
+    case HETCCL_OP_Reduce: return composable(op->redop);
+    case HETCCL_OP_Broadcast:
+    case HETCCL_OP_Bcast: return 1;
+    case HETCCL_OP_AllGather: return m->contiguous;
+    case HETCCL_OP_ReduceScatter: return m->contiguous && composable(op->redop);
+    default: return 0;
+  }
+}
+
+/* --- phases ----------------------------------------------------------------------- */
+
+/* Where the phase that failed ran, for the message. */
+typedef enum { IN_ISLAND, ACROSS_LEADERS } where_t;
+
+typedef struct form {
+  ncclComm_t comm;
+  const hetccl_op_t *op;
+  const hetccl_hier_map_t *map;
+  int mine;    /* this rank's island */
+  size_t elem; /* bytes per element */
+  where_t where;
+} form_t;
+
+/* One phase: op as `kind` on c (forwarded or engine), count elements. */
+static ncclResult_t phase(form_t *f, where_t where, hetccl_op_kind_t kind, const void *send,
+                          void *recv, size_t count, int root) {
+  hetccl_op_t p = *f->op;
+  p.kind = kind;
+  p.sendbuf = send;
+  p.recvbuf = recv;
+  p.count = count;
+  p.root = root;
+  p.peer = HETCCL_NO_PEER;
+  p.config = NULL; /* the user's algorithm choice was for the whole collective */
+  if (kind != HETCCL_OP_AllReduce && kind != HETCCL_OP_Reduce &&
+      kind != HETCCL_OP_ReduceScatter)
+    p.redop = HETCCL_NO_REDOP;
+  f->where = where;
+  return hetccl_dispatch(where == IN_ISLAND ? f->comm->island : f->comm->leaders, &p);
+}
+
+static ncclResult_t p2p(form_t *f, hetccl_op_kind_t kind, void *buf, size_t count, int peer) {
+  hetccl_op_t p = *f->op;
+  p.kind = kind;
+  p.sendbuf = kind == HETCCL_OP_Send ? buf : NULL;
+  p.recvbuf = kind == HETCCL_OP_Recv ? buf : NULL;
+  p.count = count;
+  p.root = HETCCL_NO_ROOT;
+  p.peer = peer;
+  p.redop = HETCCL_NO_REDOP;
+  p.config = NULL;
+  f->where = IN_ISLAND;
+  return hetccl_dispatch(f->comm->island, &p);
+}
+
+static void *at(const void *buf, size_t elems, size_t elem) {
+  return (char *)buf + elems * elem;
+}
+
+/* r's rank in its island communicator (which keeps the parent's order). */
+static int island_rank(const hetccl_hier_map_t *m, int r) {
+  int k = 0;
+  for (int q = 0; q < r; q++) k += m->of[q] == m->of[r];
+  return k;
+}
+
+/* --- the forms -------------------------------------------------------------------- */
+
+static ncclResult_t all_reduce(form_t *f) {
+  const hetccl_op_t *op = f->op;
+  ncclComm_t c = f->comm;
+  const void *across = op->sendbuf;
+  if (c->island) {
+    HETCCL_CHECK(phase(f, IN_ISLAND, HETCCL_OP_Reduce, op->sendbuf, op->recvbuf, op->count, 0));
+    across = op->recvbuf;
+  }
+  if (c->leaders)
+    HETCCL_CHECK(phase(f, ACROSS_LEADERS, HETCCL_OP_AllReduce, across, op->recvbuf, op->count,
+                       HETCCL_NO_ROOT));
+  if (c->island)
+    HETCCL_CHECK(phase(f, IN_ISLAND, HETCCL_OP_Broadcast, op->recvbuf, op->recvbuf, op->count, 0));
+  return ncclSuccess;
+}
+
+static ncclResult_t broadcast(form_t *f) {
+  const hetccl_op_t *op = f->op;
+  ncclComm_t c = f->comm;
+  int from = f->map->of[op->root];
+  const void *send = op->kind == HETCCL_OP_Bcast ? op->recvbuf : op->sendbuf;
+  void *buf = op->recvbuf;
+  if (f->mine == from) {
+    if (c->island)
+      HETCCL_CHECK(phase(f, IN_ISLAND, HETCCL_OP_Broadcast, send, buf, op->count,
+                         island_rank(f->map, op->root)));
+    /* A leader alone in its island is the root itself. */
+    if (c->leaders)
+      HETCCL_CHECK(phase(f, ACROSS_LEADERS, HETCCL_OP_Broadcast, c->island ? buf : send, buf,
+                         op->count, from));
+    return ncclSuccess;
+  }
+  if (c->leaders)
+    HETCCL_CHECK(phase(f, ACROSS_LEADERS, HETCCL_OP_Broadcast, buf, buf, op->count, from));
+  if (c->island)
+    HETCCL_CHECK(phase(f, IN_ISLAND, HETCCL_OP_Broadcast, buf, buf, op->count, 0));
+  return ncclSuccess;
+}
+
+static ncclResult_t reduce(form_t *f) {
+  const hetccl_op_t *op = f->op;
+  ncclComm_t c = f->comm;
+  int to = f->map->of[op->root], root_leads = f->map->first[to] == op->root;
+  if (!c->leaders) { /* inside an island only; the root may be here */
+    HETCCL_CHECK(phase(f, IN_ISLAND, HETCCL_OP_Reduce, op->sendbuf, op->recvbuf, op->count, 0));
+    if (c->rank == op->root && !root_leads)
+      HETCCL_CHECK(p2p(f, HETCCL_OP_Recv, op->recvbuf, op->count, 0));
+    return ncclSuccess;
+  }
+  /* A leader: its island's partial result in `acc`, the root's own buffer
+   * where it is the root; then, at the root's leader, the whole result. */
+  void *acc = op->recvbuf;
+  if (c->rank != op->root && c->island)
+    HETCCL_CHECK(hetccl_hier_scratch(c, op->count * f->elem, op->sendbuf, &acc));
+  const void *across = op->sendbuf;
+  if (c->island) {
+    HETCCL_CHECK(phase(f, IN_ISLAND, HETCCL_OP_Reduce, op->sendbuf, acc, op->count, 0));
+    across = acc;
+  }
+  HETCCL_CHECK(phase(f, ACROSS_LEADERS, HETCCL_OP_Reduce, across, acc, op->count, to));
+  if (f->mine == to && !root_leads)
+    HETCCL_CHECK(p2p(f, HETCCL_OP_Send, acc, op->count, island_rank(f->map, op->root)));
+  return ncclSuccess;
+}
+
+/* The islands' slices lie whole in the receive buffer (contiguous). */
+static ncclResult_t all_gather(form_t *f) {
+  const hetccl_op_t *op = f->op;
+  const hetccl_hier_map_t *m = f->map;
+  ncclComm_t c = f->comm;
+  size_t n = op->count, first = (size_t)m->first[f->mine], size = (size_t)m->size[f->mine];
+  void *slice = at(op->recvbuf, first * n, f->elem);
+  if (c->island) HETCCL_CHECK(phase(f, IN_ISLAND, HETCCL_OP_AllGather, op->sendbuf, slice, n, 0));
+  if (c->leaders) {
+    if (m->equal) {
+      HETCCL_CHECK(phase(f, ACROSS_LEADERS, HETCCL_OP_AllGather, slice, op->recvbuf, size * n,
+                         HETCCL_NO_ROOT));
+    } else {
+      for (int i = 0; i < m->islands; i++) {
+        void *s = at(op->recvbuf, (size_t)m->first[i] * n, f->elem);
+        const void *from = i == f->mine && !c->island ? op->sendbuf : s;
+        HETCCL_CHECK(
+            phase(f, ACROSS_LEADERS, HETCCL_OP_Broadcast, from, s, (size_t)m->size[i] * n, i));
+      }
+    }
+  }
+  if (c->island) { /* the other islands' slices: before this one's, and after */
+    size_t after = first + size, total = (size_t)c->nranks;
+    if (first > 0)
+      HETCCL_CHECK(phase(f, IN_ISLAND, HETCCL_OP_Broadcast, op->recvbuf, op->recvbuf,
+                         first * n, 0));
+    if (after < total) {
+      void *rest = at(op->recvbuf, after * n, f->elem);
+      HETCCL_CHECK(phase(f, IN_ISLAND, HETCCL_OP_Broadcast, rest, rest, (total - after) * n, 0));
+    }
+  }
+  return ncclSuccess;
+}
+
+/* The leader reduces the whole input of its island into scratch, the
+ * leaders reduce-scatter island slices of it in place, and the leader
+ * hands each rank of its island its block. */
+static ncclResult_t reduce_scatter(form_t *f) {
+  const hetccl_op_t *op = f->op;
+  const hetccl_hier_map_t *m = f->map;
+  ncclComm_t c = f->comm;
+  size_t n = op->count, total = (size_t)c->nranks * n;
+  size_t first = (size_t)m->first[f->mine], size = (size_t)m->size[f->mine];
+  if (!c->leaders) {
+    HETCCL_CHECK(phase(f, IN_ISLAND, HETCCL_OP_Reduce, op->sendbuf, op->recvbuf, total, 0));
+    return p2p(f, HETCCL_OP_Recv, op->recvbuf, n, 0);
+  }
+  void *acc = NULL;
+  const void *in = op->sendbuf;
+  if (c->island) {
+    HETCCL_CHECK(hetccl_hier_scratch(c, total * f->elem, op->sendbuf, &acc));
+    HETCCL_CHECK(phase(f, IN_ISLAND, HETCCL_OP_Reduce, op->sendbuf, acc, total, 0));
+    in = acc;
+  }
+  /* Alone in its island, a leader's slice is its own block: recvbuf. */
+  void *mine = c->island ? at(acc, first * n, f->elem) : op->recvbuf;
+  if (m->equal) {
+    HETCCL_CHECK(phase(f, ACROSS_LEADERS, HETCCL_OP_ReduceScatter, in, mine, size * n,
+                       HETCCL_NO_ROOT));
+  } else {
+    for (int i = 0; i < m->islands; i++) {
+      const void *s = at(in, (size_t)m->first[i] * n, f->elem);
+      void *out = i == f->mine ? mine : (void *)s; /* read only where not the root */
+      HETCCL_CHECK(
+          phase(f, ACROSS_LEADERS, HETCCL_OP_Reduce, s, out, (size_t)m->size[i] * n, i));
+    }
+  }
+  if (!c->island) return ncclSuccess;
+  ncclResult_t res = hetccl_GroupStart();
+  for (size_t t = 0; t < size && res == ncclSuccess; t++)
+    res = p2p(f, HETCCL_OP_Send, at(mine, t * n, f->elem), n, (int)t);
+  if (res == ncclSuccess) res = p2p(f, HETCCL_OP_Recv, op->recvbuf, n, 0);
+  ncclResult_t end = hetccl_GroupEnd();
+  return res != ncclSuccess ? res : end;
+}
+
+/* --- running ---------------------------------------------------------------------- */
+
+ncclResult_t hetccl_hier_run(ncclComm_t comm, const hetccl_op_t *op) {
+  form_t f = {.comm = comm, .op = op, .map = comm->hier_map,
+              .mine = comm->hier_map->of[comm->rank], .elem = hetccl_dtype_size(op->dtype)};
+  TRACE(HETCCL_COLL, "%s rank %d: hierarchical, %zu x %s, island %d of %d ranks%s", op->fn,
+        comm->rank, op->count, hetccl_dtype_name(op->dtype), f.mine, f.map->size[f.mine],
+        comm->leaders ? ", leader" : "");
+  ncclResult_t res;
+  switch (op->kind) {
+    case HETCCL_OP_AllReduce: res = all_reduce(&f); break;
+    case HETCCL_OP_Broadcast:
+    case HETCCL_OP_Bcast: res = broadcast(&f); break;
+    case HETCCL_OP_Reduce: res = reduce(&f); break;
+    case HETCCL_OP_AllGather: res = all_gather(&f); break;
+    case HETCCL_OP_ReduceScatter: res = reduce_scatter(&f); break;
+    default: WARN("%s: no hierarchical form", op->fn); return ncclInternalError;
+  }
+  if (res != ncclSuccess && res != ncclInProgress) {
+    /* The phase logged its cause, naming ranks as this communicator does
+     * (its engine and transports have the map); the message returned here
+     * adds where it ran, and goes to the siblings as why. */
+    char msg[HETCCL_ERRMSG_BYTES];
+    snprintf(msg, sizeof(msg), "%s: rank %d: hierarchical %s failed %s: %.900s", op->fn,
+             comm->rank, hetccl_func_name(hetccl_op_func(op->kind)),
+             f.where == ACROSS_LEADERS ? "across the islands' leaders" : "inside its island",
+             hetccl_last_error());
+    hetccl_last_error_set(msg);
+    hetccl_comm_set_error(comm, res);
+    if (!__atomic_load_n(&comm->abort_flag, __ATOMIC_ACQUIRE)) /* abort tears them down */
+      hetccl_hier_fail(comm, res, msg);
+  }
+  return res;
+}
+
+/* --- inside a group ----------------------------------------------------------------- */
+
+typedef struct deferred {
+  ncclComm_t comm;
+  hetccl_op_t op;
+  struct deferred *next;
+} deferred_t;
+
+static __thread deferred_t *deferred_head, *deferred_last;
+
+ncclResult_t hetccl_hier_defer(ncclComm_t comm, const hetccl_op_t *op) {
+  deferred_t *d = malloc(sizeof(*d));
+  if (!d) {
+    WARN("%s: out of memory", op->fn);
+    return ncclSystemError;
+  }
+  d->comm = comm;
+  d->op = *op;
+  d->op.config = NULL;
+  d->next = NULL;
+  if (deferred_last) deferred_last->next = d;
+  else deferred_head = d;
+  deferred_last = d;
+  return ncclSuccess;
+}
+
+ncclResult_t hetccl_hier_run_deferred(int drop) {
+  deferred_t *d = deferred_head;
+  deferred_head = deferred_last = NULL;
+  ncclResult_t first = ncclSuccess;
+  while (d) {
+    deferred_t *next = d->next;
+    if (!drop && first == ncclSuccess) {
+      hetccl_comm_enter(d->comm);
+      ncclResult_t res = hetccl_comm_usable(d->comm, d->op.fn);
+      if (res == ncclSuccess) res = hetccl_hier_run(d->comm, &d->op);
+      hetccl_comm_leave(d->comm);
+      if (res != ncclSuccess && res != ncclInProgress) first = res;
+    }
+    free(d);
+    d = next;
+  }
+  return first;
+}
