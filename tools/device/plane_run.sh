@@ -18,6 +18,12 @@
 #   perf1     the same from ONE process driving every rank (ncclCommInitAll,
 #             -g NRANKS): several ranks per process, and on one GPU no
 #             context switches between processes in the measurement
+#   sweep     the data plane's piece size and slot count (HETCCL_PLANE_PIECE,
+#             HETCCL_PLANE_SLOTS): all_reduce and sendrecv at 4, 32, 256 MiB
+#             for each pair, the figures behind the defaults (docs/dataplane.md)
+#   hang      one process driving NRANKS ranks (-g) at 1 MiB under a 60 s
+#             bound; if it does not finish, every thread's name, state and
+#             kernel wait point, and the last log lines, for the diagnosis
 # STAGES="build perf" runs only those. NRANKS (default 2) ranks share the
 # GPUs round-robin (one GPU: all on GPU 0). NCCL_NVLS_ENABLE=0 everywhere.
 set -u
@@ -79,18 +85,50 @@ do_perf() {
   ! grep -q "^FAIL" "$OUT/05-perf.log"
 }
 
+do_sweep() {
+  for piece in 1M 2M 4M 8M 16M; do
+    for slots in 2 4 8; do
+      for c in all_reduce sendrecv; do
+        HETCCL_PLANE_PIECE=$piece HETCCL_PLANE_SLOTS=$slots \
+          perf "sweep piece=$piece slots=$slots $c" "$c" -b 4M -e 256M -f 8 || echo "FAIL: $piece $slots $c"
+      done
+    done
+  done
+  ! grep -q "^FAIL" "$OUT/07-sweep.log"
+}
+do_hang() {
+  local log=$OUT/hang-debug.log
+  HETCCL_ISLANDS=rank NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=ALL NCCL_DEBUG_FILE=$log \
+    build-dev/tools/perf/hetccl-perf all_reduce -b 1M -e 1M -m cuda -g "$NRANKS" -c 1 -n 5 -w 1 &
+  local pid=$! t=0
+  while kill -0 $pid 2>/dev/null && [ $t -lt 60 ]; do sleep 1; t=$((t + 1)); done
+  if ! kill -0 $pid 2>/dev/null; then wait $pid; echo "finished in ${t} s, status $?"; return 0; fi
+  echo "still running after ${t} s: threads (name state wchan syscall)"
+  for task in /proc/$pid/task/*; do
+    echo "$(cat $task/comm) $(awk '{print $3}' $task/stat) $(cat $task/wchan 2>/dev/null) \
+$(cut -d' ' -f1 $task/syscall 2>/dev/null)"
+    cat $task/stack 2>/dev/null | head -8
+  done
+  command -v gdb >/dev/null && gdb -batch -p $pid -ex "thread apply all bt 12" 2>&1 | tail -150
+  kill -9 $pid
+  echo "--- last log lines"; tail -60 "$log"
+  return 1
+}
+
 export ROOT OUT PY LIB NRANKS
-export -f note perf perf1 do_build do_reduce do_pytest do_limit do_perf do_perf1
+export -f note perf perf1 do_build do_reduce do_pytest do_limit do_perf do_perf1 do_sweep do_hang
 export PYTHONPATH=$ROOT/python:/tmp/site${PYTHONPATH:+:$PYTHONPATH}
 STAGES=${STAGES:-reduce pytest limit perf}
 want() { case " $STAGES " in *" $1 "*) return 0 ;; esac; return 1; }
 stage 01 build 240 do_build
 if [ -f "$LIB" ]; then
   want reduce && stage 02 reduce 240 do_reduce
-  want pytest && stage 03 pytest 300 do_pytest
+  want pytest && stage 03 pytest 480 do_pytest
   want limit && stage 04 limit 60 do_limit
   want perf && stage 05 perf 400 do_perf
   want perf1 && stage 06 perf1 300 do_perf1
+  want sweep && stage 07 sweep 420 do_sweep
+  want hang && stage 08 hang 120 do_hang
 fi
 note "overall: $([ $STATUS -eq 0 ] && echo PASS || echo FAIL)"
 exit $STATUS
