@@ -47,6 +47,12 @@ struct hetccl_devpath {
   uint64_t launches;           /* launches with a staging block */
   stage_block_t *blocks;
   int nblocks;
+  /* Blocks replaced by larger ones, freed at destroy: freeing pinned
+   * memory waits for the whole device, and a thread that drives several
+   * ranks would wait there for a stream that needs a launch of another of
+   * its ranks, which it has not made yet. Sizes at least double on each
+   * replacement, so these add up to less than the largest block. */
+  stage_block_t *retired;
 };
 
 /* What one task moves through staging. */
@@ -176,18 +182,21 @@ static ncclResult_t block_acquire(ncclComm_t comm, hetccl_devpath_t *dp, size_t 
       return ncclSuccess;
     }
   }
+  size_t at_least = STAGE_MIN_BLOCK;
   if (small) { /* keep the pool from growing with every larger size */
     stage_block_t *b = *small;
     *small = b->next;
-    block_free(dp, b);
+    b->next = dp->retired;
+    dp->retired = b;
     dp->nblocks--;
+    at_least = 2 * b->bytes;
   }
   stage_block_t *b = calloc(1, sizeof(*b));
   if (!b) {
     WARN("devpath: out of memory");
     return ncclSystemError;
   }
-  b->bytes = bytes < STAGE_MIN_BLOCK ? STAGE_MIN_BLOCK : align_up(bytes);
+  b->bytes = bytes < at_least ? at_least : align_up(bytes);
   ncclResult_t res = dp->rt->host_alloc(&b->host, b->bytes);
   if (res == ncclSuccess) res = dp->rt->event_create(&b->free_event);
   if (res != ncclSuccess) {
@@ -461,13 +470,15 @@ void hetccl_devpath_destroy(ncclComm_t comm) {
   __atomic_store_n(&dp->counters[COUNTER_DONE], UINT64_MAX, __ATOMIC_RELEASE);
   struct timespec nap = {0, 1000000};
   int waited_ms = 0, stuck = 0;
-  for (stage_block_t *b = dp->blocks; b; b = b->next) {
-    while (!block_idle(dp, b) && waited_ms < DESTROY_WAIT_MS) {
-      nanosleep(&nap, NULL);
-      waited_ms++;
+  stage_block_t *lists[2] = {dp->blocks, dp->retired};
+  for (int i = 0; i < 2; i++)
+    for (stage_block_t *b = lists[i]; b; b = b->next) {
+      while (!block_idle(dp, b) && waited_ms < DESTROY_WAIT_MS) {
+        nanosleep(&nap, NULL);
+        waited_ms++;
+      }
+      stuck |= b->busy;
     }
-    stuck |= b->busy;
-  }
   if (stuck) {
     /* A stream still holds work that reads our memory: leak it, never free it under the GPU. */
     WARN("rank %d: a stream still had staged copies pending after %d s; their pinned memory "
@@ -475,11 +486,12 @@ void hetccl_devpath_destroy(ncclComm_t comm) {
     free(dp);
     return;
   }
-  while (dp->blocks) {
-    stage_block_t *b = dp->blocks;
-    dp->blocks = b->next;
-    block_free(dp, b);
-  }
+  for (int i = 0; i < 2; i++)
+    while (lists[i]) {
+      stage_block_t *b = lists[i];
+      lists[i] = b->next;
+      block_free(dp, b);
+    }
   dp->rt->host_free((void *)dp->counters);
   free(dp);
 }

@@ -96,22 +96,28 @@ ncclResult_t hetccl_hier_setup(ncclComm_t comm) {
   return ncclSuccess;
 }
 
+/* A block the scratch outgrew. */
+typedef struct hetccl_hier_retired {
+  void *ptr;
+  int on_device;
+  struct hetccl_hier_retired *next;
+} hier_retired_t;
+
 /* Device memory is allocated and freed with comm's device current (one
  * thread may drive ranks of several devices). */
-static ncclResult_t scratch_free(ncclComm_t comm, hetccl_hier_map_t *m) {
-  ncclResult_t res = ncclSuccess;
-  if (m->scratch && !m->scratch_on_device) free(m->scratch);
-  else if (m->scratch) {
-    const hetccl_runtime_t *rt = hetccl_runtime_get(comm->ptr_kind);
-    int saved = -1;
-    res = rt->current_device(&saved, NULL, 0);
-    if (res == ncclSuccess && saved != comm->dev) res = rt->set_device(comm->dev);
-    if (res == ncclSuccess) res = rt->mem_free(m->scratch);
-    if (saved >= 0 && saved != comm->dev) (void)rt->set_device(saved);
-  }
-  m->scratch = NULL;
-  m->scratch_bytes = 0;
+static ncclResult_t on_device(ncclComm_t comm, const hetccl_runtime_t *rt, void **ptr,
+                              size_t bytes) {
+  int saved = -1;
+  ncclResult_t res = rt->current_device(&saved, NULL, 0);
+  if (res == ncclSuccess && saved != comm->dev) res = rt->set_device(comm->dev);
+  if (res == ncclSuccess) res = bytes ? rt->mem_alloc(ptr, bytes) : rt->mem_free(*ptr);
+  if (saved >= 0 && saved != comm->dev) (void)rt->set_device(saved);
   return res;
+}
+
+static void block_free(ncclComm_t comm, void *ptr, int device) {
+  if (!device) free(ptr);
+  else if (ptr) (void)on_device(comm, hetccl_runtime_get(comm->ptr_kind), &ptr, 0);
 }
 
 ncclResult_t hetccl_hier_scratch(ncclComm_t comm, size_t bytes, const void *like, void **out) {
@@ -126,25 +132,30 @@ ncclResult_t hetccl_hier_scratch(ncclComm_t comm, size_t bytes, const void *like
     *out = m->scratch;
     return ncclSuccess;
   }
-  /* Growing: freeing device memory waits for the device, so no earlier
-   * phase still reads the old block. */
-  HETCCL_CHECK(scratch_free(comm, m));
+  if (m->scratch) {
+    hier_retired_t *r = malloc(sizeof(*r));
+    if (!r) {
+      WARN("rank %d: out of memory", comm->rank);
+      return ncclSystemError;
+    }
+    *r = (hier_retired_t){m->scratch, m->scratch_on_device, m->retired};
+    m->retired = r;
+    if (bytes < 2 * m->scratch_bytes) bytes = 2 * m->scratch_bytes;
+    m->scratch = NULL;
+    m->scratch_bytes = 0;
+  }
   ncclResult_t res = ncclSuccess;
   if (!device) {
     m->scratch = malloc(bytes);
     if (!m->scratch) res = ncclSystemError;
   } else {
-    int saved = -1;
-    res = rt->current_device(&saved, NULL, 0);
-    if (res == ncclSuccess && saved != comm->dev) res = rt->set_device(comm->dev);
-    if (res == ncclSuccess) res = rt->mem_alloc(&m->scratch, bytes);
-    if (saved >= 0 && saved != comm->dev) (void)rt->set_device(saved);
+    res = on_device(comm, rt, &m->scratch, bytes);
   }
   if (res != ncclSuccess) {
     m->scratch = NULL;
     WARN("rank %d: no %zu bytes of %s memory for a hierarchical collective's partial results",
          comm->rank, bytes, device ? "device" : "host");
-    return res == ncclSuccess ? ncclSystemError : res;
+    return res;
   }
   m->scratch_bytes = bytes;
   m->scratch_on_device = device;
@@ -154,7 +165,13 @@ ncclResult_t hetccl_hier_scratch(ncclComm_t comm, size_t bytes, const void *like
 
 void hetccl_hier_map_free(ncclComm_t comm, hetccl_hier_map_t *m) {
   if (!m) return;
-  (void)scratch_free(comm, m);
+  block_free(comm, m->scratch, m->scratch_on_device);
+  while (m->retired) {
+    hier_retired_t *r = m->retired;
+    m->retired = r->next;
+    block_free(comm, r->ptr, r->on_device);
+    free(r);
+  }
   free(m->first);
   free(m->size);
   free(m->of);

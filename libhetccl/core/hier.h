@@ -34,7 +34,8 @@
  * rank r's island. contiguous: every island's ranks are consecutive
  * (first[i] .. first[i] + size[i] - 1); equal: every island holds as many
  * ranks as the others. The forms that need room for partial results keep
- * one scratch block between calls (hetccl_hier_scratch). */
+ * one scratch block between calls (hetccl_hier_scratch); blocks it
+ * outgrew are kept until the communicator goes (retired). */
 typedef struct hetccl_hier_map {
   int islands;
   int *first, *size, *of;
@@ -42,6 +43,7 @@ typedef struct hetccl_hier_map {
   void *scratch;
   size_t scratch_bytes;
   int scratch_on_device;
+  struct hetccl_hier_retired *retired;
 } hetccl_hier_map_t;
 
 /* After the engine is up: make comm->island, comm->leaders and
@@ -51,10 +53,12 @@ ncclResult_t hetccl_hier_setup(ncclComm_t comm);
 
 /* At least `bytes` of scratch, of the kind of memory `like` is (device
  * memory on comm's device, or host memory), kept in comm's map. Growing
- * frees the old block; freeing device memory waits for the device, so a
- * phase still reading it has finished. The phases that use it run in
- * the island communicator's and the leaders' order, which NCCL and the
- * engine keep per communicator, so two calls never overlap on it. */
+ * at least doubles it and keeps the old block until the communicator is
+ * destroyed: a phase on a stream may still read it, and freeing device
+ * memory waits for the whole device, where a thread that drives several
+ * ranks would wait for work that needs its next call. The phases that use
+ * it run in the island communicator's and the leaders' order, which NCCL
+ * and the engine keep per communicator, so two calls never overlap on it. */
 ncclResult_t hetccl_hier_scratch(ncclComm_t comm, size_t bytes, const void *like, void **out);
 void hetccl_hier_map_free(ncclComm_t comm, hetccl_hier_map_t *m);
 

@@ -19,8 +19,9 @@
 #             -g NRANKS): several ranks per process, and on one GPU no
 #             context switches between processes in the measurement
 #   sweep     the data plane's piece size and slot count (HETCCL_PLANE_PIECE,
-#             HETCCL_PLANE_SLOTS): all_reduce and sendrecv at 4, 32, 256 MiB
-#             for each pair, the figures behind the defaults (docs/dataplane.md)
+#             HETCCL_PLANE_SLOTS): all_reduce and sendrecv at 32 and 256 MiB
+#             for each pair, ROUNDS (3) rounds; the medians are the figures
+#             behind the defaults (docs/dataplane.md)
 #   hang      one process driving NRANKS ranks (-g) at 1 MiB under a 60 s
 #             bound; if it does not finish, every thread's name, state and
 #             kernel wait point, and the last log lines, for the diagnosis
@@ -56,14 +57,15 @@ do_pytest() { $PY -m pytest -q tests/test_cuda_engine.py -p no:cacheprovider -rs
 do_limit() { $PY tools/device/copy_limit.py; }
 perf() { # perf LABEL COLL ARGS... (environment from the caller)
   echo "--- $1"
-  HETCCL_ISLANDS=rank $PY -m hetccl run -n "$NRANKS" -- build-dev/tools/perf/hetccl-perf "${@:2}" \
-    -m cuda -c 1 -n 10 -w 3
+  HETCCL_ISLANDS=rank $PY -m hetccl run -n "$NRANKS" -- build-dev/tools/perf/hetccl-perf "$2" \
+    -m cuda -c 1 -n 10 -w 3 "${@:3}"
 }
 # One process driving every rank (ncclCommInitAll, ranks sharing the GPUs
 # round-robin): no context switch between processes on one GPU.
 perf1() {
   echo "--- one process: $1"
-  HETCCL_ISLANDS=rank build-dev/tools/perf/hetccl-perf "${@:2}" -m cuda -g "$NRANKS" -c 1 -n 10 -w 3
+  HETCCL_ISLANDS=rank build-dev/tools/perf/hetccl-perf "$2" -m cuda -g "$NRANKS" -c 1 -n 10 -w 3 \
+    "${@:3}"
 }
 do_perf1() {
   # With fewer GPUs than ranks, ranks of the process share a device and keep
@@ -85,12 +87,15 @@ do_perf() {
   ! grep -q "^FAIL" "$OUT/05-perf.log"
 }
 
-do_sweep() {
-  for piece in 1M 2M 4M 8M 16M; do
-    for slots in 2 4 8; do
-      for c in all_reduce sendrecv; do
-        HETCCL_PLANE_PIECE=$piece HETCCL_PLANE_SLOTS=$slots \
-          perf "sweep piece=$piece slots=$slots $c" "$c" -b 4M -e 256M -f 8 || echo "FAIL: $piece $slots $c"
+do_sweep() { # ROUNDS rounds, each over every pair, so drift spreads evenly
+  for round in $(seq "${ROUNDS:-3}"); do
+    for piece in 1M 2M 4M 8M; do
+      for slots in 2 4 8; do
+        for c in all_reduce sendrecv; do
+          HETCCL_PLANE_PIECE=$piece HETCCL_PLANE_SLOTS=$slots \
+            perf "sweep round=$round piece=$piece slots=$slots $c" "$c" -b 32M -e 256M -f 8 -n 20 \
+            || echo "FAIL: $piece $slots $c"
+        done
       done
     done
   done
