@@ -153,10 +153,13 @@ hetccl_dev_kind_t hetccl_process_dev_kind(void) {
 }
 
 /* The runtime that can tell a host rank's device pointers from host ones:
- * one the process already uses, or whose vendor library it links. */
+ * one the process already uses, or whose vendor library it links, and
+ * that works here (a CPU machine with a CUDA build of a framework loads
+ * libcudart with no driver to answer: its buffers are all host memory). */
 static hetccl_dev_kind_t host_pointer_kind(void) {
   for (size_t i = 0; i < NGPU_KINDS; i++)
-    if (links_vendor_of(gpu_kinds[i]) || hetccl_runtime_get(gpu_kinds[i])->in_use())
+    if ((links_vendor_of(gpu_kinds[i]) || hetccl_runtime_get(gpu_kinds[i])->in_use()) &&
+        hetccl_runtime_get(gpu_kinds[i])->available())
       return gpu_kinds[i];
   return HETCCL_DEV_HOST;
 }
