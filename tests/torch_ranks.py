@@ -39,6 +39,7 @@ if DEVICES[RANK] == "cpu":
 import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
 
+torch.set_num_threads(1)  # several ranks share few cores: no intra-op thread pools
 DEV = torch.device(DEVICES[RANK])
 if DEV.type == "cuda":
     torch.cuda.set_device(DEV)
