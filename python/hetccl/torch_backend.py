@@ -231,6 +231,13 @@ class HetcclBackend(_C10dBackend):
         fut.set_result(result)
         return _future_work(fut)
 
+    def _per_rank(self, tensors: List[torch.Tensor], what: str) -> List[torch.Tensor]:
+        """tensors, checked to be one per rank."""
+        if len(tensors) != self._size:
+            raise ValueError(f"hetccl backend: {what} need one tensor per rank ({self._size}), "
+                             f"not {len(tensors)}")
+        return tensors
+
     @contextlib.contextmanager
     def _group(self) -> Iterator[None]:
         groupStart()
@@ -316,10 +323,7 @@ class HetcclBackend(_C10dBackend):
     def allgather(self, output_lists: List[List[torch.Tensor]], inputs: List[torch.Tensor],
                   opts: Any) -> Any:
         t = _one(inputs, "allgather")
-        outs = _one(output_lists, "allgather")
-        if len(outs) != self._size:
-            raise ValueError(f"hetccl backend: allgather needs {self._size} output tensors, "
-                             f"not {len(outs)}")
+        outs = self._per_rank(_one(output_lists, "allgather"), "allgather outputs")
         with self._op([t, *outs]) as st:
             src = _bytes(st.input(t))
             if all(o.numel() * o.element_size() == src.numel() for o in outs):
@@ -382,10 +386,7 @@ class HetcclBackend(_C10dBackend):
     def reduce_scatter(self, outputs: List[torch.Tensor], input_lists: List[List[torch.Tensor]],
                        opts: Any) -> Any:
         out = _one(outputs, "reduce_scatter")
-        ins = _one(input_lists, "reduce_scatter")
-        if len(ins) != self._size:
-            raise ValueError(f"hetccl backend: reduce_scatter needs {self._size} input "
-                             f"tensors, not {len(ins)}")
+        ins = self._per_rank(_one(input_lists, "reduce_scatter"), "reduce_scatter inputs")
         with self._op([out, *ins]) as st:
             if all(i.numel() == out.numel() for i in ins):
                 flat = torch.cat([st.input(i).reshape(-1) for i in ins])
@@ -418,9 +419,8 @@ class HetcclBackend(_C10dBackend):
 
     def alltoall(self, outputs: List[torch.Tensor], inputs: List[torch.Tensor],
                  opts: Any) -> Any:
-        if len(outputs) != self._size or len(inputs) != self._size:
-            raise ValueError(f"hetccl backend: all_to_all needs {self._size} input and output "
-                             f"tensors, not {len(inputs)} and {len(outputs)}")
+        self._per_rank(inputs, "all_to_all inputs")
+        self._per_rank(outputs, "all_to_all outputs")
         with self._op([*outputs, *inputs]) as st:
             self._exchange(st, [_bytes(st.input(t)) for t in inputs],
                            [_bytes(st.output(t)) for t in outputs])
