@@ -78,6 +78,8 @@ def same(a: torch.Tensor, b: torch.Tensor) -> Tuple[bool, str]:
     b = b.detach().cpu()
     if a.shape != b.shape or a.dtype != b.dtype:
         return False, f"shape/dtype {tuple(a.shape)} {a.dtype} vs {tuple(b.shape)} {b.dtype}"
+    if a.dtype == torch.bool:  # a bool byte must be 0 or 1, which == does not see
+        a, b = a.view(torch.uint8), b.view(torch.uint8)
     if torch.equal(a, b):
         return True, ""
     bad = (a != b).nonzero()
@@ -143,6 +145,8 @@ def add_all_reduce(op: str, dtype: torch.dtype) -> None:
                 dist.all_reduce(ref, op=R.SUM, group=GLOO)
                 return (ref.to(torch.float64) / N).to(dtype)
             dist.all_reduce(ref, op=OPS[op], group=GLOO)
+            if dtype == torch.bool:  # gloo sums the bytes (2 in a bool); NCCL's rule: or
+                return ref.view(torch.uint8) != 0
             return ref
         ref, how = gloo_or_local(gloo, lambda: local_reduce(
             [data(name, r, (7, 5), dtype, lo, hi) for r in range(N)], op))
