@@ -445,6 +445,20 @@ def _isend() -> Tuple[bool, str, str]:
     return ok and waited, "local (the sender's input)", why
 
 
+@check("send_recv/batch_isend_irecv")
+def _batch() -> Tuple[bool, str, str]:
+    # every rank sends to the next and receives from the previous, sends
+    # first: small messages, which the transports buffer
+    nxt, prv = (RANK + 1) % N, (RANK - 1) % N
+    got = on_dev(torch.zeros(1000))
+    send = on_dev(data("batch", RANK, (1000,)))
+    works = dist.batch_isend_irecv([dist.P2POp(dist.isend, send, nxt),
+                                    dist.P2POp(dist.irecv, got, prv)])
+    waited = all(w.wait() for w in works)
+    ok, why = same(got, data("batch", prv, (1000,)))
+    return ok and waited, "local (the sender's input)", why
+
+
 @check("barrier")
 def _barrier() -> Tuple[bool, str, str]:
     dist.barrier()

@@ -47,7 +47,8 @@ Contract:
   tensors it blocks until the peer has taken (or, for small messages, the
   transport has buffered) the data, so two ranks that both send a large
   message to each other before receiving wait for each other: order such
-  exchanges (one side receives first). Tags are ignored, as NCCL's are;
+  exchanges (one side receives first); batch_isend_irecv issues its
+  operations one by one too. Tags are ignored, as NCCL's are;
   receiving from any source is not supported.
 - **Failures.** A library error raises NcclError (the ncclResult_t and the
   library's message); bad arguments raise ValueError or TypeError before
@@ -201,6 +202,12 @@ class HetcclBackend(_C10dBackend):
 
     def getBackendName(self) -> str:  # noqa: N802 (torch's name)
         return BACKEND_NAME
+
+    @property
+    def supports_coalescing(self) -> bool:
+        """False: batch_isend_irecv then issues its operations one by one
+        (torch's own property would look itself up here without end)."""
+        return False
 
     @property
     def communicator(self) -> NcclCommunicator:
