@@ -44,14 +44,9 @@ def job(hetccl_library: Path, tmp_path_factory: pytest.TempPathFactory) -> List[
             filter(None, [str(REPO_ROOT / "python"), str(RANK_SCRIPT.parent),
                           os.environ.get("PYTHONPATH")]))
         envs.append(env)
-    try:
-        return run_ranks(RANK_SCRIPT, envs, timeout=240)
-    except AssertionError as e:
-        if "cannot tell what memory" in str(e) and "driver could not be loaded" in str(e):
-            pytest.xfail("the library classifies host buffers through CUDA in a process that "
-                         "loaded torch's CUDA runtime on a machine with no driver "
-                         "(docs/torch.md, Known limit)")
-        raise
+    # On a machine with no GPU driver, PyPI's torch still loads the CUDA
+    # runtime: the ranks' buffers must be host memory all the same.
+    return run_ranks(RANK_SCRIPT, envs, timeout=240)
 
 
 @pytest.mark.timeout(300)
