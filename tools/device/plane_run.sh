@@ -22,6 +22,9 @@
 #             HETCCL_PLANE_SLOTS): all_reduce and sendrecv at 32 and 256 MiB
 #             for each pair, ROUNDS (3) rounds; the medians are the figures
 #             behind the defaults (docs/dataplane.md)
+#   torch     tools/device/torch_backend_check.py: torch's hetccl backend
+#             with GPU ranks and a CPU rank in one job, every collective
+#             against gloo, then DDP
 #   hang      one process driving NRANKS ranks (-g) at 1 MiB under a 60 s
 #             bound; if it does not finish, every thread's name, state and
 #             kernel wait point, and the last log lines, for the diagnosis
@@ -101,6 +104,10 @@ do_sweep() { # ROUNDS rounds, each over every pair, so drift spreads evenly
   done
   ! grep -q "^FAIL" "$OUT/07-sweep.log"
 }
+do_torch() {
+  TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 \
+    $PY tools/device/torch_backend_check.py --json "$OUT/torch_backend.json"
+}
 do_hang() {
   local log=$OUT/hang-debug.log
   HETCCL_ISLANDS=rank NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=ALL NCCL_DEBUG_FILE=$log \
@@ -121,7 +128,7 @@ $(cut -d' ' -f1 $task/syscall 2>/dev/null)"
 }
 
 export ROOT OUT PY LIB NRANKS
-export -f note perf perf1 do_build do_reduce do_pytest do_limit do_perf do_perf1 do_sweep do_hang
+export -f note perf perf1 do_build do_reduce do_pytest do_limit do_perf do_perf1 do_sweep do_torch do_hang
 export PYTHONPATH=$ROOT/python:/tmp/site${PYTHONPATH:+:$PYTHONPATH}
 STAGES=${STAGES:-reduce pytest limit perf}
 want() { case " $STAGES " in *" $1 "*) return 0 ;; esac; return 1; }
@@ -134,6 +141,7 @@ if [ -f "$LIB" ]; then
   want perf1 && stage 06 perf1 300 do_perf1
   want sweep && stage 07 sweep 420 do_sweep
   want hang && stage 08 hang 120 do_hang
+  want torch && stage 09 torch 240 do_torch
 fi
 note "overall: $([ $STATUS -eq 0 ] && echo PASS || echo FAIL)"
 exit $STATUS
