@@ -70,11 +70,12 @@ static ncclResult_t write_to(hetccl_plane_t *p, void *st, const plane_chan_t *c,
   return p->a.rt->stream_write_counter(st, counter, plane_counter_dev(c, counter), value);
 }
 
-static ncclResult_t reduce_step(hetccl_plane_t *p, const plane_step_t *s, void *st) {
+/* count 0 (ahead): load the kernel only (runtime.h, reduce_async). */
+static ncclResult_t reduce_step(hetccl_plane_t *p, const plane_step_t *s, void *st, int ahead) {
   const plane_chan_t *in = &p->in[s->in];
   const void *slot = plane_slot_dev(p, in, s->in_q);
   void *dst = s->dst ? s->dst : plane_slot_dev(p, &p->out[s->out], s->out_q);
-  size_t count = s->bytes / hetccl_dtype_size(s->op->dtype);
+  size_t count = ahead ? 0 : s->bytes / hetccl_dtype_size(s->op->dtype);
   unsigned a = s->flags & HETCCL_REDUCE_SCALE_A, b = s->flags & HETCCL_REDUCE_SCALE_B;
   unsigned fin = s->flags & HETCCL_REDUCE_FINISH;
   if (s->swap) /* the slot first: its scaling goes with it */
@@ -111,7 +112,7 @@ static ncclResult_t enqueue_step(hetccl_plane_t *p, const plane_step_t *s, void 
     case STEP_COPY:
       if (s->dst != s->src) HETCCL_CHECK(rt->memcpy_async(s->dst, s->src, s->bytes, st));
       break;
-    case STEP_REDUCE: HETCCL_CHECK(reduce_step(p, s, st)); break;
+    case STEP_REDUCE: HETCCL_CHECK(reduce_step(p, s, st, 0)); break;
   }
   if (in) HETCCL_CHECK(write_to(p, st, in, &in->hdr->consumed, s->in_q + 1));
   if (out) HETCCL_CHECK(write_to(p, st, out, &out->hdr->produced, s->out_q + 1));
@@ -161,7 +162,31 @@ static ncclResult_t enqueue_phase(hetccl_plane_t *p, const plane_phase_t *ph, vo
   return enqueue_lanes(p, ph, stream);
 }
 
+/* The kernels the program's steps use, loaded before any of its work is
+ * enqueued: loading may wait for the context's running work, which, for
+ * two ranks of one process on one GPU, would wait for the other rank's
+ * launch, not made yet. Consecutive steps of one kind ask once. */
+static ncclResult_t load_kernels(hetccl_plane_t *p, const plane_prog_t *prog, void *stream) {
+  const hetccl_redop_t *last_op = NULL;
+  int last_kind = -1;
+  for (const plane_phase_t *ph = prog->head; ph; ph = ph->next)
+    for (int l = 0; l < ph->nlanes; l++)
+      for (int i = 0; i < ph->lanes[l].n; i++) {
+        const plane_step_t *s = &ph->lanes[l].steps[i];
+        int kind = s->kind == STEP_REDUCE ? (int)s->flags * 2 + s->swap
+                   : s->kind == STEP_SEND && s->op && s->op->premul ? -2
+                                                                   : -1;
+        if (kind == -1 || (s->op == last_op && kind == last_kind)) continue;
+        last_op = s->op, last_kind = kind;
+        if (s->kind == STEP_REDUCE) HETCCL_CHECK(reduce_step(p, s, stream, 1));
+        else HETCCL_CHECK(p->a.rt->reduce_async(s->op, (void *)s->src, s->src, NULL, 0,
+                                                HETCCL_REDUCE_SCALE_A, stream));
+      }
+  return ncclSuccess;
+}
+
 ncclResult_t plane_exec_stream(hetccl_plane_t *p, const plane_prog_t *prog, void *stream) {
+  HETCCL_CHECK(load_kernels(p, prog, stream));
   for (const plane_phase_t *ph = prog->head; ph; ph = ph->next)
     HETCCL_CHECK(enqueue_phase(p, ph, stream));
   return ncclSuccess;

@@ -365,10 +365,10 @@ ncclResult_t hetccl_hip_reduce_async(const hetccl_redop_t *op, void *dst, const 
   if (!n || !h) return ncclInvalidUsage; /* no WARN: the caller falls back to the host */
   hetccl_rtc_variant_t v;
   HETCCL_CHECK(hetccl_rtc_variant_of(op, flags, b == NULL, "hetccl_hip_reduce_async", &v));
+  const hetccl_rtc_entry_t *e;
+  HETCCL_CHECK(kernel_get(n, h, &v, &e)); /* count 0 too: it loads the kernel ahead */
   if (count == 0) return ncclSuccess;
   if (!b) b = a; /* unary: the kernel never reads it; the plan aligns on it */
-  const hetccl_rtc_entry_t *e;
-  HETCCL_CHECK(kernel_get(n, h, &v, &e));
   hetccl_rtc_launch_t l;
   hetccl_rtc_plan(op, dst, a, b, count, e->units, &l);
   return hip_result(h, h->hipModuleLaunchKernel(e->function, l.grid, 1, 1, l.block, 1, 1, 0,

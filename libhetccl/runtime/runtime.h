@@ -162,7 +162,12 @@ typedef ncclResult_t (*hetccl_rt_host_unregister_fn)(void *ptr);
  * dst are device-accessible (device memory, or mapped host memory's device
  * address) and belong to the caller until the stream passes the kernel;
  * dst may equal a or b. b may be NULL: then dst[i] = FIN(PRE_A(a[i]))
- * (data scaled on its way out). Never blocks the calling thread. Where the runtime
+ * (data scaled on its way out). count 0 enqueues nothing but compiles
+ * and loads the kernel for these arguments: a caller about to enqueue work
+ * that another rank's later calls must release does that first, since
+ * loading a kernel may wait for the device context's running work (two
+ * ranks of one process on one GPU would wait on each other). Otherwise it
+ * never blocks the calling thread. Where the runtime
  * has no device compiler (reduce_available says why) it returns
  * ncclInvalidUsage WITHOUT a WARN: the caller decides whether that is an
  * error (it may reduce on the host instead). */
