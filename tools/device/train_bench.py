@@ -1,0 +1,261 @@
+#!/usr/bin/env python3
+"""Training throughput across islands: data-parallel (DDP) and a 2-stage
+pipeline, with torch's nccl backend, against one GPU alone and against the
+same job on one island, in one run.
+
+    python3 tools/device/train_bench.py OUT.json [--steps 20] [--layers 16]
+
+Every configuration runs in fresh processes (torch.multiprocessing spawn),
+so the library each loads follows the environment given to it:
+
+  single       one GPU, no communicator: the model's own speed
+  ddp/native   two GPUs, DDP, torch's NCCL (one island)
+  ddp/hetccl   the same under LD_PRELOAD=$HETCCL_LIBRARY, HETCCL_ISLANDS=0,1
+               (two islands: every gradient byte crosses on hetccl's path)
+  pipe/native  two GPUs, two stages of half the layers each, activations
+               and their gradients exchanged by send/recv (micro-batches of
+               32 MiB activations), torch's NCCL
+  pipe/hetccl  the same across two islands
+
+The model: `--layers` blocks of Linear(4096, 4096) + GELU in bf16 (16
+blocks: 268 M parameters), mean-square loss against a fixed target, SGD;
+8192 rows per rank and step for DDP, 4 micro-batches of 4096 rows (32 MiB
+activations) for the pipeline.
+Seeds are fixed, so the losses of native and hetccl runs must agree (they
+are printed, and compared within 1e-3 relative). Reported: samples per
+second over the timed steps (after 3 warm-up steps), DDP's ratio to one GPU
+(two GPUs train twice the samples per step), the pipeline's ratio to its
+native run. NCCL_NVLS_ENABLE=0 throughout.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import socket
+import sys
+import time
+
+os.environ["NCCL_NVLS_ENABLE"] = "0"
+os.environ.setdefault("TORCH_SYMM_MEM_DISABLE_MULTICAST", "1")
+
+import torch  # noqa: E402
+import torch.distributed as dist  # noqa: E402
+import torch.multiprocessing as mp  # noqa: E402
+
+WIDTH = 4096
+BATCH = 8192          # rows per step per data-parallel rank
+MICRO = 4             # pipeline micro-batches per step
+MICRO_ROWS = 4096     # rows per micro-batch: 32 MiB of bf16 activations
+WARMUP = 3
+
+
+def model(layers: int, dev: torch.device) -> torch.nn.Sequential:
+    torch.manual_seed(1)
+    blocks = []
+    for _ in range(layers):
+        blocks += [torch.nn.Linear(WIDTH, WIDTH), torch.nn.GELU()]
+    return torch.nn.Sequential(*blocks).to(dev, torch.bfloat16)
+
+
+def batch(step: int, rank: int, rows: int, dev: torch.device):
+    g = torch.Generator(device=dev).manual_seed(1000 * step + rank)
+    x = torch.randn(rows, WIDTH, device=dev, dtype=torch.bfloat16, generator=g)
+    return x, torch.tanh(x)
+
+
+def timed_steps(steps: int, step_fn, dev) -> tuple[float, list[float]]:
+    losses = []
+    for s in range(WARMUP):
+        step_fn(s)
+    torch.cuda.synchronize(dev)
+    t0 = time.perf_counter()
+    for s in range(WARMUP, WARMUP + steps):
+        losses.append(step_fn(s))
+    torch.cuda.synchronize(dev)
+    return time.perf_counter() - t0, losses
+
+
+def run_single(args, q) -> None:
+    dev = torch.device("cuda", 0)
+    torch.cuda.set_device(dev)
+    net = model(args.layers, dev)
+    opt = torch.optim.SGD(net.parameters(), lr=1e-3)
+
+    def step(s):
+        x, y = batch(s, 0, BATCH, dev)
+        opt.zero_grad(set_to_none=True)
+        loss = torch.nn.functional.mse_loss(net(x).float(), y.float())
+        loss.backward()
+        opt.step()
+        return loss
+
+    secs, losses = timed_steps(args.steps, step, dev)
+    q.put({"samples_per_s": BATCH * args.steps / secs, "losses": [float(l) for l in losses]})
+
+
+def worker(rank: int, world: int, kind: str, args, port: int, env: dict, q) -> None:
+    os.environ.update(env)
+    dev = torch.device("cuda", rank)
+    torch.cuda.set_device(dev)
+    dist.init_process_group("nccl", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
+                           world_size=world, device_id=dev)
+    try:
+        if kind == "ddp":
+            res = ddp(rank, args, dev)
+        else:
+            res = pipe(rank, args, dev)
+        res["backend_lib"] = os.environ.get("LD_PRELOAD", "")
+        q.put((rank, res))
+    finally:
+        dist.destroy_process_group()
+
+
+def ddp(rank: int, args, dev) -> dict:
+    net = torch.nn.parallel.DistributedDataParallel(model(args.layers, dev), device_ids=[dev])
+    opt = torch.optim.SGD(net.parameters(), lr=1e-3)
+
+    def step(s):
+        x, y = batch(s, rank, BATCH, dev)
+        opt.zero_grad(set_to_none=True)
+        loss = torch.nn.functional.mse_loss(net(x).float(), y.float())
+        loss.backward()
+        opt.step()
+        return loss
+
+    secs, losses = timed_steps(args.steps, step, dev)
+    return {"samples_per_s": dist.get_world_size() * BATCH * args.steps / secs,
+            "losses": [float(l) for l in losses]}
+
+
+def pipe(rank: int, args, dev) -> dict:
+    """Rank 0 holds the first half of the layers, rank 1 the second; GPipe
+    order (all forwards, then all backwards) over MICRO micro-batches."""
+    full = model(args.layers, dev)
+    half = len(full) // 2
+    stage = full[:half] if rank == 0 else full[half:]
+    opt = torch.optim.SGD(stage.parameters(), lr=1e-3)
+    rows = MICRO_ROWS
+    act_shape = (rows, WIDTH)
+
+    def step(s):
+        opt.zero_grad(set_to_none=True)
+        outs, ins, total = [], [], torch.zeros((), device=dev)
+        for m in range(MICRO):
+            x, y = batch(s * MICRO + m, 0, rows, dev)
+            if rank == 0:
+                a = stage(x)
+                dist.send(a.detach().contiguous(), 1)
+                outs.append(a)
+            else:
+                a = torch.empty(act_shape, device=dev, dtype=torch.bfloat16)
+                dist.recv(a, 0)
+                a.requires_grad_(True)
+                loss = torch.nn.functional.mse_loss(stage(a).float(), y.float()) / MICRO
+                ins.append((a, loss))
+        for m in range(MICRO):
+            if rank == 1:
+                a, loss = ins[m]
+                loss.backward()
+                total += loss.detach()
+                dist.send(a.grad.contiguous(), 0)
+            else:
+                g = torch.empty(act_shape, device=dev, dtype=torch.bfloat16)
+                dist.recv(g, 1)
+                outs[m].backward(g)
+        opt.step()
+        return total
+
+    secs, losses = timed_steps(args.steps, step, dev)
+    return {"samples_per_s": MICRO * MICRO_ROWS * args.steps / secs,
+            "activation_mib": rows * WIDTH * 2 / 2**20,
+            "losses": [float(l) for l in losses]}
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def launch(kind: str, hetccl: bool, args) -> dict:
+    ctx = mp.get_context("spawn")
+    q = ctx.Queue()
+    env = {}
+    if hetccl:
+        env = {"LD_PRELOAD": os.environ["HETCCL_LIBRARY"], "HETCCL_ISLANDS": "0,1"}
+    # The children read LD_PRELOAD at exec: set it around the spawn.
+    saved = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    try:
+        port = free_port()
+        procs = [ctx.Process(target=worker, args=(r, 2, kind, args, port, env, q))
+                 for r in range(2)]
+        for p in procs:
+            p.start()
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+    got = dict(q.get(timeout=args.timeout) for _ in procs)
+    for p in procs:
+        p.join(30)
+        if p.exitcode != 0:
+            raise RuntimeError(f"{kind} (hetccl={hetccl}): a rank exited with {p.exitcode}")
+    last = got[1] if kind == "pipe" else got[0]
+    return {"samples_per_s": last["samples_per_s"], "losses": last["losses"],
+            **({"activation_mib": last["activation_mib"]} if "activation_mib" in last else {})}
+
+
+def close(a: list[float], b: list[float]) -> float:
+    return max(abs(x - y) / max(abs(y), 1e-12) for x, y in zip(a, b))
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("out")
+    ap.add_argument("--steps", type=int, default=20)
+    ap.add_argument("--layers", type=int, default=16)
+    ap.add_argument("--timeout", type=float, default=300)
+    args = ap.parse_args()
+    if torch.cuda.device_count() < 2:
+        print("needs two GPUs", file=sys.stderr)
+        return 2
+    ctx = mp.get_context("spawn")
+    q = ctx.Queue()
+    p = ctx.Process(target=run_single, args=(args, q))
+    p.start()
+    res = {"single": q.get(timeout=args.timeout)}
+    p.join()
+    for kind in ("ddp", "pipe"):
+        for hetccl in (False, True):
+            name = f"{kind}/{'hetccl' if hetccl else 'native'}"
+            res[name] = launch(kind, hetccl, args)
+            print(f"{name}: {res[name]['samples_per_s']:.0f} samples/s", flush=True)
+    one = res["single"]["samples_per_s"]
+    summary = {
+        "params_M": args.layers * (WIDTH * WIDTH + WIDTH) / 1e6,
+        "single_samples_per_s": round(one),
+        "ddp_native_vs_one_gpu": res["ddp/native"]["samples_per_s"] / one,
+        "ddp_hetccl_vs_one_gpu": res["ddp/hetccl"]["samples_per_s"] / one,
+        "pipe_hetccl_vs_native": res["pipe/hetccl"]["samples_per_s"]
+        / res["pipe/native"]["samples_per_s"],
+        "ddp_loss_rel_diff": close(res["ddp/hetccl"]["losses"], res["ddp/native"]["losses"]),
+        "pipe_loss_rel_diff": close(res["pipe/hetccl"]["losses"], res["pipe/native"]["losses"]),
+    }
+    res["summary"] = summary
+    with open(args.out, "w") as f:
+        json.dump(res, f, indent=1)
+    for k, v in summary.items():
+        print(f"{k}: {v:.4g}" if isinstance(v, float) else f"{k}: {v}")
+    ok = (summary["ddp_hetccl_vs_one_gpu"] >= 1.7 and summary["pipe_hetccl_vs_native"] >= 0.97
+          and summary["ddp_loss_rel_diff"] <= 1e-3 and summary["pipe_loss_rel_diff"] <= 1e-3)
+    print("PASS" if ok else "FAIL: below the goals (DDP >= 1.7 x one GPU, pipeline >= 0.97 x "
+          "native, losses within 1e-3)")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

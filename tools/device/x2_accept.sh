@@ -1,0 +1,101 @@
+#!/usr/bin/env bash
+# The cross-island acceptance on two GPUs, in one call:
+#
+#   device run (kind nvidia-h200-x2, carry [".whl", ".peers"]):
+#     bash tools/device/x2_accept.sh
+#
+# NVIDIA's nccl-tests are fetched beforehand into .peers/nccl-tests (git
+# ignored, never committed) and built here against the machine's NCCL.
+# Stages (logs in $OUT/NN-name.log, PASS/FAIL lines in summary.txt):
+#   build     libhetccl and hetccl-perf (meson, release)
+#   ntbuild   nccl-tests' six *_perf binaries, MPI off, for sm_90
+#   limit     tools/device/copy_limit.py on GPU 0: what the copy engines move
+#   nt        nccl-tests -g 2 (one process, both GPUs), 8 B to 1 GiB, every
+#             result checked: under LD_PRELOAD with HETCCL_ISLANDS=0,1 for
+#             all six collectives; plain NCCL and NCCL_P2P_DISABLE=1 (its
+#             shared-memory path) for sendrecv and all_reduce
+#   perf      hetccl-perf, one process per GPU (hetccl run -n 2), islands
+#             forced, the same six collectives 1 MiB to 1 GiB
+#   train     tools/device/train_bench.py: DDP and a 2-stage pipeline across
+#             the islands against one GPU and against NCCL on one island
+# STAGES="..." picks stages (build always runs). NCCL_NVLS_ENABLE=0.
+set -u
+ROOT=$(cd "$(dirname "$0")/../.." && pwd)
+cd "$ROOT"
+OUT=${OUT:-$ROOT/device-out}
+mkdir -p "$OUT"
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+export PYTHONUNBUFFERED=1
+PY=${PYTHON:-python3}
+LIB=$ROOT/build-dev/libhetccl/libhetccl.so
+SITE=$($PY -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+REAL_NCCL=$SITE/nvidia/nccl/lib/libnccl.so.2
+NT=/tmp/nccl-tests-build
+export HETCCL_LIBRARY=$LIB HETCCL_PERF_LIB=$LIB HETCCL_NCCL_LIBRARY=$REAL_NCCL
+. "$ROOT/tools/device/stages.sh"
+COLLS="sendrecv all_reduce all_gather reduce_scatter broadcast alltoall"
+
+do_build() {
+  set -e
+  if ls .whl/*.whl >/dev/null 2>&1; then
+    $PY -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl
+  fi
+  [ -d build-dev ] || meson setup build-dev --buildtype=release -Dtests=true
+  ninja -C build-dev
+  nvidia-smi -L
+}
+do_ntbuild() {
+  set -e
+  local home=/tmp/nccl-home
+  mkdir -p $home/lib
+  ln -sfn "$(dirname "$REAL_NCCL")/../include" $home/include
+  ln -sf "$REAL_NCCL" $home/lib/libnccl.so
+  ln -sf "$REAL_NCCL" $home/lib/libnccl.so.2
+  local cuda
+  cuda=$(dirname "$(dirname "$(command -v nvcc)")")
+  make -C .peers/nccl-tests/src -j16 MPI=0 NCCL_HOME=$home CUDA_HOME="$cuda" BUILDDIR=$NT \
+    NVCC_GENCODE="-gencode=arch=compute_90,code=sm_90" >/dev/null
+  ls $NT/*_perf
+}
+do_limit() { $PY tools/device/copy_limit.py; }
+nt() { # nt LABEL COLL ENV... : nccl-tests -g 2, 8 B .. 1 GiB
+  echo "--- $1"
+  env "${@:3}" LD_LIBRARY_PATH="$(dirname "$REAL_NCCL")" timeout 150 \
+    $NT/"$2"_perf -g 2 -b 8 -e 1G -f 8 -n 20 -w 5 -c 1
+}
+do_nt() {
+  for c in $COLLS; do
+    nt "hetccl $c" $c LD_PRELOAD=$LIB HETCCL_ISLANDS=0,1 || echo "FAIL: hetccl $c"
+  done
+  for c in sendrecv all_reduce; do
+    nt "nccl $c" $c || echo "FAIL: nccl $c"
+    nt "nccl NCCL_P2P_DISABLE=1 $c" $c NCCL_P2P_DISABLE=1 || echo "FAIL: nccl-shm $c"
+  done
+  grep -E "WARN|rror" "$OUT/04-nt.log" | grep -v "^#" | head -5
+  ! grep -q "^FAIL" "$OUT/04-nt.log"
+}
+do_perf() {
+  for c in $COLLS; do
+    echo "--- per process: $c"
+    HETCCL_ISLANDS=rank $PY -m hetccl run -n 2 -- build-dev/tools/perf/hetccl-perf $c \
+      -m cuda -c 1 -n 20 -w 5 -b 1M -e 1G -f 32 || echo "FAIL: $c"
+  done
+  ! grep -q "^FAIL" "$OUT/05-perf.log"
+}
+do_train() { $PY tools/device/train_bench.py "$OUT/train.json"; }
+
+export ROOT OUT PY LIB REAL_NCCL NT COLLS
+export -f note nt do_build do_ntbuild do_limit do_nt do_perf do_train
+export PYTHONPATH=$ROOT/python:/tmp/site${PYTHONPATH:+:$PYTHONPATH}
+STAGES=${STAGES:-ntbuild limit nt perf train}
+want() { case " $STAGES " in *" $1 "*) return 0 ;; esac; return 1; }
+stage 01 build 240 do_build
+if [ -f "$LIB" ]; then
+  want ntbuild && stage 02 ntbuild 240 do_ntbuild
+  want limit && stage 03 limit 60 do_limit
+  want nt && stage 04 nt 420 do_nt
+  want perf && stage 05 perf 240 do_perf
+  want train && stage 06 train 300 do_train
+fi
+note "overall: $([ $STATUS -eq 0 ] && echo PASS || echo FAIL)"
+exit $STATUS
