@@ -60,7 +60,7 @@ do_ntbuild() {
 do_limit() { $PY tools/device/copy_limit.py; }
 nt() { # nt LABEL COLL ENV... : nccl-tests -g 2, 8 B .. 1 GiB
   echo "--- $1"
-  env "${@:3}" LD_LIBRARY_PATH="$(dirname "$REAL_NCCL")" timeout 150 \
+  env "${@:3}" LD_LIBRARY_PATH="$(dirname "$REAL_NCCL")" timeout 60 \
     $NT/"$2"_perf -g 2 -b 8 -e 1G -f 8 -n 20 -w 5 -c 1
 }
 do_nt() {
@@ -87,15 +87,15 @@ do_train() { $PY tools/device/train_bench.py "$OUT/train.json"; }
 export ROOT OUT PY LIB REAL_NCCL NT COLLS
 export -f note nt do_build do_ntbuild do_limit do_nt do_perf do_train
 export PYTHONPATH=$ROOT/python:/tmp/site${PYTHONPATH:+:$PYTHONPATH}
-STAGES=${STAGES:-ntbuild limit nt perf train}
+STAGES=${STAGES:-ntbuild limit nt train perf}
 want() { case " $STAGES " in *" $1 "*) return 0 ;; esac; return 1; }
 stage 01 build 240 do_build
 if [ -f "$LIB" ]; then
-  want ntbuild && stage 02 ntbuild 240 do_ntbuild
-  want limit && stage 03 limit 60 do_limit
-  want nt && stage 04 nt 420 do_nt
-  want perf && stage 05 perf 240 do_perf
-  want train && stage 06 train 300 do_train
+  want ntbuild && stage 02 ntbuild 150 do_ntbuild
+  want limit && stage 03 limit 40 do_limit
+  want nt && stage 04 nt 200 do_nt
+  want train && stage 06 train 200 do_train
+  want perf && stage 05 perf 120 do_perf
 fi
 note "overall: $([ $STATUS -eq 0 ] && echo PASS || echo FAIL)"
 exit $STATUS
