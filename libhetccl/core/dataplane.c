@@ -201,110 +201,49 @@ static ncclResult_t watch_job(ncclComm_t comm, void *arg) {
   return hetccl_plane_watch(comm->plane, ((watch_job_t *)arg)->ticket);
 }
 
-/* Steps of one rank enqueued before the next rank's turn, where one thread
- * launches several ranks' shares: a few hundred stream operations, well
- * inside a stream's queue (plane.h, launch_some). */
-#define STEPS_PER_TURN 64
-
-/* One communicator's share of a launch. */
-typedef struct share {
-  ncclComm_t comm;
-  const hetccl_runtime_t *rt;
-  hetccl_task_t *tasks;
-  hetccl_plane_launch_t *launch;
-  ncclResult_t res;
-  int finished;
-} share_t;
-
-static ncclResult_t use_device(const hetccl_runtime_t *rt, ncclComm_t comm) {
-  return comm->dev >= 0 ? rt->set_device(comm->dev) : ncclSuccess;
-}
-
-/* The other streams of a share wait for the first at the start and it
- * waits for them at the end, as NCCL's group does. */
-static ncclResult_t join_streams(const hetccl_runtime_t *rt, const hetccl_task_t *tasks,
-                                 int at_end) {
+/* Enqueue on `stream` with comm's device current (a thread may drive ranks
+ * of several devices, ncclCommInitAll); other streams of the share wait
+ * for it at the start and it waits for them, as NCCL's group does. */
+static ncclResult_t launch_on(ncclComm_t comm, const hetccl_runtime_t *rt, hetccl_task_t *tasks,
+                              hetccl_plane_task_t *a, int n, uint64_t *ticket) {
   void *stream = tasks->stream;
-  for (const hetccl_task_t *t = tasks->next; t; t = t->next)
-    if (t->stream != stream)
-      HETCCL_CHECK(at_end ? hetccl_runtime_stream_join(rt, t->stream, stream)
-                          : hetccl_runtime_stream_join(rt, stream, t->stream));
-  return ncclSuccess;
-}
-
-static ncclResult_t begin_share(share_t *s) {
-  const hetccl_runtime_t *rt = s->rt;
-  hetccl_plane_task_t *a = NULL;
-  int n = 0;
-  HETCCL_CHECK(one_kind(s->comm, s->tasks, 1));
-  HETCCL_CHECK(to_plane(s->tasks, &a, &n));
-  ncclResult_t res = use_device(rt, s->comm);
-  if (res == ncclSuccess) res = join_streams(rt, s->tasks, 0);
-  if (res == ncclSuccess)
-    res = hetccl_plane_launch_begin(s->comm->plane, a, n, s->tasks->stream, &s->launch);
-  free(a);
+  ncclResult_t res = ncclSuccess;
+  for (const hetccl_task_t *t = tasks->next; t && res == ncclSuccess; t = t->next)
+    if (t->stream != stream) res = hetccl_runtime_stream_join(rt, stream, t->stream);
+  if (res == ncclSuccess) res = hetccl_plane_launch(comm->plane, a, n, stream, ticket);
+  for (const hetccl_task_t *t = tasks->next; t && res == ncclSuccess; t = t->next)
+    if (t->stream != stream) res = hetccl_runtime_stream_join(rt, t->stream, stream);
   return res;
 }
 
-static void end_share(share_t *s) {
-  ncclComm_t comm = s->comm;
-  const hetccl_runtime_t *rt = s->rt;
+ncclResult_t hetccl_dataplane_launch(ncclComm_t comm, hetccl_task_t *tasks) {
+  const hetccl_runtime_t *rt = hetccl_runtime_get(comm->ptr_kind);
+  hetccl_plane_task_t *a = NULL;
+  int n = 0, saved = -1;
   uint64_t ticket = 0;
-  if (s->launch) {
-    if (s->res == ncclSuccess) s->res = use_device(rt, comm);
-    s->res = hetccl_plane_launch_end(s->launch, s->res, &ticket);
-    if (s->res == ncclSuccess) s->res = join_streams(rt, s->tasks, 1);
-    if (s->res == ncclSuccess) {
-      watch_job_t *w = malloc(sizeof(*w));
-      if (!w) {
-        WARN("plane: out of memory");
-        s->res = ncclSystemError;
-      } else {
-        w->ticket = ticket;
-        s->res = hetccl_proxy_post(comm, watch_job, w, NULL, NULL);
-      }
-      if (s->res != ncclSuccess) hetccl_plane_fail(comm->plane, s->res);
+  ncclResult_t res = one_kind(comm, tasks, 1);
+  if (res == ncclSuccess) res = to_plane(tasks, &a, &n);
+  if (res == ncclSuccess && comm->dev >= 0) {
+    char busid[32];
+    res = rt->current_device(&saved, busid, sizeof(busid));
+    if (res == ncclSuccess && saved != comm->dev) res = rt->set_device(comm->dev);
+  }
+  if (res == ncclSuccess) res = launch_on(comm, rt, tasks, a, n, &ticket);
+  if (saved >= 0 && saved != comm->dev) (void)rt->set_device(saved);
+  free(a);
+  hetccl_group_free_tasks(tasks);
+  if (res == ncclSuccess) {
+    watch_job_t *w = malloc(sizeof(*w));
+    if (!w) {
+      WARN("plane: out of memory");
+      res = ncclSystemError;
+    } else {
+      w->ticket = ticket;
+      res = hetccl_proxy_post(comm, watch_job, w, NULL, NULL);
     }
-  } else if (s->res == ncclSuccess) {
-    s->res = ncclInternalError;
+    if (res != ncclSuccess) hetccl_plane_fail(comm->plane, res);
   }
-  hetccl_group_free_tasks(s->tasks);
-  if (s->res != ncclSuccess) hetccl_comm_set_error(comm, s->res);
-}
-
-ncclResult_t hetccl_dataplane_launch(ncclComm_t *comms, hetccl_task_t **tasks, int k) {
-  const hetccl_runtime_t *rt = hetccl_runtime_get(comms[0]->ptr_kind); /* the caller's device */
-  share_t *s = calloc((size_t)k, sizeof(*s));
-  if (!s) {
-    for (int i = 0; i < k; i++) hetccl_group_free_tasks(tasks[i]);
-    WARN("plane: out of memory");
-    return ncclSystemError;
-  }
-  int saved = -1;
-  char busid[32];
-  ncclResult_t res = rt->current_device(&saved, busid, sizeof(busid));
-  for (int i = 0; i < k; i++) {
-    s[i].comm = comms[i];
-    s[i].rt = hetccl_runtime_get(comms[i]->ptr_kind);
-    s[i].tasks = tasks[i];
-    s[i].res = res == ncclSuccess ? begin_share(&s[i]) : res;
-  }
-  for (int more = 1; more;) {
-    more = 0;
-    for (int i = 0; i < k; i++) {
-      if (!s[i].launch || s[i].finished || s[i].res != ncclSuccess) continue;
-      s[i].res = use_device(s[i].rt, s[i].comm);
-      if (s[i].res == ncclSuccess)
-        s[i].res = hetccl_plane_launch_some(s[i].launch, STEPS_PER_TURN, &s[i].finished);
-      more |= s[i].res == ncclSuccess && !s[i].finished;
-    }
-  }
-  for (int i = 0; i < k; i++) {
-    end_share(&s[i]);
-    if (res == ncclSuccess) res = s[i].res;
-  }
-  if (saved >= 0) (void)rt->set_device(saved);
-  free(s);
+  if (res != ncclSuccess) hetccl_comm_set_error(comm, res);
   return res;
 }
 

@@ -36,11 +36,9 @@ int hetccl_dataplane_takes(ncclComm_t comm, const hetccl_task_t *t);
 /* Take the plane tasks out of *tasks (call order kept; the rest stay). */
 hetccl_task_t *hetccl_dataplane_split(ncclComm_t comm, hetccl_task_t **tasks);
 
-/* Plane tasks with device buffers, the shares of k communicators driven by
- * the calling thread (one group): enqueue each on its stream, a bounded
- * number of steps of each in turn (plane.h, launch_some), then post each
- * watch to its proxy. Takes ownership of the task lists. */
-ncclResult_t hetccl_dataplane_launch(ncclComm_t *comms, hetccl_task_t **tasks, int k);
+/* Plane tasks with device buffers: enqueue on their stream, post the watch
+ * to the proxy. Takes ownership of tasks. */
+ncclResult_t hetccl_dataplane_launch(ncclComm_t comm, hetccl_task_t *tasks);
 
 /* Plane tasks with host buffers: run them here. Takes ownership. */
 ncclResult_t hetccl_dataplane_run(ncclComm_t comm, hetccl_task_t *tasks);

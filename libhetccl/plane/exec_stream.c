@@ -119,82 +119,47 @@ static ncclResult_t enqueue_step(hetccl_plane_t *p, const plane_step_t *s, void 
   return ncclSuccess;
 }
 
-/* A phase's steps are enqueued round-robin across its lanes (step i of
- * every lane, then step i + 1): where two lane streams end up on one
- * hardware queue, the queue then holds them in an order that a single lane
- * could run without waiting for itself (every lane's piece i before any
- * piece i + 1), instead of one lane's whole wait ahead of the other's work.
- * Several lanes run on their own streams, forked from the caller's at the
- * phase's start and joined back at its end; a phase of one lane runs on the
- * caller's stream.
- *
- * The walk is resumable (plane_cursor_t): one thread that drives several
- * ranks enqueues a bounded number of steps of each in turn, since a
- * stream's queue is finite: a rank's enqueue blocks once its queue is full
- * of waits that only another rank's work, not yet enqueued by that same
- * thread, would release. */
-static int phase_lanes(const plane_phase_t *ph, int *only, int *longest) {
-  int used = 0;
-  *longest = 0;
+static ncclResult_t enqueue_lane(hetccl_plane_t *p, const plane_lane_t *lane, void *st) {
+  for (int i = 0; i < lane->n; i++) HETCCL_CHECK(enqueue_step(p, &lane->steps[i], st));
+  return ncclSuccess;
+}
+
+/* Several lanes: each on its stream, forked from and joined to the
+ * caller's. Their steps are enqueued round-robin (step i of every lane,
+ * then step i + 1): where two lane streams end up on one hardware queue,
+ * the queue then holds them in an order that a single lane could run
+ * without waiting for itself (every lane's piece i before any piece i + 1),
+ * instead of one lane's whole wait ahead of the other's work. */
+static ncclResult_t enqueue_lanes(hetccl_plane_t *p, const plane_phase_t *ph, void *stream) {
+  const hetccl_runtime_t *rt = p->a.rt;
+  void *st[ph->nlanes];
+  int longest = 0;
+  HETCCL_CHECK(rt->event_record(p->fork_event, stream));
+  for (int l = 0; l < ph->nlanes; l++) {
+    st[l] = NULL;
+    if (!ph->lanes[l].n) continue;
+    HETCCL_CHECK(lane_stream(p, l, &st[l]));
+    HETCCL_CHECK(rt->stream_wait_event(st[l], p->fork_event));
+    if (ph->lanes[l].n > longest) longest = ph->lanes[l].n;
+  }
+  for (int i = 0; i < longest; i++)
+    for (int l = 0; l < ph->nlanes; l++)
+      if (i < ph->lanes[l].n) HETCCL_CHECK(enqueue_step(p, &ph->lanes[l].steps[i], st[l]));
+  for (int l = 0; l < ph->nlanes; l++) {
+    if (!st[l]) continue;
+    HETCCL_CHECK(rt->event_record(p->lane_event[l], st[l]));
+    HETCCL_CHECK(rt->stream_wait_event(stream, p->lane_event[l]));
+  }
+  return ncclSuccess;
+}
+
+static ncclResult_t enqueue_phase(hetccl_plane_t *p, const plane_phase_t *ph, void *stream) {
+  int used = 0, only = -1;
   for (int l = 0; l < ph->nlanes; l++)
-    if (ph->lanes[l].n) {
-      used++, *only = l;
-      if (ph->lanes[l].n > *longest) *longest = ph->lanes[l].n;
-    }
-  return used;
-}
-
-static ncclResult_t fork_phase(hetccl_plane_t *p, plane_cursor_t *c) {
-  const hetccl_runtime_t *rt = p->a.rt;
-  const plane_phase_t *ph = c->phase;
-  HETCCL_CHECK(rt->event_record(p->fork_event, c->stream));
-  for (int l = 0; l < ph->nlanes; l++) {
-    if (!ph->lanes[l].n) continue;
-    void *st;
-    HETCCL_CHECK(lane_stream(p, l, &st));
-    HETCCL_CHECK(rt->stream_wait_event(st, p->fork_event));
-  }
-  return ncclSuccess;
-}
-
-static ncclResult_t join_phase(hetccl_plane_t *p, plane_cursor_t *c) {
-  const hetccl_runtime_t *rt = p->a.rt;
-  const plane_phase_t *ph = c->phase;
-  for (int l = 0; l < ph->nlanes; l++) {
-    if (!ph->lanes[l].n) continue;
-    HETCCL_CHECK(rt->event_record(p->lane_event[l], p->lane_stream[l]));
-    HETCCL_CHECK(rt->stream_wait_event(c->stream, p->lane_event[l]));
-  }
-  return ncclSuccess;
-}
-
-void plane_cursor_init(plane_cursor_t *c, const plane_prog_t *prog, void *stream) {
-  *c = (plane_cursor_t){.phase = prog->head, .stream = stream};
-}
-
-ncclResult_t plane_exec_stream_some(hetccl_plane_t *p, plane_cursor_t *c, long budget,
-                                    int *finished) {
-  while (c->phase && budget > 0) {
-    const plane_phase_t *ph = c->phase;
-    int only = -1, longest = 0, used = phase_lanes(ph, &only, &longest);
-    if (used > 1 && c->row == 0 && c->lane == 0) HETCCL_CHECK(fork_phase(p, c));
-    while (c->row < longest && budget > 0) {
-      for (; c->lane < ph->nlanes && budget > 0; c->lane++) {
-        const plane_lane_t *lane = &ph->lanes[c->lane];
-        if (c->row >= lane->n) continue;
-        void *st = used > 1 ? p->lane_stream[c->lane] : c->stream;
-        HETCCL_CHECK(enqueue_step(p, &lane->steps[c->row], st));
-        budget--;
-      }
-      if (c->lane == ph->nlanes) c->lane = 0, c->row++;
-    }
-    if (c->row < longest) break; /* out of budget inside the phase */
-    if (used > 1) HETCCL_CHECK(join_phase(p, c));
-    c->phase = ph->next;
-    c->row = c->lane = 0;
-  }
-  *finished = c->phase == NULL;
-  return ncclSuccess;
+    if (ph->lanes[l].n) used++, only = l;
+  if (used == 0) return ncclSuccess;
+  if (used == 1) return enqueue_lane(p, &ph->lanes[only], stream);
+  return enqueue_lanes(p, ph, stream);
 }
 
 /* The kernels the program's steps use, loaded before any of its work is
@@ -220,9 +185,9 @@ static ncclResult_t load_kernels(hetccl_plane_t *p, const plane_prog_t *prog, vo
   return ncclSuccess;
 }
 
-ncclResult_t plane_exec_stream_begin(hetccl_plane_t *p, const plane_prog_t *prog, void *stream,
-                                     plane_cursor_t *c) {
+ncclResult_t plane_exec_stream(hetccl_plane_t *p, const plane_prog_t *prog, void *stream) {
   HETCCL_CHECK(load_kernels(p, prog, stream));
-  plane_cursor_init(c, prog, stream);
+  for (const plane_phase_t *ph = prog->head; ph; ph = ph->next)
+    HETCCL_CHECK(enqueue_phase(p, ph, stream));
   return ncclSuccess;
 }

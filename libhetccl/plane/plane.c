@@ -1,7 +1,6 @@
 /* The data plane's life and its failures (plane.h). */
 #include <errno.h>
 #include <signal.h>
-#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -159,51 +158,14 @@ ncclResult_t plane_check(hetccl_plane_t *p, int64_t since_ns) {
 
 /* --- running ---------------------------------------------------------------- */
 
-struct hetccl_plane_launch {
-  hetccl_plane_t *p;
-  plane_prog_t prog;
-  plane_cursor_t cursor;
-};
-
-ncclResult_t hetccl_plane_launch_begin(hetccl_plane_t *p, const hetccl_plane_task_t *tasks,
-                                       int ntasks, void *stream, hetccl_plane_launch_t **out) {
-  *out = NULL;
+ncclResult_t hetccl_plane_launch(hetccl_plane_t *p, const hetccl_plane_task_t *tasks, int ntasks,
+                                 void *stream, uint64_t *ticket) {
   if (p->failed) return plane_check(p, -1);
   HETCCL_CHECK(plane_streams_create(p));
-  hetccl_plane_launch_t *l = calloc(1, sizeof(*l));
-  if (!l) {
-    WARN("plane: out of memory");
-    return ncclSystemError;
-  }
-  l->p = p;
-  ncclResult_t res = plane_prog_build(p, tasks, ntasks, &l->prog);
-  if (res != ncclSuccess) {
-    free(l);
-    return res;
-  }
-  res = plane_exec_stream_begin(p, &l->prog, stream, &l->cursor);
-  if (res != ncclSuccess) {
-    hetccl_plane_fail(p, res); /* the peers numbered these pieces too */
-    plane_prog_free(&l->prog);
-    free(l);
-    return res;
-  }
-  *out = l;
-  return ncclSuccess;
-}
-
-ncclResult_t hetccl_plane_launch_some(hetccl_plane_launch_t *l, long steps, int *finished) {
-  ncclResult_t res = plane_exec_stream_some(l->p, &l->cursor, steps, finished);
-  if (res != ncclSuccess) hetccl_plane_fail(l->p, res);
-  return res;
-}
-
-ncclResult_t hetccl_plane_launch_end(hetccl_plane_launch_t *l, ncclResult_t res,
-                                     uint64_t *ticket) {
-  hetccl_plane_t *p = l->p;
-  void *stream = l->cursor.stream;
-  plane_prog_free(&l->prog);
-  free(l);
+  plane_prog_t prog;
+  HETCCL_CHECK(plane_prog_build(p, tasks, ntasks, &prog));
+  ncclResult_t res = plane_exec_stream(p, &prog, stream);
+  plane_prog_free(&prog);
   if (res == ncclSuccess) {
     *ticket = ++p->launched;
     res = p->a.rt->stream_write_counter(stream, p->done, p->done_dev, *ticket);
@@ -212,15 +174,6 @@ ncclResult_t hetccl_plane_launch_end(hetccl_plane_launch_t *l, ncclResult_t res,
    * the streams must fail them, not leave them waiting. */
   if (res != ncclSuccess) hetccl_plane_fail(p, res);
   return res;
-}
-
-ncclResult_t hetccl_plane_launch(hetccl_plane_t *p, const hetccl_plane_task_t *tasks, int ntasks,
-                                 void *stream, uint64_t *ticket) {
-  hetccl_plane_launch_t *l;
-  HETCCL_CHECK(hetccl_plane_launch_begin(p, tasks, ntasks, stream, &l));
-  int finished = 0;
-  ncclResult_t res = hetccl_plane_launch_some(l, LONG_MAX, &finished);
-  return hetccl_plane_launch_end(l, res, ticket);
 }
 
 ncclResult_t hetccl_plane_watch(hetccl_plane_t *p, uint64_t ticket) {

@@ -99,21 +99,6 @@ int hetccl_plane_task_reduces(const hetccl_plane_task_t *t);
 ncclResult_t hetccl_plane_launch(hetccl_plane_t *p, const hetccl_plane_task_t *tasks, int ntasks,
                                  void *stream, uint64_t *ticket);
 
-/* The same in steps, for one thread that drives several ranks: a stream's
- * queue is finite, and a rank whose queue fills with waits on another
- * rank's pieces blocks the thread that would enqueue them. So the caller
- * begins every rank's launch, then enqueues at most `steps` more of each in
- * turn (launch_some, with that rank's device current) until all are
- * finished, then ends each: launch_end writes what hetccl_plane_watch
- * waits for, or with res failed, fails the plane. begin and some fail the
- * plane themselves on an error; end must still be called after some. */
-typedef struct hetccl_plane_launch hetccl_plane_launch_t;
-ncclResult_t hetccl_plane_launch_begin(hetccl_plane_t *p, const hetccl_plane_task_t *tasks,
-                                       int ntasks, void *stream, hetccl_plane_launch_t **out);
-ncclResult_t hetccl_plane_launch_some(hetccl_plane_launch_t *l, long steps, int *finished);
-ncclResult_t hetccl_plane_launch_end(hetccl_plane_launch_t *l, ncclResult_t res,
-                                     uint64_t *ticket);
-
 /* Wait (bounded, see above) until the stream has passed program `ticket`. */
 ncclResult_t hetccl_plane_watch(hetccl_plane_t *p, uint64_t ticket);
 

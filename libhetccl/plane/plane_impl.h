@@ -105,20 +105,8 @@ void plane_prog_free(plane_prog_t *prog);
 
 /* --- executors --------------------------------------------------------------------- */
 
-/* exec_stream.c: enqueue prog on stream (this rank's device current), in
- * as many calls as the caller likes: begin loads the kernels the program
- * uses and sets the cursor; each _some enqueues up to `budget` more steps
- * and says whether the program is all enqueued. */
-typedef struct plane_cursor {
-  const plane_phase_t *phase; /* the phase being enqueued; NULL: all done */
-  int row, lane;              /* its next step: step `row` of lane `lane` */
-  void *stream;               /* the caller's */
-} plane_cursor_t;
-ncclResult_t plane_exec_stream_begin(hetccl_plane_t *p, const plane_prog_t *prog, void *stream,
-                                     plane_cursor_t *c);
-void plane_cursor_init(plane_cursor_t *c, const plane_prog_t *prog, void *stream);
-ncclResult_t plane_exec_stream_some(hetccl_plane_t *p, plane_cursor_t *c, long budget,
-                                    int *finished);
+/* exec_stream.c: enqueue prog on stream (this rank's device current). */
+ncclResult_t plane_exec_stream(hetccl_plane_t *p, const plane_prog_t *prog, void *stream);
 ncclResult_t plane_streams_create(hetccl_plane_t *p);
 void plane_streams_destroy(hetccl_plane_t *p);
 /* exec_host.c: run prog to completion here. */
