@@ -172,8 +172,33 @@ class _Stage:
             dst.copy_(src)  # stream-ordered on a GPU; a GPU -> CPU copy waits for it
 
 
-class HetcclBackend(_C10dBackend):
-    """One rank's torch backend over one hetccl communicator."""
+def _python_backends() -> bool:
+    """Whether this torch lets Python subclass its C++ Backend: a
+    constructor, and C++ calls reach the subclass's methods (torch 2.14
+    has both; torch 2.11's Backend has no Python constructor at all)."""
+    try:
+        class _Probe(_C10dBackend):  # type: ignore[misc,valid-type]
+            def getBackendName(self) -> str:  # noqa: N802
+                return "hetccl-probe"
+
+        return _Probe(0, 1).name() == "hetccl-probe"
+    except (TypeError, AttributeError, RuntimeError):
+        return False
+
+
+# The class torch builds a Python backend from. Where Backend can be
+# subclassed, torch's own ProcessGroup holds the backend for "cpu" and
+# "cuda"; elsewhere the backend is a ProcessGroup subclass, which the
+# creator returns and torch uses as the group itself (its documented way
+# for Python process groups, test/distributed/test_c10d_pypg.py).
+SUBCLASSES_BACKEND = _python_backends()
+_BASE: type = _C10dBackend if SUBCLASSES_BACKEND else dist.ProcessGroup
+
+
+class HetcclBackend(_BASE):  # type: ignore[misc,valid-type]
+    """One rank's torch backend over one hetccl communicator (a subclass of
+    torch's Backend, or of ProcessGroup where Backend has no Python
+    constructor: SUBCLASSES_BACKEND)."""
 
     def __init__(self, store: Any, rank: int, size: int, timeout: timedelta,
                  device: Optional[torch.device] = None) -> None:
@@ -208,6 +233,27 @@ class HetcclBackend(_C10dBackend):
         """False: batch_isend_irecv then issues its operations one by one
         (torch's own property would look itself up here without end)."""
         return False
+
+    if not SUBCLASSES_BACKEND:
+        # The group is its own backend: torch asks a group for the backend
+        # of a device (init_process_group(device_id=...) does, for one).
+        def _get_backend(self, device: Any) -> "HetcclBackend":
+            device = torch.device(device)
+            if device.type not in ("cpu", "cuda"):
+                raise RuntimeError(f"hetccl backend: no backend for {device.type} "
+                                   "(cpu and cuda)")
+            comm_dev = self._comm.device_id()
+            if device.type == "cuda" and device.index is not None and comm_dev >= 0 \
+                    and device.index != comm_dev:
+                raise ValueError(
+                    f"hetccl backend: the communicator is on cuda:{comm_dev}, not {device}: "
+                    "this torch does not hand device_id to a Python backend, so call "
+                    "torch.cuda.set_device(device_id) before init_process_group")
+            return self
+
+        @property
+        def supports_splitting(self) -> bool:
+            return False
 
     @property
     def communicator(self) -> NcclCommunicator:
@@ -284,7 +330,7 @@ class HetcclBackend(_C10dBackend):
         if kind != _RedOp.PREMUL_SUM:
             yield view, datatype, (_BOOL_OP if t.dtype == torch.bool else _NCCL_OP)[kind]
             return
-        factor = op.factor
+        factor = _premul_factor(op)
         value = float(factor.item() if isinstance(factor, torch.Tensor) else factor)
         scalar = _bytes(torch.tensor([value], dtype=view.dtype)).numpy().tobytes()
         redop = self._comm.createPreMulSum(scalar, datatype)
@@ -362,7 +408,8 @@ class HetcclBackend(_C10dBackend):
         return self._work([out], [out, t])
 
     def all_gather_single_coalesced(self, outs: List[torch.Tensor], ins: List[torch.Tensor],
-                                    opts: Any) -> Any:
+                                    opts: Any = None) -> Any:
+        """opts: torch's coalescing manager passes none."""
         with self._op([*outs, *ins]) as st, self._group():
             for out, t in zip(outs, ins):
                 self._gather_single(st, out, t)
@@ -530,6 +577,15 @@ class HetcclBackend(_C10dBackend):
     _reduce_scatter_base = reduce_scatter_single
     reduce_scatter_tensor_coalesced = reduce_scatter_single_coalesced
     alltoall_base = all_to_all_single
+
+
+def _premul_factor(op: Any) -> Any:
+    """A PREMUL_SUM ReduceOp's factor (a number or a tensor): its `factor`
+    attribute, or on torch without it (2.11) the second item of the state
+    torch pickles it by, (op, factor)."""
+    if hasattr(op, "factor"):
+        return op.factor
+    return op.__getstate__()[1]
 
 
 def _future_work(fut: torch.futures.Future) -> Any:
