@@ -6,18 +6,30 @@ Contract:
   name "hetccl" for the devices "cpu" and "cuda"
   (`torch.distributed.Backend.register_backend`); so does torch itself
   through the package's `torch.distributed.backends` entry point when the
-  package is installed (torch >= 2.10 looks backends up there). Importing
-  `hetccl` alone never imports torch.
+  package is installed, on torch versions that read that group (2.14 does,
+  2.11 does not: there the import is needed). Importing `hetccl` alone
+  never imports torch.
+- **Base class.** Where torch's C++ `Backend` can be subclassed in Python
+  (a constructor, and C++ callers reaching the Python methods: torch 2.14),
+  HetcclBackend is a `Backend` that torch's own ProcessGroup holds for
+  "cpu" and "cuda". Where it cannot (torch 2.11's Backend has no Python
+  constructor), HetcclBackend is a `ProcessGroup` subclass, which torch
+  takes as the group itself, as it does for any Python process group; it
+  answers `_get_backend(device)` with itself. A probe at import decides
+  (SUBCLASSES_BACKEND); the collectives are the same code either way.
 - **Rendezvous.** The backend is created by `init_process_group("hetccl")`
   and `new_group(backend="hetccl")` with the store torch hands it: the
   group's rank 0 calls ncclGetUniqueId and sets the id in that store, the
   others get it from there, and every rank calls ncclCommInitRank at once,
   under the group's bound device (`device_id=`) or the current CUDA device.
   Call `torch.cuda.set_device` before `init_process_group` on GPU ranks, as
-  with NCCL's eager init. Which kind of rank a process is (host or CUDA) is
-  the library's rule (docs/islands.md): a process that uses CUDA is a CUDA
-  rank; `HETCCL_DEVICE=host` makes a CPU rank of a process on a GPU
-  machine that has torch's CUDA runtime loaded.
+  with NCCL's eager init: torch versions that do not hand the group to the
+  creator (2.11) do not tell the backend the `device_id`, and a
+  `device_id=` other than the current device is then a ValueError. Which
+  kind of rank a process is (host or CUDA) is the library's rule
+  (docs/islands.md): a process that uses CUDA is a CUDA rank;
+  `HETCCL_DEVICE=host` makes a CPU rank of a process on a GPU machine that
+  has torch's CUDA runtime loaded.
 - **Tensors.** Each operation takes tensors of one device: CPU tensors are
   host buffers, CUDA tensors device buffers on the rank's device. On a
   communicator the library forwards to NCCL (every rank a GPU of one
