@@ -113,11 +113,16 @@ def test_dtype_map_and_registration(hetccl_library: Path) -> None:
     assert dist.Backend.backend_list.count("hetccl") == 1
     assert dist.Backend("hetccl") == "hetccl"
     assert set(dist.Backend.backend_capability["hetccl"]) == {"cpu", "cuda"}
+    # The base class is what the installed torch lets Python subclass.
+    base = (torch._C._distributed_c10d.Backend if torch_backend.SUBCLASSES_BACKEND
+            else dist.ProcessGroup)
+    assert torch_backend.HetcclBackend.__mro__[1] is base
+    assert torch_backend._premul_factor(dist._make_nccl_premul_sum(2.5)) == 2.5
 
 
 def test_entry_point_names_the_registrar() -> None:
-    """torch (>= 2.10) looks backends up in this entry point group and calls
-    the object it names."""
+    """torch (2.14; not 2.11) looks backends up in this entry point group
+    and calls the object it names."""
     text = (REPO_ROOT / "pyproject.toml").read_text()
     assert '[project.entry-points."torch.distributed.backends"]' in text
     assert 'hetccl = "hetccl.torch_backend:register"' in text

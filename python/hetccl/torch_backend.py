@@ -6,18 +6,30 @@ Contract:
   name "hetccl" for the devices "cpu" and "cuda"
   (`torch.distributed.Backend.register_backend`); so does torch itself
   through the package's `torch.distributed.backends` entry point when the
-  package is installed (torch >= 2.10 looks backends up there). Importing
-  `hetccl` alone never imports torch.
+  package is installed, on torch versions that read that group (2.14 does,
+  2.11 does not: there the import is needed). Importing `hetccl` alone
+  never imports torch.
+- **Base class.** Where torch's C++ `Backend` can be subclassed in Python
+  (a constructor, and C++ callers reaching the Python methods: torch 2.14),
+  HetcclBackend is a `Backend` that torch's own ProcessGroup holds for
+  "cpu" and "cuda". Where it cannot (torch 2.11's Backend has no Python
+  constructor), HetcclBackend is a `ProcessGroup` subclass, which torch
+  takes as the group itself, as it does for any Python process group; it
+  answers `_get_backend(device)` with itself. A probe at import decides
+  (SUBCLASSES_BACKEND); the collectives are the same code either way.
 - **Rendezvous.** The backend is created by `init_process_group("hetccl")`
   and `new_group(backend="hetccl")` with the store torch hands it: the
   group's rank 0 calls ncclGetUniqueId and sets the id in that store, the
   others get it from there, and every rank calls ncclCommInitRank at once,
   under the group's bound device (`device_id=`) or the current CUDA device.
   Call `torch.cuda.set_device` before `init_process_group` on GPU ranks, as
-  with NCCL's eager init. Which kind of rank a process is (host or CUDA) is
-  the library's rule (docs/islands.md): a process that uses CUDA is a CUDA
-  rank; `HETCCL_DEVICE=host` makes a CPU rank of a process on a GPU
-  machine that has torch's CUDA runtime loaded.
+  with NCCL's eager init: torch versions that do not hand the group to the
+  creator (2.11) do not tell the backend the `device_id`, and a
+  `device_id=` other than the current device is then a ValueError. Which
+  kind of rank a process is (host or CUDA) is the library's rule
+  (docs/islands.md): a process that uses CUDA is a CUDA rank;
+  `HETCCL_DEVICE=host` makes a CPU rank of a process on a GPU machine that
+  has torch's CUDA runtime loaded.
 - **Tensors.** Each operation takes tensors of one device: CPU tensors are
   host buffers, CUDA tensors device buffers on the rank's device. On a
   communicator the library forwards to NCCL (every rank a GPU of one
@@ -172,8 +184,33 @@ class _Stage:
             dst.copy_(src)  # stream-ordered on a GPU; a GPU -> CPU copy waits for it
 
 
-class HetcclBackend(_C10dBackend):
-    """One rank's torch backend over one hetccl communicator."""
+def _python_backends() -> bool:
+    """Whether this torch lets Python subclass its C++ Backend: a
+    constructor, and C++ calls reach the subclass's methods (torch 2.14
+    has both; torch 2.11's Backend has no Python constructor at all)."""
+    try:
+        class _Probe(_C10dBackend):  # type: ignore[misc,valid-type]
+            def getBackendName(self) -> str:  # noqa: N802
+                return "hetccl-probe"
+
+        return _Probe(0, 1).name() == "hetccl-probe"
+    except (TypeError, AttributeError, RuntimeError):
+        return False
+
+
+# The class torch builds a Python backend from. Where Backend can be
+# subclassed, torch's own ProcessGroup holds the backend for "cpu" and
+# "cuda"; elsewhere the backend is a ProcessGroup subclass, which the
+# creator returns and torch uses as the group itself (its documented way
+# for Python process groups, test/distributed/test_c10d_pypg.py).
+SUBCLASSES_BACKEND = _python_backends()
+_BASE: type = _C10dBackend if SUBCLASSES_BACKEND else dist.ProcessGroup
+
+
+class HetcclBackend(_BASE):  # type: ignore[misc,valid-type]
+    """One rank's torch backend over one hetccl communicator (a subclass of
+    torch's Backend, or of ProcessGroup where Backend has no Python
+    constructor: SUBCLASSES_BACKEND)."""
 
     def __init__(self, store: Any, rank: int, size: int, timeout: timedelta,
                  device: Optional[torch.device] = None) -> None:
@@ -208,6 +245,27 @@ class HetcclBackend(_C10dBackend):
         """False: batch_isend_irecv then issues its operations one by one
         (torch's own property would look itself up here without end)."""
         return False
+
+    if not SUBCLASSES_BACKEND:
+        # The group is its own backend: torch asks a group for the backend
+        # of a device (init_process_group(device_id=...) does, for one).
+        def _get_backend(self, device: Any) -> "HetcclBackend":
+            device = torch.device(device)
+            if device.type not in ("cpu", "cuda"):
+                raise RuntimeError(f"hetccl backend: no backend for {device.type} "
+                                   "(cpu and cuda)")
+            comm_dev = self._comm.device_id()
+            if device.type == "cuda" and device.index is not None and comm_dev >= 0 \
+                    and device.index != comm_dev:
+                raise ValueError(
+                    f"hetccl backend: the communicator is on cuda:{comm_dev}, not {device}: "
+                    "this torch does not hand device_id to a Python backend, so call "
+                    "torch.cuda.set_device(device_id) before init_process_group")
+            return self
+
+        @property
+        def supports_splitting(self) -> bool:
+            return False
 
     @property
     def communicator(self) -> NcclCommunicator:
@@ -284,7 +342,7 @@ class HetcclBackend(_C10dBackend):
         if kind != _RedOp.PREMUL_SUM:
             yield view, datatype, (_BOOL_OP if t.dtype == torch.bool else _NCCL_OP)[kind]
             return
-        factor = op.factor
+        factor = _premul_factor(op)
         value = float(factor.item() if isinstance(factor, torch.Tensor) else factor)
         scalar = _bytes(torch.tensor([value], dtype=view.dtype)).numpy().tobytes()
         redop = self._comm.createPreMulSum(scalar, datatype)
@@ -362,7 +420,8 @@ class HetcclBackend(_C10dBackend):
         return self._work([out], [out, t])
 
     def all_gather_single_coalesced(self, outs: List[torch.Tensor], ins: List[torch.Tensor],
-                                    opts: Any) -> Any:
+                                    opts: Any = None) -> Any:
+        """opts: torch's coalescing manager passes none."""
         with self._op([*outs, *ins]) as st, self._group():
             for out, t in zip(outs, ins):
                 self._gather_single(st, out, t)
@@ -530,6 +589,15 @@ class HetcclBackend(_C10dBackend):
     _reduce_scatter_base = reduce_scatter_single
     reduce_scatter_tensor_coalesced = reduce_scatter_single_coalesced
     alltoall_base = all_to_all_single
+
+
+def _premul_factor(op: Any) -> Any:
+    """A PREMUL_SUM ReduceOp's factor (a number or a tensor): its `factor`
+    attribute, or on torch without it (2.11) the second item of the state
+    torch pickles it by, (op, factor)."""
+    if hasattr(op, "factor"):
+        return op.factor
+    return op.__getstate__()[1]
 
 
 def _future_work(fut: torch.futures.Future) -> Any:
