@@ -12,6 +12,7 @@ import socket
 import subprocess
 import sys
 import time
+from pathlib import Path
 from typing import Dict, List
 
 import pytest
@@ -21,16 +22,31 @@ from hetccl.discovery import LaunchEnvError, discover, expand_nodelist
 
 pytestmark = pytest.mark.timeout(120)
 
+# One rank of an allreduce job: its result and what discovery read, as JSON
+# on stdout, or in $JOB_OUT/rank<r>.json (a launcher's merged output can
+# interleave long lines).
 JOB = r"""
-import json, sys, numpy as np, hetccl
+import json, os, socket, sys, numpy as np, hetccl
 comm, info = hetccl.init_from_env()
 x = np.arange(7, dtype=np.float64) * (info.rank + 1)
 comm.all_reduce(x)
 comm.destroy()
-print(json.dumps({"rank": info.rank, "size": info.size, "local": info.local_rank,
-                  "launcher": info.launcher, "root": info.root, "source": info.root_source,
-                  "read": info.variables, "sum": x.tolist()}), flush=True)
+text = json.dumps({"rank": info.rank, "size": info.size, "local": info.local_rank,
+                   "launcher": info.launcher, "root": info.root, "source": info.root_source,
+                   "read": info.variables, "sum": x.tolist(),
+                   "hostname": socket.gethostname()})
+out = os.environ.get("JOB_OUT")
+if out:
+    open(os.path.join(out, f"rank{info.rank}.json"), "w").write(text)
+else:
+    print(text, flush=True)
 """
+
+
+def job_results(out: Path) -> List[dict]:
+    """The JOB results written into `out`, by rank."""
+    return [json.loads(f.read_text()) for f in sorted(out.glob("rank*.json"),
+                                                       key=lambda f: int(f.stem[4:]))]
 
 
 def free_port() -> int:

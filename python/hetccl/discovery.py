@@ -284,6 +284,8 @@ def discover(env: Optional[Mapping[str, str]] = None) -> Optional[RankInfo]:
     if l.name == "hetccl":
         uid = env["HETCCL_LAUNCH_ID"]
         read["HETCCL_LAUNCH_ID"] = uid[:8] + "..."
+        if env.get("HETCCL_LAUNCH_SOURCE"):  # set by `hetccl rank`: the outer launcher
+            read["HETCCL_LAUNCH_SOURCE"] = env["HETCCL_LAUNCH_SOURCE"]
         return RankInfo(l.name, rank, size, rank if local_rank is None else local_rank,
                         local_size, job, None, "", uid, read)
     root, source = _root(env, l, size, local_size, read)
