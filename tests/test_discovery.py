@@ -264,12 +264,12 @@ def test_two_communicators_in_a_row() -> None:
 
 
 @pytest.mark.usefixtures("hetccl_library")
-def test_hetccl_run_is_a_launcher_too() -> None:
+def test_hetccl_run_is_a_launcher_too(tmp_path: Path) -> None:
     """Under `hetccl run` the id is in the environment: no server, no port."""
     p = subprocess.run([sys.executable, "-m", "hetccl", "run", "-n", "2", "--", sys.executable,
                         "-c", JOB], capture_output=True, text=True, timeout=60,
-                       env=clean_env())
+                       env={**clean_env(), "JOB_OUT": str(tmp_path)})
     assert p.returncode == 0, p.stderr
-    res = [json.loads(line) for line in p.stdout.splitlines()]
+    res = job_results(tmp_path)
     assert sorted(r["rank"] for r in res) == [0, 1]
     assert all(r["launcher"] == "hetccl" and r["root"] is None for r in res)
