@@ -72,7 +72,7 @@ def view(obj: Any, stream: Optional[int] = None) -> DLView:
     t = _Tensor.from_address(_api.PyCapsule_GetPointer(capsule, b"dltensor"))
     shape = tuple(int(t.shape[i]) for i in range(t.ndim))
     contiguous = True
-    if t.strides:
+    if t.strides and 0 not in shape:  # an empty tensor is contiguous whatever its strides
         expect = 1
         for i in reversed(range(t.ndim)):
             if shape[i] != 1 and int(t.strides[i]) != expect:
