@@ -203,6 +203,19 @@ def cmd_perf(args: argparse.Namespace) -> int:
     return 0  # not reached
 
 
+def cmd_plot(args: argparse.Namespace) -> int:
+    from .plot import PlotError, plot
+
+    try:
+        n = plot([Path(f) for f in args.files], Path(args.output), labels=args.label or None,
+                 placement=args.placement, title=args.title)
+    except PlotError as e:
+        print(f"hetccl plot: {e}", file=sys.stderr)
+        return 2
+    print(f"hetccl plot: {n} lines from {len(args.files)} files -> {args.output}")
+    return 0
+
+
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="hetccl", description="hetccl: the NCCL API for "
                                 "mixed-vendor and CPU ranks")
@@ -241,6 +254,17 @@ def parser() -> argparse.ArgumentParser:
                           add_help=False)
     perf.add_argument("args", nargs=argparse.REMAINDER)
     perf.set_defaults(fn=cmd_perf)
+
+    plot = sub.add_parser("plot", help="busbw against size of several result files, as PNG "
+                          "(needs matplotlib: pip install 'hetccl[plot]')")
+    plot.add_argument("files", nargs="+", help="hetccl-perf -J files, or saved text tables of "
+                      "hetccl-perf / tools/peers/mpi_bench.py")
+    plot.add_argument("-o", "--output", required=True, help="the PNG to write")
+    plot.add_argument("--label", action="append", help="a legend label per file, in order")
+    plot.add_argument("--placement", choices=("oop", "ip"), default="oop",
+                      help="out-of-place (default) or in-place columns")
+    plot.add_argument("--title", default=None)
+    plot.set_defaults(fn=cmd_plot)
     return p
 
 
