@@ -163,3 +163,16 @@ def test_torchrun_on_this_host(tmp_path: Path) -> None:
     res = job_results(tmp_path)
     assert sorted(r["rank"] for r in res) == [0, 1]
     assert all(r["launcher"] == "torchrun" for r in res)
+
+
+def test_info_lists_the_launchers() -> None:
+    from hetccl import discovery
+
+    env = {**clean_env(), "SLURM_PROCID": "1", "SLURM_NTASKS": "2", "SLURM_NNODES": "1"}
+    p = hetccl("info", env=env)
+    assert p.returncode == 0, p.stderr
+    for l in discovery.LAUNCHERS:
+        assert f"\n  {l.name:<9} {l.rank[0]}" in p.stdout, l.name
+    for name, _, _ in discovery.KNOBS:
+        assert f"\n  {name} " in p.stdout, name
+    assert "this process: slurm: rank 1 of 2" in p.stdout
