@@ -5,7 +5,9 @@ its CUDA-less start."""
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -222,3 +224,81 @@ def test_paired_latency_bad_input(paired: Path, hetccl_library: Path, args: list
     proc = subprocess.run([str(paired), lib, lib, "--memory", "host", *args],
                           capture_output=True, text=True, timeout=TIMEOUT)
     assert proc.returncode == 2 and message in proc.stderr, proc.stderr
+
+
+# --- -J JSON rows, the progress line, `hetccl plot` -----------------------------
+
+def _json_run(perf: Path, tmp_path: Path, name: str, *args: str) -> tuple:
+    out = tmp_path / f"{name}.json"
+    proc = _run([str(perf), *args, "-J", str(out)], _env(perf))
+    assert proc.returncode == 0, proc.stderr
+    return proc, json.loads(out.read_text())
+
+
+def test_json_rows(perf: Path, tmp_path: Path) -> None:
+    """Every table row is a JSON row with the same numbers; header and totals."""
+    proc, doc = _json_run(perf, tmp_path, "ar", "all_reduce", *SIZES, "-t", "2",
+                          "-d", "all", "-o", "max")
+    table = parse_table(proc.stdout)
+    assert len(doc["rows"]) == len(table) == N_SIZES * 12
+    for row, t in zip(doc["rows"], table):
+        assert (row["size"], row["count"], row["type"], row["redop"], row["root"]) == \
+            (t["size"], t["count"], t["type"], t["redop"], t["root"])
+        for place in ("oop", "ip"):
+            assert row[place]["wrong"] == t[place]["wrong"] == 0
+            # the table rounds what the file keeps
+            assert row[place]["time_us"] == pytest.approx(t[place]["time_us"], rel=0.01, abs=0.01)
+            assert row[place]["busbw"] == pytest.approx(t[place]["busbw"], abs=0.006)
+    assert doc["program"] == "hetccl-perf" and doc["collective"] == "all_reduce"
+    assert doc["nranks"] == 2 and doc["threads"] == 2 and doc["memory"] == "host"
+    assert doc["library"] == str(_library(perf).resolve()) or doc["library"].endswith(".so")
+    assert doc["wrong"] == 0 and doc["avg_busbw"] >= 0
+    # unchecked in-place placement: null, as the table's N/A
+    _, doc = _json_run(perf, tmp_path, "sr", "sendrecv", "-b", "64", "-e", "64", "-t", "2",
+                       "-n", "1", "-w", "0")
+    assert doc["rows"][0]["ip"]["wrong"] is None and doc["rows"][0]["oop"]["wrong"] == 0
+
+
+def test_json_file_that_cannot_be_written(perf: Path) -> None:
+    proc = _run([str(perf), "all_reduce", "-b", "8", "-e", "8", "-J", "/nonexistent/d/x.json"],
+                _env(perf))
+    assert proc.returncode == 2 and "cannot write -J /nonexistent/d/x.json" in proc.stderr
+    assert "# hetccl-perf" not in proc.stdout  # refused before the run
+
+
+def test_progress_line(perf: Path) -> None:
+    """Past --progress seconds a sweep reports on stderr (here from the
+    start), stdout keeps only the table; --progress off silences it."""
+    args = [str(perf), "all_reduce", "-b", "8", "-e", "64", "-f", "2", "-n", "1", "-w", "0",
+            "-d", "all"]
+    proc = _run(args + ["--progress", "0"], _env(perf))
+    assert proc.returncode == 0, proc.stderr
+    lines = [ln for ln in proc.stderr.splitlines() if ln.startswith("hetccl-perf: all_reduce")]
+    assert lines and re.fullmatch(r"hetccl-perf: all_reduce int8 sum: size 8 B done "
+                                  r"\(1 of 48 rows, [\d.]+ s\)", lines[0]), proc.stderr
+    assert "done (" not in proc.stdout and len(parse_table(proc.stdout)) == 48
+    quiet = _run(args + ["--progress", "off"], _env(perf))
+    assert quiet.returncode == 0 and "done (" not in quiet.stderr
+    assert _run(args + ["--progress", "soon"], _env(perf)).returncode == 2
+
+
+def test_plot(perf: Path, tmp_path: Path) -> None:
+    """A PNG of two runs (a JSON file and a text table) with a line each."""
+    pytest.importorskip("matplotlib")
+    _, doc = _json_run(perf, tmp_path, "one", "all_reduce", "-b", "8", "-e", "1M", "-f", "8",
+                       "-n", "2", "-w", "1")
+    table = _run([str(perf), "all_reduce", "-b", "8", "-e", "1M", "-f", "8", "-n", "2", "-w",
+                  "1", "-t", "2"], _env(perf))
+    (tmp_path / "two.txt").write_text(table.stdout)
+    png = tmp_path / "busbw.png"
+    cmd = [sys.executable, "-m", "hetccl", "plot", str(tmp_path / "one.json"),
+           str(tmp_path / "two.txt"), "--label", "1 rank", "--label", "2 ranks", "-o", str(png)]
+    proc = _run(cmd, _env(perf))
+    assert proc.returncode == 0, proc.stderr
+    assert "2 lines from 2 files" in proc.stdout
+    data = png.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 10_000
+    # a file with no rows is refused by name
+    (tmp_path / "empty.txt").write_text("# nothing\n")
+    proc = _run(cmd[:4] + [str(tmp_path / "empty.txt"), "-o", str(png)], _env(perf))
+    assert proc.returncode == 2 and "empty.txt: no result rows" in proc.stderr

@@ -38,6 +38,9 @@ from pathlib import Path
 from typing import Optional
 
 REPO = Path(__file__).resolve().parent.parent
+if importlib.util.find_spec("hetccl") is None:  # the source tree's package
+    sys.path.insert(0, str(REPO / "python"))
+from hetccl.plot import parse_table  # noqa: E402 (the one reader of the tables)
 MPI_BENCH = REPO / "tools" / "peers" / "mpi_bench.py"
 INSTALL_HINT = "apt-get install -y openmpi-bin libopenmpi-dev && pip install mpi4py"
 
@@ -87,22 +90,6 @@ def iterations(size: int) -> tuple[int, int]:
     if size <= 4 * MIB:
         return 50, 10
     return 10, 3
-
-
-def parse_table(text: str) -> list[dict]:
-    """Rows of a hetccl-perf / mpi_bench table (out-of-place and in-place)."""
-    rows = []
-    for line in text.splitlines():
-        f = line.split()
-        if not f or f[0].startswith("#") or len(f) != 13 or not f[0].isdigit():
-            continue
-        rows.append({"size": int(f[0]), "count": int(f[1]), "type": f[2], "redop": f[3],
-                     "root": int(f[4]),
-                     "oop": {"time_us": float(f[5]), "algbw": float(f[6]),
-                             "busbw": float(f[7]), "wrong": None if f[8] == "N/A" else int(f[8])},
-                     "ip": {"time_us": float(f[9]), "algbw": float(f[10]),
-                            "busbw": float(f[11]), "wrong": None if f[12] == "N/A" else int(f[12])}})
-    return rows
 
 
 def header_value(text: str, key: str) -> str:

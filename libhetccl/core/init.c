@@ -153,14 +153,15 @@ hetccl_dev_kind_t hetccl_process_dev_kind(void) {
 }
 
 /* The runtime that can tell a host rank's device pointers from host ones:
- * one the process already uses, or whose vendor library it links, and
- * that works here (a CPU machine with a CUDA build of a framework loads
- * libcudart with no driver to answer: its buffers are all host memory). */
+ * one the process already uses, or whose vendor library it links, and that
+ * has a usable device (a CUDA build of PyTorch on a machine with no driver
+ * links NCCL, yet every pointer it hands over is host memory). */
 static hetccl_dev_kind_t host_pointer_kind(void) {
-  for (size_t i = 0; i < NGPU_KINDS; i++)
-    if ((links_vendor_of(gpu_kinds[i]) || hetccl_runtime_get(gpu_kinds[i])->in_use()) &&
-        hetccl_runtime_get(gpu_kinds[i])->available())
+  for (size_t i = 0; i < NGPU_KINDS; i++) {
+    const hetccl_runtime_t *rt = hetccl_runtime_get(gpu_kinds[i]);
+    if ((links_vendor_of(gpu_kinds[i]) || rt->in_use()) && rt->available())
       return gpu_kinds[i];
+  }
   return HETCCL_DEV_HOST;
 }
 

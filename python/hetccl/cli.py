@@ -3,9 +3,14 @@
   hetccl info                       library, versions, exported API, device runtimes
                                     and vendor libraries found, every knob
   hetccl run -n N [--timeout S] -- CMD ARGS...
-                                    N ranks of CMD, libhetccl.so preloaded
+                                    N ranks of CMD on this host, libhetccl.so preloaded
+  hetccl run --launcher mpirun|srun|torchrun -n N [--hosts H1,H2] [--dry-run] -- CMD
+                                    N ranks across hosts through that launcher
+  hetccl rank -- CMD                one rank under a launcher: rank and unique id from
+                                    its environment, then CMD as under `hetccl run`
   hetccl demo [-n N]                a checked multi-rank job (hetccl.demo)
   hetccl perf ARGS...               the hetccl-perf benchmark (tools/perf)
+  hetccl plot FILE... -o PNG        busbw against size of hetccl-perf results
 """
 
 from __future__ import annotations
@@ -17,7 +22,7 @@ import sys
 from pathlib import Path
 from typing import Any, Callable, List, Optional, Sequence, Tuple
 
-from . import __version__, _lib
+from . import __version__, _lib, delegate
 from .elfsyms import nccl_api_symbols
 
 
@@ -84,6 +89,7 @@ def cmd_info(_args: argparse.Namespace) -> int:
     for name, vcode, detail in vendors():
         state = f"{_version_text(vcode)} ({vcode})" if vcode else "not loaded"
         print(f"  {name:<5} {state:<12} {detail}")
+    _print_launchers()
     table = knobs()
     print(f"knobs: {len(table)} (environment variables; value '' = unset)")
     width = max((len(k[0]) for k in table), default=0)
@@ -96,6 +102,25 @@ def cmd_info(_args: argparse.Namespace) -> int:
     return 0
 
 
+def _print_launchers() -> None:
+    """The launcher table of hetccl.discovery and what it finds here."""
+    from . import discovery
+
+    print("launchers (hetccl.discovery; first match wins; variables: rank, size, local rank):")
+    for l in discovery.LAUNCHERS:
+        fields = [" or ".join(f) for f in (l.rank, l.size, l.local_rank) if f]
+        print(f"  {l.name:<9} {', '.join(fields)}")
+    try:
+        info = discovery.discover()
+        print(f"  this process: {info.describe() if info else 'not launched'}")
+    except discovery.LaunchEnvError as e:
+        print(f"  this process: {e}")
+    print("launcher knobs (read by the Python package):")
+    for name, default, help_text in discovery.KNOBS:
+        print(f"  {name:<20} default={default!r:<8} value={os.environ.get(name, '')!r}")
+        print(f"  {'':<20} {help_text}")
+
+
 def _split_command(cmd: Sequence[str]) -> List[str]:
     cmd = list(cmd)
     return cmd[1:] if cmd and cmd[0] == "--" else cmd
@@ -105,11 +130,40 @@ def cmd_run(args: argparse.Namespace) -> int:
     from .launcher import run_command
 
     cmd = _split_command(args.cmd)
+    if args.launcher:
+        return _run_delegated(args, cmd)
+    if args.dry_run:
+        print("hetccl run: --dry-run shows a --launcher's command", file=sys.stderr)
+        return 2
     if not cmd:
         print("hetccl run: no command (hetccl run -n N -- CMD ARGS...)", file=sys.stderr)
         return 2
     return run_command(cmd, args.n, timeout=args.timeout, preload=not args.no_preload,
                        bind=not args.no_bind)
+
+
+def _run_delegated(args: argparse.Namespace, cmd: List[str]) -> int:
+    from . import delegate
+
+    try:
+        argv, add = delegate.build(delegate.options_from(args), cmd)
+    except delegate.DelegateError as e:
+        print(f"hetccl run: {e}", file=sys.stderr)
+        return 2
+    if args.dry_run:
+        print(delegate.show(argv, add))
+        return 0
+    return delegate.run(argv, add, args.timeout)
+
+
+def cmd_rank(args: argparse.Namespace) -> int:
+    from .delegate import rank_main
+
+    cmd = _split_command(args.cmd)
+    if not cmd:
+        print("hetccl rank: no command (hetccl rank -- CMD ARGS...)", file=sys.stderr)
+        return 2
+    return rank_main(cmd, preload=not args.no_preload)
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
@@ -149,6 +203,19 @@ def cmd_perf(args: argparse.Namespace) -> int:
     return 0  # not reached
 
 
+def cmd_plot(args: argparse.Namespace) -> int:
+    from .plot import PlotError, plot
+
+    try:
+        n = plot([Path(f) for f in args.files], Path(args.output), labels=args.label or None,
+                 placement=args.placement, title=args.title)
+    except PlotError as e:
+        print(f"hetccl plot: {e}", file=sys.stderr)
+        return 2
+    print(f"hetccl plot: {n} lines from {len(args.files)} files -> {args.output}")
+    return 0
+
+
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="hetccl", description="hetccl: the NCCL API for "
                                 "mixed-vendor and CPU ranks")
@@ -157,8 +224,8 @@ def parser() -> argparse.ArgumentParser:
 
     sub.add_parser("info", help="library, versions and every knob").set_defaults(fn=cmd_info)
 
-    run = sub.add_parser("run", help="start N local ranks of a command with libhetccl.so "
-                         "preloaded")
+    run = sub.add_parser("run", help="start N ranks of a command with libhetccl.so preloaded: "
+                         "on this host, or across hosts through --launcher")
     run.add_argument("-n", type=int, default=2, help="number of processes (default 2)")
     run.add_argument("--timeout", type=float, default=None,
                      help="seconds before every rank is killed (exit status 124)")
@@ -167,7 +234,15 @@ def parser() -> argparse.ArgumentParser:
     run.add_argument("--no-preload", action="store_true",
                      help="do not put libhetccl.so in LD_PRELOAD")
     run.add_argument("cmd", nargs=argparse.REMAINDER, help="-- CMD ARGS...")
+    delegate.add_arguments(run)
     run.set_defaults(fn=cmd_run)
+
+    rank = sub.add_parser("rank", help="one rank under mpirun, srun or torchrun: discover "
+                          "the rank, fetch the unique id, run CMD with HETCCL_LAUNCH_*")
+    rank.add_argument("--no-preload", action="store_true",
+                      help="do not put libhetccl.so in LD_PRELOAD")
+    rank.add_argument("cmd", nargs=argparse.REMAINDER, help="-- CMD ARGS...")
+    rank.set_defaults(fn=cmd_rank)
 
     demo = sub.add_parser("demo", help="a checked allreduce/allgather/broadcast job on N ranks")
     demo.add_argument("-n", type=int, default=2, help="number of ranks (default 2)")
@@ -179,6 +254,17 @@ def parser() -> argparse.ArgumentParser:
                           add_help=False)
     perf.add_argument("args", nargs=argparse.REMAINDER)
     perf.set_defaults(fn=cmd_perf)
+
+    plot = sub.add_parser("plot", help="busbw against size of several result files, as PNG "
+                          "(needs matplotlib: pip install 'hetccl[plot]')")
+    plot.add_argument("files", nargs="+", help="hetccl-perf -J files, or saved text tables of "
+                      "hetccl-perf / tools/peers/mpi_bench.py")
+    plot.add_argument("-o", "--output", required=True, help="the PNG to write")
+    plot.add_argument("--label", action="append", help="a legend label per file, in order")
+    plot.add_argument("--placement", choices=("oop", "ip"), default="oop",
+                      help="out-of-place (default) or in-place columns")
+    plot.add_argument("--title", default=None)
+    plot.set_defaults(fn=cmd_plot)
     return p
 
 
@@ -187,7 +273,7 @@ def _argv_with_command(argv: List[str]) -> Tuple[List[str], Optional[List[str]]]
     read the command's own options as ours."""
     if argv[:1] == ["perf"]:
         return ["perf"], argv[1:]
-    if argv[:1] == ["run"] and "--" in argv:
+    if argv[:1] in (["run"], ["rank"]) and "--" in argv:
         cut = argv.index("--")
         return argv[:cut], argv[cut + 1:]
     return argv, None
@@ -197,7 +283,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     ours, command = _argv_with_command(list(sys.argv[1:] if argv is None else argv))
     args = parser().parse_args(ours)
     if command is not None:
-        setattr(args, "cmd" if args.command == "run" else "args", command)
+        setattr(args, "cmd" if args.command in ("run", "rank") else "args", command)
     try:
         return int(args.fn(args))
     except OSError as e:

@@ -313,6 +313,17 @@ static void print_time(double us)
   printf(us >= 10000 ? "  %7.0f" : us >= 100 ? "  %7.1f" : "  %7.2f", us);
 }
 
+/* Rows of the whole sweep, for the progress line. */
+static int rows_done, rows_total;
+
+static struct perf_report_result result_of(double us, double bytes, double factor, int checked,
+                                           double wrong)
+{
+  double algbw = us > 0 ? bytes / us / 1e3 : 0;
+  struct perf_report_result r = {us, algbw, algbw * factor, wrong, checked};
+  return r;
+}
+
 static void print_result(double us, double bytes, double factor, int checked, double wrong)
 {
   double algbw = us > 0 ? bytes / us / 1e3 : 0;
@@ -372,6 +383,29 @@ static void run_size(struct thread_ctx *t, const struct perf_args *a, size_t byt
   print_result(shown[1], (double)c[0].bytes, factor, checked(1), sum[0][3]);
   printf("\n");
   fflush(stdout);
+  struct perf_report_row row = {
+    .collective = opt.coll->name, .type = a->type->name, .redop = opname,
+    .size = c[0].bytes, .count = c[0].bytes / a->type->size,
+    .root = opt.coll->has_root ? a->root : -1,
+    .oop = result_of(shown[0], (double)c[0].bytes, factor, checked(0), sum[0][2]),
+    .ip = result_of(shown[1], (double)c[0].bytes, factor, checked(1), sum[0][3]),
+    .index = rows_done++, .total = rows_total,
+  };
+  perf_report_row(&row);
+}
+
+static size_t next_size(size_t bytes)
+{
+  size_t next = opt.step_factor > 1 ? (size_t)(bytes * opt.step_factor) : bytes + opt.step_bytes;
+  return next <= bytes ? bytes + 1 : next;
+}
+
+static int sweep_rows(void)
+{
+  int sizes = 0;
+  for (size_t bytes = opt.min_bytes; bytes <= opt.max_bytes; bytes = next_size(bytes))
+    sizes++;
+  return sizes * opt.ntypes * (opt.coll->has_op ? opt.nops : 1);
 }
 
 static void sweep(struct thread_ctx *t)
@@ -386,13 +420,8 @@ static void sweep(struct thread_ctx *t)
         .root = opt.root,
         .nranks = world.nranks,
       };
-      for (size_t bytes = opt.min_bytes; bytes <= opt.max_bytes;) {
+      for (size_t bytes = opt.min_bytes; bytes <= opt.max_bytes; bytes = next_size(bytes))
         run_size(t, &a, bytes);
-        size_t next = opt.step_factor > 1 ? (size_t)(bytes * opt.step_factor) : bytes + opt.step_bytes;
-        if (next <= bytes)
-          next = bytes + 1;
-        bytes = next;
-      }
     }
   }
 }
@@ -522,8 +551,19 @@ int main(int argc, char **argv)
   }
   if (!world.launched)
     init_all(threads);
-  if (world.proc == 0)
+  if (world.proc == 0) {
+    rows_total = sweep_rows();
+    struct perf_report_info info = {
+      .collective = opt.coll->name, .library = api.path,
+      .memory = opt.mem == PERF_MEM_CUDA ? "cuda" : "host", .nccl_version = api.version,
+      .nranks = world.nranks, .processes = world.nprocs, .threads = opt.threads,
+      .gpus = opt.gpus, .iters = opt.iters, .warmup = opt.warmup, .check = opt.check,
+      .average = opt.average, .progress_after = opt.progress_after,
+    };
+    if (perf_report_open(opt.json_path, &info))
+      return 2;
     print_header(threads);
+  }
   for (int i = 0; i < opt.threads; i++) {
     int err = pthread_create(&threads[i].tid, NULL, thread_main, &threads[i]);
     if (err) {
@@ -539,6 +579,7 @@ int main(int argc, char **argv)
     if (opt.check)
       printf("# Wrong elements       : %.0f %s\n", t0->wrong, t0->wrong > 0 ? "FAILED" : "OK");
     printf("# Avg bus bandwidth    : %g \n#\n", t0->bw_count ? t0->bw_sum / t0->bw_count : 0.0);
+    perf_report_close(t0->wrong, t0->bw_count ? t0->bw_sum / t0->bw_count : 0.0);
   }
   int failed = opt.check && t0->wrong > 0;
   for (int i = 0; i < opt.threads; i++)

@@ -31,6 +31,9 @@ static void usage(FILE *f)
     "  -a, --average 0-3       time reported: 0 rank 0, 1 mean, 2 min, 3 max over ranks\n"
     "                          (default 1)\n"
     "  -m, --memory host|cuda  buffer memory (default host; cuda loads libcudart at run time)\n"
+    "  -J, --json FILE         also write every row as JSON to FILE (hetccl plot reads it)\n"
+    "      --progress S|off    a progress line on stderr once a sweep has run S seconds\n"
+    "                          (default 2)\n"
     "  -h, --help\n"
     "Ranks: under `hetccl run -n N` (HETCCL_LAUNCH_* set) process p runs ranks\n"
     "p*T*G .. p*T*G+T*G-1 of N*T*G; otherwise one process runs T*G ranks made by\n"
@@ -113,6 +116,7 @@ int perf_options_parse(struct perf_options *o, int argc, char **argv)
     {"nthreads", required_argument, 0, 't'},  {"ngpus", required_argument, 0, 'g'},
     {"blocking", required_argument, 0, 'z'},  {"average", required_argument, 0, 'a'},
     {"memory", required_argument, 0, 'm'},    {"help", no_argument, 0, 'h'},
+    {"json", required_argument, 0, 'J'},      {"progress", required_argument, 0, 'P'},
     {0, 0, 0, 0},
   };
   memset(o, 0, sizeof *o);
@@ -125,11 +129,12 @@ int perf_options_parse(struct perf_options *o, int argc, char **argv)
   o->threads = o->gpus = 1;
   o->average = 1;
   o->mem = PERF_MEM_HOST;
+  o->progress_after = 2;
   parse_types(o, "float");
   parse_ops(o, "sum");
 
   int c;
-  while ((c = getopt_long(argc, argv, "b:e:i:f:n:w:c:d:o:r:t:g:z:a:m:h", longopts, NULL)) != -1) {
+  while ((c = getopt_long(argc, argv, "b:e:i:f:n:w:c:d:o:r:t:g:z:a:m:J:h", longopts, NULL)) != -1) {
     switch (c) {
     case 'b': if (parse_size(optarg, &o->min_bytes)) return bad("-b", optarg); break;
     case 'e': if (parse_size(optarg, &o->max_bytes)) return bad("-e", optarg); break;
@@ -159,6 +164,22 @@ int perf_options_parse(struct perf_options *o, int argc, char **argv)
       else
         return bad("-m", optarg);
       break;
+    case 'J':
+      if (!*optarg)
+        return bad("-J", optarg);
+      o->json_path = optarg;
+      break;
+    case 'P': {
+      char *end;
+      if (strcmp(optarg, "off") == 0) {
+        o->progress_after = -1;
+        break;
+      }
+      o->progress_after = strtod(optarg, &end);
+      if (end == optarg || *end || o->progress_after < 0)
+        return bad("--progress", optarg);
+      break;
+    }
     case 'h': usage(stdout); return 1;
     default: usage(stderr); return -1;
     }

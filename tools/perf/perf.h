@@ -8,7 +8,8 @@
  * Files: main.c (options, ranks, threads, the sweep and the table),
  * nccl_api.c (the API table), memory.c (host or CUDA buffers and streams),
  * dtype.c (element types, test values, expected results), colls.c (one
- * entry per collective: buffer sizes, launch, expected output, busbw). */
+ * entry per collective: buffer sizes, launch, expected output, busbw),
+ * report.c (the -J JSON file and the progress line on stderr). */
 #ifndef HETCCL_PERF_H_
 #define HETCCL_PERF_H_
 
@@ -190,10 +191,40 @@ struct perf_options {
   int ntypes;
   const struct perf_redop *ops[PERF_MAX_OPS];
   int nops;
+  const char *json_path; /* -J: every row as JSON; NULL: none */
+  double progress_after; /* --progress S: a line on stderr once a sweep runs S s; < 0 never */
 };
 
 /* Parses argv (the collective as a subcommand, or from the program's name
  * as in all_reduce_perf); returns 0, 1 after --help, -1 after an error. */
 int perf_options_parse(struct perf_options *o, int argc, char **argv);
+
+/* ---- JSON rows and progress (report.c), on the printing thread only ---- */
+
+struct perf_report_info {
+  const char *collective, *library, *memory;
+  int nccl_version, nranks, processes, threads, gpus, iters, warmup, check, average;
+  double progress_after; /* seconds; < 0: no progress line */
+};
+
+struct perf_report_result {
+  double time_us, algbw, busbw, wrong;
+  int checked; /* 0: "N/A" in the table, null in JSON */
+};
+
+struct perf_report_row {
+  const char *collective, *type, *redop;
+  size_t size, count;
+  int root;
+  struct perf_report_result oop, ip;
+  int index, total; /* this row's place in the whole sweep */
+};
+
+/* Opens the JSON file (path NULL: none) and starts the clock of the
+ * progress line; 0, or -1 after printing why. */
+int perf_report_open(const char *path, const struct perf_report_info *info);
+void perf_report_row(const struct perf_report_row *row);
+/* Ends the document with the totals of the table's last lines. */
+void perf_report_close(double wrong, double avg_busbw);
 
 #endif
