@@ -61,6 +61,10 @@ RANK_ENV = {
     "HETCCL_SOCKET_NSTREAMS": "2",
     "HETCCL_SOCKET_CHUNK": "4096",   # small messages still cross pieces and streams
     "HETCCL_CONNECT_TIMEOUT": "20",
+    # Every pair connects at init, so that "no port is open once the
+    # communicator is up" holds (with connections on first use a socket
+    # listener stays open until every lower rank has connected).
+    "HETCCL_RUNTIME_CONNECT": "0",
 }
 CYCLE_DEADLINE_S = 60.0      # one communicator's init + collectives, under fire
 CLOSE_GRACE_S = 3.0          # after a communicator is up, its fuzz connections must close

@@ -13,7 +13,7 @@
  * then closes its listener: after connect no port of the context is open.
  *
  * Connections on first use (transport.h; the default). The listener stays
- * open for the context's life. ep_open on the lower rank makes the
+ * open until every lower rank has connected (or the context goes). ep_open on the lower rank makes the
  * pair's nstreams + 1 connections at once (a refused connect is the peer's
  * end) and sends each its handshake: the endpoint is ready, since whatever
  * it sends waits in the streams behind the handshakes. On the higher rank
@@ -136,6 +136,7 @@ struct hetccl_tctx {
   /* connections on first use */
   hetccl_inbox_t *inbox;  /* made by the first ctx_poll */
   int *parked;            /* nranks x (nstreams + 1) fds from lower ranks, -1: none */
+  int lower_in;           /* lower ranks whose every connection arrived */
   int failed;             /* ctx_fail: arrivals get `note` */
   hetccl_fail_note_t note;
 };
@@ -709,6 +710,13 @@ static ncclResult_t sock_ep_ready(hetccl_ep_t *ep, int *ready) {
       have += *slot >= 0;
     }
     ep->ready = have == ep->nstreams + 1;
+    /* Every lower rank is in: nobody else may come, so the port closes
+     * (an all-to-all ends with no socket port of the context open). */
+    if (ep->ready && ++ctx->lower_in == ctx->args.rank && !ctx->failed) {
+      hetccl_inbox_destroy(ctx->inbox);
+      ctx->inbox = NULL;
+      hetccl_net_close(&ctx->lfd);
+    }
   }
   *ready = ep->ready;
   return ncclSuccess;
