@@ -6,26 +6,30 @@
  * NCCL_COMM_ID=host:port set, the id encodes that address instead and
  * hetccl_bootstrap_init on rank 0 serves the root itself.
  *
- * Every rank connects to the root, presents the secret, its rank and its
- * info blob; the root checks that nranks agree, that every rank appears once,
- * and sends everyone the table of all blobs, then exits. A connection that
- * does not present the secret, or sends a frame that does not fit, is
- * dropped and logged; the root keeps waiting for the real ranks. A refused
- * hello that speaks the protocol is told why first, so that its init fails
- * with the reason (ncclInvalidUsage: "the unique id's secret does not
- * match", "nranks=3 ... nranks=2", "rank 1 already joined").
+ * A root is a rendezvous, not a funnel (bootstrap_root.c): every rank of
+ * its group connects, presents the secret, its rank and the address of its
+ * ring listener; the root checks that they agree (nranks, every rank once)
+ * and answers each with where the next rank listens, then exits. With
+ * several ids (ncclCommInitRankScalable) the ranks are split into as many
+ * groups, each joining its own id's root. A connection that does not
+ * present the secret, or sends a frame that does not fit, is dropped and
+ * logged; the root keeps waiting for the real ranks. A refused hello that
+ * speaks the protocol is told why first, so that its init fails with the
+ * reason (ncclInvalidUsage: "the unique id's secret does not match",
+ * "nranks=3 ... nranks=2", "rank 1 already joined").
  *
  * When ranks are missing, the root gives up at the earliest deadline of the
  * ranks that joined (or its own HETCCL_CONNECT_TIMEOUT) and tells them which
  * ranks never came; their init returns ncclTimeout with that text ("rank 3
  * of 4 never joined within 5.0 s (HETCCL_CONNECT_TIMEOUT of rank 0)").
  *
- * After that, ranks talk through rank 0 (every rank keeps one connection to
- * rank 0's bootstrap listener): allgather, broadcast and barrier are
- * collective over all ranks of the communicator, blocking, and bounded by
- * the connect timeout and the abort flag. A lost connection is
- * ncclRemoteError naming the rank. Only rank 0 listens, and only until the
- * star is linked: after init no bootstrap port is open.
+ * After that, each rank keeps one TCP link to rank + 1 and one from
+ * rank - 1 (bootstrap.c): the ranks' info, and later allgather, broadcast
+ * and barrier, go round that ring. They are collective over all ranks of
+ * the communicator, blocking, and bounded by the connect timeout and the
+ * abort flag. A lost link is ncclRemoteError naming the rank. Every rank
+ * listens only until rank - 1 has linked: after init no bootstrap port is
+ * open.
  *
  * Threads: a bootstrap handle is used by one thread at a time. */
 #ifndef HETCCL_CORE_BOOTSTRAP_H
@@ -56,10 +60,12 @@ typedef struct hetccl_bootstrap_opts {
   volatile int *abort_flag;  /* non-zero: give up promptly with ncclInternalError */
 } hetccl_bootstrap_opts_t;
 
-/* Join the communicator described by id as `rank` of `nranks`; publish
- * info (info_bytes, the same size on every rank) and receive every rank's
- * info into all_infos (nranks * info_bytes, indexed by rank). */
-ncclResult_t hetccl_bootstrap_init(const ncclUniqueId *id, int rank, int nranks,
+/* Join the communicator described by ids (nids of them, the same list on
+ * every rank: ncclCommInitRankScalable's; else one) as `rank` of `nranks`;
+ * publish info (info_bytes, the same size on every rank) and receive every
+ * rank's info into all_infos (nranks * info_bytes, indexed by rank). The
+ * communicator id and secret are ids[0]'s. */
+ncclResult_t hetccl_bootstrap_init(const ncclUniqueId *ids, int nids, int rank, int nranks,
                                    const void *info, size_t info_bytes, void *all_infos,
                                    const hetccl_bootstrap_opts_t *opts,
                                    hetccl_bootstrap_t **out);
@@ -77,6 +83,10 @@ ncclResult_t hetccl_bootstrap_barrier(hetccl_bootstrap_t *bs);
  * (bootstrap.c, "Spare ports"). */
 ncclResult_t hetccl_bootstrap_recovery_id(hetccl_bootstrap_t *bs, const uint8_t *excluded,
                                           ncclUniqueId *id);
+
+/* Messages and bytes this handle sent and received so far (hellos, links,
+ * ring frames), for the INFO line that tools/scale_measure.py reads. */
+void hetccl_bootstrap_stats(const hetccl_bootstrap_t *bs, uint64_t *msgs, uint64_t *bytes);
 
 /* Close connections and the listener; never blocks on peers. NULL is fine. */
 void hetccl_bootstrap_destroy(hetccl_bootstrap_t *bs);

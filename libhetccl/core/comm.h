@@ -71,6 +71,11 @@ struct ncclComm {
                                     until vcomm arrives */
   ncclComm_t vnone;              /* where a NOCOLOR split's vendor writes its NULL child */
 
+  /* ncclCommInitRankScalable's ids past the first (the first is the one
+   * init is handed), nids - 1 of them, owned; NULL for one id. */
+  ncclUniqueId *boot_ids;
+  int boot_nids;
+
   /* hetccl engine */
   hetccl_bootstrap_t *bs;
   hetccl_engine_t *engine;

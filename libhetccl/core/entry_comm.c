@@ -24,13 +24,25 @@ ncclResult_t hetccl_GetUniqueId(ncclUniqueId *uniqueId) {
 }
 
 /* Shared by every init entry point (newcomm, nranks and rank checked). */
-static ncclResult_t init_rank(ncclComm_t *newcomm, int nranks, const ncclUniqueId *id, int rank,
-                              const ncclConfig_t *config, const char *fn) {
+static ncclResult_t init_rank_ids(ncclComm_t *newcomm, int nranks, const ncclUniqueId *ids,
+                                  int nids, int rank, const ncclConfig_t *config,
+                                  const char *fn) {
+  const ncclUniqueId *id = &ids[0];
   *newcomm = NULL;
-  HETCCL_CHECK(hetccl_bootstrap_id_check(id));
+  for (int i = 0; i < nids; i++) HETCCL_CHECK(hetccl_bootstrap_id_check(&ids[i]));
   ncclComm_t comm = NULL;
   HETCCL_CHECK(hetccl_comm_create(nranks, rank, config, &comm));
   ncclResult_t res;
+  if (nids > 1) { /* the ids past the first wait on the communicator (init.c) */
+    comm->boot_ids = malloc((size_t)(nids - 1) * sizeof(*ids));
+    if (!comm->boot_ids) {
+      WARN("%s: out of memory for %d unique ids", fn, nids);
+      res = ncclSystemError;
+      goto fail;
+    }
+    memcpy(comm->boot_ids, &ids[1], (size_t)(nids - 1) * sizeof(*ids));
+    comm->boot_nids = nids;
+  }
   if (hetccl_group_depth() > 0) {
     /* Several ranks from one thread: they must join concurrently, so the
      * group end runs every deferred init on its communicator's proxy. */
@@ -59,8 +71,14 @@ static ncclResult_t init_rank(ncclComm_t *newcomm, int nranks, const ncclUniqueI
       return ncclSuccess;
     }
   }
+fail:
   hetccl_comm_abort(comm);
   return res;
+}
+
+static ncclResult_t init_rank(ncclComm_t *newcomm, int nranks, const ncclUniqueId *id, int rank,
+                              const ncclConfig_t *config, const char *fn) {
+  return init_rank_ids(newcomm, nranks, id, 1, rank, config, fn);
 }
 
 ncclResult_t hetccl_CommInitRank(ncclComm_t *comm, int nranks, ncclUniqueId commId, int rank) {
@@ -74,9 +92,14 @@ ncclResult_t hetccl_CommInitRankConfig(ncclComm_t *comm, int nranks, ncclUniqueI
 
 ncclResult_t hetccl_CommInitRankScalable(ncclComm_t *newcomm, int nranks, int myrank, int nId,
                                       ncclUniqueId *commIds, ncclConfig_t *config) {
-  /* One root serves every rank here; the ids past the first are accepted
-   * (every rank passes the same list) and their roots time out unused. */
-  return init_rank(newcomm, nranks, &commIds[0], myrank, config, "ncclCommInitRankScalable");
+  /* Each id's root serves one group of ranks (core/bootstrap.h). */
+  if (nId < 1 || nId > nranks || commIds == NULL) {
+    WARN("ncclCommInitRankScalable: nId %d with nranks %d (1 <= nId <= nranks, and commIds "
+         "not NULL)", nId, nranks);
+    return ncclInvalidArgument;
+  }
+  return init_rank_ids(newcomm, nranks, commIds, nId, myrank, config,
+                       "ncclCommInitRankScalable");
 }
 
 ncclResult_t hetccl_CommInitAll(ncclComm_t *comms, int ndev, const int *devlist) {

@@ -204,6 +204,7 @@ void hetccl_comm_release(ncclComm_t comm) {
   hetccl_bootstrap_destroy(comm->bs);
   free(comm->peers);
   free(comm->user_ranks);
+  free(comm->boot_ids);
   pthread_mutex_destroy(&comm->lock);
   free(comm);
 }
@@ -370,6 +371,19 @@ static hetccl_transport_id_t pair_transport(const hetccl_peer_info_t *a,
   return hetccl_knob_int(HETCCL_KNOB_IB_ENABLE) ? HETCCL_TRANSPORT_ib : HETCCL_TRANSPORT_socket;
 }
 
+/* HETCCL_RUNTIME_CONNECT, else NCCL_RUNTIME_CONNECT (the same meaning). */
+static int runtime_connect(void) {
+  return (int)hetccl_knob_int(hetccl_knob_is_set(HETCCL_KNOB_RUNTIME_CONNECT)
+                                  ? HETCCL_KNOB_RUNTIME_CONNECT
+                                  : HETCCL_KNOB_NCCL_RUNTIME_CONNECT);
+}
+
+static hetccl_transport_id_t transport_id_of(const hetccl_transport_t *tp) {
+  for (int t = 0; t < HETCCL_TRANSPORT_COUNT; t++)
+    if (hetccl_transport_get((hetccl_transport_id_t)t) == tp) return (hetccl_transport_id_t)t;
+  return HETCCL_TRANSPORT_COUNT;
+}
+
 static ncclResult_t init_engine(ncclComm_t comm, uint64_t comm_id, uint64_t secret) {
   int n = comm->nranks, me = comm->rank;
   ncclResult_t res = ncclSuccess;
@@ -378,13 +392,14 @@ static ncclResult_t init_engine(ncclComm_t comm, uint64_t comm_id, uint64_t secr
   uint8_t *addrs = calloc((size_t)n * HETCCL_TRANSPORT_COUNT, HETCCL_TRANSPORT_ADDR_BYTES);
   uint8_t *mine = calloc(HETCCL_TRANSPORT_COUNT, HETCCL_TRANSPORT_ADDR_BYTES);
   uint8_t *taddrs = calloc(n, HETCCL_TRANSPORT_ADDR_BYTES);
+  uint8_t *peer_addrs = calloc(n, HETCCL_TRANSPORT_ADDR_BYTES);
   hetccl_peer_locality_t *loc = calloc(n, sizeof(*loc));
   hetccl_ep_t **eps = calloc(n, sizeof(*eps));
   hetccl_ep_t **teps = calloc(n, sizeof(*teps));
   const hetccl_transport_t **tps = calloc(n, sizeof(*tps));
   hetccl_tctx_t *ctx[HETCCL_TRANSPORT_COUNT] = {0};
   int used[HETCCL_TRANSPORT_COUNT] = {0};
-  if (!use || !addrs || !mine || !taddrs || !loc || !eps || !teps || !tps) {
+  if (!use || !addrs || !mine || !taddrs || !peer_addrs || !loc || !eps || !teps || !tps) {
     WARN("engine init: out of memory for %d ranks", n);
     res = ncclSystemError;
     goto out;
@@ -432,10 +447,19 @@ static ncclResult_t init_engine(ncclComm_t comm, uint64_t comm_id, uint64_t secr
   }
   size_t blob = (size_t)HETCCL_TRANSPORT_COUNT * HETCCL_TRANSPORT_ADDR_BYTES;
   HETCCL_CHECK_GOTO(hetccl_bootstrap_allgather(comm->bs, mine, addrs, blob), res, out);
+  /* Connections on first use (p2p/connect.c): a transport that can make
+   * them connects nothing here; the engine keeps each peer's address. */
+  int lazy = runtime_connect();
+  for (int p = 0; p < n; p++)
+    if (tps[p])
+      memcpy(taddrs + (size_t)p * HETCCL_TRANSPORT_ADDR_BYTES,
+             addrs + p * blob + (size_t)transport_id_of(tps[p]) * HETCCL_TRANSPORT_ADDR_BYTES,
+             HETCCL_TRANSPORT_ADDR_BYTES);
+  if (lazy) memcpy(peer_addrs, taddrs, (size_t)n * HETCCL_TRANSPORT_ADDR_BYTES);
   /* Same order on every rank, so no rank waits on a transport its peer has
    * not reached yet. */
   for (int t = 0; t < HETCCL_TRANSPORT_COUNT; t++) {
-    if (!used[t]) continue;
+    if (!used[t] || (lazy && hetccl_transport_get(t)->ep_open)) continue;
     for (int p = 0; p < n; p++)
       memcpy(taddrs + (size_t)p * HETCCL_TRANSPORT_ADDR_BYTES,
              addrs + p * blob + (size_t)t * HETCCL_TRANSPORT_ADDR_BYTES, HETCCL_TRANSPORT_ADDR_BYTES);
@@ -454,7 +478,8 @@ static ncclResult_t init_engine(ncclComm_t comm, uint64_t comm_id, uint64_t secr
       .timeout_ms = (int)hetccl_knob_int(HETCCL_KNOB_TIMEOUT) * 1000, .spin = spin,
       .abort_flag = &comm->abort_flag, .comm_error = &comm->error, .ctxs = ctx,
       .peer_note = &comm->peer_note, .mismatch = &comm->mismatch,
-      .describe_tag = hetccl_comm_tag_describe, .user_ranks = comm->user_ranks};
+      .describe_tag = hetccl_comm_tag_describe, .user_ranks = comm->user_ranks,
+      .peer_addrs = lazy ? peer_addrs : NULL, .localities = loc};
   HETCCL_CHECK_GOTO(hetccl_engine_create(&eargs, &comm->engine), res, out);
   int stages = (int)hetccl_knob_int(HETCCL_KNOB_STAGE_PIECE_HOST);
   for (int p = 0; p < n; p++) stages |= comm->peers[p].stages;
@@ -462,14 +487,16 @@ static ncclResult_t init_engine(ncclComm_t comm, uint64_t comm_id, uint64_t secr
   /* The engine owns endpoints and contexts now. */
   memset(eps, 0, n * sizeof(*eps));
   memset(ctx, 0, sizeof(ctx));
-  INFO(HETCCL_INIT, "rank %d of %d: engine ready (transport %s)", me, n,
-       hetccl_knob_str(HETCCL_KNOB_TRANSPORT));
+  INFO(HETCCL_INIT, "rank %d of %d: engine ready (transport %s, %s)", me, n,
+       hetccl_knob_str(HETCCL_KNOB_TRANSPORT),
+       lazy ? "pairs connect on first use" : "every pair connected at init");
 out:
   for (int p = 0; p < n && eps; p++)
     if (eps[p]) tps[p]->ep_close(eps[p]);
   for (int t = 0; t < HETCCL_TRANSPORT_COUNT; t++)
     if (ctx[t]) hetccl_transport_get(t)->ctx_destroy(ctx[t]);
-  free(use); free(addrs); free(mine); free(taddrs); free(loc); free(eps); free(teps); free(tps);
+  free(use); free(addrs); free(mine); free(taddrs); free(peer_addrs); free(loc); free(eps);
+  free(teps); free(tps);
   return res;
 }
 
@@ -498,8 +525,22 @@ ncclResult_t hetccl_comm_init(ncclComm_t comm, const ncclUniqueId *id) {
   hetccl_bootstrap_opts_t opts = {
       .timeout_ms = (int)hetccl_knob_int(HETCCL_KNOB_CONNECT_TIMEOUT) * 1000,
       .abort_flag = &comm->abort_flag};
-  HETCCL_CHECK(hetccl_bootstrap_init(id, comm->rank, n, &me, sizeof(me), comm->peers, &opts,
-                                     &comm->bs));
+  /* Several ids (ncclCommInitRankScalable): id is the first, the rest
+   * wait on the communicator. */
+  int nids = comm->boot_nids > 1 ? comm->boot_nids : 1;
+  ncclUniqueId *ids = &(ncclUniqueId){{0}};
+  if (nids > 1) {
+    if ((ids = malloc((size_t)nids * sizeof(*ids))) == NULL) {
+      WARN("ncclCommInitRankScalable: out of memory for %d ids", nids);
+      return ncclSystemError;
+    }
+    memcpy(&ids[1], comm->boot_ids, (size_t)(nids - 1) * sizeof(*ids));
+  }
+  ids[0] = *id;
+  ncclResult_t bres = hetccl_bootstrap_init(ids, nids, comm->rank, n, &me, sizeof(me),
+                                            comm->peers, &opts, &comm->bs);
+  if (nids > 1) free(ids);
+  if (bres != ncclSuccess) return bres;
   for (int r = 0; r < n; r++) {
     if (comm->peers[r].rank != r) {
       WARN("bootstrap: table entry %d claims rank %d", r, comm->peers[r].rank);
@@ -530,7 +571,12 @@ ncclResult_t hetccl_comm_init(ncclComm_t comm, const ncclUniqueId *id) {
   }
   HETCCL_CHECK(init_engine(comm, comm->comm_id, hetccl_bootstrap_id_secret(id)));
   HETCCL_CHECK(hetccl_dataplane_setup(comm));
-  return hetccl_hier_setup(comm);
+  HETCCL_CHECK(hetccl_hier_setup(comm));
+  uint64_t msgs, bytes;
+  hetccl_bootstrap_stats(comm->bs, &msgs, &bytes);
+  INFO(HETCCL_BOOTSTRAP, "bootstrap rank %d stats: %llu messages, %llu bytes", comm->rank,
+       (unsigned long long)msgs, (unsigned long long)bytes);
+  return ncclSuccess;
 }
 
 ncclResult_t hetccl_comm_init_job(ncclComm_t comm, void *arg) {

@@ -3,8 +3,8 @@
  * Thread: whichever thread drives the communicator (the API caller for a
  * blocking host call, or the proxy thread); one at a time, so no locks.
  * Never waits without a bound: every loop checks the abort flag and the
- * communicator timeout. */
-#include "p2p/engine.h"
+ * communicator timeout. Peers connected on first use: connect.c. */
+#include "p2p/engine_impl.h"
 
 #include <sched.h>
 #include <stdio.h>
@@ -16,31 +16,7 @@
 #include "util/knobs.h"
 #include "util/log.h"
 
-struct hetccl_engine {
-  int rank, nranks;
-  const int32_t *user_ranks; /* for messages (engine.h) */
-  hetccl_ep_t **eps;
-  const hetccl_transport_t **tp;
-  hetccl_tctx_t *ctxs[HETCCL_TRANSPORT_COUNT];
-  int *active;       /* peers with an endpoint, for the progress sweep */
-  int nactive;
-  uint64_t tag;
-  int pull_ok; /* sends of the current operation: receives copy, they do not consume */
-  int timeout_ms;
-  int spin;
-  volatile int *abort_flag;
-  volatile int *comm_error;
-  hetccl_fail_note_t *peer_note; /* the first note a peer left us (transports write it) */
-  hetccl_tag_mismatch_t *mismatch; /* the first signature mismatch (transports write it) */
-  void (*describe_tag)(uint64_t tag, char *buf, size_t len);
-  hetccl_req_t tok_send, tok_recv; /* the signature ring (hetccl_engine_token_*) */
-  int tok_posted;
-  ncclResult_t failed;
-  void *scratch;
-  size_t scratch_bytes;
-  size_t pipeline_chunk, small_bytes;
-  size_t pull_min; /* hetccl_engine_pull_min */
-};
+
 
 ncclResult_t hetccl_engine_create(const hetccl_engine_args_t *a, hetccl_engine_t **out) {
   hetccl_engine_t *e = calloc(1, sizeof(*e));
@@ -65,10 +41,21 @@ ncclResult_t hetccl_engine_create(const hetccl_engine_args_t *a, hetccl_engine_t
     if (e->eps[p]) e->active[e->nactive++] = p;
   }
   for (int t = 0; t < HETCCL_TRANSPORT_COUNT; t++) e->ctxs[t] = a->ctxs ? a->ctxs[t] : NULL;
-  e->pull_min = e->nactive ? 0 : SIZE_MAX;
-  for (int i = 0; i < e->nactive; i++) {
-    int p = e->active[i];
-    size_t m = e->tp[p]->pull_min ? e->tp[p]->pull_min(e->eps[p]) : SIZE_MAX;
+  e->nconnected = e->nactive;
+  for (int t = 0; t < HETCCL_TRANSPORT_COUNT; t++) e->ctxs[t] = a->ctxs ? a->ctxs[t] : NULL;
+  ncclResult_t res = hetccl_engine_conn_init(e, a);
+  if (res != ncclSuccess) {
+    free(e->eps); free(e->tp); free(e->active); free(e);
+    return res;
+  }
+  /* The same on every rank whenever the knobs are: a peer not connected
+   * yet counts with what its context promises (ctx_pull_min). */
+  e->pull_min = a->nranks > 1 ? 0 : SIZE_MAX;
+  for (int p = 0; p < a->nranks; p++) {
+    if (!e->tp[p]) continue;
+    size_t m = e->eps[p] ? (e->tp[p]->pull_min ? e->tp[p]->pull_min(e->eps[p]) : SIZE_MAX)
+               : hetccl_engine_conn_lazy(e, p) ? e->tp[p]->ctx_pull_min(e->ctxs[hetccl_engine_tid(e, p)])
+                                               : SIZE_MAX;
     if (m > e->pull_min) e->pull_min = m;
   }
   e->timeout_ms = a->timeout_ms;
@@ -91,6 +78,7 @@ void hetccl_engine_destroy(hetccl_engine_t *e) {
     if (e->eps[p]) e->tp[p]->ep_close(e->eps[p]);
   for (int t = 0; t < HETCCL_TRANSPORT_COUNT; t++)
     if (e->ctxs[t]) hetccl_transport_get((hetccl_transport_id_t)t)->ctx_destroy(e->ctxs[t]);
+  hetccl_engine_conn_free(e);
   free(e->eps);
   free(e->tp);
   free(e->active);
@@ -103,6 +91,7 @@ int hetccl_engine_nranks(const hetccl_engine_t *e) { return e->nranks; }
 size_t hetccl_engine_pipeline_chunk(const hetccl_engine_t *e) { return e->pipeline_chunk; }
 size_t hetccl_engine_small_bytes(const hetccl_engine_t *e) { return e->small_bytes; }
 size_t hetccl_engine_pull_min(const hetccl_engine_t *e) { return e->pull_min; }
+int hetccl_engine_connected(const hetccl_engine_t *e) { return e->nconnected; }
 void hetccl_engine_set_tag(hetccl_engine_t *e, uint64_t tag) { e->tag = tag; }
 
 void hetccl_engine_set_pull_ok(hetccl_engine_t *e, int pull_ok) { e->pull_ok = pull_ok; }
@@ -134,6 +123,7 @@ static ncclResult_t engine_fail_text(hetccl_engine_t *e, ncclResult_t res, ncclR
     e->eps[p] = NULL;
   }
   e->nactive = 0;
+  hetccl_engine_conn_fail(e, &note);
   return res;
 }
 
@@ -174,8 +164,16 @@ static ncclResult_t engine_fail_call(hetccl_engine_t *e, ncclResult_t res) {
   return engine_fail(e, res);
 }
 
-static ncclResult_t peer_check(hetccl_engine_t *e, int peer, const char *what) {
+/* *queue = 1: the peer's endpoint is not ready (connections on first use):
+ * the request waits in the engine. */
+static ncclResult_t peer_check(hetccl_engine_t *e, int peer, const char *what, int *queue) {
+  *queue = 0;
   if (e->failed != ncclSuccess) return e->failed;
+  if (peer >= 0 && peer < e->nranks && hetccl_engine_conn_lazy(e, peer) &&
+      e->peers[peer].state != HETCCL_PEER_READY) {
+    *queue = 1;
+    return ncclSuccess;
+  }
   if (peer < 0 || peer >= e->nranks || !e->eps[peer]) {
     /* Out of range is an algorithm's bug, and names no rank to look up. */
     int named = peer < 0 || peer >= e->nranks ? peer : user_rank(e, peer);
@@ -188,27 +186,31 @@ static ncclResult_t peer_check(hetccl_engine_t *e, int peer, const char *what) {
 
 ncclResult_t hetccl_engine_isend(hetccl_engine_t *e, int peer, const void *buf, size_t bytes,
                                  hetccl_req_t *req) {
-  HETCCL_CHECK(peer_check(e, peer, "send to"));
+  int queue;
+  HETCCL_CHECK(peer_check(e, peer, "send to", &queue));
   memset(req, 0, sizeof(*req));
   req->buf = (void *)buf;
   req->bytes = bytes;
   req->tag = e->tag;
   req->pull_ok = e->pull_ok;
-  ncclResult_t res = e->tp[peer]->isend(e->eps[peer], req);
+  ncclResult_t res = queue ? hetccl_engine_conn_queue(e, peer, req, 1)
+                           : e->tp[peer]->isend(e->eps[peer], req);
   return res == ncclSuccess ? res : engine_fail_call(e, res);
 }
 
 ncclResult_t hetccl_engine_irecv(hetccl_engine_t *e, int peer, void *buf, size_t bytes,
                                  hetccl_consume_fn consume, void *consume_ctx,
                                  hetccl_req_t *req) {
-  HETCCL_CHECK(peer_check(e, peer, "receive from"));
+  int queue;
+  HETCCL_CHECK(peer_check(e, peer, "receive from", &queue));
   memset(req, 0, sizeof(*req));
   req->buf = buf;
   req->bytes = bytes;
   req->tag = e->tag;
   req->consume = consume;
   req->consume_ctx = consume_ctx;
-  ncclResult_t res = e->tp[peer]->irecv(e->eps[peer], req);
+  ncclResult_t res = queue ? hetccl_engine_conn_queue(e, peer, req, 0)
+                           : e->tp[peer]->irecv(e->eps[peer], req);
   return res == ncclSuccess ? res : engine_fail_call(e, res);
 }
 
@@ -222,6 +224,7 @@ static int64_t now_ms(void) {
  * ones a peer needs moved before it can serve ours. */
 static ncclResult_t progress_all(hetccl_engine_t *e, int *idle_out) {
   int idle_all = 1;
+  if (e->nconnecting) HETCCL_CHECK(hetccl_engine_conn_progress(e, &idle_all));
   for (int i = 0; i < e->nactive; i++) {
     int p = e->active[i], idle = 1;
     ncclResult_t res = e->tp[p]->progress(e->eps[p], &idle);

@@ -81,6 +81,14 @@ typedef struct hetccl_engine_args {
   /* Reads a message signature back for the mismatch message ("AllReduce(
    * float, sum, count 4096, operation #3)"); the owner knows the layout. */
   void (*describe_tag)(uint64_t tag, char *buf, size_t len);
+  /* Connections on first use (p2p/connect.c): a peer with a NULL endpoint
+   * whose transport has ep_open is connected when an operation first
+   * sends to it or receives from it. peer_addrs: nranks blobs of
+   * HETCCL_TRANSPORT_ADDR_BYTES, what each peer published for its
+   * transport; localities: nranks entries. Both copied; NULL when every
+   * peer is connected already. */
+  const uint8_t *peer_addrs;
+  const hetccl_peer_locality_t *localities;
 } hetccl_engine_args_t;
 
 /* Takes ownership of eps and ctxs (destroy closes every endpoint, then the
@@ -102,6 +110,9 @@ void hetccl_engine_set_pull_ok(hetccl_engine_t *e, int pull_ok);
  * would (connections closed, each peer left a note with `why`): a sibling
  * communicator failed (core/hier.c). On the thread that drives it. */
 ncclResult_t hetccl_engine_fail(hetccl_engine_t *e, ncclResult_t res, const char *why);
+
+/* Peers with a ready endpoint (connected at init or on first use). */
+int hetccl_engine_connected(const hetccl_engine_t *e);
 
 /* Tuning read from knobs at engine creation. */
 size_t hetccl_engine_pipeline_chunk(const hetccl_engine_t *e);

@@ -168,6 +168,41 @@ typedef void (*hetccl_transport_ep_fail_fn)(hetccl_ep_t *ep, const hetccl_fail_n
  * connected. Optional: a transport without it never pulls. */
 typedef size_t (*hetccl_transport_pull_min_fn)(const hetccl_ep_t *ep);
 
+/* --- connections on first use (optional; docs/scale.md) -------------------
+ *
+ * A transport with these slots can connect one pair at a time, when the
+ * engine first needs it, instead of every pair in `connect` at init. Both
+ * ends call ep_open for each other (the engine does, when an operation
+ * first names the peer), and only then does the pair become ready: the
+ * lower rank initiates, the higher rank takes what arrives (ctx_poll), so
+ * the two agree without a third party. Nothing here blocks on the peer. A
+ * context that serves lazy endpoints keeps its listener (if any) open until
+ * it is destroyed. */
+
+/* Start connecting to peer (addr: what it published; loc: its locality).
+ * Never waits on the peer; *ep exists from now on and is closed with
+ * ep_close / ep_fail like any other. */
+typedef ncclResult_t (*hetccl_transport_ep_open_fn)(hetccl_tctx_t *ctx, int peer,
+                                                    const uint8_t *addr,
+                                                    const hetccl_peer_locality_t *loc,
+                                                    hetccl_ep_t **ep);
+/* Advance the connection without blocking; *ready = 1 once isend/irecv
+ * may be used. An error names the peer (it is gone, or it left a failure
+ * note: hetccl_fail_note_received). */
+typedef ncclResult_t (*hetccl_transport_ep_ready_fn)(hetccl_ep_t *ep, int *ready);
+/* Take what arrived for the context (connections from lower ranks) and
+ * hand it to their endpoints, opened or not yet. Never blocks. After
+ * ctx_fail, answers every arrival with the note instead. */
+typedef ncclResult_t (*hetccl_transport_ctx_poll_fn)(hetccl_tctx_t *ctx);
+/* This rank failed: leave `why` where peers that were never connected
+ * will find it if they come (best effort, never blocking), and answer
+ * arrivals with it from now on (ctx_poll, ctx_destroy). */
+typedef void (*hetccl_transport_ctx_fail_fn)(hetccl_tctx_t *ctx, const hetccl_fail_note_t *why);
+/* What pull_min will say for an endpoint of this context once connected,
+ * when the peer agrees (the engine needs it before any connection, and
+ * every rank must choose the same algorithms). */
+typedef size_t (*hetccl_transport_ctx_pull_min_fn)(const hetccl_tctx_t *ctx);
+
 typedef struct hetccl_transport {
   const char *name;
   hetccl_transport_can_connect_fn can_connect;
@@ -180,6 +215,12 @@ typedef struct hetccl_transport {
   hetccl_transport_ctx_destroy_fn ctx_destroy;
   hetccl_transport_ep_fail_fn ep_fail;   /* optional */
   hetccl_transport_pull_min_fn pull_min; /* optional */
+  /* connections on first use: all five, or none */
+  hetccl_transport_ep_open_fn ep_open;
+  hetccl_transport_ep_ready_fn ep_ready;
+  hetccl_transport_ctx_poll_fn ctx_poll;
+  hetccl_transport_ctx_fail_fn ctx_fail;
+  hetccl_transport_ctx_pull_min_fn ctx_pull_min;
 } hetccl_transport_t;
 
 /* name, table symbol. Order is preference order under HETCCL_TRANSPORT=auto. */
@@ -246,7 +287,8 @@ typedef struct hetccl_hello {
 hetccl_hello_t hetccl_hello_make(uint64_t magic, const hetccl_transport_args_t *args);
 /* Why a listener drops a connection that opens with h, or NULL if it may
  * join: another transport's or nobody's handshake, another communicator, or
- * a rank that does not connect here (only lower ranks p with use[p] set). */
+ * a rank that does not connect here (only lower ranks p with use[p] set;
+ * use NULL: any lower rank). */
 const char *hetccl_hello_refusal(const hetccl_hello_t *h, uint64_t magic,
                                  const hetccl_transport_args_t *args, const uint8_t *use);
 

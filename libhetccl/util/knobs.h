@@ -48,6 +48,10 @@
     "seconds a wait on a peer may last before the communicator fails with ncclTimeout") \
   X(CONNECT_TIMEOUT, "HETCCL_CONNECT_TIMEOUT", INT, "60", 1, 86400,            \
     "seconds for bootstrap and transport connection set-up")                   \
+  X(RUNTIME_CONNECT, "HETCCL_RUNTIME_CONNECT", INT, "1", 0, 1,                \
+    "1: connect a pair of ranks when an operation first needs it (ring neighbours for a ring, every peer only for all-to-all); 0: connect every pair at init (default: NCCL_RUNTIME_CONNECT, else 1)") \
+  X(NCCL_RUNTIME_CONNECT, "NCCL_RUNTIME_CONNECT", INT, "1", 0, 1,              \
+    "NCCL's, honoured when HETCCL_RUNTIME_CONNECT is unset")                  \
   X(TRANSPORT, "HETCCL_TRANSPORT", ENUM("auto|shm|socket|ib"), "auto", 0, 0,   \
     "transport between two host-engine peers; auto: shm on one host, else socket (ib instead of socket with HETCCL_IB_ENABLE=1)") \
   X(SHM_CHUNK, "HETCCL_SHM_CHUNK", INT, "512K", 64, 1073741824,                \

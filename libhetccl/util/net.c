@@ -449,6 +449,37 @@ ncclResult_t hetccl_net_connect(const hetccl_sockaddr_t *addr, int64_t deadline,
   }
 }
 
+ncclResult_t hetccl_net_connect_live(const hetccl_sockaddr_t *addr, int64_t deadline,
+                                     volatile int *abort_flag, const char *what, int *out) {
+  char s[HETCCL_NET_ADDR_STRLEN];
+  int fd = socket(addr->sa.sa_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (fd < 0) {
+    if (what) WARN("%s: socket() to connect to %s: %s", what,
+                   hetccl_net_addr_str(addr, s, sizeof(s)), strerror(errno));
+    return ncclSystemError;
+  }
+  int err = connect_once(addr, deadline, abort_flag, fd);
+  if (err == 0) {
+    ncclResult_t res = hetccl_net_set_nodelay(fd);
+    if (res != ncclSuccess) {
+      close(fd);
+      return res;
+    }
+    *out = fd;
+    return ncclSuccess;
+  }
+  close(fd);
+  if (err == ECANCELED) {
+    if (what) WARN("%s: connect to %s aborted", what, hetccl_net_addr_str(addr, s, sizeof(s)));
+    return ncclInternalError;
+  }
+  if (what) WARN("%s: connect to %s: %s%s", what, hetccl_net_addr_str(addr, s, sizeof(s)),
+                 strerror(err), err == ECONNREFUSED ? " (nothing listens there any more: the "
+                 "process is gone)" : "");
+  return err == ECONNREFUSED || err == ECONNRESET ? ncclRemoteError
+         : err == ETIMEDOUT ? ncclTimeout : ncclSystemError;
+}
+
 /* Errors accept(2) reports for one pending connection that went bad before
  * we took it (accept(2), Linux notes): that connection is gone, the listener
  * is fine, so the next one is tried. A peer must not be able to break a

@@ -92,6 +92,11 @@ ncclResult_t hetccl_net_bind(hetccl_sockaddr_t *addr, int *fd);
  * deadline. *fd is nonblocking with TCP_NODELAY. */
 ncclResult_t hetccl_net_connect(const hetccl_sockaddr_t *addr, int64_t deadline_ms,
                                 volatile int *abort_flag, const char *what, int *fd);
+/* Like hetccl_net_connect, for a listener known to be up (published
+ * before): one attempt, and a refusal is the peer's end, ncclRemoteError
+ * ("nothing listens there any more"), not a reason to retry. */
+ncclResult_t hetccl_net_connect_live(const hetccl_sockaddr_t *addr, int64_t deadline_ms,
+                                     volatile int *abort_flag, const char *what, int *fd);
 
 /* Accept one connection on the listener lfd (nonblocking, TCP_NODELAY). */
 ncclResult_t hetccl_net_accept(int lfd, int64_t deadline_ms, volatile int *abort_flag,

@@ -29,7 +29,8 @@ const char *hetccl_hello_refusal(const hetccl_hello_t *h, uint64_t magic,
                                  const hetccl_transport_args_t *args, const uint8_t *use) {
   if (h->magic != magic) return "not a hetccl handshake of this transport";
   if (h->comm_id != args->comm_id || h->secret != args->secret) return "another communicator";
-  if (h->nranks != args->nranks || h->rank < 0 || h->rank >= args->rank || !use[h->rank])
+  if (h->nranks != args->nranks || h->rank < 0 || h->rank >= args->rank ||
+      (use && !use[h->rank]))
     return "a rank that should not connect here";
   return NULL;
 }

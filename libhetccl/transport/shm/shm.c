@@ -22,6 +22,16 @@
  * ctx_create on the host removes the segments whose creator, in our pid
  * namespace, no longer runs (seg_sweep_stale).
  *
+ * Connections on first use (transport.h; the default). ep_open does what
+ * connect does for one peer (reserve and map our ring for it, map its ring
+ * for us, mark it attached, probe CMA) and never waits: ep_ready says the
+ * pair is ready once the peer did the same on its side. The segment keeps
+ * its name until the context is destroyed (a peer may come at any time),
+ * and its descriptor stays open to reserve rings. A rank that fails
+ * (ctx_fail) writes its note into the control page of every ring of its
+ * segment, so that a peer that maps one later, never connected before,
+ * reads why.
+ *
  * Single copy (CMA). In connect every receiver tries process_vm_readv on a
  * known word of each sender (the probe); the outcome, ANDed with its
  * HETCCL_SHM_CMA, goes into the ring's cma_ok, and a sender with its own
@@ -75,6 +85,7 @@ struct hetccl_tctx {
   char name[SHM_NAME_MAX];
   uint32_t slots;
   size_t chunk, stride, ring_bytes, hdr_bytes, seg_bytes;
+  int cma_knob;     /* HETCCL_SHM_CMA resolved (shm_connect) */
 };
 
 int64_t hetccl_shm_now_ns(void) {
@@ -219,6 +230,13 @@ static ncclResult_t shm_ctx_create(const hetccl_transport_args_t *args, hetccl_t
   c->fd = -1;
   c->args = *args;
   c->rank_user = hetccl_user_rank(args->user_ranks, args->rank);
+  /* Measured with tools/bench_cpu.py on 2 cores: with a CPU per rank the
+   * ring's two copies (one each side, the slot staying in cache) run as
+   * fast as one process_vm_readv; with more ranks than CPUs the copies
+   * themselves are the bottleneck, and one copy beats two. Every rank of
+   * this host has the same answer, so both sides of a pair agree. */
+  c->cma_knob = hetccl_knob_is_set(HETCCL_KNOB_SHM_CMA) ? (int)hetccl_knob_int(HETCCL_KNOB_SHM_CMA)
+                                                        : args->oversubscribed;
   size_t page = (size_t)sysconf(_SC_PAGESIZE);
   c->chunk = (size_t)hetccl_knob_int(HETCCL_KNOB_SHM_CHUNK) & ~(size_t)63;
   if (c->chunk < 64) c->chunk = 64;
@@ -422,6 +440,7 @@ static ncclResult_t ep_create(hetccl_tctx_t *c, int p, const uint8_t *addr,
   ep->peer_user = hetccl_user_rank(c->args.user_ranks, p);
   ep->peer_pid = loc->pid;
   ep->cma_min = SIZE_MAX;
+  ep->cma_want = cma_knob;
 
   size_t off = c->hdr_bytes + ring_index(c->args.rank, p) * c->ring_bytes;
   HETCCL_CHECK_GOTO(seg_reserve(c->fd, c->name, off, c->ring_bytes), res, fail);
@@ -483,14 +502,7 @@ static ncclResult_t connect_wait(hetccl_tctx_t *c, const uint8_t *use, hetccl_ep
 static ncclResult_t shm_connect(hetccl_tctx_t *c, const uint8_t *use, const uint8_t *addrs,
                                 const hetccl_peer_locality_t *localities, hetccl_ep_t **eps) {
   ncclResult_t res = ncclSuccess;
-  /* Measured with tools/bench_cpu.py on 2 cores: with a CPU per rank the
-   * ring's two copies (one each side, the slot staying in cache) run as
-   * fast as one process_vm_readv; with more ranks than CPUs the copies
-   * themselves are the bottleneck, and one copy beats two. Every rank of
-   * this host has the same answer, so both sides of a pair agree. */
-  int cma_knob = hetccl_knob_is_set(HETCCL_KNOB_SHM_CMA)
-                     ? (int)hetccl_knob_int(HETCCL_KNOB_SHM_CMA)
-                     : c->args.oversubscribed;
+  int cma_knob = c->cma_knob;
   hetccl_ep_t **mine = calloc((size_t)c->args.nranks, sizeof(*mine));
   if (!mine) {
     WARN("shm: out of memory connecting %d ranks", c->args.nranks);
@@ -527,6 +539,75 @@ fail:
 
 static size_t shm_pull_min(const hetccl_ep_t *ep) { return ep->cma_min; }
 
+/* --- connections on first use --------------------------------------------- */
+
+static ncclResult_t shm_ep_open(hetccl_tctx_t *c, int peer, const uint8_t *addr,
+                                const hetccl_peer_locality_t *loc, hetccl_ep_t **out) {
+  if (c->fd < 0) {
+    WARN("shm: rank %d: the segment was closed; cannot connect rank %d", c->rank_user,
+         hetccl_user_rank(c->args.user_ranks, peer));
+    return ncclInternalError;
+  }
+  return ep_create(c, peer, addr, loc, c->cma_knob, out);
+}
+
+/* The peer closed or failed before the pair was ready: say so. */
+static ncclResult_t ep_gone_early(hetccl_ep_t *ep) {
+  uint32_t peer_rx = atomic_load_explicit(&ep->tx.ctrl->rx_closed, memory_order_acquire);
+  uint32_t peer_tx = atomic_load_explicit(&ep->rx.ctrl->tx_closed, memory_order_acquire);
+  if (peer_rx == SHM_FAILED)
+    return hetccl_fail_note_received(&ep->tx.ctrl->rx_note, "shm", ep->peer, &ep->args);
+  if (peer_tx == SHM_FAILED)
+    return hetccl_fail_note_received(&ep->rx.ctrl->tx_note, "shm", ep->peer, &ep->args);
+  if (peer_rx || peer_tx) {
+    WARN("shm: rank %d (pid %d) closed its end before connecting to rank %d", ep->peer_user,
+         ep->peer_pid, hetccl_user_rank(ep->args.user_ranks, ep->args.rank));
+    return ncclRemoteError;
+  }
+  return ncclSuccess;
+}
+
+static ncclResult_t shm_ep_ready(hetccl_ep_t *ep, int *ready) {
+  *ready = 0;
+  if (ep->failed) return ep->failed;
+  if (atomic_load_explicit(&ep->rx.ctrl->attached, memory_order_acquire) &&
+      atomic_load_explicit(&ep->tx.ctrl->rx_ready, memory_order_acquire)) {
+    if (ep->cma_want && atomic_load_explicit(&ep->tx.ctrl->cma_ok, memory_order_relaxed))
+      ep->cma_min = ep->tx.chunk / 2;
+    *ready = 1;
+    return ncclSuccess;
+  }
+  ncclResult_t res = ep_gone_early(ep);
+  if (res != ncclSuccess) ep->failed = res;
+  return res;
+}
+
+static ncclResult_t shm_ctx_poll(hetccl_tctx_t *c) {
+  (void)c; /* peers come by mapping our segment: nothing to take */
+  return ncclSuccess;
+}
+
+static void shm_ctx_fail(hetccl_tctx_t *c, const hetccl_fail_note_t *why) {
+  if (c == NULL || why == NULL || c->fd < 0) return;
+  size_t page = (size_t)sysconf(_SC_PAGESIZE);
+  for (int p = 0; p < c->args.nranks; p++) {
+    if (p == c->args.rank) continue;
+    size_t off = c->hdr_bytes + ring_index(c->args.rank, p) * c->ring_bytes;
+    void *m = mmap(NULL, page, PROT_READ | PROT_WRITE, MAP_SHARED, c->fd, (off_t)off);
+    if (m == MAP_FAILED) continue; /* best effort */
+    shm_ring_ctrl_t *ctrl = m;
+    if (atomic_load_explicit(&ctrl->rx_closed, memory_order_acquire) == SHM_OPEN) {
+      ctrl->rx_note = *why;
+      atomic_store_explicit(&ctrl->rx_closed, SHM_FAILED, memory_order_release);
+    }
+    munmap(m, page);
+  }
+}
+
+static size_t shm_ctx_pull_min(const hetccl_tctx_t *c) {
+  return c->cma_knob ? c->chunk / 2 : SIZE_MAX;
+}
+
 const hetccl_transport_t hetccl_transport_shm = {
     .name = "shm",
     .can_connect = shm_can_connect,
@@ -539,4 +620,9 @@ const hetccl_transport_t hetccl_transport_shm = {
     .ep_fail = shm_ep_fail,
     .pull_min = shm_pull_min,
     .ctx_destroy = shm_ctx_destroy,
+    .ep_open = shm_ep_open,
+    .ep_ready = shm_ep_ready,
+    .ctx_poll = shm_ctx_poll,
+    .ctx_fail = shm_ctx_fail,
+    .ctx_pull_min = shm_ctx_pull_min,
 };

@@ -109,6 +109,7 @@ struct hetccl_ep {
   uint64_t tx_tail, tx_head;     /* tx_head: last value read from ctrl->head */
   uint64_t tx_seq;
   size_t cma_min;                /* messages above this go by CMA; SIZE_MAX = never */
+  int cma_want;                  /* our HETCCL_SHM_CMA, resolved */
   shm_req_queue_t sq;
   hetccl_req_t *sq_place;        /* first send not yet fully in the ring */
 

@@ -12,6 +12,18 @@
  * anything that does not present this communicator's id and secret, and
  * then closes its listener: after connect no port of the context is open.
  *
+ * Connections on first use (transport.h; the default). The listener stays
+ * open until every lower rank has connected (or the context goes). ep_open on the lower rank makes the
+ * pair's nstreams + 1 connections at once (a refused connect is the peer's
+ * end) and sends each its handshake: the endpoint is ready, since whatever
+ * it sends waits in the streams behind the handshakes. On the higher rank
+ * the endpoint is ready once its connections have arrived: ctx_poll takes
+ * them through the inbox (base/inbox.h), reading exactly the handshake, and
+ * parks each fd under (peer, stream) until that peer's endpoint collects
+ * it, whether or not it was opened yet. After ctx_fail, an arriving note
+ * line gets the note and every arrival is closed: a lower rank that comes
+ * to a failed one learns why, as if they had been connected.
+ *
  * Wire format of one message (per direction, FIFO): the payload is cut in
  * pieces of `chunk` bytes (HETCCL_SOCKET_CHUNK, a multiple of 64); piece i
  * travels on stream i % nstreams, and every stream carries its pieces in
@@ -43,6 +55,7 @@
 #include <sys/socket.h>
 #include <sys/uio.h>
 
+#include "transport/base/inbox.h"
 #include "transport/transport.h"
 #include "util/check.h"
 #include "util/knobs.h"
@@ -106,6 +119,7 @@ struct hetccl_ep {
   hetccl_req_t *rhead, *rtail;
   uint64_t sseq, rseq;
   ncclResult_t err; /* sticky */
+  int ready;        /* connections on first use: every stream is in place */
 };
 
 struct hetccl_tctx {
@@ -119,6 +133,12 @@ struct hetccl_tctx {
   const uint8_t *use;
   hetccl_ep_t **eps;
   int accepted, expected;
+  /* connections on first use */
+  hetccl_inbox_t *inbox;  /* made by the first ctx_poll */
+  int *parked;            /* nranks x (nstreams + 1) fds from lower ranks, -1: none */
+  int lower_in;           /* lower ranks whose every connection arrived */
+  int failed;             /* ctx_fail: arrivals get `note` */
+  hetccl_fail_note_t note;
 };
 
 static req_priv_t *priv_of(hetccl_req_t *r) { return (req_priv_t *)r->priv; }
@@ -434,15 +454,24 @@ static void sock_ep_fail(hetccl_ep_t *ep, const hetccl_fail_note_t *why) {
   sock_ep_close(ep);
 }
 
+static ncclResult_t sock_ctx_poll(hetccl_tctx_t *ctx);
+
 static void sock_ctx_destroy(hetccl_tctx_t *ctx) {
   if (ctx == NULL) return;
+  if (ctx->failed) (void)sock_ctx_poll(ctx); /* the last who came learn why */
+  hetccl_inbox_destroy(ctx->inbox);
+  if (ctx->parked)
+    for (int i = 0; i < ctx->args.nranks * (ctx->nstreams + 1); i++)
+      hetccl_net_close(&ctx->parked[i]);
+  free(ctx->parked);
   hetccl_net_close(&ctx->lfd);
   free(ctx);
 }
 
-static ncclResult_t ep_new(hetccl_tctx_t *ctx, int peer, const uint8_t *addrs, hetccl_ep_t **out) {
+static ncclResult_t ep_new_at(hetccl_tctx_t *ctx, int peer, const uint8_t *blob,
+                              hetccl_ep_t **out) {
   addr_blob_t b;
-  memcpy(&b, addrs + (size_t)peer * HETCCL_TRANSPORT_ADDR_BYTES, sizeof(b));
+  memcpy(&b, blob, sizeof(b));
   int peer_user = hetccl_user_rank(ctx->args.user_ranks, peer);
   hetccl_ep_t *ep = calloc(1, sizeof(*ep));
   if (ep == NULL || (ep->st = calloc(ctx->nstreams, sizeof(sock_stream_t))) == NULL) {
@@ -469,6 +498,10 @@ static ncclResult_t ep_new(hetccl_tctx_t *ctx, int peer, const uint8_t *addrs, h
   }
   *out = ep;
   return ncclSuccess;
+}
+
+static ncclResult_t ep_new(hetccl_tctx_t *ctx, int peer, const uint8_t *addrs, hetccl_ep_t **out) {
+  return ep_new_at(ctx, peer, addrs + (size_t)peer * HETCCL_TRANSPORT_ADDR_BYTES, out);
 }
 
 static void stream_setup(int fd) {
@@ -532,14 +565,17 @@ static int hs_done(void *arg) {
   return ctx->accepted == ctx->expected;
 }
 
-static ncclResult_t connect_peer(hetccl_tctx_t *ctx, hetccl_ep_t *ep, int64_t deadline) {
+static ncclResult_t connect_peer(hetccl_tctx_t *ctx, hetccl_ep_t *ep, int64_t deadline, int live) {
   char a[HETCCL_NET_ADDR_STRLEN], what[160];
   snprintf(what, sizeof(what), "socket rank %d: connection to rank %d (%s)",
            ctx->rank_user, ep->peer_user,
            ep_addr(ep, a, sizeof(a)));
   for (int s = 0; s <= ep->nstreams; s++) { /* the data streams, then the note line */
     int *fd = stream_fd(ep, s);
-    HETCCL_CHECK(hetccl_net_connect(&ep->paddr, deadline, ctx->args.abort_flag, what, fd));
+    if (live)
+      HETCCL_CHECK(hetccl_net_connect_live(&ep->paddr, deadline, ctx->args.abort_flag, what, fd));
+    else
+      HETCCL_CHECK(hetccl_net_connect(&ep->paddr, deadline, ctx->args.abort_flag, what, fd));
     if (s < ep->nstreams) stream_setup(*fd);
     handshake_t h = {.id = hetccl_hello_make(SOCK_HS_MAGIC, &ctx->args), .stream = s,
                      .nstreams = ep->nstreams};
@@ -560,7 +596,7 @@ static ncclResult_t sock_connect(hetccl_tctx_t *ctx, const uint8_t *use, const u
   /* Lower rank connects: the listener exists since ctx_create, so no
    * ordering between ranks is needed. */
   for (int p = me + 1; p < n; p++)
-    if (eps[p]) HETCCL_CHECK_GOTO(connect_peer(ctx, eps[p], deadline), res, fail);
+    if (eps[p]) HETCCL_CHECK_GOTO(connect_peer(ctx, eps[p], deadline, 0), res, fail);
   ctx->use = use;
   ctx->eps = eps;
   ctx->accepted = 0;
@@ -596,6 +632,114 @@ fail:
   return res;
 }
 
+/* ---- connections on first use -------------------------------------------- */
+
+static int *parked_fd(hetccl_tctx_t *ctx, int peer, int stream) {
+  return &ctx->parked[(size_t)peer * (ctx->nstreams + 1) + stream];
+}
+
+static int lazy_take(void *arg, int fd, const void *hdr, const hetccl_sockaddr_t *from) {
+  hetccl_tctx_t *ctx = arg;
+  handshake_t h;
+  char a[HETCCL_NET_ADDR_STRLEN];
+  memcpy(&h, hdr, sizeof(h));
+  const char *why = hetccl_hello_refusal(&h.id, SOCK_HS_MAGIC, &ctx->args, NULL);
+  if (!why && (h.nstreams != ctx->nstreams || h.stream < 0 || h.stream > ctx->nstreams))
+    why = "a different HETCCL_SOCKET_NSTREAMS";
+  if (!why && *parked_fd(ctx, h.id.rank, h.stream) >= 0) why = "duplicate stream";
+  if (why) {
+    INFO(HETCCL_NET, "socket rank %d: dropping connection from %s: %s", ctx->rank_user,
+         hetccl_net_addr_str(from, a, sizeof(a)), why);
+    return 0;
+  }
+  if (ctx->failed) { /* a rank that never connected to us comes: tell it why */
+    if (h.stream == ctx->nstreams)
+      hetccl_note_line_send(fd, &ctx->note, "socket",
+                            hetccl_user_rank(ctx->args.user_ranks, h.id.rank));
+    return 0;
+  }
+  if (h.stream < ctx->nstreams) stream_setup(fd);
+  *parked_fd(ctx, h.id.rank, h.stream) = fd;
+  return 1;
+}
+
+static ncclResult_t sock_ctx_poll(hetccl_tctx_t *ctx) {
+  if (ctx->lfd < 0) return ncclSuccess;
+  if (ctx->parked == NULL) {
+    size_t n = (size_t)ctx->args.nranks * (ctx->nstreams + 1);
+    if ((ctx->parked = malloc(n * sizeof(int))) == NULL) {
+      WARN("socket: out of memory for %zu connection slots (rank %d)", n, ctx->rank_user);
+      return ncclSystemError;
+    }
+    for (size_t i = 0; i < n; i++) ctx->parked[i] = -1;
+  }
+  if (ctx->inbox == NULL &&
+      (ctx->inbox = hetccl_inbox_create(ctx->lfd, sizeof(handshake_t))) == NULL)
+    return ncclSystemError;
+  return hetccl_inbox_poll(ctx->inbox, lazy_take, ctx);
+}
+
+static ncclResult_t sock_ep_open(hetccl_tctx_t *ctx, int peer, const uint8_t *addr,
+                                 const hetccl_peer_locality_t *loc, hetccl_ep_t **out) {
+  (void)loc;
+  hetccl_ep_t *ep = NULL;
+  HETCCL_CHECK(ep_new_at(ctx, peer, addr, &ep));
+  if (peer > ctx->args.rank) { /* ours to make: ready once made */
+    ncclResult_t res = connect_peer(ctx, ep, hetccl_net_deadline(ctx->args.timeout_ms), 1);
+    if (res != ncclSuccess) {
+      sock_ep_close(ep);
+      return res;
+    }
+    ep->ready = 1;
+  }
+  *out = ep;
+  return ncclSuccess;
+}
+
+static ncclResult_t sock_ep_ready(hetccl_ep_t *ep, int *ready) {
+  hetccl_tctx_t *ctx = ep->ctx;
+  if (!ep->ready) {
+    HETCCL_CHECK(sock_ctx_poll(ctx));
+    int have = 0;
+    for (int s = 0; s <= ep->nstreams; s++) {
+      int *slot = stream_fd(ep, s), *park = parked_fd(ctx, ep->peer, s);
+      if (*slot < 0 && *park >= 0) {
+        *slot = *park;
+        *park = -1;
+      }
+      have += *slot >= 0;
+    }
+    ep->ready = have == ep->nstreams + 1;
+    /* Every lower rank is in: nobody else may come, so the port closes
+     * (an all-to-all ends with no socket port of the context open). */
+    if (ep->ready && ++ctx->lower_in == ctx->args.rank && !ctx->failed) {
+      hetccl_inbox_destroy(ctx->inbox);
+      ctx->inbox = NULL;
+      hetccl_net_close(&ctx->lfd);
+    }
+  }
+  *ready = ep->ready;
+  return ncclSuccess;
+}
+
+static void sock_ctx_fail(hetccl_tctx_t *ctx, const hetccl_fail_note_t *why) {
+  if (ctx == NULL || why == NULL || ctx->failed) return;
+  ctx->failed = 1;
+  ctx->note = *why;
+  if (ctx->parked) /* connections of peers we never served: they hear why */
+    for (int p = 0; p < ctx->args.nranks; p++) {
+      hetccl_note_line_send(*parked_fd(ctx, p, ctx->nstreams), why, "socket",
+                            hetccl_user_rank(ctx->args.user_ranks, p));
+      for (int s = 0; s <= ctx->nstreams; s++) hetccl_net_close(parked_fd(ctx, p, s));
+    }
+  (void)sock_ctx_poll(ctx);
+}
+
+static size_t sock_ctx_pull_min(const hetccl_tctx_t *ctx) {
+  (void)ctx;
+  return SIZE_MAX;
+}
+
 const hetccl_transport_t hetccl_transport_socket = {
     .name = "socket",
     .can_connect = sock_can_connect,
@@ -607,4 +751,9 @@ const hetccl_transport_t hetccl_transport_socket = {
     .ep_close = sock_ep_close,
     .ctx_destroy = sock_ctx_destroy,
     .ep_fail = sock_ep_fail,
+    .ep_open = sock_ep_open,
+    .ep_ready = sock_ep_ready,
+    .ctx_poll = sock_ctx_poll,
+    .ctx_fail = sock_ctx_fail,
+    .ctx_pull_min = sock_ctx_pull_min,
 };

@@ -59,7 +59,7 @@ static int run_rank(const ncclUniqueId *id, int rank, int nranks) {
   size_t big = 100003; /* odd size, several socket buffers' worth in all */
   uint8_t *g = malloc(big * nranks), *b = malloc(big);
   hetccl_bootstrap_opts_t opts = {.timeout_ms = 20000, .abort_flag = NULL};
-  CHK(hetccl_bootstrap_init(id, rank, nranks, &me, sizeof(me), all, &opts, &bs));
+  CHK(hetccl_bootstrap_init(id, 1, rank, nranks, &me, sizeof(me), all, &opts, &bs));
   for (int r = 0; r < nranks; r++)
     if (all[r].rank != r || all[r].pattern != 0x1234567800000000ull + r)
       FAIL("init table entry %d wrong (rank %d)", r, all[r].rank);
@@ -166,8 +166,9 @@ static int threads(int nranks) {
 }
 
 /* White-box: the root address sits at offset 24 of the id, and a hello
- * header is {magic u64, secret u64, rank i32, nranks i32, info_bytes u64,
- * wire address 32 bytes} (bootstrap.c). */
+ * is {magic u64, secret u64, rank i32, nranks i32, info_bytes u64, wire
+ * address 32 bytes, timeout u32, left u32, first i32, last i32, successor
+ * i32, pad} (core/bootstrap_wire.h). */
 #define HELLO_MAGIC 0x48455442534845ull
 typedef struct fake_hello {
   uint64_t magic, secret;
@@ -175,6 +176,7 @@ typedef struct fake_hello {
   uint64_t info_bytes;
   uint8_t addr[32];
   uint32_t timeout_ms, left_ms;
+  int32_t first, last, successor, pad;
 } fake_hello_t;
 
 static int hostile_conn(const hetccl_sockaddr_t *root, const void *buf, size_t n, int keep) {
@@ -206,7 +208,7 @@ static int hostile(int nranks) {
   char garbage[300];
   for (size_t i = 0; i < sizeof(garbage); i++) garbage[i] = (char)(i * 37 + 11);
   fake_hello_t h = {.magic = HELLO_MAGIC, .secret = secret, .rank = 1, .nranks = nranks,
-                    .info_bytes = sizeof(info_t)};
+                    .info_bytes = sizeof(info_t), .first = 0, .last = nranks - 1};
   fake_hello_t wrong_secret = h, oversized = h, wrong_magic = h;
   wrong_secret.secret ^= 1;
   oversized.info_bytes = 1u << 30;
@@ -216,9 +218,9 @@ static int hostile(int nranks) {
   hostile_conn(&root, &wrong_secret, sizeof(h), 0);                 /* wrong secret */
   hostile_conn(&root, &wrong_magic, sizeof(h), 0);                  /* wrong magic */
   hostile_conn(&root, &oversized, sizeof(h), 0);                    /* oversized info */
-  char trunc[sizeof(h) + 10];
-  memcpy(trunc, &h, sizeof(h));
-  memset(trunc + sizeof(h), 1, 10);
+  /* A hello carries no payload: a truncated one is a header cut short. */
+  char trunc[sizeof(h) - 10];
+  memcpy(trunc, &h, sizeof(trunc));
   hostile_conn(&root, trunc, sizeof(trunc), 0);                     /* truncated, closed */
   keep[nk++] = hostile_conn(&root, trunc, sizeof(trunc), 1);        /* truncated, stalls */
   keep[nk++] = hostile_conn(&root, NULL, 0, 1);                     /* silent */
@@ -286,7 +288,7 @@ static int two_procs(const char *rank1, int (*rank0)(const ncclUniqueId *)) {
 static int join2(const ncclUniqueId *id, int rank, hetccl_bootstrap_t **bs) {
   hetccl_bootstrap_opts_t o = {.timeout_ms = 10000};
   int x = rank, all[2];
-  return hetccl_bootstrap_init(id, rank, 2, &x, sizeof(x), all, &o, bs) != ncclSuccess;
+  return hetccl_bootstrap_init(id, 1, rank, 2, &x, sizeof(x), all, &o, bs) != ncclSuccess;
 }
 
 static int dead_rank1(const ncclUniqueId *id) {
@@ -329,15 +331,15 @@ static int errors(void) {
   hetccl_bootstrap_t *bs = NULL;
   ncclUniqueId id;
   memset(&id, 0, sizeof(id));
-  bad |= expect("zeroed id", hetccl_bootstrap_init(&id, 0, 2, &x, sizeof(x), all, NULL, &bs),
+  bad |= expect("zeroed id", hetccl_bootstrap_init(&id, 1, 0, 2, &x, sizeof(x), all, NULL, &bs),
                 ncclInvalidArgument);
   if (hetccl_bootstrap_root_create(&id) != ncclSuccess) return 1;
-  bad |= expect("rank out of range", hetccl_bootstrap_init(&id, 2, 2, &x, sizeof(x), all, NULL, &bs),
+  bad |= expect("rank out of range", hetccl_bootstrap_init(&id, 1, 2, 2, &x, sizeof(x), all, NULL, &bs),
                 ncclInvalidArgument);
   /* Alone in a communicator of two: the timeout, then the abort flag. */
   hetccl_bootstrap_opts_t o = {.timeout_ms = 300};
   int64_t t0 = hetccl_net_now_ms();
-  bad |= expect("lonely rank", hetccl_bootstrap_init(&id, 0, 2, &x, sizeof(x), all, &o, &bs),
+  bad |= expect("lonely rank", hetccl_bootstrap_init(&id, 1, 0, 2, &x, sizeof(x), all, &o, &bs),
                 ncclTimeout);
   if (hetccl_net_now_ms() - t0 > 2000) bad |= expect("timeout took too long", 1, 0);
   if (hetccl_bootstrap_root_create(&id) != ncclSuccess) return 1;
@@ -345,7 +347,7 @@ static int errors(void) {
   pthread_t th;
   pthread_create(&th, NULL, set_abort, NULL);
   t0 = hetccl_net_now_ms();
-  bad |= expect("aborted rank", hetccl_bootstrap_init(&id, 0, 2, &x, sizeof(x), all, &o, &bs),
+  bad |= expect("aborted rank", hetccl_bootstrap_init(&id, 1, 0, 2, &x, sizeof(x), all, &o, &bs),
                 ncclInternalError);
   pthread_join(th, NULL);
   if (hetccl_net_now_ms() - t0 > 2000) bad |= expect("abort took too long", 1, 0);
@@ -371,7 +373,7 @@ static void *joiner_main(void *p) {
   int x = j->rank, *all = calloc(j->nranks, sizeof(int));
   hetccl_bootstrap_t *bs = NULL;
   int64_t t0 = hetccl_net_now_ms();
-  j->res = hetccl_bootstrap_init(j->id, j->rank, j->nranks, &x, sizeof(x), all, &o, &bs);
+  j->res = hetccl_bootstrap_init(j->id, 1, j->rank, j->nranks, &x, sizeof(x), all, &o, &bs);
   j->ms = hetccl_net_now_ms() - t0;
   snprintf(j->msg, sizeof(j->msg), "%s", j->res == ncclSuccess ? "" : hetccl_last_error());
   hetccl_bootstrap_destroy(bs);
