@@ -112,26 +112,13 @@ do_hang() {
   local log=$OUT/hang-debug.log
   HETCCL_ISLANDS=rank NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=ALL NCCL_DEBUG_FILE=$log \
     build-dev/tools/perf/hetccl-perf all_reduce -b 1M -e 1M -m cuda -g "$NRANKS" -c 1 -n 5 -w 1 &
-  local pid=$! t=0
-  while kill -0 $pid 2>/dev/null && [ $t -lt 60 ]; do sleep 1; t=$((t + 1)); done
-  if ! kill -0 $pid 2>/dev/null; then wait $pid; echo "finished in ${t} s, status $?"; return 0; fi
-  echo "still running after ${t} s: threads (name state wchan syscall)"
-  for task in /proc/$pid/task/*; do
-    echo "$(cat $task/comm) $(awk '{print $3}' $task/stat) $(cat $task/wchan 2>/dev/null) \
-$(cut -d' ' -f1 $task/syscall 2>/dev/null)"
-    cat $task/stack 2>/dev/null | head -8
-  done
-  command -v gdb >/dev/null && gdb -batch -p $pid -ex "thread apply all bt 12" 2>&1 | tail -150
-  kill -9 $pid
-  echo "--- last log lines"; tail -60 "$log"
-  return 1
+  bounded $! 60 "$log"
 }
 
 export ROOT OUT PY LIB NRANKS
-export -f note perf perf1 do_build do_reduce do_pytest do_limit do_perf do_perf1 do_sweep do_torch do_hang
+export -f note bounded perf perf1 do_build do_reduce do_pytest do_limit do_perf do_perf1 do_sweep do_torch do_hang
 export PYTHONPATH=$ROOT/python:/tmp/site${PYTHONPATH:+:$PYTHONPATH}
 STAGES=${STAGES:-reduce pytest limit perf}
-want() { case " $STAGES " in *" $1 "*) return 0 ;; esac; return 1; }
 stage 01 build 240 do_build
 if [ -f "$LIB" ]; then
   want reduce && stage 02 reduce 240 do_reduce

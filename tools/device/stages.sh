@@ -22,3 +22,23 @@ stage() {
     note "FAIL $name (rc $rc, $((SECONDS - t0)) s): $(grep -E 'FAIL|Error' "$log" | tail -1 | cut -c1-200)"
   fi
 }
+
+# want NAME: is NAME among $STAGES (space-separated)?
+want() { case " $STAGES " in *" $1 "*) return 0 ;; esac; return 1; }
+
+# bounded PID LIMIT_S LOG: wait up to LIMIT_S for PID; if it is still
+# running, print every thread's name, state and kernel wait point, the
+# GPUs' load and LOG's last lines, kill it and return 1.
+bounded() {
+  local pid=$1 limit=$2 log=$3 t=0
+  while kill -0 "$pid" 2>/dev/null && [ $t -lt "$limit" ]; do sleep 1; t=$((t + 1)); done
+  if ! kill -0 "$pid" 2>/dev/null; then wait "$pid"; local rc=$?; echo "finished in ${t} s, status $rc"; return $rc; fi
+  echo "still running after ${t} s: threads (name state wait point)"
+  for task in /proc/"$pid"/task/*; do
+    echo "$(cat "$task"/comm) $(awk '{print $3}' "$task"/stat) $(cat "$task"/wchan 2>/dev/null)"
+  done
+  nvidia-smi --query-gpu=index,utilization.gpu,memory.used --format=csv 2>/dev/null
+  kill -9 "$pid"
+  echo "--- last log lines"; tail -60 "$log"
+  return 1
+}

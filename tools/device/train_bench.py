@@ -76,21 +76,26 @@ def timed_steps(steps: int, step_fn, dev) -> tuple[float, list[float]]:
     return time.perf_counter() - t0, losses
 
 
-def run_single(args, q) -> None:
-    dev = torch.device("cuda", 0)
-    torch.cuda.set_device(dev)
-    net = model(args.layers, dev)
+def data_parallel_step(net, rank: int, dev):
+    """One SGD step on this rank's batch (net may be DDP-wrapped)."""
     opt = torch.optim.SGD(net.parameters(), lr=1e-3)
 
     def step(s):
-        x, y = batch(s, 0, BATCH, dev)
+        x, y = batch(s, rank, BATCH, dev)
         opt.zero_grad(set_to_none=True)
         loss = torch.nn.functional.mse_loss(net(x).float(), y.float())
         loss.backward()
         opt.step()
         return loss
 
-    secs, losses = timed_steps(args.steps, step, dev)
+    return step
+
+
+def run_single(args, q) -> None:
+    dev = torch.device("cuda", 0)
+    torch.cuda.set_device(dev)
+    secs, losses = timed_steps(args.steps, data_parallel_step(model(args.layers, dev), 0, dev),
+                               dev)
     q.put({"samples_per_s": BATCH * args.steps / secs, "losses": [float(l) for l in losses]})
 
 
@@ -113,17 +118,7 @@ def worker(rank: int, world: int, kind: str, args, port: int, env: dict, q) -> N
 
 def ddp(rank: int, args, dev) -> dict:
     net = torch.nn.parallel.DistributedDataParallel(model(args.layers, dev), device_ids=[dev])
-    opt = torch.optim.SGD(net.parameters(), lr=1e-3)
-
-    def step(s):
-        x, y = batch(s, rank, BATCH, dev)
-        opt.zero_grad(set_to_none=True)
-        loss = torch.nn.functional.mse_loss(net(x).float(), y.float())
-        loss.backward()
-        opt.step()
-        return loss
-
-    secs, losses = timed_steps(args.steps, step, dev)
+    secs, losses = timed_steps(args.steps, data_parallel_step(net, rank, dev), dev)
     return {"samples_per_s": dist.get_world_size() * BATCH * args.steps / secs,
             "losses": [float(l) for l in losses]}
 

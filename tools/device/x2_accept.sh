@@ -89,25 +89,14 @@ do_big() { # all_reduce -g 2 at 256 MiB..1 GiB, bounded; where it stalls, the th
   env LD_PRELOAD=$LIB HETCCL_ISLANDS=0,1 NCCL_DEBUG=INFO NCCL_DEBUG_FILE=$log \
     LD_LIBRARY_PATH="$(dirname "$REAL_NCCL")" \
     $NT/all_reduce_perf -g 2 -b 256M -e 1G -f 2 -n 5 -w 2 -c 1 &
-  local pid=$! t=0
-  while kill -0 $pid 2>/dev/null && [ $t -lt 100 ]; do sleep 1; t=$((t + 1)); done
-  if ! kill -0 $pid 2>/dev/null; then wait $pid; echo "finished in ${t} s, status $?"; return 0; fi
-  echo "still running after ${t} s:"
-  for task in /proc/$pid/task/*; do
-    echo "$(cat $task/comm) $(awk '{print $3}' $task/stat) $(cat $task/wchan 2>/dev/null)"
-  done
-  nvidia-smi --query-gpu=index,utilization.gpu,memory.used --format=csv
-  kill -9 $pid
-  tail -40 "$log"
-  return 1
+  bounded $! 100 "$log"
 }
 do_train() { $PY tools/device/train_bench.py "$OUT/train.json"; }
 
 export ROOT OUT PY LIB REAL_NCCL NT COLLS
-export -f note nt do_build do_ntbuild do_limit do_nt do_perf do_train do_big
+export -f note bounded nt do_build do_ntbuild do_limit do_nt do_perf do_train do_big
 export PYTHONPATH=$ROOT/python:/tmp/site${PYTHONPATH:+:$PYTHONPATH}
 STAGES=${STAGES:-ntbuild limit nt train perf}
-want() { case " $STAGES " in *" $1 "*) return 0 ;; esac; return 1; }
 stage 01 build 240 do_build
 if [ -f "$LIB" ]; then
   want ntbuild && stage 02 ntbuild 150 do_ntbuild
