@@ -26,14 +26,11 @@ init with ncclSystemError and a message saying why.
 
 from __future__ import annotations
 
-import json
 import os
-import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, Optional
 
 import numpy as np
 import pytest
@@ -49,7 +46,7 @@ from test_collectives import LARGE_SET, MOVE, SMALL_CHUNKS, SUM, Sweep, rank_swe
 from test_failures import (INVALID_USAGE, MISMATCH_CASES, REMOTE, SAME_ROOT_CASES, SYSTEM,
                            Outcome, _describe, _die, _die_after, _error, _learned, _names_rank,
                            _ok_results, _run_ranks, rank_mismatch)
-from test_leaks import LEAK_SCRIPT, RSS_BOUND_KIB
+from test_leaks import RSS_BOUND_KIB, run_leak_script
 
 pytestmark = pytest.mark.usefixtures("hetccl_library")
 
@@ -241,6 +238,7 @@ def test_ib_dead_peer(case: str, n: int) -> None:
 # -- nothing leaks ---------------------------------------------------------------------
 
 IB_LEAK_CYCLES = 50
+IB_LEAK_WARM = 5
 
 
 @pytest.mark.rdma
@@ -249,11 +247,8 @@ def test_ib_no_leaks_over_init_destroy_cycles() -> None:
     """test_leaks' cycle (initAll(2) + allreduce + destroy) over ib: each
     cycle opens the device, registers memory and makes queue pairs; after
     50 the process has the fds, threads and mappings it had."""
-    env = {**os.environ, **IB_ENV}
-    proc = subprocess.run([sys.executable, "-c", LEAK_SCRIPT, str(IB_LEAK_CYCLES), "5"],
-                          capture_output=True, text=True, timeout=280, env=env)
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    got = json.loads(proc.stdout.strip().splitlines()[-1])
+    got = run_leak_script(IB_LEAK_CYCLES, IB_LEAK_WARM, 2, {**os.environ, **IB_ENV},
+                          timeout=280)
     print(f"\n[ib leak] {IB_LEAK_CYCLES} cycles: before {got['before']}, after {got['after']}, "
           f"peak {got['peak']}")
     before, after = got["before"], got["after"]
