@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -146,6 +147,20 @@ def test_run_exit_status_and_kill() -> None:
     proc = hetccl("run", "-n", "3", "--", sys.executable, "-c", script)
     assert proc.returncode == 7
     assert time.monotonic() - start < 30
+    assert "hetccl run: rank 1 exited with status 7; stopping the other ranks" in proc.stderr
+
+
+@pytest.mark.timeout(TIMEOUT)
+def test_run_names_a_rank_killed_by_a_signal() -> None:
+    """A rank killed by a signal prints nothing itself, and the output the
+    others buffer dies with them: the launcher's line is all there is."""
+    script = ("import os, signal, sys, time\n"
+              "print('buffered, never flushed')\n"
+              "if os.environ['HETCCL_LAUNCH_RANK'] == '0': os.kill(os.getpid(), signal.SIGSEGV)\n"
+              "time.sleep(100)\n")
+    proc = hetccl("run", "-n", "2", "--", sys.executable, "-c", script)
+    assert proc.returncode == 128 + signal.SIGSEGV, proc.stderr
+    assert "hetccl run: rank 0 killed by signal 11 (SIGSEGV)" in proc.stderr, proc.stderr
 
 
 @pytest.mark.timeout(TIMEOUT)
@@ -155,6 +170,7 @@ def test_run_timeout() -> None:
                   "import time; time.sleep(100)")
     assert proc.returncode == 124
     assert time.monotonic() - start < 30
+    assert "hetccl run: timeout after 2 s; stopping every rank" in proc.stderr
 
 
 def test_run_without_command() -> None:

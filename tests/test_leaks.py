@@ -26,6 +26,8 @@ import subprocess
 import sys
 import time
 
+from typing import Any, Dict, Mapping
+
 import pytest
 
 pytestmark = pytest.mark.usefixtures("hetccl_library")
@@ -88,6 +90,23 @@ print(json.dumps({'before': before, 'after': after, 'peak': peak}))
 """
 
 
+def run_leak_script(cycles: int, warm: int, nranks: int, env: Mapping[str, str],
+                    timeout: float) -> Dict[str, Any]:
+    """LEAK_SCRIPT in a fresh process: `warm` cycles, then `cycles` counted
+    ones of initAll(nranks). Its counts (before, after, peak). The one place
+    that knows the script's arguments (test_ib.py runs it over ib)."""
+    # One malloc arena: glibc makes a new one (two mappings) whenever
+    # threads contend for the heap, which on a loaded machine can first
+    # happen after the warm-up; that is the allocator, not a leak.
+    env = {**env, "MALLOC_ARENA_MAX": "1"}
+    proc = subprocess.run([sys.executable, "-c", LEAK_SCRIPT, str(cycles), str(warm),
+                           str(nranks)], capture_output=True, text=True, timeout=timeout,
+                          env=env)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    got: Dict[str, Any] = json.loads(proc.stdout.strip().splitlines()[-1])
+    return got
+
+
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("transport,nranks,islands,cycles", [
     ("shm", 2, "", LEAK_CYCLES), ("socket", 2, "", LEAK_CYCLES),
@@ -96,17 +115,10 @@ print(json.dumps({'before': before, 'after': after, 'peak': peak}))
     ("shm", 4, "0,0,1,1", LEAK_CYCLES // 5)])
 def test_no_leaks_over_init_destroy_cycles(transport: str, nranks: int, islands: str,
                                            cycles: int) -> None:
-    # One malloc arena: glibc makes a new one (two mappings) whenever
-    # threads contend for the heap, which on a loaded machine can first
-    # happen after the warm-up; that is the allocator, not a leak.
-    env = {**os.environ, "HETCCL_TRANSPORT": transport, "MALLOC_ARENA_MAX": "1",
-           "HETCCL_ISLANDS": islands}
+    env = {**os.environ, "HETCCL_TRANSPORT": transport, "HETCCL_ISLANDS": islands}
     t0 = time.monotonic()
-    proc = subprocess.run([sys.executable, "-c", LEAK_SCRIPT, str(cycles), str(WARM_CYCLES),
-                           str(nranks)], capture_output=True, text=True, timeout=100, env=env)
+    got = run_leak_script(cycles, WARM_CYCLES, nranks, env, timeout=100)
     took = time.monotonic() - t0
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    got = json.loads(proc.stdout.strip().splitlines()[-1])
     print(f"\n[leak] {transport} {islands or 'one island'}: {cycles} cycles of "
           f"initAll({nranks})+allreduce+destroy in "
           f"{took:.1f} s: before {got['before']}, after {got['after']}, peak {got['peak']}")

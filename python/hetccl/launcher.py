@@ -21,6 +21,7 @@ import multiprocessing.connection
 import os
 import signal
 import subprocess
+import sys
 import time
 import traceback
 from dataclasses import dataclass
@@ -99,6 +100,11 @@ def preload_env(base: Mapping[str, str]) -> Dict[str, str]:
     return env
 
 
+def _say(message: str) -> None:
+    sys.stderr.write(f"hetccl run: {message}\n")
+    sys.stderr.flush()
+
+
 def _status(returncode: int) -> int:
     return 128 - returncode if returncode < 0 else returncode
 
@@ -138,7 +144,10 @@ def run_command(cmd: Sequence[str], nranks: int, timeout: Optional[float] = None
                 bind: bool = True) -> int:
     """Run N copies of `cmd`; the exit status of `hetccl run`: 0, the first
     non-zero status of a rank (128+signal when killed), or 124 on timeout.
-    With `bind`, each rank is pinned to its own CPU when there are enough."""
+    With `bind`, each rank is pinned to its own CPU when there are enough.
+    A failing rank or the timeout is named on stderr before the other ranks
+    are stopped: a rank that dies by a signal says nothing itself, and the
+    output the others still buffer is lost with them."""
     if nranks < 1:
         raise ValueError("nranks must be at least 1")
     base = dict(os.environ if env is None else env)
@@ -163,13 +172,16 @@ def run_command(cmd: Sequence[str], nranks: int, timeout: Optional[float] = None
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
             codes = [p.poll() for p in procs]
-            failed = [c for c in codes if c not in (None, 0)]
+            failed = [(r, c) for r, c in enumerate(codes) if c not in (None, 0)]
             if failed:
+                rank, code = failed[0]
+                _say(f"rank {rank} {_exit_words(code)}; stopping the other ranks")
                 _stop_all(procs)
-                return _status(failed[0])
+                return _status(code)
             if all(c == 0 for c in codes):
                 return 0
             if deadline is not None and time.monotonic() > deadline:
+                _say(f"timeout after {timeout:g} s; stopping every rank")
                 _stop_all(procs)
                 return TIMEOUT_STATUS
             time.sleep(0.02)
@@ -196,10 +208,15 @@ def _rank_main(fn: Callable[..., Any], args: Sequence[Any], env: Dict[str, str],
     conn.close()
 
 
-def _describe_exit(code: Optional[int]) -> str:
+def _exit_words(code: Optional[int]) -> str:
     if code is not None and code < 0:
         return f"killed by signal {-code} ({signal.Signals(-code).name})"
-    return f"exited with status {code} without a result"
+    return f"exited with status {code}"
+
+
+def _describe_exit(code: Optional[int]) -> str:
+    words = _exit_words(code)
+    return words if code is not None and code < 0 else f"{words} without a result"
 
 
 def launch(fn: Callable[..., Any], nranks: int, *args: Any, timeout: float = 300.0,

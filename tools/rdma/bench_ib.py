@@ -52,9 +52,21 @@ def hetccl_run(perf: Path, coll: str, transport: str, iters: int) -> dict[int, f
            "-c", "0"]
     out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900)
     if out.returncode != 0:
-        raise RuntimeError(f"{' '.join(cmd)} (HETCCL_TRANSPORT={transport}) failed:\n"
-                           f"{out.stdout[-2000:]}{out.stderr[-2000:]}")
+        raise RuntimeError(f"HETCCL_TRANSPORT={transport} {' '.join(cmd)} exited with status "
+                           f"{out.returncode}\n--- its stdout ---\n{out.stdout[-8000:]}"
+                           f"--- its stderr ---\n{out.stderr[-8000:]}--- end ---")
     return {r["size"]: r["size"] / r["oop"]["time_us"] for r in parse_table(out.stdout)}
+
+
+def perf_of_the_library() -> Optional[Path]:
+    """The hetccl-perf built beside $HETCCL_LIBRARY (run_vm.sh names its
+    build's), so that the program measured comes from the build under test,
+    not from whichever build*/ directory was built last."""
+    lib = os.environ.get("HETCCL_LIBRARY")
+    if not lib:
+        return None
+    perf = Path(lib).resolve().parent.parent / "tools" / "perf" / "hetccl-perf"
+    return perf if perf.is_file() else None
 
 
 def perftest(tool: str, dev: str, gid: int, size: int, iters: int) -> Optional[float]:
@@ -88,17 +100,20 @@ def perftest(tool: str, dev: str, gid: int, size: int, iters: int) -> Optional[f
 
 def main(argv: list[str]) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--perf", help="hetccl-perf to run (default: newest build*/)")
+    ap.add_argument("--perf", help="hetccl-perf to run (default: the one in $HETCCL_LIBRARY's "
+                    "build tree, else the newest build*/)")
     ap.add_argument("--reps", type=int, default=3, help="runs per transport (median)")
     ap.add_argument("--iters", type=int, default=20, help="hetccl-perf iterations per size")
     ap.add_argument("--dev", default=os.environ.get("RXE_VM_DEV", "rxe0"))
     ap.add_argument("--gid", type=int, default=1, help="GID index for perftest (rxe-vm: 1)")
     ap.add_argument("--json", help="write every run here")
     args = ap.parse_args(argv)
-    perf = find_perf(args.perf)
+    perf = find_perf(args.perf) if args.perf else perf_of_the_library() or find_perf(None)
     if perf is None:
         print("bench_ib: no hetccl-perf (build it: ninja -C build-ib)", file=sys.stderr)
         return 2
+    print(f"# hetccl-perf: {perf}; library: {launcher_env(perf).get('HETCCL_LIBRARY', 'beside it')}",
+          flush=True)
     runs: dict[str, list[dict[int, float]]] = {}
     for _rep in range(args.reps):
         for coll in COLLS:

@@ -1,14 +1,17 @@
 #!/usr/bin/env bash
 # Run the rdma tests (tests/test_ib.py) or any command inside a Soft-RoCE VM
 # (the rxe-vm tool: $RXE_VM, default ../shared/tools/rxe-vm beside the
-# checkout), against the library built in BUILD.
+# checkout), against the library built in BUILD (default build-ib; configured
+# with -Dtests=true it also holds the C ib conformance test).
 #
 #   tools/rdma/run_vm.sh [--hosts 1|2] [--build DIR] [-- CMD ARGS...]
 #
 # Default CMD: python3 -m pytest -q -m rdma tests/test_ib.py (with -s for the
 # figures). With --hosts 2 both VMs run CMD; the tests then add the
 # two-host cases, exchanging the unique id through a file in the checkout
-# (named by HETCCL_RDMA_RUN, fresh per run). Run from anywhere.
+# (named by HETCCL_RDMA_RUN, fresh per run). BUILD is brought up to date
+# here first, so that nothing builds inside the VMs (slow under emulation,
+# and two VMs would build one directory at once). Run from anywhere.
 set -euo pipefail
 
 top="$(cd "$(dirname "$0")/../.." && pwd)"
@@ -18,7 +21,7 @@ while [[ $# -gt 0 ]]; do
     --hosts) hosts="$2"; shift 2 ;;
     --build) build="$(cd "$2" && pwd)"; shift 2 ;;
     --) shift; break ;;
-    -h|--help) sed -n '2,11p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,14p' "$0"; exit 0 ;;
     *) echo "run_vm.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -27,6 +30,9 @@ done
   exit 2
 }
 [[ $# -gt 0 ]] || set -- python3 -m pytest -q -s -m rdma tests/test_ib.py
+if command -v ninja >/dev/null; then
+  log="$(ninja -C "$build" 2>&1)" || { echo "$log" >&2; echo "run_vm.sh: ninja -C $build failed" >&2; exit 1; }
+fi
 
 # qemu's TCG default CPU (qemu64) lacks SSE4.2 and POPCNT, which numpy 2
 # wheels require (the tests die with "Illegal instruction"): rxe-vm finds
@@ -43,7 +49,7 @@ fi
 run="$(date +%s)-$$"
 # The guest's /dev is a bare devtmpfs: multiprocessing (and shm) want /dev/shm.
 cmd="{ [ -d /dev/shm ] || { mkdir -p /dev/shm && mount -t tmpfs tmpfs /dev/shm; }; } && cd '$top' && export HETCCL_LIBRARY='$build/libhetccl/libhetccl.so' PYTHONPATH='$top/python' \
-HETCCL_RDMA_RUN='$run' && $(printf '%q ' "$@")"
+HETCCL_RDMA_RUN='$run' HETCCL_RDMA_BUILD='$build' && $(printf '%q ' "$@")"
 cd "$top"
 trap 'rm -rf "$wrap"; rm -f "$top"/.rdma-uid-"$run"-*' EXIT
 "${RXE_VM:-$top/../shared/tools/rxe-vm}" --hosts "$hosts" -- sh -c "$cmd"
