@@ -3,6 +3,7 @@ include/nccl.h, buffer conversion, unique ids, the launcher API."""
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -165,3 +166,14 @@ def test_device_array_allreduce(library: str) -> None:
 
     backend, equal = hetccl.launch(_cuda_rank, 1, library, timeout=170)[0]
     assert equal, backend
+
+
+def test_every_module_is_installed() -> None:
+    """python/meson.build lists every module of the package: a module it
+    leaves out works from the checkout (PYTHONPATH) and is missing from the
+    installed wheel, where `import hetccl` then fails."""
+    listed = set(re.findall(r"'hetccl/([\w.]+\.py)'", (REPO_ROOT / "python" / "meson.build")
+                            .read_text()))
+    present = {p.name for p in (REPO_ROOT / "python" / "hetccl").glob("*.py")}
+    assert present - listed == set(), f"not installed: {sorted(present - listed)}"
+    assert listed - present == set(), f"listed but absent: {sorted(listed - present)}"
