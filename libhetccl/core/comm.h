@@ -42,6 +42,8 @@ typedef struct hetccl_peer_info {
                               its rank in the communicator they serve) */
   int32_t blocking;        /* config.blocking, to detect disagreement */
   int32_t stages;          /* may pass device buffers to an engine communicator */
+  int32_t ib_usable;       /* has an active verbs port that ib may use (asked only under
+                              HETCCL_TRANSPORT=auto without NCCL_IB_DISABLE=1) */
   char vendor_err[160];    /* why a GPU rank could not load its vendor library */
 } hetccl_peer_info_t;
 

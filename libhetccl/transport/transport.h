@@ -120,6 +120,14 @@ typedef struct hetccl_peer_locality {
 
 /* --- slot types --------------------------------------------------------- */
 
+/* Can this rank serve the transport at all (ib: a verbs device with an
+ * active port, as HETCCL_IB_HCA allows)? Asked at init, before any
+ * context, on the thread that creates the communicator; the answer is
+ * published, so that both ends of a pair choose alike (core/init.c). Only
+ * looks, logs nothing above TRACE. Optional: a transport without it is
+ * always usable. */
+typedef int (*hetccl_transport_usable_fn)(void);
+
 /* May this transport connect me to peer? Pure function of the localities. */
 typedef int (*hetccl_transport_can_connect_fn)(const hetccl_peer_locality_t *me,
                                                const hetccl_peer_locality_t *peer);
@@ -215,6 +223,7 @@ typedef struct hetccl_transport {
   hetccl_transport_ctx_destroy_fn ctx_destroy;
   hetccl_transport_ep_fail_fn ep_fail;   /* optional */
   hetccl_transport_pull_min_fn pull_min; /* optional */
+  hetccl_transport_usable_fn usable;     /* optional */
   /* connections on first use: all five, or none */
   hetccl_transport_ep_open_fn ep_open;
   hetccl_transport_ep_ready_fn ep_ready;
