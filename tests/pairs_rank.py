@@ -5,7 +5,9 @@ prints one line "RESULT {json}".
 
 Environment: T_RANK, T_NRANKS, T_ID_FILE (rank 0 writes the unique id
 there), T_COUNT (float32 elements per message). The result: "error" and
-"message" when a call failed, else "wrong" (the checks that failed).
+"message" when a call failed, else "wrong" (the checks that failed) and
+"copied" (comm.copied_bytes(): payload bytes the CPU copied, per
+transport).
 """
 from __future__ import annotations
 
@@ -59,6 +61,7 @@ def main() -> dict:
         if not (y == want).all():
             wrong.append("allreduce")
         out = {"wrong": wrong}
+        out["copied"] = comm.copied_bytes()
     except NcclError as e:
         comm.abort()
         return {"error": e.name, "message": e.message}

@@ -425,6 +425,11 @@ def test_ib_chosen_per_pair(tmp_path: Path) -> None:
     assert "no active ib port on ranks 3" in got["logs"][0], got["logs"][0][-3000:]
     assert "ib rank 2:" in got["logs"][2]          # its context was made
     assert "ib rank 3:" not in got["logs"][3]      # and rank 3 made none
+    # ib still copies through its staging slots: rank 2 sent a message to
+    # ranks 0 and 1 and took one from each, every byte copied once.
+    copied = [res["copied"] for res in got["results"]]
+    assert copied[2]["ib"] >= 4 * PAIR_BYTES and copied[2]["shm"] == 0, copied
+    assert copied[3]["ib"] == 0 and copied[3]["socket"] >= 6 * PAIR_BYTES, copied
 
 
 @pytest.mark.rdma
@@ -447,3 +452,25 @@ def test_default_without_a_device_is_shm_and_socket(tmp_path: Path) -> None:
     assert "no active ib port on ranks 0,1,2,3" in got["logs"][0]
     assert "WARN" not in "".join(got["logs"].values())
 
+
+@pytest.mark.timeout(300)
+def test_copied_bytes_per_transport(tmp_path: Path) -> None:
+    """The CPU's payload copies, per transport (hetcclCommCopiedBytes), on
+    the default four-rank, three-host communicator over shm and socket:
+    the socket counts the kernel's copy of every byte sent and received,
+    so rank 2 (socket to three peers) counts at least its six messages of
+    the exchange; ranks 0 and 1 count shm for their pair and socket for
+    the two others; no rank counts ib. The destroy line says the same."""
+    got = run_pairs(tmp_path, {"NCCL_IB_DISABLE": "1"})
+    copied = [res["copied"] for res in got["results"]]
+    print(f"\n[copied] {copied}")
+    assert all(set(c) == {"shm", "socket", "ib"} for c in copied), copied
+    for r in (0, 1):
+        assert copied[r]["shm"] >= PAIR_BYTES, copied     # at least the message it took
+        assert copied[r]["socket"] >= 4 * PAIR_BYTES, copied
+    for r in (2, 3):
+        assert copied[r]["shm"] == 0 and copied[r]["socket"] >= 6 * PAIR_BYTES, copied
+    assert all(c["ib"] == 0 for c in copied), copied
+    line = re.search(r"payload bytes copied by the CPU: shm (\d+), socket (\d+), ib (\d+)",
+                     got["logs"][2])
+    assert line and int(line.group(2)) == copied[2]["socket"], got["logs"][2][-2000:]

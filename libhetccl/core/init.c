@@ -195,7 +195,22 @@ static ncclResult_t config_resolve(ncclComm_t comm, const ncclConfig_t *config) 
   return ncclSuccess;
 }
 
+/* The communicator's own count of payload bytes its CPU copied, per
+ * transport (hetcclCommCopiedBytes adds the internal ones), at INFO. */
+static void log_copied(ncclComm_t comm) {
+  if (!comm->engine || !HETCCL_LOG_ENABLED(HETCCL_LOG_INFO, HETCCL_INIT | HETCCL_NET)) return;
+  char line[192] = "";
+  size_t used = 0;
+  for (int t = 0; t < HETCCL_TRANSPORT_COUNT && used < sizeof(line); t++)
+    used += (size_t)snprintf(line + used, sizeof(line) - used, "%s%s %llu", t ? ", " : "",
+                             hetccl_transport_get((hetccl_transport_id_t)t)->name,
+                             (unsigned long long)__atomic_load_n(&comm->copied[t], __ATOMIC_RELAXED));
+  INFO(HETCCL_INIT | HETCCL_NET, "rank %d of %d: payload bytes copied by the CPU: %s",
+       hetccl_user_rank(comm->user_ranks, comm->rank), comm->nranks, line);
+}
+
 void hetccl_comm_release(ncclComm_t comm) {
+  log_copied(comm);
   hetccl_hier_release(comm, 1);
   hetccl_proxy_stop(comm);
   hetccl_devpath_destroy(comm);
@@ -492,6 +507,7 @@ static ncclResult_t init_engine(ncclComm_t comm, uint64_t comm_id, uint64_t secr
       .user_ranks = comm->user_ranks};
   for (int t = 0; t < HETCCL_TRANSPORT_COUNT; t++) {
     if (!used[t]) continue;
+    args.copied = &comm->copied[t];
     HETCCL_CHECK_GOTO(hetccl_transport_get(t)->ctx_create(&args, &ctx[t],
                                                           mine + t * HETCCL_TRANSPORT_ADDR_BYTES),
                       res, out);

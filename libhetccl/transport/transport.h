@@ -98,7 +98,18 @@ typedef struct hetccl_transport_args {
   hetccl_fail_note_t *peer_note; /* where the first note from a peer goes; may be NULL */
   hetccl_tag_mismatch_t *mismatch; /* where the first signature mismatch goes; may be NULL */
   int oversubscribed;          /* this host runs more ranks of the communicator than CPUs */
+  /* Payload bytes this rank's CPU copied for this transport (memcpy into
+   * or out of staging, the kernel's copy in a socket send or receive,
+   * process_vm_readv; not the reads of a consume, which is the reduction
+   * itself), added with hetccl_copied_add; may be NULL. Each transport's
+   * context gets its own counter (the communicator's, read by
+   * hetcclCommCopiedBytes). */
+  uint64_t *copied;
 } hetccl_transport_args_t;
+
+static inline void hetccl_copied_add(const hetccl_transport_args_t *args, size_t bytes) {
+  if (args->copied && bytes) __atomic_fetch_add(args->copied, (uint64_t)bytes, __ATOMIC_RELAXED);
+}
 
 /* Rank r (0 <= r < nranks) of a communicator as the user numbers it
  * (args->user_ranks): every message that names a rank prints this, never r
