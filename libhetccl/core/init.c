@@ -204,7 +204,8 @@ static void log_copied(ncclComm_t comm) {
   for (int t = 0; t < HETCCL_TRANSPORT_COUNT && used < sizeof(line); t++)
     used += (size_t)snprintf(line + used, sizeof(line) - used, "%s%s %llu", t ? ", " : "",
                              hetccl_transport_get((hetccl_transport_id_t)t)->name,
-                             (unsigned long long)__atomic_load_n(&comm->copied[t], __ATOMIC_RELAXED));
+                             (unsigned long long)__atomic_load_n(&comm->copied[t],
+                                                                 __ATOMIC_RELAXED));
   INFO(HETCCL_INIT | HETCCL_NET, "rank %d of %d: payload bytes copied by the CPU: %s",
        hetccl_user_rank(comm->user_ranks, comm->rank), comm->nranks, line);
 }
@@ -429,11 +430,12 @@ static void log_pairs(ncclComm_t comm, hetccl_transport_id_t forced) {
   for (int t = 0; t < HETCCL_TRANSPORT_COUNT && used < sizeof(line); t++)
     used += (size_t)snprintf(line + used, sizeof(line) - used, "%s%s %d", t ? ", " : "",
                              hetccl_transport_get((hetccl_transport_id_t)t)->name, pairs[t]);
-  INFO(HETCCL_INIT | HETCCL_NET, "comm %016llx of %d ranks: pairs by transport: %s (HETCCL_TRANSPORT=%s%s%s%s)",
+  int disabled = forced == HETCCL_TRANSPORT_COUNT && hetccl_knob_int(HETCCL_KNOB_IB_DISABLE);
+  INFO(HETCCL_INIT | HETCCL_NET,
+       "comm %016llx of %d ranks: pairs by transport: %s (HETCCL_TRANSPORT=%s%s%s%s)",
        (unsigned long long)comm->comm_id, n, line, hetccl_knob_str(HETCCL_KNOB_TRANSPORT),
-       forced != HETCCL_TRANSPORT_COUNT ? ""
-       : hetccl_knob_int(HETCCL_KNOB_IB_DISABLE) ? ", NCCL_IB_DISABLE=1" : "",
-       nnoib ? "; no active ib port on ranks " : "", nnoib ? noib : "");
+       disabled ? ", NCCL_IB_DISABLE=1" : "", nnoib ? "; no active ib port on ranks " : "",
+       nnoib ? noib : "");
 }
 
 /* HETCCL_RUNTIME_CONNECT, else NCCL_RUNTIME_CONNECT (the same meaning). */
@@ -560,7 +562,8 @@ static ncclResult_t init_engine(ncclComm_t comm, uint64_t comm_id, uint64_t secr
     int k = 0;
     for (int p = 0; p < n; p++) k += use[t * n + p];
     mused += (size_t)snprintf(mine_line + mused, sizeof(mine_line) - mused, "%s%s %d",
-                              t ? ", " : "", hetccl_transport_get((hetccl_transport_id_t)t)->name, k);
+                              t ? ", " : "",
+                              hetccl_transport_get((hetccl_transport_id_t)t)->name, k);
   }
   INFO(HETCCL_INIT, "rank %d of %d: engine ready (peers by transport: %s; %s)", me, n, mine_line,
        lazy ? "pairs connect on first use" : "every pair connected at init");

@@ -163,7 +163,8 @@ ncclResult_t hetccl_ib_dev_open(const hetccl_ib_verbs_t *v, int rank, hetccl_ib_
   struct ibv_port_attr attr;
   int found = dev_find(v, want_name, want_port, dev, &attr, seen, sizeof(seen));
   if (found < 0) {
-    WARN("ib: rank %d: cannot list verbs devices (no RDMA stack in this kernel?): %s", rank, strerror(errno));
+    WARN("ib: rank %d: cannot list verbs devices (no RDMA stack in this kernel?): %s", rank,
+         strerror(errno));
     return ncclSystemError;
   }
   if (found == 0) {
