@@ -48,6 +48,19 @@ ncclResult_t hetcclVendorInfo(int index, const char **name, int *version,
  * NULL comm gives "invalid"). */
 const char *hetcclCommBackend(ncclComm_t comm);
 
+/* Payload bytes this rank's CPU has copied on comm's behalf through one
+ * transport (index in [0, hetcclTransportCount()): shm, socket, ib), since
+ * init, counting an internal communicator's (a hierarchical one's island
+ * and leaders) too: memcpy into or out of a transport's staging, the
+ * kernel's copy in a socket send or receive, process_vm_readv. A
+ * receive-and-reduce straight out of staging is not counted (the
+ * reduction reads the bytes in any case), nor is device staging. 0 for a
+ * communicator forwarded to a vendor library. For tests that assert "zero
+ * copy"; every out pointer may be NULL; the name is static. */
+int hetcclTransportCount(void);
+ncclResult_t hetcclCommCopiedBytes(ncclComm_t comm, int index, const char **transport,
+                                   unsigned long long *bytes);
+
 #ifdef __cplusplus
 }
 #endif

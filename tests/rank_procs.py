@@ -14,15 +14,19 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Dict, List
+from typing import Dict, List, Optional
 
 
-def run_ranks(script: Path, envs: List[Dict[str, str]], timeout: float) -> List[dict]:
+def run_ranks(script: Path, envs: List[Dict[str, str]], timeout: float,
+              prefixes: Optional[List[List[str]]] = None) -> List[dict]:
     """One process of `script` per entry of envs (each a full environment),
     waited for together; each must exit 0 and print a RESULT line, whose
-    dicts are returned in rank order."""
-    procs = [subprocess.Popen([sys.executable, str(script)], env=env, text=True,
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT) for env in envs]
+    dicts are returned in rank order. prefixes: per rank, a command that
+    runs the rank (as `unshare --ipc`), or [] for none."""
+    prefixes = prefixes or [[] for _ in envs]
+    procs = [subprocess.Popen(pre + [sys.executable, str(script)], env=env, text=True,
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+             for env, pre in zip(envs, prefixes)]
     outs = []
     try:
         for p in procs:

@@ -42,6 +42,8 @@ typedef struct hetccl_peer_info {
                               its rank in the communicator they serve) */
   int32_t blocking;        /* config.blocking, to detect disagreement */
   int32_t stages;          /* may pass device buffers to an engine communicator */
+  int32_t ib_usable;       /* has an active verbs port that ib may use (asked only under
+                              HETCCL_TRANSPORT=auto without NCCL_IB_DISABLE=1) */
   char vendor_err[160];    /* why a GPU rank could not load its vendor library */
 } hetccl_peer_info_t;
 
@@ -115,6 +117,10 @@ struct ncclComm {
   int finalized;
   volatile int inflight;         /* API calls running on this comm (abort waits) */
   hetccl_fail_note_t peer_note;  /* why a peer gave up, first note (engine, transports) */
+  /* Payload bytes the CPU copied, per transport (hetccl_transport_args_t
+   * .copied; added by whichever thread drives the engine, relaxed atomics);
+   * hetcclCommCopiedBytes adds an island's and leaders' communicators. */
+  uint64_t copied[HETCCL_TRANSPORT_COUNT];
   hetccl_tag_mismatch_t mismatch; /* first signature mismatch seen (engine, transports) */
   struct hetccl_proxy *proxy;    /* started lazily for nonblocking work */
   struct hetccl_devpath *devpath; /* staging of device buffers, made on first use */

@@ -101,7 +101,11 @@ void hetccl_ResetDebugInit(void);
   X(int, VendorCount, (void), ())                                                                 \
   X(ncclResult_t, VendorInfo, (int index, const char **name, int *version, const char **detail),  \
     (index, name, version, detail))                                                               \
-  X(const char *, CommBackend, (ncclComm_t comm), (comm))
+  X(const char *, CommBackend, (ncclComm_t comm), (comm))                                         \
+  X(int, TransportCount, (void), ())                                                              \
+  X(ncclResult_t, CommCopiedBytes,                                                                \
+    (ncclComm_t comm, int index, const char **transport, unsigned long long *bytes),              \
+    (comm, index, transport, bytes))
 
 #define HETCCL_OWN_PROTO(ret, name, params, args) ret hetccl_own_##name params;
 HETCCL_OWN_ENTRIES(HETCCL_OWN_PROTO)

@@ -13,6 +13,7 @@
 #include "core/hier.h"
 #include "core/init.h"
 #include "hetccl.h"
+#include "transport/transport.h"
 #include "util/check.h"
 #include "util/knobs.h"
 #include "util/log.h"
@@ -164,6 +165,26 @@ ncclResult_t hetccl_own_VendorInfo(int index, const char **name, int *version,
   if (name) *name = hetccl_vendor_name((hetccl_vendor_id_t)index);
   if (version) *version = v ? v->version : 0;
   if (detail) *detail = said;
+  return ncclSuccess;
+}
+
+int hetccl_own_TransportCount(void) { return HETCCL_TRANSPORT_COUNT; }
+
+static unsigned long long copied_of(ncclComm_t comm, int t) {
+  if (comm == NULL) return 0;
+  return __atomic_load_n(&comm->copied[t], __ATOMIC_RELAXED) + copied_of(comm->island, t) +
+         copied_of(comm->leaders, t);
+}
+
+ncclResult_t hetccl_own_CommCopiedBytes(ncclComm_t comm, int index, const char **transport,
+                                        unsigned long long *bytes) {
+  HETCCL_CHECK(hetccl_comm_check(comm, "hetcclCommCopiedBytes"));
+  if (index < 0 || index >= HETCCL_TRANSPORT_COUNT) {
+    WARN("hetcclCommCopiedBytes: index %d is not in [0, %d)", index, HETCCL_TRANSPORT_COUNT);
+    return ncclInvalidArgument;
+  }
+  if (transport) *transport = hetccl_transport_get((hetccl_transport_id_t)index)->name;
+  if (bytes) *bytes = copied_of(comm, index);
   return ncclSuccess;
 }
 

@@ -195,7 +195,23 @@ static ncclResult_t config_resolve(ncclComm_t comm, const ncclConfig_t *config) 
   return ncclSuccess;
 }
 
+/* The communicator's own count of payload bytes its CPU copied, per
+ * transport (hetcclCommCopiedBytes adds the internal ones), at INFO. */
+static void log_copied(ncclComm_t comm) {
+  if (!comm->engine || !HETCCL_LOG_ENABLED(HETCCL_LOG_INFO, HETCCL_INIT | HETCCL_NET)) return;
+  char line[192] = "";
+  size_t used = 0;
+  for (int t = 0; t < HETCCL_TRANSPORT_COUNT && used < sizeof(line); t++)
+    used += (size_t)snprintf(line + used, sizeof(line) - used, "%s%s %llu", t ? ", " : "",
+                             hetccl_transport_get((hetccl_transport_id_t)t)->name,
+                             (unsigned long long)__atomic_load_n(&comm->copied[t],
+                                                                 __ATOMIC_RELAXED));
+  INFO(HETCCL_INIT | HETCCL_NET, "rank %d of %d: payload bytes copied by the CPU: %s",
+       hetccl_user_rank(comm->user_ranks, comm->rank), comm->nranks, line);
+}
+
 void hetccl_comm_release(ncclComm_t comm) {
+  log_copied(comm);
   hetccl_hier_release(comm, 1);
   hetccl_proxy_stop(comm);
   hetccl_devpath_destroy(comm);
@@ -249,6 +265,18 @@ fail:
 
 /* --- init ----------------------------------------------------------------- */
 
+/* Under HETCCL_TRANSPORT=auto, ib serves a pair on two hosts where both
+ * ranks have an active port, unless NCCL_IB_DISABLE=1. */
+static int ib_wanted(void) {
+  return !strcmp(hetccl_knob_str(HETCCL_KNOB_TRANSPORT), "auto") &&
+         !hetccl_knob_int(HETCCL_KNOB_IB_DISABLE);
+}
+
+static int ib_usable(void) {
+  const hetccl_transport_t *ib = hetccl_transport_get(HETCCL_TRANSPORT_ib);
+  return ib && (!ib->usable || ib->usable());
+}
+
 static ncclResult_t fill_info(ncclComm_t comm, hetccl_peer_info_t *me) {
   memset(me, 0, sizeof(*me));
   me->rank = comm->rank;
@@ -259,6 +287,7 @@ static ncclResult_t fill_info(ncclComm_t comm, hetccl_peer_info_t *me) {
   me->blocking = comm->blocking;
   me->user_rank = comm->island_forced ? comm->self_user_rank : comm->rank;
   me->stages = comm->ptr_kind != HETCCL_DEV_HOST;
+  me->ib_usable = ib_wanted() && ib_usable();
   if (comm->dev_kind != HETCCL_DEV_HOST) {
     /* Peers tell devices apart by bus id: never publish an empty one. */
     const hetccl_runtime_t *rt = hetccl_runtime_get(comm->dev_kind);
@@ -361,14 +390,52 @@ static hetccl_transport_id_t transport_forced(void) {
   return HETCCL_TRANSPORT_COUNT;
 }
 
+/* The transport of the pair (a, b): a pure function of what both
+ * published, so both ends choose alike. Forced (HETCCL_TRANSPORT=name):
+ * that one for every pair, and init fails where it cannot serve (ib's
+ * ctx_create names what it found). auto: shm on one host; else ib where
+ * both have an active port (fill_info asks only when ib is wanted), else
+ * socket. */
 static hetccl_transport_id_t pair_transport(const hetccl_peer_info_t *a,
                                             const hetccl_peer_info_t *b,
                                             hetccl_transport_id_t forced) {
   if (forced != HETCCL_TRANSPORT_COUNT) return forced;
   if (a->host_hash == b->host_hash) return HETCCL_TRANSPORT_shm;
-  /* Opt-in: every rank must have an active verbs device (ib's ctx_create
-   * fails, naming what it found, where one has none). */
-  return hetccl_knob_int(HETCCL_KNOB_IB_ENABLE) ? HETCCL_TRANSPORT_ib : HETCCL_TRANSPORT_socket;
+  return a->ib_usable && b->ib_usable ? HETCCL_TRANSPORT_ib : HETCCL_TRANSPORT_socket;
+}
+
+/* One INFO line per communicator (rank 0's): how many pairs each
+ * transport serves, and under auto the ranks on another host than some
+ * peer that had no active ib port, whose pairs went to socket. */
+static void log_pairs(ncclComm_t comm, hetccl_transport_id_t forced) {
+  if (comm->rank != 0 || !HETCCL_LOG_ENABLED(HETCCL_LOG_INFO, HETCCL_INIT | HETCCL_NET)) return;
+  int n = comm->nranks, pairs[HETCCL_TRANSPORT_COUNT] = {0};
+  char line[256] = "", noib[160] = "";
+  size_t used = 0, nused = 0;
+  int nnoib = 0;
+  for (int a = 0; a < n; a++) {
+    int remote = 0;
+    for (int b = 0; b < n; b++) {
+      remote |= comm->peers[a].host_hash != comm->peers[b].host_hash;
+      if (b > a) pairs[pair_transport(&comm->peers[a], &comm->peers[b], forced)]++;
+    }
+    if (forced == HETCCL_TRANSPORT_COUNT && ib_wanted() && remote && !comm->peers[a].ib_usable) {
+      if (nnoib++ < 8 && nused < sizeof(noib))
+        nused += (size_t)snprintf(noib + nused, sizeof(noib) - nused, "%s%d",
+                                  nnoib > 1 ? "," : "", hetccl_user_rank(comm->user_ranks, a));
+      else if (nnoib == 9 && nused < sizeof(noib))
+        nused += (size_t)snprintf(noib + nused, sizeof(noib) - nused, ",...");
+    }
+  }
+  for (int t = 0; t < HETCCL_TRANSPORT_COUNT && used < sizeof(line); t++)
+    used += (size_t)snprintf(line + used, sizeof(line) - used, "%s%s %d", t ? ", " : "",
+                             hetccl_transport_get((hetccl_transport_id_t)t)->name, pairs[t]);
+  int disabled = forced == HETCCL_TRANSPORT_COUNT && hetccl_knob_int(HETCCL_KNOB_IB_DISABLE);
+  INFO(HETCCL_INIT | HETCCL_NET,
+       "comm %016llx of %d ranks: pairs by transport: %s (HETCCL_TRANSPORT=%s%s%s%s)",
+       (unsigned long long)comm->comm_id, n, line, hetccl_knob_str(HETCCL_KNOB_TRANSPORT),
+       disabled ? ", NCCL_IB_DISABLE=1" : "", nnoib ? "; no active ib port on ranks " : "",
+       nnoib ? noib : "");
 }
 
 /* HETCCL_RUNTIME_CONNECT, else NCCL_RUNTIME_CONNECT (the same meaning). */
@@ -426,6 +493,7 @@ static ncclResult_t init_engine(ncclComm_t comm, uint64_t comm_id, uint64_t secr
     used[t] = 1;
     tps[p] = tp;
   }
+  log_pairs(comm, forced);
   /* More ranks of ours on this host than CPUs: the CPUs, not the memory,
    * are what the ranks wait on (see the spin and HETCCL_SHM_CMA defaults). */
   int local = 0;
@@ -441,6 +509,7 @@ static ncclResult_t init_engine(ncclComm_t comm, uint64_t comm_id, uint64_t secr
       .user_ranks = comm->user_ranks};
   for (int t = 0; t < HETCCL_TRANSPORT_COUNT; t++) {
     if (!used[t]) continue;
+    args.copied = &comm->copied[t];
     HETCCL_CHECK_GOTO(hetccl_transport_get(t)->ctx_create(&args, &ctx[t],
                                                           mine + t * HETCCL_TRANSPORT_ADDR_BYTES),
                       res, out);
@@ -487,8 +556,16 @@ static ncclResult_t init_engine(ncclComm_t comm, uint64_t comm_id, uint64_t secr
   /* The engine owns endpoints and contexts now. */
   memset(eps, 0, n * sizeof(*eps));
   memset(ctx, 0, sizeof(ctx));
-  INFO(HETCCL_INIT, "rank %d of %d: engine ready (transport %s, %s)", me, n,
-       hetccl_knob_str(HETCCL_KNOB_TRANSPORT),
+  char mine_line[128] = "";
+  size_t mused = 0;
+  for (int t = 0; t < HETCCL_TRANSPORT_COUNT && mused < sizeof(mine_line); t++) {
+    int k = 0;
+    for (int p = 0; p < n; p++) k += use[t * n + p];
+    mused += (size_t)snprintf(mine_line + mused, sizeof(mine_line) - mused, "%s%s %d",
+                              t ? ", " : "",
+                              hetccl_transport_get((hetccl_transport_id_t)t)->name, k);
+  }
+  INFO(HETCCL_INIT, "rank %d of %d: engine ready (peers by transport: %s; %s)", me, n, mine_line,
        lazy ? "pairs connect on first use" : "every pair connected at init");
 out:
   for (int p = 0; p < n && eps; p++)

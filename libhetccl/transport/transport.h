@@ -98,7 +98,18 @@ typedef struct hetccl_transport_args {
   hetccl_fail_note_t *peer_note; /* where the first note from a peer goes; may be NULL */
   hetccl_tag_mismatch_t *mismatch; /* where the first signature mismatch goes; may be NULL */
   int oversubscribed;          /* this host runs more ranks of the communicator than CPUs */
+  /* Payload bytes this rank's CPU copied for this transport (memcpy into
+   * or out of staging, the kernel's copy in a socket send or receive,
+   * process_vm_readv; not the reads of a consume, which is the reduction
+   * itself), added with hetccl_copied_add; may be NULL. Each transport's
+   * context gets its own counter (the communicator's, read by
+   * hetcclCommCopiedBytes). */
+  uint64_t *copied;
 } hetccl_transport_args_t;
+
+static inline void hetccl_copied_add(const hetccl_transport_args_t *args, size_t bytes) {
+  if (args->copied && bytes) __atomic_fetch_add(args->copied, (uint64_t)bytes, __ATOMIC_RELAXED);
+}
 
 /* Rank r (0 <= r < nranks) of a communicator as the user numbers it
  * (args->user_ranks): every message that names a rank prints this, never r
@@ -119,6 +130,14 @@ typedef struct hetccl_peer_locality {
 } hetccl_peer_locality_t;
 
 /* --- slot types --------------------------------------------------------- */
+
+/* Can this rank serve the transport at all (ib: a verbs device with an
+ * active port, as HETCCL_IB_HCA allows)? Asked at init, before any
+ * context, on the thread that creates the communicator; the answer is
+ * published, so that both ends of a pair choose alike (core/init.c). Only
+ * looks, logs nothing above TRACE. Optional: a transport without it is
+ * always usable. */
+typedef int (*hetccl_transport_usable_fn)(void);
 
 /* May this transport connect me to peer? Pure function of the localities. */
 typedef int (*hetccl_transport_can_connect_fn)(const hetccl_peer_locality_t *me,
@@ -215,6 +234,7 @@ typedef struct hetccl_transport {
   hetccl_transport_ctx_destroy_fn ctx_destroy;
   hetccl_transport_ep_fail_fn ep_fail;   /* optional */
   hetccl_transport_pull_min_fn pull_min; /* optional */
+  hetccl_transport_usable_fn usable;     /* optional */
   /* connections on first use: all five, or none */
   hetccl_transport_ep_open_fn ep_open;
   hetccl_transport_ep_ready_fn ep_ready;

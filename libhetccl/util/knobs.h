@@ -53,7 +53,7 @@
   X(NCCL_RUNTIME_CONNECT, "NCCL_RUNTIME_CONNECT", INT, "1", 0, 1,              \
     "NCCL's, honoured when HETCCL_RUNTIME_CONNECT is unset")                  \
   X(TRANSPORT, "HETCCL_TRANSPORT", ENUM("auto|shm|socket|ib"), "auto", 0, 0,   \
-    "transport between two host-engine peers; auto: shm on one host, else socket (ib instead of socket with HETCCL_IB_ENABLE=1)") \
+    "transport between two host-engine peers; auto: shm on one host, else ib where both ranks have an active verbs port, else socket (decided per pair); a name forces it for every pair") \
   X(SHM_CHUNK, "HETCCL_SHM_CHUNK", INT, "512K", 64, 1073741824,                \
     "bytes per shared-memory ring slot (multiple of 64)")                      \
   X(SHM_SLOTS, "HETCCL_SHM_SLOTS", INT, "8", 2, 1024,                          \
@@ -64,8 +64,8 @@
     "TCP connections per peer pair; large messages are striped over them")     \
   X(SOCKET_CHUNK, "HETCCL_SOCKET_CHUNK", INT, "256K", 512, 1073741824,         \
     "bytes per stripe unit on the socket transport")                           \
-  X(IB_ENABLE, "HETCCL_IB_ENABLE", INT, "0", 0, 1,                           \
-    "1: under HETCCL_TRANSPORT=auto, ranks on different hosts use ib instead of socket (every such rank needs an active verbs device)") \
+  X(IB_DISABLE, "NCCL_IB_DISABLE", INT, "0", 0, 1,                           \
+    "1: under HETCCL_TRANSPORT=auto, ranks on different hosts use socket, never ib") \
   X(IB_HCA, "HETCCL_IB_HCA", STR, "", 0, 0,                                    \
     "verbs device for the ib transport, as name or name:port (default: the first device with an active port)") \
   X(IB_GID_INDEX, "HETCCL_IB_GID_INDEX", INT, "-1", -1, 255,                   \

@@ -143,6 +143,9 @@ ncclResult_t hetcclKnobInfo(int index, const char **name, const char **type,
                             const char **help);
 ncclResult_t hetcclKnobsCheck(void);
 const char *hetcclCommBackend(ncclComm_t comm);
+int hetcclTransportCount(void);
+ncclResult_t hetcclCommCopiedBytes(ncclComm_t comm, int index, const char **transport,
+                                   unsigned long long *bytes);
 int hetcclRuntimeCount(void);
 ncclResult_t hetcclRuntimeInfo(int index, const char **name, int *available,
                                const char **detail);

@@ -13,7 +13,7 @@ createPreMulSum / destroyRedOp, finalize, backend.
 
 from __future__ import annotations
 
-from typing import Any, List, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 from . import _lib
 from .errors import NcclError, check
@@ -205,6 +205,18 @@ class NcclCommunicator:
     def backend(self) -> str:
         """How the library serves this communicator ("engine", "vendor:nccl")."""
         return _ffi.string(_lib.lib().hetcclCommBackend(self._comm)).decode()
+
+    def copied_bytes(self) -> Dict[str, int]:
+        """Payload bytes this rank's CPU copied for the communicator, per
+        transport ({"shm": .., "socket": .., "ib": ..}; hetcclCommCopiedBytes)."""
+        lib = _lib.lib()
+        name = _ffi.new("const char **")
+        got = _ffi.new("unsigned long long *")
+        out: Dict[str, int] = {}
+        for i in range(lib.hetcclTransportCount()):
+            check(lib.hetcclCommCopiedBytes(self._comm, i, name, got), "hetcclCommCopiedBytes")
+            out[_ffi.string(name[0]).decode()] = int(got[0])
+        return out
 
     def check_async_error(self) -> None:
         out = _ffi.new("ncclResult_t *")

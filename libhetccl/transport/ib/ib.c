@@ -486,4 +486,5 @@ const hetccl_transport_t hetccl_transport_ib = {
     .ep_close = ib_ep_close,
     .ctx_destroy = ib_ctx_destroy,
     .ep_fail = ib_ep_fail,
+    .usable = hetccl_ib_dev_usable,
 };

@@ -74,6 +74,8 @@ typedef struct hetccl_ib_verbs {
  * WARN naming the library or the missing symbol if it cannot; the library
  * is never unloaded. */
 ncclResult_t hetccl_ib_verbs_load(const hetccl_ib_verbs_t **out);
+/* The same without a message: NULL if libibverbs cannot be loaded. */
+const hetccl_ib_verbs_t *hetccl_ib_verbs_try(void);
 
 /* ---- the device a context uses (ib_dev.c) --------------------------------- */
 
@@ -95,6 +97,10 @@ typedef struct hetccl_ib_dev {
  * as the user numbers it, only names the caller in messages. */
 ncclResult_t hetccl_ib_dev_open(const hetccl_ib_verbs_t *v, int rank, hetccl_ib_dev_t *dev);
 void hetccl_ib_dev_close(const hetccl_ib_verbs_t *v, hetccl_ib_dev_t *dev);
+/* 1 if hetccl_ib_dev_open would find a device with an active port (the
+ * same choice, HETCCL_IB_HCA honoured), without a message: the ib table's
+ * `usable`. */
+int hetccl_ib_dev_usable(void);
 
 /* ---- context and endpoint -------------------------------------------------- */
 

@@ -178,8 +178,10 @@ static ncclResult_t recv_deliver(hetccl_ep_t *ep, size_t *moved) {
     size_t len = (size_t)pc->len;
     if (len > 0 && r->consume)
       r->consume(r->consume_ctx, (char *)r->buf + p->offset, pc + 1, len);
-    else if (len > 0)
+    else if (len > 0) {
       memcpy((char *)r->buf + p->offset, pc + 1, len);
+      hetccl_copied_add(&ep->ctx->args, len);
+    }
     /* The slot is free again; a broken QP would only flush it. */
     if (!ep->broken) HETCCL_CHECK(hetccl_ib_ep_post_recv(ep, slot));
     ep->rconsumed++;
@@ -213,6 +215,7 @@ static ncclResult_t send_place(hetccl_ep_t *ep, size_t *moved) {
     pc->offset = p->offset;
     pc->len = len;
     if (len > 0) memcpy(pc + 1, (const char *)r->buf + p->offset, len);
+    hetccl_copied_add(&ctx->args, len);
     struct ibv_sge sge = {.addr = (uintptr_t)pc, .length = (uint32_t)(IB_PIECE_HDR + len),
                           .lkey = ep->mr->lkey};
     struct ibv_send_wr wr;

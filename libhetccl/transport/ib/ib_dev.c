@@ -104,18 +104,15 @@ static int port_find(const hetccl_ib_verbs_t *v, struct ibv_context *c, const ch
   return 0;
 }
 
-ncclResult_t hetccl_ib_dev_open(const hetccl_ib_verbs_t *v, int rank, hetccl_ib_dev_t *dev) {
-  const char *hca = hetccl_knob_str(HETCCL_KNOB_IB_HCA);
-  char want_name[64] = "", seen[512] = "";
-  int want_port = 0, ndev = 0;
-  if (hca[0] && hca_parse(hca, want_name, sizeof(want_name), &want_port) != ncclSuccess)
-    return ncclInvalidArgument;
+/* Opens the first device that HCA allows (want_name "" = any) with an
+ * active port; fills dev's vctx, port and name and *attr. 0 if none fits
+ * (what it saw is in `seen`); -1 if the devices cannot be listed. */
+static int dev_find(const hetccl_ib_verbs_t *v, const char *want_name, int want_port,
+                    hetccl_ib_dev_t *dev, struct ibv_port_attr *attr, char *seen,
+                    size_t seen_len) {
+  int ndev = 0;
   struct ibv_device **list = v->get_device_list(&ndev);
-  if (list == NULL) {
-    WARN("ib: rank %d: cannot list verbs devices (no RDMA stack in this kernel?): %s", rank, strerror(errno));
-    return ncclSystemError;
-  }
-  struct ibv_port_attr attr;
+  if (list == NULL) return -1;
   memset(dev, 0, sizeof(*dev));
   for (int i = 0; i < ndev && dev->vctx == NULL; i++) {
     const char *name = v->get_device_name(list[i]);
@@ -123,10 +120,10 @@ ncclResult_t hetccl_ib_dev_open(const hetccl_ib_verbs_t *v, int rank, hetccl_ib_
     struct ibv_context *c = v->open_device(list[i]);
     if (c == NULL) {
       size_t used = strlen(seen);
-      snprintf(seen + used, sizeof(seen) - used, " %s (cannot open: %s)", name, strerror(errno));
+      snprintf(seen + used, seen_len - used, " %s (cannot open: %s)", name, strerror(errno));
       continue;
     }
-    int port = port_find(v, c, name, want_port, &attr, seen, sizeof(seen));
+    int port = port_find(v, c, name, want_port, attr, seen, seen_len);
     if (port == 0) {
       v->close_device(c);
       continue;
@@ -136,7 +133,41 @@ ncclResult_t hetccl_ib_dev_open(const hetccl_ib_verbs_t *v, int rank, hetccl_ib_
     snprintf(dev->name, sizeof(dev->name), "%s", name);
   }
   v->free_device_list(list);
-  if (dev->vctx == NULL) {
+  return dev->vctx != NULL;
+}
+
+int hetccl_ib_dev_usable(void) {
+  const char *hca = hetccl_knob_str(HETCCL_KNOB_IB_HCA);
+  char want_name[64] = "", seen[512] = "";
+  int want_port = 0;
+  const hetccl_ib_verbs_t *v = hetccl_ib_verbs_try();
+  if (v == NULL) return 0;
+  if (hca[0] && hca_parse(hca, want_name, sizeof(want_name), &want_port) != ncclSuccess)
+    return 0;
+  hetccl_ib_dev_t dev;
+  struct ibv_port_attr attr;
+  int found = dev_find(v, want_name, want_port, &dev, &attr, seen, sizeof(seen));
+  TRACE(HETCCL_NET | HETCCL_INIT, "ib: %s active port%s%s (found:%s)",
+        found > 0 ? "an" : "no", hca[0] ? " matching HETCCL_IB_HCA=" : "", hca,
+        seen[0] ? seen : " none");
+  if (found > 0) hetccl_ib_dev_close(v, &dev);
+  return found > 0;
+}
+
+ncclResult_t hetccl_ib_dev_open(const hetccl_ib_verbs_t *v, int rank, hetccl_ib_dev_t *dev) {
+  const char *hca = hetccl_knob_str(HETCCL_KNOB_IB_HCA);
+  char want_name[64] = "", seen[512] = "";
+  int want_port = 0;
+  if (hca[0] && hca_parse(hca, want_name, sizeof(want_name), &want_port) != ncclSuccess)
+    return ncclInvalidArgument;
+  struct ibv_port_attr attr;
+  int found = dev_find(v, want_name, want_port, dev, &attr, seen, sizeof(seen));
+  if (found < 0) {
+    WARN("ib: rank %d: cannot list verbs devices (no RDMA stack in this kernel?): %s", rank,
+         strerror(errno));
+    return ncclSystemError;
+  }
+  if (found == 0) {
     WARN("ib: rank %d: no verbs device with an active port%s%s (found:%s)", rank,
          hca[0] ? " matching HETCCL_IB_HCA=" : "", hca, seen[0] ? seen : " none");
     return ncclSystemError;

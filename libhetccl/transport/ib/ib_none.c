@@ -43,6 +43,9 @@ static ncclResult_t none_progress(hetccl_ep_t *ep, int *idle) {
   return ncclInternalError;
 }
 
+/* Never chosen per pair; HETCCL_TRANSPORT=ib still reaches ctx_create. */
+static int none_usable(void) { return 0; }
+
 static void none_ep_close(hetccl_ep_t *ep) { (void)ep; }
 static void none_ctx_destroy(hetccl_tctx_t *ctx) { (void)ctx; }
 
@@ -56,4 +59,5 @@ const hetccl_transport_t hetccl_transport_ib = {
     .progress = none_progress,
     .ep_close = none_ep_close,
     .ctx_destroy = none_ctx_destroy,
+    .usable = none_usable,
 };

@@ -59,6 +59,15 @@ static void verbs_load(void) {
 #undef IB_VERBS_LOOKUP
 }
 
+const hetccl_ib_verbs_t *hetccl_ib_verbs_try(void) {
+  pthread_once(&load_once, verbs_load);
+  if (load_error[0]) {
+    TRACE(HETCCL_NET, "ib: %s", load_error);
+    return NULL;
+  }
+  return &verbs;
+}
+
 ncclResult_t hetccl_ib_verbs_load(const hetccl_ib_verbs_t **out) {
   pthread_once(&load_once, verbs_load);
   if (load_error[0]) {

@@ -103,6 +103,7 @@ static void tx_place(hetccl_ep_t *ep, int *moved) {
     }
     size_t n = min_size(m->chunk, r->bytes - r->progress);
     if (n) memcpy((uint8_t *)h + SHM_SLOT_HDR, (const uint8_t *)r->buf + r->progress, n);
+    hetccl_copied_add(&ep->args, n);
     h->len = (uint32_t)n;
     r->progress += n;
     atomic_store_explicit(&m->ctrl->tail, ++ep->tx_tail, memory_order_release);
@@ -175,6 +176,7 @@ static ncclResult_t rx_cma(hetccl_ep_t *ep, hetccl_req_t *r, int *moved) {
     return ncclSystemError;
   }
   size_t g = (size_t)got;
+  hetccl_copied_add(&ep->args, g);
   if (r->consume) {
     if (g < left) g &= ~(size_t)7; /* consume sees 8-byte multiples but for the tail */
     if (g == 0) return ncclSuccess;  /* read again next time, from the same offset */
@@ -238,8 +240,10 @@ static ncclResult_t rx_drain(hetccl_ep_t *ep, int *moved) {
       if (n) r->consume(r->consume_ctx, dst, src, n);
     } else if (r->bytes >= SHM_STREAM_MIN) {
       hetccl_shm_copy_stream(dst, src, n);
+      hetccl_copied_add(&ep->args, n);
     } else if (n) {
       memcpy(dst, src, n);
+      hetccl_copied_add(&ep->args, n);
     }
     r->progress += n;
     rx_release(ep);

@@ -225,6 +225,7 @@ static ncclResult_t send_stream(hetccl_ep_t *ep, int s, size_t *moved) {
       if (left > 0) {
         st->soff += left;
         r->progress += left;
+        hetccl_copied_add(&ep->ctx->args, left); /* the kernel copied it into the socket */
       }
       if (st->spiece < p->npieces && st->soff == piece_len(ep, r, st->spiece)) {
         st->spiece += (uint64_t)ep->nstreams;
@@ -299,6 +300,7 @@ static ncclResult_t recv_stream(hetccl_ep_t *ep, int s, size_t *moved) {
       if (k < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return ncclSuccess;
       if (k <= 0) return ep_io_error(ep, s, "receive", k, errno);
       *moved += (size_t)k;
+      hetccl_copied_add(&ep->ctx->args, (size_t)k); /* the kernel copied it out */
       budget = (size_t)k < budget ? budget - (size_t)k : 0;
       st->roff += (size_t)k;
       r->progress += (size_t)k;
