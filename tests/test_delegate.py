@@ -14,6 +14,7 @@ from typing import Dict, List
 
 import pytest
 
+import hetccl as hetccl_pkg
 from test_discovery import JOB, clean_env, free_port, job_results
 
 pytestmark = [pytest.mark.usefixtures("hetccl_library"), pytest.mark.timeout(120)]
@@ -35,6 +36,9 @@ def dry(*args: str, env: Dict[str, str] = None) -> List[str]:
 
 def test_mpirun_command() -> None:
     env = {**clean_env(), "NCCL_SOCKET_IFNAME": "eth1", "HETCCL_TRANSPORT": "socket"}
+    # Forwarded where set (a checkout run sets it; an installed package
+    # needs none): set here, so the test sees it go either way.
+    env["PYTHONPATH"] = env.get("PYTHONPATH") or str(Path(hetccl_pkg.__file__).parents[1])
     argv = dry("--launcher", "mpirun", "--mpi", "openmpi", "-n", "4", "--hosts", "a,b",
                "--", "prog", "-x", "1", env=env)
     cut = argv.index(sys.executable)
