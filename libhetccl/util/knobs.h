@@ -99,7 +99,7 @@
   X(VENDOR, "HETCCL_VENDOR", INT, "1", 0, 1,                                   \
     "0: never forward to a vendor library, run every collective on hetccl's engine") \
   X(HIER, "HETCCL_HIER", INT, "1", 0, 1,                                       \
-    "1: where a communicator spans several islands and one holds several ranks, AllReduce runs inside each island (its vendor library where it has one), then across the islands' first ranks; 0: over every rank on the engine") \
+    "1: where a communicator spans several islands and one holds several ranks, AllReduce, Broadcast, Reduce, AllGather and ReduceScatter run inside each island (its vendor library where it has one), across the islands' first ranks, and inside again (docs/islands.md); 0: over every rank on the engine") \
   X(PLANE, "HETCCL_PLANE", ENUM("auto|on|off"), "auto", 0, 0,                  \
     "cross-island data plane: auto (ranks of one host, some with device buffers, move data through shared pinned segments with the devices' copy engines and reduce on the devices), on (also when no rank has device buffers: host ranks through the same segments, for tests), off (the engine, device buffers staged through host memory)") \
   X(PLANE_PIECE, "HETCCL_PLANE_PIECE", INT, "4M", 4096, 1073741824,            \
