@@ -104,9 +104,11 @@ do_sweep() { # ROUNDS rounds, each over every pair, so drift spreads evenly
   done
   ! grep -q "^FAIL" "$OUT/07-sweep.log"
 }
-do_torch() {
+do_torch() { # one GPU: one GPU rank (NCCL takes one rank per GPU) and two CPU ranks
+  local devices=()
+  [ "$(nvidia-smi -L | wc -l)" -lt 2 ] && devices=(--devices cuda:0,cpu,cpu)
   TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 \
-    $PY tools/device/torch_backend_check.py --json "$OUT/torch_backend.json"
+    $PY tools/device/torch_backend_check.py "${devices[@]}" --json "$OUT/torch_backend.json"
 }
 do_hang() {
   local log=$OUT/hang-debug.log
