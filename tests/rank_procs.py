@@ -18,15 +18,18 @@ from typing import Dict, List, Optional
 
 
 def run_ranks(script: Path, envs: List[Dict[str, str]], timeout: float,
-              prefixes: Optional[List[List[str]]] = None) -> List[dict]:
+              prefixes: Optional[List[List[str]]] = None,
+              args: Optional[List[List[str]]] = None) -> List[dict]:
     """One process of `script` per entry of envs (each a full environment),
     waited for together; each must exit 0 and print a RESULT line, whose
     dicts are returned in rank order. prefixes: per rank, a command that
-    runs the rank (as `unshare --ipc`), or [] for none."""
+    runs the rank (as `unshare --ipc`), or [] for none; args: per rank, the
+    script's arguments."""
     prefixes = prefixes or [[] for _ in envs]
-    procs = [subprocess.Popen(pre + [sys.executable, str(script)], env=env, text=True,
+    args = args or [[] for _ in envs]
+    procs = [subprocess.Popen(pre + [sys.executable, str(script)] + arg, env=env, text=True,
                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-             for env, pre in zip(envs, prefixes)]
+             for env, pre, arg in zip(envs, prefixes, args)]
     outs = []
     try:
         for p in procs:

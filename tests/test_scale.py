@@ -12,16 +12,15 @@ over the ids' roots.
 """
 from __future__ import annotations
 
-import json
 import os
 import re
-import subprocess
-import sys
 import tempfile
 from pathlib import Path
 from typing import Dict, List
 
 import pytest
+
+from rank_procs import run_ranks
 
 pytestmark = pytest.mark.usefixtures("hetccl_library")
 
@@ -39,23 +38,10 @@ def run(n: int, env: Dict[str, str], nids: int = 1, timeout: float = 120) -> Lis
                      "HETCCL_DEBUG": "INFO", "HETCCL_DEBUG_SUBSYS": "BOOTSTRAP",
                      "HETCCL_DEBUG_FILE": d + "/log.%p"})
         full.update(env)
-        procs = [subprocess.Popen([sys.executable, str(RANK), str(r), str(n), d, str(nids)],
-                                  env=full, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                  text=True) for r in range(n)]
-        outs = []
-        try:
-            for p in procs:
-                outs.append(p.communicate(timeout=timeout)[0])
-        finally:
-            for p in procs:
-                p.kill()
+        results = run_ranks(RANK, [full] * n, timeout,
+                            args=[[str(r), str(n), d, str(nids)] for r in range(n)])
         logs = "".join(open(os.path.join(d, f)).read() for f in os.listdir(d)
                        if f.startswith("log."))
-    results = []
-    for r, (p, out) in enumerate(zip(procs, outs)):
-        line = [ln for ln in out.splitlines() if ln.startswith("RESULT ")]
-        assert p.returncode == 0 and line, f"rank {r} failed ({p.returncode}):\n{out[-3000:]}"
-        results.append(json.loads(line[-1][7:]))
     results.append({"logs": logs})
     return results
 

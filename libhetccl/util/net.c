@@ -403,26 +403,37 @@ static int connect_once(const hetccl_sockaddr_t *addr, int64_t deadline, volatil
   return err;
 }
 
+/* A new socket and one attempt on it: 0 with *out connected (TCP_NODELAY
+ * set), else the errno of the failure with the socket closed, or -1 where
+ * the socket could not be made or set up (WARNed, a system error). */
+static int connect_attempt(const hetccl_sockaddr_t *addr, int64_t deadline,
+                           volatile int *abort_flag, const char *what, int *out) {
+  char s[HETCCL_NET_ADDR_STRLEN];
+  int fd = socket(addr->sa.sa_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (fd < 0) {
+    if (what) WARN("%s: socket() to connect to %s: %s", what,
+                   hetccl_net_addr_str(addr, s, sizeof(s)), strerror(errno));
+    return -1;
+  }
+  int err = connect_once(addr, deadline, abort_flag, fd);
+  if (err == 0 && hetccl_net_set_nodelay(fd) != ncclSuccess) err = -1;
+  if (err != 0) {
+    close(fd);
+    return err;
+  }
+  *out = fd;
+  return 0;
+}
+
 ncclResult_t hetccl_net_connect(const hetccl_sockaddr_t *addr, int64_t deadline,
                                 volatile int *abort_flag, const char *what, int *out) {
   char s[HETCCL_NET_ADDR_STRLEN];
   int backoff_ms = 5, tries = 0;
   for (;;) {
-    int fd = socket(addr->sa.sa_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-    if (fd < 0) {
-      if (what) WARN("%s: socket() to connect to %s: %s", what,
-                     hetccl_net_addr_str(addr, s, sizeof(s)), strerror(errno));
-      return ncclSystemError;
-    }
-    int err = connect_once(addr, deadline, abort_flag, fd);
+    int err = connect_attempt(addr, deadline, abort_flag, what, out);
     tries++;
-    if (err == 0) {
-      ncclResult_t res = hetccl_net_set_nodelay(fd);
-      if (res != ncclSuccess) { close(fd); return res; }
-      *out = fd;
-      return ncclSuccess;
-    }
-    close(fd);
+    if (err == 0) return ncclSuccess;
+    if (err == -1) return ncclSystemError;
     if (err == ECANCELED) {
       if (what) WARN("%s: connect to %s aborted", what, hetccl_net_addr_str(addr, s, sizeof(s)));
       return ncclInternalError;
@@ -452,23 +463,9 @@ ncclResult_t hetccl_net_connect(const hetccl_sockaddr_t *addr, int64_t deadline,
 ncclResult_t hetccl_net_connect_live(const hetccl_sockaddr_t *addr, int64_t deadline,
                                      volatile int *abort_flag, const char *what, int *out) {
   char s[HETCCL_NET_ADDR_STRLEN];
-  int fd = socket(addr->sa.sa_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-  if (fd < 0) {
-    if (what) WARN("%s: socket() to connect to %s: %s", what,
-                   hetccl_net_addr_str(addr, s, sizeof(s)), strerror(errno));
-    return ncclSystemError;
-  }
-  int err = connect_once(addr, deadline, abort_flag, fd);
-  if (err == 0) {
-    ncclResult_t res = hetccl_net_set_nodelay(fd);
-    if (res != ncclSuccess) {
-      close(fd);
-      return res;
-    }
-    *out = fd;
-    return ncclSuccess;
-  }
-  close(fd);
+  int err = connect_attempt(addr, deadline, abort_flag, what, out);
+  if (err == 0) return ncclSuccess;
+  if (err == -1) return ncclSystemError;
   if (err == ECANCELED) {
     if (what) WARN("%s: connect to %s aborted", what, hetccl_net_addr_str(addr, s, sizeof(s)));
     return ncclInternalError;

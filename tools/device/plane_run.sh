@@ -42,15 +42,6 @@ export HETCCL_LIBRARY=$LIB HETCCL_PERF_LIB=$LIB
 NRANKS=${NRANKS:-2}
 . "$ROOT/tools/device/stages.sh"
 
-do_build() {
-  set -e
-  if ls .whl/*.whl >/dev/null 2>&1; then
-    $PY -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl
-  fi
-  [ -d build-dev ] || meson setup build-dev --buildtype=release -Dtests=true
-  ninja -C build-dev
-  nvidia-smi -L
-}
 do_reduce() {
   CUDART=$(ls "$($PY -c 'import sysconfig;print(sysconfig.get_paths()["purelib"])')"/nvidia/*/lib/libcudart.so* 2>/dev/null | sort -r | head -1)
   HETCCL_TEST_CUDART=$CUDART HETCCL_DEBUG=INFO HETCCL_DEBUG_SUBSYS=RUNTIME \

@@ -42,3 +42,15 @@ bounded() {
   echo "--- last log lines"; tail -60 "$log"
   return 1
 }
+
+# do_build: the wheels the machine lacks (.whl, into /tmp/site), then
+# libhetccl, hetccl-perf and the C tests into build-dev (release). Needs PY.
+do_build() {
+  set -e
+  if ls .whl/*.whl >/dev/null 2>&1; then
+    $PY -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl
+  fi
+  [ -d build-dev ] || meson setup build-dev --buildtype=release -Dtests=true
+  ninja -C build-dev
+  nvidia-smi -L
+}

@@ -37,15 +37,6 @@ export HETCCL_LIBRARY=$LIB HETCCL_PERF_LIB=$LIB HETCCL_NCCL_LIBRARY=$REAL_NCCL
 . "$ROOT/tools/device/stages.sh"
 COLLS="sendrecv all_reduce all_gather reduce_scatter broadcast alltoall"
 
-do_build() {
-  set -e
-  if ls .whl/*.whl >/dev/null 2>&1; then
-    $PY -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl
-  fi
-  [ -d build-dev ] || meson setup build-dev --buildtype=release -Dtests=true
-  ninja -C build-dev
-  nvidia-smi -L
-}
 do_ntbuild() {
   set -e
   local home=/tmp/nccl-home
