@@ -1,6 +1,8 @@
 /* The core's side of the cross-island data plane (dataplane.h). */
 #include "core/dataplane.h"
 
+#include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -93,7 +95,8 @@ ncclResult_t hetccl_dataplane_setup(ncclComm_t comm) {
       .piece = (size_t)hetccl_knob_int(HETCCL_KNOB_PLANE_PIECE) & ~(size_t)4095,
       .slots = (int)hetccl_knob_int(HETCCL_KNOB_PLANE_SLOTS),
       .timeout_ms = (int)hetccl_knob_int(HETCCL_KNOB_TIMEOUT) * 1000,
-      .abort_flag = &comm->abort_flag, .device_reduce = reduces, .barrier = barrier,
+      .abort_flag = &comm->abort_flag, .device_reduce = reduces,
+      .reduce_copy = !strcmp(hetccl_knob_str(HETCCL_KNOB_PLANE_REDUCE_READ), "copy"), .barrier = barrier,
       .barrier_ctx = comm->bs};
   hetccl_plane_t *p = NULL;
   ncclResult_t mine = hetccl_plane_create(&args, &p);
@@ -244,6 +247,61 @@ ncclResult_t hetccl_dataplane_launch(ncclComm_t comm, hetccl_task_t *tasks) {
     if (res != ncclSuccess) hetccl_plane_fail(comm->plane, res);
   }
   if (res != ncclSuccess) hetccl_comm_set_error(comm, res);
+  return res;
+}
+
+/* dataplane.h: shares this large go to threads of their own. */
+#define LAUNCH_INLINE_PIECES 16
+
+typedef struct launch_job {
+  ncclComm_t comm;
+  hetccl_task_t *tasks;
+  pthread_t thread;
+  int started;
+  ncclResult_t res;
+  char error[256];
+} launch_job_t;
+
+static void *launch_thread(void *arg) {
+  launch_job_t *j = arg;
+  j->res = hetccl_dataplane_launch(j->comm, j->tasks);
+  if (j->res != ncclSuccess) snprintf(j->error, sizeof(j->error), "%s", hetccl_last_error());
+  return NULL;
+}
+
+static int share_is_large(const hetccl_task_t *tasks) {
+  size_t bytes = 0, piece = (size_t)hetccl_knob_int(HETCCL_KNOB_PLANE_PIECE);
+  for (const hetccl_task_t *t = tasks; t; t = t->next)
+    bytes += t->in_bytes > t->out_bytes ? t->in_bytes : t->out_bytes;
+  return bytes > LAUNCH_INLINE_PIECES * piece;
+}
+
+ncclResult_t hetccl_dataplane_launch_all(ncclComm_t *comms, hetccl_task_t **shares, int n) {
+  int large = 0;
+  for (int i = 0; i < n && n > 1 && !large; i++) large = share_is_large(shares[i]);
+  launch_job_t *jobs = large ? calloc((size_t)n, sizeof(*jobs)) : NULL;
+  ncclResult_t res = ncclSuccess;
+  for (int i = 0; i < n; i++) {
+    if (jobs) {
+      jobs[i] = (launch_job_t){.comm = comms[i], .tasks = shares[i]};
+      jobs[i].started = pthread_create(&jobs[i].thread, NULL, launch_thread, &jobs[i]) == 0;
+      if (jobs[i].started) continue;
+      /* No thread: inline, as a small share (it may block; it is all we have). */
+      INFO(HETCCL_COLL, "rank %d: no thread for a large launch; enqueueing it inline",
+           comms[i]->rank);
+    }
+    ncclResult_t r = hetccl_dataplane_launch(comms[i], shares[i]);
+    if (res == ncclSuccess) res = r;
+  }
+  for (int i = 0; jobs && i < n; i++) {
+    if (!jobs[i].started) continue;
+    pthread_join(jobs[i].thread, NULL);
+    if (res == ncclSuccess && jobs[i].res != ncclSuccess) {
+      res = jobs[i].res;
+      hetccl_last_error_set(jobs[i].error);
+    }
+  }
+  free(jobs);
   return res;
 }
 

@@ -40,6 +40,18 @@ hetccl_task_t *hetccl_dataplane_split(ncclComm_t comm, hetccl_task_t **tasks);
  * to the proxy. Takes ownership of tasks. */
 ncclResult_t hetccl_dataplane_launch(ncclComm_t comm, hetccl_task_t *tasks);
 
+/* The device shares of several communicators of one group (a thread that
+ * drives several ranks: ncclCommInitAll, nccl-tests -g N), launched as
+ * hetccl_dataplane_launch each. Every rank's stream waits on the others'
+ * pieces, so a launch that blocks in the runtime before this thread has
+ * made the others' (a stream's queue is finite: a share of hundreds of
+ * pieces fills it) would wait for ever. Shares of more than
+ * LAUNCH_INLINE_PIECES pieces are therefore enqueued by a thread each,
+ * all at once; smaller ones here, in order, a thread costing more than
+ * they take. Takes ownership of every list; the first error is returned
+ * (its message made this thread's last error). */
+ncclResult_t hetccl_dataplane_launch_all(ncclComm_t *comms, hetccl_task_t **shares, int n);
+
 /* Plane tasks with host buffers: run them here. Takes ownership. */
 ncclResult_t hetccl_dataplane_run(ncclComm_t comm, hetccl_task_t *tasks);
 

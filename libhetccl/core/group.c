@@ -249,14 +249,17 @@ static ncclResult_t run_group(hetccl_task_t *head) {
    * (devpath.h); the caller never waits for them. The others run as
    * before. */
   ncclResult_t res = ncclSuccess;
-  int kept = 0;
+  int kept = 0, nplane = 0;
+  ncclComm_t plane_comms[64];
+  hetccl_task_t *plane_shares[64];
   for (int i = 0; i < ncomm; i++) {
-    if (comms[i]->plane && hetccl_dataplane_on_device(lists[i])) {
-      hetccl_task_t *plane = hetccl_dataplane_split(comms[i], &lists[i]);
-      ncclResult_t r = plane ? hetccl_dataplane_launch(comms[i], plane) : ncclSuccess;
-      if (res == ncclSuccess) res = r;
-      if (!lists[i]) continue;
-    }
+    if (!comms[i]->plane || !hetccl_dataplane_on_device(lists[i])) continue;
+    hetccl_task_t *plane = hetccl_dataplane_split(comms[i], &lists[i]);
+    if (plane) plane_comms[nplane] = comms[i], plane_shares[nplane++] = plane;
+  }
+  if (nplane) res = hetccl_dataplane_launch_all(plane_comms, plane_shares, nplane);
+  for (int i = 0; i < ncomm; i++) {
+    if (!lists[i]) continue;
     int staged = 0;
     for (hetccl_task_t *t = lists[i]; t && !staged; t = t->next)
       staged = t->stage_send || t->stage_recv;

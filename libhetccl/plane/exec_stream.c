@@ -3,8 +3,11 @@
  *
  * Each step becomes up to three stream waits on channel counters, one copy
  * (the copy engine: device memory to a slot, a slot to device memory) or
- * one reduction kernel (reading the slot through its device mapping), and
- * one or two stream writes of counters. Nothing runs on a CPU after this
+ * one reduction, and one or two stream writes of counters. A reduction is
+ * a copy of the peer's piece from its slot into the channel's stage in
+ * device memory, then a kernel that reads the stage (args.reduce_copy; a
+ * kernel reading the slot through its device mapping, the other way,
+ * moves host memory at half the copy engine's speed or less). Nothing runs on a CPU after this
  * returns: the streams wait on the counters the peers' streams (or CPUs)
  * write.
  *
@@ -70,10 +73,54 @@ static ncclResult_t write_to(hetccl_plane_t *p, void *st, const plane_chan_t *c,
   return p->a.rt->stream_write_counter(st, counter, plane_counter_dev(c, counter), value);
 }
 
+/* Channel c's stage in device memory (plane_impl.h), made on first use. */
+static ncclResult_t chan_stage(hetccl_plane_t *p, plane_chan_t *c) {
+  if (c->stage || !p->a.reduce_copy) return ncclSuccess;
+  void *mem = NULL;
+  ncclResult_t res = p->a.rt->mem_alloc(&mem, (size_t)p->a.slots * p->a.piece);
+  if (res != ncclSuccess) {
+    WARN("plane: rank %d: no device memory for a stage of %d pieces of %zu bytes",
+         plane_user_rank(p, p->a.rank), p->a.slots, p->a.piece);
+    return res;
+  }
+  c->stage = mem;
+  return ncclSuccess;
+}
+
+void plane_stages_free(hetccl_plane_t *p) {
+  int saved = -1;
+  char busid[32];
+  for (int q = 0; q < p->a.nranks && p->in; q++) {
+    if (!p->in[q].stage) continue;
+    if (saved < 0 && p->a.rt->current_device(&saved, busid, sizeof(busid)) == ncclSuccess &&
+        saved != p->a.dev)
+      (void)p->a.rt->set_device(p->a.dev);
+    (void)p->a.rt->mem_free(p->in[q].stage);
+    p->in[q].stage = NULL;
+  }
+  if (saved >= 0 && saved != p->a.dev) (void)p->a.rt->set_device(saved);
+}
+
+/* The operand a reduction reads for piece in_q of `in`: its stage, filled
+ * from the slot by a copy enqueued here, or the slot itself. */
+static ncclResult_t reduce_operand(hetccl_plane_t *p, const plane_step_t *s, void *st,
+                                   const void **operand) {
+  const plane_chan_t *in = &p->in[s->in];
+  if (!in->stage) {
+    *operand = plane_slot_dev(p, in, s->in_q);
+    return ncclSuccess;
+  }
+  char *stage = in->stage + (s->in_q % (uint64_t)p->a.slots) * p->a.piece;
+  HETCCL_CHECK(p->a.rt->memcpy_async(stage, plane_slot_host(p, in, s->in_q), s->bytes, st));
+  *operand = stage;
+  return ncclSuccess;
+}
+
 /* count 0 (ahead): load the kernel only (runtime.h, reduce_async). */
 static ncclResult_t reduce_step(hetccl_plane_t *p, const plane_step_t *s, void *st, int ahead) {
-  const plane_chan_t *in = &p->in[s->in];
-  const void *slot = plane_slot_dev(p, in, s->in_q);
+  const void *slot = NULL;
+  if (!ahead) HETCCL_CHECK(reduce_operand(p, s, st, &slot));
+  else slot = plane_slot_dev(p, &p->in[s->in], s->in_q);
   void *dst = s->dst ? s->dst : plane_slot_dev(p, &p->out[s->out], s->out_q);
   size_t count = ahead ? 0 : s->bytes / hetccl_dtype_size(s->op->dtype);
   unsigned a = s->flags & HETCCL_REDUCE_SCALE_A, b = s->flags & HETCCL_REDUCE_SCALE_B;
@@ -162,10 +209,11 @@ static ncclResult_t enqueue_phase(hetccl_plane_t *p, const plane_phase_t *ph, vo
   return enqueue_lanes(p, ph, stream);
 }
 
-/* The kernels the program's steps use, loaded before any of its work is
- * enqueued: loading may wait for the context's running work, which, for
- * two ranks of one process on one GPU, would wait for the other rank's
- * launch, not made yet. Consecutive steps of one kind ask once. */
+/* The kernels the program's steps use, loaded, and the stages its
+ * reductions read, made, before any of its work is enqueued: loading or
+ * allocating may wait for the context's running work, which, for two
+ * ranks of one process on one GPU, would wait for the other rank's launch,
+ * not made yet. Consecutive steps of one kind ask once. */
 static ncclResult_t load_kernels(hetccl_plane_t *p, const plane_prog_t *prog, void *stream) {
   const hetccl_redop_t *last_op = NULL;
   int last_kind = -1;
@@ -173,6 +221,7 @@ static ncclResult_t load_kernels(hetccl_plane_t *p, const plane_prog_t *prog, vo
     for (int l = 0; l < ph->nlanes; l++)
       for (int i = 0; i < ph->lanes[l].n; i++) {
         const plane_step_t *s = &ph->lanes[l].steps[i];
+        if (s->kind == STEP_REDUCE) HETCCL_CHECK(chan_stage(p, &p->in[s->in]));
         int kind = s->kind == STEP_REDUCE ? (int)s->flags * 2 + s->swap
                    : s->kind == STEP_SEND && s->op && s->op->premul ? -2
                                                                    : -1;

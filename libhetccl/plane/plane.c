@@ -231,6 +231,7 @@ void hetccl_plane_destroy(hetccl_plane_t *p) {
     }
   }
   if (p->lane_stream) plane_streams_destroy(p);
+  if (p->gpu) plane_stages_free(p);
   for (int q = 0; q < p->a.nranks && p->out; q++) {
     plane_chan_close(p, &p->out[q]);
     plane_chan_close(p, &p->in[q]);

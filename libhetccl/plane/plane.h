@@ -68,6 +68,10 @@ typedef struct hetccl_plane_args {
   /* Every GPU rank of the communicator reduces on its device; else the
    * caller keeps reducing collectives with device buffers off the plane. */
   int device_reduce;
+  /* A reduction first copies the peer's piece from its slot into device
+   * memory with the copy engine (else the kernel reads the slot over the
+   * bus: half the copy engine's speed or less on a PCIe host). */
+  int reduce_copy;
   /* A barrier over every rank (the caller's bootstrap). */
   ncclResult_t (*barrier)(void *ctx);
   void *barrier_ctx;

@@ -36,6 +36,13 @@ typedef struct plane_chan {
   size_t bytes;            /* mapped size */
   char name[96];           /* while it still has one (creator only) */
   uint64_t next;           /* pieces numbered so far (API thread, at program build) */
+  /* Receive side of a GPU rank that reduces what arrives (args.reduce_copy):
+   * device memory for `slots` pieces, the slots' copies that the kernel
+   * reads. Piece q lands in stage piece q % slots; the sender cannot
+   * write piece q + slots until this rank's stream has consumed q, which
+   * it writes after the kernel has read the stage. Made at the first
+   * launch that needs it, freed at destroy. */
+  char *stage;
 } plane_chan_t;
 
 ncclResult_t plane_chan_create(hetccl_plane_t *p, int dst, plane_chan_t *c);
@@ -109,6 +116,9 @@ void plane_prog_free(plane_prog_t *prog);
 ncclResult_t plane_exec_stream(hetccl_plane_t *p, const plane_prog_t *prog, void *stream);
 ncclResult_t plane_streams_create(hetccl_plane_t *p);
 void plane_streams_destroy(hetccl_plane_t *p);
+/* Free the channels' stages (device memory), this rank's device made
+ * current for it. */
+void plane_stages_free(hetccl_plane_t *p);
 /* exec_host.c: run prog to completion here. */
 ncclResult_t plane_exec_host(hetccl_plane_t *p, const plane_prog_t *prog);
 

@@ -6,7 +6,10 @@ included) on this machine.
     python3 tools/device/copy_limit.py [--gib 1] [--device 0]
 
 Prints D2H alone, H2D alone, and both at once on two streams (GB/s each
-way), best of three. Two ranks on ONE GPU share its one PCIe link: an
+way), best of three; then what a kernel reads from mapped pinned host
+memory (as a reduction that reads a shared slot over the bus does), alone
+and beside a D2H copy: the reason the data plane's reductions copy the
+peer's piece into device memory first (HETCCL_PLANE_REDUCE_READ=copy). Two ranks on ONE GPU share its one PCIe link: an
 AllReduce or SendRecv between them moves 2 x the message each way over it,
 so their busbw ceiling there is half the concurrent figure.
 """
@@ -17,6 +20,21 @@ import time
 
 import cupy as cp
 import cupyx
+import numpy as np
+
+# dst[i] += src[i] in 16-byte words, grid-stride: the access pattern of the
+# data plane's reduction kernel, src in mapped host memory.
+READ_HOST = cp.RawKernel(r"""
+extern "C" __global__ void read_host(const uint4 *src, uint4 *dst, unsigned long long n) {
+  unsigned long long stride = (unsigned long long)gridDim.x * blockDim.x;
+  for (unsigned long long i = blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x; i < n;
+       i += stride) {
+    uint4 a = src[i], b = dst[i];
+    b.x += a.x; b.y += a.y; b.z += a.z; b.w += a.w;
+    dst[i] = b;
+  }
+}
+""", "read_host")
 
 
 def timed(fn, reps: int = 3) -> float:
@@ -52,10 +70,22 @@ def main() -> None:
     t_d2h = timed(d2h)
     t_h2d = timed(h2d)
     t_both = timed(lambda: (d2h(s1, 0), h2d(s2, 1)))
+    sms = cp.cuda.Device().attributes["MultiProcessorCount"]
+    words = n // 16
+
+    def kernel_read(stream=s2, i=1):
+        with stream:
+            READ_HOST((sms * 4,), (256,), (np.uint64(host[i].ctypes.data), dev[i], np.uint64(words)))
+
+    t_kread = timed(kernel_read)
+    t_kread_both = timed(lambda: (d2h(s1, 0), kernel_read(s2, 1)))
     gb = n / 1e9
     print(f"copy_limit device {args.device}: {args.gib:g} GiB, best of 3")
     print(f"  D2H alone {gb / t_d2h:.1f} GB/s, H2D alone {gb / t_h2d:.1f} GB/s, "
           f"both at once {gb / t_both:.1f} GB/s each way")
+    print(f"  a kernel reading mapped host memory: alone {gb / t_kread:.1f} GB/s, beside a D2H "
+          f"copy {gb / t_kread_both:.1f} GB/s each way (against the copy engine's "
+          f"{gb / t_h2d:.1f} / {gb / t_both:.1f})")
     print(f"  two ranks on this one GPU: staged busbw ceiling about {gb / t_both / 2:.1f} GB/s")
 
 

@@ -22,6 +22,11 @@
 #             HETCCL_PLANE_SLOTS): all_reduce and sendrecv at 32 and 256 MiB
 #             for each pair, ROUNDS (3) rounds; the medians are the figures
 #             behind the defaults (docs/dataplane.md)
+#   readpath  the two ways a device reduction reads the peer's piece
+#             (HETCCL_PLANE_REDUCE_READ=copy: copy engine into device memory,
+#             then the kernel; =mapped: the kernel reads the shared slot over
+#             the bus), all_reduce, reduce_scatter and reduce at 64 MiB..1 GiB,
+#             ROUNDS (2) rounds alternating
 #   torch     tools/device/torch_backend_check.py: torch's hetccl backend
 #             with GPU ranks and a CPU rank in one job, every collective
 #             against gloo, then DDP
@@ -95,6 +100,17 @@ do_sweep() { # ROUNDS rounds, each over every pair, so drift spreads evenly
   done
   ! grep -q "^FAIL" "$OUT/07-sweep.log"
 }
+do_readpath() {
+  for round in $(seq "${ROUNDS:-2}"); do
+    for read in copy mapped; do
+      for c in all_reduce reduce_scatter reduce; do
+        HETCCL_PLANE_REDUCE_READ=$read perf "readpath round=$round read=$read $c" "$c" \
+          -b 64M -e 1G -f 4 || echo "FAIL: $read $c"
+      done
+    done
+  done
+  ! grep -q "^FAIL" "$OUT/10-readpath.log"
+}
 do_torch() { # one GPU: one GPU rank (NCCL takes one rank per GPU) and two CPU ranks
   local devices=()
   [ "$(nvidia-smi -L | wc -l)" -lt 2 ] && devices=(--devices cuda:0,cpu,cpu)
@@ -109,7 +125,7 @@ do_hang() {
 }
 
 export ROOT OUT PY LIB NRANKS
-export -f note bounded perf perf1 do_build do_reduce do_pytest do_limit do_perf do_perf1 do_sweep do_torch do_hang
+export -f note bounded perf perf1 do_build do_reduce do_pytest do_limit do_perf do_perf1 do_sweep do_readpath do_torch do_hang
 export PYTHONPATH=$ROOT/python:/tmp/site${PYTHONPATH:+:$PYTHONPATH}
 STAGES=${STAGES:-reduce pytest limit perf}
 stage 01 build 240 do_build
@@ -122,6 +138,7 @@ if [ -f "$LIB" ]; then
   want sweep && stage 07 sweep 420 do_sweep
   want hang && stage 08 hang 120 do_hang
   want torch && stage 09 torch 240 do_torch
+  want readpath && stage 10 readpath 300 do_readpath
 fi
 note "overall: $([ $STATUS -eq 0 ] && echo PASS || echo FAIL)"
 exit $STATUS
