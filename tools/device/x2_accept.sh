@@ -18,8 +18,18 @@
 #             forced, the same six collectives 1 MiB to 1 GiB
 #   train     tools/device/train_bench.py: DDP and a 2-stage pipeline across
 #             the islands against one GPU and against NCCL on one island
-#   big       (not by default) all_reduce -g 2 at 256 MiB to 1 GiB under a
-#             100 s bound, with the threads' states where it stalls
+#   big       all_reduce -g 2 at 256 MiB to 1 GiB under a 100 s bound, with
+#             the threads' states where it stalls
+#   readpath  nccl-tests all_reduce and reduce_scatter -g 2, 64 MiB..1 GiB,
+#             with HETCCL_PLANE_REDUCE_READ=mapped (the kernel reads the shared
+#             slot over the bus; nt has the default, copy): before and after
+#   pieces    sendrecv and all_reduce -g 2 at 256 MiB..1 GiB with 8 and 16 MiB
+#             pieces (nt has the default 4 MiB)
+#   cupy      tools/device/cupy_api_check.py: cupy.cuda.nccl, hetccl.nccl and
+#             hetccl.Communicator on CuPy arrays, same arguments, equal results
+#   torch3    tools/device/torch_backend_check.py with two GPU ranks and a CPU
+#             rank in one job
+#   pytest    tests/test_cuda_engine.py (the two-GPU cases run here)
 # STAGES="..." picks stages (build always runs). NCCL_NVLS_ENABLE=0.
 set -u
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
@@ -82,12 +92,38 @@ do_big() { # all_reduce -g 2 at 256 MiB..1 GiB, bounded; where it stalls, the th
     $NT/all_reduce_perf -g 2 -b 256M -e 1G -f 2 -n 5 -w 2 -c 1 &
   bounded $! 100 "$log"
 }
+do_readpath() {
+  for c in all_reduce reduce_scatter; do
+    echo "--- hetccl $c HETCCL_PLANE_REDUCE_READ=mapped"
+    env LD_PRELOAD=$LIB HETCCL_ISLANDS=0,1 HETCCL_PLANE_REDUCE_READ=mapped \
+      LD_LIBRARY_PATH="$(dirname "$REAL_NCCL")" timeout 60 \
+      $NT/${c}_perf -g 2 -b 64M -e 1G -f 4 -n 20 -w 5 -c 1 || echo "FAIL: $c"
+  done
+  ! grep -q "^FAIL" "$OUT/08-readpath.log"
+}
+do_pieces() {
+  for piece in 8M 16M; do
+    for c in sendrecv all_reduce; do
+      echo "--- hetccl $c HETCCL_PLANE_PIECE=$piece"
+      env LD_PRELOAD=$LIB HETCCL_ISLANDS=0,1 HETCCL_PLANE_PIECE=$piece \
+        LD_LIBRARY_PATH="$(dirname "$REAL_NCCL")" timeout 60 \
+        $NT/${c}_perf -g 2 -b 256M -e 1G -f 2 -n 20 -w 5 -c 1 || echo "FAIL: $c $piece"
+    done
+  done
+  ! grep -q "^FAIL" "$OUT/09-pieces.log"
+}
+do_cupy() { $PY tools/device/cupy_api_check.py --ranks 2; }
+do_torch3() {
+  $PY tools/device/torch_backend_check.py --devices cuda:0,cuda:1,cpu --json "$OUT/torch3.json"
+}
+do_pytest() { $PY -m pytest -q tests/test_cuda_engine.py -p no:cacheprovider -rs -x; }
 do_train() { $PY tools/device/train_bench.py "$OUT/train.json"; }
 
 export ROOT OUT PY LIB REAL_NCCL NT COLLS
-export -f note bounded nt do_build do_ntbuild do_limit do_nt do_perf do_train do_big
+export -f note bounded nt do_build do_ntbuild do_limit do_nt do_perf do_train do_big do_readpath \
+  do_pieces do_cupy do_torch3 do_pytest
 export PYTHONPATH=$ROOT/python:/tmp/site${PYTHONPATH:+:$PYTHONPATH}
-STAGES=${STAGES:-ntbuild limit nt train perf}
+STAGES=${STAGES:-ntbuild limit nt big readpath train perf pieces cupy torch3 pytest}
 stage 01 build 240 do_build
 if [ -f "$LIB" ]; then
   want ntbuild && stage 02 ntbuild 150 do_ntbuild
@@ -96,6 +132,11 @@ if [ -f "$LIB" ]; then
   want train && stage 06 train 200 do_train
   want perf && stage 05 perf 120 do_perf
   want big && stage 07 big 150 do_big
+  want readpath && stage 08 readpath 90 do_readpath
+  want pieces && stage 09 pieces 120 do_pieces
+  want cupy && stage 10 cupy 120 do_cupy
+  want torch3 && stage 11 torch3 180 do_torch3
+  want pytest && stage 12 pytest 240 do_pytest
 fi
 note "overall: $([ $STATUS -eq 0 ] && echo PASS || echo FAIL)"
 exit $STATUS
