@@ -46,9 +46,15 @@ def run_pointer_api(mod, comm, rank: int, world: int, stream) -> dict:
     """Every collective through a cupy.cuda.nccl-style module (pointers)."""
     import cupy as cp
     n = N
-    x = cp.asarray(inputs(rank, n))
     out = {}
     f32, s = mod.NCCL_FLOAT32, stream.ptr
+    with stream:  # every allocation and fill ordered before the collectives on `stream`
+        return _pointer_calls(mod, comm, rank, world, stream, n, f32, s, out)
+
+
+def _pointer_calls(mod, comm, rank, world, stream, n, f32, s, out) -> dict:
+    import cupy as cp
+    x = cp.asarray(inputs(rank, n))
     r = cp.zeros(n, cp.float32)
     comm.allReduce(x.data.ptr, r.data.ptr, n, f32, mod.NCCL_SUM, s)
     out["allReduce"] = r
@@ -166,7 +172,12 @@ def main() -> int:
             for api, res in results.items():
                 same = np.array_equal(res[coll], want[coll])
                 bad += not same
-                line.append(f"{api} {'ok' if same else 'DIFFERS'}")
+                if same:
+                    line.append(f"{api} ok")
+                    continue
+                wrong = np.flatnonzero(res[coll] != want[coll])
+                line.append(f"{api} DIFFERS at {wrong.size} elements, first [{wrong[0]}] "
+                            f"{res[coll][wrong[0]]} (want {want[coll][wrong[0]]})")
             print(f"rank {rank} ({backend}) {coll:14s} " + ", ".join(line))
         apis = list(results)
         for coll in want:
