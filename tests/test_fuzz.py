@@ -23,9 +23,19 @@ hetccl (its listeners close after init); the only bytes hetccl ever sends to
 a fuzz connection are a bounded reject from the root, and only to a
 connection that sent a hello with the right magic.
 
+Modes: `uid` and `commid` (the id from ncclGetUniqueId / NCCL_COMM_ID) with
+every pair connected at init (HETCCL_RUNTIME_CONNECT=0); `lazy`, pairs
+connected on first use, where the socket transport's listener and its
+nonblocking inbox (transport/base/inbox.c) stay open after init until every
+lower rank has connected: the ranks wait a moment before their collectives
+and the fuzzer keeps firing through them, and the test asserts that fuzz
+cases reached a rank's listener after init, that the collectives were
+right, and that every fuzz connection was closed once the communicator
+had run and been destroyed.
+
 Reproduce with HETCCL_FUZZ_SEED (printed; the cases repeat, their timing
 against the ranks does not). HETCCL_FUZZ_SECONDS (default 16) is the
-fuzzing time of the whole file, split over the two modes.
+fuzzing time of the whole file, split over the three modes.
 """
 
 from __future__ import annotations
@@ -55,7 +65,7 @@ pytestmark = pytest.mark.usefixtures("hetccl_library")
 FUZZ_SECONDS = float(os.environ.get("HETCCL_FUZZ_SECONDS", "16"))
 FUZZ_SEED = int(os.environ.get("HETCCL_FUZZ_SEED", str(random.SystemRandom().getrandbits(32))))
 NRANKS = 3
-MODES = ["uid", "commid"]
+MODES = ["uid", "commid", "lazy"]
 RANK_ENV = {
     "HETCCL_TRANSPORT": "socket",
     "HETCCL_SOCKET_NSTREAMS": "2",
@@ -212,6 +222,7 @@ class Case:
     born: float = 0.0
     outcome: str = ""                 # refused, closed-by-peer, closed-by-us
     got: bytes = b""
+    after_init: bool = False          # opened while the communicator was up
 
 
 def _hello(rng: random.Random, secret: int, rank: int, nranks: int, info: int) -> bytes:
@@ -310,6 +321,7 @@ class Stats:
     by_kind: Dict[str, int] = field(default_factory=dict)
     by_target: Dict[str, int] = field(default_factory=dict)
     connected: Dict[str, int] = field(default_factory=dict)
+    connected_after_init: int = 0     # to a rank's listener, the communicator up
     refused: int = 0
     closed_by_peer: int = 0
     replies: List[bytes] = field(default_factory=list)
@@ -328,6 +340,7 @@ class Fuzzer:
         self.root: Optional[Addr] = None
         self.secret = 0
         self.enabled = False
+        self.after_init = False  # cases opened now are labelled so
         self.stop_flag = False
         self.open: List[Case] = []
         self.stats = Stats()
@@ -353,6 +366,10 @@ class Fuzzer:
     def enable(self, on: bool) -> None:
         with self.lock:
             self.enabled = on
+
+    def set_after_init(self, on: bool) -> None:
+        with self.lock:
+            self.after_init = on
 
     def still_open(self) -> List[Case]:
         with self.lock:
@@ -392,6 +409,7 @@ class Fuzzer:
             target, addr = self.rng.choice(targets)
             case = make_case(self.rng, target, addr, self.secret)
             case.born = now
+            case.after_init = self.after_init
             self.stats.cases += 1
             self.stats.by_kind[case.kind] = self.stats.by_kind.get(case.kind, 0) + 1
             self.stats.by_target[target] = self.stats.by_target.get(target, 0) + 1
@@ -419,6 +437,8 @@ class Fuzzer:
                 self._finish(c, "refused")
                 return
             self.stats.connected[c.target] = self.stats.connected.get(c.target, 0) + 1
+            if c.after_init and c.target != "root":
+                self.stats.connected_after_init += 1
             self.sel.modify(c.sock, selectors.EVENT_READ, c)
             if c.end == "reset":
                 c.sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
@@ -567,6 +587,8 @@ def fuzz_mode(mode: str, seconds: float, seed: int) -> Tuple[Stats, int, float]:
     rng = random.Random(seed)
     ctx = multiprocessing.get_context("spawn")
     env = dict(RANK_ENV)
+    if mode == "lazy":
+        env["HETCCL_RUNTIME_CONNECT"] = "1"
     if mode == "commid":
         env["NCCL_COMM_ID"] = f"127.0.0.1:{_free_port()}"
     procs, conns = [], []
@@ -601,15 +623,25 @@ def fuzz_mode(mode: str, seconds: float, seed: int) -> Tuple[Stats, int, float]:
             _wait_replies(conns, procs, {r: f"init of communicator {cycles}"
                                          for r in range(NRANKS)}, CYCLE_DEADLINE_S)
             staller.join()
-            # The communicator is up: hetccl has closed every port it opened
-            # to form it, and with them every fuzz connection (the fuzzer
-            # goes on against whatever still listens).
-            _check_closed(fuzzer, [p.pid for p in procs], f"communicator {cycles}")
+            if mode != "lazy":
+                # The communicator is up: hetccl has closed every port it
+                # opened to form it, and with them every fuzz connection (the
+                # fuzzer goes on against whatever still listens).
+                _check_closed(fuzzer, [p.pid for p in procs], f"communicator {cycles}")
+            else:
+                # Up, no pair connected yet: the transport's listeners stay
+                # open until the collectives connect every pair; fire at them.
+                fuzzer.set_after_init(True)
+                time.sleep(rng.uniform(0.1, 0.3))
             for c in conns:
                 c.send("go")
             _wait_replies(conns, procs, {r: f"collectives of communicator {cycles}"
                                          for r in range(NRANKS)}, CYCLE_DEADLINE_S)
             fuzzer.enable(False)
+            fuzzer.set_after_init(False)
+            if mode == "lazy":
+                _check_closed(fuzzer, [p.pid for p in procs],
+                              f"communicator {cycles} had run and was destroyed")
             cycles += 1
         for c in conns:
             c.send(None)
@@ -648,3 +680,8 @@ def test_fuzz_ports_while_ranks_form(mode: str) -> None:
         "no fuzz case reached a rank's listener"
     assert any(b"secret does not match" in r for r in stats.replies), \
         "no wrong-secret hello was told why it was refused"
+    if mode == "lazy":
+        print(f"  fuzz connections to a rank's listener after init: "
+              f"{stats.connected_after_init}")
+        assert stats.connected_after_init > 0, \
+            "no fuzz case reached a rank's listener while the communicator was up"
