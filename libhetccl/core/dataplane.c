@@ -262,6 +262,11 @@ typedef struct launch_job {
   char error[256];
 } launch_job_t;
 
+struct hetccl_dataplane_launches {
+  int n;
+  launch_job_t jobs[];
+};
+
 static void *launch_thread(void *arg) {
   launch_job_t *j = arg;
   j->res = hetccl_dataplane_launch(j->comm, j->tasks);
@@ -276,32 +281,43 @@ static int share_is_large(const hetccl_task_t *tasks) {
   return bytes > LAUNCH_INLINE_PIECES * piece;
 }
 
-ncclResult_t hetccl_dataplane_launch_all(ncclComm_t *comms, hetccl_task_t **shares, int n) {
+ncclResult_t hetccl_dataplane_launch_start(ncclComm_t *comms, hetccl_task_t **shares, int n,
+                                           int others, hetccl_dataplane_launches_t **out) {
+  *out = NULL;
   int large = 0;
-  for (int i = 0; i < n && n > 1 && !large; i++) large = share_is_large(shares[i]);
-  launch_job_t *jobs = large ? calloc((size_t)n, sizeof(*jobs)) : NULL;
+  for (int i = 0; i < n && (n > 1 || others) && !large; i++) large = share_is_large(shares[i]);
+  hetccl_dataplane_launches_t *l = NULL;
+  if (large) l = calloc(1, sizeof(*l) + (size_t)n * sizeof(launch_job_t));
   ncclResult_t res = ncclSuccess;
   for (int i = 0; i < n; i++) {
-    if (jobs) {
-      jobs[i] = (launch_job_t){.comm = comms[i], .tasks = shares[i]};
-      jobs[i].started = pthread_create(&jobs[i].thread, NULL, launch_thread, &jobs[i]) == 0;
-      if (jobs[i].started) continue;
-      /* No thread: inline, as a small share (it may block; it is all we have). */
+    if (l) {
+      launch_job_t *j = &l->jobs[l->n++];
+      *j = (launch_job_t){.comm = comms[i], .tasks = shares[i]};
+      j->started = pthread_create(&j->thread, NULL, launch_thread, j) == 0;
+      if (j->started) continue;
+      /* No thread: inline, as a small share (it may block; it is all there is). */
       INFO(HETCCL_COLL, "rank %d: no thread for a large launch; enqueueing it inline",
            comms[i]->rank);
     }
     ncclResult_t r = hetccl_dataplane_launch(comms[i], shares[i]);
     if (res == ncclSuccess) res = r;
   }
-  for (int i = 0; jobs && i < n; i++) {
-    if (!jobs[i].started) continue;
-    pthread_join(jobs[i].thread, NULL);
-    if (res == ncclSuccess && jobs[i].res != ncclSuccess) {
-      res = jobs[i].res;
-      hetccl_last_error_set(jobs[i].error);
+  *out = l;
+  return res;
+}
+
+ncclResult_t hetccl_dataplane_launch_finish(hetccl_dataplane_launches_t *l) {
+  ncclResult_t res = ncclSuccess;
+  for (int i = 0; l && i < l->n; i++) {
+    launch_job_t *j = &l->jobs[i];
+    if (!j->started) continue;
+    pthread_join(j->thread, NULL);
+    if (res == ncclSuccess && j->res != ncclSuccess) {
+      res = j->res;
+      hetccl_last_error_set(j->error);
     }
   }
-  free(jobs);
+  free(l);
   return res;
 }
 

@@ -40,17 +40,24 @@ hetccl_task_t *hetccl_dataplane_split(ncclComm_t comm, hetccl_task_t **tasks);
  * to the proxy. Takes ownership of tasks. */
 ncclResult_t hetccl_dataplane_launch(ncclComm_t comm, hetccl_task_t *tasks);
 
-/* The device shares of several communicators of one group (a thread that
+/* The device shares of a group (several communicators when one thread
  * drives several ranks: ncclCommInitAll, nccl-tests -g N), launched as
- * hetccl_dataplane_launch each. Every rank's stream waits on the others'
+ * hetccl_dataplane_launch each. Every rank's stream waits on its peers'
  * pieces, so a launch that blocks in the runtime before this thread has
- * made the others' (a stream's queue is finite: a share of hundreds of
- * pieces fills it) would wait for ever. Shares of more than
- * LAUNCH_INLINE_PIECES pieces are therefore enqueued by a thread each,
- * all at once; smaller ones here, in order, a thread costing more than
- * they take. Takes ownership of every list; the first error is returned
- * (its message made this thread's last error). */
-ncclResult_t hetccl_dataplane_launch_all(ncclComm_t *comms, hetccl_task_t **shares, int n);
+ * made the peers' launches, or run a host rank's share of the same group,
+ * would wait for ever: a stream's queue is finite, and a share of
+ * hundreds of pieces fills it. Shares of more than LAUNCH_INLINE_PIECES
+ * pieces are therefore enqueued by a thread each, started here, when the
+ * group holds anything else (another device share, or `others`: shares
+ * this thread runs after); small ones here, in order, a thread costing
+ * more than they take. _finish joins the threads; call it once this
+ * thread has run the group's other shares. Ownership of every list passes
+ * here; the first error is returned (its message made this thread's last
+ * error). */
+typedef struct hetccl_dataplane_launches hetccl_dataplane_launches_t;
+ncclResult_t hetccl_dataplane_launch_start(ncclComm_t *comms, hetccl_task_t **shares, int n,
+                                           int others, hetccl_dataplane_launches_t **out);
+ncclResult_t hetccl_dataplane_launch_finish(hetccl_dataplane_launches_t *l);
 
 /* Plane tasks with host buffers: run them here. Takes ownership. */
 ncclResult_t hetccl_dataplane_run(ncclComm_t comm, hetccl_task_t *tasks);

@@ -247,7 +247,9 @@ static ncclResult_t run_group(hetccl_task_t *head) {
   /* Shares with device buffers go to their stream: the data plane's
    * (dataplane.h), and what stays on the engine through staging
    * (devpath.h); the caller never waits for them. The others run as
-   * before. */
+   * before. Large data-plane launches may be enqueued by threads of their
+   * own while this one runs the rest (hetccl_dataplane_launch_start); they
+   * are joined before the group returns. */
   ncclResult_t res = ncclSuccess;
   int kept = 0, nplane = 0;
   ncclComm_t plane_comms[64];
@@ -257,7 +259,12 @@ static ncclResult_t run_group(hetccl_task_t *head) {
     hetccl_task_t *plane = hetccl_dataplane_split(comms[i], &lists[i]);
     if (plane) plane_comms[nplane] = comms[i], plane_shares[nplane++] = plane;
   }
-  if (nplane) res = hetccl_dataplane_launch_all(plane_comms, plane_shares, nplane);
+  int others = 0;
+  for (int i = 0; i < ncomm; i++) others |= lists[i] != NULL;
+  hetccl_dataplane_launches_t *launches = NULL;
+  if (nplane)
+    res = hetccl_dataplane_launch_start(plane_comms, plane_shares, nplane, others || rest,
+                                        &launches);
   for (int i = 0; i < ncomm; i++) {
     if (!lists[i]) continue;
     int staged = 0;
@@ -284,6 +291,8 @@ static ncclResult_t run_group(hetccl_task_t *head) {
     ncclResult_t r = run_group(rev);
     if (res == ncclSuccess) res = r;
   }
+  r = hetccl_dataplane_launch_finish(launches);
+  if (res == ncclSuccess) res = r;
   return res;
 }
 

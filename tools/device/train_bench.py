@@ -4,6 +4,7 @@ pipeline, with torch's nccl backend, against one GPU alone and against the
 same job on one island, in one run.
 
     python3 tools/device/train_bench.py OUT.json [--steps 20] [--layers 16]
+        [--variant NAME:VAR=VALUE[,VAR=VALUE...]]...
 
 Every configuration runs in fresh processes (torch.multiprocessing spawn),
 so the library each loads follows the environment given to it:
@@ -16,6 +17,11 @@ so the library each loads follows the environment given to it:
                and their gradients exchanged by send/recv (micro-batches of
                32 MiB activations), torch's NCCL
   pipe/hetccl  the same across two islands
+  ddp/NAME, pipe/NAME
+               each --variant: the hetccl runs again with those variables
+               set too (e.g. mapped:HETCCL_PLANE_REDUCE_READ=mapped for the
+               previous read path, or maxconn:CUDA_DEVICE_MAX_CONNECTIONS=32),
+               printed beside the others, not part of PASS/FAIL
 
 The model: `--layers` blocks of Linear(4096, 4096) + GELU in bf16 (16
 blocks: 268 M parameters), mean-square loss against a fixed target, SGD;
@@ -173,12 +179,13 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def launch(kind: str, hetccl: bool, args) -> dict:
+def launch(kind: str, hetccl: bool, args, extra: dict | None = None) -> dict:
     ctx = mp.get_context("spawn")
     q = ctx.Queue()
     env = {}
     if hetccl:
-        env = {"LD_PRELOAD": os.environ["HETCCL_LIBRARY"], "HETCCL_ISLANDS": "0,1"}
+        env = {"LD_PRELOAD": os.environ["HETCCL_LIBRARY"], "HETCCL_ISLANDS": "0,1",
+               **(extra or {})}
     # The children read LD_PRELOAD at exec: set it around the spawn.
     saved = {k: os.environ.get(k) for k in env}
     os.environ.update(env)
@@ -214,7 +221,15 @@ def main() -> int:
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--layers", type=int, default=16)
     ap.add_argument("--timeout", type=float, default=300)
+    ap.add_argument("--variant", action="append", default=[],
+                    help="NAME:VAR=VALUE[,VAR=VALUE]: the hetccl runs again with these set")
     args = ap.parse_args()
+    variants = {}
+    for v in args.variant:
+        name, _, assigns = v.partition(":")
+        if not name or not assigns or any("=" not in a for a in assigns.split(",")):
+            ap.error(f"--variant {v!r}: NAME:VAR=VALUE[,VAR=VALUE...]")
+        variants[name] = dict(a.split("=", 1) for a in assigns.split(","))
     if torch.cuda.device_count() < 2:
         print("needs two GPUs", file=sys.stderr)
         return 2
@@ -229,6 +244,11 @@ def main() -> int:
             name = f"{kind}/{'hetccl' if hetccl else 'native'}"
             res[name] = launch(kind, hetccl, args)
             print(f"{name}: {res[name]['samples_per_s']:.0f} samples/s", flush=True)
+        for vname, venv in variants.items():
+            name = f"{kind}/{vname}"
+            res[name] = launch(kind, True, args, venv)
+            print(f"{name} ({','.join(f'{k}={v}' for k, v in venv.items())}): "
+                  f"{res[name]['samples_per_s']:.0f} samples/s", flush=True)
     one = res["single"]["samples_per_s"]
     summary = {
         "params_M": args.layers * (WIDTH * WIDTH + WIDTH) / 1e6,
@@ -240,6 +260,10 @@ def main() -> int:
         "ddp_loss_rel_diff": close(res["ddp/hetccl"]["losses"], res["ddp/native"]["losses"]),
         "pipe_loss_rel_diff": close(res["pipe/hetccl"]["losses"], res["pipe/native"]["losses"]),
     }
+    for vname in variants:
+        summary[f"ddp_{vname}_vs_one_gpu"] = res[f"ddp/{vname}"]["samples_per_s"] / one
+        summary[f"pipe_{vname}_vs_native"] = (res[f"pipe/{vname}"]["samples_per_s"]
+                                              / res["pipe/native"]["samples_per_s"])
     res["summary"] = summary
     with open(args.out, "w") as f:
         json.dump(res, f, indent=1)

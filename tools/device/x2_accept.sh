@@ -117,7 +117,10 @@ do_torch3() {
   $PY tools/device/torch_backend_check.py --devices cuda:0,cuda:1,cpu --json "$OUT/torch3.json"
 }
 do_pytest() { $PY -m pytest -q tests/test_cuda_engine.py -p no:cacheprovider -rs -x; }
-do_train() { $PY tools/device/train_bench.py "$OUT/train.json"; }
+do_train() {
+  $PY tools/device/train_bench.py "$OUT/train.json" --variant mapped:HETCCL_PLANE_REDUCE_READ=mapped \
+    --variant maxconn:CUDA_DEVICE_MAX_CONNECTIONS=32
+}
 
 export ROOT OUT PY LIB REAL_NCCL NT COLLS
 export -f note bounded nt do_build do_ntbuild do_limit do_nt do_perf do_train do_big do_readpath \
@@ -129,7 +132,7 @@ if [ -f "$LIB" ]; then
   want ntbuild && stage 02 ntbuild 150 do_ntbuild
   want limit && stage 03 limit 40 do_limit
   want nt && stage 04 nt 200 do_nt
-  want train && stage 06 train 200 do_train
+  want train && stage 06 train 330 do_train
   want perf && stage 05 perf 120 do_perf
   want big && stage 07 big 150 do_big
   want readpath && stage 08 readpath 90 do_readpath
