@@ -61,6 +61,20 @@ def inside(ev: Dict[str, Any], outer: Dict[str, Any]) -> bool:
     return outer["ts"] <= ev["ts"] and ev["ts"] + ev["dur"] <= outer["ts"] + outer["dur"] + 1e-3
 
 
+def assert_nested(events: Dict[int, List[Dict[str, Any]]]) -> None:
+    """On every track (rank, tid) events nest or follow each other, never
+    overlap in part: what Perfetto draws as a stack of slices."""
+    for rank, evs in events.items():
+        open_ends: Dict[int, List[float]] = {}
+        for e in evs:  # by start, an enclosing event first
+            stack = open_ends.setdefault(e["tid"], [])
+            start, end = e["ts"], e["ts"] + e["dur"]
+            while stack and stack[-1] <= start + 5e-4:
+                stack.pop()
+            assert not stack or end <= stack[-1] + 5e-4, (rank, e)
+            stack.append(end)
+
+
 def piece_bytes(evs: List[Dict[str, Any]], name: str) -> Dict[int, int]:
     """Bytes of the messages `name` ("send" / "recv") per peer."""
     out: Dict[int, int] = {}
@@ -92,6 +106,7 @@ def test_hier_allreduce_trace(tmp_path: Path) -> None:
 
     events = by_rank(doc)
     assert sorted(events) == [0, 1, 2, 3]
+    assert_nested(events)
     sends: Dict[Tuple[int, int], int] = {}
     recvs: Dict[Tuple[int, int], int] = {}
     for rank, evs in events.items():
