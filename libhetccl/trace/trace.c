@@ -66,6 +66,7 @@ typedef struct trace_ctx {
 
 static pthread_once_t setup_once = PTHREAD_ONCE_INIT;
 static ncclResult_t setup_result;
+static int setup_errno; /* why setup failed */
 static const char *pattern; /* HETCCL_TRACE, kept by the knob table */
 static uint32_t capacity;
 static char host[64] = "?";
@@ -84,7 +85,7 @@ static __thread trace_buf_t *my_buf;
 static __thread int my_lane = -1; /* index in lanes */
 static __thread int32_t my_tid;
 static __thread const char *my_name;
-static __thread trace_ctx_t ctx = {HETCCL_TRACE_NONE, 0, HETCCL_TRACE_NO_SEQ, 0};
+static __thread trace_ctx_t ctx = {.rank = HETCCL_TRACE_NONE, .seq = HETCCL_TRACE_NO_SEQ};
 
 static const char *const kind_cat[HETCCL_TRACE_KIND_COUNT] = {
 #define HETCCL_TRACE_KIND_CAT(id, cat) [HETCCL_TRACE_##id] = cat,
@@ -133,7 +134,8 @@ static void trace_path(char *out, size_t len, int rank) {
 
 /* --- set-up ------------------------------------------------------------------------ */
 
-static void lane_forget(void *arg) {
+/* A thread exits: its buffer goes to the next thread that records. */
+static void buf_retire(void *arg) {
   trace_buf_t *b = arg;
   pthread_mutex_lock(&bufs_lock);
   b->retired = 1;
@@ -153,10 +155,11 @@ static void setup(void) {
   trace_path(path, sizeof(path), 0);
   snprintf(dir, sizeof(dir), "%s", path);
   if (access(dirname(dir), W_OK) != 0) {
+    setup_errno = errno;
     setup_result = ncclInvalidArgument;
     return;
   }
-  if (pthread_key_create(&exit_key, lane_forget) != 0) {
+  if ((setup_errno = pthread_key_create(&exit_key, buf_retire)) != 0) {
     setup_result = ncclSystemError;
     return;
   }
@@ -169,10 +172,10 @@ ncclResult_t hetccl_trace_setup(void) {
   if (setup_result == ncclInvalidArgument) {
     char path[PATH_MAX];
     trace_path(path, sizeof(path), 0);
-    WARN("HETCCL_TRACE=%s: cannot write %s (its directory is missing or not writable)",
-         pattern, path);
+    WARN("HETCCL_TRACE=%s: cannot write %s: its directory: %s", pattern, path,
+         strerror(setup_errno));
   } else if (setup_result != ncclSuccess) {
-    WARN("HETCCL_TRACE: pthread_key_create failed");
+    WARN("HETCCL_TRACE: pthread_key_create: %s", strerror(setup_errno));
   }
   return setup_result;
 }
