@@ -32,9 +32,21 @@ void hetccl_algo_consume(void *ctx, void *dst, const void *src, size_t bytes) {
     in = dst;
   }
   if (c->in_right)
-    hetccl_reduce(c->op, dst, src, in, n);
+    algo_reduce(c->op, dst, src, in, n);
   else
-    hetccl_reduce(c->op, dst, in, src, n);
+    algo_reduce(c->op, dst, in, src, n);
+}
+
+void hetccl_algo_trace_reduce(const hetccl_redop_t *op, size_t count, uint64_t t0) {
+  /* The pairwise operator: a PreMulSum or an average sums (its scaling is
+   * applied once, apart). */
+  hetccl_trace_ev_t ev = {.kind = HETCCL_TRACE_REDUCE, .name = "reduce",
+                          .op = hetccl_redop_name((ncclRedOp_t)op->kind),
+                          .dtype = hetccl_dtype_name(op->dtype),
+                          .bytes = count * hetccl_dtype_size(op->dtype), .rank = HETCCL_TRACE_NONE,
+                          .peer = HETCCL_TRACE_NONE, .root = HETCCL_TRACE_NONE,
+                          .step = HETCCL_TRACE_NONE, .seq = HETCCL_TRACE_NO_SEQ};
+  hetccl_trace_record(t0, &ev);
 }
 
 void hetccl_algo_block(size_t count, size_t esize, int n, int b, size_t *off, size_t *cnt) {

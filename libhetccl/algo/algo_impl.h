@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "algo/algo.h"
+#include "trace/trace.h"
 #include "util/check.h"
 
 /* Requests in flight per direction for the pairwise (a2a) exchanges and
@@ -72,6 +73,16 @@ ncclResult_t hetccl_algo_window_drain(hetccl_engine_t *e, algo_window_t *w);
  * that pull read meanwhile. Blocking. */
 ncclResult_t hetccl_algo_pairwise(hetccl_engine_t *e, const char *sbase, size_t sstride,
                                   char *rbase, size_t rstride, size_t bytes, int copy_own);
+
+/* hetccl_reduce, and its REDUCE event when tracing (trace/trace.h): every
+ * host reduction of the algorithms goes through here. */
+void hetccl_algo_trace_reduce(const hetccl_redop_t *op, size_t count, uint64_t t0);
+static inline void algo_reduce(const hetccl_redop_t *op, void *dst, const void *a, const void *b,
+                               size_t count) {
+  uint64_t t0 = HETCCL_TRACE_BEGIN();
+  hetccl_reduce(op, dst, a, b, count);
+  if (t0) hetccl_algo_trace_reduce(op, count, t0);
+}
 
 /* Local copy that tolerates src == dst (in-place conventions). */
 static inline void algo_copy(void *dst, const void *src, size_t bytes) {

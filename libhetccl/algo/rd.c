@@ -25,8 +25,8 @@ ncclResult_t hetccl_direct_allreduce(hetccl_engine_t *e, const hetccl_coll_t *c)
   }
   HETCCL_CHECK(hetccl_algo_pairwise(e, mine, 0, mem, stride, bytes, 0));
 #define CONTRIB(i) ((i) == r ? mine : mem + (size_t)(i) * stride)
-  hetccl_reduce(&c->op, c->recvbuf, CONTRIB(0), CONTRIB(1), c->count);
-  for (int i = 2; i < n; i++) hetccl_reduce(&c->op, c->recvbuf, c->recvbuf, CONTRIB(i), c->count);
+  algo_reduce(&c->op, c->recvbuf, CONTRIB(0), CONTRIB(1), c->count);
+  for (int i = 2; i < n; i++) algo_reduce(&c->op, c->recvbuf, c->recvbuf, CONTRIB(i), c->count);
 #undef CONTRIB
   hetccl_reduce_finish(&c->op, c->recvbuf, c->count);
   return ncclSuccess;
@@ -35,9 +35,9 @@ ncclResult_t hetccl_direct_allreduce(hetccl_engine_t *e, const hetccl_coll_t *c)
 /* Combine the partner's value into ours, lower rank on the left. */
 static void combine_ordered(const hetccl_coll_t *c, void *cur, const void *other, int other_lower) {
   if (other_lower)
-    hetccl_reduce(&c->op, cur, other, cur, c->count);
+    algo_reduce(&c->op, cur, other, cur, c->count);
   else
-    hetccl_reduce(&c->op, cur, cur, other, c->count);
+    algo_reduce(&c->op, cur, cur, other, c->count);
 }
 
 /* Recursive doubling over m = 2^k ranks. With n = m + rem, ranks below
@@ -97,9 +97,9 @@ ncclResult_t hetccl_direct_reducescatter(hetccl_engine_t *e, const hetccl_coll_t
   }
   /* Our own block is staged too: in place, recvbuf is that block. */
   HETCCL_CHECK(hetccl_algo_pairwise(e, in, bytes, mem, stride, bytes, 1));
-  hetccl_reduce(&c->op, c->recvbuf, mem, mem + stride, c->count);
+  algo_reduce(&c->op, c->recvbuf, mem, mem + stride, c->count);
   for (int i = 2; i < n; i++)
-    hetccl_reduce(&c->op, c->recvbuf, c->recvbuf, mem + (size_t)i * stride, c->count);
+    algo_reduce(&c->op, c->recvbuf, c->recvbuf, mem + (size_t)i * stride, c->count);
   hetccl_reduce_finish(&c->op, c->recvbuf, c->count);
   return ncclSuccess;
 }

@@ -107,7 +107,7 @@ ncclResult_t hetccl_tree_reduce(hetccl_engine_t *e, const hetccl_coll_t *c) {
   }
   HETCCL_CHECK(hetccl_algo_window_drain(e, &w));
   for (int i = 0; i < nchild; i++)
-    hetccl_reduce(&c->op, acc, acc, acc + (size_t)(1 + i) * stride, c->count);
+    algo_reduce(&c->op, acc, acc, acc + (size_t)(1 + i) * stride, c->count);
   if (v != 0) {
     int parent = algo_mod(v - span + root, n);
     return hetccl_engine_sendrecv(e, parent, acc, bytes, -1, NULL, 0, NULL, NULL);

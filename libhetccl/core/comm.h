@@ -83,6 +83,7 @@ struct ncclComm {
   hetccl_engine_t *engine;
   hetccl_peer_info_t *peers;     /* nranks entries */
   uint64_t op_seq;               /* operations issued on this comm */
+  uint32_t trace_calls;          /* calls traced on it (trace/trace.h: an event's seq) */
   /* Elementwise collectives larger than this run as pieces of this many
    * bytes, so that staging device buffers overlaps the engine (api/coll.c,
    * core/devpath.h); 0: never. The same on every rank: it depends on

@@ -8,6 +8,7 @@
 
 #include "core/comm.h"
 #include "core/proxy.h"
+#include "core/trace_points.h"
 #include "util/check.h"
 #include "util/log.h"
 
@@ -245,6 +246,7 @@ static ncclResult_t devpath_job(ncclComm_t comm, void *arg) {
       res = wait_ready(comm, j->dp, st->number);
       if (res != ncclSuccess) hetccl_comm_set_error(comm, res);
       t1 = now_us();
+      if (HETCCL_TRACE_ON()) hetccl_comm_trace_stage_wait(comm, t0, t1);
     }
     /* With the communicator failed, this only frees the tasks. */
     hetccl_task_t *tasks = st->tasks;

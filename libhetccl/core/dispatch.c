@@ -19,6 +19,7 @@
 #include "core/group.h"
 #include "core/hier.h"
 #include "core/init.h"
+#include "core/trace_points.h"
 #include "util/check.h"
 #include "util/log.h"
 
@@ -72,9 +73,7 @@ static ncclResult_t forward_op(ncclComm_t comm, const hetccl_op_t *op) {
 
 /* --- hetccl's own ------------------------------------------------------------- */
 
-ncclResult_t hetccl_dispatch(ncclComm_t comm, const hetccl_op_t *op) {
-  HETCCL_CHECK(hetccl_comm_check(comm, op->fn));
-  if (comm->vendor) return forward_op(comm, op);
+static ncclResult_t run_op(ncclComm_t comm, const hetccl_op_t *op) {
   hetccl_comm_enter(comm);
   ncclResult_t res = hetccl_comm_usable(comm, op->fn);
   if (res == ncclSuccess) res = hetccl_op_validate(comm, op);
@@ -84,5 +83,13 @@ ncclResult_t hetccl_dispatch(ncclComm_t comm, const hetccl_op_t *op) {
                                         : hetccl_hier_run(comm, op);
   hetccl_comm_leave(comm);
   if (res != ncclSuccess && res != ncclInProgress) hetccl_group_note_error(res);
+  return res;
+}
+
+ncclResult_t hetccl_dispatch(ncclComm_t comm, const hetccl_op_t *op) {
+  HETCCL_CHECK(hetccl_comm_check(comm, op->fn));
+  uint64_t traced = HETCCL_TRACE_ON() ? hetccl_comm_trace_call_begin(comm) : 0;
+  ncclResult_t res = comm->vendor ? forward_op(comm, op) : run_op(comm, op);
+  if (traced) hetccl_comm_trace_call_end(comm, op, traced);
   return res;
 }

@@ -12,6 +12,7 @@
 #include "core/hier.h"
 #include "core/init.h"
 #include "core/proxy.h"
+#include "trace/trace.h"
 #include "util/check.h"
 #include "util/knobs.h"
 #include "util/log.h"
@@ -141,13 +142,17 @@ ncclResult_t hetccl_CommFinalize(ncclComm_t comm) {
 ncclResult_t hetccl_CommDestroy(ncclComm_t comm) {
   if (comm == NULL) return ncclSuccess; /* as NCCL: destroying NULL is a no-op */
   CHECK_COMM(comm, "ncclCommDestroy");
-  return hetccl_comm_destroy(comm);
+  ncclResult_t res = hetccl_comm_destroy(comm);
+  hetccl_trace_flush(); /* the trace's files, as they stand now (trace/trace.h) */
+  return res;
 }
 
 ncclResult_t hetccl_CommAbort(ncclComm_t comm) {
   if (comm == NULL) return ncclSuccess;
   CHECK_COMM(comm, "ncclCommAbort");
-  return hetccl_comm_abort(comm);
+  ncclResult_t res = hetccl_comm_abort(comm);
+  hetccl_trace_flush();
+  return res;
 }
 
 ncclResult_t hetccl_CommRevoke(ncclComm_t comm, int revokeFlags) {

@@ -14,6 +14,7 @@
 #include "core/dispatch.h"
 #include "core/group.h"
 #include "core/hier.h"
+#include "core/trace_points.h"
 #include "util/check.h"
 #include "util/log.h"
 
@@ -35,6 +36,7 @@ ncclResult_t hetccl_GroupStart(void) {
 
 ncclResult_t hetccl_GroupEnd(void) {
   const hetccl_vendor_t *v = hetccl_vendor_loaded();
+  uint64_t traced = HETCCL_TRACE_ON() ? hetccl_comm_trace_group_begin() : 0;
   int close_vendor = vendor_open > 0 && vendor_open == hetccl_group_depth();
   ncclResult_t res = hetccl_group_end();
   if (close_vendor) {
@@ -46,6 +48,7 @@ ncclResult_t hetccl_GroupEnd(void) {
     ncclResult_t hres = hetccl_hier_run_deferred(res != ncclSuccess && res != ncclInProgress);
     if (hres != ncclSuccess) res = hres;
   }
+  if (traced) hetccl_comm_trace_group_end(traced);
   return res;
 }
 

@@ -8,6 +8,7 @@
 #include "core/devpath.h"
 #include "core/init.h"
 #include "core/proxy.h"
+#include "core/trace_points.h"
 #include "util/check.h"
 #include "util/log.h"
 
@@ -93,18 +94,31 @@ ncclResult_t hetccl_group_run_tasks(ncclComm_t comm, hetccl_task_t *tasks) {
   /* The data plane's share runs on it (host buffers here); the rest on the
    * engine. Independent paths: either order is the peers' order too. */
   hetccl_task_t *plane = hetccl_dataplane_split(comm, &tasks);
-  if (plane) HETCCL_CHECK_GOTO(hetccl_dataplane_run(comm, plane), res, out);
+  if (plane) {
+    uint64_t traced = HETCCL_TRACE_ON() ? hetccl_comm_trace_task_begin(comm, plane) : 0;
+    res = hetccl_dataplane_run(comm, plane);
+    if (traced) hetccl_comm_trace_batch_end(plane, HETCCL_TRACE_PLANE, traced);
+    if (res != ncclSuccess) goto out;
+  }
+  hetccl_task_t *first_p2p = NULL;
   for (hetccl_task_t *t = tasks; t; t = t->next) {
     if (t->kind != HETCCL_TASK_COLL) {
-      nreq++;
+      if (!nreq++) first_p2p = t;
       continue;
     }
     TRACE(HETCCL_COLL, "rank %d: %s count %zu %s", comm->rank, hetccl_func_name(t->coll.func),
           t->coll.count, hetccl_dtype_name(t->coll.dtype));
     hetccl_engine_set_tag(comm->engine, t->tag);
-    HETCCL_CHECK_GOTO(hetccl_algo_run(comm->engine, &t->coll), res, out);
+    uint64_t traced = HETCCL_TRACE_ON() ? hetccl_comm_trace_task_begin(comm, t) : 0;
+    res = hetccl_algo_run(comm->engine, &t->coll);
+    if (traced) hetccl_comm_trace_task_end(comm, t, traced);
+    if (res != ncclSuccess) goto out;
   }
-  if (nreq) res = run_p2p(comm, tasks, nreq);
+  if (nreq) {
+    uint64_t traced = HETCCL_TRACE_ON() ? hetccl_comm_trace_task_begin(comm, first_p2p) : 0;
+    res = run_p2p(comm, tasks, nreq);
+    if (traced) hetccl_comm_trace_batch_end(tasks, HETCCL_TRACE_ENGINE, traced);
+  }
 out:
   hetccl_group_free_tasks(tasks);
   if (res != ncclSuccess) hetccl_comm_set_error(comm, res);
@@ -329,6 +343,7 @@ ncclResult_t hetccl_group_end(void) {
 
 ncclResult_t hetccl_group_enqueue(hetccl_task_t *task) {
   task->next = NULL;
+  if (HETCCL_TRACE_ON()) task->trace_seq = hetccl_trace_seq();
   if (depth > 0) {
     if (g_tail) g_tail->next = task;
     else g_head = task;

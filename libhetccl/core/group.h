@@ -35,6 +35,7 @@ typedef struct hetccl_task {
   void *stream;
   uint8_t stage_send, stage_recv;
   size_t in_bytes, out_bytes;
+  uint32_t trace_seq; /* the call's number in the trace (trace/trace.h), when tracing */
   struct hetccl_task *next;
 } hetccl_task_t;
 

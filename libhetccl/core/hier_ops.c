@@ -51,6 +51,7 @@
 #include "core/group.h"
 #include "core/hier.h"
 #include "core/init.h"
+#include "core/trace_points.h"
 #include "runtime/reduce.h"
 #include "util/check.h"
 #include "util/log.h"
@@ -85,7 +86,15 @@ typedef struct form {
   int mine;    /* this rank's island */
   size_t elem; /* bytes per element */
   where_t where;
+  int step;    /* phases traced so far (trace/trace.h) */
 } form_t;
+
+/* A phase's event, when tracing (t0 from HETCCL_TRACE_BEGIN()). */
+static void traced(form_t *f, const hetccl_op_t *p, uint64_t t0) {
+  if (t0)
+    hetccl_comm_trace_phase(f->comm, f->where == IN_ISLAND ? f->comm->island : f->comm->leaders,
+                            p, f->step++, t0);
+}
 
 /* One phase: op as `kind` on c (forwarded or engine), count elements. */
 static ncclResult_t phase(form_t *f, where_t where, hetccl_op_kind_t kind, const void *send,
@@ -102,7 +111,10 @@ static ncclResult_t phase(form_t *f, where_t where, hetccl_op_kind_t kind, const
       kind != HETCCL_OP_ReduceScatter)
     p.redop = HETCCL_NO_REDOP;
   f->where = where;
-  return hetccl_dispatch(where == IN_ISLAND ? f->comm->island : f->comm->leaders, &p);
+  uint64_t t0 = HETCCL_TRACE_BEGIN();
+  ncclResult_t res = hetccl_dispatch(where == IN_ISLAND ? f->comm->island : f->comm->leaders, &p);
+  traced(f, &p, t0);
+  return res;
 }
 
 static ncclResult_t p2p(form_t *f, hetccl_op_kind_t kind, void *buf, size_t count, int peer) {
@@ -116,7 +128,10 @@ static ncclResult_t p2p(form_t *f, hetccl_op_kind_t kind, void *buf, size_t coun
   p.redop = HETCCL_NO_REDOP;
   p.config = NULL;
   f->where = IN_ISLAND;
-  return hetccl_dispatch(f->comm->island, &p);
+  uint64_t t0 = HETCCL_TRACE_ON() && hetccl_group_depth() == 0 ? hetccl_trace_now() : 0;
+  ncclResult_t res = hetccl_dispatch(f->comm->island, &p);
+  traced(f, &p, t0);
+  return res;
 }
 
 static void *at(const void *buf, size_t elems, size_t elem) {
@@ -265,11 +280,19 @@ static ncclResult_t reduce_scatter(form_t *f) {
     }
   }
   if (!c->island) return ncclSuccess;
+  /* One phase in the trace: the sends and receives run at the group's end. */
+  uint64_t t0 = HETCCL_TRACE_BEGIN();
   ncclResult_t res = hetccl_GroupStart();
   for (size_t t = 0; t < size && res == ncclSuccess; t++)
     res = p2p(f, HETCCL_OP_Send, at(mine, t * n, f->elem), n, (int)t);
   if (res == ncclSuccess) res = p2p(f, HETCCL_OP_Recv, op->recvbuf, n, 0);
   ncclResult_t end = hetccl_GroupEnd();
+  if (t0) {
+    hetccl_op_t sends = *op;
+    sends.kind = HETCCL_OP_Send;
+    sends.count = size * n;
+    traced(f, &sends, t0);
+  }
   return res != ncclSuccess ? res : end;
 }
 

@@ -20,6 +20,7 @@
 #include "core/devpath.h"
 #include "core/hier.h"
 #include "core/proxy.h"
+#include "trace/trace.h"
 #include "transport/transport.h"
 #include "util/check.h"
 #include "util/knobs.h"
@@ -228,6 +229,7 @@ void hetccl_comm_release(ncclComm_t comm) {
 ncclResult_t hetccl_comm_create(int nranks, int rank, const ncclConfig_t *config,
                                 ncclComm_t *out) {
   ncclResult_t res = hetccl_knobs_check();
+  if (res == ncclSuccess) res = hetccl_trace_setup();
   if (res != ncclSuccess) return res;
   ncclComm_t comm = calloc(1, sizeof(*comm));
   if (!comm) {

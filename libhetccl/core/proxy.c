@@ -11,6 +11,7 @@
 
 #include "core/comm.h"
 #include "runtime/runtime.h"
+#include "trace/trace.h"
 #include "util/check.h"
 #include "util/log.h"
 
@@ -101,6 +102,7 @@ static ncclResult_t proxy_select_device(ncclComm_t comm, char *why, size_t len) 
 static void *proxy_main(void *varg) {
   ncclComm_t comm = varg;
   struct hetccl_proxy *p = comm->proxy;
+  if (HETCCL_TRACE_ON()) hetccl_trace_thread_name("proxy thread");
   char dev_why[sizeof(((hetccl_sync_t *)0)->message)];
   ncclResult_t dev_res = proxy_select_device(comm, dev_why, sizeof(dev_why));
   pthread_mutex_lock(&p->lock);

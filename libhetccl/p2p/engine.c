@@ -12,11 +12,10 @@
 #include <string.h>
 #include <time.h>
 
+#include "trace/trace.h"
 #include "util/check.h"
 #include "util/knobs.h"
 #include "util/log.h"
-
-
 
 ncclResult_t hetccl_engine_create(const hetccl_engine_args_t *a, hetccl_engine_t **out) {
   hetccl_engine_t *e = calloc(1, sizeof(*e));
@@ -83,6 +82,7 @@ void hetccl_engine_destroy(hetccl_engine_t *e) {
   free(e->tp);
   free(e->active);
   free(e->scratch);
+  free(e->trace_lane_end);
   free(e);
 }
 
@@ -184,6 +184,44 @@ static ncclResult_t peer_check(hetccl_engine_t *e, int peer, const char *what, i
   return ncclSuccess;
 }
 
+/* --- the trace (trace/trace.h) ---------------------------------------------------- */
+
+/* A message's start. Empty ones (the signature ring) are left out. */
+static void trace_posted(hetccl_req_t *req, int peer, int is_send) {
+  if (!req->bytes) return;
+  req->trace_t0 = hetccl_trace_now();
+  req->trace_peer = peer;
+  req->trace_send = is_send;
+}
+
+/* The messages among reqs that are done and not reported yet: one event
+ * each, on its lane, starting no earlier than the lane's previous one
+ * ended. */
+static void trace_done(hetccl_engine_t *e, hetccl_req_t **reqs, int n) {
+  uint64_t now = 0;
+  for (int i = 0; i < n; i++) {
+    hetccl_req_t *r = reqs[i];
+    if (!r || !r->trace_t0 || !r->done) continue;
+    if (!e->trace_lane_end) e->trace_lane_end = calloc(2 * (size_t)e->nranks, sizeof(uint64_t));
+    if (!now) now = hetccl_trace_now();
+    uint64_t t0 = r->trace_t0, *lane = NULL;
+    if (e->trace_lane_end) {
+      lane = &e->trace_lane_end[2 * r->trace_peer + !r->trace_send];
+      if (*lane > t0) t0 = *lane;
+      *lane = now;
+    }
+    hetccl_trace_ev_t ev = {.kind = r->trace_send ? HETCCL_TRACE_SEND : HETCCL_TRACE_RECV,
+                            .name = r->trace_send ? "send" : "recv", .bytes = r->bytes,
+                            .rank = HETCCL_TRACE_NONE, .peer = user_rank(e, r->trace_peer),
+                            .root = HETCCL_TRACE_NONE, .step = HETCCL_TRACE_NONE,
+                            .seq = HETCCL_TRACE_NO_SEQ};
+    hetccl_trace_record_span(t0, now, &ev);
+    r->trace_t0 = 0;
+  }
+}
+
+/* --- posting and waiting ------------------------------------------------------------ */
+
 ncclResult_t hetccl_engine_isend(hetccl_engine_t *e, int peer, const void *buf, size_t bytes,
                                  hetccl_req_t *req) {
   int queue;
@@ -193,6 +231,7 @@ ncclResult_t hetccl_engine_isend(hetccl_engine_t *e, int peer, const void *buf, 
   req->bytes = bytes;
   req->tag = e->tag;
   req->pull_ok = e->pull_ok;
+  if (HETCCL_TRACE_ON()) trace_posted(req, peer, 1);
   ncclResult_t res = queue ? hetccl_engine_conn_queue(e, peer, req, 1)
                            : e->tp[peer]->isend(e->eps[peer], req);
   return res == ncclSuccess ? res : engine_fail_call(e, res);
@@ -209,6 +248,7 @@ ncclResult_t hetccl_engine_irecv(hetccl_engine_t *e, int peer, void *buf, size_t
   req->tag = e->tag;
   req->consume = consume;
   req->consume_ctx = consume_ctx;
+  if (HETCCL_TRACE_ON()) trace_posted(req, peer, 0);
   ncclResult_t res = queue ? hetccl_engine_conn_queue(e, peer, req, 0)
                            : e->tp[peer]->irecv(e->eps[peer], req);
   return res == ncclSuccess ? res : engine_fail_call(e, res);
@@ -240,6 +280,7 @@ ncclResult_t hetccl_engine_wait(hetccl_engine_t *e, hetccl_req_t **reqs, int n) 
   int first = 0; /* requests before `first` are done */
   int64_t idle_polls = 0, deadline = -1;
   for (;;) {
+    if (HETCCL_TRACE_ON()) trace_done(e, reqs, n);
     while (first < n && (!reqs[first] || reqs[first]->done)) first++;
     int pending = 0;
     for (int i = first; i < n && !pending; i++) pending = reqs[i] && !reqs[i]->done;

@@ -53,6 +53,10 @@ struct hetccl_engine {
   int *connecting;                 /* peers whose endpoint is not ready yet */
   int nconnecting;
   int nconnected;                  /* peers with a ready endpoint (debug counter) */
+  /* The trace: when the last message on each lane (peer x send, receive)
+   * was seen done, so that messages in flight together are drawn one after
+   * the other; allocated at the first traced message. */
+  uint64_t *trace_lane_end;
 };
 
 /* connect.c */

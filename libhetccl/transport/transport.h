@@ -77,6 +77,10 @@ typedef struct hetccl_req {
   /* set by the transport */
   volatile int done;         /* 1 when the buffer may be reused / holds the data */
   size_t progress;           /* bytes moved so far */
+  /* the engine's, for the trace (trace/trace.h); transports leave them */
+  uint64_t trace_t0;         /* when posted; 0: not traced, or reported */
+  int32_t trace_peer;        /* the engine's peer index */
+  int32_t trace_send;
   /* transport-private */
   struct hetccl_req *next;
   uint64_t priv[6];

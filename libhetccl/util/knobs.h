@@ -115,7 +115,11 @@
   X(HIPRTC_LIBRARY, "HETCCL_HIPRTC_LIBRARY", STR, "", 0, 0,                     \
     "path or name of hipRTC for reductions on HIP devices, or none to reduce on the host (default: a loaded libhiprtc, libhiprtc.so.7/.6/.5/.so, beside libamdhip64, /opt/rocm/lib)") \
   X(RTC_CACHE, "HETCCL_RTC_CACHE", STR, "", 0, 0,                             \
-    "directory keeping compiled device-reduction kernels between processes (default $XDG_CACHE_HOME/hetccl, else ~/.cache/hetccl), or none")
+    "directory keeping compiled device-reduction kernels between processes (default $XDG_CACHE_HOME/hetccl, else ~/.cache/hetccl), or none") \
+  X(TRACE, "HETCCL_TRACE", STR, "", 0, 0,                                      \
+    "per-operation trace as Chrome trace-event JSON, one file per rank (docs/trace.md): a file pattern, %r rank, %p pid, %h host; without %r, .RANK goes before .json (run.json: run.0.json, ...). Written at ncclCommDestroy/Abort and at exit; merge with `hetccl trace`. Unset: off (one branch per trace point)") \
+  X(TRACE_EVENTS, "HETCCL_TRACE_EVENTS", INT, "256K", 16, 268435456,         \
+    "events each thread may buffer under HETCCL_TRACE; later ones are dropped and counted in the file (otherData.dropped_events)")
 
 /* The type column, expanded by HETCCL_KNOB_KIND_##type into
  * (type, allowed words, case ignored, type name for hetcclKnobInfo). */

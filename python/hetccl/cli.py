@@ -11,6 +11,9 @@
   hetccl demo [-n N]                a checked multi-rank job (hetccl.demo)
   hetccl perf ARGS...               the hetccl-perf benchmark (tools/perf)
   hetccl plot FILE... -o PNG        busbw against size of hetccl-perf results
+  hetccl trace OUT.json FILE|DIR|GLOB...
+                                    merge HETCCL_TRACE's per-rank files into one Chrome
+                                    trace (Perfetto), and sum each rank's time per phase
 """
 
 from __future__ import annotations
@@ -216,6 +219,32 @@ def cmd_plot(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_trace(args: argparse.Namespace) -> int:
+    import json
+
+    from .trace import TraceError, expand, merge, summary, summary_table
+
+    out = Path(args.output)
+    try:
+        files = expand(args.files, exclude=out)
+        doc = merge(files)
+    except TraceError as e:
+        print(f"hetccl trace: {e}", file=sys.stderr)
+        return 2
+    out.write_text(json.dumps(doc, separators=(",", ":")) + "\n")
+    for w in doc["otherData"]["warnings"]:
+        print(f"hetccl trace: warning: {w}", file=sys.stderr)
+    ranks = doc["otherData"]["ranks"]
+    print(f"hetccl trace: {len(files)} files, {len(ranks)} ranks -> {out} "
+          f"(open it in https://ui.perfetto.dev or chrome://tracing)")
+    dropped = doc["otherData"]["dropped_events"]
+    if dropped:
+        print(f"# {dropped} events dropped: buffers full (raise HETCCL_TRACE_EVENTS)")
+    if not args.quiet:
+        print(summary_table(summary(doc)))
+    return 0
+
+
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="hetccl", description="hetccl: the NCCL API for "
                                 "mixed-vendor and CPU ranks")
@@ -265,6 +294,14 @@ def parser() -> argparse.ArgumentParser:
                       help="out-of-place (default) or in-place columns")
     plot.add_argument("--title", default=None)
     plot.set_defaults(fn=cmd_plot)
+
+    trace = sub.add_parser("trace", help="merge the per-rank files of HETCCL_TRACE into one "
+                           "Chrome trace-event file, and print each rank's time per phase")
+    trace.add_argument("output", help="the merged JSON file to write")
+    trace.add_argument("files", nargs="+", help="rank files, directories (their *.json) or "
+                       "globs (quoted)")
+    trace.add_argument("-q", "--quiet", action="store_true", help="no per-rank summary")
+    trace.set_defaults(fn=cmd_trace)
     return p
 
 
