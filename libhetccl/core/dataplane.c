@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "core/proxy.h"
+#include "core/trace_points.h"
 #include "plane/plane.h"
 #include "util/check.h"
 #include "util/knobs.h"
@@ -231,7 +232,10 @@ ncclResult_t hetccl_dataplane_launch(ncclComm_t comm, hetccl_task_t *tasks) {
     res = rt->current_device(&saved, busid, sizeof(busid));
     if (res == ncclSuccess && saved != comm->dev) res = rt->set_device(comm->dev);
   }
+  /* Traced: the enqueue, on this thread (the streams' work is the device's). */
+  uint64_t traced = HETCCL_TRACE_ON() ? hetccl_comm_trace_task_begin(comm, tasks) : 0;
   if (res == ncclSuccess) res = launch_on(comm, rt, tasks, a, n, &ticket);
+  if (traced) hetccl_comm_trace_batch_end(tasks, HETCCL_TRACE_PLANE, traced);
   if (saved >= 0 && saved != comm->dev) (void)rt->set_device(saved);
   free(a);
   hetccl_group_free_tasks(tasks);
