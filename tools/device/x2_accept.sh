@@ -119,7 +119,7 @@ do_torch3() {
 do_pytest() { $PY -m pytest -q tests/test_cuda_engine.py -p no:cacheprovider -rs -x; }
 do_train() {
   $PY tools/device/train_bench.py "$OUT/train.json" --variant mapped:HETCCL_PLANE_REDUCE_READ=mapped \
-    --variant maxconn:CUDA_DEVICE_MAX_CONNECTIONS=32
+    --variant maxconn:CUDA_DEVICE_MAX_CONNECTIONS=32 --variant "trace:HETCCL_TRACE=$OUT/train-%p.json"
 }
 
 export ROOT OUT PY LIB REAL_NCCL NT COLLS
@@ -132,7 +132,7 @@ if [ -f "$LIB" ]; then
   want ntbuild && stage 02 ntbuild 150 do_ntbuild
   want limit && stage 03 limit 40 do_limit
   want nt && stage 04 nt 200 do_nt
-  want train && stage 06 train 330 do_train
+  want train && stage 06 train 400 do_train
   want perf && stage 05 perf 120 do_perf
   want big && stage 07 big 150 do_big
   want readpath && stage 08 readpath 90 do_readpath
