@@ -111,10 +111,10 @@ do_readpath() {
   done
   ! grep -q "^FAIL" "$OUT/10-readpath.log"
 }
-do_torch() { # one GPU: one GPU rank (NCCL takes one rank per GPU) and two CPU ranks
+do_torch() { # one GPU: two GPU ranks (two processes, one island each) and a CPU rank
   local devices=()
-  [ "$(nvidia-smi -L | wc -l)" -lt 2 ] && devices=(--devices cuda:0,cpu,cpu)
-  TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 \
+  [ "$(nvidia-smi -L | wc -l)" -lt 2 ] && devices=(--devices cuda:0,cuda:0,cpu)
+  HETCCL_ISLANDS=rank TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 \
     $PY tools/device/torch_backend_check.py "${devices[@]}" --json "$OUT/torch_backend.json"
 }
 do_hang() {
