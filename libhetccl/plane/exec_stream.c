@@ -101,12 +101,17 @@ void plane_stages_free(hetccl_plane_t *p) {
   if (saved >= 0 && saved != p->a.dev) (void)p->a.rt->set_device(saved);
 }
 
+/* Below this, a reduction reads the slot itself even with a stage: one
+ * more copy would cost more latency than reading so few bytes over the bus
+ * takes. */
+#define STAGE_MIN_BYTES (64u << 10)
+
 /* The operand a reduction reads for piece in_q of `in`: its stage, filled
  * from the slot by a copy enqueued here, or the slot itself. */
 static ncclResult_t reduce_operand(hetccl_plane_t *p, const plane_step_t *s, void *st,
                                    const void **operand) {
   const plane_chan_t *in = &p->in[s->in];
-  if (!in->stage) {
+  if (!in->stage || s->bytes < STAGE_MIN_BYTES) {
     *operand = plane_slot_dev(p, in, s->in_q);
     return ncclSuccess;
   }
