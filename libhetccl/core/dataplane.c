@@ -273,7 +273,13 @@ struct hetccl_dataplane_launches {
 
 static void *launch_thread(void *arg) {
   launch_job_t *j = arg;
-  j->res = hetccl_dataplane_launch(j->comm, j->tasks);
+  /* A new thread has no current context: a runtime's current device reads
+   * as 0 without one being bound, so hetccl_dataplane_launch would not
+   * switch to device 0 and the kernels' driver calls would find none. */
+  const hetccl_runtime_t *rt = hetccl_runtime_get(j->comm->ptr_kind);
+  j->res = j->comm->dev >= 0 && rt ? rt->set_device(j->comm->dev) : ncclSuccess;
+  if (j->res == ncclSuccess) j->res = hetccl_dataplane_launch(j->comm, j->tasks);
+  else hetccl_group_free_tasks(j->tasks);
   if (j->res != ncclSuccess) snprintf(j->error, sizeof(j->error), "%s", hetccl_last_error());
   return NULL;
 }
