@@ -278,8 +278,13 @@ static void *launch_thread(void *arg) {
    * switch to device 0 and the kernels' driver calls would find none. */
   const hetccl_runtime_t *rt = hetccl_runtime_get(j->comm->ptr_kind);
   j->res = j->comm->dev >= 0 && rt ? rt->set_device(j->comm->dev) : ncclSuccess;
-  if (j->res == ncclSuccess) j->res = hetccl_dataplane_launch(j->comm, j->tasks);
-  else hetccl_group_free_tasks(j->tasks);
+  if (j->res == ncclSuccess) {
+    j->res = hetccl_dataplane_launch(j->comm, j->tasks);
+  } else { /* the peers numbered these pieces too: fail them, as a failed launch does */
+    hetccl_group_free_tasks(j->tasks);
+    hetccl_plane_fail(j->comm->plane, j->res);
+    hetccl_comm_set_error(j->comm, j->res);
+  }
   if (j->res != ncclSuccess) snprintf(j->error, sizeof(j->error), "%s", hetccl_last_error());
   return NULL;
 }
