@@ -15,36 +15,14 @@
 
 /* --- set-up ------------------------------------------------------------------ */
 
-/* Two GPU ranks of one process on one device (a test layout NCCL itself
- * refuses): their streams would wait on each other inside one context,
- * which stream memory operations may deadlock on. */
-static int shares_a_device(ncclComm_t comm, int *a, int *b) {
-  for (int r = 0; r < comm->nranks; r++)
-    for (int q = 0; q < r; q++) {
-      const hetccl_peer_info_t *x = &comm->peers[r], *y = &comm->peers[q];
-      if (x->stages && y->stages && x->pid == y->pid && x->host_hash == y->host_hash &&
-          x->bus_id[0] && !strcmp(x->bus_id, y->bus_id)) {
-        *a = q, *b = r;
-        return 1;
-      }
-    }
-  return 0;
-}
-
 static int plane_applies(ncclComm_t comm) {
-  int n = comm->nranks, stages = 0, a, b;
+  int n = comm->nranks, stages = 0;
   if (n < 2 || n > hetccl_knob_int(HETCCL_KNOB_PLANE_MAX_RANKS)) return 0;
   const char *knob = hetccl_knob_str(HETCCL_KNOB_PLANE);
   if (!strcmp(knob, "off")) return 0;
   for (int r = 0; r < n; r++) {
     if (comm->peers[r].host_hash != comm->peers[0].host_hash) return 0;
     stages |= comm->peers[r].stages;
-  }
-  if (shares_a_device(comm, &a, &b)) {
-    INFO(HETCCL_INIT, "rank %d: no data plane: ranks %d and %d are one process on one device "
-         "(%s); device buffers are staged through host memory", comm->rank, a, b,
-         comm->peers[a].bus_id);
-    return 0;
   }
   return stages || !strcmp(knob, "on");
 }

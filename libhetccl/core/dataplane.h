@@ -3,10 +3,8 @@
  *
  * A communicator run by the engine gets a plane at init when all its ranks
  * are on one host, some of them pass device buffers (hetccl_peer_info_t
- * .stages), it has at most HETCCL_PLANE_MAX_RANKS ranks, no two GPU ranks
- * are one process on one device (their streams would wait on each other
- * inside one context: seen to hang on an H100) and HETCCL_PLANE is not
- * off. Every rank decides the same from the published peer table, and
+ * .stages), it has at most HETCCL_PLANE_MAX_RANKS ranks and HETCCL_PLANE
+ * is not off. Every rank decides the same from the published peer table, and
  * if making the plane fails anywhere, everywhere goes on without it.
  *
  * Its operations then go to the plane, except the reducing collectives
