@@ -269,10 +269,9 @@ static inline ib_req_priv_t *ib_req_priv(hetccl_req_t *r) { return (ib_req_priv_
 /* wr_id of a work request: what it is and its slot. */
 enum { IB_WR_SEND = 1, IB_WR_RECV = 2, IB_WR_CREDIT = 3, IB_WR_WRITE = 4, IB_WR_WRITE_IMM = 5,
        IB_WR_CTS = 6 };
-/* Send WRs a queue pair holds at most: a SEND per slot, the rendezvous
- * writes, the credit write, the clear-to-send writes. */
-#define IB_RDV_DEPTH 8
-#define IB_SEND_WRS(slots) ((slots) + IB_RDV_DEPTH + 1 + IB_CTS_RING)
+/* Send WRs a queue pair holds at most: a SEND per slot, as many
+ * rendezvous writes, the credit write, the clear-to-send writes. */
+#define IB_SEND_WRS(slots) (2 * (slots) + 1 + IB_CTS_RING)
 #define IB_WR_ID(kind, slot) (((uint64_t)(kind) << 32) | (uint32_t)(slot))
 #define IB_WR_KIND(id) ((int)((id) >> 32))
 #define IB_WR_SLOT(id) ((uint32_t)(id))
