@@ -247,7 +247,8 @@ struct hetccl_ep {
 
   /* failure */
   ncclResult_t err;             /* sticky */
-  int broken;                   /* a completion failed: the QP is in the error state */
+  int broken;                   /* the failed completion's ibv_wc_status (0: none): the QP is
+                                 * in the error state */
   char broken_why[192];
   int64_t checked_ms;           /* last look at the TCP line */
 };

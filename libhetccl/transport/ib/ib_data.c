@@ -88,8 +88,11 @@ ncclResult_t hetccl_ib_ep_post_send(hetccl_ep_t *ep, struct ibv_send_wr *wr, con
  * (hetccl_ib_ep_check_peer): a peer that finished and closed fails our
  * last credit write, and must not fail us. */
 static void wc_failed(hetccl_ep_t *ep, const struct ibv_wc *wc) {
-  if (ep->broken) return;
-  ep->broken = 1;
+  /* The cause, not the flushes it brings: those of the receive queue may
+   * be polled before the send that failed. */
+  if (ep->broken && (ep->broken != IBV_WC_WR_FLUSH_ERR || wc->status == IBV_WC_WR_FLUSH_ERR))
+    return;
+  ep->broken = (int)wc->status;
   snprintf(ep->broken_why, sizeof(ep->broken_why), "%s on a %s (status %d, vendor error 0x%x)",
            ep->v->wc_status_str(wc->status), wr_kind_str(IB_WR_KIND(wc->wr_id)),
            (int)wc->status, wc->vendor_err);
