@@ -11,8 +11,9 @@ command (docs/transports.md):
   the reference are test_collectives.py's);
 - ranks that disagree (operation, count, root, and a plain size mismatch
   with signatures off): ncclInvalidUsage;
-- a peer killed during traffic or between calls: ncclRemoteError naming
-  it, within a few seconds;
+- a peer killed during traffic (eager pieces, or RDMA WRITEs of
+  registered buffers) or between calls: ncclRemoteError naming it,
+  within a few seconds;
 - 50 init/destroy cycles leave fds, threads and mappings as they were;
 - two VMs joined by a wire (`--hosts 2`): send/recv and allreduce across
   them, forced (HETCCL_TRANSPORT=ib) and by default (auto), and a
@@ -194,8 +195,10 @@ DEAD_COUNT = 1 << 18  # float32 elements: 1 MiB, several pieces
 
 def rank_ib_dead_peer(rank: int, n: int, uid: str, barrier: Any, case: str,
                       victim: int) -> Outcome:
-    """The victim SIGKILLs itself during a stream of allreduces ("during") or
-    before the survivors' next call ("between")."""
+    """The victim SIGKILLs itself during a stream of allreduces ("during"),
+    during a stream of ring send/recvs of registered buffers, which go by
+    RDMA WRITE ("during-rdv"), or before the survivors' next call
+    ("between")."""
     comm = NcclCommunicator(n, uid, rank)
     x = np.ones(DEAD_COUNT, dtype=np.float32)
     y = np.zeros(DEAD_COUNT, dtype=np.float32)
@@ -203,14 +206,23 @@ def rank_ib_dead_peer(rank: int, n: int, uid: str, barrier: Any, case: str,
     comm.allReduce(xp, yp, DEAD_COUNT, F32, SUM)  # connections are up, data flows
     if y[0] != n:
         return {"kind": "wrong", "value": float(y[0])}
+    if case == "during-rdv":
+        mem = HostMemory(comm)
+        xp, yp = mem.mem_alloc(ZC_BYTES), mem.mem_alloc(ZC_BYTES)
     got: Optional[NcclError] = None
     t0 = time.monotonic()
     try:
-        if case == "during":
+        if case.startswith("during"):
             if rank == victim:
                 _die_after(0.2)
             for _ in range(100000):
-                comm.allReduce(xp, yp, DEAD_COUNT, F32, SUM)
+                if case == "during":
+                    comm.allReduce(xp, yp, DEAD_COUNT, F32, SUM)
+                    continue
+                nccl.groupStart()
+                comm.send(xp, ZC_COUNT, F32, (rank + 1) % n)
+                comm.recv(yp, ZC_COUNT, F32, (rank - 1) % n)
+                nccl.groupEnd()
         else:
             if rank == victim:
                 _die()
@@ -234,7 +246,7 @@ def rank_ib_dead_peer(rank: int, n: int, uid: str, barrier: Any, case: str,
 
 @pytest.mark.rdma
 @pytest.mark.timeout(120)
-@pytest.mark.parametrize("case", ["during", "between"])
+@pytest.mark.parametrize("case", ["during", "during-rdv", "between"])
 @pytest.mark.parametrize("n", [2, 3])
 def test_ib_dead_peer(case: str, n: int) -> None:
     victim = n - 1 if n == 2 else 1
