@@ -11,11 +11,18 @@ command (docs/transports.md):
   the reference are test_collectives.py's);
 - ranks that disagree (operation, count, root, and a plain size mismatch
   with signatures off): ncclInvalidUsage;
-- a peer killed during traffic or between calls: ncclRemoteError naming
-  it, within a few seconds;
+- a peer killed during traffic (eager pieces, or RDMA WRITEs of
+  registered buffers) or between calls: ncclRemoteError naming it,
+  within a few seconds;
 - 50 init/destroy cycles leave fds, threads and mappings as they were;
 - two VMs joined by a wire (`--hosts 2`): send/recv and allreduce across
-  them, forced (HETCCL_TRANSPORT=ib) and by default (auto);
+  them, forced (HETCCL_TRANSPORT=ib) and by default (auto), and a
+  send/recv on ncclMemAlloc buffers that the CPU copies nothing of;
+- zero copy: send/recv, allgather and broadcast on registered buffers
+  (ncclMemAlloc, ncclCommRegister) go by RDMA WRITE with no byte copied
+  by the CPU (hetcclCommCopiedBytes), plain buffers and reductions still
+  copy, and a buffer freed and allocated again at the same address
+  between two calls gets the right data (the registration went with it);
 - ib chosen per pair under auto: four ranks as three "hosts" (IPC
   namespaces) where one rank is denied its device (HETCCL_IB_HCA naming
   none): shm for the same-host pair, ib between ranks that both have an
@@ -32,6 +39,7 @@ init with ncclSystemError and a message saying why, and the default
 
 from __future__ import annotations
 
+import ctypes
 import os
 import re
 import shutil
@@ -187,8 +195,10 @@ DEAD_COUNT = 1 << 18  # float32 elements: 1 MiB, several pieces
 
 def rank_ib_dead_peer(rank: int, n: int, uid: str, barrier: Any, case: str,
                       victim: int) -> Outcome:
-    """The victim SIGKILLs itself during a stream of allreduces ("during") or
-    before the survivors' next call ("between")."""
+    """The victim SIGKILLs itself during a stream of allreduces ("during"),
+    during a stream of ring send/recvs of registered buffers, which go by
+    RDMA WRITE ("during-rdv"), or before the survivors' next call
+    ("between")."""
     comm = NcclCommunicator(n, uid, rank)
     x = np.ones(DEAD_COUNT, dtype=np.float32)
     y = np.zeros(DEAD_COUNT, dtype=np.float32)
@@ -196,14 +206,23 @@ def rank_ib_dead_peer(rank: int, n: int, uid: str, barrier: Any, case: str,
     comm.allReduce(xp, yp, DEAD_COUNT, F32, SUM)  # connections are up, data flows
     if y[0] != n:
         return {"kind": "wrong", "value": float(y[0])}
+    if case == "during-rdv":
+        mem = HostMemory(comm)
+        xp, yp = mem.mem_alloc(ZC_BYTES), mem.mem_alloc(ZC_BYTES)
     got: Optional[NcclError] = None
     t0 = time.monotonic()
     try:
-        if case == "during":
+        if case.startswith("during"):
             if rank == victim:
                 _die_after(0.2)
             for _ in range(100000):
-                comm.allReduce(xp, yp, DEAD_COUNT, F32, SUM)
+                if case == "during":
+                    comm.allReduce(xp, yp, DEAD_COUNT, F32, SUM)
+                    continue
+                nccl.groupStart()
+                comm.send(xp, ZC_COUNT, F32, (rank + 1) % n)
+                comm.recv(yp, ZC_COUNT, F32, (rank - 1) % n)
+                nccl.groupEnd()
         else:
             if rank == victim:
                 _die()
@@ -227,7 +246,7 @@ def rank_ib_dead_peer(rank: int, n: int, uid: str, barrier: Any, case: str,
 
 @pytest.mark.rdma
 @pytest.mark.timeout(120)
-@pytest.mark.parametrize("case", ["during", "between"])
+@pytest.mark.parametrize("case", ["during", "during-rdv", "between"])
 @pytest.mark.parametrize("n", [2, 3])
 def test_ib_dead_peer(case: str, n: int) -> None:
     victim = n - 1 if n == 2 else 1
@@ -276,6 +295,198 @@ def test_ib_no_leaks_over_init_destroy_cycles() -> None:
     assert after["rss_kib"] <= before["rss_kib"] + RSS_BOUND_KIB, got
 
 
+# -- zero copy: RDMA WRITE from registered memory -----------------------------------------
+
+ZC_BYTES = 8 << 20   # above HETCCL_IB_ZCOPY_THRESHOLD and a collective's pipeline piece
+ZC_COUNT = ZC_BYTES // 4
+PROT_RW, MAP_ANON_PRIVATE, M_MMAP_THRESHOLD = 0x3, 0x22, -3
+
+
+class HostMemory:
+    """ncclMemAlloc / ncclCommRegister through the C ABI, and anonymous
+    mappings placed at a chosen address (libc's mmap with a hint), so that
+    a buffer can be freed and made again where it was."""
+
+    def __init__(self, comm: Optional[NcclCommunicator] = None) -> None:
+        from hetccl import _lib
+        self.L = ctypes.CDLL(str(_lib.loaded_path()))
+        self.libc = ctypes.CDLL(None)
+        self.libc.mmap.restype = ctypes.c_void_p
+        self.libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int,
+                                   ctypes.c_int, ctypes.c_long]
+        self.libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+        # Large blocks from mmap, always: ncclMemFree then gives the pages
+        # back and the next ncclMemAlloc of the size is mapped afresh.
+        self.libc.mallopt(M_MMAP_THRESHOLD, 128 << 10)
+        self.comm = ctypes.c_void_p(comm.comm if comm else None)
+
+    def mem_alloc(self, nbytes: int) -> int:
+        p = ctypes.c_void_p()
+        assert self.L.ncclMemAlloc(ctypes.byref(p), ctypes.c_size_t(nbytes)) == 0
+        return int(p.value)
+
+    def mem_free(self, ptr: int) -> None:
+        assert self.L.ncclMemFree(ctypes.c_void_p(ptr)) == 0
+
+    def map(self, nbytes: int, at: int = 0) -> int:
+        p = self.libc.mmap(ctypes.c_void_p(at or None), nbytes, PROT_RW, MAP_ANON_PRIVATE, -1, 0)
+        assert p not in (None, ctypes.c_void_p(-1).value), "mmap failed"
+        return int(p)
+
+    def unmap(self, ptr: int, nbytes: int) -> None:
+        assert self.libc.munmap(ctypes.c_void_p(ptr), nbytes) == 0
+
+    def register(self, ptr: int, nbytes: int) -> ctypes.c_void_p:
+        h = ctypes.c_void_p()
+        assert self.L.ncclCommRegister(self.comm, ctypes.c_void_p(ptr), ctypes.c_size_t(nbytes),
+                                       ctypes.byref(h)) == 0
+        return h
+
+    def deregister(self, handle: ctypes.c_void_p) -> None:
+        assert self.L.ncclCommDeregister(self.comm, handle) == 0
+
+
+def f32_at(ptr: int, count: int) -> np.ndarray:
+    return np.frombuffer((ctypes.c_char * (4 * count)).from_address(ptr), dtype=np.float32)
+
+
+def zc_pattern(rank: int, salt: int, count: int = ZC_COUNT) -> np.ndarray:
+    return ((np.arange(count, dtype=np.int64) * 7 + 1000 * rank + salt) % 65521).astype(np.float32)
+
+
+def rank_zero_copy(rank: int, n: int, uid: str, barrier: Any) -> Dict[str, Any]:
+    """Two ranks over ib, in phases: registered buffers (copy counter must
+    not move), plain ones and reductions (it must), a registered sender
+    with a plain receiver (declined: the eager path), and buffers freed and
+    made again at the same address between two send/recvs."""
+    mem = HostMemory()
+    # Allocated before the communicator: its device context registers them
+    # when it opens; the ones allocated again below, when they are made.
+    s, r = mem.mem_alloc(ZC_BYTES), mem.mem_alloc(ZC_BYTES)
+    comm = NcclCommunicator(n, uid, rank)
+    mem.comm = ctypes.c_void_p(comm.comm)
+    peer = 1 - rank
+    out: Dict[str, Any] = {"wrong": [], "copied": {}, "same_address": {}}
+
+    def ib() -> int:
+        return comm.copied_bytes()["ib"]
+
+    def check(what: str, got: np.ndarray, want: np.ndarray) -> None:
+        if not np.array_equal(got, want):
+            bad = int(np.flatnonzero(got != want)[0])
+            out["wrong"].append(f"{what}: element {bad} is {got[bad]}, want {want[bad]}")
+
+    def sendrecv(sp: int, rp: int, what: str, salt: int) -> None:
+        f32_at(sp, ZC_COUNT)[:] = zc_pattern(rank, salt)
+        f32_at(rp, ZC_COUNT)[:] = -1
+        nccl.groupStart()
+        comm.send(sp, ZC_COUNT, F32, peer)
+        comm.recv(rp, ZC_COUNT, F32, peer)
+        nccl.groupEnd()
+        check(what, f32_at(rp, ZC_COUNT), zc_pattern(peer, salt))
+
+    try:
+        x, y = f32_at(s, ZC_COUNT), f32_at(r, ZC_COUNT)
+        half = ZC_COUNT // 2
+        before = ib()
+        sendrecv(s, r, "sendrecv, ncclMemAlloc", 1)
+        x[:half] = zc_pattern(rank, 2, half)
+        comm.allGather(s, r, half, F32)
+        check("allgather", y, np.concatenate([zc_pattern(0, 2, half), zc_pattern(1, 2, half)]))
+        y[:] = zc_pattern(0, 3) if rank == 0 else -1
+        comm.broadcast(r, r, ZC_COUNT, F32, 0)
+        check("broadcast", y, zc_pattern(0, 3))
+        ms, mr = mem.map(ZC_BYTES), mem.map(ZC_BYTES)
+        hs, hr = mem.register(ms, ZC_BYTES), mem.register(mr, ZC_BYTES)
+        sendrecv(ms, mr, "sendrecv, ncclCommRegister", 4)
+        out["copied"]["registered"] = ib() - before
+
+        before = ib()
+        px, py = np.zeros(ZC_COUNT, np.float32), np.zeros(ZC_COUNT, np.float32)
+        sendrecv(int(px.ctypes.data), int(py.ctypes.data), "sendrecv, plain buffers", 5)
+        out["copied"]["plain"] = ib() - before
+        before = ib()
+        x[:] = zc_pattern(rank, 6)
+        comm.allReduce(s, r, ZC_COUNT, F32, SUM)
+        check("allreduce", y, zc_pattern(0, 6) + zc_pattern(1, 6))
+        out["copied"]["allreduce"] = ib() - before
+        before = ib()
+        if rank == 0:  # a registered source, a plain destination: the receiver declines
+            x[:] = zc_pattern(0, 7)
+            comm.send(s, ZC_COUNT, F32, 1)
+        else:
+            py[:] = -1
+            comm.recv(int(py.ctypes.data), ZC_COUNT, F32, 0)
+            check("registered to plain", py, zc_pattern(0, 7))
+        out["copied"]["declined"] = ib() - before
+
+        # Freed, then mapped again at the same address, plain: a registration
+        # that outlived its memory would write into (and read from) the old
+        # pages, which the NIC still holds, and the data would be wrong.
+        mem.deregister(hs)
+        mem.deregister(hr)
+        mem.unmap(ms, ZC_BYTES)
+        mem.unmap(mr, ZC_BYTES)
+        again = (mem.map(ZC_BYTES, ms), mem.map(ZC_BYTES, mr))
+        out["same_address"]["ncclCommRegister"] = again == (ms, mr)
+        before = ib()
+        sendrecv(ms, mr, "sendrecv, same address after ncclCommDeregister and munmap", 8)
+        out["copied"]["deregistered"] = ib() - before
+        hs, hr = mem.register(ms, ZC_BYTES), mem.register(mr, ZC_BYTES)
+        before = ib()
+        sendrecv(ms, mr, "sendrecv, same address registered again", 9)
+        out["copied"]["registered again"] = ib() - before
+        mem.deregister(hs)
+        mem.deregister(hr)
+        mem.unmap(ms, ZC_BYTES)
+        mem.unmap(mr, ZC_BYTES)
+        mem.mem_free(s)
+        mem.mem_free(r)
+        again = (mem.map(ZC_BYTES, s), mem.map(ZC_BYTES, r))
+        out["same_address"]["ncclMemFree"] = again == (s, r)
+        before = ib()
+        sendrecv(s, r, "sendrecv, same address after ncclMemFree", 10)
+        out["copied"]["freed"] = ib() - before
+        mem.unmap(s, ZC_BYTES)
+        mem.unmap(r, ZC_BYTES)
+        s2, r2 = mem.mem_alloc(ZC_BYTES), mem.mem_alloc(ZC_BYTES)
+        before = ib()
+        sendrecv(s2, r2, "sendrecv, ncclMemAlloc after ncclMemFree", 11)
+        out["copied"]["allocated again"] = ib() - before
+        mem.mem_free(s2)
+        mem.mem_free(r2)
+    finally:
+        comm.destroy()
+    return out
+
+
+@pytest.mark.rdma
+@pytest.mark.timeout(240)
+def test_ib_zero_copy_on_registered_memory() -> None:
+    """Registered buffers: the CPU copies no payload byte on either rank
+    and the data is right; the copy path still counts what it copies; a
+    registration never outlives the memory it was made for."""
+    t0 = time.monotonic()
+    results = _ok_results(_run_ranks(rank_zero_copy, 2, env=IB_ENV, timeout=200), range(2))
+    for r, got in enumerate(results):
+        print(f"\n[ib zero copy] rank {r}: copied {got['copied']}, "
+              f"same address {got['same_address']}, wrong {got['wrong']}")
+    print(f"[ib zero copy] {time.monotonic() - t0:.1f} s")
+    for r, got in enumerate(results):
+        assert got["wrong"] == [], f"rank {r}: {got['wrong']}"
+        c = got["copied"]
+        for zero in ("registered", "registered again", "allocated again"):
+            assert c[zero] == 0, (r, zero, c)
+        # Into the send slots and out of the receive slots: plain buffers,
+        # and memory whose registration went with it.
+        for copy in ("plain", "deregistered", "freed"):
+            assert c[copy] >= 2 * ZC_BYTES, (r, copy, c)
+        assert c["allreduce"] > 0, (r, c)              # reductions keep the copy path
+        assert c["declined"] >= ZC_BYTES, (r, c)       # a plain destination: eager, both sides copy
+        # The plain send/recvs ran on new pages at the registered ones' addresses.
+        assert got["same_address"] == {"ncclCommRegister": True, "ncclMemFree": True}, got
+
+
 # -- two hosts -------------------------------------------------------------------------
 
 TWO_HOSTS = os.environ.get("RXE_VM_PEER") is not None
@@ -318,6 +529,18 @@ def rank_two_hosts(rank: int, n: int, uid: str, barrier: Any) -> Dict[str, Any]:
             want = 2 * (np.arange(count, dtype=np.float32) % 1000) + 1
             assert (y == want).all(), f"allreduce {count}: wrong data"
             out["checked"].append(count)
+        mem = HostMemory(comm)  # the same across the wire from ncclMemAlloc: RDMA WRITE
+        sp, rp = mem.mem_alloc(ZC_BYTES), mem.mem_alloc(ZC_BYTES)
+        f32_at(sp, ZC_COUNT)[:] = zc_pattern(me, 1)
+        before = comm.copied_bytes()["ib"]
+        nccl.groupStart()
+        comm.send(sp, ZC_COUNT, F32, 1 - me)
+        comm.recv(rp, ZC_COUNT, F32, 1 - me)
+        nccl.groupEnd()
+        out["zero_copy"] = comm.copied_bytes()["ib"] - before
+        assert np.array_equal(f32_at(rp, ZC_COUNT), zc_pattern(1 - me, 1)), "registered: wrong data"
+        mem.mem_free(sp)
+        mem.mem_free(rp)
     finally:
         comm.destroy()
     return out
@@ -338,6 +561,7 @@ def test_ib_two_hosts(mode: str, tmp_path: Path) -> None:
     log = "".join(p.read_text() for p in tmp_path.glob("log.*"))
     print(f"\n[ib two hosts] {mode}: host {os.environ['RXE_VM_HOST']} checked {got['checked']}")
     assert got["checked"] == [0, 7, 1031, 1 << 20]
+    assert got["zero_copy"] == 0, got
     assert "ib rank" in log and "connected on" in log, log[-2000:]
 
 

@@ -13,6 +13,7 @@
 #include "core/init.h"
 #include "core/proxy.h"
 #include "trace/trace.h"
+#include "transport/ib/ib_mem.h"
 #include "util/check.h"
 #include "util/knobs.h"
 #include "util/log.h"
@@ -241,23 +242,25 @@ ncclResult_t hetccl_CommCuDevice(const ncclComm_t comm, int *device) {
   return ncclSuccess;
 }
 
-/* Registration is an optimisation hint. The engine copies through its own
- * staging and needs none, so a host buffer "registers" as itself. */
+/* Registration is an optimisation hint: the ib transport writes large
+ * messages straight into registered memory (transport/ib/ib_mem.h, which
+ * registers the range with every ib device context of the process); the
+ * other transports copy through their staging and need none. */
 ncclResult_t hetccl_CommRegister(const ncclComm_t comm, void *buff, size_t size, void **handle) {
   CHECK_COMM(comm, "ncclCommRegister");
   if (comm->vendor)
     return HETCCL_VENDOR_CALL(comm->vendor, CommRegister, comm->vcomm, buff, size, handle);
   HETCCL_ARGCHECK(buff != NULL || size == 0, ncclInvalidArgument,
                   "ncclCommRegister: buffer is NULL with size %zu", size);
-  *handle = buff ? buff : (void *)comm;
-  return ncclSuccess;
+  HETCCL_ARGCHECK(handle != NULL, ncclInvalidArgument, "ncclCommRegister: handle is NULL");
+  return hetccl_ib_mem_register(buff, size, handle);
 }
 
 ncclResult_t hetccl_CommDeregister(const ncclComm_t comm, void *handle) {
   CHECK_COMM(comm, "ncclCommDeregister");
   if (comm->vendor) return HETCCL_VENDOR_CALL(comm->vendor, CommDeregister, comm->vcomm, handle);
   HETCCL_ARGCHECK(handle != NULL, ncclInvalidArgument, "ncclCommDeregister: handle is NULL");
-  return ncclSuccess;
+  return hetccl_ib_mem_deregister(handle);
 }
 
 ncclResult_t hetccl_CommWindowRegister(ncclComm_t comm, void *buff, size_t size, ncclWindow_t *win,

@@ -13,6 +13,7 @@
 #include "core/hier.h"
 #include "core/init.h"
 #include "hetccl.h"
+#include "transport/ib/ib_mem.h"
 #include "transport/transport.h"
 #include "util/check.h"
 #include "util/knobs.h"
@@ -73,13 +74,16 @@ ncclResult_t hetccl_MemAlloc(void **ptr, size_t size) {
   const hetccl_vendor_t *v = process_vendor();
   if (v) return HETCCL_VENDOR_CALL(v, MemAlloc, ptr, size);
   const hetccl_runtime_t *rt = hetccl_runtime_get(HETCCL_DEV_HOST);
-  return rt->mem_alloc(ptr, size);
+  HETCCL_CHECK(rt->mem_alloc(ptr, size));
+  hetccl_ib_mem_allocated(*ptr, size); /* used in place by ib (ib_mem.h) */
+  return ncclSuccess;
 }
 
 ncclResult_t hetccl_MemFree(void *ptr) {
   const hetccl_vendor_t *v = process_vendor();
   if (v) return HETCCL_VENDOR_CALL(v, MemFree, ptr);
   const hetccl_runtime_t *rt = hetccl_runtime_get(HETCCL_DEV_HOST);
+  hetccl_ib_mem_freed(ptr); /* no registration outlives the memory */
   return rt->mem_free(ptr);
 }
 

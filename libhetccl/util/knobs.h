@@ -74,6 +74,10 @@
     "bytes per ib piece (staging slot payload, multiple of 64)")               \
   X(IB_SLOTS, "HETCCL_IB_SLOTS", INT, "8", 2, 1024,                            \
     "ib staging slots per direction per peer (pieces in flight)")              \
+  X(IB_ZCOPY_THRESHOLD, "HETCCL_IB_ZCOPY_THRESHOLD", INT, "1M", 1, 4611686018427387904, \
+    "ib messages of at least this many bytes whose source is registered (ncclMemAlloc, ncclCommRegister) go by RDMA WRITE into the receiver's buffer when it is registered too, without CPU copies; smaller ones, and others, through the staging slots") \
+  X(IB_REG_CACHE, "HETCCL_IB_REG_CACHE", INT, "64G", 0, 4611686018427387904,   \
+    "most bytes of registered user memory (ncclMemAlloc, ncclCommRegister) each ib context keeps registered with its device; ranges beyond it take the copy path") \
   X(ALGO, "HETCCL_ALGO", ENUM("auto|ring|rd|direct"), "auto", 0, 0,           \
     "host-engine algorithm (rd: recursive doubling); auto picks by size and rank count") \
   X(SMALL_BYTES, "HETCCL_SMALL_BYTES", INT, "64K", 0, 1073741824,            \

@@ -12,7 +12,8 @@
  * address, LID, GID, port, MTU and staging geometry. connect makes every
  * endpoint's QP (state INIT, every receive slot posted), then for each pair:
  *   lower rank -> higher: hello (comm id, secret, rank, QP number, PSN,
- *                         credit block address and key)
+ *                         credit block address and key, clear-to-send
+ *                         ring address)
  *   higher: checks it (a foreign connection is dropped and waited past),
  *           brings its QP to RTR and RTS, answers with its own hello
  *   lower: brings its QP to RTR and RTS, sends READY
@@ -35,7 +36,7 @@
 #include "util/log.h"
 
 #define IB_ADDR_MAGIC 0x4942414444523031ull  /* "IBADDR01" */
-#define IB_HELLO_MAGIC 0x494248454c4c4f31ull /* "IBHELLO1" */
+#define IB_HELLO_MAGIC 0x494248454c4c4f32ull /* "IBHELLO2" */
 #define IB_READY_MAGIC 0x4942524541445931ull /* "IBREADY1" */
 #define IB_NOTE_WAIT_MS 200 /* how long a lost connection waits for the note behind it */
 #define IB_LIVENESS_MS 50   /* how often a waiting endpoint looks at its TCP line */
@@ -52,6 +53,7 @@ typedef struct ib_hello {
   uint64_t credit_addr;
   uint32_t credit_rkey;
   uint32_t pad;
+  uint64_t cts_addr;      /* our clear-to-send ring, in the credit block */
 } ib_hello_t;
 
 static const char *ep_addr(const hetccl_ep_t *ep, char *buf, size_t len) {
@@ -101,7 +103,7 @@ static void ib_ep_close(hetccl_ep_t *ep) {
   if (ep->credit_mr) v->dereg_mr(ep->credit_mr);
   free(ep->buf);
   free(ep->credit);
-  free(ep->rlen);
+  free(ep->landed);
   hetccl_net_close(&ep->fd);
   free(ep);
 }
@@ -126,7 +128,7 @@ static ncclResult_t ep_alloc(hetccl_ep_t *ep) {
   size_t bytes = 2 * (size_t)ep->slots * ep->stride;
   if (posix_memalign((void **)&ep->buf, 4096, bytes) != 0 ||
       posix_memalign((void **)&ep->credit, 4096, sizeof(ib_credit_t)) != 0 ||
-      (ep->rlen = calloc((size_t)ep->slots, sizeof(*ep->rlen))) == NULL) {
+      (ep->landed = calloc((size_t)ep->slots, sizeof(*ep->landed))) == NULL) {
     WARN("ib: rank %d: out of memory for %zu bytes of staging for rank %d", ctx->rank_user,
          bytes, ep->peer_user);
     return ncclSystemError;
@@ -137,7 +139,7 @@ static ncclResult_t ep_alloc(hetccl_ep_t *ep) {
   ep->credit_mr = v->reg_mr(ctx->pd, ep->credit, sizeof(ib_credit_t),
                             IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
   if (ep->credit_mr == NULL) return ep_verbs_fail(ep, "ibv_reg_mr (credits)", errno);
-  int send_wr = ep->slots + 1, recv_wr = ep->slots; /* + 1: the credit write */
+  int send_wr = IB_SEND_WRS(ep->slots), recv_wr = ep->slots;
   ep->cq = v->create_cq(ctx->dev.vctx, send_wr + recv_wr, NULL, NULL, 0);
   if (ep->cq == NULL) return ep_verbs_fail(ep, "ibv_create_cq", errno);
   struct ibv_qp_init_attr qa;
@@ -210,6 +212,7 @@ static void hello_take(hetccl_ep_t *ep, const ib_hello_t *h) {
   ep->peer_psn = h->psn;
   ep->peer_credit_addr = h->credit_addr;
   ep->peer_credit_rkey = h->credit_rkey;
+  ep->peer_cts_addr = h->cts_addr;
 }
 
 /* INIT -> RTR -> RTS, once the peer's hello is in. */
@@ -252,7 +255,8 @@ static ib_hello_t hello_of(const hetccl_ep_t *ep) {
   const hetccl_transport_args_t *args = &ep->ctx->args;
   return (ib_hello_t){.id = hetccl_hello_make(IB_HELLO_MAGIC, args), .qpn = ep->qp->qp_num,
                       .psn = ep->psn, .credit_addr = (uintptr_t)&ep->credit->in,
-                      .credit_rkey = ep->credit_mr->rkey};
+                      .credit_rkey = ep->credit_mr->rkey,
+                      .cts_addr = (uintptr_t)ep->credit->cts_in};
 }
 
 /* ---- handshake ----------------------------------------------------------- */
@@ -398,8 +402,8 @@ static ncclResult_t ib_connect(hetccl_tctx_t *ctx, const uint8_t *use, const uin
   /* Every expected connection is in: the port closes now, not at ctx_destroy. */
   hetccl_net_close(&ctx->lfd);
   INFO(HETCCL_NET, "ib rank %d: connected on %s port %d, GID index %d (%d slots of %zu bytes "
-       "per peer)", ctx->rank_user, ctx->dev.name, ctx->dev.port, ctx->dev.gid_index, ctx->slots,
-       ctx->chunk);
+       "per peer; RDMA WRITE from registered memory from %zu bytes)", ctx->rank_user,
+       ctx->dev.name, ctx->dev.port, ctx->dev.gid_index, ctx->slots, ctx->chunk, ctx->zcopy_min);
   return ncclSuccess;
 fail:
   for (int p = 0; p < n; p++) {
@@ -420,6 +424,7 @@ static int ib_can_connect(const hetccl_peer_locality_t *me, const hetccl_peer_lo
 static void ib_ctx_destroy(hetccl_tctx_t *ctx) {
   if (ctx == NULL) return;
   hetccl_net_close(&ctx->lfd);
+  if (ctx->pd && ctx->attached) hetccl_ib_reg_detach(ctx->pd);
   if (ctx->pd && ctx->v->dealloc_pd(ctx->pd) != 0)
     INFO(HETCCL_NET, "ib: releasing the protection domain of rank %d failed", ctx->rank_user);
   if (ctx->v) hetccl_ib_dev_close(ctx->v, &ctx->dev);
@@ -440,6 +445,7 @@ static ncclResult_t ib_ctx_create(const hetccl_transport_args_t *args, hetccl_tc
   ctx->lfd = -1;
   ctx->chunk = (size_t)hetccl_knob_int(HETCCL_KNOB_IB_CHUNK) & ~(size_t)63;
   ctx->slots = (int)hetccl_knob_int(HETCCL_KNOB_IB_SLOTS);
+  ctx->zcopy_min = (size_t)hetccl_knob_int(HETCCL_KNOB_IB_ZCOPY_THRESHOLD);
   HETCCL_CHECK_GOTO(hetccl_ib_verbs_load(&ctx->v), res, fail);
   HETCCL_CHECK_GOTO(hetccl_ib_dev_open(ctx->v, ctx->rank_user, &ctx->dev), res, fail);
   ctx->pd = ctx->v->alloc_pd(ctx->dev.vctx);
@@ -448,6 +454,8 @@ static ncclResult_t ib_ctx_create(const hetccl_transport_args_t *args, hetccl_tc
     res = ncclSystemError;
     goto fail;
   }
+  HETCCL_CHECK_GOTO(hetccl_ib_reg_attach(ctx->v, ctx->pd, ctx->rank_user), res, fail);
+  ctx->attached = 1;
   HETCCL_CHECK_GOTO(hetccl_net_local_addr(args->ifname, &ctx->laddr, NULL, 0), res, fail);
   HETCCL_CHECK_GOTO(hetccl_net_listen(&ctx->laddr, 0, &ctx->lfd), res, fail);
   ib_addr_t b;

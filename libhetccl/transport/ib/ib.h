@@ -22,6 +22,11 @@
  * land only in a posted receive, so a stale credit value makes the sender
  * wait, never overwrite.
  *
+ * Messages of at least HETCCL_IB_ZCOPY_THRESHOLD bytes whose source is
+ * registered memory (ib_mem.h) go by rendezvous instead (ib_rdv.c): one
+ * payload-free piece asks, the receiver answers in the sender's
+ * clear-to-send ring (below), and the bytes go by RDMA WRITE.
+ *
  * Beside the queue pair each pair keeps the TCP connection that carried the
  * handshake as its note line (base/note_line.c): it carries nothing more
  * while all is well, a failure note when a rank gives up, and its end (EOF)
@@ -115,11 +120,51 @@ typedef struct ib_piece {
 } ib_piece_t;
 _Static_assert(sizeof(ib_piece_t) == IB_PIECE_HDR, "piece header is one cache line");
 
-/* The registered block the peer writes our credits into. */
+/* The offset of a rendezvous request piece (ib_rdv.c): no payload. */
+#define IB_PIECE_RDV UINT64_MAX
+
+/* A clear-to-send record, one cache line, RDMA-written by a receiver into
+ * the sender's ring at slot seq % IB_CTS_RING. `head` and `tail` both hold
+ * the message's seq + 1, so a record still being placed, or one of an
+ * earlier message, never reads as this message's (ib_rdv.c). */
+#define IB_CTS_RING 4
+typedef struct ib_cts {
+  _Alignas(64) volatile uint64_t head;
+  uint64_t addr;       /* where the bytes go (accept) */
+  uint64_t bytes;      /* how many: the message's size */
+  uint32_t rkey;
+  uint32_t accept;     /* 1: RDMA WRITE to addr/rkey; 0: send it as eager pieces */
+  uint64_t pad[3];
+  volatile uint64_t tail;
+} ib_cts_t;
+_Static_assert(sizeof(ib_cts_t) == 64, "a clear-to-send record is one cache line");
+
+/* The registered block the peer writes into: our credits, and the
+ * clear-to-send records of our rendezvous sends; beside them the sources
+ * of our own writes of both to the peer. */
 typedef struct ib_credit {
   _Alignas(64) volatile uint64_t in; /* peer: pieces of ours it consumed */
   _Alignas(64) uint64_t out;         /* source of our credit writes to the peer */
+  ib_cts_t cts_in[IB_CTS_RING];      /* peer: clear to send our message seq */
+  ib_cts_t cts_out[IB_CTS_RING];     /* sources of our clear-to-send writes */
 } ib_credit_t;
+
+/* What landed in a receive slot: a piece, or the immediate of the last
+ * RDMA WRITE of a rendezvous message (no bytes in the slot). */
+typedef struct ib_landed {
+  uint32_t len;
+  uint32_t imm;
+  int with_imm;
+} ib_landed_t;
+
+/* Rendezvous state of the message at the head of one direction. */
+enum {
+  IB_RDV_NONE = 0,  /* not a rendezvous, or not started */
+  IB_RDV_ASKED,     /* send: the request piece is out, waiting for the clear-to-send */
+  IB_RDV_WRITING,   /* send: accepted, RDMA WRITEs being posted */
+  IB_RDV_EAGER,     /* both: the receiver declined; eager pieces follow */
+  IB_RDV_LANDING,   /* receive: accepted, waiting for the write with immediate */
+};
 
 /* What a rank publishes (HETCCL_TRANSPORT_ADDR_BYTES at most). */
 typedef struct ib_addr {
@@ -140,10 +185,12 @@ struct hetccl_tctx {
   const hetccl_ib_verbs_t *v;
   hetccl_ib_dev_t dev;
   struct ibv_pd *pd;
+  int attached;            /* pd is in the registration table (ib_reg.c) */
   int lfd;                 /* handshake listener, closed once connected */
   hetccl_sockaddr_t laddr;
   size_t chunk;
   int slots;
+  size_t zcopy_min;        /* HETCCL_IB_ZCOPY_THRESHOLD: smallest rendezvous message */
   /* while connecting */
   const uint8_t *use;
   hetccl_ep_t **eps;
@@ -172,7 +219,8 @@ struct hetccl_ep {
   struct ibv_mr *credit_mr;
   uint32_t peer_qpn, peer_psn; /* from the peer's hello */
   uint64_t peer_credit_addr;
-  uint32_t peer_credit_rkey;
+  uint32_t peer_credit_rkey;   /* covers the peer's clear-to-send ring too */
+  uint64_t peer_cts_addr;
   size_t chunk, stride;     /* stride = IB_PIECE_HDR + chunk */
   int slots;
 
@@ -180,19 +228,27 @@ struct hetccl_ep {
   ib_req_queue_t sq;
   hetccl_req_t *splace;     /* first send not fully posted */
   uint64_t sseq;
-  uint64_t sposted, sdone;  /* pieces posted / whose SEND completed */
+  uint64_t sposted, sdone;  /* pieces posted / whose SEND completed (a rendezvous
+                             * message's last write counts: it takes a receive WR) */
+  uint64_t wposted, wdone;  /* RDMA WRITEs of rendezvous messages posted / completed */
+  int srdv;                 /* IB_RDV_* of splace */
+  uint64_t srdv_addr;       /* its destination, once accepted */
+  uint32_t srdv_rkey;
 
   /* receive side */
   ib_req_queue_t rq;
   uint64_t rseq;
   uint64_t rarrived, rconsumed; /* pieces landed / delivered and reposted */
-  uint32_t *rlen;               /* bytes landed in each recv slot */
+  ib_landed_t *landed;          /* what landed in each recv slot */
   uint64_t credit_sent;         /* rconsumed as last written to the peer */
   int credit_busy;              /* a credit write is in flight */
+  int rrdv;                     /* IB_RDV_* of rq.first */
+  uint64_t cts_posted, cts_done; /* clear-to-send writes */
 
   /* failure */
   ncclResult_t err;             /* sticky */
-  int broken;                   /* a completion failed: the QP is in the error state */
+  int broken;                   /* the failed completion's ibv_wc_status (0: none): the QP is
+                                 * in the error state */
   char broken_why[192];
   int64_t checked_ms;           /* last look at the TCP line */
 };
@@ -204,13 +260,19 @@ typedef struct ib_req_priv {
   uint64_t pieces;   /* posted (send) or delivered (receive) so far */
   uint64_t offset;   /* bytes posted / delivered so far */
   uint64_t end;      /* send: sposted after its last piece */
+  uint64_t lkey;     /* send: IB_REQ_RDV | the source's lkey for a rendezvous; 0 eager */
 } ib_req_priv_t;
+#define IB_REQ_RDV (1ull << 63)
 _Static_assert(sizeof(ib_req_priv_t) <= sizeof(((hetccl_req_t *)0)->priv), "request private");
 
 static inline ib_req_priv_t *ib_req_priv(hetccl_req_t *r) { return (ib_req_priv_t *)r->priv; }
 
 /* wr_id of a work request: what it is and its slot. */
-enum { IB_WR_SEND = 1, IB_WR_RECV = 2, IB_WR_CREDIT = 3 };
+enum { IB_WR_SEND = 1, IB_WR_RECV = 2, IB_WR_CREDIT = 3, IB_WR_WRITE = 4, IB_WR_WRITE_IMM = 5,
+       IB_WR_CTS = 6 };
+/* Send WRs a queue pair holds at most: a SEND per slot, as many
+ * rendezvous writes, the credit write, the clear-to-send writes. */
+#define IB_SEND_WRS(slots) (2 * (slots) + 1 + IB_CTS_RING)
 #define IB_WR_ID(kind, slot) (((uint64_t)(kind) << 32) | (uint32_t)(slot))
 #define IB_WR_KIND(id) ((int)((id) >> 32))
 #define IB_WR_SLOT(id) ((uint32_t)(id))
@@ -227,8 +289,41 @@ ncclResult_t hetccl_ib_ep_check_peer(hetccl_ep_t *ep);
 /* ib_data.c */
 /* Post the receive WR of recv slot `slot`. */
 ncclResult_t hetccl_ib_ep_post_recv(hetccl_ep_t *ep, uint32_t slot);
+/* ibv_post_send, with a WARN naming `what` and the peer if it fails. */
+ncclResult_t hetccl_ib_ep_post_send(hetccl_ep_t *ep, struct ibv_send_wr *wr, const char *what);
+/* The endpoint's first error (sticky), res if none yet. */
+ncclResult_t hetccl_ib_ep_error(hetccl_ep_t *ep, ncclResult_t res);
+/* May one more piece (or last rendezvous write) take a receive WR of the
+ * peer and a send slot of ours now? `credits`: the peer's count. */
+int hetccl_ib_ep_piece_room(const hetccl_ep_t *ep, uint64_t credits);
 ncclResult_t hetccl_ib_isend(hetccl_ep_t *ep, hetccl_req_t *req);
 ncclResult_t hetccl_ib_irecv(hetccl_ep_t *ep, hetccl_req_t *req);
 ncclResult_t hetccl_ib_progress(hetccl_ep_t *ep, int *idle);
+
+/* ib_rdv.c: the rendezvous (its protocol at the top of the file) */
+/* At isend: does message r go by rendezvous? Sets its priv lkey if so. */
+void hetccl_ib_rdv_choose(hetccl_ep_t *ep, hetccl_req_t *r);
+/* Send side, for splace (a rendezvous message): post its request piece,
+ * take the clear-to-send, post its writes, as far as room allows. *placed
+ * = 1 once nothing of it is left to post (then or through eager pieces,
+ * which the caller posts while ep->srdv is IB_RDV_EAGER). */
+ncclResult_t hetccl_ib_rdv_send(hetccl_ep_t *ep, hetccl_req_t *r, uint64_t credits,
+                                size_t *moved, int *placed);
+/* Receive side: a request piece (checked by the caller) met r: answer it.
+ * *taken = 0 if it must wait (every clear-to-send source busy). */
+ncclResult_t hetccl_ib_rdv_answer(hetccl_ep_t *ep, hetccl_req_t *r, int *taken);
+/* Receive side: the write with immediate `imm` landed for r (the head). */
+ncclResult_t hetccl_ib_rdv_landed(hetccl_ep_t *ep, hetccl_req_t *r, uint32_t imm);
+
+/* ib_reg.c: the registration table (ib_mem.h is the user's side) */
+/* A context's domain joins the table: every declared range is registered
+ * with it now, and each one declared later when it is. */
+ncclResult_t hetccl_ib_reg_attach(const hetccl_ib_verbs_t *v, struct ibv_pd *pd, int rank_user);
+/* Before the domain is deallocated: its regions are deregistered. */
+void hetccl_ib_reg_detach(struct ibv_pd *pd);
+/* 1 and the region's keys if [buf, buf + bytes) lies in one declared range
+ * registered with pd; 0 otherwise. */
+int hetccl_ib_reg_find(struct ibv_pd *pd, const void *buf, size_t bytes, uint32_t *lkey,
+                       uint32_t *rkey);
 
 #endif

@@ -12,6 +12,7 @@
  * posted receive (strict posting order per direction), each checked first,
  * so a message that does not fit is reported before any of its bytes is
  * delivered or consumed. */
+#include <arpa/inet.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <string.h>
@@ -34,13 +35,25 @@ static size_t piece_len(const hetccl_ep_t *ep, size_t bytes, uint64_t offset) {
   return left < ep->chunk ? left : ep->chunk;
 }
 
-static ncclResult_t ep_error(hetccl_ep_t *ep, ncclResult_t res) {
+ncclResult_t hetccl_ib_ep_error(hetccl_ep_t *ep, ncclResult_t res) {
   if (ep->err == ncclSuccess) ep->err = res;
   return ep->err;
 }
 
 static const char *wr_kind_str(int kind) {
-  return kind == IB_WR_SEND ? "send" : kind == IB_WR_RECV ? "receive" : "credit write";
+  switch (kind) {
+  case IB_WR_SEND: return "send";
+  case IB_WR_RECV: return "receive";
+  case IB_WR_CREDIT: return "credit write";
+  case IB_WR_WRITE: case IB_WR_WRITE_IMM: return "rendezvous write";
+  case IB_WR_CTS: return "clear-to-send write";
+  default: return "work request";
+  }
+}
+
+int hetccl_ib_ep_piece_room(const hetccl_ep_t *ep, uint64_t credits) {
+  uint64_t slots = (uint64_t)ep->slots;
+  return ep->sposted - ep->sdone < slots && ep->sposted - credits < slots;
 }
 
 ncclResult_t hetccl_ib_ep_post_recv(hetccl_ep_t *ep, uint32_t slot) {
@@ -52,18 +65,18 @@ ncclResult_t hetccl_ib_ep_post_recv(hetccl_ep_t *ep, uint32_t slot) {
   if (rc != 0) {
     WARN("ib: rank %d: ibv_post_recv for rank %d: %s", ep->ctx->rank_user, ep->peer_user,
          strerror(rc));
-    return ep_error(ep, ncclSystemError);
+    return hetccl_ib_ep_error(ep, ncclSystemError);
   }
   return ncclSuccess;
 }
 
-static ncclResult_t post_send(hetccl_ep_t *ep, struct ibv_send_wr *wr, const char *what) {
+ncclResult_t hetccl_ib_ep_post_send(hetccl_ep_t *ep, struct ibv_send_wr *wr, const char *what) {
   struct ibv_send_wr *bad = NULL;
   int rc = ibv_post_send(ep->qp, wr, &bad);
   if (rc != 0) {
     WARN("ib: rank %d: ibv_post_send (%s) to rank %d: %s", ep->ctx->rank_user, what,
          ep->peer_user, strerror(rc));
-    return ep_error(ep, ncclSystemError);
+    return hetccl_ib_ep_error(ep, ncclSystemError);
   }
   return ncclSuccess;
 }
@@ -75,8 +88,11 @@ static ncclResult_t post_send(hetccl_ep_t *ep, struct ibv_send_wr *wr, const cha
  * (hetccl_ib_ep_check_peer): a peer that finished and closed fails our
  * last credit write, and must not fail us. */
 static void wc_failed(hetccl_ep_t *ep, const struct ibv_wc *wc) {
-  if (ep->broken) return;
-  ep->broken = 1;
+  /* The cause, not the flushes it brings: those of the receive queue may
+   * be polled before the send that failed. */
+  if (ep->broken && (ep->broken != IBV_WC_WR_FLUSH_ERR || wc->status == IBV_WC_WR_FLUSH_ERR))
+    return;
+  ep->broken = (int)wc->status;
   snprintf(ep->broken_why, sizeof(ep->broken_why), "%s on a %s (status %d, vendor error 0x%x)",
            ep->v->wc_status_str(wc->status), wr_kind_str(IB_WR_KIND(wc->wr_id)),
            (int)wc->status, wc->vendor_err);
@@ -89,7 +105,7 @@ static ncclResult_t cq_drain(hetccl_ep_t *ep, size_t *moved) {
     if (n < 0) {
       WARN("ib: rank %d: ibv_poll_cq for rank %d failed (%d)", ep->ctx->rank_user,
            ep->peer_user, n);
-      return ep_error(ep, ncclSystemError);
+      return hetccl_ib_ep_error(ep, ncclSystemError);
     }
     if (n == 0) return ncclSuccess;
     *moved += (size_t)n;
@@ -100,6 +116,9 @@ static ncclResult_t cq_drain(hetccl_ep_t *ep, size_t *moved) {
       }
       switch (IB_WR_KIND(wc[i].wr_id)) {
       case IB_WR_SEND: ep->sdone++; break;
+      case IB_WR_WRITE: ep->wdone++; break;
+      case IB_WR_WRITE_IMM: ep->wdone++; ep->sdone++; break;
+      case IB_WR_CTS: ep->cts_done++; break;
       case IB_WR_CREDIT: ep->credit_busy = 0; break;
       case IB_WR_RECV: {
         uint32_t slot = IB_WR_SLOT(wc[i].wr_id);
@@ -107,16 +126,19 @@ static ncclResult_t cq_drain(hetccl_ep_t *ep, size_t *moved) {
         if (slot != ep->rarrived % (uint64_t)ep->slots) {
           WARN("ib: rank %d: receive from rank %d completed in slot %u, expected %" PRIu64,
                ep->ctx->rank_user, ep->peer_user, slot, ep->rarrived % (uint64_t)ep->slots);
-          return ep_error(ep, ncclInternalError);
+          return hetccl_ib_ep_error(ep, ncclInternalError);
         }
-        ep->rlen[slot] = wc[i].byte_len;
+        int imm = wc[i].opcode == IBV_WC_RECV_RDMA_WITH_IMM;
+        ep->landed[slot] = (ib_landed_t){.len = wc[i].byte_len,
+                                         .imm = imm ? ntohl(wc[i].imm_data) : 0,
+                                         .with_imm = imm};
         ep->rarrived++;
         break;
       }
       default:
         WARN("ib: rank %d: unknown completion 0x%" PRIx64 " from rank %d", ep->ctx->rank_user,
              (uint64_t)wc[i].wr_id, ep->peer_user);
-        return ep_error(ep, ncclInternalError);
+        return hetccl_ib_ep_error(ep, ncclInternalError);
       }
     }
   }
@@ -131,17 +153,30 @@ static ncclResult_t piece_check(hetccl_ep_t *ep, hetccl_req_t *r, const ib_piece
   if (landed < IB_PIECE_HDR) {
     WARN("ib: corrupt piece from rank %d: %u bytes, shorter than its header", ep->peer_user,
          landed);
-    return ep_error(ep, ncclSystemError);
+    return hetccl_ib_ep_error(ep, ncclSystemError);
   }
   ncclResult_t res = hetccl_frame_check(&pc->frame, "ib", &ctx->args, ep->peer, p->seq, r->tag,
                                         r->bytes);
-  if (res != ncclSuccess) return ep_error(ep, res);
+  if (res != ncclSuccess) return hetccl_ib_ep_error(ep, res);
+  if (pc->offset == IB_PIECE_RDV) {
+    if (ep->rrdv == IB_RDV_NONE && p->pieces == 0 && pc->len == 0 && r->bytes > 0 &&
+        landed == IB_PIECE_HDR)
+      return ncclSuccess;
+    WARN("ib: corrupt rendezvous request from rank %d in message %" PRIu64 " (%u bytes landed, "
+         "%" PRIu64 " pieces in)", ep->peer_user, p->seq, landed, p->pieces);
+    return hetccl_ib_ep_error(ep, ncclSystemError);
+  }
+  if (ep->rrdv == IB_RDV_LANDING) {
+    WARN("ib: rank %d sent a piece of message %" PRIu64 ", which this rank had cleared for "
+         "RDMA WRITE", ep->peer_user, p->seq);
+    return hetccl_ib_ep_error(ep, ncclSystemError);
+  }
   if (pc->offset != p->offset || pc->len != piece_len(ep, r->bytes, p->offset) ||
       landed != IB_PIECE_HDR + pc->len) {
     WARN("ib: corrupt piece from rank %d in message %" PRIu64 ": offset %" PRIu64 " length %"
          PRIu64 " (%u bytes landed), expected offset %" PRIu64 " length %zu", ep->peer_user,
          p->seq, pc->offset, pc->len, landed, p->offset, piece_len(ep, r->bytes, p->offset));
-    return ep_error(ep, ncclSystemError);
+    return hetccl_ib_ep_error(ep, ncclSystemError);
   }
   return ncclSuccess;
 }
@@ -162,9 +197,40 @@ static ncclResult_t credit_return(hetccl_ep_t *ep) {
   wr.send_flags = IBV_SEND_SIGNALED;
   wr.wr.rdma.remote_addr = ep->peer_credit_addr;
   wr.wr.rdma.rkey = ep->peer_credit_rkey;
-  HETCCL_CHECK(post_send(ep, &wr, "credits"));
+  HETCCL_CHECK(hetccl_ib_ep_post_send(ep, &wr, "credits"));
   ep->credit_busy = 1;
   ep->credit_sent = ep->rconsumed;
+  return ncclSuccess;
+}
+
+/* Deliver what landed in `slot` to r: a piece's payload, a rendezvous
+ * request (answered; *wait = 1 if the answer must wait) or the immediate
+ * that ends a rendezvous message. */
+static ncclResult_t slot_deliver(hetccl_ep_t *ep, hetccl_req_t *r, uint32_t slot, size_t *moved,
+                                 int *wait) {
+  ib_req_priv_t *p = ib_req_priv(r);
+  const ib_landed_t *l = &ep->landed[slot];
+  *wait = 0;
+  if (l->with_imm) return hetccl_ib_rdv_landed(ep, r, l->imm);
+  const ib_piece_t *pc = (const ib_piece_t *)recv_slot(ep, slot);
+  HETCCL_CHECK(piece_check(ep, r, pc, l->len));
+  if (pc->offset == IB_PIECE_RDV) {
+    int taken;
+    HETCCL_CHECK(hetccl_ib_rdv_answer(ep, r, &taken));
+    *wait = !taken;
+    return ncclSuccess;
+  }
+  size_t len = (size_t)pc->len;
+  if (len > 0 && r->consume)
+    r->consume(r->consume_ctx, (char *)r->buf + p->offset, pc + 1, len);
+  else if (len > 0) {
+    memcpy((char *)r->buf + p->offset, pc + 1, len);
+    hetccl_copied_add(&ep->ctx->args, len);
+  }
+  p->pieces++;
+  p->offset += len;
+  r->progress = p->offset;
+  *moved += len;
   return ncclSuccess;
 }
 
@@ -173,23 +239,15 @@ static ncclResult_t recv_deliver(hetccl_ep_t *ep, size_t *moved) {
     hetccl_req_t *r = ep->rq.first;
     ib_req_priv_t *p = ib_req_priv(r);
     uint32_t slot = (uint32_t)(ep->rconsumed % (uint64_t)ep->slots);
-    const ib_piece_t *pc = (const ib_piece_t *)recv_slot(ep, slot);
-    HETCCL_CHECK(piece_check(ep, r, pc, ep->rlen[slot]));
-    size_t len = (size_t)pc->len;
-    if (len > 0 && r->consume)
-      r->consume(r->consume_ctx, (char *)r->buf + p->offset, pc + 1, len);
-    else if (len > 0) {
-      memcpy((char *)r->buf + p->offset, pc + 1, len);
-      hetccl_copied_add(&ep->ctx->args, len);
-    }
+    int wait;
+    HETCCL_CHECK(slot_deliver(ep, r, slot, moved, &wait));
+    if (wait) break;
     /* The slot is free again; a broken QP would only flush it. */
     if (!ep->broken) HETCCL_CHECK(hetccl_ib_ep_post_recv(ep, slot));
     ep->rconsumed++;
-    p->pieces++;
-    p->offset += len;
-    r->progress = p->offset;
-    *moved += len + 1;
+    (*moved)++;
     if (p->pieces < p->npieces) continue;
+    ep->rrdv = IB_RDV_NONE; /* a declined rendezvous ends with its last piece */
     ep->rq.first = r->next;
     if (ep->rq.first == NULL) ep->rq.last = NULL;
     __atomic_store_n(&r->done, 1, __ATOMIC_RELEASE); /* last: the caller may reuse r at once */
@@ -205,10 +263,17 @@ static ncclResult_t send_place(hetccl_ep_t *ep, size_t *moved) {
   /* The peer's count only grows; a value beyond what we sent is not one it wrote. */
   uint64_t credits = __atomic_load_n(&ep->credit->in, __ATOMIC_ACQUIRE);
   if (credits > ep->sposted) credits = ep->sposted;
-  while (ep->splace && !ep->broken && ep->sposted - ep->sdone < slots &&
-         ep->sposted - credits < slots) {
+  while (ep->splace && !ep->broken) {
     hetccl_req_t *r = ep->splace;
     ib_req_priv_t *p = ib_req_priv(r);
+    if ((p->lkey & IB_REQ_RDV) && ep->srdv != IB_RDV_EAGER) {
+      int placed;
+      HETCCL_CHECK(hetccl_ib_rdv_send(ep, r, credits, moved, &placed));
+      if (!placed && ep->srdv != IB_RDV_EAGER) break;
+      if (placed) ep->splace = r->next;
+      continue;
+    }
+    if (!hetccl_ib_ep_piece_room(ep, credits)) break;
     size_t len = piece_len(ep, r->bytes, p->offset);
     ib_piece_t *pc = (ib_piece_t *)send_slot(ep, ep->sposted);
     hetccl_frame_fill(&pc->frame, ctx->args.comm_id, ctx->args.rank, p->seq, r->tag, r->bytes);
@@ -225,7 +290,7 @@ static ncclResult_t send_place(hetccl_ep_t *ep, size_t *moved) {
     wr.num_sge = 1;
     wr.opcode = IBV_WR_SEND;
     wr.send_flags = IBV_SEND_SIGNALED;
-    HETCCL_CHECK(post_send(ep, &wr, "data"));
+    HETCCL_CHECK(hetccl_ib_ep_post_send(ep, &wr, "data"));
     ep->sposted++;
     p->pieces++;
     p->offset += len;
@@ -233,6 +298,7 @@ static ncclResult_t send_place(hetccl_ep_t *ep, size_t *moved) {
     if (p->pieces == p->npieces) {
       p->end = ep->sposted;
       ep->splace = r->next;
+      ep->srdv = IB_RDV_NONE; /* a declined rendezvous ends with its last piece */
     }
   }
   return ncclSuccess;
@@ -276,6 +342,7 @@ ncclResult_t hetccl_ib_isend(hetccl_ep_t *ep, hetccl_req_t *r) {
   if (ep->err) return ep->err;
   HETCCL_CHECK(req_init(ep, r, ep->sseq, "send"));
   ep->sseq++;
+  hetccl_ib_rdv_choose(ep, r);
   enqueue(&ep->sq, r);
   if (ep->splace == NULL) ep->splace = r;
   size_t moved = 0;

@@ -1,0 +1,222 @@
+/* RDMA verbs transport: the rendezvous, zero-copy RDMA WRITE for large
+ * messages on registered memory (docs/transports.md; ib.h has the eager
+ * protocol it rides on, ib_reg.c the registrations).
+ *
+ * Threads: the one thread that drives the communicator, as ib_data.c; no
+ * locks here (the registration table takes its own). Nothing blocks.
+ *
+ * Which messages. The sender chooses, at isend: a message of at least
+ * HETCCL_IB_ZCOPY_THRESHOLD bytes whose whole source lies in a range the
+ * user registered (ncclMemAlloc, ncclCommRegister) goes by rendezvous;
+ * every other goes eager, as before. The receiver takes what it is asked:
+ * it accepts when its destination is registered too and it copies (a
+ * receive that reduces, `consume`, declines: the reduction reads the bytes
+ * out of a slot anyway), and declines otherwise. Ranks may set the
+ * threshold differently.
+ *
+ * Per message, in the order of the direction's other messages:
+ *
+ *   sender                          wire                    receiver
+ *   request piece: the frame,  --- SEND (recv slot) -->  checks the frame as
+ *     offset IB_PIECE_RDV, no                            for any piece
+ *     payload                                            (sizes, tags)
+ *   polls cts_in[seq % ring]   <-- RDMA WRITE (64 B) --  clear-to-send: accept,
+ *                                                        address, rkey, size
+ *   accept: writes of at most --- RDMA WRITE x n ---->   (nothing: the NIC
+ *     `chunk` bytes, `slots`                              places the bytes)
+ *     in flight,
+ *     the last with immediate --- WRITE_WITH_IMM ---->   its receive WR completes
+ *     (seq): takes a recv slot                           with imm = seq: done
+ *   decline: eager pieces      --- SEND x n --------->   copied out of slots
+ *
+ * Ordering: RC places a queue pair's writes in posting order, so when the
+ * immediate's receive WR completes every earlier write of the message has
+ * landed. A send is done when its last write completed locally (the peer
+ * acknowledged it), so the caller may reuse the source then. The sender
+ * posts nothing of its next message before the last write of this one, so
+ * the receiver sees the immediate before any later piece, and at most one
+ * clear-to-send per direction is outstanding when the sender reads it
+ * (the ring has room for the receiver's writes still completing).
+ *
+ * Window: writes of HETCCL_IB_CHUNK bytes, HETCCL_IB_SLOTS of them in
+ * flight, the bytes the eager path keeps in flight. Between two Soft-RoCE
+ * VMs, writes of 512 KiB, 8 in flight (4 MiB) lost packets to the virtual
+ * wire and waited out RC retransmission timeouts: 0.7 of eager's speed at
+ * 1-4 MiB, against parity with this window (docs/transports.md).
+ *
+ * The clear-to-send record is RDMA-written into the sender's registered
+ * credit block (ib.h: ib_cts_t). The sender takes it only when its head
+ * and its tail both say this message (seq + 1), read with acquire order:
+ * a record of an earlier message, or one still being placed, is never
+ * taken. CPU copies: none on either side for an accepted message (the
+ * copied-bytes counter stays 0); a declined one counts as eager. */
+#include <arpa/inet.h>
+#include <inttypes.h>
+#include <string.h>
+
+#include "transport/ib/ib.h"
+#include "util/check.h"
+#include "util/log.h"
+
+void hetccl_ib_rdv_choose(hetccl_ep_t *ep, hetccl_req_t *r) {
+  uint32_t lkey, rkey;
+  ib_req_priv_t *p = ib_req_priv(r);
+  if (r->bytes == 0 || r->bytes < ep->ctx->zcopy_min) return;
+  if (!hetccl_ib_reg_find(ep->ctx->pd, r->buf, r->bytes, &lkey, &rkey)) return;
+  p->lkey = IB_REQ_RDV | lkey;
+}
+
+/* ---- send side ----------------------------------------------------------- */
+
+static ncclResult_t request_post(hetccl_ep_t *ep, hetccl_req_t *r) {
+  hetccl_tctx_t *ctx = ep->ctx;
+  ib_req_priv_t *p = ib_req_priv(r);
+  uint64_t slots = (uint64_t)ep->slots;
+  ib_piece_t *pc = (ib_piece_t *)(ep->buf + (size_t)(ep->sposted % slots) * ep->stride);
+  hetccl_frame_fill(&pc->frame, ctx->args.comm_id, ctx->args.rank, p->seq, r->tag, r->bytes);
+  pc->offset = IB_PIECE_RDV;
+  pc->len = 0;
+  struct ibv_sge sge = {.addr = (uintptr_t)pc, .length = IB_PIECE_HDR, .lkey = ep->mr->lkey};
+  struct ibv_send_wr wr;
+  memset(&wr, 0, sizeof(wr));
+  wr.wr_id = IB_WR_ID(IB_WR_SEND, ep->sposted % slots);
+  wr.sg_list = &sge;
+  wr.num_sge = 1;
+  wr.opcode = IBV_WR_SEND;
+  wr.send_flags = IBV_SEND_SIGNALED;
+  HETCCL_CHECK(hetccl_ib_ep_post_send(ep, &wr, "rendezvous request"));
+  ep->sposted++;
+  ep->srdv = IB_RDV_ASKED;
+  return ncclSuccess;
+}
+
+/* The clear-to-send of r, if it is here: 1 and ep->srdv moves on. */
+static ncclResult_t cts_take(hetccl_ep_t *ep, hetccl_req_t *r, int *took) {
+  ib_req_priv_t *p = ib_req_priv(r);
+  const ib_cts_t *c = &ep->credit->cts_in[p->seq % IB_CTS_RING];
+  uint64_t want = p->seq + 1;
+  *took = 0;
+  if (__atomic_load_n(&c->head, __ATOMIC_ACQUIRE) != want ||
+      __atomic_load_n(&c->tail, __ATOMIC_ACQUIRE) != want)
+    return ncclSuccess;
+  if (!c->accept) {
+    ep->srdv = IB_RDV_EAGER;
+  } else if (c->bytes != r->bytes) {
+    WARN("ib: rank %d: rank %d cleared %" PRIu64 " bytes of message %" PRIu64 " to it, which "
+         "has %zu", ep->ctx->rank_user, ep->peer_user, c->bytes, p->seq, r->bytes);
+    return hetccl_ib_ep_error(ep, ncclSystemError);
+  } else {
+    ep->srdv_addr = c->addr;
+    ep->srdv_rkey = c->rkey;
+    ep->srdv = IB_RDV_WRITING;
+  }
+  *took = 1;
+  return ncclSuccess;
+}
+
+static ncclResult_t writes_post(hetccl_ep_t *ep, hetccl_req_t *r, uint64_t credits,
+                                size_t *moved) {
+  ib_req_priv_t *p = ib_req_priv(r);
+  while (p->offset < r->bytes && ep->wposted - ep->wdone < (uint64_t)ep->slots) {
+    size_t len = r->bytes - (size_t)p->offset;
+    if (len > ep->chunk) len = ep->chunk;
+    int last = p->offset + len == r->bytes;
+    if (last && !hetccl_ib_ep_piece_room(ep, credits)) break; /* it takes a receive WR */
+    struct ibv_sge sge = {.addr = (uintptr_t)r->buf + p->offset, .length = (uint32_t)len,
+                          .lkey = (uint32_t)p->lkey};
+    struct ibv_send_wr wr;
+    memset(&wr, 0, sizeof(wr));
+    wr.wr_id = IB_WR_ID(last ? IB_WR_WRITE_IMM : IB_WR_WRITE, 0);
+    wr.sg_list = &sge;
+    wr.num_sge = 1;
+    wr.opcode = last ? IBV_WR_RDMA_WRITE_WITH_IMM : IBV_WR_RDMA_WRITE;
+    wr.send_flags = IBV_SEND_SIGNALED;
+    wr.imm_data = htonl((uint32_t)p->seq);
+    wr.wr.rdma.remote_addr = ep->srdv_addr + p->offset;
+    wr.wr.rdma.rkey = ep->srdv_rkey;
+    HETCCL_CHECK(hetccl_ib_ep_post_send(ep, &wr, "rendezvous write"));
+    ep->wposted++;
+    if (last) ep->sposted++;
+    p->offset += len;
+    *moved += len;
+  }
+  return ncclSuccess;
+}
+
+ncclResult_t hetccl_ib_rdv_send(hetccl_ep_t *ep, hetccl_req_t *r, uint64_t credits,
+                                size_t *moved, int *placed) {
+  ib_req_priv_t *p = ib_req_priv(r);
+  int took = 0;
+  *placed = 0;
+  if (ep->srdv == IB_RDV_NONE) {
+    if (!hetccl_ib_ep_piece_room(ep, credits)) return ncclSuccess;
+    HETCCL_CHECK(request_post(ep, r));
+    (*moved)++;
+  }
+  if (ep->srdv == IB_RDV_ASKED) {
+    HETCCL_CHECK(cts_take(ep, r, &took));
+    *moved += took;
+  }
+  if (ep->srdv != IB_RDV_WRITING) return ncclSuccess;
+  HETCCL_CHECK(writes_post(ep, r, credits, moved));
+  r->progress = p->offset;
+  if (p->offset < r->bytes) return ncclSuccess;
+  p->pieces = p->npieces;
+  p->end = ep->sposted; /* done when the last write, counted as a piece, completed */
+  ep->srdv = IB_RDV_NONE;
+  *placed = 1;
+  return ncclSuccess;
+}
+
+/* ---- receive side -------------------------------------------------------- */
+
+ncclResult_t hetccl_ib_rdv_answer(hetccl_ep_t *ep, hetccl_req_t *r, int *taken) {
+  ib_req_priv_t *p = ib_req_priv(r);
+  uint32_t lkey, rkey;
+  *taken = 0;
+  if (ep->cts_posted - ep->cts_done >= IB_CTS_RING) return ncclSuccess;
+  int accept = r->consume == NULL &&
+               hetccl_ib_reg_find(ep->ctx->pd, r->buf, r->bytes, &lkey, &rkey);
+  uint32_t at = (uint32_t)(p->seq % IB_CTS_RING);
+  ib_cts_t *c = &ep->credit->cts_out[at];
+  memset(c, 0, sizeof(*c));
+  c->head = c->tail = p->seq + 1;
+  c->accept = (uint32_t)accept;
+  c->bytes = r->bytes;
+  if (accept) {
+    c->addr = (uintptr_t)r->buf;
+    c->rkey = rkey;
+  }
+  struct ibv_sge sge = {.addr = (uintptr_t)c, .length = sizeof(*c),
+                        .lkey = ep->credit_mr->lkey};
+  struct ibv_send_wr wr;
+  memset(&wr, 0, sizeof(wr));
+  wr.wr_id = IB_WR_ID(IB_WR_CTS, at);
+  wr.sg_list = &sge;
+  wr.num_sge = 1;
+  wr.opcode = IBV_WR_RDMA_WRITE;
+  wr.send_flags = IBV_SEND_SIGNALED;
+  wr.wr.rdma.remote_addr = ep->peer_cts_addr + (uint64_t)at * sizeof(ib_cts_t);
+  wr.wr.rdma.rkey = ep->peer_credit_rkey;
+  HETCCL_CHECK(hetccl_ib_ep_post_send(ep, &wr, "clear to send"));
+  ep->cts_posted++;
+  ep->rrdv = accept ? IB_RDV_LANDING : IB_RDV_EAGER;
+  *taken = 1;
+  return ncclSuccess;
+}
+
+ncclResult_t hetccl_ib_rdv_landed(hetccl_ep_t *ep, hetccl_req_t *r, uint32_t imm) {
+  ib_req_priv_t *p = ib_req_priv(r);
+  if (ep->rrdv != IB_RDV_LANDING || imm != (uint32_t)p->seq) {
+    WARN("ib: rank %d: a write with immediate %u from rank %d, expected %s", ep->ctx->rank_user,
+         imm, ep->peer_user,
+         ep->rrdv == IB_RDV_LANDING ? "the one of the message it was cleared for"
+                                    : "a piece (no rendezvous message is in flight)");
+    return hetccl_ib_ep_error(ep, ncclSystemError);
+  }
+  p->pieces = p->npieces;
+  p->offset = r->bytes;
+  r->progress = r->bytes;
+  ep->rrdv = IB_RDV_NONE;
+  return ncclSuccess;
+}
