@@ -291,6 +291,9 @@ ncclResult_t hetccl_ib_ep_check_peer(hetccl_ep_t *ep);
 ncclResult_t hetccl_ib_ep_post_recv(hetccl_ep_t *ep, uint32_t slot);
 /* ibv_post_send, with a WARN naming `what` and the peer if it fails. */
 ncclResult_t hetccl_ib_ep_post_send(hetccl_ep_t *ep, struct ibv_send_wr *wr, const char *what);
+/* SEND the first `bytes` of send slot ep->sposted % slots (at pc, header
+ * filled by the caller), signaled, and count the slot posted. */
+ncclResult_t hetccl_ib_ep_send_slot(hetccl_ep_t *ep, void *pc, uint32_t bytes, const char *what);
 /* The endpoint's first error (sticky), res if none yet. */
 ncclResult_t hetccl_ib_ep_error(hetccl_ep_t *ep, ncclResult_t res);
 /* May one more piece (or last rendezvous write) take a receive WR of the

@@ -81,6 +81,20 @@ ncclResult_t hetccl_ib_ep_post_send(hetccl_ep_t *ep, struct ibv_send_wr *wr, con
   return ncclSuccess;
 }
 
+ncclResult_t hetccl_ib_ep_send_slot(hetccl_ep_t *ep, void *pc, uint32_t bytes, const char *what) {
+  struct ibv_sge sge = {.addr = (uintptr_t)pc, .length = bytes, .lkey = ep->mr->lkey};
+  struct ibv_send_wr wr;
+  memset(&wr, 0, sizeof(wr));
+  wr.wr_id = IB_WR_ID(IB_WR_SEND, ep->sposted % (uint64_t)ep->slots);
+  wr.sg_list = &sge;
+  wr.num_sge = 1;
+  wr.opcode = IBV_WR_SEND;
+  wr.send_flags = IBV_SEND_SIGNALED;
+  HETCCL_CHECK(hetccl_ib_ep_post_send(ep, &wr, what));
+  ep->sposted++;
+  return ncclSuccess;
+}
+
 /* ---- completions ----------------------------------------------------------- */
 
 /* A failed completion puts the QP in the error state, and every later work
@@ -281,17 +295,7 @@ static ncclResult_t send_place(hetccl_ep_t *ep, size_t *moved) {
     pc->len = len;
     if (len > 0) memcpy(pc + 1, (const char *)r->buf + p->offset, len);
     hetccl_copied_add(&ctx->args, len);
-    struct ibv_sge sge = {.addr = (uintptr_t)pc, .length = (uint32_t)(IB_PIECE_HDR + len),
-                          .lkey = ep->mr->lkey};
-    struct ibv_send_wr wr;
-    memset(&wr, 0, sizeof(wr));
-    wr.wr_id = IB_WR_ID(IB_WR_SEND, ep->sposted % slots);
-    wr.sg_list = &sge;
-    wr.num_sge = 1;
-    wr.opcode = IBV_WR_SEND;
-    wr.send_flags = IBV_SEND_SIGNALED;
-    HETCCL_CHECK(hetccl_ib_ep_post_send(ep, &wr, "data"));
-    ep->sposted++;
+    HETCCL_CHECK(hetccl_ib_ep_send_slot(ep, pc, (uint32_t)(IB_PIECE_HDR + len), "data"));
     p->pieces++;
     p->offset += len;
     *moved += len + 1;

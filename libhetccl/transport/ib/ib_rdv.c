@@ -76,16 +76,7 @@ static ncclResult_t request_post(hetccl_ep_t *ep, hetccl_req_t *r) {
   hetccl_frame_fill(&pc->frame, ctx->args.comm_id, ctx->args.rank, p->seq, r->tag, r->bytes);
   pc->offset = IB_PIECE_RDV;
   pc->len = 0;
-  struct ibv_sge sge = {.addr = (uintptr_t)pc, .length = IB_PIECE_HDR, .lkey = ep->mr->lkey};
-  struct ibv_send_wr wr;
-  memset(&wr, 0, sizeof(wr));
-  wr.wr_id = IB_WR_ID(IB_WR_SEND, ep->sposted % slots);
-  wr.sg_list = &sge;
-  wr.num_sge = 1;
-  wr.opcode = IBV_WR_SEND;
-  wr.send_flags = IBV_SEND_SIGNALED;
-  HETCCL_CHECK(hetccl_ib_ep_post_send(ep, &wr, "rendezvous request"));
-  ep->sposted++;
+  HETCCL_CHECK(hetccl_ib_ep_send_slot(ep, pc, IB_PIECE_HDR, "rendezvous request"));
   ep->srdv = IB_RDV_ASKED;
   return ncclSuccess;
 }
