@@ -191,6 +191,29 @@ ncclResult_t hetccl_engine_conn_progress(hetccl_engine_t *e, int *idle) {
   return ncclSuccess;
 }
 
+/* This rank failed before it made its connections to some higher ranks:
+ * where the lower rank connects (transport.h, lower_connects), it connects
+ * now only to leave its note, so that a higher rank waiting for it hears
+ * why at once, as a connected one would, instead of when this process
+ * exits. Best effort: a peer that cannot be reached (it failed and left
+ * too) is logged and left alone, and this thread's last error stays the
+ * failure's own. */
+static void conn_fail_notify(hetccl_engine_t *e, const hetccl_fail_note_t *note) {
+  char kept[1024];
+  snprintf(kept, sizeof(kept), "%s", hetccl_last_error());
+  for (int p = e->rank + 1; p < e->nranks; p++) {
+    const hetccl_transport_t *tp = e->tp[p];
+    if (!e->peers[p].lazy || e->eps[p] || !tp || !tp->lower_connects || !tp->ep_fail) continue;
+    hetccl_ep_t *ep = NULL;
+    int t = hetccl_engine_tid(e, p);
+    if (tp->ep_open(e->ctxs[t], p, e->addrs + (size_t)p * HETCCL_TRANSPORT_ADDR_BYTES,
+                    &e->locs[p], &ep) != ncclSuccess || !ep)
+      continue;
+    tp->ep_fail(ep, note);
+  }
+  hetccl_last_error_set(kept);
+}
+
 void hetccl_engine_conn_fail(hetccl_engine_t *e, const hetccl_fail_note_t *note) {
   if (!e->peers) return;
   e->nconnecting = 0;
@@ -198,6 +221,7 @@ void hetccl_engine_conn_fail(hetccl_engine_t *e, const hetccl_fail_note_t *note)
     const hetccl_transport_t *tp = hetccl_transport_get((hetccl_transport_id_t)t);
     if (e->ctxs[t] && tp && tp->ctx_fail) tp->ctx_fail(e->ctxs[t], note);
   }
+  if (note) conn_fail_notify(e, note);
   for (int p = 0; p < e->nranks; p++) {
     e->peers[p].lazy = 0; /* nothing connects any more: peer_check refuses */
     e->peers[p].sfirst = e->peers[p].slast = e->peers[p].rfirst = e->peers[p].rlast = NULL;

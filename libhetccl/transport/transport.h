@@ -245,6 +245,11 @@ typedef struct hetccl_transport {
   hetccl_transport_ctx_poll_fn ctx_poll;
   hetccl_transport_ctx_fail_fn ctx_fail;
   hetccl_transport_ctx_pull_min_fn ctx_pull_min;
+  /* 1: ep_open on the lower rank makes the connections the higher rank
+   * takes in ctx_poll, so a lower rank that fails before it connected may
+   * open an endpoint just to leave its note there (ep_fail) for a higher
+   * rank that waits for it (p2p/connect.c). */
+  int lower_connects;
 } hetccl_transport_t;
 
 /* name, table symbol. Order is preference order under HETCCL_TRANSPORT=auto. */

@@ -757,5 +757,6 @@ const hetccl_transport_t hetccl_transport_socket = {
     .ep_ready = sock_ep_ready,
     .ctx_poll = sock_ctx_poll,
     .ctx_fail = sock_ctx_fail,
+    .lower_connects = 1,
     .ctx_pull_min = sock_ctx_pull_min,
 };
