@@ -26,18 +26,15 @@
  * every pair as before (core/init.c); then nothing here runs.
  *
  * Thread: whichever thread drives the engine (engine.h); no locks. */
-#include <errno.h>
-#include <fcntl.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-#include <unistd.h>
 
 #include "p2p/engine_impl.h"
 #include "util/check.h"
 #include "util/log.h"
+#include "util/proc.h"
 
 #define LIVENESS_MS 100
 
@@ -145,21 +142,6 @@ static ncclResult_t conn_ready(hetccl_engine_t *e, int peer) {
   return ncclSuccess;
 }
 
-/* 1 if the process is certainly gone: it does not exist, or is a zombie. */
-static int pid_gone(int pid) {
-  if (kill(pid, 0) == -1 && errno == ESRCH) return 1;
-  char path[64], buf[512];
-  snprintf(path, sizeof(path), "/proc/%d/stat", pid);
-  int fd = open(path, O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return 0;
-  ssize_t k = read(fd, buf, sizeof(buf) - 1);
-  close(fd);
-  if (k <= 0) return 0;
-  buf[k] = '\0';
-  char *p = strrchr(buf, ')');
-  return p && p[1] == ' ' && (p[2] == 'Z' || p[2] == 'X');
-}
-
 static ncclResult_t conn_check_peer(hetccl_engine_t *e, int peer) {
   hetccl_engine_peer_t *pp = &e->peers[peer];
   int64_t t = now_ms();
@@ -167,7 +149,8 @@ static ncclResult_t conn_check_peer(hetccl_engine_t *e, int peer) {
   pp->checked_ms = t;
   /* Pids mean something only on this host (same host hash: same IPC and
    * boot, and in practice the same pid namespace). */
-  if (e->locs[peer].host_hash != e->locs[e->rank].host_hash || !pid_gone(e->locs[peer].pid))
+  if (e->locs[peer].host_hash != e->locs[e->rank].host_hash ||
+      hetccl_proc_alive(e->locs[peer].pid, 0))
     return ncclSuccess;
   WARN("engine: rank %d (pid %d) exited before its connection to rank %d was made (%lld ms "
        "after rank %d began to connect)", user_rank(e, peer), e->locs[peer].pid,

@@ -273,7 +273,6 @@ static ncclResult_t recv_deliver(hetccl_ep_t *ep, size_t *moved) {
 
 static ncclResult_t send_place(hetccl_ep_t *ep, size_t *moved) {
   hetccl_tctx_t *ctx = ep->ctx;
-  uint64_t slots = (uint64_t)ep->slots;
   /* The peer's count only grows; a value beyond what we sent is not one it wrote. */
   uint64_t credits = __atomic_load_n(&ep->credit->in, __ATOMIC_ACQUIRE);
   if (credits > ep->sposted) credits = ep->sposted;

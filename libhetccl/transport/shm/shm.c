@@ -65,6 +65,7 @@
 #include "util/check.h"
 #include "util/knobs.h"
 #include "util/log.h"
+#include "util/proc.h"
 
 #define SHM_ADDR_MAGIC 0x53484d4144445231ull /* "SHMADDR1" */
 
@@ -101,41 +102,6 @@ static size_t round_up(size_t x, size_t to) { return (x + to - 1) / to * to; }
 
 /* --- liveness ------------------------------------------------------------- */
 
-/* State letter and start time (clock ticks since boot) from /proc/pid/stat.
- * Returns 0 when the file cannot be read or parsed. */
-static int proc_stat(int pid, char *state, unsigned long long *start) {
-  char path[64], buf[1024];
-  snprintf(path, sizeof(path), "/proc/%d/stat", pid);
-  int fd = open(path, O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return 0;
-  ssize_t n = read(fd, buf, sizeof(buf) - 1);
-  close(fd);
-  if (n <= 0) return 0;
-  buf[n] = '\0';
-  char *p = strrchr(buf, ')'); /* the command name may hold spaces and parens */
-  if (!p || p[1] != ' ') return 0;
-  p += 2;
-  *state = *p;
-  /* starttime is field 22; state is field 3. */
-  for (int field = 3; field < 22; field++) {
-    p = strchr(p, ' ');
-    if (!p) return 0;
-    p++;
-  }
-  *start = strtoull(p, NULL, 10);
-  return 1;
-}
-
-/* 0 if the process is certainly gone (exited, zombie, or its pid reused). */
-static int peer_alive(int pid, unsigned long long start) {
-  if (kill(pid, 0) == -1 && errno == ESRCH) return 0;
-  char state;
-  unsigned long long now_start;
-  if (!proc_stat(pid, &state, &now_start)) return 1; /* cannot tell: the engine's timeout will */
-  if (state == 'Z' || state == 'X') return 0;
-  return start == 0 || now_start == start;
-}
-
 /* Pids compare only within one pid namespace (containers may share IPC and
  * /dev/shm but not pids). */
 static uint64_t pidns_self(void) {
@@ -154,7 +120,7 @@ ncclResult_t hetccl_shm_ep_check_peer(hetccl_ep_t *ep) {
                                                           : NULL;
   if (why && (ep->sq.first || ep->rq.first))
     return hetccl_fail_note_received(why, "shm", ep->peer, &ep->args);
-  if (ep->peer_watch && !peer_alive(ep->peer_pid, ep->peer_start)) {
+  if (ep->peer_watch && !hetccl_proc_alive(ep->peer_pid, ep->peer_start)) {
     WARN("shm: peer rank %d (pid %d) exited", ep->peer_user, ep->peer_pid);
     return ncclRemoteError;
   }
@@ -190,7 +156,7 @@ static void seg_sweep_stale(uint64_t pidns) {
     unsigned long long id, ns;
     int rank, pid, n = 0;
     if (sscanf(e->d_name, "hetccl-%16llx-r%d-p%d-n%llx-%*u%n", &id, &rank, &pid, &ns, &n) != 4 ||
-        n == 0 || e->d_name[n] != '\0' || ns != pidns || pid <= 0 || peer_alive(pid, 0))
+        n == 0 || e->d_name[n] != '\0' || ns != pidns || pid <= 0 || hetccl_proc_alive(pid, 0))
       continue;
     char name[sizeof(e->d_name) + 1];
     snprintf(name, sizeof(name), "/%s", e->d_name);
@@ -402,7 +368,7 @@ static ncclResult_t ep_map_tx(hetccl_tctx_t *c, hetccl_ep_t *ep, const uint8_t *
   if (!ep->peer_watch)
     INFO(HETCCL_SHM | HETCCL_INIT, "shm: rank %d (pid %d) is in another pid namespace: its exit "
          "shows only as a timeout", ep->peer_user, ep->peer_pid);
-  else if (!proc_stat(ep->peer_pid, &(char){0}, &ep->peer_start))
+  else if (!hetccl_proc_stat(ep->peer_pid, &(char){0}, &ep->peer_start))
     ep->peer_start = 0;
   atomic_store_explicit(&ep->tx.ctrl->attached, 1, memory_order_release);
   *probe_addr = h.cma_probe_addr;
@@ -491,7 +457,7 @@ static ncclResult_t connect_wait(hetccl_tctx_t *c, const uint8_t *use, hetccl_ep
     if (now - last_check > SHM_LIVENESS_NS) {
       last_check = now;
       hetccl_ep_t *ep = mine[pending];
-      if (ep->peer_watch && !peer_alive(ep->peer_pid, ep->peer_start)) {
+      if (ep->peer_watch && !hetccl_proc_alive(ep->peer_pid, ep->peer_start)) {
         WARN("shm: peer rank %d (pid %d) exited during connect", ep->peer_user, ep->peer_pid);
         return ncclRemoteError;
       }

@@ -1,0 +1,19 @@
+/* Other processes of this host, as /proc and kill(2) tell them: whether a
+ * peer process still lives (liveness checks of the shm transport and of
+ * connections on first use).
+ *
+ * Pids mean something only within one pid namespace; callers compare them
+ * only for ranks of this host. */
+#ifndef HETCCL_UTIL_PROC_H
+#define HETCCL_UTIL_PROC_H
+
+/* State letter (field 3) and start time (field 22, clock ticks since boot)
+ * of /proc/pid/stat; 0 when it cannot be read or parsed. */
+int hetccl_proc_stat(int pid, char *state, unsigned long long *start);
+
+/* 0 if the process is certainly gone: it does not exist, is a zombie, or
+ * (start != 0) its pid now names a process started at another time; 1
+ * otherwise, including when nothing can be told. */
+int hetccl_proc_alive(int pid, unsigned long long start);
+
+#endif
