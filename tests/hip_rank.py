@@ -6,7 +6,10 @@ there), T_PRELOAD (colon list of libraries to load first, RTLD_GLOBAL, as a
 program linking them would have), T_DEVBUF=1 (the allreduce runs on a
 buffer from the stand-in libamdhip64's hipMalloc, the first preloaded
 library, and the result adds what its counters saw: "copies", "writes",
-"waits"), T_CONFIG=1 (also an ncclAllReduceConfig with a config through
+"waits"), T_IBDEV=1 (instead of the allreduce: sendrecv, broadcast,
+allgather and allreduce of T_BYTES bytes per rank on the stand-in's device
+memory, each checked; the result adds "wrong" and "copied": the ib
+transport's CPU-copied bytes per collective), T_CONFIG=1 (also an ncclAllReduceConfig with a config through
 the C ABI; the result adds what the stand-in vendor library saw:
 "config_calls", "config_magic", and "plain_calls"). The result:
 "error"/"message" when init
@@ -50,7 +53,9 @@ def main() -> dict:
     out["backend"] = comm.backend()
     out["kind"] = _device_kind()
     x = np.full(4, RANK + 1, dtype=np.float32)
-    if os.environ.get("T_DEVBUF") == "1":
+    if os.environ.get("T_IBDEV") == "1":
+        out.update(_device_collectives(comm))
+    elif os.environ.get("T_DEVBUF") == "1":
         out.update(_device_allreduce(comm, x))
     else:
         comm.allReduce(x.ctypes.data, x.ctypes.data, 4, nccl.NCCL_FLOAT32, nccl.NCCL_SUM)
@@ -96,6 +101,54 @@ def _device_allreduce(comm: nccl.NcclCommunicator, x: np.ndarray) -> dict:
     ctypes.memmove(x.ctypes.data, dev.value, x.nbytes)
     counts = {k: ctypes.c_int.in_dll(hip, "fake_" + k).value for k in ("copies", "writes", "waits")}
     return {"sum": float(x[0]), **counts}
+
+
+def _device_collectives(comm: nccl.NcclCommunicator) -> dict:
+    """Collectives on the stand-in's device memory (two buffers, reused:
+    its arena is small and never given back), each checked against numpy,
+    with the ib transport's copied bytes per collective."""
+    hip = ctypes.CDLL(os.environ["T_PRELOAD"].split(":")[0])
+    count = int(os.environ.get("T_BYTES", str(256 << 10))) // 4
+    big, small = ctypes.c_void_p(), ctypes.c_void_p()
+    assert hip.hipMalloc(ctypes.byref(big), ctypes.c_size_t(4 * count * NRANKS)) == 0
+    assert hip.hipMalloc(ctypes.byref(small), ctypes.c_size_t(4 * count)) == 0
+
+    def put(ptr: int, arr: np.ndarray) -> None:
+        ctypes.memmove(ptr, arr.ctypes.data, arr.nbytes)
+
+    def get(ptr: int, n: int) -> np.ndarray:
+        out = np.empty(n, dtype=np.float32)
+        ctypes.memmove(out.ctypes.data, ptr, out.nbytes)
+        return out
+
+    def mine(rank: int) -> np.ndarray:
+        return (np.arange(count, dtype=np.float32) % 251) + 1000 * rank
+
+    f32, wrong, copied = nccl.NCCL_FLOAT32, [], {}
+
+    def run(name: str, call, want: np.ndarray, at: int) -> None:
+        before = comm.copied_bytes()["ib"]
+        call()
+        copied[name] = comm.copied_bytes()["ib"] - before
+        if not np.array_equal(get(at, want.size), want):
+            wrong.append(name)
+
+    put(small.value, mine(RANK))
+    peer_to, peer_from = (RANK + 1) % NRANKS, (RANK - 1) % NRANKS
+
+    def sendrecv() -> None:
+        nccl.groupStart()
+        comm.send(small.value, count, f32, peer_to)
+        comm.recv(big.value, count, f32, peer_from)
+        nccl.groupEnd()
+    run("sendrecv", sendrecv, mine(peer_from), big.value)
+    run("broadcast", lambda: comm.broadcast(small.value, big.value, count, f32, 0), mine(0),
+        big.value)
+    run("allgather", lambda: comm.allGather(small.value, big.value, count, f32),
+        np.concatenate([mine(r) for r in range(NRANKS)]), big.value)
+    run("allreduce", lambda: comm.allReduce(small.value, big.value, count, f32, nccl.NCCL_SUM),
+        sum(mine(r) for r in range(NRANKS)), big.value)
+    return {"wrong": wrong, "copied": copied}
 
 
 def _device_kind() -> str:

@@ -9,6 +9,7 @@
 #include "core/comm.h"
 #include "core/proxy.h"
 #include "core/trace_points.h"
+#include "transport/ib/ib_mem.h"
 #include "util/check.h"
 #include "util/log.h"
 
@@ -24,6 +25,7 @@
 typedef struct stage_block {
   void *host;
   size_t bytes;
+  void *rdma;         /* the block's declaration to the ib transport (ib_mem.h) */
   void *free_event;   /* recorded after the batch's last copy out of the block */
   int busy;           /* free_event recorded and maybe not reached yet */
   uint64_t last_use;  /* the launch that last recorded free_event */
@@ -138,6 +140,7 @@ static int block_idle(hetccl_devpath_t *dp, stage_block_t *b) {
 }
 
 static void block_free(hetccl_devpath_t *dp, stage_block_t *b) {
+  if (b->rdma) hetccl_ib_mem_deregister(b->rdma); /* before the memory goes */
   if (b->free_event) dp->rt->event_destroy(b->free_event);
   if (b->host) dp->rt->host_free(b->host);
   free(b);
@@ -205,6 +208,13 @@ static ncclResult_t block_acquire(ncclComm_t comm, hetccl_devpath_t *dp, size_t 
     block_free(dp, b);
     return res;
   }
+  /* Declared as RDMA memory, as ncclCommRegister would: the ib transport
+   * then sends from the block and lands in it by RDMA WRITE, so the bytes
+   * of a device buffer are moved by the GPU's copy engine and the NIC, and
+   * by no CPU (docs/transports.md, "Device buffers"). Where no ib context
+   * is open this only records the range; a refused registration leaves the
+   * block on ib's copy path. */
+  if (hetccl_ib_mem_register(b->host, b->bytes, &b->rdma) != ncclSuccess) b->rdma = NULL;
   b->next = dp->blocks;
   dp->blocks = b;
   dp->nblocks++;

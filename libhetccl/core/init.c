@@ -508,7 +508,8 @@ static ncclResult_t init_engine(ncclComm_t comm, uint64_t comm_id, uint64_t secr
       .abort_flag = &comm->abort_flag,
       .ifname = hetccl_knob_str(HETCCL_KNOB_SOCKET_IFNAME), .peer_note = &comm->peer_note,
       .mismatch = &comm->mismatch, .oversubscribed = oversubscribed,
-      .user_ranks = comm->user_ranks};
+      .user_ranks = comm->user_ranks,
+      .device = comm->ptr_kind == HETCCL_DEV_HOST ? NULL : hetccl_runtime_get(comm->ptr_kind)};
   for (int t = 0; t < HETCCL_TRANSPORT_COUNT; t++) {
     if (!used[t]) continue;
     args.copied = &comm->copied[t];

@@ -52,6 +52,8 @@ enum { cudaEventDisableTiming = 0x02 };
 enum { cudaHostAllocPortable = 0x01, cudaHostAllocMapped = 0x02 };
 enum { cudaHostRegisterPortable = 0x01, cudaHostRegisterMapped = 0x02 };
 enum { cudaStreamNonBlocking = 0x01 };
+enum { CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED = 124 };
+enum { CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD = 0x1 };
 enum { CU_STREAM_WAIT_VALUE_GEQ = 0x0, CU_STREAM_WRITE_VALUE_DEFAULT = 0x0 };
 enum { cudaStreamCaptureStatusNone = 0 };
 enum {
@@ -110,6 +112,10 @@ typedef struct {
   /* Optional (stream memory operations; NULL if the driver lacks them). */
   CUresult (*cuStreamWaitValue64)(void *stream, CUdeviceptr addr, uint64_t value, unsigned flags);
   CUresult (*cuStreamWriteValue64)(void *stream, CUdeviceptr addr, uint64_t value, unsigned flags);
+  /* Optional (dma-buf export, CUDA 11.7 on; NULL if the driver lacks them). */
+  CUresult (*cuDeviceGetAttribute)(int *value, int attribute, CUdevice dev);
+  CUresult (*cuMemGetHandleForAddressRange)(void *handle, CUdeviceptr ptr, size_t bytes,
+                                            int type, unsigned long long flags);
 } cuda_driver_t;
 
 typedef struct {
@@ -149,6 +155,8 @@ static int driver_fill(void *h, const char *name) {
   if (!drv.cuStreamWaitValue64) *(void **)&drv.cuStreamWaitValue64 = dlsym(h, "cuStreamWaitValue64");
   *(void **)&drv.cuStreamWriteValue64 = dlsym(h, "cuStreamWriteValue64_v2");
   if (!drv.cuStreamWriteValue64) *(void **)&drv.cuStreamWriteValue64 = dlsym(h, "cuStreamWriteValue64");
+  *(void **)&drv.cuDeviceGetAttribute = dlsym(h, "cuDeviceGetAttribute");
+  *(void **)&drv.cuMemGetHandleForAddressRange = dlsym(h, "cuMemGetHandleForAddressRange");
   drv.handle = h;
   hetccl_gpu_where_loaded((void *)drv.cuInit, drv.path, sizeof(drv.path), name);
   return 1;
@@ -391,6 +399,44 @@ static ncclResult_t cuda_mem_free(void *ptr) {
   return CUDA_CALL(r, cudaFree, ptr);
 }
 
+static int cuda_dmabuf_export(void *ptr, size_t bytes, int *fd, uint64_t *offset, char *why,
+                              size_t len) {
+  const cuda_driver_t *d = driver_get(1);
+  const cuda_runtime_lib_t *r = runtime_get(1);
+  int dev = -1, supported = 0;
+  if (!d || !r) return hetccl_gpu_why(why, len, "the CUDA driver or runtime could not be loaded");
+  if (!d->cuMemGetHandleForAddressRange || !d->cuDeviceGetAttribute)
+    return hetccl_gpu_why(why, len, "%s has no cuMemGetHandleForAddressRange (CUDA 11.7 adds it)",
+                          d->path);
+  if (r->cudaGetDevice(&dev) != 0) {
+    r->cudaGetLastError(); /* the application's, not ours */
+    return hetccl_gpu_why(why, len, "cudaGetDevice failed");
+  }
+  CUdevice cu = 0;
+  CUresult err = d->cuDeviceGet(&cu, dev);
+  if (err == CUDA_SUCCESS)
+    err = d->cuDeviceGetAttribute(&supported, CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED, cu);
+  if (err != CUDA_SUCCESS)
+    return hetccl_gpu_why(why, len, "cuDeviceGetAttribute(DMA_BUF_SUPPORTED) failed (error %d)",
+                          err);
+  if (!supported)
+    return hetccl_gpu_why(why, len, "CUDA device %d does not support dma-buf (its driver or "
+                          "kernel module predates it, or the module is the proprietary one)", dev);
+  hetccl_gpu_range_t pr = hetccl_gpu_page_range(ptr, bytes);
+  int handle = -1;
+  err = d->cuMemGetHandleForAddressRange(&handle, (CUdeviceptr)pr.base, pr.bytes,
+                                         CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD, 0);
+  if (err != CUDA_SUCCESS || handle < 0) {
+    const char *text = NULL;
+    d->cuGetErrorString(err, &text);
+    return hetccl_gpu_why(why, len, "cuMemGetHandleForAddressRange of %zu bytes at %p failed: %s "
+                          "(error %d)", pr.bytes, (void *)pr.base, text ? text : "?", err);
+  }
+  *fd = handle;
+  *offset = pr.offset;
+  return 1;
+}
+
 static ncclResult_t cuda_host_alloc(void **ptr, size_t bytes) {
   const cuda_runtime_lib_t *r;
   HETCCL_CHECK(runtime_need(&r, "host_alloc"));
@@ -590,4 +636,5 @@ const hetccl_runtime_t hetccl_runtime_cuda = {
     /* device kernels (NVRTC) are not built yet */
     .reduce_async = hetccl_cuda_reduce_async,
     .reduce_available = hetccl_cuda_reduce_available,
+    .dmabuf_export = cuda_dmabuf_export,
 };

@@ -6,10 +6,12 @@
 
 #include <dlfcn.h>
 #include <link.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #define PATH_BYTES 512
 
@@ -74,4 +76,21 @@ void hetccl_gpu_counter_fn(void *arg) {
   else
     while (__atomic_load_n(job->counter, __ATOMIC_ACQUIRE) < job->value) nanosleep(&ts, NULL);
   free(job);
+}
+
+hetccl_gpu_range_t hetccl_gpu_page_range(const void *ptr, size_t bytes) {
+  long page = sysconf(_SC_PAGESIZE);
+  uintptr_t mask = (uintptr_t)(page > 0 ? page : 4096) - 1;
+  uintptr_t p = (uintptr_t)ptr, base = p & ~mask, end = (p + bytes + mask) & ~mask;
+  return (hetccl_gpu_range_t){.base = base, .bytes = end - base, .offset = p - base};
+}
+
+int hetccl_gpu_why(char *why, size_t len, const char *fmt, ...) {
+  if (why && len) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(why, len, fmt, ap);
+    va_end(ap);
+  }
+  return 0;
 }

@@ -28,4 +28,19 @@ void *hetccl_gpu_counter_job(volatile uint64_t *counter, uint64_t value, int wri
  * moves, which is why it is only the fallback. */
 void hetccl_gpu_counter_fn(void *job);
 
+/* The whole pages around [ptr, ptr + bytes): what a dma-buf export asks
+ * (both runtimes want page-aligned ranges); offset = ptr - base. */
+typedef struct hetccl_gpu_range {
+  uintptr_t base;
+  size_t bytes;
+  uint64_t offset;
+} hetccl_gpu_range_t;
+hetccl_gpu_range_t hetccl_gpu_page_range(const void *ptr, size_t bytes);
+
+/* Writes the printf-style reason into why (len bytes, may be NULL) and
+ * returns 0: the "cannot, because" answer of the runtime slots that say
+ * why (dmabuf_export). */
+int hetccl_gpu_why(char *why, size_t len, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
 #endif

@@ -52,6 +52,7 @@ enum { hipHostRegisterPortable = 0x1, hipHostRegisterMapped = 0x2 };
 enum { hipStreamNonBlocking = 0x1 };
 enum { hipStreamWaitValueGte = 0x0 };
 enum { hipStreamCaptureStatusNone = 0 };
+enum { hipMemRangeHandleTypeDmaBufFd = 1 };
 /* hipPointer_attribute: the same values in ROCm 5 and 6 (and as CUDA's). */
 enum {
   HIP_POINTER_ATTRIBUTE_MEMORY_TYPE = 2,
@@ -113,6 +114,9 @@ typedef struct {
 #undef FN_FIELD
   /* Optional: ROCm 5.2's header declares it, its library does not export it. */
   hipError_t (*hipLaunchHostFunc)(void *stream, hip_host_fn_t fn, void *arg);
+  /* Optional: dma-buf export, ROCm 6 on. */
+  hipError_t (*hipMemGetHandleForAddressRange)(void *handle, void *ptr, size_t bytes, int type,
+                                               unsigned long long flags);
 } hip_lib_t;
 
 static hip_lib_t hip;
@@ -137,6 +141,7 @@ static int hip_fill(void *h, const char *name) {
   HIP_FNS(FN_TAKE)
 #undef FN_TAKE
   *(void **)&hip.hipLaunchHostFunc = dlsym(h, "hipLaunchHostFunc");
+  *(void **)&hip.hipMemGetHandleForAddressRange = dlsym(h, "hipMemGetHandleForAddressRange");
   hip.handle = h;
   hetccl_gpu_where_loaded((void *)hip.hipGetDevice, hip.path, sizeof(hip.path), name);
   /* Needs no device (it answers before HIP looks for one). */
@@ -512,6 +517,29 @@ static ncclResult_t hip_host_unregister(void *ptr) {
   return HIP_CALL(r, hipHostUnregister, ptr);
 }
 
+/* No device attribute to ask first: the export call itself answers
+ * "not supported" where the kernel driver cannot. */
+static int hip_dmabuf_export(void *ptr, size_t bytes, int *fd, uint64_t *offset, char *why,
+                             size_t len) {
+  const hip_lib_t *r = hip_get(1);
+  if (!r) return hetccl_gpu_why(why, len, "libamdhip64 could not be loaded");
+  if (!r->hipMemGetHandleForAddressRange)
+    return hetccl_gpu_why(why, len, "%s has no hipMemGetHandleForAddressRange (ROCm 6 adds it)",
+                          r->path);
+  hetccl_gpu_range_t pr = hetccl_gpu_page_range(ptr, bytes);
+  int handle = -1;
+  hipError_t err = r->hipMemGetHandleForAddressRange(&handle, (void *)pr.base, pr.bytes,
+                                                     hipMemRangeHandleTypeDmaBufFd, 0);
+  if (err != hipSuccess || handle < 0) {
+    r->hipGetLastError(); /* the application's, not ours */
+    return hetccl_gpu_why(why, len, "hipMemGetHandleForAddressRange of %zu bytes at %p failed: %s "
+                          "(error %d)", pr.bytes, (void *)pr.base, r->hipGetErrorString(err), err);
+  }
+  *fd = handle;
+  *offset = pr.offset;
+  return 1;
+}
+
 const hetccl_runtime_t hetccl_runtime_hip = {
     .kind = HETCCL_DEV_HIP,
     .name = "hip",
@@ -544,4 +572,5 @@ const hetccl_runtime_t hetccl_runtime_hip = {
     /* device kernels (hipRTC) are not built yet */
     .reduce_async = hetccl_hip_reduce_async,
     .reduce_available = hetccl_hip_reduce_available,
+    .dmabuf_export = hip_dmabuf_export,
 };

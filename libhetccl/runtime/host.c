@@ -156,6 +156,7 @@ const hetccl_runtime_t hetccl_runtime_host = {
     .host_unregister = host_host_unregister,
     .reduce_async = hetccl_rt_reduce_async_none,
     .reduce_available = hetccl_rt_reduce_available_none,
+    .dmabuf_export = hetccl_rt_dmabuf_export_none,
 };
 
 /* --- shared stubs ------------------------------------------------------------ */
@@ -173,6 +174,12 @@ ncclResult_t hetccl_rt_reduce_async_none(const hetccl_redop_t *op, void *dst, co
 
 int hetccl_rt_reduce_available_none(char *why, size_t len) {
   if (why && len) snprintf(why, len, "no device reduction kernels in this build");
+  return 0;
+}
+
+int hetccl_rt_dmabuf_export_none(void *ptr, size_t bytes, int *fd, uint64_t *offset, char *why,
+                                 size_t len) {
+  if (why && len) snprintf(why, len, "host memory is registered as it is, no dma-buf needed");
   return 0;
 }
 

@@ -179,6 +179,16 @@ typedef ncclResult_t (*hetccl_rt_reduce_async_fn)(const hetccl_redop_t *op, void
  * INFO. May load the compiler the first time; cheap afterwards. */
 typedef int (*hetccl_rt_reduce_available_fn)(char *why, size_t len);
 
+/* GPUDirect RDMA through dma-buf: a file descriptor for the device memory
+ * [ptr, ptr + bytes) (from mem_alloc) that a NIC driver can import
+ * (ibv_reg_dmabuf_mr). The exported range is [ptr - *offset, ...), whole
+ * pages; the caller closes *fd. 1 on success; else 0 and, in why (len
+ * bytes, may be NULL), one line naming what is missing (the driver's
+ * export call, the device's support) or the call that failed, for an INFO.
+ * Never WARNs: a missing export is a reason to stage, not an error. */
+typedef int (*hetccl_rt_dmabuf_export_fn)(void *ptr, size_t bytes, int *fd, uint64_t *offset,
+                                          char *why, size_t len);
+
 typedef struct hetccl_runtime {
   hetccl_dev_kind_t kind;
   const char *name;
@@ -213,6 +223,8 @@ typedef struct hetccl_runtime {
   /* device reductions (ask reduce_available) */
   hetccl_rt_reduce_async_fn reduce_async;
   hetccl_rt_reduce_available_fn reduce_available;
+  /* device memory for a NIC (0 with why where it cannot) */
+  hetccl_rt_dmabuf_export_fn dmabuf_export;
 } hetccl_runtime_t;
 
 /* Every slot, for the check at registration (host.c): none may be NULL. */
@@ -223,7 +235,7 @@ typedef struct hetccl_runtime {
   X(event_destroy) X(event_record) X(event_query) X(stream_wait_event)         \
   X(host_alloc_mapped) X(stream_wait_counter) X(stream_write_counter)          \
   X(stream_create) X(stream_destroy) X(host_register) X(host_unregister)       \
-  X(reduce_async) X(reduce_available)
+  X(reduce_async) X(reduce_available) X(dmabuf_export)
 
 /* --- shared stubs for slots a runtime lacks -------------------------------- */
 
@@ -242,6 +254,9 @@ ncclResult_t hetccl_rt_reduce_async_none(const hetccl_redop_t *op, void *dst,
                                          const void *a, const void *b, size_t count,
                                          unsigned flags, void *stream);
 int hetccl_rt_reduce_available_none(char *why, size_t len);
+/* dmabuf_export of the host runtime: 0, "host memory is registered as it is". */
+int hetccl_rt_dmabuf_export_none(void *ptr, size_t bytes, int *fd, uint64_t *offset, char *why,
+                                 size_t len);
 
 extern const hetccl_runtime_t hetccl_runtime_host;
 extern const hetccl_runtime_t hetccl_runtime_cuda;

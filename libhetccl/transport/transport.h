@@ -109,6 +109,12 @@ typedef struct hetccl_transport_args {
    * context gets its own counter (the communicator's, read by
    * hetcclCommCopiedBytes). */
   uint64_t *copied;
+  /* The device runtime of this rank's buffers (runtime/runtime.h) when
+   * they are device memory, NULL for a host rank: a transport that can
+   * hand device memory to its hardware (ib: GPUDirect through dma-buf)
+   * asks it at ctx_create. Every transport still moves host bytes only:
+   * core stages device buffers through pinned host memory. */
+  const struct hetccl_runtime *device;
 } hetccl_transport_args_t;
 
 static inline void hetccl_copied_add(const hetccl_transport_args_t *args, size_t bytes) {

@@ -78,6 +78,10 @@
     "ib messages of at least this many bytes whose source is registered (ncclMemAlloc, ncclCommRegister) go by RDMA WRITE into the receiver's buffer when it is registered too, without CPU copies; smaller ones, and others, through the staging slots") \
   X(IB_REG_CACHE, "HETCCL_IB_REG_CACHE", INT, "64G", 0, 4611686018427387904,   \
     "most bytes of registered user memory (ncclMemAlloc, ncclCommRegister) each ib context keeps registered with its device; ranges beyond it take the copy path") \
+  X(IB_DMABUF, "HETCCL_IB_DMABUF", INT, "1", 0, 1,                            \
+    "1: at init, try GPUDirect RDMA through dma-buf for a device rank's ib context and log whether it works; 0: do not try (default: NCCL_DMABUF_ENABLE, else 1)") \
+  X(NCCL_DMABUF_ENABLE, "NCCL_DMABUF_ENABLE", INT, "1", 0, 1,                  \
+    "NCCL's, honoured when HETCCL_IB_DMABUF is unset")                         \
   X(ALGO, "HETCCL_ALGO", ENUM("auto|ring|rd|direct"), "auto", 0, 0,           \
     "host-engine algorithm (rd: recursive doubling); auto picks by size and rank count") \
   X(SMALL_BYTES, "HETCCL_SMALL_BYTES", INT, "64K", 0, 1073741824,            \

@@ -7,7 +7,11 @@ raw-pointer arguments (hetccl.nccl), and hetccl's array API
     python3 tools/device/cupy_api_check.py [--ranks 2] [--islands 0,1]
 
 One process per GPU (ranks beyond the GPUs share them round-robin, which
-only hetccl accepts: the cupy.cuda.nccl part is then skipped). hetccl's
+only hetccl accepts: the cupy.cuda.nccl part is then skipped, unless the
+script runs with libhetccl in LD_PRELOAD, where cupy.cuda.nccl's calls reach
+hetccl as an unmodified program's do: then it runs, labelled "via
+LD_PRELOAD", and compares CuPy's bindings to hetccl's on the same
+communicator layout). hetccl's
 communicators run with HETCCL_ISLANDS (default one island per rank), so
 their bytes cross on hetccl's own path while CuPy's go through NCCL. The
 inputs are small integers in float32, so every reduction order gives the
@@ -115,7 +119,9 @@ def worker(rank: int, world: int, ngpus: int, uids: dict, islands: str, q) -> No
         if "cupy" in uids:
             from cupy.cuda import nccl
             comm = nccl.NcclCommunicator(world, uids["cupy"], rank)
-            results["cupy.cuda.nccl"] = run_pointer_api(nccl, comm, rank, world, stream)
+            label = "cupy.cuda.nccl" + (" via LD_PRELOAD" if "libhetccl" in
+                                        os.environ.get("LD_PRELOAD", "") else "")
+            results[label] = run_pointer_api(nccl, comm, rank, world, stream)
             comm.destroy()
         import hetccl
         from hetccl import nccl as hnccl
@@ -141,9 +147,12 @@ def main() -> int:
     world = args.ranks
     from hetccl import nccl as hnccl
     uids = {"hetccl": hnccl.get_unique_id()}
-    if world <= ngpus:
+    preloaded = "libhetccl" in os.environ.get("LD_PRELOAD", "")
+    if world <= ngpus or preloaded:
         from cupy.cuda import nccl
         uids["cupy"] = nccl.get_unique_id()
+        if preloaded:
+            print("cupy_api_check: libhetccl is in LD_PRELOAD: cupy.cuda.nccl's calls reach hetccl")
     else:
         print(f"cupy_api_check: {world} ranks on {ngpus} GPU(s): NCCL takes one rank per GPU, "
               "so the cupy.cuda.nccl part is skipped")

@@ -30,6 +30,12 @@
 #   torch     tools/device/torch_backend_check.py: torch's hetccl backend
 #             with GPU ranks and a CPU rank in one job, every collective
 #             against gloo, then DDP
+#   dmabuf    tests/c/vendor/test_runtime gpu: the cuda entry exports device
+#             memory as a dma-buf (what GPUDirect RDMA through dma-buf
+#             imports), or says why it cannot
+#   cupy      tools/device/cupy_api_check.py with NRANKS ranks: hetccl's two
+#             Python APIs against numpy, then again with libhetccl in
+#             LD_PRELOAD so that cupy.cuda.nccl's own calls reach hetccl
 #   hang      one process driving NRANKS ranks (-g) at 1 MiB under a 60 s
 #             bound; if it does not finish, every thread's name, state and
 #             kernel wait point, and the last log lines, for the diagnosis
@@ -115,6 +121,14 @@ do_torch() { # one GPU: two GPU ranks (two processes, one island each) and a CPU
   HETCCL_ISLANDS=rank TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 \
     $PY tools/device/torch_backend_check.py "${devices[@]}" --json "$OUT/torch_backend.json"
 }
+do_dmabuf() {
+  CUDART=$(ls "$($PY -c 'import sysconfig;print(sysconfig.get_paths()["purelib"])')"/nvidia/*/lib/libcudart.so* 2>/dev/null | sort -r | head -1)
+  LD_PRELOAD=$CUDART HETCCL_DEBUG=INFO HETCCL_DEBUG_SUBSYS=RUNTIME build-dev/tests/c/vendor/test_runtime gpu
+}
+do_cupy() {
+  $PY tools/device/cupy_api_check.py --ranks "$NRANKS" --islands rank &&
+    LD_PRELOAD=$LIB $PY tools/device/cupy_api_check.py --ranks "$NRANKS" --islands rank
+}
 do_hang() {
   local log=$OUT/hang-debug.log
   HETCCL_ISLANDS=rank NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=ALL NCCL_DEBUG_FILE=$log \
@@ -123,7 +137,7 @@ do_hang() {
 }
 
 export ROOT OUT PY LIB NRANKS
-export -f note bounded perf perf1 do_build do_reduce do_pytest do_limit do_perf do_perf1 do_sweep do_readpath do_torch do_hang
+export -f note bounded perf perf1 do_build do_reduce do_pytest do_limit do_perf do_perf1 do_sweep do_readpath do_torch do_hang do_dmabuf do_cupy
 export PYTHONPATH=$ROOT/python:/tmp/site${PYTHONPATH:+:$PYTHONPATH}
 STAGES=${STAGES:-reduce pytest limit perf}
 stage 01 build 240 do_build
@@ -137,6 +151,8 @@ if [ -f "$LIB" ]; then
   want hang && stage 08 hang 120 do_hang
   want torch && stage 09 torch 240 do_torch
   want readpath && stage 10 readpath 300 do_readpath
+  want dmabuf && stage 11 dmabuf 60 do_dmabuf
+  want cupy && stage 12 cupy 300 do_cupy
 fi
 note "overall: $([ $STATUS -eq 0 ] && echo PASS || echo FAIL)"
 exit $STATUS

@@ -456,6 +456,7 @@ static ncclResult_t ib_ctx_create(const hetccl_transport_args_t *args, hetccl_tc
   }
   HETCCL_CHECK_GOTO(hetccl_ib_reg_attach(ctx->v, ctx->pd, ctx->rank_user), res, fail);
   ctx->attached = 1;
+  if (args->device) hetccl_ib_devmem_decide(ctx);
   HETCCL_CHECK_GOTO(hetccl_net_local_addr(args->ifname, &ctx->laddr, NULL, 0), res, fail);
   HETCCL_CHECK_GOTO(hetccl_net_listen(&ctx->laddr, 0, &ctx->lfd), res, fail);
   ib_addr_t b;

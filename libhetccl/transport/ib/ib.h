@@ -73,6 +73,9 @@ typedef struct hetccl_ib_verbs {
   /* optional (rdma-core 32+): GID type, to prefer RoCE v2; NULL if absent */
   int (*query_gid_ex)(struct ibv_context *ctx, uint32_t port, uint32_t index,
                       struct ibv_gid_entry *entry, uint32_t flags, size_t entry_size);
+  /* optional (rdma-core 34+): device memory by dma-buf; NULL if absent */
+  struct ibv_mr *(*reg_dmabuf_mr)(struct ibv_pd *pd, uint64_t offset, size_t len, uint64_t iova,
+                                  int fd, int access);
 } hetccl_ib_verbs_t;
 
 /* Loads libibverbs once per process (any thread). ncclSystemError with a
@@ -191,6 +194,7 @@ struct hetccl_tctx {
   size_t chunk;
   int slots;
   size_t zcopy_min;        /* HETCCL_IB_ZCOPY_THRESHOLD: smallest rendezvous message */
+  int dmabuf;              /* a trial dma-buf registration of device memory passed (ib_devmem.c) */
   /* while connecting */
   const uint8_t *use;
   hetccl_ep_t **eps;
@@ -317,6 +321,12 @@ ncclResult_t hetccl_ib_rdv_send(hetccl_ep_t *ep, hetccl_req_t *r, uint64_t credi
 ncclResult_t hetccl_ib_rdv_answer(hetccl_ep_t *ep, hetccl_req_t *r, int *taken);
 /* Receive side: the write with immediate `imm` landed for r (the head). */
 ncclResult_t hetccl_ib_rdv_landed(hetccl_ep_t *ep, hetccl_req_t *r, uint32_t imm);
+
+/* ib_devmem.c: how a device rank's buffers reach the NIC */
+/* At ctx_create of a device rank (args.device): decide, log once at INFO,
+ * and keep in ctx->dmabuf whether GPUDirect RDMA through dma-buf works
+ * here. Never fails the context: every answer leaves the staged path. */
+void hetccl_ib_devmem_decide(hetccl_tctx_t *ctx);
 
 /* ib_reg.c: the registration table (ib_mem.h is the user's side) */
 /* A context's domain joins the table: every declared range is registered

@@ -34,7 +34,8 @@
   X(destroy_qp, "ibv_destroy_qp", 1)                                           \
   X(modify_qp, "ibv_modify_qp", 1)                                             \
   X(wc_status_str, "ibv_wc_status_str", 1)                                     \
-  X(query_gid_ex, "_ibv_query_gid_ex", 0)
+  X(query_gid_ex, "_ibv_query_gid_ex", 0)                                      \
+  X(reg_dmabuf_mr, "ibv_reg_dmabuf_mr", 0)
 
 static hetccl_ib_verbs_t verbs;
 static char load_error[512]; /* why loading failed; "" = loaded */

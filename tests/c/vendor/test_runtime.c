@@ -32,6 +32,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "runtime/runtime.h"
 #include "util/log.h"
@@ -244,6 +245,28 @@ static void mode_hipsys(void) {
   printf("as expected: %s\n  describe: %s\n", msg, said);
 }
 
+/* dmabuf_export through the stand-in: ROCm 6 exports (a memfd stands for
+ * the dma-buf) with the page offset of the pointer; ROCm 5 says why not;
+ * the host table never exports. */
+static void check_dmabuf(const hetccl_runtime_t *rt, int v6) {
+  void *mem = NULL;
+  int fd = -1;
+  uint64_t offset = 0;
+  char why[256] = "";
+  EXPECT(rt->mem_alloc(&mem, 3 * 4096) == ncclSuccess, "hipMalloc");
+  int got = rt->dmabuf_export((char *)mem + 4096 + 100, 200, &fd, &offset, why, sizeof(why));
+  if (v6) {
+    EXPECT(got == 1 && fd >= 0 && offset == ((uintptr_t)mem + 100) % 4096, "export: %d fd %d "
+           "offset %llu (%s)", got, fd, (unsigned long long)offset, why);
+    if (fd >= 0) close(fd);
+  } else {
+    EXPECT(got == 0 && strstr(why, "has no hipMemGetHandleForAddressRange"), "rocm 5: %d %s",
+           got, why);
+  }
+  EXPECT(hetccl_runtime_host.dmabuf_export(mem, 1, &fd, &offset, why, sizeof(why)) == 0 &&
+             strstr(why, "host memory"), "host: %s", why);
+}
+
 static void mode_hipfake(const char *lib) {
   EXPECT(hetccl_runtime_detect() == HETCCL_DEV_HOST, "hip before HIP was loaded");
   EXPECT(!hetccl_runtime_hip.in_use(), "in use before it was loaded");
@@ -308,6 +331,37 @@ static void mode_hipfake(const char *lib) {
     EXPECT(writes == 0 && waits == 0 && callbacks == 2, "writes %d waits %d callbacks %d",
            writes, waits, callbacks);
   check_register_and_streams(rt, h);
+  check_dmabuf(rt, v6);
+}
+
+/* The real CUDA runtime and driver on a GPU machine (tools/device): device
+ * memory exports as a dma-buf where the device says it can, and otherwise
+ * the answer says why. */
+static void mode_gpu(void) {
+  const hetccl_runtime_t *rt = &hetccl_runtime_cuda;
+  if (!rt->available()) {
+    printf("gpu: no CUDA device here: skipped\n");
+    exit(77);
+  }
+  void *mem = NULL;
+  EXPECT(rt->mem_alloc(&mem, 2u << 20) == ncclSuccess, "cudaMalloc");
+  int fd = -1;
+  uint64_t offset = 99;
+  char why[256] = "", link[128] = "", path[64];
+  if (rt->dmabuf_export((char *)mem + 4096, 8192, &fd, &offset, why, sizeof(why))) {
+    snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
+    ssize_t n = readlink(path, link, sizeof(link) - 1);
+    link[n > 0 ? n : 0] = 0;
+    printf("gpu: dma-buf export of device memory: fd %d (%s), offset %llu\n", fd, link,
+           (unsigned long long)offset);
+    EXPECT(strstr(link, "dmabuf") != NULL && offset == 0, "fd %d is %s, offset %llu", fd, link,
+           (unsigned long long)offset);
+    close(fd);
+  } else {
+    printf("gpu: no dma-buf export here: %s\n", why);
+    EXPECT(why[0] != 0, "a refusal without a reason");
+  }
+  EXPECT(rt->mem_free(mem) == ncclSuccess, "cudaFree");
 }
 
 static void mode_ctx(const char *driver) {
@@ -326,6 +380,7 @@ int main(int argc, char **argv) {
   else if (strcmp(mode, "ctx") == 0 && argc > 3) mode_ctx(argv[3]);
   else if (strcmp(mode, "hipsys") == 0) mode_hipsys();
   else if (strcmp(mode, "hipfake") == 0 && argc > 2) mode_hipfake(argv[2]);
+  else if (strcmp(mode, "gpu") == 0) mode_gpu();
   else {
     fprintf(stderr, "bad arguments\n");
     return 2;

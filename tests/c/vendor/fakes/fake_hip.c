@@ -8,9 +8,15 @@
  *           hipLaunchHostFunc (5.2 does not export it), and stream memory
  *           operations answer "not supported" (the fallback's path);
  *   ROCm 6  unregistered 0, host 1, device 2, managed 3, array 10,
- *           unified 11; stream memory operations work. */
+ *           unified 11; stream memory operations work; device memory
+ *           "exports" as a dma-buf (hipMemGetHandleForAddressRange): an
+ *           anonymous memfd, which no NIC driver imports, or "not
+ *           supported" when FAKE_HIP_DMABUF=refuse. */
+#define _GNU_SOURCE /* memfd_create */
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <time.h>
 
 #define FAKE_EXPORT __attribute__((visibility("default")))
@@ -20,7 +26,8 @@
 #define ARENA (1 << 20)
 #define PINNED_ARENA (16 << 20) /* hetccl stages through 1 MiB blocks */
 
-FAKE_EXPORT char fake_device_arena[ARENA], fake_managed_arena[4096],
+/* page-aligned, as device allocations are (a dma-buf export takes whole pages) */
+FAKE_EXPORT char fake_device_arena[ARENA] __attribute__((aligned(4096))), fake_managed_arena[4096],
     fake_pinned_arena[PINNED_ARENA];
 FAKE_EXPORT int fake_callbacks, fake_host_funcs, fake_waits, fake_writes, fake_copies;
 
@@ -123,6 +130,20 @@ FAKE_EXPORT int hipStreamAddCallback(void *s, void (*fn)(void *, int, void *), v
   return 0;
 }
 #if V6
+FAKE_EXPORT int fake_dmabuf_exports;
+FAKE_EXPORT int hipMemGetHandleForAddressRange(void *handle, void *p, size_t n, int type,
+                                               unsigned long long flags) {
+  (void)flags;
+  const char *mode = getenv("FAKE_HIP_DMABUF");
+  if (type != 1 || !inside(p, fake_device_arena, ARENA) || (mode && !strcmp(mode, "refuse")))
+    return 801; /* hipErrorNotSupported */
+  int fd = memfd_create("fake-dmabuf", 0);
+  if (fd < 0) return 1;
+  (void)n;
+  fake_dmabuf_exports++;
+  *(int *)handle = fd;
+  return 0;
+}
 FAKE_EXPORT int hipLaunchHostFunc(void *s, void (*fn)(void *), void *arg) {
   (void)s;
   fake_host_funcs++;

@@ -1,0 +1,109 @@
+"""A device rank's buffers over the ib transport (transport/ib/ib_devmem.c,
+core/devpath.c), on a real kernel verbs stack with a stand-in GPU runtime.
+
+Marked `rdma` (tools/rdma/run_vm.sh runs them in a Soft-RoCE VM). The
+ranks are HIP ranks of the stand-in libamdhip64 built here from
+tests/c/vendor/fakes (its "device memory" is host memory, its copies
+memmove, so the GPU's copy engine is played by the CPU inside the
+stand-in: what is measured is what hetccl's own code copies), forced into
+islands of their own and onto ib:
+
+- registered staging: sendrecv, broadcast and allgather of device buffers
+  move through pinned staging that core declares as RDMA memory, so the
+  ib transport copies no byte of them (hetcclCommCopiedBytes), while an
+  allreduce, whose receiver reduces, still goes through ib's slots; every
+  result is checked;
+- the GPUDirect decision, logged once per context at init, names the step
+  that stops it: rxe refusing the import of the stand-in's dma-buf, the
+  export refused by the runtime, a ROCm 5 runtime without the export call,
+  and HETCCL_IB_DMABUF=0.
+"""
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+from typing import Dict, List
+
+import pytest
+
+from rank_procs import run_ranks
+from test_hip import FAKES, RANK_PY, _build, _cc
+
+pytestmark = [pytest.mark.rdma, pytest.mark.usefixtures("hetccl_library")]
+
+TIMEOUT = 240
+THRESHOLD = 64 << 10  # HETCCL_IB_ZCOPY_THRESHOLD here: the stand-in's arena is 1 MiB
+DECISION = re.compile(r"ib rank (\d+): hip device buffers reach (\S+) through registered pinned "
+                      r"staging .*GPUDirect RDMA through dma-buf: (.*)")
+
+
+@pytest.fixture(scope="module")
+def hip_fakes(tmp_path_factory: pytest.TempPathFactory) -> Dict[str, Path]:
+    cc = _cc()
+    if cc is None:
+        pytest.skip("no C compiler for the stand-in libamdhip64")
+    d = tmp_path_factory.mktemp("fakes")
+    src = FAKES / "fakes" / "fake_hip.c"
+    return {"6": _build(cc, d / "6" / "libamdhip64.so.6", src, "libamdhip64.so.6",
+                        "-DFAKE_HIP_VERSION=60242134"),
+            "5": _build(cc, d / "5" / "libamdhip64.so.5", src, "libamdhip64.so.5",
+                        "-DFAKE_HIP_VERSION=50200000")}
+
+
+def run_hip_ranks(tmp_path: Path, hip: Path, extra: Dict[str, str], n: int = 2) -> List[dict]:
+    """n stand-in HIP ranks, one island each (no RCCL: HETCCL_VENDOR=0), every pair on ib; each rank's
+    INFO log in tmp_path/log.R, returned in the result as "log"."""
+    envs = []
+    for rank in range(n):
+        env = {**os.environ, "T_RANK": str(rank), "T_NRANKS": str(n),
+               "T_ID_FILE": str(tmp_path / "id"), "T_PRELOAD": str(hip),
+               "HETCCL_ISLANDS": "rank", "HETCCL_VENDOR": "0", "HETCCL_TRANSPORT": "ib",
+               "HETCCL_IB_ZCOPY_THRESHOLD": str(THRESHOLD), "HETCCL_CONNECT_TIMEOUT": "60",
+               "HETCCL_DEBUG": "INFO", "HETCCL_DEBUG_SUBSYS": "INIT,NET",
+               "HETCCL_DEBUG_FILE": str(tmp_path / f"log.{rank}"), **extra}
+        envs.append(env)
+    results = run_ranks(RANK_PY, envs, TIMEOUT)
+    for rank, res in enumerate(results):
+        res["log"] = (tmp_path / f"log.{rank}").read_text()
+    return results
+
+
+def decision(res: dict) -> str:
+    found = DECISION.findall(res["log"])
+    assert len(found) == 1, f"want one decision line, got {found}: {res['log'][-2000:]}"
+    return found[0][2]
+
+
+@pytest.mark.timeout(TIMEOUT)
+def test_device_buffers_cross_ib_without_cpu_copies(tmp_path: Path,
+                                                    hip_fakes: Dict[str, Path]) -> None:
+    results = run_hip_ranks(tmp_path, hip_fakes["6"], {"T_IBDEV": "1", "T_BYTES": str(256 << 10)})
+    for rank, res in enumerate(results):
+        assert "error" not in res, res
+        assert res["backend"] == "engine" and res["kind"] == "hip", res
+        assert res["wrong"] == [], f"rank {rank}: wrong data in {res['wrong']}"
+        c = res["copied"]
+        print(f"\n[ib device buffers] rank {rank}: ib bytes copied by the CPU {c}")
+        for coll in ("sendrecv", "broadcast", "allgather"):
+            assert c[coll] == 0, f"rank {rank}: {coll} copied {c[coll]} bytes"
+        # the contrast: a reduction's receiver declines the write, so the
+        # message goes through the slots and is copied
+        assert c["allreduce"] > 0, c
+        why = decision(res)
+        assert why.startswith("ibv_reg_dmabuf_mr on ") and "refused hip memory" in why, why
+
+
+@pytest.mark.timeout(TIMEOUT)
+@pytest.mark.parametrize("case", ["export-refused", "rocm5", "knob-off"])
+def test_gpudirect_decision_names_what_stops_it(case: str, tmp_path: Path,
+                                                hip_fakes: Dict[str, Path]) -> None:
+    hip, extra, want = {
+        "export-refused": (hip_fakes["6"], {"FAKE_HIP_DMABUF": "refuse"},
+                           "hipMemGetHandleForAddressRange of 65536 bytes at"),
+        "rocm5": (hip_fakes["5"], {}, "has no hipMemGetHandleForAddressRange (ROCm 6 adds it)"),
+        "knob-off": (hip_fakes["6"], {"HETCCL_IB_DMABUF": "0"}, "not tried (HETCCL_IB_DMABUF=0"),
+    }[case]
+    for res in run_hip_ranks(tmp_path, hip, extra):
+        assert "error" not in res and res["sum"] == 3.0, res
+        assert want in decision(res), res["log"][-2000:]
