@@ -122,6 +122,15 @@ def _build(cc: str, out: Path, src: Path, soname: str, *args: str) -> Path:
     return out
 
 
+HIP_VERSIONS = {6: 60242134, 5: 50200000}  # HIP_VERSION of the stand-in per ROCm major
+
+
+def build_hip(cc: str, d: Path, major: int) -> Path:
+    """The stand-in libamdhip64.so.MAJOR, numbering things as that ROCm does."""
+    return _build(cc, d / f"hip{major}" / f"libamdhip64.so.{major}", FAKES / "fakes" / "fake_hip.c",
+                  f"libamdhip64.so.{major}", f"-DFAKE_HIP_VERSION={HIP_VERSIONS[major]}")
+
+
 @pytest.fixture(scope="module")
 def fakes(tmp_path_factory: pytest.TempPathFactory) -> Dict[str, Path]:
     cc = _cc()
@@ -129,8 +138,7 @@ def fakes(tmp_path_factory: pytest.TempPathFactory) -> Dict[str, Path]:
         pytest.skip("no C compiler for the stand-in libraries")
     d = tmp_path_factory.mktemp("fakes")
     return {
-        "hip": _build(cc, d / "hip" / "libamdhip64.so.6", FAKES / "fakes" / "fake_hip.c",
-                      "libamdhip64.so.6", "-DFAKE_HIP_VERSION=60242134"),
+        "hip": build_hip(cc, d, 6),
         "rccl": _build(cc, d / "rccl" / "librccl.so.1", FAKES / "fake_nccl.c", "librccl.so.1",
                        "-Wno-unused-parameter"),
         "rccl_old": _build(cc, d / "rccl_old" / "librccl.so.1", FAKES / "fake_nccl.c",

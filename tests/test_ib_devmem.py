@@ -28,7 +28,7 @@ from typing import Dict, List
 import pytest
 
 from rank_procs import run_ranks
-from test_hip import FAKES, RANK_PY, _build, _cc
+from test_hip import RANK_PY, _cc, build_hip
 
 pytestmark = [pytest.mark.rdma, pytest.mark.usefixtures("hetccl_library")]
 
@@ -44,11 +44,7 @@ def hip_fakes(tmp_path_factory: pytest.TempPathFactory) -> Dict[str, Path]:
     if cc is None:
         pytest.skip("no C compiler for the stand-in libamdhip64")
     d = tmp_path_factory.mktemp("fakes")
-    src = FAKES / "fakes" / "fake_hip.c"
-    return {"6": _build(cc, d / "6" / "libamdhip64.so.6", src, "libamdhip64.so.6",
-                        "-DFAKE_HIP_VERSION=60242134"),
-            "5": _build(cc, d / "5" / "libamdhip64.so.5", src, "libamdhip64.so.5",
-                        "-DFAKE_HIP_VERSION=50200000")}
+    return {"6": build_hip(cc, d, 6), "5": build_hip(cc, d, 5)}
 
 
 def run_hip_ranks(tmp_path: Path, hip: Path, extra: Dict[str, str], n: int = 2) -> List[dict]:
