@@ -372,7 +372,8 @@ def test_killed_lower_rank_on_another_host_is_named(cluster: Cluster) -> None:
         assert res["error"]["name"] == "ncclRemoteError", job.describe()
         assert "rank 0 is gone" in res["error"]["message"], job.describe()
         took.append(res["failed_at"] - job.killed_at[0])
-    print(f"\nkilled rank 0 named by ranks 1, 2 after {took[0]:.2f} s, {took[1]:.2f} s")
+    print(f"\nkilled rank 0 named by ranks 1, 2 after {took[0]:.2f} s, {took[1]:.2f} s: "
+          f"{job.ranks[1]['error']['message']!r}")
     assert max(took) < DETECT_S, job.describe()
     gone = log_lines(job, r"rank 0 is gone: its listener at (\S+) refused a connection")
     assert gone and all(ip_of(m.group(1)) == cluster.hosts[0].addr for _, _, m in gone), \
