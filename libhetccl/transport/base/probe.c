@@ -11,7 +11,6 @@ void hetccl_probe_init(hetccl_probe_t *p, int64_t now_ms) {
   p->fd = -1;
   p->started_ms = 0;
   p->next_ms = now_ms + HETCCL_PROBE_EVERY_MS;
-  p->sent = p->answered = 0;
 }
 
 void hetccl_probe_close(hetccl_probe_t *p) {
@@ -27,10 +26,7 @@ void hetccl_probe_close(hetccl_probe_t *p) {
 /* What a connect's errno says about the listener. */
 static hetccl_probe_result_t verdict(hetccl_probe_t *p, int e, int *err) {
   hetccl_probe_close(p);
-  if (e == 0) {
-    p->answered++;
-    return HETCCL_PROBE_ALIVE;
-  }
+  if (e == 0) return HETCCL_PROBE_ALIVE;
   *err = e;
   if (e == ECONNREFUSED || e == ECONNRESET) return HETCCL_PROBE_REFUSED;
   if (e == EHOSTUNREACH || e == ENETUNREACH) return HETCCL_PROBE_UNREACHABLE;
@@ -43,7 +39,6 @@ static hetccl_probe_result_t probe_start(hetccl_probe_t *p, const hetccl_sockadd
   p->fd = socket(addr->sa.sa_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
   if (p->fd < 0) return HETCCL_PROBE_UNKNOWN; /* out of descriptors: try on schedule */
   p->started_ms = now_ms;
-  p->sent++;
   int rc;
   do rc = connect(p->fd, &addr->sa, hetccl_net_addr_len(addr));
   while (rc != 0 && errno == EINTR);

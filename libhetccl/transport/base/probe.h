@@ -62,7 +62,6 @@ typedef struct hetccl_probe {
   int fd;             /* the probe in flight, -1: none */
   int64_t started_ms; /* when it began */
   int64_t next_ms;    /* the next may begin at (or after) this time */
-  uint32_t sent, answered; /* probes begun, and answered alive (for the log) */
 } hetccl_probe_t;
 
 /* A probe whose first connect is due HETCCL_PROBE_EVERY_MS after now_ms. */
