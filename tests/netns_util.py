@@ -155,6 +155,7 @@ class JobResult:
     seconds: float
     log: List[str] = field(default_factory=list)
     id_error: Optional[str] = None
+    killed_at: Dict[int, float] = field(default_factory=dict)  # rank -> time.monotonic()
 
     @property
     def ok(self) -> bool:
@@ -441,8 +442,10 @@ class Cluster:
         log: List[str] = []
         for f in sorted(jobdir.glob("log.*")):
             log.extend(f.read_text(errors="replace").splitlines())
+        killed_at = {r: float((jobdir / f"rank{r}.killed").read_text())
+                     for r in range(nranks) if (jobdir / f"rank{r}.killed").exists()}
         return JobResult(ranks, status, stderr, [p.returncode for p in launchers], timed_out,
-                         seconds, log, id_error)
+                         seconds, log, id_error, killed_at)
 
 
 def _read_id(p: subprocess.Popen, deadline: float):
@@ -566,6 +569,7 @@ def rank_main(spec: Dict[str, Any]) -> int:
         _rank_body(spec, rank, nranks, out)
         out["ok"] = True
     except BaseException as e:  # noqa: B902 - reported in the rank's JSON
+        out["failed_at"] = time.monotonic()  # one clock for every process of the machine
         out["error"] = {"type": type(e).__name__, "text": str(e),
                         "name": getattr(e, "name", None), "message": getattr(e, "message", None)}
         traceback.print_exc()
@@ -589,6 +593,26 @@ def _rank_body(spec: Dict[str, Any], rank: int, n: int, out: Dict[str, Any]) -> 
 
     def p(a: Any) -> int:
         return int(a.ctypes.data)
+
+    # Before the collectives: a pair's first connection, a rank killed, a
+    # slow rank (the order of these keys).
+    for pair in spec.get("pairs", []):  # one send/recv each way: connects the pair
+        if rank in pair:
+            other = pair[1] if rank == pair[0] else pair[0]
+            mine, theirs = np.full(1, rank, np.uint8), np.zeros(1, np.uint8)
+            nccl.groupStart()
+            comm.send(p(mine), 1, u8, other)
+            comm.recv(p(theirs), 1, u8, other)
+            nccl.groupEnd()
+            if theirs[0] != other:
+                raise AssertionError(f"rank {rank}: pair {pair}: got {theirs[0]}")
+    die = spec.get("die")
+    if die and die["rank"] == rank:  # SIGKILL: no note, no goodbye, like an OOM kill
+        time.sleep(float(die["after_s"]))
+        jobdir = Path(os.environ["NCCL_DEBUG_FILE"]).parent
+        (jobdir / f"rank{rank}.killed").write_text(repr(time.monotonic()))
+        os.kill(os.getpid(), signal.SIGKILL)
+    time.sleep(float(spec.get("sleep", {}).get(str(rank), 0.0)))
 
     def check(label: str, got: Any, want: Any) -> None:
         if not np.array_equal(got, want):

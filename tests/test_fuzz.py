@@ -26,8 +26,9 @@ connection that sent a hello with the right magic.
 Modes: `uid` and `commid` (the id from ncclGetUniqueId / NCCL_COMM_ID) with
 every pair connected at init (HETCCL_RUNTIME_CONNECT=0); `lazy`, pairs
 connected on first use, where the socket transport's listener and its
-nonblocking inbox (transport/base/inbox.c) stay open after init until every
-lower rank has connected: the ranks wait a moment before their collectives
+nonblocking inbox (transport/base/inbox.c) stay open after init until the
+rank is connected to every peer (higher ranks that wait for it probe the
+listener meanwhile, transport/base/probe.c): the ranks wait a moment before their collectives
 and the fuzzer keeps firing through them, and the test asserts that fuzz
 cases reached a rank's listener after init, that the collectives were
 right, and that every fuzz connection was closed once the communicator
@@ -73,7 +74,7 @@ RANK_ENV = {
     "HETCCL_CONNECT_TIMEOUT": "20",
     # Every pair connects at init, so that "no port is open once the
     # communicator is up" holds (with connections on first use a socket
-    # listener stays open until every lower rank has connected).
+    # listener stays open until the rank is connected to every peer).
     "HETCCL_RUNTIME_CONNECT": "0",
 }
 CYCLE_DEADLINE_S = 60.0      # one communicator's init + collectives, under fire

@@ -343,3 +343,64 @@ def test_collectives_over_a_lossy_link(tmp_path: Path, method: str) -> None:
           f"1-element allreduce median {lat:.1f} ms; {timings(job)}; link {stats[1]}")
     assert lat >= DELAY_MS, "the link's delay is not in effect"
     assert sum(stats[1]["dropped"]) > 0, f"the link dropped nothing: {stats}"
+
+
+# -- (5) a lower rank on another host that never connects -------------------------------------
+
+# Connections on first use: the lower rank of a pair connects, the higher
+# one waits for it. On another host /proc cannot say whether it still
+# lives; the waiting rank probes its listener (transport/base/probe.h).
+LONG_TIMEOUT_S = 60       # HETCCL_TIMEOUT: the probe, not the timeout, must end these
+DETECT_S = 3.0            # a killed lower rank must be named this soon after the kill
+PROBE_ENV = {"NCCL_SOCKET_IFNAME": LINK_IF, "HETCCL_TIMEOUT": str(LONG_TIMEOUT_S),
+             "HETCCL_RUNTIME_CONNECT": "1"}
+ALIVE = r"socket rank (\d+): rank (\d+)'s listener at (\S+) answers \(alive"
+
+
+def test_killed_lower_rank_on_another_host_is_named(cluster: Cluster) -> None:
+    """Rank 0 (host 0) is SIGKILLed after init, before it connected to
+    anyone; ranks 1 and 2 (host 1) are already in an AllReduce waiting for
+    it to connect. Each fails with ncclRemoteError naming rank 0 within
+    DETECT_S of the kill, far below HETCCL_TIMEOUT."""
+    spec = {"counts": [1031], "colls": ["allreduce"], "die": {"rank": 0, "after_s": 1.0}}
+    job = cluster.run((1, 2), spec, env=PROBE_ENV, timeout=LONG_TIMEOUT_S / 2)
+    assert not job.timed_out and 0 in job.killed_at, job.describe()
+    took = []
+    for r in (1, 2):
+        res = job.ranks[r]
+        assert res is not None and res["error"] is not None, job.describe()
+        assert res["error"]["name"] == "ncclRemoteError", job.describe()
+        assert "rank 0 is gone" in res["error"]["message"], job.describe()
+        took.append(res["failed_at"] - job.killed_at[0])
+    print(f"\nkilled rank 0 named by ranks 1, 2 after {took[0]:.2f} s, {took[1]:.2f} s: "
+          f"{job.ranks[1]['error']['message']!r}")
+    assert max(took) < DETECT_S, job.describe()
+    gone = log_lines(job, r"rank 0 is gone: its listener at (\S+) refused a connection")
+    assert gone and all(ip_of(m.group(1)) == cluster.hosts[0].addr for _, _, m in gone), \
+        job.describe()
+
+
+def test_slow_lower_rank_on_another_host_is_not_dead(cluster: Cluster) -> None:
+    """Rank 0 (host 0) starts its AllReduce 2.5 s after ranks 1 and 2
+    (host 1): they probe its listener meanwhile, find it alive, and the
+    AllReduce completes, without a warning."""
+    spec = {"counts": [1031], "colls": ["allreduce"], "sleep": {"0": 2.5}}
+    job = cluster.run((1, 2), spec, env=PROBE_ENV, timeout=LONG_TIMEOUT_S / 2)
+    assert_ok(job)
+    alive = {(int(m.group(1)), int(m.group(2))) for _, _, m in log_lines(job, ALIVE)}
+    assert (1, 0) in alive or (2, 0) in alive, "no probe of rank 0 answered"
+
+
+def test_slow_lower_rank_connected_below_is_not_dead(cluster: Cluster) -> None:
+    """Socket everywhere, a host per rank. Rank 1 takes rank 0's connection
+    (a send/recv between them) and then waits 2.5 s before the ring that
+    makes it connect to rank 2: its listener must stay open meanwhile
+    (every lower rank has connected, but it has not connected to every
+    higher one), or rank 2's probes would be refused and a live rank
+    called gone."""
+    spec = {"counts": [1031], "colls": ["sendrecv"], "pairs": [[0, 1]], "sleep": {"1": 2.5}}
+    job = cluster.run((1, 1, 1), spec, env=dict(PROBE_ENV, HETCCL_TRANSPORT="socket"),
+                      timeout=LONG_TIMEOUT_S / 2)
+    assert_ok(job)
+    alive = {(int(m.group(1)), int(m.group(2))) for _, _, m in log_lines(job, ALIVE)}
+    assert (2, 1) in alive, f"rank 2 never found rank 1 alive: {sorted(alive)}"

@@ -18,9 +18,12 @@
  * nothing listening (socket, ib) or its segment gone (shm), also naming
  * it. When this engine fails, every context is told (ctx_fail), so that a
  * peer that was never connected and comes later reads the note, as a
- * connected one would. What remains: a higher rank on another host waiting
- * for a lower one that is gone, or failed without coming, waits for
- * HETCCL_TIMEOUT.
+ * connected one would. A higher rank on another host waiting for a lower
+ * one that was killed is told by the transport, which probes the lower
+ * rank's listener (socket: transport/base/probe.h); the engine cannot, as
+ * the address is the transport's. What remains: a lower rank that lives
+ * but is wedged (stopped, or in a loop that never calls us) is waited for
+ * until HETCCL_TIMEOUT, as a connected one would be.
  *
  * HETCCL_RUNTIME_CONNECT=0 (or NCCL_RUNTIME_CONNECT=0) makes init connect
  * every pair as before (core/init.c); then nothing here runs.

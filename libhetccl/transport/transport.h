@@ -205,8 +205,11 @@ typedef size_t (*hetccl_transport_pull_min_fn)(const hetccl_ep_t *ep);
  * first names the peer), and only then does the pair become ready: the
  * lower rank initiates, the higher rank takes what arrives (ctx_poll), so
  * the two agree without a third party. Nothing here blocks on the peer. A
- * context that serves lazy endpoints keeps its listener (if any) open until
- * it is destroyed. */
+ * context that serves lazy endpoints keeps its listener (if any) open while
+ * a peer may still connect to it or wait for it to connect (at most until
+ * it is destroyed): a higher rank that waits may probe a lower rank's
+ * listener to learn whether it still lives (base/probe.h), and must find it
+ * open for as long as it does. */
 
 /* Start connecting to peer (addr: what it published; loc: its locality).
  * Never waits on the peer; *ep exists from now on and is closed with

@@ -13,14 +13,20 @@
  * then closes its listener: after connect no port of the context is open.
  *
  * Connections on first use (transport.h; the default). The listener stays
- * open until every lower rank has connected (or the context goes). ep_open on the lower rank makes the
- * pair's nstreams + 1 connections at once (a refused connect is the peer's
- * end) and sends each its handshake: the endpoint is ready, since whatever
- * it sends waits in the streams behind the handshakes. On the higher rank
- * the endpoint is ready once its connections have arrived: ctx_poll takes
- * them through the inbox (base/inbox.h), reading exactly the handshake, and
- * parks each fd under (peer, stream) until that peer's endpoint collects
- * it, whether or not it was opened yet. After ctx_fail, an arriving note
+ * open until every lower rank has connected here and this rank has
+ * connected to every higher one (or the context goes): while a higher rank
+ * may still wait for this one, the open port is its proof of life. ep_open
+ * on the lower rank makes the pair's nstreams + 1 connections at once (a
+ * refused connect is the peer's end) and sends each its handshake: the
+ * endpoint is ready, since whatever it sends waits in the streams behind
+ * the handshakes. On the higher rank the endpoint is ready once its
+ * connections have arrived: ctx_poll takes them through the inbox
+ * (base/inbox.h), reading exactly the handshake, and parks each fd under
+ * (peer, stream) until that peer's endpoint collects it, whether or not it
+ * was opened yet. Meanwhile the higher rank probes the lower one's listener
+ * every HETCCL_PROBE_EVERY_MS (base/probe.h): a refusal means the process
+ * is gone (killed on another host leaves no note and no pid to look at),
+ * and the wait fails naming it. After ctx_fail, an arriving note
  * line gets the note and every arrival is closed: a lower rank that comes
  * to a failed one learns why, as if they had been connected.
  *
@@ -56,6 +62,7 @@
 #include <sys/uio.h>
 
 #include "transport/base/inbox.h"
+#include "transport/base/probe.h"
 #include "transport/transport.h"
 #include "util/check.h"
 #include "util/knobs.h"
@@ -67,6 +74,7 @@
 #define SOCK_NOTE_WAIT_MS 200 /* how long a closed stream waits for the note behind it */
 #define SOCK_PROGRESS_BUDGET (8u << 20)        /* bytes per stream per progress call */
 #define SOCK_BUF_BYTES (1 << 20)               /* SO_SNDBUF / SO_RCVBUF, see stream_setup */
+#define SOCK_PROBES_MAX 32 /* probes in flight per context (descriptors), see ep_probe */
 
 typedef struct addr_blob {
   uint64_t magic;
@@ -120,6 +128,9 @@ struct hetccl_ep {
   uint64_t sseq, rseq;
   ncclResult_t err; /* sticky */
   int ready;        /* connections on first use: every stream is in place */
+  /* higher rank, waiting for a lower one to connect: is it still there? */
+  hetccl_probe_t probe;
+  int64_t wait_ms;  /* when the wait began (ep_open) */
 };
 
 struct hetccl_tctx {
@@ -137,6 +148,8 @@ struct hetccl_tctx {
   hetccl_inbox_t *inbox;  /* made by the first ctx_poll */
   int *parked;            /* nranks x (nstreams + 1) fds from lower ranks, -1: none */
   int lower_in;           /* lower ranks whose every connection arrived */
+  int higher_out;         /* higher ranks this rank connected to (ep_open) */
+  int probes_busy;        /* endpoints with a probe in flight (ep_probe) */
   int failed;             /* ctx_fail: arrivals get `note` */
   hetccl_fail_note_t note;
 };
@@ -439,6 +452,8 @@ fail:
 
 static void sock_ep_close(hetccl_ep_t *ep) {
   if (ep == NULL) return;
+  if (hetccl_probe_busy(&ep->probe)) ep->ctx->probes_busy--;
+  hetccl_probe_close(&ep->probe);
   hetccl_net_close(&ep->note_fd);
   if (ep->st)
     for (int s = 0; s < ep->nstreams; s++) {
@@ -487,6 +502,7 @@ static ncclResult_t ep_new_at(hetccl_tctx_t *ctx, int peer, const uint8_t *blob,
   ep->nstreams = ctx->nstreams;
   ep->chunk = ctx->chunk;
   ep->note_fd = -1;
+  hetccl_probe_init(&ep->probe, 0);
   for (int s = 0; s < ep->nstreams; s++) ep->st[s].fd = -1;
   if (b.magic != SOCK_ADDR_MAGIC || hetccl_net_addr_from_wire(&b.addr, &ep->paddr) != ncclSuccess) {
     WARN("socket: rank %d published a malformed address blob", peer_user);
@@ -681,6 +697,23 @@ static ncclResult_t sock_ctx_poll(hetccl_tctx_t *ctx) {
   return hetccl_inbox_poll(ctx->inbox, lazy_take, ctx);
 }
 
+/* The listener closes once nobody can need it: every lower rank has
+ * connected here and this rank has connected to every higher one. Not
+ * before: while a higher rank may still wait for this one to connect, the
+ * open port is how it tells that this process lives (ep_probe, on its
+ * side). A failed context keeps it, to answer arrivals with the note. In a
+ * communicator where some peers use another transport (shm on this host)
+ * those never come here, and it stays until ctx_destroy. */
+static void listener_retire(hetccl_tctx_t *ctx) {
+  int me = ctx->args.rank;
+  if (ctx->failed || ctx->lfd < 0 || ctx->lower_in < me ||
+      ctx->higher_out < ctx->args.nranks - 1 - me)
+    return;
+  hetccl_inbox_destroy(ctx->inbox);
+  ctx->inbox = NULL;
+  hetccl_net_close(&ctx->lfd);
+}
+
 static ncclResult_t sock_ep_open(hetccl_tctx_t *ctx, int peer, const uint8_t *addr,
                                  const hetccl_peer_locality_t *loc, hetccl_ep_t **out) {
   (void)loc;
@@ -693,31 +726,72 @@ static ncclResult_t sock_ep_open(hetccl_tctx_t *ctx, int peer, const uint8_t *ad
       return res;
     }
     ep->ready = 1;
+    ctx->higher_out++;
+    listener_retire(ctx);
+  } else {
+    ep->wait_ms = hetccl_net_now_ms();
+    hetccl_probe_init(&ep->probe, ep->wait_ms);
   }
   *out = ep;
   return ncclSuccess;
+}
+
+/* Move the peer's parked connections to the endpoint; how many it holds. */
+static int ep_collect(hetccl_ep_t *ep) {
+  int have = 0;
+  for (int s = 0; s <= ep->nstreams; s++) {
+    int *slot = stream_fd(ep, s), *park = parked_fd(ep->ctx, ep->peer, s);
+    if (*slot < 0 && *park >= 0) {
+      *slot = *park;
+      *park = -1;
+    }
+    have += *slot >= 0;
+  }
+  return have;
+}
+
+/* This (higher) rank waits for the lower one to connect: is it still
+ * there? On another host a killed rank leaves neither a note nor a pid to
+ * look at, but its listener stays open for as long as it may still connect
+ * here (listener_retire) and its kernel refuses connections to it once the
+ * process is gone (base/probe.h). A refusal that comes after the peer's
+ * connections (it connected, then closed its listener) is no verdict:
+ * they are looked for once more first. */
+static ncclResult_t ep_probe(hetccl_ep_t *ep) {
+  hetccl_tctx_t *ctx = ep->ctx;
+  int64_t now = hetccl_net_now_ms();
+  int busy = hetccl_probe_busy(&ep->probe), err = 0;
+  hetccl_probe_result_t r = hetccl_probe_poll(&ep->probe, &ep->paddr, now,
+                                              ctx->probes_busy < SOCK_PROBES_MAX, &err);
+  ctx->probes_busy += hetccl_probe_busy(&ep->probe) - busy;
+  char a[HETCCL_NET_ADDR_STRLEN];
+  if (r == HETCCL_PROBE_ALIVE)
+    TRACE(HETCCL_NET, "socket rank %d: rank %d's listener at %s answers (alive; waited %lld ms "
+          "for it to connect)", ctx->rank_user, ep->peer_user, ep_addr(ep, a, sizeof(a)),
+          (long long)(now - ep->wait_ms));
+  if (r == HETCCL_PROBE_UNKNOWN || r == HETCCL_PROBE_ALIVE) return ncclSuccess;
+  HETCCL_CHECK(sock_ctx_poll(ctx));
+  if (ep_collect(ep) > 0) return ncclSuccess;
+  WARN("socket rank %d: rank %d is gone: its listener at %s %s (%s) while rank %d waited %lld "
+       "ms for it to connect", ctx->rank_user, ep->peer_user, ep_addr(ep, a, sizeof(a)),
+       r == HETCCL_PROBE_REFUSED ? "refused a connection" : "is unreachable",
+       r == HETCCL_PROBE_REFUSED ? "process gone" : strerror(err), ctx->rank_user,
+       (long long)(now - ep->wait_ms));
+  return ep_fail(ep, ncclRemoteError);
 }
 
 static ncclResult_t sock_ep_ready(hetccl_ep_t *ep, int *ready) {
   hetccl_tctx_t *ctx = ep->ctx;
   if (!ep->ready) {
     HETCCL_CHECK(sock_ctx_poll(ctx));
-    int have = 0;
-    for (int s = 0; s <= ep->nstreams; s++) {
-      int *slot = stream_fd(ep, s), *park = parked_fd(ctx, ep->peer, s);
-      if (*slot < 0 && *park >= 0) {
-        *slot = *park;
-        *park = -1;
-      }
-      have += *slot >= 0;
-    }
-    ep->ready = have == ep->nstreams + 1;
-    /* Every lower rank is in: nobody else may come, so the port closes
-     * (an all-to-all ends with no socket port of the context open). */
-    if (ep->ready && ++ctx->lower_in == ctx->args.rank && !ctx->failed) {
-      hetccl_inbox_destroy(ctx->inbox);
-      ctx->inbox = NULL;
-      hetccl_net_close(&ctx->lfd);
+    ep->ready = ep_collect(ep) == ep->nstreams + 1;
+    if (ep->ready) {
+      if (hetccl_probe_busy(&ep->probe)) ctx->probes_busy--;
+      hetccl_probe_close(&ep->probe);
+      ctx->lower_in++;
+      listener_retire(ctx);
+    } else {
+      HETCCL_CHECK(ep_probe(ep));
     }
   }
   *ready = ep->ready;
