@@ -815,7 +815,10 @@ def test_malformed_knobs() -> None:
 
 # -- 6. a unique id from another job ------------------------------------------------------
 
-FOREIGN_CONNECT_TIMEOUT_S = 3
+# Long enough that job A's ranks, started 0.5 s after job B's root, reach
+# that root before it gives up even when Python starts slowly (a loaded
+# machine took over 3 s: they then met a closed port, not the refusal).
+FOREIGN_CONNECT_TIMEOUT_S = 6
 
 
 def _with_wrong_secret(uid_hex: str) -> str:
