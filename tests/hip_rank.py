@@ -7,7 +7,7 @@ program linking them would have), T_DEVBUF=1 (the allreduce runs on a
 buffer from the stand-in libamdhip64's hipMalloc, the first preloaded
 library, and the result adds what its counters saw: "copies", "writes",
 "waits"), T_IBDEV=1 (instead of the allreduce: sendrecv, broadcast,
-allgather and allreduce of T_BYTES bytes per rank on the stand-in's device
+allgather and allreduce of T_BYTES bytes per rank, then a 1 KiB sendrecv, on the stand-in's device
 memory, each checked; the result adds "wrong" and "copied": the ib
 transport's CPU-copied bytes per collective), T_CONFIG=1 (also an ncclAllReduceConfig with a config through
 the C ABI; the result adds what the stand-in vendor library saw:
@@ -148,6 +148,13 @@ def _device_collectives(comm: nccl.NcclCommunicator) -> dict:
         np.concatenate([mine(r) for r in range(NRANKS)]), big.value)
     run("allreduce", lambda: comm.allReduce(small.value, big.value, count, f32, nccl.NCCL_SUM),
         sum(mine(r) for r in range(NRANKS)), big.value)
+
+    def sendrecv_1k() -> None:  # below any rendezvous threshold: through ib's slots
+        nccl.groupStart()
+        comm.send(small.value, 256, f32, peer_to)
+        comm.recv(big.value, 256, f32, peer_from)
+        nccl.groupEnd()
+    run("sendrecv 1 KiB", sendrecv_1k, mine(peer_from)[:256], big.value)
     return {"wrong": wrong, "copied": copied}
 
 

@@ -299,6 +299,7 @@ def test_ib_no_leaks_over_init_destroy_cycles() -> None:
 
 ZC_BYTES = 8 << 20   # above HETCCL_IB_ZCOPY_THRESHOLD and a collective's pipeline piece
 ZC_COUNT = ZC_BYTES // 4
+BOUNCED = (2 << 20) // 4  # float32s: above the threshold, within HETCCL_IB_BOUNCE (4 MiB)
 PROT_RW, MAP_ANON_PRIVATE, M_MMAP_THRESHOLD = 0x3, 0x22, -3
 
 
@@ -356,8 +357,9 @@ def zc_pattern(rank: int, salt: int, count: int = ZC_COUNT) -> np.ndarray:
 
 def rank_zero_copy(rank: int, n: int, uid: str, barrier: Any) -> Dict[str, Any]:
     """Two ranks over ib, in phases: registered buffers (copy counter must
-    not move), plain ones and reductions (it must), a registered sender
-    with a plain receiver (declined: the eager path), and buffers freed and
+    not move), plain ones (it must), reductions (it must not: bounced), a registered sender
+    with a plain receiver (declined beyond the bounce buffer: the eager
+    path; within it, bounced: the receiver's one copy), and buffers freed and
     made again at the same address between two send/recvs."""
     mem = HostMemory()
     # Allocated before the communicator: its device context registers them
@@ -419,6 +421,15 @@ def rank_zero_copy(rank: int, n: int, uid: str, barrier: Any) -> Dict[str, Any]:
             comm.recv(int(py.ctypes.data), ZC_COUNT, F32, 0)
             check("registered to plain", py, zc_pattern(0, 7))
         out["copied"]["declined"] = ib() - before
+        before = ib()
+        if rank == 0:  # the same within HETCCL_IB_BOUNCE: it lands in the receiver's bounce buffer
+            x[:BOUNCED] = zc_pattern(0, 8, BOUNCED)
+            comm.send(s, BOUNCED, F32, 1)
+        else:
+            py[:] = -1
+            comm.recv(int(py.ctypes.data), BOUNCED, F32, 0)
+            check("registered to plain, bounced", py[:BOUNCED], zc_pattern(0, 8, BOUNCED))
+        out["copied"]["bounced"] = ib() - before
 
         # Freed, then mapped again at the same address, plain: a registration
         # that outlived its memory would write into (and read from) the old
@@ -481,8 +492,12 @@ def test_ib_zero_copy_on_registered_memory() -> None:
         # and memory whose registration went with it.
         for copy in ("plain", "deregistered", "freed"):
             assert c[copy] >= 2 * ZC_BYTES, (r, copy, c)
-        assert c["allreduce"] > 0, (r, c)              # reductions keep the copy path
-        assert c["declined"] >= ZC_BYTES, (r, c)       # a plain destination: eager, both sides copy
+        # reductions of registered buffers land in the bounce buffer and are
+        # reduced from there: no copy
+        assert c["allreduce"] == 0, (r, c)
+        assert c["declined"] >= ZC_BYTES, (r, c)  # plain and beyond the bounce: eager, both copy
+        # plain within the bounce buffer: the receiver's one copy out of it
+        assert c["bounced"] == (0 if r == 0 else 4 * BOUNCED), (r, c)
         # The plain send/recvs ran on new pages at the registered ones' addresses.
         assert got["same_address"] == {"ncclCommRegister": True, "ncclMemFree": True}, got
 

@@ -76,6 +76,8 @@
     "ib staging slots per direction per peer (pieces in flight)")              \
   X(IB_ZCOPY_THRESHOLD, "HETCCL_IB_ZCOPY_THRESHOLD", INT, "1M", 1, 4611686018427387904, \
     "ib messages of at least this many bytes whose source is registered (ncclMemAlloc, ncclCommRegister) go by RDMA WRITE into the receiver's buffer when it is registered too, without CPU copies; smaller ones, and others, through the staging slots") \
+  X(IB_BOUNCE, "HETCCL_IB_BOUNCE", INT, "4M", 0, 1073741824,                 \
+    "largest rendezvous message an ib receiver that reduces it, or whose buffer is not registered, takes by RDMA WRITE into a registered bounce buffer of its own (made on first need, one per peer) instead of declining; 0: decline them") \
   X(IB_REG_CACHE, "HETCCL_IB_REG_CACHE", INT, "64G", 0, 4611686018427387904,   \
     "most bytes of registered user memory (ncclMemAlloc, ncclCommRegister) each ib context keeps registered with its device; ranges beyond it take the copy path") \
   X(IB_DMABUF, "HETCCL_IB_DMABUF", INT, "1", 0, 1,                            \

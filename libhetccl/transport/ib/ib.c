@@ -101,6 +101,7 @@ static void ib_ep_close(hetccl_ep_t *ep) {
     INFO(HETCCL_NET, "ib: destroying the CQ of rank %d failed", ep->peer_user);
   if (ep->mr) v->dereg_mr(ep->mr);
   if (ep->credit_mr) v->dereg_mr(ep->credit_mr);
+  hetccl_ib_rdv_free(ep);
   free(ep->buf);
   free(ep->credit);
   free(ep->landed);
@@ -446,6 +447,7 @@ static ncclResult_t ib_ctx_create(const hetccl_transport_args_t *args, hetccl_tc
   ctx->chunk = (size_t)hetccl_knob_int(HETCCL_KNOB_IB_CHUNK) & ~(size_t)63;
   ctx->slots = (int)hetccl_knob_int(HETCCL_KNOB_IB_SLOTS);
   ctx->zcopy_min = (size_t)hetccl_knob_int(HETCCL_KNOB_IB_ZCOPY_THRESHOLD);
+  ctx->bounce_max = (size_t)hetccl_knob_int(HETCCL_KNOB_IB_BOUNCE);
   HETCCL_CHECK_GOTO(hetccl_ib_verbs_load(&ctx->v), res, fail);
   HETCCL_CHECK_GOTO(hetccl_ib_dev_open(ctx->v, ctx->rank_user, &ctx->dev), res, fail);
   ctx->pd = ctx->v->alloc_pd(ctx->dev.vctx);

@@ -195,6 +195,7 @@ struct hetccl_tctx {
   int slots;
   size_t zcopy_min;        /* HETCCL_IB_ZCOPY_THRESHOLD: smallest rendezvous message */
   int dmabuf;              /* a trial dma-buf registration of device memory passed (ib_devmem.c) */
+  size_t bounce_max;       /* HETCCL_IB_BOUNCE: largest message landed in a bounce buffer */
   /* while connecting */
   const uint8_t *use;
   hetccl_ep_t **eps;
@@ -247,6 +248,11 @@ struct hetccl_ep {
   uint64_t credit_sent;         /* rconsumed as last written to the peer */
   int credit_busy;              /* a credit write is in flight */
   int rrdv;                     /* IB_RDV_* of rq.first */
+  int rbounce;                  /* rq.first lands in `bounce`, not in its buffer */
+  uint8_t *bounce;              /* registered landing place for messages that reduce, or
+                                 * whose buffer is not registered (ib_rdv.c); NULL until needed */
+  struct ibv_mr *bounce_mr;
+  int bounce_failed;            /* making it failed once (INFO): decline from now on */
   uint64_t cts_posted, cts_done; /* clear-to-send writes */
 
   /* failure */
@@ -321,6 +327,8 @@ ncclResult_t hetccl_ib_rdv_send(hetccl_ep_t *ep, hetccl_req_t *r, uint64_t credi
 ncclResult_t hetccl_ib_rdv_answer(hetccl_ep_t *ep, hetccl_req_t *r, int *taken);
 /* Receive side: the write with immediate `imm` landed for r (the head). */
 ncclResult_t hetccl_ib_rdv_landed(hetccl_ep_t *ep, hetccl_req_t *r, uint32_t imm);
+/* At ep_close, before the domain goes: the bounce buffer, if one was made. */
+void hetccl_ib_rdv_free(hetccl_ep_t *ep);
 
 /* ib_devmem.c: how a device rank's buffers reach the NIC */
 /* At ctx_create of a device rank (args.device): decide, log once at INFO,

@@ -7,12 +7,24 @@
  *
  * Which messages. The sender chooses, at isend: a message of at least
  * HETCCL_IB_ZCOPY_THRESHOLD bytes whose whole source lies in a range the
- * user registered (ncclMemAlloc, ncclCommRegister) goes by rendezvous;
- * every other goes eager, as before. The receiver takes what it is asked:
- * it accepts when its destination is registered too and it copies (a
- * receive that reduces, `consume`, declines: the reduction reads the bytes
- * out of a slot anyway), and declines otherwise. Ranks may set the
- * threshold differently.
+ * user registered (ncclMemAlloc, ncclCommRegister, a device rank's
+ * staging) goes by rendezvous; every other goes eager, as before. The
+ * receiver takes what it is asked, and chooses where the bytes land:
+ *
+ *   its receive                              lands in            then (CPU)
+ *   copies, destination registered           the destination     nothing
+ *   reduces (consume), or destination not    its bounce buffer   the reduction
+ *     registered, message <= HETCCL_IB_BOUNCE   (registered, one    reads it / one
+ *                                              per endpoint)       copy out
+ *   anything else                            declined: eager pieces, as before
+ *
+ * So a reduction of registered sources costs no CPU copy on either side
+ * (the sender's bytes no longer go through its slots), and a plain
+ * destination costs the receiver's one copy instead of one on each side.
+ * The bounce buffer is made on first need (HETCCL_IB_BOUNCE bytes) and
+ * holds one message: the next rendezvous request of the direction is
+ * answered only after this one was delivered. Ranks may set the threshold
+ * differently.
  *
  * Per message, in the order of the direction's other messages:
  *
@@ -48,9 +60,12 @@
  * credit block (ib.h: ib_cts_t). The sender takes it only when its head
  * and its tail both say this message (seq + 1), read with acquire order:
  * a record of an earlier message, or one still being placed, is never
- * taken. CPU copies: none on either side for an accepted message (the
- * copied-bytes counter stays 0); a declined one counts as eager. */
+ * taken. CPU copies: none on either side for a message accepted into its
+ * destination (the copied-bytes counter stays 0), the copy out of the
+ * bounce buffer for a plain destination; a declined one counts as eager. */
 #include <arpa/inet.h>
+#include <errno.h>
+#include <stdlib.h>
 #include <inttypes.h>
 #include <string.h>
 
@@ -161,22 +176,54 @@ ncclResult_t hetccl_ib_rdv_send(hetccl_ep_t *ep, hetccl_req_t *r, uint64_t credi
 
 /* ---- receive side -------------------------------------------------------- */
 
+/* The endpoint's bounce buffer, made and registered on first need: 1 if
+ * it is there. A failure only declines (INFO once): the eager path works. */
+static int bounce_ready(hetccl_ep_t *ep) {
+  hetccl_tctx_t *ctx = ep->ctx;
+  if (ep->bounce_mr) return 1;
+  if (ep->bounce_failed) return 0;
+  ep->bounce = malloc(ctx->bounce_max);
+  if (ep->bounce)
+    ep->bounce_mr = ep->v->reg_mr(ctx->pd, ep->bounce, ctx->bounce_max,
+                                  IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
+  if (ep->bounce_mr) return 1;
+  INFO(HETCCL_NET, "ib rank %d: no bounce buffer of %zu bytes for rank %d (%s): messages that "
+       "reduce, or land in unregistered memory, take the eager path", ctx->rank_user,
+       ctx->bounce_max, ep->peer_user, ep->bounce ? strerror(errno) : "out of memory");
+  free(ep->bounce);
+  ep->bounce = NULL;
+  ep->bounce_failed = 1;
+  return 0;
+}
+
+void hetccl_ib_rdv_free(hetccl_ep_t *ep) {
+  if (ep->bounce_mr) ep->v->dereg_mr(ep->bounce_mr);
+  free(ep->bounce);
+  ep->bounce_mr = NULL;
+  ep->bounce = NULL;
+}
+
 ncclResult_t hetccl_ib_rdv_answer(hetccl_ep_t *ep, hetccl_req_t *r, int *taken) {
   ib_req_priv_t *p = ib_req_priv(r);
   uint32_t lkey, rkey;
   *taken = 0;
   if (ep->cts_posted - ep->cts_done >= IB_CTS_RING) return ncclSuccess;
-  int accept = r->consume == NULL &&
+  int direct = r->consume == NULL &&
                hetccl_ib_reg_find(ep->ctx->pd, r->buf, r->bytes, &lkey, &rkey);
+  int bounce = !direct && r->bytes <= ep->ctx->bounce_max && bounce_ready(ep);
+  int accept = direct || bounce;
   uint32_t at = (uint32_t)(p->seq % IB_CTS_RING);
   ib_cts_t *c = &ep->credit->cts_out[at];
   memset(c, 0, sizeof(*c));
   c->head = c->tail = p->seq + 1;
   c->accept = (uint32_t)accept;
   c->bytes = r->bytes;
-  if (accept) {
+  if (direct) {
     c->addr = (uintptr_t)r->buf;
     c->rkey = rkey;
+  } else if (bounce) {
+    c->addr = (uintptr_t)ep->bounce;
+    c->rkey = ep->bounce_mr->rkey;
   }
   struct ibv_sge sge = {.addr = (uintptr_t)c, .length = sizeof(*c),
                         .lkey = ep->credit_mr->lkey};
@@ -192,6 +239,7 @@ ncclResult_t hetccl_ib_rdv_answer(hetccl_ep_t *ep, hetccl_req_t *r, int *taken) 
   HETCCL_CHECK(hetccl_ib_ep_post_send(ep, &wr, "clear to send"));
   ep->cts_posted++;
   ep->rrdv = accept ? IB_RDV_LANDING : IB_RDV_EAGER;
+  ep->rbounce = bounce;
   *taken = 1;
   return ncclSuccess;
 }
@@ -205,6 +253,13 @@ ncclResult_t hetccl_ib_rdv_landed(hetccl_ep_t *ep, hetccl_req_t *r, uint32_t imm
                                     : "a piece (no rendezvous message is in flight)");
     return hetccl_ib_ep_error(ep, ncclSystemError);
   }
+  if (ep->rbounce && r->consume) {
+    r->consume(r->consume_ctx, r->buf, ep->bounce, r->bytes);
+  } else if (ep->rbounce) {
+    memcpy(r->buf, ep->bounce, r->bytes);
+    hetccl_copied_add(&ep->ctx->args, r->bytes);
+  }
+  ep->rbounce = 0;
   p->pieces = p->npieces;
   p->offset = r->bytes;
   r->progress = r->bytes;
