@@ -9,9 +9,10 @@
  *                                                           by RDMA from it (ib_rdv.c):
  *                                                           no CPU copy for messages of
  *                                                           HETCCL_IB_ZCOPY_THRESHOLD
- *                                                           bytes and more whose receiver
- *                                                           does not reduce them; the
- *                                                           rest through ib's slots
+ *                                                           bytes and more (a reduction's
+ *                                                           land in the receiver's bounce
+ *                                                           buffer); smaller ones through
+ *                                                           ib's slots
  *   GPUDirect (dma-buf)  probed: the device runtime exports  the NIC reading and writing
  *                        device memory as a dma-buf           device memory itself
  *                        (runtime dmabuf_export) and this
@@ -90,7 +91,7 @@ void hetccl_ib_devmem_decide(hetccl_tctx_t *ctx) {
              "by the data path", PROBE_BYTES);
   INFO(HETCCL_INIT | HETCCL_NET, "ib rank %d: %s device buffers reach %s through registered "
        "pinned staging (the GPU's copy engine, then RDMA WRITE without a CPU copy for "
-       "messages of %zu bytes and more that the receiver does not reduce); "
+       "messages of %zu bytes and more); "
        "GPUDirect RDMA through dma-buf: %s",
        ctx->rank_user, ctx->args.device->name, ctx->dev.name, ctx->zcopy_min, why);
 }
