@@ -43,7 +43,6 @@ import ctypes
 import os
 import re
 import shutil
-import threading
 import time
 from pathlib import Path
 from typing import Any, Dict, List, Optional
@@ -61,8 +60,8 @@ from hetccl.errors import NcclError
 from hetccl.nccl import NcclCommunicator
 from test_collectives import LARGE_SET, MOVE, SMALL_CHUNKS, SUM, Sweep, rank_sweep
 from test_failures import (INVALID_USAGE, MISMATCH_CASES, REMOTE, SAME_ROOT_CASES, SYSTEM,
-                           Outcome, _describe, _die, _die_after, _error, _learned, _names_rank,
-                           _ok_results, _run_ranks, rank_mismatch)
+                           Outcome, _describe, _die, _die_after, _error, _learned, _line_up,
+                           _names_rank, _ok_results, _run_ranks, rank_mismatch)
 from test_leaks import RSS_BOUND_KIB, run_leak_script
 
 pytestmark = pytest.mark.usefixtures("hetccl_library")
@@ -234,10 +233,7 @@ def rank_ib_dead_peer(rank: int, n: int, uid: str, barrier: Any, case: str,
         comm.abort()
         return {"kind": "ok", "s": elapsed}
     out = _error(got, elapsed)
-    try:
-        barrier.wait(DEAD_PEER_BOUND_S + 5)
-    except threading.BrokenBarrierError:
-        pass
+    _line_up(barrier, DEAD_PEER_BOUND_S + 5)
     t1 = time.monotonic()
     comm.abort()
     out["abort_s"] = time.monotonic() - t1
@@ -388,10 +384,7 @@ def rank_note_before_connect(rank: int, n: int, uid: str, barrier: Any, case: st
             comm.recv(int(x.ctypes.data), 1024, F32, victim)
     except NcclError as e:
         out = _error(e, time.monotonic() - t0)
-    try:
-        barrier.wait(30)
-    except threading.BrokenBarrierError:
-        pass
+    _line_up(barrier, 30)
     comm.abort()
     return out
 
