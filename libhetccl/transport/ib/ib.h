@@ -1,6 +1,7 @@
 /* RDMA verbs transport, private to transport/ib: the libibverbs entry
  * points (ib_verbs.c), the device a context uses (ib_dev.c), and the
- * context and endpoint that ib.c (set-up, teardown, liveness) builds and
+ * context and endpoint that ib.c (set-up, teardown, liveness) builds,
+ * ib_connect.c (the handshake, at init or on first use) connects and
  * ib_data.c (data path) drives.
  *
  * One RC queue pair per peer pair, with its own completion queue. Each
