@@ -393,7 +393,7 @@ ncclResult_t hetccl_ib_connect(hetccl_tctx_t *ctx, const uint8_t *use, const uin
     }
     if (hetccl_net_now_ms() > deadline) {
       connect_timeout(ctx, eps);
-      res = ncclSystemError;
+      res = ncclTimeout;
       goto fail;
     }
     connect_wait(ctx, eps, pfds);
