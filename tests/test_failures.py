@@ -129,6 +129,16 @@ def _ok_results(results: List[Tuple[str, Any]], ranks: Sequence[int]) -> List[Ou
     return [results[r][1] for r in ranks]
 
 
+def _line_up(barrier: Any, seconds: float) -> None:
+    """Wait until every survivor holds its error, so that none aborts (and
+    closes connections another would then blame it for) too soon; a rank
+    that gave up waiting breaks the barrier, and the others go on."""
+    try:
+        barrier.wait(seconds)
+    except threading.BrokenBarrierError:
+        pass
+
+
 def _die() -> None:
     os.kill(os.getpid(), signal.SIGKILL)
 
@@ -210,10 +220,7 @@ def rank_dead_peer(rank: int, n: int, uid: str, barrier: Any, case: str,
     out = _error(got, elapsed)
     # Every survivor holds its error before any of them aborts: an abort
     # closes connections, and the others would then blame the aborting rank.
-    try:
-        barrier.wait(DEAD_PEER_BOUND_S + 0.5)
-    except threading.BrokenBarrierError:
-        pass
+    _line_up(barrier, DEAD_PEER_BOUND_S + 0.5)
     # A failed communicator stays failed: the next call gives the same answer.
     try:
         comm.allReduce(_ptr(x), _ptr(y), 16, F32, SUM)
@@ -371,10 +378,7 @@ def rank_failed_peer(rank: int, n: int, uid: str, barrier: Any) -> Outcome:
             comm.send(_ptr(x), BIG, F32, 2)
     except NcclError as e:
         out = {**out, **_error(e, time.monotonic() - t0)}
-    try:
-        barrier.wait(30)
-    except threading.BrokenBarrierError:
-        pass
+    _line_up(barrier, 30)
     comm.abort()
     return out
 

@@ -43,10 +43,9 @@ import ctypes
 import os
 import re
 import shutil
-import threading
 import time
 from pathlib import Path
-from typing import Any, Dict, Optional
+from typing import Any, Dict, List, Optional
 
 import numpy as np
 import pytest
@@ -61,8 +60,8 @@ from hetccl.errors import NcclError
 from hetccl.nccl import NcclCommunicator
 from test_collectives import LARGE_SET, MOVE, SMALL_CHUNKS, SUM, Sweep, rank_sweep
 from test_failures import (INVALID_USAGE, MISMATCH_CASES, REMOTE, SAME_ROOT_CASES, SYSTEM,
-                           Outcome, _describe, _die, _die_after, _error, _learned, _names_rank,
-                           _ok_results, _run_ranks, rank_mismatch)
+                           Outcome, _describe, _die, _die_after, _error, _learned, _line_up,
+                           _names_rank, _ok_results, _run_ranks, rank_mismatch)
 from test_leaks import RSS_BOUND_KIB, run_leak_script
 
 pytestmark = pytest.mark.usefixtures("hetccl_library")
@@ -234,10 +233,7 @@ def rank_ib_dead_peer(rank: int, n: int, uid: str, barrier: Any, case: str,
         comm.abort()
         return {"kind": "ok", "s": elapsed}
     out = _error(got, elapsed)
-    try:
-        barrier.wait(DEAD_PEER_BOUND_S + 5)
-    except threading.BrokenBarrierError:
-        pass
+    _line_up(barrier, DEAD_PEER_BOUND_S + 5)
     t1 = time.monotonic()
     comm.abort()
     out["abort_s"] = time.monotonic() - t1
@@ -271,6 +267,147 @@ def test_ib_dead_peer(case: str, n: int) -> None:
         if got["abort_s"] > 2.0:
             wrong.append(f"rank {r}: ncclCommAbort took {got['abort_s']:.1f} s")
     assert not wrong, "\n".join(wrong)
+
+
+# -- connections on first use ---------------------------------------------------------
+
+IB_CONNECTED = re.compile(r"ib rank (\d+): connected to rank (\d+) \(QP")
+FIRST_USE_N = 4
+FIRST_USE_COUNT = 1 << 15  # 128 KiB of float32: above HETCCL_SMALL_BYTES, a ring AllReduce
+
+
+def _ib_connected(log_dir: str, rank: int) -> List[int]:
+    """The peers this process's ib transport has connected so far, from
+    its INFO lines (HETCCL_DEBUG_FILE=log_dir/log.%p, flushed per line)."""
+    path = Path(log_dir) / f"log.{os.getpid()}"
+    text = path.read_text() if path.exists() else ""
+    return sorted(int(p) for me, p in IB_CONNECTED.findall(text) if int(me) == rank)
+
+
+def rank_first_use(rank: int, n: int, uid: str, barrier: Any, log_dir: str) -> Dict[str, Any]:
+    """Which ib pairs exist after init, a ring AllReduce and an AlltoAll,
+    with every result checked against numpy."""
+    t0 = time.monotonic()
+    comm = NcclCommunicator(n, uid, rank)
+    out: Dict[str, Any] = {"init_s": time.monotonic() - t0, "wrong": []}
+    out["init"] = _ib_connected(log_dir, rank)
+    x = np.arange(FIRST_USE_COUNT, dtype=np.float32) % 97 + rank
+    y = np.zeros(FIRST_USE_COUNT, dtype=np.float32)
+    comm.allReduce(int(x.ctypes.data), int(y.ctypes.data), FIRST_USE_COUNT, F32, SUM)
+    want = n * (np.arange(FIRST_USE_COUNT, dtype=np.float32) % 97) + n * (n - 1) / 2
+    if not np.array_equal(y, want):
+        out["wrong"].append("allreduce")
+    out["allreduce"] = _ib_connected(log_dir, rank)
+    per = 1031
+    a = np.concatenate([np.full(per, rank * 1000 + p, dtype=np.float32) for p in range(n)])
+    b = np.full(per * n, -1, dtype=np.float32)
+    comm.alltoall(int(a.ctypes.data), int(b.ctypes.data), per, F32)
+    want = np.concatenate([np.full(per, p * 1000 + rank, dtype=np.float32) for p in range(n)])
+    if not np.array_equal(b, want):
+        out["wrong"].append("alltoall")
+    out["alltoall"] = _ib_connected(log_dir, rank)
+    comm.destroy()
+    return out
+
+
+def _first_use_env(tmp_path: Path, **extra: str) -> Dict[str, str]:
+    return {**IB_ENV, "HETCCL_DEBUG": "INFO", "HETCCL_DEBUG_SUBSYS": "NET",
+            "HETCCL_DEBUG_FILE": str(tmp_path / "log.%p"), **extra}
+
+
+@pytest.mark.rdma
+@pytest.mark.timeout(300)
+def test_ib_connects_on_first_use(tmp_path: Path) -> None:
+    """HETCCL_TRANSPORT=ib, 4 ranks, the default HETCCL_RUNTIME_CONNECT=1:
+    no queue pair is connected after init, a ring AllReduce connects each
+    rank to its two neighbours only, an AlltoAll to every peer."""
+    n = FIRST_USE_N
+    results = _ok_results(_run_ranks(rank_first_use, n, str(tmp_path), timeout=240,
+                                     env=_first_use_env(tmp_path)), range(n))
+    wrong = []
+    for r, got in enumerate(results):
+        print(f"\n[ib first use] rank {r}: init {got['init_s']:.3f} s, connected after init "
+              f"{got['init']}, ring {got['allreduce']}, alltoall {got['alltoall']}")
+        ring = sorted({(r - 1) % n, (r + 1) % n})
+        if got["wrong"]:
+            wrong.append(f"rank {r}: wrong results of {got['wrong']}")
+        if got["init"]:
+            wrong.append(f"rank {r}: connected to {got['init']} at init, want none")
+        if got["allreduce"] != ring:
+            wrong.append(f"rank {r}: connected to {got['allreduce']} after a ring AllReduce, "
+                         f"want its neighbours {ring}")
+        if got["alltoall"] != [p for p in range(n) if p != r]:
+            wrong.append(f"rank {r}: connected to {got['alltoall']} after AlltoAll, want all")
+    assert not wrong, "\n".join(wrong)
+
+
+@pytest.mark.rdma
+@pytest.mark.timeout(300)
+def test_ib_runtime_connect_off_connects_every_pair_at_init(tmp_path: Path) -> None:
+    n = FIRST_USE_N
+    env = _first_use_env(tmp_path, HETCCL_RUNTIME_CONNECT="0")
+    results = _ok_results(_run_ranks(rank_first_use, n, str(tmp_path), timeout=240, env=env),
+                          range(n))
+    for r, got in enumerate(results):
+        print(f"\n[ib at init] rank {r}: init {got['init_s']:.3f} s, connected {got['init']}")
+        everyone = [p for p in range(n) if p != r]
+        assert not got["wrong"], (r, got)
+        assert got["init"] == everyone and got["alltoall"] == everyone, (r, got)
+
+
+def rank_note_before_connect(rank: int, n: int, uid: str, barrier: Any, case: str) -> Outcome:
+    """Three ranks, no pair connected after init; rank `victim` is killed
+    at once. "lower": rank 0 fails on its way to the victim (rank 2: its
+    listener is gone), having never connected to rank 1, which waits for
+    it; rank 0's note must reach rank 1. "higher": rank 2 fails waiting
+    for the victim (rank 1, its pid is gone) while rank 0's connection
+    waits in its listener, unanswered; rank 2's note must reach rank 0.
+    Either way the waiting rank's error names the victim, long before
+    HETCCL_TIMEOUT."""
+    victim = 2 if case == "lower" else 1
+    failing, waiting, waits_on = (0, 1, 0) if case == "lower" else (2, 0, 2)
+    comm = NcclCommunicator(n, uid, rank)
+    if rank == victim:
+        time.sleep(0.3)  # every rank is past init (its last bootstrap steps need the victim)
+        _die()
+    x = np.ones(1024, dtype=np.float32)
+    out: Outcome = {"kind": "ok"}
+    t0 = time.monotonic()
+    try:
+        if rank == waiting and case == "lower":
+            comm.recv(int(x.ctypes.data), 1024, F32, waits_on)
+        elif rank == waiting:
+            comm.send(int(x.ctypes.data), 1024, F32, waits_on)
+        elif rank == failing:
+            time.sleep(1.0)  # the victim is gone; the waiting rank's connection is in
+            t0 = time.monotonic()
+            comm.recv(int(x.ctypes.data), 1024, F32, victim)
+    except NcclError as e:
+        out = _error(e, time.monotonic() - t0)
+    _line_up(barrier, 30)
+    comm.abort()
+    return out
+
+
+NOTE_TIMEOUT_S = 20  # HETCCL_TIMEOUT: a note that never comes shows as this wait
+
+
+@pytest.mark.rdma
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("case", ["lower", "higher"])
+def test_ib_note_reaches_a_peer_never_connected(case: str) -> None:
+    env = {**IB_ENV, "HETCCL_TIMEOUT": str(NOTE_TIMEOUT_S)}
+    victim, waiting = (2, 1) if case == "lower" else (1, 0)
+    results = _run_ranks(rank_note_before_connect, 3, case, env=env, survivors=2, timeout=90)
+    assert results[victim][0] == "died", results[victim]
+    survivors = [r for r in range(3) if r != victim]
+    outs = dict(zip(survivors, _ok_results(results, survivors)))
+    for r, got in outs.items():
+        print(f"\n[ib note] {case}: rank {r} -> {_describe(got)} after {got.get('s', 0):.3f} s")
+    got = outs[waiting]
+    assert got["kind"] == "error" and got["name"] in (REMOTE, SYSTEM), got
+    assert got["s"] < DEAD_PEER_BOUND_S, got
+    assert _names_rank(got["message"], victim), got
 
 
 # -- nothing leaks ---------------------------------------------------------------------
@@ -577,7 +714,7 @@ def test_ib_two_hosts(mode: str, tmp_path: Path) -> None:
     print(f"\n[ib two hosts] {mode}: host {os.environ['RXE_VM_HOST']} checked {got['checked']}")
     assert got["checked"] == [0, 7, 1031, 1 << 20]
     assert got["zero_copy"] == 0, got
-    assert "ib rank" in log and "connected on" in log, log[-2000:]
+    assert re.search(r"ib rank \d+: connected to rank \d+ \(QP", log), log[-2000:]
 
 
 # -- no device ---------------------------------------------------------------------------

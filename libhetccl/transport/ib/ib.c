@@ -1,27 +1,17 @@
-/* RDMA verbs transport: set-up, teardown, liveness and the table (ib.h
- * describes the protocol; ib_data.c moves the data).
+/* RDMA verbs transport: endpoints and their queue pairs, contexts,
+ * liveness and the table (ib.h describes the protocol; ib_connect.c
+ * connects a pair, ib_data.c moves the data).
  *
- * Threads: ctx_create/connect/ctx_destroy run on the thread that creates
- * the communicator; ep_close/ep_fail and the liveness checks on the one
- * thread that drives it (transport.h). No locks; nothing here blocks
- * except connect (bounded by timeout_ms and the abort flag) and the short
- * bounded wait for a failure note behind a lost connection.
+ * Threads: ctx_create/ctx_destroy run on the thread that creates the
+ * communicator; ep_close/ep_fail and the liveness checks on the one thread
+ * that drives it (transport.h). No locks; nothing here blocks but the
+ * short bounded wait for a failure note behind a lost connection.
  *
- * Connection set-up. Each rank opens the device, allocates a protection
- * domain, listens on TCP (ctx_create) and publishes ib_addr_t: its TCP
- * address, LID, GID, port, MTU and staging geometry. connect makes every
- * endpoint's QP (state INIT, every receive slot posted), then for each pair:
- *   lower rank -> higher: hello (comm id, secret, rank, QP number, PSN,
- *                         credit block address and key, clear-to-send
- *                         ring address)
- *   higher: checks it (a foreign connection is dropped and waited past),
- *           brings its QP to RTR and RTS, answers with its own hello
- *   lower: brings its QP to RTR and RTS, sends READY
- *   higher: waits for READY; only then may data flow (the lower QP is
- *           ready to receive).
- * Every hello is sent before any rank waits for an answer, so the order
- * cannot deadlock. The listener closes once connect is done; the pair's
- * TCP connection stays as its note line (ib.h). */
+ * Each rank opens the device, allocates a protection domain, listens on
+ * TCP (ctx_create) and publishes ib_addr_t: its TCP address, LID, GID,
+ * port, MTU and staging geometry. An endpoint is made with its QP in INIT
+ * and every receive slot posted (hetccl_ib_ep_new), and brought to RTR and
+ * RTS once the peer's hello is in (hetccl_ib_ep_qp_up). */
 #include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
@@ -36,8 +26,6 @@
 #include "util/log.h"
 
 #define IB_ADDR_MAGIC 0x4942414444523031ull  /* "IBADDR01" */
-#define IB_HELLO_MAGIC 0x494248454c4c4f32ull /* "IBHELLO2" */
-#define IB_READY_MAGIC 0x4942524541445931ull /* "IBREADY1" */
 #define IB_NOTE_WAIT_MS 200 /* how long a lost connection waits for the note behind it */
 #define IB_LIVENESS_MS 50   /* how often a waiting endpoint looks at its TCP line */
 /* RC retransmission: 4.096 us * 2^14 = 67 ms per try, 7 retries; a peer
@@ -46,15 +34,6 @@
 #define IB_QP_RETRY 7
 #define IB_QP_RNR_RETRY 7 /* infinite; credits keep receive slots posted ahead */
 #define IB_QP_MIN_RNR 12  /* 0.64 ms */
-
-typedef struct ib_hello {
-  hetccl_hello_t id;
-  uint32_t qpn, psn;
-  uint64_t credit_addr;
-  uint32_t credit_rkey;
-  uint32_t pad;
-  uint64_t cts_addr;      /* our clear-to-send ring, in the credit block */
-} ib_hello_t;
 
 static const char *ep_addr(const hetccl_ep_t *ep, char *buf, size_t len) {
   return hetccl_net_addr_str(&ep->paddr, buf, len);
@@ -91,7 +70,7 @@ ncclResult_t hetccl_ib_ep_check_peer(hetccl_ep_t *ep) {
 
 /* ---- endpoint ------------------------------------------------------------ */
 
-static void ib_ep_close(hetccl_ep_t *ep) {
+void hetccl_ib_ep_close(hetccl_ep_t *ep) {
   if (ep == NULL) return;
   const hetccl_ib_verbs_t *v = ep->v;
   /* QP before CQ and memory: it may still reference both. */
@@ -113,7 +92,7 @@ static void ib_ep_close(hetccl_ep_t *ep) {
 static void ib_ep_fail(hetccl_ep_t *ep, const hetccl_fail_note_t *why) {
   if (ep == NULL) return;
   hetccl_note_line_send(ep->fd, why, "ib", ep->peer_user);
-  ib_ep_close(ep);
+  hetccl_ib_ep_close(ep);
 }
 
 static ncclResult_t ep_verbs_fail(hetccl_ep_t *ep, const char *call, int err) {
@@ -170,7 +149,8 @@ static ncclResult_t ep_alloc(hetccl_ep_t *ep) {
   return ncclSuccess;
 }
 
-static ncclResult_t ep_new(hetccl_tctx_t *ctx, int peer, const uint8_t *addrs, hetccl_ep_t **out) {
+ncclResult_t hetccl_ib_ep_new(hetccl_tctx_t *ctx, int peer, const uint8_t *addr,
+                              hetccl_ep_t **out) {
   int peer_user = hetccl_user_rank(ctx->args.user_ranks, peer);
   hetccl_ep_t *ep = calloc(1, sizeof(*ep));
   if (ep == NULL) {
@@ -185,7 +165,7 @@ static ncclResult_t ep_new(hetccl_tctx_t *ctx, int peer, const uint8_t *addrs, h
   ep->slots = ctx->slots;
   ep->chunk = ctx->chunk;
   ep->stride = IB_PIECE_HDR + ctx->chunk;
-  memcpy(&ep->pub, addrs + (size_t)peer * HETCCL_TRANSPORT_ADDR_BYTES, sizeof(ep->pub));
+  memcpy(&ep->pub, addr, sizeof(ep->pub));
   ep->pub.dev[sizeof(ep->pub.dev) - 1] = '\0';
   ncclResult_t res = ncclInvalidArgument;
   if (ep->pub.magic != IB_ADDR_MAGIC ||
@@ -204,20 +184,11 @@ static ncclResult_t ep_new(hetccl_tctx_t *ctx, int peer, const uint8_t *addrs, h
   *out = ep;
   return ncclSuccess;
 fail:
-  ib_ep_close(ep);
+  hetccl_ib_ep_close(ep);
   return res;
 }
 
-static void hello_take(hetccl_ep_t *ep, const ib_hello_t *h) {
-  ep->peer_qpn = h->qpn;
-  ep->peer_psn = h->psn;
-  ep->peer_credit_addr = h->credit_addr;
-  ep->peer_credit_rkey = h->credit_rkey;
-  ep->peer_cts_addr = h->cts_addr;
-}
-
-/* INIT -> RTR -> RTS, once the peer's hello is in. */
-static ncclResult_t ep_qp_up(hetccl_ep_t *ep) {
+ncclResult_t hetccl_ib_ep_qp_up(hetccl_ep_t *ep) {
   const hetccl_ib_dev_t *dev = &ep->ctx->dev;
   struct ibv_qp_attr a;
   memset(&a, 0, sizeof(a));
@@ -252,168 +223,6 @@ static ncclResult_t ep_qp_up(hetccl_ep_t *ep) {
   return ncclSuccess;
 }
 
-static ib_hello_t hello_of(const hetccl_ep_t *ep) {
-  const hetccl_transport_args_t *args = &ep->ctx->args;
-  return (ib_hello_t){.id = hetccl_hello_make(IB_HELLO_MAGIC, args), .qpn = ep->qp->qp_num,
-                      .psn = ep->psn, .credit_addr = (uintptr_t)&ep->credit->in,
-                      .credit_rkey = ep->credit_mr->rkey,
-                      .cts_addr = (uintptr_t)ep->credit->cts_in};
-}
-
-/* ---- handshake ----------------------------------------------------------- */
-
-static long hs_on_header(void *arg, const void *hdr, const hetccl_sockaddr_t *from,
-                         hetccl_net_reply_t *reply) {
-  hetccl_tctx_t *ctx = arg;
-  ib_hello_t h;
-  char a[HETCCL_NET_ADDR_STRLEN];
-  (void)reply; /* real ranks past the bootstrap connect here: a refusal is logged, not told */
-  memcpy(&h, hdr, sizeof(h));
-  const char *why = hetccl_hello_refusal(&h.id, IB_HELLO_MAGIC, &ctx->args, ctx->use);
-  if (!why && ctx->eps[h.id.rank]->fd >= 0) why = "duplicate connection";
-  if (why) {
-    INFO(HETCCL_NET, "ib rank %d: dropping connection from %s: %s", ctx->rank_user,
-         hetccl_net_addr_str(from, a, sizeof(a)), why);
-    return -1;
-  }
-  return 0;
-}
-
-static int hs_on_frame(void *arg, int fd, const void *hdr, const void *payload,
-                       const hetccl_sockaddr_t *from, hetccl_net_reply_t *reply) {
-  hetccl_tctx_t *ctx = arg;
-  ib_hello_t h;
-  (void)payload;
-  (void)from;
-  (void)reply;
-  memcpy(&h, hdr, sizeof(h));
-  hetccl_ep_t *ep = ctx->eps[h.id.rank];
-  if (ep->fd >= 0) return 0;
-  ep->fd = fd;
-  hello_take(ep, &h);
-  ctx->accepted++;
-  return 1;
-}
-
-static int hs_done(void *arg) {
-  hetccl_tctx_t *ctx = arg;
-  return ctx->accepted == ctx->expected;
-}
-
-static void what_of(const hetccl_ep_t *ep, char *what, size_t len) {
-  char a[HETCCL_NET_ADDR_STRLEN];
-  snprintf(what, len, "ib rank %d: connection to rank %d (%s)", ep->ctx->rank_user,
-           ep->peer_user, ep_addr(ep, a, sizeof(a)));
-}
-
-/* Lower rank, first step: connect to the higher rank and say hello. */
-static ncclResult_t hello_send(hetccl_tctx_t *ctx, hetccl_ep_t *ep, int64_t deadline) {
-  char what[160];
-  what_of(ep, what, sizeof(what));
-  HETCCL_CHECK(hetccl_net_connect(&ep->paddr, deadline, ctx->args.abort_flag, what, &ep->fd));
-  ib_hello_t h = hello_of(ep);
-  return hetccl_net_send_all(ep->fd, &h, sizeof(h), deadline, ctx->args.abort_flag, what);
-}
-
-/* Higher rank: the lower one's hello is in; get ready and answer. */
-static ncclResult_t hello_answer(hetccl_tctx_t *ctx, hetccl_ep_t *ep, int64_t deadline) {
-  char what[160];
-  what_of(ep, what, sizeof(what));
-  HETCCL_CHECK(ep_qp_up(ep));
-  ib_hello_t h = hello_of(ep);
-  return hetccl_net_send_all(ep->fd, &h, sizeof(h), deadline, ctx->args.abort_flag, what);
-}
-
-/* Lower rank: the higher one's answer; get ready and say so. */
-static ncclResult_t answer_take(hetccl_tctx_t *ctx, hetccl_ep_t *ep, int64_t deadline) {
-  char what[160];
-  ib_hello_t h;
-  what_of(ep, what, sizeof(what));
-  HETCCL_CHECK(hetccl_net_recv_all(ep->fd, &h, sizeof(h), deadline, ctx->args.abort_flag, what));
-  if (h.id.magic != IB_HELLO_MAGIC || h.id.comm_id != ctx->args.comm_id ||
-      h.id.secret != ctx->args.secret || h.id.rank != ep->peer) {
-    int says = h.id.rank >= 0 && h.id.rank < ctx->args.nranks
-                   ? hetccl_user_rank(ctx->args.user_ranks, h.id.rank) : h.id.rank;
-    WARN("%s: the answer is not rank %d's of this communicator (magic 0x%016" PRIx64
-         ", rank %d)", what, ep->peer_user, h.id.magic, says);
-    return ncclSystemError;
-  }
-  hello_take(ep, &h);
-  HETCCL_CHECK(ep_qp_up(ep));
-  uint64_t ready = IB_READY_MAGIC;
-  return hetccl_net_send_all(ep->fd, &ready, sizeof(ready), deadline, ctx->args.abort_flag, what);
-}
-
-/* Higher rank: the lower one's QP is ready to receive. */
-static ncclResult_t ready_take(hetccl_tctx_t *ctx, hetccl_ep_t *ep, int64_t deadline) {
-  char what[160];
-  uint64_t ready = 0;
-  what_of(ep, what, sizeof(what));
-  HETCCL_CHECK(hetccl_net_recv_all(ep->fd, &ready, sizeof(ready), deadline,
-                                   ctx->args.abort_flag, what));
-  if (ready != IB_READY_MAGIC) {
-    WARN("%s: expected READY, got 0x%016" PRIx64, what, ready);
-    return ncclSystemError;
-  }
-  return ncclSuccess;
-}
-
-static ncclResult_t accept_lower(hetccl_tctx_t *ctx, const uint8_t *use, hetccl_ep_t **eps,
-                                 int64_t deadline) {
-  int me = ctx->args.rank;
-  ctx->use = use;
-  ctx->eps = eps;
-  ctx->accepted = 0;
-  ctx->expected = 0;
-  for (int p = 0; p < me; p++) ctx->expected += eps[p] != NULL;
-  ncclResult_t res = ncclSuccess;
-  if (ctx->expected > 0) {
-    char a[HETCCL_NET_ADDR_STRLEN], what[160];
-    snprintf(what, sizeof(what), "ib rank %d (%s): waiting for %d connections from lower ranks",
-             ctx->rank_user, hetccl_net_addr_str(&ctx->laddr, a, sizeof(a)), ctx->expected);
-    hetccl_net_hello_ops_t ops = {.hdr_bytes = sizeof(ib_hello_t), .max_payload = 0,
-                                  .on_header = hs_on_header, .on_frame = hs_on_frame,
-                                  .done = hs_done};
-    res = hetccl_net_accept_hellos(ctx->lfd, &ops, ctx, deadline, ctx->args.abort_flag, what);
-  }
-  ctx->use = NULL;
-  ctx->eps = NULL;
-  return res;
-}
-
-static ncclResult_t ib_connect(hetccl_tctx_t *ctx, const uint8_t *use, const uint8_t *addrs,
-                               const hetccl_peer_locality_t *localities, hetccl_ep_t **eps) {
-  ncclResult_t res = ncclSuccess;
-  int me = ctx->args.rank, n = ctx->args.nranks;
-  (void)localities;
-  int64_t deadline = hetccl_net_deadline(ctx->args.timeout_ms);
-  for (int p = 0; p < n; p++) eps[p] = NULL;
-  for (int p = 0; p < n; p++)
-    if (use[p] && p != me) HETCCL_CHECK_GOTO(ep_new(ctx, p, addrs, &eps[p]), res, fail);
-  /* The order of the top comment: no step waits on a step that waits on it. */
-  for (int p = me + 1; p < n; p++)
-    if (eps[p]) HETCCL_CHECK_GOTO(hello_send(ctx, eps[p], deadline), res, fail);
-  HETCCL_CHECK_GOTO(accept_lower(ctx, use, eps, deadline), res, fail);
-  for (int p = 0; p < me; p++)
-    if (eps[p]) HETCCL_CHECK_GOTO(hello_answer(ctx, eps[p], deadline), res, fail);
-  for (int p = me + 1; p < n; p++)
-    if (eps[p]) HETCCL_CHECK_GOTO(answer_take(ctx, eps[p], deadline), res, fail);
-  for (int p = 0; p < me; p++)
-    if (eps[p]) HETCCL_CHECK_GOTO(ready_take(ctx, eps[p], deadline), res, fail);
-  /* Every expected connection is in: the port closes now, not at ctx_destroy. */
-  hetccl_net_close(&ctx->lfd);
-  INFO(HETCCL_NET, "ib rank %d: connected on %s port %d, GID index %d (%d slots of %zu bytes "
-       "per peer; RDMA WRITE from registered memory from %zu bytes)", ctx->rank_user,
-       ctx->dev.name, ctx->dev.port, ctx->dev.gid_index, ctx->slots, ctx->chunk, ctx->zcopy_min);
-  return ncclSuccess;
-fail:
-  for (int p = 0; p < n; p++) {
-    ib_ep_close(eps[p]);
-    eps[p] = NULL;
-  }
-  return res;
-}
-
 /* ---- context ------------------------------------------------------------- */
 
 static int ib_can_connect(const hetccl_peer_locality_t *me, const hetccl_peer_locality_t *peer) {
@@ -424,7 +233,7 @@ static int ib_can_connect(const hetccl_peer_locality_t *me, const hetccl_peer_lo
 
 static void ib_ctx_destroy(hetccl_tctx_t *ctx) {
   if (ctx == NULL) return;
-  hetccl_net_close(&ctx->lfd);
+  hetccl_ib_ctx_release(ctx);
   if (ctx->pd && ctx->attached) hetccl_ib_reg_detach(ctx->pd);
   if (ctx->pd && ctx->v->dealloc_pd(ctx->pd) != 0)
     INFO(HETCCL_NET, "ib: releasing the protection domain of rank %d failed", ctx->rank_user);
@@ -490,12 +299,18 @@ const hetccl_transport_t hetccl_transport_ib = {
     .name = "ib",
     .can_connect = ib_can_connect,
     .ctx_create = ib_ctx_create,
-    .connect = ib_connect,
+    .connect = hetccl_ib_connect,
     .isend = hetccl_ib_isend,
     .irecv = hetccl_ib_irecv,
     .progress = hetccl_ib_progress,
-    .ep_close = ib_ep_close,
+    .ep_close = hetccl_ib_ep_close,
     .ctx_destroy = ib_ctx_destroy,
     .ep_fail = ib_ep_fail,
     .usable = hetccl_ib_dev_usable,
+    .ep_open = hetccl_ib_ep_open,
+    .ep_ready = hetccl_ib_ep_ready,
+    .ctx_poll = hetccl_ib_ctx_poll,
+    .ctx_fail = hetccl_ib_ctx_fail,
+    .ctx_pull_min = hetccl_ib_ctx_pull_min,
+    .lower_connects = 1,
 };

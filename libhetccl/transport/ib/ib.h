@@ -1,6 +1,7 @@
 /* RDMA verbs transport, private to transport/ib: the libibverbs entry
  * points (ib_verbs.c), the device a context uses (ib_dev.c), and the
- * context and endpoint that ib.c (set-up, teardown, liveness) builds and
+ * context and endpoint that ib.c (set-up, teardown, liveness) builds,
+ * ib_connect.c (the handshake, at init or on first use) connects and
  * ib_data.c (data path) drives.
  *
  * One RC queue pair per peer pair, with its own completion queue. Each
@@ -38,6 +39,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "transport/base/inbox.h"
 #include "transport/transport.h"
 #include "util/net.h"
 
@@ -189,17 +191,20 @@ struct hetccl_tctx {
   hetccl_ib_dev_t dev;
   struct ibv_pd *pd;
   int attached;            /* pd is in the registration table (ib_reg.c) */
-  int lfd;                 /* handshake listener, closed once connected */
+  int lfd;                 /* handshake listener (ib_connect.c says how long it stays) */
   hetccl_sockaddr_t laddr;
   size_t chunk;
   int slots;
   size_t zcopy_min;        /* HETCCL_IB_ZCOPY_THRESHOLD: smallest rendezvous message */
   int dmabuf;              /* a trial dma-buf registration of device memory passed (ib_devmem.c) */
   size_t bounce_max;       /* HETCCL_IB_BOUNCE: largest message landed in a bounce buffer */
-  /* while connecting */
-  const uint8_t *use;
-  hetccl_ep_t **eps;
-  int accepted, expected;
+  /* connecting (ib_connect.c) */
+  const uint8_t *use;      /* connect: the lower ranks that may come; NULL: any */
+  hetccl_inbox_t *inbox;   /* arrivals on lfd, made by the first ctx_poll */
+  struct ib_parked *parked; /* nranks: each lower rank's arrival, until its endpoint takes it */
+  int lower_in;            /* lower ranks whose endpoint took its connection */
+  int failed;              /* ctx_fail: arrivals get `note` */
+  hetccl_fail_note_t note;
 };
 
 /* Posted requests of one direction, oldest first (linked through req->next). */
@@ -215,6 +220,7 @@ struct hetccl_ep {
   hetccl_sockaddr_t paddr;  /* the peer's handshake address, for messages */
   ib_addr_t pub;            /* what the peer published */
   int fd;                   /* the TCP line: handshake, then notes and liveness */
+  int hs;                   /* where the handshake stands (ib_connect.c) */
   uint32_t psn;             /* our first send PSN */
   struct ibv_cq *cq;
   struct ibv_qp *qp;
@@ -287,7 +293,16 @@ enum { IB_WR_SEND = 1, IB_WR_RECV = 2, IB_WR_CREDIT = 3, IB_WR_WRITE = 4, IB_WR_
 #define IB_WR_KIND(id) ((int)((id) >> 32))
 #define IB_WR_SLOT(id) ((uint32_t)(id))
 
-/* ib.c */
+/* ib.c: endpoints and their queue pairs, liveness */
+/* The endpoint to peer, from what it published (addr): QP in INIT with
+ * every receive slot posted, no connection yet (hs 0). ncclInvalidArgument
+ * naming the peer if addr is malformed or its staging geometry differs. */
+ncclResult_t hetccl_ib_ep_new(hetccl_tctx_t *ctx, int peer, const uint8_t *addr,
+                              hetccl_ep_t **out);
+/* INIT -> RTR -> RTS, once the peer's hello (peer_qpn, peer_psn) is in. */
+ncclResult_t hetccl_ib_ep_qp_up(hetccl_ep_t *ep);
+/* The table's ep_close; safe on half-built endpoints and NULL. */
+void hetccl_ib_ep_close(hetccl_ep_t *ep);
 /* The endpoint's error when it cannot go on: the peer's note if it left
  * one, else ncclRemoteError naming the peer and `why`. Sticky. */
 ncclResult_t hetccl_ib_ep_lost(hetccl_ep_t *ep, const char *why);
@@ -295,6 +310,20 @@ ncclResult_t hetccl_ib_ep_lost(hetccl_ep_t *ep, const char *why);
  * hetccl_ib_ep_lost) if the QP failed or the peer's TCP line ended or
  * carries a note; looks at the line at most every IB_LIVENESS_MS. */
 ncclResult_t hetccl_ib_ep_check_peer(hetccl_ep_t *ep);
+
+/* ib_connect.c: the handshake (its protocol at the top of the file); the
+ * table's connect and connections-on-first-use slots */
+ncclResult_t hetccl_ib_connect(hetccl_tctx_t *ctx, const uint8_t *use, const uint8_t *addrs,
+                               const hetccl_peer_locality_t *localities, hetccl_ep_t **eps);
+ncclResult_t hetccl_ib_ep_open(hetccl_tctx_t *ctx, int peer, const uint8_t *addr,
+                               const hetccl_peer_locality_t *loc, hetccl_ep_t **out);
+ncclResult_t hetccl_ib_ep_ready(hetccl_ep_t *ep, int *ready);
+ncclResult_t hetccl_ib_ctx_poll(hetccl_tctx_t *ctx);
+void hetccl_ib_ctx_fail(hetccl_tctx_t *ctx, const hetccl_fail_note_t *why);
+size_t hetccl_ib_ctx_pull_min(const hetccl_tctx_t *ctx);
+/* ctx_destroy's part: answers the last arrivals after ctx_fail, closes the
+ * parked connections, the inbox and the listener. */
+void hetccl_ib_ctx_release(hetccl_tctx_t *ctx);
 
 /* ib_data.c */
 /* Post the receive WR of recv slot `slot`. */

@@ -1,0 +1,417 @@
+/* RDMA verbs transport: how a pair connects (the handshake over TCP), at
+ * init for every pair (connect) or when the engine first needs the pair
+ * (ep_open, ep_ready, ctx_poll, ctx_fail: connections on first use,
+ * transport.h). Both are the same steps, driven by one state machine
+ * (hs_step); connect only opens every pair at once and drives them all
+ * until they are ready.
+ *
+ * Contract. The lower rank initiates: its endpoint (QP in INIT, every
+ * receive slot posted; ib.c) connects to the higher rank's listener and
+ * sends its hello:
+ *   lower -> higher: hello (comm id, secret, rank, QP number, PSN, credit
+ *                    block address and key, clear-to-send ring address)
+ *   higher: takes it from its listener (ctx_poll, through the inbox,
+ *           base/inbox.h: a foreign hello is dropped and waited past) and
+ *           parks it under the lower rank until that peer's endpoint
+ *           collects it, opened or not yet; then brings its QP to RTR and
+ *           RTS and answers with its own hello
+ *   lower: checks the answer, brings its QP to RTR and RTS, sends READY;
+ *          ready (the higher QP can receive since it answered)
+ *   higher: ready once READY is in (the lower QP can receive).
+ * Nothing waits on the peer: every step after the lower's connect reads
+ * only what is already there. The pair's TCP connection stays as its note
+ * line (ib.h).
+ *
+ * Failures. A lower rank that finds nothing listening (the higher is gone)
+ * fails naming it. Whatever is on the line where an answer or READY should
+ * be, or its end, is the peer's note or its exit (hetccl_ib_ep_lost reads
+ * the note). A rank that fails (ctx_fail) leaves its note on the line of
+ * every lower rank that came but was not served, and answers every later
+ * arrival with it; a lower rank that fails before it connected opens an
+ * endpoint only to leave its note there (ep_fail; lower_connects in the
+ * table), which the higher reads where READY should be.
+ *
+ * The listener stays open until every lower rank has come (connect: until
+ * connect returns) or, after ctx_fail, until ctx_destroy, which answers
+ * the last arrivals.
+ *
+ * Threads: connect on the thread that creates the communicator; the rest
+ * on the one thread that drives it (transport.h). No locks. */
+#include <errno.h>
+#include <inttypes.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+
+#include "transport/ib/ib.h"
+#include "util/check.h"
+#include "util/log.h"
+
+#define IB_HELLO_MAGIC 0x494248454c4c4f32ull /* "IBHELLO2" */
+#define IB_READY_MAGIC 0x4942524541445931ull /* "IBREADY1" */
+#define IB_CONNECT_POLL_MS 1                 /* connect: longest sleep between rounds */
+
+typedef struct ib_hello {
+  hetccl_hello_t id;
+  uint32_t qpn, psn;
+  uint64_t credit_addr;
+  uint32_t credit_rkey;
+  uint32_t pad;
+  uint64_t cts_addr; /* our clear-to-send ring, in the credit block */
+} ib_hello_t;
+
+/* A lower rank's connection that arrived before its endpoint collected it. */
+struct ib_parked {
+  int fd; /* -1: none waiting */
+  int came; /* its connection arrived (taken or waiting) */
+  ib_hello_t hello;
+};
+
+/* Where a pair's handshake stands (ep->hs). */
+enum {
+  IB_HS_HELLO = 0, /* higher: waits for the lower rank's hello */
+  IB_HS_ANSWER,    /* lower: hello sent, waits for the answer */
+  IB_HS_READY,     /* higher: answered, waits for READY */
+  IB_HS_DONE,      /* isend/irecv may be used */
+};
+
+static const char *ep_addr(const hetccl_ep_t *ep, char *buf, size_t len) {
+  return hetccl_net_addr_str(&ep->paddr, buf, len);
+}
+
+static void what_of(const hetccl_ep_t *ep, char *what, size_t len) {
+  char a[HETCCL_NET_ADDR_STRLEN];
+  snprintf(what, len, "ib rank %d: connection to rank %d (%s)", ep->ctx->rank_user,
+           ep->peer_user, ep_addr(ep, a, sizeof(a)));
+}
+
+static ib_hello_t hello_of(const hetccl_ep_t *ep) {
+  const hetccl_transport_args_t *args = &ep->ctx->args;
+  return (ib_hello_t){.id = hetccl_hello_make(IB_HELLO_MAGIC, args), .qpn = ep->qp->qp_num,
+                      .psn = ep->psn, .credit_addr = (uintptr_t)&ep->credit->in,
+                      .credit_rkey = ep->credit_mr->rkey,
+                      .cts_addr = (uintptr_t)ep->credit->cts_in};
+}
+
+static void hello_take(hetccl_ep_t *ep, const ib_hello_t *h) {
+  ep->peer_qpn = h->qpn;
+  ep->peer_psn = h->psn;
+  ep->peer_credit_addr = h->credit_addr;
+  ep->peer_credit_rkey = h->credit_rkey;
+  ep->peer_cts_addr = h->cts_addr;
+}
+
+/* ---- the line: what the peer sent, read without waiting ------------------ */
+
+/* Take `want` bytes that start with `magic` from the line once all of them
+ * are there (*done = 1), else leave everything in place (*done = 0). The
+ * line's end, or anything else where they should be (the peer's note),
+ * fails the endpoint: hetccl_ib_ep_lost reads the note from the start. */
+static ncclResult_t line_take(hetccl_ep_t *ep, void *out, size_t want, uint64_t magic,
+                              int *done) {
+  uint8_t buf[sizeof(ib_hello_t)];
+  *done = 0;
+  ssize_t k = recv(ep->fd, buf, want, MSG_PEEK | MSG_DONTWAIT);
+  if (k < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return ncclSuccess;
+  if (k <= 0)
+    return hetccl_ib_ep_lost(ep, k == 0 ? "its process closed the connection during the "
+                                          "handshake" : strerror(errno));
+  uint64_t head = 0;
+  memcpy(&head, buf, (size_t)k < sizeof(head) ? (size_t)k : sizeof(head));
+  if ((size_t)k >= sizeof(head) && head != magic)
+    return hetccl_ib_ep_lost(ep, "it sent something other than the handshake");
+  if ((size_t)k < want) return ncclSuccess;
+  if (recv(ep->fd, out, want, MSG_DONTWAIT) != (ssize_t)want)
+    return hetccl_ib_ep_lost(ep, "the handshake could not be read");
+  *done = 1;
+  return ncclSuccess;
+}
+
+/* Say the next step on a fresh line: a few bytes, which its buffer holds. */
+static ncclResult_t line_put(hetccl_ep_t *ep, const void *buf, size_t n) {
+  if (send(ep->fd, buf, n, MSG_DONTWAIT | MSG_NOSIGNAL) == (ssize_t)n) return ncclSuccess;
+  return hetccl_ib_ep_lost(ep, errno == EAGAIN || errno == EWOULDBLOCK
+                                   ? "the handshake does not fit its connection"
+                                   : strerror(errno));
+}
+
+/* ---- the steps ----------------------------------------------------------- */
+
+/* Lower rank, first step: connect to the higher rank and say hello. `live`:
+ * the listener was published long before (a refusal is the peer's end). */
+static ncclResult_t hello_send(hetccl_ep_t *ep, int live) {
+  hetccl_tctx_t *ctx = ep->ctx;
+  int64_t deadline = hetccl_net_deadline(ctx->args.timeout_ms);
+  char what[160];
+  what_of(ep, what, sizeof(what));
+  if (live)
+    HETCCL_CHECK(hetccl_net_connect_live(&ep->paddr, deadline, ctx->args.abort_flag, what,
+                                         &ep->fd));
+  else
+    HETCCL_CHECK(hetccl_net_connect(&ep->paddr, deadline, ctx->args.abort_flag, what, &ep->fd));
+  ib_hello_t h = hello_of(ep);
+  HETCCL_CHECK(hetccl_net_send_all(ep->fd, &h, sizeof(h), deadline, ctx->args.abort_flag, what));
+  ep->hs = IB_HS_ANSWER;
+  return ncclSuccess;
+}
+
+static void lower_came(hetccl_tctx_t *ctx) {
+  /* Every lower rank is in and nothing failed: nobody else may come, so
+   * the port closes (an all-to-all ends with no port of the context open). */
+  if (++ctx->lower_in == ctx->args.rank && !ctx->failed && ctx->use == NULL) {
+    hetccl_inbox_destroy(ctx->inbox);
+    ctx->inbox = NULL;
+    hetccl_net_close(&ctx->lfd);
+  }
+}
+
+/* Higher rank: the lower one's hello, if it came; get ready and answer. */
+static ncclResult_t hello_answer(hetccl_ep_t *ep) {
+  hetccl_tctx_t *ctx = ep->ctx;
+  struct ib_parked *pk = ctx->parked ? &ctx->parked[ep->peer] : NULL;
+  if (pk == NULL || pk->fd < 0) return ncclSuccess;
+  ep->fd = pk->fd;
+  pk->fd = -1;
+  hello_take(ep, &pk->hello);
+  lower_came(ctx);
+  /* The lower rank says nothing more before our answer, but its note. */
+  char c;
+  ssize_t k = recv(ep->fd, &c, 1, MSG_PEEK | MSG_DONTWAIT);
+  if (k >= 0 || (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR))
+    return hetccl_ib_ep_lost(ep, k == 0 ? "its process closed the connection during the "
+                                          "handshake" : "it left before the handshake");
+  HETCCL_CHECK(hetccl_ib_ep_qp_up(ep));
+  ib_hello_t h = hello_of(ep);
+  HETCCL_CHECK(line_put(ep, &h, sizeof(h)));
+  ep->hs = IB_HS_READY;
+  return ncclSuccess;
+}
+
+/* Lower rank: the higher one's answer, if in; get ready and say so. */
+static ncclResult_t answer_take(hetccl_ep_t *ep) {
+  hetccl_tctx_t *ctx = ep->ctx;
+  ib_hello_t h;
+  int done;
+  HETCCL_CHECK(line_take(ep, &h, sizeof(h), IB_HELLO_MAGIC, &done));
+  if (!done) return ncclSuccess;
+  if (h.id.comm_id != ctx->args.comm_id || h.id.secret != ctx->args.secret ||
+      h.id.rank != ep->peer) {
+    char what[160];
+    int says = h.id.rank >= 0 && h.id.rank < ctx->args.nranks
+                   ? hetccl_user_rank(ctx->args.user_ranks, h.id.rank) : h.id.rank;
+    what_of(ep, what, sizeof(what));
+    WARN("%s: the answer is not rank %d's of this communicator (rank %d)", what, ep->peer_user,
+         says);
+    return hetccl_ib_ep_error(ep, ncclSystemError);
+  }
+  hello_take(ep, &h);
+  HETCCL_CHECK(hetccl_ib_ep_qp_up(ep));
+  uint64_t ready = IB_READY_MAGIC;
+  HETCCL_CHECK(line_put(ep, &ready, sizeof(ready)));
+  ep->hs = IB_HS_DONE;
+  return ncclSuccess;
+}
+
+/* Higher rank: the lower one's QP can receive once READY is in. */
+static ncclResult_t ready_take(hetccl_ep_t *ep) {
+  uint64_t ready;
+  int done;
+  HETCCL_CHECK(line_take(ep, &ready, sizeof(ready), IB_READY_MAGIC, &done));
+  if (done) ep->hs = IB_HS_DONE;
+  return ncclSuccess;
+}
+
+/* As far as the pair can go now. */
+static ncclResult_t hs_step(hetccl_ep_t *ep) {
+  if (ep->err) return ep->err;
+  if (ep->hs == IB_HS_HELLO) HETCCL_CHECK(hello_answer(ep));
+  if (ep->hs == IB_HS_ANSWER) HETCCL_CHECK(answer_take(ep));
+  if (ep->hs == IB_HS_READY) HETCCL_CHECK(ready_take(ep));
+  if (ep->hs == IB_HS_DONE)
+    INFO(HETCCL_NET, "ib rank %d: connected to rank %d (QP %u, peer QP %u)", ep->ctx->rank_user,
+         ep->peer_user, ep->qp->qp_num, ep->peer_qpn);
+  return ncclSuccess;
+}
+
+/* The endpoint to peer (addr: what it published), its handshake begun. */
+static ncclResult_t ep_begin(hetccl_tctx_t *ctx, int peer, const uint8_t *addr, int live,
+                             hetccl_ep_t **out) {
+  hetccl_ep_t *ep = NULL;
+  HETCCL_CHECK(hetccl_ib_ep_new(ctx, peer, addr, &ep));
+  ep->hs = IB_HS_HELLO;
+  if (peer > ctx->args.rank) {
+    ncclResult_t res = hello_send(ep, live);
+    if (res != ncclSuccess) {
+      hetccl_ib_ep_close(ep);
+      return res;
+    }
+  }
+  *out = ep;
+  return ncclSuccess;
+}
+
+/* ---- arrivals ------------------------------------------------------------ */
+
+static int arrival_take(void *arg, int fd, const void *hdr, const hetccl_sockaddr_t *from) {
+  hetccl_tctx_t *ctx = arg;
+  ib_hello_t h;
+  char a[HETCCL_NET_ADDR_STRLEN];
+  memcpy(&h, hdr, sizeof(h));
+  const char *why = hetccl_hello_refusal(&h.id, IB_HELLO_MAGIC, &ctx->args, ctx->use);
+  if (!why && ctx->parked[h.id.rank].came) why = "duplicate connection";
+  if (why) {
+    INFO(HETCCL_NET, "ib rank %d: dropping connection from %s: %s", ctx->rank_user,
+         hetccl_net_addr_str(from, a, sizeof(a)), why);
+    return 0;
+  }
+  if (ctx->failed) { /* a rank that never connected to us comes: tell it why */
+    hetccl_note_line_send(fd, &ctx->note, "ib", hetccl_user_rank(ctx->args.user_ranks, h.id.rank));
+    return 0;
+  }
+  ctx->parked[h.id.rank] = (struct ib_parked){.fd = fd, .came = 1, .hello = h};
+  return 1;
+}
+
+ncclResult_t hetccl_ib_ctx_poll(hetccl_tctx_t *ctx) {
+  if (ctx->lfd < 0) return ncclSuccess;
+  if (ctx->parked == NULL) {
+    int n = ctx->args.nranks;
+    if ((ctx->parked = calloc((size_t)n, sizeof(*ctx->parked))) == NULL) {
+      WARN("ib: out of memory for %d connection slots (rank %d)", n, ctx->rank_user);
+      return ncclSystemError;
+    }
+    for (int p = 0; p < n; p++) ctx->parked[p].fd = -1;
+  }
+  if (ctx->inbox == NULL &&
+      (ctx->inbox = hetccl_inbox_create(ctx->lfd, sizeof(ib_hello_t))) == NULL)
+    return ncclSystemError;
+  return hetccl_inbox_poll(ctx->inbox, arrival_take, ctx);
+}
+
+void hetccl_ib_ctx_release(hetccl_tctx_t *ctx) {
+  if (ctx->failed) (void)hetccl_ib_ctx_poll(ctx); /* the last who came learn why */
+  hetccl_inbox_destroy(ctx->inbox);
+  ctx->inbox = NULL;
+  if (ctx->parked)
+    for (int p = 0; p < ctx->args.nranks; p++) hetccl_net_close(&ctx->parked[p].fd);
+  free(ctx->parked);
+  ctx->parked = NULL;
+  hetccl_net_close(&ctx->lfd);
+}
+
+/* ---- connections on first use -------------------------------------------- */
+
+ncclResult_t hetccl_ib_ep_open(hetccl_tctx_t *ctx, int peer, const uint8_t *addr,
+                               const hetccl_peer_locality_t *loc, hetccl_ep_t **out) {
+  (void)loc;
+  return ep_begin(ctx, peer, addr, 1, out);
+}
+
+ncclResult_t hetccl_ib_ep_ready(hetccl_ep_t *ep, int *ready) {
+  *ready = 0;
+  if (ep->hs == IB_HS_HELLO) HETCCL_CHECK(hetccl_ib_ctx_poll(ep->ctx));
+  if (ep->hs != IB_HS_DONE) HETCCL_CHECK(hs_step(ep));
+  *ready = ep->hs == IB_HS_DONE;
+  return ncclSuccess;
+}
+
+void hetccl_ib_ctx_fail(hetccl_tctx_t *ctx, const hetccl_fail_note_t *why) {
+  if (ctx == NULL || why == NULL || ctx->failed) return;
+  ctx->failed = 1;
+  ctx->note = *why;
+  if (ctx->parked) /* lower ranks that came but were never served hear why */
+    for (int p = 0; p < ctx->args.nranks; p++) {
+      hetccl_note_line_send(ctx->parked[p].fd, why, "ib",
+                            hetccl_user_rank(ctx->args.user_ranks, p));
+      hetccl_net_close(&ctx->parked[p].fd);
+    }
+  (void)hetccl_ib_ctx_poll(ctx);
+}
+
+size_t hetccl_ib_ctx_pull_min(const hetccl_tctx_t *ctx) {
+  (void)ctx;
+  return SIZE_MAX; /* the receiver never reads the sender's buffer (no pull_min) */
+}
+
+/* ---- every pair at init -------------------------------------------------- */
+
+/* Sleep until a line or the listener has something, at most a round. */
+static void connect_wait(hetccl_tctx_t *ctx, hetccl_ep_t **eps, struct pollfd *pfds) {
+  int k = 0;
+  if (ctx->lfd >= 0) pfds[k++] = (struct pollfd){.fd = ctx->lfd, .events = POLLIN};
+  for (int p = 0; p < ctx->args.nranks; p++)
+    if (eps[p] && eps[p]->hs != IB_HS_DONE && eps[p]->fd >= 0)
+      pfds[k++] = (struct pollfd){.fd = eps[p]->fd, .events = POLLIN};
+  (void)poll(pfds, (nfds_t)k, IB_CONNECT_POLL_MS);
+}
+
+static void connect_timeout(hetccl_tctx_t *ctx, hetccl_ep_t **eps) {
+  char waiting[256] = "";
+  size_t used = 0;
+  for (int p = 0; p < ctx->args.nranks && used < sizeof(waiting); p++)
+    if (eps[p] && eps[p]->hs != IB_HS_DONE)
+      used += (size_t)snprintf(waiting + used, sizeof(waiting) - used, "%s%d", used ? ", " : "",
+                               eps[p]->peer_user);
+  WARN("ib rank %d: timed out after %d ms connecting to rank(s) %s (HETCCL_CONNECT_TIMEOUT)",
+       ctx->rank_user, ctx->args.timeout_ms, waiting);
+}
+
+ncclResult_t hetccl_ib_connect(hetccl_tctx_t *ctx, const uint8_t *use, const uint8_t *addrs,
+                               const hetccl_peer_locality_t *localities, hetccl_ep_t **eps) {
+  ncclResult_t res = ncclSuccess;
+  int me = ctx->args.rank, n = ctx->args.nranks;
+  struct pollfd *pfds = NULL;
+  (void)localities;
+  int64_t deadline = hetccl_net_deadline(ctx->args.timeout_ms);
+  for (int p = 0; p < n; p++) eps[p] = NULL;
+  ctx->use = use;
+  if ((pfds = calloc((size_t)n + 1, sizeof(*pfds))) == NULL) {
+    WARN("ib: out of memory connecting %d ranks (rank %d)", n, ctx->rank_user);
+    res = ncclSystemError;
+    goto fail;
+  }
+  /* Every hello leaves before any rank waits for an answer, and every
+   * step after it only reads what is there: no order between ranks. */
+  for (int p = 0; p < n; p++)
+    if (use[p] && p != me)
+      HETCCL_CHECK_GOTO(ep_begin(ctx, p, addrs + (size_t)p * HETCCL_TRANSPORT_ADDR_BYTES, 0,
+                                 &eps[p]), res, fail);
+  for (;;) {
+    int left = 0, ready;
+    for (int p = 0; p < n; p++) {
+      if (!eps[p]) continue;
+      HETCCL_CHECK_GOTO(hetccl_ib_ep_ready(eps[p], &ready), res, fail);
+      left += !ready;
+    }
+    if (left == 0) break;
+    if (ctx->args.abort_flag && *ctx->args.abort_flag) {
+      WARN("ib rank %d: connect aborted", ctx->rank_user);
+      res = ncclInternalError;
+      goto fail;
+    }
+    if (hetccl_net_now_ms() > deadline) {
+      connect_timeout(ctx, eps);
+      res = ncclTimeout;
+      goto fail;
+    }
+    connect_wait(ctx, eps, pfds);
+  }
+  /* Every expected connection is in: the port closes now, not at ctx_destroy. */
+  ctx->use = NULL;
+  hetccl_ib_ctx_release(ctx);
+  free(pfds);
+  INFO(HETCCL_NET, "ib rank %d: connected on %s port %d, GID index %d (%d slots of %zu bytes "
+       "per peer; RDMA WRITE from registered memory from %zu bytes)", ctx->rank_user,
+       ctx->dev.name, ctx->dev.port, ctx->dev.gid_index, ctx->slots, ctx->chunk, ctx->zcopy_min);
+  return ncclSuccess;
+fail:
+  ctx->use = NULL;
+  free(pfds);
+  for (int p = 0; p < n; p++) {
+    hetccl_ib_ep_close(eps[p]);
+    eps[p] = NULL;
+  }
+  return res;
+}
