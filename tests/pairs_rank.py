@@ -7,12 +7,17 @@ Environment: T_RANK, T_NRANKS, T_ID_FILE (rank 0 writes the unique id
 there), T_COUNT (float32 elements per message). The result: "error" and
 "message" when a call failed, else "wrong" (the checks that failed) and
 "copied" (comm.copied_bytes(): payload bytes the CPU copied, per
-transport).
+transport). T_DIE_RANK, T_DIE_AFTER_S: that rank SIGKILLs itself that long
+after init, before it sends anything (no note, as an OOM kill), having
+written time.monotonic() to T_ID_FILE + ".killed"; the others' "error"
+results then carry "failed_at" (time.monotonic(): one clock per machine).
 """
 from __future__ import annotations
 
 import json
 import os
+import signal
+import time
 
 import numpy as np
 
@@ -43,6 +48,11 @@ def main() -> dict:
         comm = nccl.NcclCommunicator(NRANKS, nccl.unique_id_from_hex(exchange_id()), RANK)
     except NcclError as e:
         return {"error": e.name, "message": e.message}
+    if os.environ.get("T_DIE_RANK") == str(RANK):
+        time.sleep(float(os.environ.get("T_DIE_AFTER_S", "1")))
+        with open(os.environ["T_ID_FILE"] + ".killed", "w") as f:
+            f.write(repr(time.monotonic()))
+        os.kill(os.getpid(), signal.SIGKILL)
     wrong = []
     try:
         peers = [p for p in range(NRANKS) if p != RANK]
@@ -63,8 +73,9 @@ def main() -> dict:
         out = {"wrong": wrong}
         out["copied"] = comm.copied_bytes()
     except NcclError as e:
+        failed_at = time.monotonic()
         comm.abort()
-        return {"error": e.name, "message": e.message}
+        return {"error": e.name, "message": e.message, "failed_at": failed_at}
     comm.destroy()
     return out
 

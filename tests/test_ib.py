@@ -20,21 +20,18 @@ command (docs/transports.md):
   send/recv on ncclMemAlloc buffers that the CPU copies nothing of;
 - zero copy: send/recv, allgather and broadcast on registered buffers
   (ncclMemAlloc, ncclCommRegister) go by RDMA WRITE with no byte copied
-  by the CPU (hetcclCommCopiedBytes), plain buffers and reductions still
-  copy, and a buffer freed and allocated again at the same address
+  by the CPU (hetcclCommCopiedBytes), nor does an allreduce (its reduce
+  half lands in the receiver's bounce buffer), plain buffers still copy (a
+  plain destination within HETCCL_IB_BOUNCE: the receiver's one copy),
+  and a buffer freed and allocated again at the same address
   between two calls gets the right data (the registration went with it);
-- ib chosen per pair under auto: four ranks as three "hosts" (IPC
-  namespaces) where one rank is denied its device (HETCCL_IB_HCA naming
-  none): shm for the same-host pair, ib between ranks that both have an
-  active port, socket for every pair of the rank without, and rank 0 says
-  so; NCCL_IB_DISABLE=1 gives socket for all;
 - the transport alone: tests/c/transport/conformance over ib (meson suite
   `rdma`), every contract of transport.h through the table, as for shm and
   socket.
 
-Two tests run where there is no device: HETCCL_TRANSPORT=ib then fails
-init with ncclSystemError and a message saying why, and the default
-(auto) forms the same four-rank communicator with shm and socket only.
+One test runs where there is no device: HETCCL_TRANSPORT=ib then fails
+init with ncclSystemError and a message saying why. Which transport each
+pair of ranks on several hosts takes is tests/test_ib_pairs.py.
 """
 
 from __future__ import annotations
@@ -42,7 +39,6 @@ from __future__ import annotations
 import ctypes
 import os
 import re
-import shutil
 import time
 from pathlib import Path
 from typing import Any, Dict, List, Optional
@@ -54,7 +50,6 @@ import hetccl
 from c_build import configure_and_build, run_meson_test, select_tests
 from conftest import active_verbs_device
 from libpath import REPO_ROOT
-from rank_procs import run_ranks
 from hetccl import nccl
 from hetccl.errors import NcclError
 from hetccl.nccl import NcclCommunicator
@@ -737,121 +732,3 @@ def test_ib_without_a_device_fails_init_with_a_reason() -> None:
         print(f"\n[ib without device] {_describe(o)}")
     assert any(o.get("name") == SYSTEM and "ib:" in o["message"] for o in outs), outs
     assert all(o["kind"] == "error" for o in outs), outs
-
-
-# -- the transport of each pair ----------------------------------------------------------
-
-PAIRS_RANK_PY = REPO_ROOT / "tests" / "pairs_rank.py"
-PAIRS_LINE = re.compile(r"pairs by transport: shm (\d+), socket (\d+), ib (\d+)")
-PEERS_LINE = re.compile(r"rank (\d+) of \d+: engine ready \(peers by transport: "
-                        r"shm (\d+), socket (\d+), ib (\d+)")
-
-
-PAIR_COUNT = 1 << 16                   # float32 elements per message of pairs_rank.py
-PAIR_BYTES = 4 * PAIR_COUNT
-
-
-def run_pairs(tmp_path: Path, extra: Dict[str, str], hide_ib_on: int = -1,
-              count: int = PAIR_COUNT) -> Dict[str, Any]:
-    """Four ranks as three hosts: ranks 0 and 1 share this process's IPC
-    namespace (one host: shm), ranks 2 and 3 each run in one of their own
-    (`unshare --ipc`: hetccl's host identity differs, as between machines).
-    Rank hide_ib_on gets HETCCL_IB_HCA naming no device. Returns the
-    ranks' results, rank 0's pairs line and every rank's peers line."""
-    if shutil.which("unshare") is None or os.geteuid() != 0:
-        pytest.skip("needs root and unshare (util-linux) for an IPC namespace per rank")
-    envs = []
-    for rank in range(4):
-        env = {**os.environ, "T_RANK": str(rank), "T_NRANKS": "4", "T_COUNT": str(count),
-               "T_ID_FILE": str(tmp_path / "id"), "HETCCL_CONNECT_TIMEOUT": "60",
-               "HETCCL_DEBUG": "INFO", "HETCCL_DEBUG_SUBSYS": "INIT,NET",
-               "HETCCL_DEBUG_FILE": str(tmp_path / f"log.{rank}"), **extra}
-        env.pop("HETCCL_TRANSPORT", None)
-        env.pop("NCCL_IB_DISABLE", None)
-        env.update(extra)
-        if rank == hide_ib_on:
-            env["HETCCL_IB_HCA"] = "no_such_hca"
-        envs.append(env)
-    prefixes = [[], [], ["unshare", "--ipc"], ["unshare", "--ipc"]]
-    results = run_ranks(PAIRS_RANK_PY, envs, timeout=240, prefixes=prefixes)
-    logs = {r: (tmp_path / f"log.{r}").read_text() for r in range(4)}
-    pairs = PAIRS_LINE.findall(logs[0])
-    peers = {}
-    for r in range(4):
-        for m in PEERS_LINE.finditer(logs[r]):
-            peers[int(m.group(1))] = tuple(int(g) for g in m.groups()[1:])
-    for r, got in enumerate(results):
-        print(f"\n[pairs] rank {r}: {got} peers(shm, socket, ib)={peers.get(r)}")
-    print(f"[pairs] rank 0: {[ln for ln in logs[0].splitlines() if 'pairs by' in ln]}")
-    return {"results": results, "pairs": pairs, "peers": peers, "logs": logs}
-
-
-def assert_pairs(got: Dict[str, Any], pairs: tuple, peers: Dict[int, tuple]) -> None:
-    for r, res in enumerate(got["results"]):
-        assert "error" not in res, f"rank {r}: {res}"
-        assert res["wrong"] == [], f"rank {r}: wrong data {res['wrong']}"
-    assert got["pairs"] == [tuple(str(k) for k in pairs)], got["logs"][0][-3000:]
-    assert got["peers"] == peers, got["peers"]
-
-
-@pytest.mark.rdma
-@pytest.mark.timeout(300)
-def test_ib_chosen_per_pair(tmp_path: Path) -> None:
-    """auto: ranks 2 and 3 are on hosts of their own, rank 3 has no device
-    it may use. Pairs: (0,1) shm; (0,2), (1,2) ib; (0,3), (1,3), (2,3)
-    socket. Every pair moves data; rank 0 names rank 3 as the one without."""
-    got = run_pairs(tmp_path, {}, hide_ib_on=3)
-    assert_pairs(got, (1, 3, 2),
-                 {0: (1, 1, 1), 1: (1, 1, 1), 2: (0, 1, 2), 3: (0, 3, 0)})
-    assert "no active ib port on ranks 3" in got["logs"][0], got["logs"][0][-3000:]
-    assert "ib rank 2:" in got["logs"][2]          # its context was made
-    assert "ib rank 3:" not in got["logs"][3]      # and rank 3 made none
-    # ib still copies through its staging slots: rank 2 sent a message to
-    # ranks 0 and 1 and took one from each, every byte copied once.
-    copied = [res["copied"] for res in got["results"]]
-    assert copied[2]["ib"] >= 4 * PAIR_BYTES and copied[2]["shm"] == 0, copied
-    assert copied[3]["ib"] == 0 and copied[3]["socket"] >= 6 * PAIR_BYTES, copied
-
-
-@pytest.mark.rdma
-@pytest.mark.timeout(300)
-def test_ib_disable_gives_socket_between_hosts(tmp_path: Path) -> None:
-    got = run_pairs(tmp_path, {"NCCL_IB_DISABLE": "1"})
-    assert_pairs(got, (1, 5, 0),
-                 {0: (1, 2, 0), 1: (1, 2, 0), 2: (0, 3, 0), 3: (0, 3, 0)})
-    assert "NCCL_IB_DISABLE=1" in got["logs"][0]
-
-
-@pytest.mark.timeout(300)
-@pytest.mark.skipif(active_verbs_device() is not None, reason="a verbs device is active here")
-def test_default_without_a_device_is_shm_and_socket(tmp_path: Path) -> None:
-    """No verbs device: the default forms the four-rank, three-host
-    communicator with no error, shm on one host and socket between them."""
-    got = run_pairs(tmp_path, {})
-    assert_pairs(got, (1, 5, 0),
-                 {0: (1, 2, 0), 1: (1, 2, 0), 2: (0, 3, 0), 3: (0, 3, 0)})
-    assert "no active ib port on ranks 0,1,2,3" in got["logs"][0]
-    assert "WARN" not in "".join(got["logs"].values())
-
-
-@pytest.mark.timeout(300)
-def test_copied_bytes_per_transport(tmp_path: Path) -> None:
-    """The CPU's payload copies, per transport (hetcclCommCopiedBytes), on
-    the default four-rank, three-host communicator over shm and socket:
-    the socket counts the kernel's copy of every byte sent and received,
-    so rank 2 (socket to three peers) counts at least its six messages of
-    the exchange; ranks 0 and 1 count shm for their pair and socket for
-    the two others; no rank counts ib. The destroy line says the same."""
-    got = run_pairs(tmp_path, {"NCCL_IB_DISABLE": "1"})
-    copied = [res["copied"] for res in got["results"]]
-    print(f"\n[copied] {copied}")
-    assert all(set(c) == {"shm", "socket", "ib"} for c in copied), copied
-    for r in (0, 1):
-        assert copied[r]["shm"] >= PAIR_BYTES, copied     # at least the message it took
-        assert copied[r]["socket"] >= 4 * PAIR_BYTES, copied
-    for r in (2, 3):
-        assert copied[r]["shm"] == 0 and copied[r]["socket"] >= 6 * PAIR_BYTES, copied
-    assert all(c["ib"] == 0 for c in copied), copied
-    line = re.search(r"payload bytes copied by the CPU: shm (\d+), socket (\d+), ib (\d+)",
-                     got["logs"][2])
-    assert line and int(line.group(2)) == copied[2]["socket"], got["logs"][2][-2000:]

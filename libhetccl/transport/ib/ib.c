@@ -73,6 +73,8 @@ ncclResult_t hetccl_ib_ep_check_peer(hetccl_ep_t *ep) {
 void hetccl_ib_ep_close(hetccl_ep_t *ep) {
   if (ep == NULL) return;
   const hetccl_ib_verbs_t *v = ep->v;
+  if (hetccl_probe_busy(&ep->probe)) ep->ctx->probes_busy--;
+  hetccl_probe_close(&ep->probe);
   /* QP before CQ and memory: it may still reference both. */
   if (ep->qp && v->destroy_qp(ep->qp) != 0)
     INFO(HETCCL_NET, "ib: destroying the QP to rank %d failed", ep->peer_user);
@@ -162,6 +164,7 @@ ncclResult_t hetccl_ib_ep_new(hetccl_tctx_t *ctx, int peer, const uint8_t *addr,
   ep->peer = peer;
   ep->peer_user = peer_user;
   ep->fd = -1;
+  hetccl_probe_init(&ep->probe, 0); /* none in flight (its descriptor is -1) */
   ep->slots = ctx->slots;
   ep->chunk = ctx->chunk;
   ep->stride = IB_PIECE_HDR + ctx->chunk;

@@ -40,6 +40,7 @@
 #include <stdint.h>
 
 #include "transport/base/inbox.h"
+#include "transport/base/probe.h"
 #include "transport/transport.h"
 #include "util/net.h"
 
@@ -203,6 +204,8 @@ struct hetccl_tctx {
   hetccl_inbox_t *inbox;   /* arrivals on lfd, made by the first ctx_poll */
   struct ib_parked *parked; /* nranks: each lower rank's arrival, until its endpoint takes it */
   int lower_in;            /* lower ranks whose endpoint took its connection */
+  int higher_out;          /* higher ranks this one connected to (said hello) */
+  int probes_busy;         /* endpoints with a probe in flight (ib_connect.c) */
   int failed;              /* ctx_fail: arrivals get `note` */
   hetccl_fail_note_t note;
 };
@@ -221,6 +224,8 @@ struct hetccl_ep {
   ib_addr_t pub;            /* what the peer published */
   int fd;                   /* the TCP line: handshake, then notes and liveness */
   int hs;                   /* where the handshake stands (ib_connect.c) */
+  hetccl_probe_t probe;     /* higher rank waiting for the lower one: is it alive? */
+  int64_t wait_ms;          /* when that wait began */
   uint32_t psn;             /* our first send PSN */
   struct ibv_cq *cq;
   struct ibv_qp *qp;

@@ -31,9 +31,12 @@
  * endpoint only to leave its note there (ep_fail; lower_connects in the
  * table), which the higher reads where READY should be.
  *
- * The listener stays open until every lower rank has come (connect: until
- * connect returns) or, after ctx_fail, until ctx_destroy, which answers
- * the last arrivals.
+ * The listener stays open until every lower rank has come and this rank
+ * has said hello to every higher one (connect: until connect returns),
+ * or, after ctx_fail, until ctx_destroy, which answers the last arrivals.
+ * Not before: while a higher rank waits for this one's hello on first use,
+ * it probes this listener (base/probe.h) to tell a rank killed on another
+ * host, whose kernel refuses the probe, from a slow one (ep_probe).
  *
  * Threads: connect on the thread that creates the communicator; the rest
  * on the one thread that drives it (transport.h). No locks. */
@@ -52,6 +55,7 @@
 #define IB_HELLO_MAGIC 0x494248454c4c4f32ull /* "IBHELLO2" */
 #define IB_READY_MAGIC 0x4942524541445931ull /* "IBREADY1" */
 #define IB_CONNECT_POLL_MS 1                 /* connect: longest sleep between rounds */
+#define IB_PROBES_MAX 32                     /* probes in flight per context (descriptors) */
 
 typedef struct ib_hello {
   hetccl_hello_t id;
@@ -157,14 +161,24 @@ static ncclResult_t hello_send(hetccl_ep_t *ep, int live) {
   return ncclSuccess;
 }
 
+/* The port closes once nobody can need it: every lower rank is in, this
+ * rank said hello to every higher one, nothing failed, and it is not
+ * connect's (an all-to-all ends with no port of the context open). In a
+ * communicator where some peers use another transport those never come
+ * here, and it stays until ctx_destroy. */
+static void listener_retire(hetccl_tctx_t *ctx) {
+  int me = ctx->args.rank;
+  if (ctx->lfd < 0 || ctx->failed || ctx->use != NULL || ctx->lower_in < me ||
+      ctx->higher_out < ctx->args.nranks - 1 - me)
+    return;
+  hetccl_inbox_destroy(ctx->inbox);
+  ctx->inbox = NULL;
+  hetccl_net_close(&ctx->lfd);
+}
+
 static void lower_came(hetccl_tctx_t *ctx) {
-  /* Every lower rank is in and nothing failed: nobody else may come, so
-   * the port closes (an all-to-all ends with no port of the context open). */
-  if (++ctx->lower_in == ctx->args.rank && !ctx->failed && ctx->use == NULL) {
-    hetccl_inbox_destroy(ctx->inbox);
-    ctx->inbox = NULL;
-    hetccl_net_close(&ctx->lfd);
-  }
+  ctx->lower_in++;
+  listener_retire(ctx);
 }
 
 /* Higher rank: the lower one's hello, if it came; get ready and answer. */
@@ -247,6 +261,11 @@ static ncclResult_t ep_begin(hetccl_tctx_t *ctx, int peer, const uint8_t *addr, 
       hetccl_ib_ep_close(ep);
       return res;
     }
+    ctx->higher_out++;
+    listener_retire(ctx);
+  } else {
+    ep->wait_ms = hetccl_net_now_ms();
+    hetccl_probe_init(&ep->probe, ep->wait_ms);
   }
   *out = ep;
   return ncclSuccess;
@@ -309,10 +328,46 @@ ncclResult_t hetccl_ib_ep_open(hetccl_tctx_t *ctx, int peer, const uint8_t *addr
   return ep_begin(ctx, peer, addr, 1, out);
 }
 
+/* This (higher) rank waits for the lower one's hello: is it still there?
+ * On another host a killed rank leaves neither a note nor a pid to look at,
+ * but its listener stays open for as long as it may still come here
+ * (listener_retire) and its kernel refuses connections to it once the
+ * process is gone (base/probe.h). A refusal that comes after its hello
+ * (it came, then closed its listener) is no verdict: arrivals are taken
+ * once more first. */
+static ncclResult_t ep_probe(hetccl_ep_t *ep) {
+  hetccl_tctx_t *ctx = ep->ctx;
+  int64_t now = hetccl_net_now_ms();
+  int busy = hetccl_probe_busy(&ep->probe), err = 0;
+  hetccl_probe_result_t r = hetccl_probe_poll(&ep->probe, &ep->paddr, now,
+                                              ctx->probes_busy < IB_PROBES_MAX, &err);
+  ctx->probes_busy += hetccl_probe_busy(&ep->probe) - busy;
+  char a[HETCCL_NET_ADDR_STRLEN];
+  if (r == HETCCL_PROBE_ALIVE)
+    TRACE(HETCCL_NET, "ib rank %d: rank %d's listener at %s answers (alive; waited %lld ms for "
+          "its hello)", ctx->rank_user, ep->peer_user, ep_addr(ep, a, sizeof(a)),
+          (long long)(now - ep->wait_ms));
+  if (r == HETCCL_PROBE_UNKNOWN || r == HETCCL_PROBE_ALIVE) return ncclSuccess;
+  HETCCL_CHECK(hetccl_ib_ctx_poll(ctx));
+  if (ctx->parked && ctx->parked[ep->peer].came) return ncclSuccess;
+  WARN("ib rank %d: rank %d is gone: its listener at %s %s (%s) while rank %d waited %lld ms "
+       "for its hello", ctx->rank_user, ep->peer_user, ep_addr(ep, a, sizeof(a)),
+       r == HETCCL_PROBE_REFUSED ? "refused a connection" : "is unreachable",
+       r == HETCCL_PROBE_REFUSED ? "process gone" : strerror(err), ctx->rank_user,
+       (long long)(now - ep->wait_ms));
+  return hetccl_ib_ep_error(ep, ncclRemoteError);
+}
+
 ncclResult_t hetccl_ib_ep_ready(hetccl_ep_t *ep, int *ready) {
   *ready = 0;
   if (ep->hs == IB_HS_HELLO) HETCCL_CHECK(hetccl_ib_ctx_poll(ep->ctx));
   if (ep->hs != IB_HS_DONE) HETCCL_CHECK(hs_step(ep));
+  if (ep->hs == IB_HS_HELLO && ep->ctx->use == NULL) {
+    HETCCL_CHECK(ep_probe(ep));
+  } else if (hetccl_probe_busy(&ep->probe)) {
+    ep->ctx->probes_busy--;
+    hetccl_probe_close(&ep->probe);
+  }
   *ready = ep->hs == IB_HS_DONE;
   return ncclSuccess;
 }
