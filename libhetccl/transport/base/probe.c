@@ -4,8 +4,11 @@
 
 #include <errno.h>
 #include <poll.h>
+#include <string.h>
 #include <sys/socket.h>
 #include <unistd.h>
+
+#include "util/log.h"
 
 void hetccl_probe_init(hetccl_probe_t *p, int64_t now_ms) {
   p->fd = -1;
@@ -60,4 +63,34 @@ hetccl_probe_result_t hetccl_probe_poll(hetccl_probe_t *p, const hetccl_sockaddr
   socklen_t len = sizeof(e);
   if (getsockopt(p->fd, SOL_SOCKET, SO_ERROR, &e, &len) != 0) e = errno;
   return verdict(p, e, err);
+}
+
+hetccl_probe_result_t hetccl_probe_step(hetccl_probe_t *p, const hetccl_sockaddr_t *addr,
+                                        int *in_flight, const hetccl_probe_who_t *who, int *err) {
+  int64_t now = hetccl_net_now_ms();
+  int busy = hetccl_probe_busy(p);
+  hetccl_probe_result_t r = hetccl_probe_poll(p, addr, now, *in_flight < HETCCL_PROBES_MAX, err);
+  *in_flight += hetccl_probe_busy(p) - busy;
+  if (r == HETCCL_PROBE_ALIVE) {
+    char a[HETCCL_NET_ADDR_STRLEN];
+    TRACE(HETCCL_NET, "%s rank %d: rank %d's listener at %s answers (alive; waited %lld ms %s)",
+          who->transport, who->rank, who->peer, hetccl_net_addr_str(addr, a, sizeof(a)),
+          (long long)(now - who->since_ms), who->waiting_for);
+  }
+  return r;
+}
+
+void hetccl_probe_gone(const hetccl_probe_who_t *who, const hetccl_sockaddr_t *addr,
+                       hetccl_probe_result_t r, int err) {
+  char a[HETCCL_NET_ADDR_STRLEN];
+  WARN("%s rank %d: rank %d is gone: its listener at %s %s (%s) while rank %d waited %lld ms %s",
+       who->transport, who->rank, who->peer, hetccl_net_addr_str(addr, a, sizeof(a)),
+       r == HETCCL_PROBE_REFUSED ? "refused a connection" : "is unreachable",
+       r == HETCCL_PROBE_REFUSED ? "process gone" : strerror(err), who->rank,
+       (long long)(hetccl_net_now_ms() - who->since_ms), who->waiting_for);
+}
+
+void hetccl_probe_stop(hetccl_probe_t *p, int *in_flight) {
+  if (hetccl_probe_busy(p)) (*in_flight)--;
+  hetccl_probe_close(p);
 }

@@ -13,9 +13,10 @@
  * Where. In the transport, not the engine: the address is transport-private
  * (the engine holds only opaque blobs), and only the transport can promise
  * how long its listener stays open. This file knows nothing of ranks or
- * endpoints: any transport with a TCP listener calls it with the address it
- * parsed from the peer's blob and judges the answer itself (a refusal
- * means "gone" only where the listener's lifetime says so).
+ * endpoints beyond the names its messages print: any transport with a TCP
+ * listener calls it with the address it parsed from the peer's blob and
+ * judges the answer itself (a refusal means "gone" only where the
+ * listener's lifetime says so).
  *
  * Contract. hetccl_probe_poll never blocks. When no probe is in flight and
  * the last one began at least HETCCL_PROBE_EVERY_MS ago (or, for the first,
@@ -74,5 +75,32 @@ hetccl_probe_result_t hetccl_probe_poll(hetccl_probe_t *p, const hetccl_sockaddr
 static inline int hetccl_probe_busy(const hetccl_probe_t *p) { return p->fd >= 0; }
 /* Drop the probe in flight, if any. Safe on a probe never started. */
 void hetccl_probe_close(hetccl_probe_t *p);
+
+/* ---- a higher rank's wait for a lower one, as the transports run it ------
+ * (socket: for its connections; ib: for its hello). A context caps its
+ * probes in flight at HETCCL_PROBES_MAX (*in_flight counts them); the
+ * messages name the waiter and what it waits for. */
+#define HETCCL_PROBES_MAX 32 /* probes in flight per context (descriptors) */
+
+typedef struct hetccl_probe_who {
+  const char *transport;   /* the messages' first word: "socket", "ib" */
+  int rank, peer;          /* the waiter and the lower rank, as the user numbers them */
+  int64_t since_ms;        /* when the wait began */
+  const char *waiting_for; /* "for it to connect", "for its hello" */
+} hetccl_probe_who_t;
+
+/* hetccl_probe_poll under the context's cap, keeping *in_flight right; an
+ * ALIVE answer is TRACEd. A REFUSED / UNREACHABLE verdict is the caller's
+ * to confirm (the peer may have come just before it closed its listener)
+ * before hetccl_probe_gone. */
+hetccl_probe_result_t hetccl_probe_step(hetccl_probe_t *p, const hetccl_sockaddr_t *addr,
+                                        int *in_flight, const hetccl_probe_who_t *who, int *err);
+/* The WARN of a confirmed verdict r (err: what hetccl_probe_step gave):
+ * "<transport> rank R: rank P is gone: its listener at A refused a
+ * connection (process gone) while rank R waited N ms <waiting_for>". */
+void hetccl_probe_gone(const hetccl_probe_who_t *who, const hetccl_sockaddr_t *addr,
+                       hetccl_probe_result_t r, int err);
+/* hetccl_probe_close, keeping *in_flight right. */
+void hetccl_probe_stop(hetccl_probe_t *p, int *in_flight);
 
 #endif

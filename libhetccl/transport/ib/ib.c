@@ -73,8 +73,7 @@ ncclResult_t hetccl_ib_ep_check_peer(hetccl_ep_t *ep) {
 void hetccl_ib_ep_close(hetccl_ep_t *ep) {
   if (ep == NULL) return;
   const hetccl_ib_verbs_t *v = ep->v;
-  if (hetccl_probe_busy(&ep->probe)) ep->ctx->probes_busy--;
-  hetccl_probe_close(&ep->probe);
+  hetccl_probe_stop(&ep->probe, &ep->ctx->probes_busy);
   /* QP before CQ and memory: it may still reference both. */
   if (ep->qp && v->destroy_qp(ep->qp) != 0)
     INFO(HETCCL_NET, "ib: destroying the QP to rank %d failed", ep->peer_user);

@@ -55,7 +55,6 @@
 #define IB_HELLO_MAGIC 0x494248454c4c4f32ull /* "IBHELLO2" */
 #define IB_READY_MAGIC 0x4942524541445931ull /* "IBREADY1" */
 #define IB_CONNECT_POLL_MS 1                 /* connect: longest sleep between rounds */
-#define IB_PROBES_MAX 32                     /* probes in flight per context (descriptors) */
 
 typedef struct ib_hello {
   hetccl_hello_t id;
@@ -337,24 +336,14 @@ ncclResult_t hetccl_ib_ep_open(hetccl_tctx_t *ctx, int peer, const uint8_t *addr
  * once more first. */
 static ncclResult_t ep_probe(hetccl_ep_t *ep) {
   hetccl_tctx_t *ctx = ep->ctx;
-  int64_t now = hetccl_net_now_ms();
-  int busy = hetccl_probe_busy(&ep->probe), err = 0;
-  hetccl_probe_result_t r = hetccl_probe_poll(&ep->probe, &ep->paddr, now,
-                                              ctx->probes_busy < IB_PROBES_MAX, &err);
-  ctx->probes_busy += hetccl_probe_busy(&ep->probe) - busy;
-  char a[HETCCL_NET_ADDR_STRLEN];
-  if (r == HETCCL_PROBE_ALIVE)
-    TRACE(HETCCL_NET, "ib rank %d: rank %d's listener at %s answers (alive; waited %lld ms for "
-          "its hello)", ctx->rank_user, ep->peer_user, ep_addr(ep, a, sizeof(a)),
-          (long long)(now - ep->wait_ms));
+  hetccl_probe_who_t who = {"ib", ctx->rank_user, ep->peer_user, ep->wait_ms, "for its hello"};
+  int err = 0;
+  hetccl_probe_result_t r = hetccl_probe_step(&ep->probe, &ep->paddr, &ctx->probes_busy, &who,
+                                              &err);
   if (r == HETCCL_PROBE_UNKNOWN || r == HETCCL_PROBE_ALIVE) return ncclSuccess;
   HETCCL_CHECK(hetccl_ib_ctx_poll(ctx));
   if (ctx->parked && ctx->parked[ep->peer].came) return ncclSuccess;
-  WARN("ib rank %d: rank %d is gone: its listener at %s %s (%s) while rank %d waited %lld ms "
-       "for its hello", ctx->rank_user, ep->peer_user, ep_addr(ep, a, sizeof(a)),
-       r == HETCCL_PROBE_REFUSED ? "refused a connection" : "is unreachable",
-       r == HETCCL_PROBE_REFUSED ? "process gone" : strerror(err), ctx->rank_user,
-       (long long)(now - ep->wait_ms));
+  hetccl_probe_gone(&who, &ep->paddr, r, err);
   return hetccl_ib_ep_error(ep, ncclRemoteError);
 }
 
@@ -364,9 +353,8 @@ ncclResult_t hetccl_ib_ep_ready(hetccl_ep_t *ep, int *ready) {
   if (ep->hs != IB_HS_DONE) HETCCL_CHECK(hs_step(ep));
   if (ep->hs == IB_HS_HELLO && ep->ctx->use == NULL) {
     HETCCL_CHECK(ep_probe(ep));
-  } else if (hetccl_probe_busy(&ep->probe)) {
-    ep->ctx->probes_busy--;
-    hetccl_probe_close(&ep->probe);
+  } else {
+    hetccl_probe_stop(&ep->probe, &ep->ctx->probes_busy);
   }
   *ready = ep->hs == IB_HS_DONE;
   return ncclSuccess;

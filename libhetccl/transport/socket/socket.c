@@ -74,7 +74,6 @@
 #define SOCK_NOTE_WAIT_MS 200 /* how long a closed stream waits for the note behind it */
 #define SOCK_PROGRESS_BUDGET (8u << 20)        /* bytes per stream per progress call */
 #define SOCK_BUF_BYTES (1 << 20)               /* SO_SNDBUF / SO_RCVBUF, see stream_setup */
-#define SOCK_PROBES_MAX 32 /* probes in flight per context (descriptors), see ep_probe */
 
 typedef struct addr_blob {
   uint64_t magic;
@@ -452,8 +451,7 @@ fail:
 
 static void sock_ep_close(hetccl_ep_t *ep) {
   if (ep == NULL) return;
-  if (hetccl_probe_busy(&ep->probe)) ep->ctx->probes_busy--;
-  hetccl_probe_close(&ep->probe);
+  hetccl_probe_stop(&ep->probe, &ep->ctx->probes_busy);
   hetccl_net_close(&ep->note_fd);
   if (ep->st)
     for (int s = 0; s < ep->nstreams; s++) {
@@ -759,24 +757,15 @@ static int ep_collect(hetccl_ep_t *ep) {
  * they are looked for once more first. */
 static ncclResult_t ep_probe(hetccl_ep_t *ep) {
   hetccl_tctx_t *ctx = ep->ctx;
-  int64_t now = hetccl_net_now_ms();
-  int busy = hetccl_probe_busy(&ep->probe), err = 0;
-  hetccl_probe_result_t r = hetccl_probe_poll(&ep->probe, &ep->paddr, now,
-                                              ctx->probes_busy < SOCK_PROBES_MAX, &err);
-  ctx->probes_busy += hetccl_probe_busy(&ep->probe) - busy;
-  char a[HETCCL_NET_ADDR_STRLEN];
-  if (r == HETCCL_PROBE_ALIVE)
-    TRACE(HETCCL_NET, "socket rank %d: rank %d's listener at %s answers (alive; waited %lld ms "
-          "for it to connect)", ctx->rank_user, ep->peer_user, ep_addr(ep, a, sizeof(a)),
-          (long long)(now - ep->wait_ms));
+  hetccl_probe_who_t who = {"socket", ctx->rank_user, ep->peer_user, ep->wait_ms,
+                            "for it to connect"};
+  int err = 0;
+  hetccl_probe_result_t r = hetccl_probe_step(&ep->probe, &ep->paddr, &ctx->probes_busy, &who,
+                                              &err);
   if (r == HETCCL_PROBE_UNKNOWN || r == HETCCL_PROBE_ALIVE) return ncclSuccess;
   HETCCL_CHECK(sock_ctx_poll(ctx));
   if (ep_collect(ep) > 0) return ncclSuccess;
-  WARN("socket rank %d: rank %d is gone: its listener at %s %s (%s) while rank %d waited %lld "
-       "ms for it to connect", ctx->rank_user, ep->peer_user, ep_addr(ep, a, sizeof(a)),
-       r == HETCCL_PROBE_REFUSED ? "refused a connection" : "is unreachable",
-       r == HETCCL_PROBE_REFUSED ? "process gone" : strerror(err), ctx->rank_user,
-       (long long)(now - ep->wait_ms));
+  hetccl_probe_gone(&who, &ep->paddr, r, err);
   return ep_fail(ep, ncclRemoteError);
 }
 
@@ -786,8 +775,7 @@ static ncclResult_t sock_ep_ready(hetccl_ep_t *ep, int *ready) {
     HETCCL_CHECK(sock_ctx_poll(ctx));
     ep->ready = ep_collect(ep) == ep->nstreams + 1;
     if (ep->ready) {
-      if (hetccl_probe_busy(&ep->probe)) ctx->probes_busy--;
-      hetccl_probe_close(&ep->probe);
+      hetccl_probe_stop(&ep->probe, &ctx->probes_busy);
       ctx->lower_in++;
       listener_retire(ctx);
     } else {
