@@ -64,6 +64,7 @@ ncclResult_t hetccl_engine_create(const hetccl_engine_args_t *a, hetccl_engine_t
   e->peer_note = a->peer_note;
   e->mismatch = a->mismatch;
   e->spin = a->spin;
+  e->nap_us = (int)hetccl_knob_int(HETCCL_KNOB_IDLE_NAP);
   e->pipeline_chunk = (size_t)hetccl_knob_int(HETCCL_KNOB_PIPELINE_CHUNK) & ~(size_t)63;
   if (e->pipeline_chunk < 64) e->pipeline_chunk = 64;
   e->small_bytes = (size_t)hetccl_knob_int(HETCCL_KNOB_SMALL_BYTES);
@@ -275,6 +276,29 @@ static ncclResult_t progress_all(hetccl_engine_t *e, int *idle_out) {
   return ncclSuccess;
 }
 
+/* An idle wait past its HETCCL_SPIN polls gives the CPU back: first by
+ * yielding (a peer on this CPU runs at once), then, still idle after
+ * IDLE_YIELDS yields, by sleeping, 8 us and doubling up to HETCCL_IDLE_NAP
+ * (0: yield for ever). Sleeping matters where the CPUs are shared in a way
+ * this rank cannot see (virtual machines on fewer cores, a NIC emulated in
+ * the kernel): a thread that only yields still holds its CPU whenever no
+ * other thread of its own system is runnable there. The cost is up to one
+ * nap (plus the kernel's timer slack) of latency on a wait that was
+ * already idle that long. */
+enum { IDLE_YIELDS = 128, IDLE_NAP_FIRST_US = 8 };
+
+static void idle_rest(const hetccl_engine_t *e, int64_t rested) {
+  if (e->nap_us <= 0 || rested < IDLE_YIELDS) {
+    sched_yield();
+    return;
+  }
+  int64_t us = IDLE_NAP_FIRST_US;
+  for (int64_t k = rested - IDLE_YIELDS; k > 0 && us < e->nap_us; k--) us <<= 1;
+  if (us > e->nap_us) us = e->nap_us;
+  struct timespec ts = {(time_t)(us / 1000000), (long)(us % 1000000) * 1000};
+  nanosleep(&ts, NULL);
+}
+
 ncclResult_t hetccl_engine_wait(hetccl_engine_t *e, hetccl_req_t **reqs, int n) {
   if (e->failed != ncclSuccess) return e->failed;
   int first = 0; /* requests before `first` are done */
@@ -300,7 +324,7 @@ ncclResult_t hetccl_engine_wait(hetccl_engine_t *e, hetccl_req_t **reqs, int n) 
       continue;
     }
     if (++idle_polls < e->spin) continue;
-    sched_yield();
+    idle_rest(e, idle_polls - e->spin);
     if ((idle_polls & 255) == 0) {
       int64_t t = now_ms();
       if (deadline < 0) {

@@ -32,7 +32,8 @@ ncclResult_t hetccl_engine_irecv(hetccl_engine_t *e, int peer, void *buf, size_t
                                  hetccl_consume_fn consume, void *consume_ctx, hetccl_req_t *req);
 
 /* Progress everything until all n requests are done. Bounded by the
- * communicator timeout and abort flag; spins HETCCL_SPIN polls, then yields.
+ * communicator timeout and abort flag; spins HETCCL_SPIN polls, then yields,
+ * then sleeps up to HETCCL_IDLE_NAP microseconds at a time (engine.c).
  * On error, the communicator is marked failed and the error (naming the
  * peer) is returned; later calls return it too. */
 ncclResult_t hetccl_engine_wait(hetccl_engine_t *e, hetccl_req_t **reqs, int n);

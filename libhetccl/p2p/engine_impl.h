@@ -33,6 +33,7 @@ struct hetccl_engine {
   int pull_ok; /* sends of the current operation: receives copy, they do not consume */
   int timeout_ms;
   int spin;
+  int nap_us; /* HETCCL_IDLE_NAP: the longest sleep of an idle wait; 0 yields only */
   volatile int *abort_flag;
   volatile int *comm_error;
   hetccl_fail_note_t *peer_note; /* the first note a peer left us (transports write it) */

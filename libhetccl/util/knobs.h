@@ -74,6 +74,10 @@
     "bytes per ib piece (staging slot payload, multiple of 64)")               \
   X(IB_SLOTS, "HETCCL_IB_SLOTS", INT, "8", 2, 1024,                            \
     "ib staging slots per direction per peer (pieces in flight)")              \
+  X(IB_TIMEOUT, "NCCL_IB_TIMEOUT", INT, "20", 1, 31,                         \
+    "ib queue pairs' ack timeout, as the verbs exponent: 4.096 us x 2^N before a write or send unacknowledged is sent again (default 20, as NCCL: 4.3 s; 14: 67 ms)") \
+  X(IB_RETRY_CNT, "NCCL_IB_RETRY_CNT", INT, "7", 0, 7,                        \
+    "ib queue pairs' retransmissions of an unacknowledged packet before the connection fails") \
   X(IB_ZCOPY_THRESHOLD, "HETCCL_IB_ZCOPY_THRESHOLD", INT, "1M", 1, 4611686018427387904, \
     "ib messages of at least this many bytes whose source is registered (ncclMemAlloc, ncclCommRegister) go by RDMA WRITE into the receiver's buffer when it is registered too, without CPU copies; smaller ones, and others, through the staging slots") \
   X(IB_BOUNCE, "HETCCL_IB_BOUNCE", INT, "4M", 0, 1073741824,                 \
@@ -96,6 +100,8 @@
     "1: cut into HETCCL_STAGE_PIECE pieces on host-only communicators too (tests)") \
   X(SPIN, "HETCCL_SPIN", INT, "2000", 0, 100000000,                            \
     "polls of an idle wait before it starts yielding the CPU")                 \
+  X(IDLE_NAP, "HETCCL_IDLE_NAP", INT, "64", 0, 100000,                         \
+    "microseconds: an idle wait still idle after HETCCL_SPIN polls and 128 yields sleeps 8 us, doubling up to this; 0: it yields for ever") \
   X(CHECK_MISMATCH, "HETCCL_CHECK_MISMATCH", INT, "1", 0, 1,                   \
     "1: every message carries the operation signature and a mismatch between ranks is an error") \
   X(ISLANDS, "HETCCL_ISLANDS", STR, "", 0, 0,                                  \

@@ -14,13 +14,20 @@ with the ib device:
     socket       sendrecv, HETCCL_TRANSPORT=socket between the same VMs
     ib zcopy 1w  one way: host 0 sends, host 1 receives
     ib_write_bw  perftest, host 0 writing to host 1 on the same device
+    ib_write_bw_b  perftest -b, both writing at once; reported per
+                 direction (perftest prints the sum), the peer of sendrecv
 
 sendrecv figures are nccl-tests' bus bandwidth for 2 ranks (size / time per
 call, each rank sending and receiving `size` at once); one-way ones and
 perftest's are one direction. Columns of configurations alternate over
 --reps runs (median), so drift hits all alike; the ratios are of medians.
 `--sizes` and `--configs` pick a subset (the threshold measurement:
-`--sizes 64K,128K,256K,512K,1M,2M --configs zcopy,eager`).
+`--sizes 64K,128K,256K,512K,1M,2M --configs zcopy,eager`). `--variant
+LABEL=BASE:KEY=VAL[;KEY=VAL...]` adds a configuration: BASE's with more
+knobs, and `--ratios-to CONFIG` adds a column per other configuration
+against it (queue pairs per connection:
+`--variant qps1=zcopy:HETCCL_IB_QPS=1 --variant qps2=zcopy:HETCCL_IB_QPS=2
+--configs qps1,qps2 --ratios-to qps1`).
 
 Soft-RoCE in a TCG VM is emulation: the figures compare paths of one run,
 never RDMA speeds.
@@ -48,8 +55,11 @@ CONFIGS: Dict[str, Dict[str, str]] = {
     "socket": {"HETCCL_TRANSPORT": "socket"},
     "zcopy1w": {"HETCCL_TRANSPORT": "ib", "HETCCL_IB_ZCOPY_THRESHOLD": "1"},
 }
+PERFTEST = {"ib_write_bw": [], "ib_write_bw_b": ["-b"]}
 TITLES = {"zcopy": "ib zcopy", "eager": "ib eager", "socket": "socket",
-          "zcopy1w": "ib zcopy 1w", "ib_write_bw": "ib_write_bw"}
+          "zcopy1w": "ib zcopy 1w", "ib_write_bw": "ib_write_bw",
+          "ib_write_bw_b": "ib_write_bw -b"}
+BASE: Dict[str, str] = {c: c for c in CONFIGS}  # a --variant's label -> what it measures
 WAIT_S = 300.0
 
 
@@ -140,13 +150,51 @@ def worker(config: str, uid_file: Path, sizes: List[int], budget: int) -> None:
 
 # -- one host -----------------------------------------------------------------------
 
+def add_variant(spec: str) -> str:
+    """LABEL=BASE:KEY=VAL[;KEY=VAL...] -> LABEL, now a configuration."""
+    m = re.fullmatch(r"([\w.-]+)=(\w+):(.*)", spec)
+    if not m or m.group(2) not in CONFIGS or m.group(1) in CONFIGS:
+        raise argparse.ArgumentTypeError(f"not LABEL=BASE:KEY=VAL[;KEY=VAL...] with BASE one of "
+                                         f"{', '.join(CONFIGS)}: {spec!r}")
+    label, base = m.group(1), m.group(2)
+    extra = dict(kv.split("=", 1) for kv in m.group(3).split(";") if kv)
+    CONFIGS[label] = {**CONFIGS[base], **extra}
+    BASE[label] = BASE[base]
+    TITLES[label] = label
+    return label
+
+
+def rxe_counters(dev: str) -> Dict[str, int]:
+    """The device's port counters (rxe: packets, retransmission timeouts,
+    RNR NAKs, out-of-sequence packets); empty where the device has none."""
+    d = Path(f"/sys/class/infiniband/{dev}/ports/1/hw_counters")
+    out: Dict[str, int] = {}
+    for f in sorted(d.glob("*")) if d.is_dir() else []:
+        try:
+            out[f.name] = int(f.read_text().split()[0])
+        except (OSError, ValueError, IndexError):
+            pass
+    return out
+
+
+def counters_delta(before: Dict[str, int], after: Dict[str, int]) -> str:
+    """The counters that moved, as `name=+n` (packet counts first)."""
+    moved = {k: after[k] - before.get(k, 0) for k in after if after[k] != before.get(k, 0)}
+    keys = sorted(moved, key=lambda k: (not k.endswith("_pkts"), k))
+    return " ".join(f"{k}=+{moved[k]}" for k in keys) or "none moved"
+
+
 def run_config(config: str, tag: str, sizes: List[int], budget: int) -> Dict[int, float]:
     run = os.environ.get("HETCCL_RDMA_RUN", "bench")
     uid_file = REPO / f".rdma-uid-{run}-bench-{tag}"
     env = {**os.environ, **CONFIGS[config]}
-    cmd = [sys.executable, __file__, "--worker", config, "--uid-file", str(uid_file),
+    cmd = [sys.executable, __file__, "--worker", BASE[config], "--uid-file", str(uid_file),
            "--sizes", ",".join(map(str, sizes)), "--budget", str(budget)]
+    dev = os.environ.get("RXE_VM_DEV", "rxe0")
+    c0 = rxe_counters(dev)
     out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=1800)
+    print(f"# host {os.environ['RXE_VM_HOST']} {config}: {dev} counters "
+          f"{counters_delta(c0, rxe_counters(dev))}", flush=True)
     if out.returncode != 0:
         raise RuntimeError(f"{config}: {' '.join(cmd)} exited with {out.returncode}\n"
                            f"{out.stdout[-4000:]}\n{out.stderr[-4000:]}")
@@ -157,11 +205,14 @@ def run_config(config: str, tag: str, sizes: List[int], budget: int) -> Dict[int
     return {int(k): v for k, v in got["mbps"].items()}
 
 
-def perftest(size: int, iters: int, dev: str, gid: int) -> Optional[float]:
+def perftest(size: int, iters: int, dev: str, gid: int, flags: List[str]) -> Optional[float]:
     """ib_write_bw from host 0 (client) to host 1 (server): MB/s one way
-    (it refuses fewer than 5 iterations: the caller asks for at least 5)."""
+    (it refuses fewer than 5 iterations: the caller asks for at least 5).
+    With -b both write at once and perftest reports the sum of the two
+    directions: this returns half of it, the figure per direction that
+    a sendrecv's bus bandwidth is."""
     common = ["ib_write_bw", "-d", dev, "-x", str(gid), "-s", str(size), "-n", str(iters),
-              "-F", "--report_gbits"]
+              "-F", "--report_gbits"] + flags
     if os.environ["RXE_VM_HOST"] == "1":
         subprocess.run(common, capture_output=True, text=True, timeout=900)
         return None
@@ -172,7 +223,8 @@ def perftest(size: int, iters: int, dev: str, gid: int) -> Optional[float]:
             for line in out.stdout.splitlines():
                 f = line.split()
                 if len(f) >= 4 and f[0] == str(size) and re.fullmatch(r"[0-9.]+", f[3]):
-                    return float(f[3]) * 1e3 / 8  # Gbit/s -> MB/s
+                    per_dir = 2 if "-b" in flags else 1
+                    return float(f[3]) * 1e3 / 8 / per_dir  # Gbit/s -> MB/s
             return None
         time.sleep(0.5)
     return None
@@ -182,7 +234,10 @@ def main(argv: List[str]) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--sizes", default="1M,4M,16M,64M",
                     type=lambda s: [parse_size(x) for x in s.split(",")])
-    ap.add_argument("--configs", default="zcopy,eager,socket,zcopy1w,ib_write_bw")
+    ap.add_argument("--configs", default="zcopy,eager,socket,zcopy1w,ib_write_bw,ib_write_bw_b")
+    ap.add_argument("--variant", action="append", default=[], type=add_variant,
+                    help="LABEL=BASE:KEY=VAL[;KEY=VAL...]: BASE with more knobs, as LABEL")
+    ap.add_argument("--ratios-to", help="a column per other configuration: it / this one")
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--budget", type=parse_size, default=parse_size("96M"),
                     help="bytes per size and run, each way (sets the timed calls)")
@@ -204,12 +259,22 @@ def main(argv: List[str]) -> int:
     t0 = time.monotonic()
     for rep in range(args.reps):
         for c in configs:  # alternate, so that drift hits every column alike
-            if c == "ib_write_bw":
-                got = {s: perftest(s, max(5, iters_for(s, args.budget)), args.dev, args.gid)
+            if c in PERFTEST:
+                c0 = rxe_counters(args.dev)
+                got = {s: perftest(s, max(5, iters_for(s, args.budget)), args.dev, args.gid,
+                                   PERFTEST[c])
                        for s in args.sizes}
+                print(f"# host {os.environ['RXE_VM_HOST']} {c}: {args.dev} counters "
+                      f"{counters_delta(c0, rxe_counters(args.dev))}", flush=True)
                 runs[c].append({s: v for s, v in got.items() if v is not None})
             else:
-                runs[c].append(run_config(c, f"{c}-{rep}", args.sizes, args.budget))
+                try:
+                    runs[c].append(run_config(c, f"{c}-{rep}", args.sizes, args.budget))
+                except RuntimeError as e:  # reported, and the other columns still measured
+                    lines = [ln for ln in str(e).splitlines() if "WARN" in ln or "Error" in ln]
+                    print(f"# {c}: run {rep} failed: {(lines or [str(e)])[-1][:300]}",
+                          flush=True)
+                    runs[c].append({})
     if not host0:
         return 0
     med = {c: {s: statistics.median([r[s] for r in runs[c] if s in r])
@@ -217,9 +282,13 @@ def main(argv: List[str]) -> int:
     print(f"# two VMs (Soft-RoCE, emulation), MB/s, median of {args.reps} runs "
           f"({time.monotonic() - t0:.0f} s); sendrecv = busbw of 2 ranks, 1w and "
           f"ib_write_bw one way")
-    ratios = [(a, b) for a, b in (("zcopy", "ib_write_bw"), ("zcopy1w", "ib_write_bw"),
+    ratios = [(a, b) for a, b in (("zcopy", "ib_write_bw_b"), ("zcopy", "ib_write_bw"),
+                                  ("zcopy1w", "ib_write_bw"),
                                   ("zcopy", "socket"), ("zcopy", "eager"))
               if a in configs and b in configs]
+    if args.ratios_to in configs:
+        ratios += [(c, args.ratios_to) for c in configs
+                   if c != args.ratios_to and c not in PERFTEST]
     head = [TITLES[c] for c in configs] + [f"{TITLES[a]}/{TITLES[b]}" for a, b in ratios]
     print(f"{'size':>10}" + "".join(f"{h:>24}" for h in head))
     for s in args.sizes:

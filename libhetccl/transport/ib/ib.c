@@ -28,10 +28,13 @@
 #define IB_ADDR_MAGIC 0x4942414444523031ull  /* "IBADDR01" */
 #define IB_NOTE_WAIT_MS 200 /* how long a lost connection waits for the note behind it */
 #define IB_LIVENESS_MS 50   /* how often a waiting endpoint looks at its TCP line */
-/* RC retransmission: 4.096 us * 2^14 = 67 ms per try, 7 retries; a peer
- * whose QP is gone fails our sends in about half a second. */
-#define IB_QP_TIMEOUT 14
-#define IB_QP_RETRY 7
+/* RC retransmission: NCCL_IB_TIMEOUT (default 20, NCCL's: 4.096 us * 2^20
+ * = 4.3 s per try) and NCCL_IB_RETRY_CNT (7). A shorter timeout resends
+ * what was only queued: between two Soft-RoCE VMs, where a round trip
+ * takes about 45 ms, 14 (67 ms) resent hundreds of packets the peer already
+ * had, and 10 (4 ms) drove rxe to fail a write with "remote invalid
+ * request". A dead peer is not found by these timers but by its TCP line
+ * (ib.h) or a remote access error on its freed memory. */
 #define IB_QP_RNR_RETRY 7 /* infinite; credits keep receive slots posted ahead */
 #define IB_QP_MIN_RNR 12  /* 0.64 ms */
 
@@ -213,8 +216,8 @@ ncclResult_t hetccl_ib_ep_qp_up(hetccl_ep_t *ep) {
   if (rc != 0) return ep_verbs_fail(ep, "ibv_modify_qp to RTR", rc);
   memset(&a, 0, sizeof(a));
   a.qp_state = IBV_QPS_RTS;
-  a.timeout = IB_QP_TIMEOUT;
-  a.retry_cnt = IB_QP_RETRY;
+  a.timeout = (uint8_t)hetccl_knob_int(HETCCL_KNOB_IB_TIMEOUT);
+  a.retry_cnt = (uint8_t)hetccl_knob_int(HETCCL_KNOB_IB_RETRY_CNT);
   a.rnr_retry = IB_QP_RNR_RETRY;
   a.sq_psn = ep->psn;
   a.max_rd_atomic = 1;
