@@ -74,6 +74,10 @@
     "bytes per ib piece (staging slot payload, multiple of 64)")               \
   X(IB_SLOTS, "HETCCL_IB_SLOTS", INT, "8", 2, 1024,                            \
     "ib staging slots per direction per peer (pieces in flight)")              \
+  X(IB_QPS, "HETCCL_IB_QPS", INT, "1", 1, 16,                                \
+    "RC queue pairs per ib connection; with more than one, the RDMA WRITEs of a rendezvous message are striped over them by chunk (eager pieces and control messages stay on the first); must be the same on every rank (default: NCCL_IB_QPS_PER_CONNECTION, else 1)") \
+  X(NCCL_IB_QPS_PER_CONNECTION, "NCCL_IB_QPS_PER_CONNECTION", INT, "1", 1, 16, \
+    "NCCL's, honoured when HETCCL_IB_QPS is unset")                            \
   X(IB_ZCOPY_THRESHOLD, "HETCCL_IB_ZCOPY_THRESHOLD", INT, "1M", 1, 4611686018427387904, \
     "ib messages of at least this many bytes whose source is registered (ncclMemAlloc, ncclCommRegister) go by RDMA WRITE into the receiver's buffer when it is registered too, without CPU copies; smaller ones, and others, through the staging slots") \
   X(IB_BOUNCE, "HETCCL_IB_BOUNCE", INT, "4M", 0, 1073741824,                 \
