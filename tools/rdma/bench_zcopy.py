@@ -20,7 +20,12 @@ call, each rank sending and receiving `size` at once); one-way ones and
 perftest's are one direction. Columns of configurations alternate over
 --reps runs (median), so drift hits all alike; the ratios are of medians.
 `--sizes` and `--configs` pick a subset (the threshold measurement:
-`--sizes 64K,128K,256K,512K,1M,2M --configs zcopy,eager`).
+`--sizes 64K,128K,256K,512K,1M,2M --configs zcopy,eager`). `--variant
+LABEL=BASE:KEY=VAL[;KEY=VAL...]` adds a configuration: BASE's with more
+knobs, and `--ratios-to CONFIG` adds a column per other configuration
+against it (queue pairs per connection:
+`--variant qps1=zcopy:HETCCL_IB_QPS=1 --variant qps2=zcopy:HETCCL_IB_QPS=2
+--configs qps1,qps2 --ratios-to qps1`).
 
 Soft-RoCE in a TCG VM is emulation: the figures compare paths of one run,
 never RDMA speeds.
@@ -50,6 +55,7 @@ CONFIGS: Dict[str, Dict[str, str]] = {
 }
 TITLES = {"zcopy": "ib zcopy", "eager": "ib eager", "socket": "socket",
           "zcopy1w": "ib zcopy 1w", "ib_write_bw": "ib_write_bw"}
+BASE: Dict[str, str] = {c: c for c in CONFIGS}  # a --variant's label -> what it measures
 WAIT_S = 300.0
 
 
@@ -140,11 +146,25 @@ def worker(config: str, uid_file: Path, sizes: List[int], budget: int) -> None:
 
 # -- one host -----------------------------------------------------------------------
 
+def add_variant(spec: str) -> str:
+    """LABEL=BASE:KEY=VAL[;KEY=VAL...] -> LABEL, now a configuration."""
+    m = re.fullmatch(r"([\w.-]+)=(\w+):(.*)", spec)
+    if not m or m.group(2) not in CONFIGS or m.group(1) in CONFIGS:
+        raise argparse.ArgumentTypeError(f"not LABEL=BASE:KEY=VAL[;KEY=VAL...] with BASE one of "
+                                         f"{', '.join(CONFIGS)}: {spec!r}")
+    label, base = m.group(1), m.group(2)
+    extra = dict(kv.split("=", 1) for kv in m.group(3).split(";") if kv)
+    CONFIGS[label] = {**CONFIGS[base], **extra}
+    BASE[label] = BASE[base]
+    TITLES[label] = label
+    return label
+
+
 def run_config(config: str, tag: str, sizes: List[int], budget: int) -> Dict[int, float]:
     run = os.environ.get("HETCCL_RDMA_RUN", "bench")
     uid_file = REPO / f".rdma-uid-{run}-bench-{tag}"
     env = {**os.environ, **CONFIGS[config]}
-    cmd = [sys.executable, __file__, "--worker", config, "--uid-file", str(uid_file),
+    cmd = [sys.executable, __file__, "--worker", BASE[config], "--uid-file", str(uid_file),
            "--sizes", ",".join(map(str, sizes)), "--budget", str(budget)]
     out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=1800)
     if out.returncode != 0:
@@ -183,6 +203,9 @@ def main(argv: List[str]) -> int:
     ap.add_argument("--sizes", default="1M,4M,16M,64M",
                     type=lambda s: [parse_size(x) for x in s.split(",")])
     ap.add_argument("--configs", default="zcopy,eager,socket,zcopy1w,ib_write_bw")
+    ap.add_argument("--variant", action="append", default=[], type=add_variant,
+                    help="LABEL=BASE:KEY=VAL[;KEY=VAL...]: BASE with more knobs, as LABEL")
+    ap.add_argument("--ratios-to", help="a column per other configuration: it / this one")
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--budget", type=parse_size, default=parse_size("96M"),
                     help="bytes per size and run, each way (sets the timed calls)")
@@ -209,7 +232,13 @@ def main(argv: List[str]) -> int:
                        for s in args.sizes}
                 runs[c].append({s: v for s, v in got.items() if v is not None})
             else:
-                runs[c].append(run_config(c, f"{c}-{rep}", args.sizes, args.budget))
+                try:
+                    runs[c].append(run_config(c, f"{c}-{rep}", args.sizes, args.budget))
+                except RuntimeError as e:  # reported, and the other columns still measured
+                    lines = [ln for ln in str(e).splitlines() if "WARN" in ln or "Error" in ln]
+                    print(f"# {c}: run {rep} failed: {(lines or [str(e)])[-1][:300]}",
+                          flush=True)
+                    runs[c].append({})
     if not host0:
         return 0
     med = {c: {s: statistics.median([r[s] for r in runs[c] if s in r])
@@ -220,6 +249,9 @@ def main(argv: List[str]) -> int:
     ratios = [(a, b) for a, b in (("zcopy", "ib_write_bw"), ("zcopy1w", "ib_write_bw"),
                                   ("zcopy", "socket"), ("zcopy", "eager"))
               if a in configs and b in configs]
+    if args.ratios_to in configs:
+        ratios += [(c, args.ratios_to) for c in configs
+                   if c not in (args.ratios_to, "ib_write_bw")]
     head = [TITLES[c] for c in configs] + [f"{TITLES[a]}/{TITLES[b]}" for a, b in ratios]
     print(f"{'size':>10}" + "".join(f"{h:>24}" for h in head))
     for s in args.sizes:

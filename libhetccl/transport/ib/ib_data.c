@@ -119,6 +119,11 @@ static void wc_failed(hetccl_ep_t *ep, const struct ibv_wc *wc) {
   if (ep->broken && (ep->broken != IBV_WC_WR_FLUSH_ERR || wc->status == IBV_WC_WR_FLUSH_ERR))
     return;
   ep->broken = (int)wc->status;
+  if (wc->status != IBV_WC_WR_FLUSH_ERR) /* the cause; the error names the first failure seen */
+    INFO(HETCCL_NET, "ib: rank %d: %s on a %s to rank %d (QP %d, status %d, vendor error 0x%x)",
+         ep->ctx->rank_user, ep->v->wc_status_str(wc->status),
+         wr_kind_str(IB_WR_KIND(wc->wr_id)), ep->peer_user, IB_WR_QP(wc->wr_id),
+         (int)wc->status, wc->vendor_err);
   snprintf(ep->broken_why, sizeof(ep->broken_why), "%s on a %s (status %d, vendor error 0x%x)",
            ep->v->wc_status_str(wc->status), wr_kind_str(IB_WR_KIND(wc->wr_id)),
            (int)wc->status, wc->vendor_err);
