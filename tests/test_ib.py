@@ -41,7 +41,7 @@ import os
 import re
 import time
 from pathlib import Path
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Sequence
 
 import numpy as np
 import pytest
@@ -240,8 +240,14 @@ def rank_ib_dead_peer(rank: int, n: int, uid: str, barrier: Any, case: str,
 @pytest.mark.parametrize("case", ["during", "during-rdv", "between"])
 @pytest.mark.parametrize("n", [2, 3])
 def test_ib_dead_peer(case: str, n: int) -> None:
+    check_dead_peer(case, n, IB_ENV)
+
+
+def check_dead_peer(case: str, n: int, env: Dict[str, str]) -> None:
+    """rank_ib_dead_peer under `env`: every survivor fails, naming the
+    victim, within DEAD_PEER_BOUND_S, and aborts quickly."""
     victim = n - 1 if n == 2 else 1
-    results = _run_ranks(rank_ib_dead_peer, n, case, victim, env=IB_ENV, survivors=n - 1,
+    results = _run_ranks(rank_ib_dead_peer, n, case, victim, env=env, survivors=n - 1,
                          timeout=90)
     assert results[victim][0] == "died", results[victim]
     survivors = [r for r in range(n) if r != victim]
@@ -609,8 +615,13 @@ def test_ib_zero_copy_on_registered_memory() -> None:
     """Registered buffers: the CPU copies no payload byte on either rank
     and the data is right; the copy path still counts what it copies; a
     registration never outlives the memory it was made for."""
+    check_zero_copy(IB_ENV)
+
+
+def check_zero_copy(env: Dict[str, str]) -> None:
+    """rank_zero_copy under `env`, and what it must find."""
     t0 = time.monotonic()
-    results = _ok_results(_run_ranks(rank_zero_copy, 2, env=IB_ENV, timeout=200), range(2))
+    results = _ok_results(_run_ranks(rank_zero_copy, 2, env=env, timeout=200), range(2))
     for r, got in enumerate(results):
         print(f"\n[ib zero copy] rank {r}: copied {got['copied']}, "
               f"same address {got['same_address']}, wrong {got['wrong']}")
@@ -714,7 +725,11 @@ def test_ib_two_hosts(mode: str, tmp_path: Path) -> None:
 
 # -- no device ---------------------------------------------------------------------------
 
-def rank_no_device(rank: int, n: int, uid: str, barrier: Any) -> Outcome:
+def rank_init_only(rank: int, n: int, uid: str, barrier: Any,
+                   knobs: Sequence[Dict[str, str]] = ()) -> Outcome:
+    """Init, then abort; knobs[rank], if given, set first (knobs are read once)."""
+    if knobs:
+        os.environ.update(knobs[rank])
     try:
         comm = NcclCommunicator(n, uid, rank)
     except NcclError as e:
@@ -727,7 +742,7 @@ def rank_no_device(rank: int, n: int, uid: str, barrier: Any) -> Outcome:
 @pytest.mark.skipif(active_verbs_device() is not None, reason="a verbs device is active here")
 def test_ib_without_a_device_fails_init_with_a_reason() -> None:
     env = {**IB_ENV, "HETCCL_CONNECT_TIMEOUT": "5"}
-    outs = _ok_results(_run_ranks(rank_no_device, 2, env=env), range(2))
+    outs = _ok_results(_run_ranks(rank_init_only, 2, env=env), range(2))
     for o in outs:
         print(f"\n[ib without device] {_describe(o)}")
     assert any(o.get("name") == SYSTEM and "ib:" in o["message"] for o in outs), outs

@@ -78,6 +78,10 @@
     "ib queue pairs' ack timeout, as the verbs exponent: 4.096 us x 2^N before a write or send unacknowledged is sent again (default 20, as NCCL: 4.3 s; 14: 67 ms)") \
   X(IB_RETRY_CNT, "NCCL_IB_RETRY_CNT", INT, "7", 0, 7,                        \
     "ib queue pairs' retransmissions of an unacknowledged packet before the connection fails") \
+  X(IB_QPS, "HETCCL_IB_QPS", INT, "1", 1, 16,                                \
+    "RC queue pairs per ib connection; with more than one, the RDMA WRITEs of a rendezvous message are striped over them by chunk (eager pieces and control messages stay on the first); must be the same on every rank (default: NCCL_IB_QPS_PER_CONNECTION, else 1)") \
+  X(NCCL_IB_QPS_PER_CONNECTION, "NCCL_IB_QPS_PER_CONNECTION", INT, "1", 1, 16, \
+    "NCCL's, honoured when HETCCL_IB_QPS is unset")                            \
   X(IB_ZCOPY_THRESHOLD, "HETCCL_IB_ZCOPY_THRESHOLD", INT, "1M", 1, 4611686018427387904, \
     "ib messages of at least this many bytes whose source is registered (ncclMemAlloc, ncclCommRegister) go by RDMA WRITE into the receiver's buffer when it is registered too, without CPU copies; smaller ones, and others, through the staging slots") \
   X(IB_BOUNCE, "HETCCL_IB_BOUNCE", INT, "4M", 0, 1073741824,                 \

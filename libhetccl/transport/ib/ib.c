@@ -9,9 +9,10 @@
  *
  * Each rank opens the device, allocates a protection domain, listens on
  * TCP (ctx_create) and publishes ib_addr_t: its TCP address, LID, GID,
- * port, MTU and staging geometry. An endpoint is made with its QP in INIT
- * and every receive slot posted (hetccl_ib_ep_new), and brought to RTR and
- * RTS once the peer's hello is in (hetccl_ib_ep_qp_up). */
+ * port, MTU, staging geometry and queue pairs per connection. An endpoint
+ * is made with its QPs in INIT and every receive slot posted
+ * (hetccl_ib_ep_new), and brought to RTR and RTS once the peer's hello is
+ * in (hetccl_ib_ep_qp_up). */
 #include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
@@ -77,9 +78,10 @@ void hetccl_ib_ep_close(hetccl_ep_t *ep) {
   if (ep == NULL) return;
   const hetccl_ib_verbs_t *v = ep->v;
   hetccl_probe_stop(&ep->probe, &ep->ctx->probes_busy);
-  /* QP before CQ and memory: it may still reference both. */
-  if (ep->qp && v->destroy_qp(ep->qp) != 0)
-    INFO(HETCCL_NET, "ib: destroying the QP to rank %d failed", ep->peer_user);
+  /* QPs before CQ and memory: they may still reference both. */
+  for (int q = 0; q < ep->qps; q++)
+    if (ep->qp[q] && v->destroy_qp(ep->qp[q]) != 0)
+      INFO(HETCCL_NET, "ib: destroying QP %d to rank %d failed", q, ep->peer_user);
   if (ep->cq && v->destroy_cq(ep->cq) != 0)
     INFO(HETCCL_NET, "ib: destroying the CQ of rank %d failed", ep->peer_user);
   if (ep->mr) v->dereg_mr(ep->mr);
@@ -106,6 +108,33 @@ static ncclResult_t ep_verbs_fail(hetccl_ep_t *ep, const char *call, int err) {
   return ncclSystemError;
 }
 
+/* Queue pair q of the endpoint, on its CQ, in INIT. */
+static ncclResult_t qp_init(hetccl_ep_t *ep, int q, int send_wr, int recv_wr) {
+  hetccl_tctx_t *ctx = ep->ctx;
+  const hetccl_ib_verbs_t *v = ep->v;
+  struct ibv_qp_init_attr qa;
+  memset(&qa, 0, sizeof(qa));
+  qa.send_cq = ep->cq;
+  qa.recv_cq = ep->cq;
+  qa.qp_type = IBV_QPT_RC;
+  qa.cap.max_send_wr = (uint32_t)send_wr;
+  qa.cap.max_recv_wr = (uint32_t)recv_wr;
+  qa.cap.max_send_sge = 1;
+  qa.cap.max_recv_sge = 1;
+  ep->qp[q] = v->create_qp(ctx->pd, &qa);
+  if (ep->qp[q] == NULL) return ep_verbs_fail(ep, "ibv_create_qp", errno);
+  struct ibv_qp_attr a;
+  memset(&a, 0, sizeof(a));
+  a.qp_state = IBV_QPS_INIT;
+  a.pkey_index = 0;
+  a.port_num = ctx->dev.port;
+  a.qp_access_flags = IBV_ACCESS_REMOTE_WRITE;
+  int rc = v->modify_qp(ep->qp[q], &a,
+                        IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS);
+  if (rc != 0) return ep_verbs_fail(ep, "ibv_modify_qp to INIT", rc);
+  return ncclSuccess;
+}
+
 static ncclResult_t ep_alloc(hetccl_ep_t *ep) {
   hetccl_tctx_t *ctx = ep->ctx;
   const hetccl_ib_verbs_t *v = ep->v;
@@ -123,33 +152,22 @@ static ncclResult_t ep_alloc(hetccl_ep_t *ep) {
   ep->credit_mr = v->reg_mr(ctx->pd, ep->credit, sizeof(ib_credit_t),
                             IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
   if (ep->credit_mr == NULL) return ep_verbs_fail(ep, "ibv_reg_mr (credits)", errno);
+  /* An extra QP holds at most `slots` writes: that is the window of all. */
   int send_wr = IB_SEND_WRS(ep->slots), recv_wr = ep->slots;
-  ep->cq = v->create_cq(ctx->dev.vctx, send_wr + recv_wr, NULL, NULL, 0);
+  int xsend_wr = ep->slots, xrecv_wr = IB_XQP_RECVS;
+  ep->cq = v->create_cq(ctx->dev.vctx, send_wr + recv_wr + (ep->qps - 1) * (xsend_wr + xrecv_wr),
+                        NULL, NULL, 0);
   if (ep->cq == NULL) return ep_verbs_fail(ep, "ibv_create_cq", errno);
-  struct ibv_qp_init_attr qa;
-  memset(&qa, 0, sizeof(qa));
-  qa.send_cq = ep->cq;
-  qa.recv_cq = ep->cq;
-  qa.qp_type = IBV_QPT_RC;
-  qa.cap.max_send_wr = (uint32_t)send_wr;
-  qa.cap.max_recv_wr = (uint32_t)recv_wr;
-  qa.cap.max_send_sge = 1;
-  qa.cap.max_recv_sge = 1;
-  ep->qp = v->create_qp(ctx->pd, &qa);
-  if (ep->qp == NULL) return ep_verbs_fail(ep, "ibv_create_qp", errno);
-  struct ibv_qp_attr a;
-  memset(&a, 0, sizeof(a));
-  a.qp_state = IBV_QPS_INIT;
-  a.pkey_index = 0;
-  a.port_num = ctx->dev.port;
-  a.qp_access_flags = IBV_ACCESS_REMOTE_WRITE;
-  int rc = v->modify_qp(ep->qp, &a,
-                        IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS);
-  if (rc != 0) return ep_verbs_fail(ep, "ibv_modify_qp to INIT", rc);
+  for (int q = 0; q < ep->qps; q++) {
+    HETCCL_CHECK(qp_init(ep, q, q == 0 ? send_wr : xsend_wr, q == 0 ? recv_wr : xrecv_wr));
+    ep->xdone[q] = UINT32_MAX; /* before message 0 */
+  }
   for (int s = 0; s < ep->slots; s++) HETCCL_CHECK(hetccl_ib_ep_post_recv(ep, (uint32_t)s));
+  for (int q = 1; q < ep->qps; q++)
+    for (int k = 0; k < IB_XQP_RECVS; k++) HETCCL_CHECK(hetccl_ib_ep_post_xrecv(ep, q));
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
-  ep->psn = ((uint32_t)ts.tv_nsec ^ ep->qp->qp_num * 2654435761u) & 0xffffff;
+  ep->psn = ((uint32_t)ts.tv_nsec ^ ep->qp[0]->qp_num * 2654435761u) & 0xffffff;
   return ncclSuccess;
 }
 
@@ -168,6 +186,7 @@ ncclResult_t hetccl_ib_ep_new(hetccl_tctx_t *ctx, int peer, const uint8_t *addr,
   ep->fd = -1;
   hetccl_probe_init(&ep->probe, 0); /* none in flight (its descriptor is -1) */
   ep->slots = ctx->slots;
+  ep->qps = ctx->qps;
   ep->chunk = ctx->chunk;
   ep->stride = IB_PIECE_HDR + ctx->chunk;
   memcpy(&ep->pub, addr, sizeof(ep->pub));
@@ -184,6 +203,12 @@ ncclResult_t hetccl_ib_ep_new(hetccl_tctx_t *ctx, int peer, const uint8_t *addr,
          ep->pub.chunk, ctx->rank_user, ctx->slots, ctx->chunk);
     goto fail;
   }
+  if (ep->pub.qps != (uint16_t)ctx->qps) {
+    WARN("ib: rank %d opens %u queue pairs per connection, rank %d %d (HETCCL_IB_QPS, else "
+         "NCCL_IB_QPS_PER_CONNECTION, must be the same on every rank)", peer_user, ep->pub.qps,
+         ctx->rank_user, ctx->qps);
+    goto fail;
+  }
   HETCCL_CHECK_GOTO(hetccl_net_addr_localize(&ep->paddr, ctx->args.ifname), res, fail);
   HETCCL_CHECK_GOTO(ep_alloc(ep), res, fail);
   *out = ep;
@@ -193,13 +218,13 @@ fail:
   return res;
 }
 
-ncclResult_t hetccl_ib_ep_qp_up(hetccl_ep_t *ep) {
+static ncclResult_t qp_up(hetccl_ep_t *ep, struct ibv_qp *qp, uint32_t peer_qpn) {
   const hetccl_ib_dev_t *dev = &ep->ctx->dev;
   struct ibv_qp_attr a;
   memset(&a, 0, sizeof(a));
   a.qp_state = IBV_QPS_RTR;
   a.path_mtu = (enum ibv_mtu)(dev->mtu < ep->pub.mtu ? dev->mtu : ep->pub.mtu);
-  a.dest_qp_num = ep->peer_qpn;
+  a.dest_qp_num = peer_qpn;
   a.rq_psn = ep->peer_psn;
   a.max_dest_rd_atomic = 1;
   a.min_rnr_timer = IB_QP_MIN_RNR;
@@ -210,7 +235,7 @@ ncclResult_t hetccl_ib_ep_qp_up(hetccl_ep_t *ep) {
   a.ah_attr.grh.hop_limit = 255;
   a.ah_attr.dlid = ep->pub.lid;
   a.ah_attr.port_num = dev->port;
-  int rc = ep->v->modify_qp(ep->qp, &a,
+  int rc = ep->v->modify_qp(qp, &a,
                             IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
                                 IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER);
   if (rc != 0) return ep_verbs_fail(ep, "ibv_modify_qp to RTR", rc);
@@ -221,10 +246,15 @@ ncclResult_t hetccl_ib_ep_qp_up(hetccl_ep_t *ep) {
   a.rnr_retry = IB_QP_RNR_RETRY;
   a.sq_psn = ep->psn;
   a.max_rd_atomic = 1;
-  rc = ep->v->modify_qp(ep->qp, &a,
+  rc = ep->v->modify_qp(qp, &a,
                         IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY |
                             IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC);
   if (rc != 0) return ep_verbs_fail(ep, "ibv_modify_qp to RTS", rc);
+  return ncclSuccess;
+}
+
+ncclResult_t hetccl_ib_ep_qp_up(hetccl_ep_t *ep) {
+  for (int q = 0; q < ep->qps; q++) HETCCL_CHECK(qp_up(ep, ep->qp[q], ep->peer_qpn[q]));
   return ncclSuccess;
 }
 
@@ -260,6 +290,9 @@ static ncclResult_t ib_ctx_create(const hetccl_transport_args_t *args, hetccl_tc
   ctx->lfd = -1;
   ctx->chunk = (size_t)hetccl_knob_int(HETCCL_KNOB_IB_CHUNK) & ~(size_t)63;
   ctx->slots = (int)hetccl_knob_int(HETCCL_KNOB_IB_SLOTS);
+  ctx->qps = (int)hetccl_knob_int(hetccl_knob_is_set(HETCCL_KNOB_IB_QPS)
+                                      ? HETCCL_KNOB_IB_QPS
+                                      : HETCCL_KNOB_NCCL_IB_QPS_PER_CONNECTION);
   ctx->zcopy_min = (size_t)hetccl_knob_int(HETCCL_KNOB_IB_ZCOPY_THRESHOLD);
   ctx->bounce_max = (size_t)hetccl_knob_int(HETCCL_KNOB_IB_BOUNCE);
   HETCCL_CHECK_GOTO(hetccl_ib_verbs_load(&ctx->v), res, fail);
@@ -287,6 +320,7 @@ static ncclResult_t ib_ctx_create(const hetccl_transport_args_t *args, hetccl_tc
   b.gid_index = (uint8_t)ctx->dev.gid_index;
   b.chunk = (uint32_t)ctx->chunk;
   b.slots = (uint32_t)ctx->slots;
+  b.qps = (uint16_t)ctx->qps;
   snprintf(b.dev, sizeof(b.dev), "%.*s", (int)sizeof(b.dev) - 1, ctx->dev.name);
   memset(addr, 0, HETCCL_TRANSPORT_ADDR_BYTES);
   memcpy(addr, &b, sizeof(b));

@@ -4,8 +4,8 @@
  * ib_connect.c (the handshake, at init or on first use) connects and
  * ib_data.c (data path) drives.
  *
- * One RC queue pair per peer pair, with its own completion queue. Each
- * endpoint owns one registered staging buffer:
+ * One RC queue pair per peer pair (HETCCL_IB_QPS of them, below), with its
+ * own completion queue. Each endpoint owns one registered staging buffer:
  *
  *   send slot 0..slots-1    ib_piece_t (64 bytes) then `chunk` payload bytes
  *   recv slot 0..slots-1    same layout; a receive WR is posted on each
@@ -27,6 +27,12 @@
  * registered memory (ib_mem.h) go by rendezvous instead (ib_rdv.c): one
  * payload-free piece asks, the receiver answers in the sender's
  * clear-to-send ring (below), and the bytes go by RDMA WRITE.
+ *
+ * With HETCCL_IB_QPS = N > 1 a pair has N queue pairs on the one CQ, all
+ * brought up by the one handshake. Queue pair 0 carries everything above:
+ * every piece, credit and clear-to-send. Queue pairs 1..N-1 carry only
+ * rendezvous writes, striped by chunk (ib_rdv.c), and hold a few
+ * zero-byte receive WRs for the immediates that end them.
  *
  * Beside the queue pair each pair keeps the TCP connection that carried the
  * handshake as its note line (base/note_line.c): it carries nothing more
@@ -172,6 +178,13 @@ enum {
   IB_RDV_LANDING,   /* receive: accepted, waiting for the write with immediate */
 };
 
+/* Queue pairs per connection at most (HETCCL_IB_QPS), and the zero-byte
+ * receive WRs each extra one keeps posted: a message takes at most one
+ * on each, and the next message's writes wait for its clear-to-send, which
+ * comes after the receiver saw every immediate of this one. */
+#define IB_QPS_MAX 16
+#define IB_XQP_RECVS 4
+
 /* What a rank publishes (HETCCL_TRANSPORT_ADDR_BYTES at most). */
 typedef struct ib_addr {
   uint64_t magic;
@@ -179,7 +192,7 @@ typedef struct ib_addr {
   uint8_t gid[16];
   uint16_t lid;
   uint8_t port, link_layer, mtu, gid_index;
-  uint16_t pad;
+  uint16_t qps;               /* must match between peers, as chunk and slots */
   uint32_t chunk, slots;      /* must match between peers */
   char dev[32];
 } ib_addr_t;
@@ -196,6 +209,7 @@ struct hetccl_tctx {
   hetccl_sockaddr_t laddr;
   size_t chunk;
   int slots;
+  int qps;                 /* HETCCL_IB_QPS: queue pairs per connection */
   size_t zcopy_min;        /* HETCCL_IB_ZCOPY_THRESHOLD: smallest rendezvous message */
   int dmabuf;              /* a trial dma-buf registration of device memory passed (ib_devmem.c) */
   size_t bounce_max;       /* HETCCL_IB_BOUNCE: largest message landed in a bounce buffer */
@@ -226,14 +240,15 @@ struct hetccl_ep {
   int hs;                   /* where the handshake stands (ib_connect.c) */
   hetccl_probe_t probe;     /* higher rank waiting for the lower one: is it alive? */
   int64_t wait_ms;          /* when that wait began */
-  uint32_t psn;             /* our first send PSN */
-  struct ibv_cq *cq;
-  struct ibv_qp *qp;
+  uint32_t psn;             /* our first send PSN, on every queue pair */
+  struct ibv_cq *cq;        /* of every queue pair */
+  int qps;
+  struct ibv_qp *qp[IB_QPS_MAX]; /* 0: everything; 1..qps-1: rendezvous writes only */
   uint8_t *buf;             /* send slots, then recv slots */
   struct ibv_mr *mr;
   ib_credit_t *credit;
   struct ibv_mr *credit_mr;
-  uint32_t peer_qpn, peer_psn; /* from the peer's hello */
+  uint32_t peer_qpn[IB_QPS_MAX], peer_psn; /* from the peer's hello */
   uint64_t peer_credit_addr;
   uint32_t peer_credit_rkey;   /* covers the peer's clear-to-send ring too */
   uint64_t peer_cts_addr;
@@ -247,6 +262,8 @@ struct hetccl_ep {
   uint64_t sposted, sdone;  /* pieces posted / whose SEND completed (a rendezvous
                              * message's last write counts: it takes a receive WR) */
   uint64_t wposted, wdone;  /* RDMA WRITEs of rendezvous messages posted / completed */
+  uint32_t xdone[IB_QPS_MAX]; /* extra queue pair q: (uint32_t) seq of the message whose
+                               * last write on it completed last */
   int srdv;                 /* IB_RDV_* of splace */
   uint64_t srdv_addr;       /* its destination, once accepted */
   uint32_t srdv_rkey;
@@ -265,6 +282,8 @@ struct hetccl_ep {
   struct ibv_mr *bounce_mr;
   int bounce_failed;            /* making it failed once (INFO): decline from now on */
   uint64_t cts_posted, cts_done; /* clear-to-send writes */
+  uint32_t xin;                 /* extra queue pairs whose immediate is in (bit q)... */
+  uint32_t ximm[IB_QPS_MAX];    /* ...and what it said (the message's seq) */
 
   /* failure */
   ncclResult_t err;             /* sticky */
@@ -284,18 +303,23 @@ typedef struct ib_req_priv {
   uint64_t lkey;     /* send: IB_REQ_RDV | the source's lkey for a rendezvous; 0 eager */
 } ib_req_priv_t;
 #define IB_REQ_RDV (1ull << 63)
+#define IB_REQ_WROTE (1ull << 62) /* send: the rendezvous was accepted (its writes went) */
 _Static_assert(sizeof(ib_req_priv_t) <= sizeof(((hetccl_req_t *)0)->priv), "request private");
 
 static inline ib_req_priv_t *ib_req_priv(hetccl_req_t *r) { return (ib_req_priv_t *)r->priv; }
 
-/* wr_id of a work request: what it is and its slot. */
+/* wr_id of a work request: what it is, its queue pair (0 but for
+ * rendezvous writes and IB_WR_XRECV) and its slot (the message's seq for
+ * IB_WR_WRITE_IMM on an extra queue pair). */
 enum { IB_WR_SEND = 1, IB_WR_RECV = 2, IB_WR_CREDIT = 3, IB_WR_WRITE = 4, IB_WR_WRITE_IMM = 5,
-       IB_WR_CTS = 6 };
+       IB_WR_CTS = 6, IB_WR_XRECV = 7 /* zero-byte receive on an extra queue pair */ };
 /* Send WRs a queue pair holds at most: a SEND per slot, as many
  * rendezvous writes, the credit write, the clear-to-send writes. */
 #define IB_SEND_WRS(slots) (2 * (slots) + 1 + IB_CTS_RING)
 #define IB_WR_ID(kind, slot) (((uint64_t)(kind) << 32) | (uint32_t)(slot))
-#define IB_WR_KIND(id) ((int)((id) >> 32))
+#define IB_WR_ID_QP(kind, q, slot) (IB_WR_ID(kind, slot) | ((uint64_t)(q) << 40))
+#define IB_WR_KIND(id) ((int)(((id) >> 32) & 0xff))
+#define IB_WR_QP(id) ((int)(((id) >> 40) & 0xff))
 #define IB_WR_SLOT(id) ((uint32_t)(id))
 
 /* ib.c: endpoints and their queue pairs, liveness */
@@ -304,7 +328,8 @@ enum { IB_WR_SEND = 1, IB_WR_RECV = 2, IB_WR_CREDIT = 3, IB_WR_WRITE = 4, IB_WR_
  * naming the peer if addr is malformed or its staging geometry differs. */
 ncclResult_t hetccl_ib_ep_new(hetccl_tctx_t *ctx, int peer, const uint8_t *addr,
                               hetccl_ep_t **out);
-/* INIT -> RTR -> RTS, once the peer's hello (peer_qpn, peer_psn) is in. */
+/* Every queue pair INIT -> RTR -> RTS, once the peer's hello (peer_qpn,
+ * peer_psn) is in. */
 ncclResult_t hetccl_ib_ep_qp_up(hetccl_ep_t *ep);
 /* The table's ep_close; safe on half-built endpoints and NULL. */
 void hetccl_ib_ep_close(hetccl_ep_t *ep);
@@ -331,10 +356,14 @@ size_t hetccl_ib_ctx_pull_min(const hetccl_tctx_t *ctx);
 void hetccl_ib_ctx_release(hetccl_tctx_t *ctx);
 
 /* ib_data.c */
-/* Post the receive WR of recv slot `slot`. */
+/* Post the receive WR of recv slot `slot` (queue pair 0). */
 ncclResult_t hetccl_ib_ep_post_recv(hetccl_ep_t *ep, uint32_t slot);
-/* ibv_post_send, with a WARN naming `what` and the peer if it fails. */
-ncclResult_t hetccl_ib_ep_post_send(hetccl_ep_t *ep, struct ibv_send_wr *wr, const char *what);
+/* Post one zero-byte receive WR on extra queue pair q (1..qps-1). */
+ncclResult_t hetccl_ib_ep_post_xrecv(hetccl_ep_t *ep, int q);
+/* ibv_post_send on queue pair q, with a WARN naming `what` and the peer if
+ * it fails. */
+ncclResult_t hetccl_ib_ep_post_send(hetccl_ep_t *ep, int q, struct ibv_send_wr *wr,
+                                    const char *what);
 /* SEND the first `bytes` of send slot ep->sposted % slots (at pc, header
  * filled by the caller), signaled, and count the slot posted. */
 ncclResult_t hetccl_ib_ep_send_slot(hetccl_ep_t *ep, void *pc, uint32_t bytes, const char *what);
@@ -359,8 +388,13 @@ ncclResult_t hetccl_ib_rdv_send(hetccl_ep_t *ep, hetccl_req_t *r, uint64_t credi
 /* Receive side: a request piece (checked by the caller) met r: answer it.
  * *taken = 0 if it must wait (every clear-to-send source busy). */
 ncclResult_t hetccl_ib_rdv_answer(hetccl_ep_t *ep, hetccl_req_t *r, int *taken);
-/* Receive side: the write with immediate `imm` landed for r (the head). */
-ncclResult_t hetccl_ib_rdv_landed(hetccl_ep_t *ep, hetccl_req_t *r, uint32_t imm);
+/* Receive side: the write with immediate `imm` landed on queue pair 0 for
+ * r (the head). *wait = 1 while an extra queue pair's immediate of it is
+ * still to come (then nothing was delivered). */
+ncclResult_t hetccl_ib_rdv_landed(hetccl_ep_t *ep, hetccl_req_t *r, uint32_t imm, int *wait);
+/* Send side: have the writes of r (accepted) on every extra queue pair
+ * completed? */
+int hetccl_ib_rdv_xdone(const hetccl_ep_t *ep, hetccl_req_t *r);
 /* At ep_close, before the domain goes: the bounce buffer, if one was made. */
 void hetccl_ib_rdv_free(hetccl_ep_t *ep);
 

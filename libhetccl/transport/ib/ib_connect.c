@@ -9,7 +9,9 @@
  * receive slot posted; ib.c) connects to the higher rank's listener and
  * sends its hello:
  *   lower -> higher: hello (comm id, secret, rank, QP number, PSN, credit
- *                    block address and key, clear-to-send ring address)
+ *                    block address and key, clear-to-send ring address;
+ *                    with HETCCL_IB_QPS = N > 1, then the N - 1 other QP
+ *                    numbers: N = 1 sends the same bytes as before)
  *   higher: takes it from its listener (ctx_poll, through the inbox,
  *           base/inbox.h: a foreign hello is dropped and waited past) and
  *           parks it under the lower rank until that peer's endpoint
@@ -43,6 +45,7 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <poll.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -61,9 +64,15 @@ typedef struct ib_hello {
   uint32_t qpn, psn;
   uint64_t credit_addr;
   uint32_t credit_rkey;
-  uint32_t pad;
+  uint32_t xqps;     /* queue pairs beyond the first (HETCCL_IB_QPS - 1) */
   uint64_t cts_addr; /* our clear-to-send ring, in the credit block */
+  uint32_t xqpn[IB_QPS_MAX - 1]; /* their numbers: only xqps of them are sent */
 } ib_hello_t;
+
+/* The bytes of a hello between ranks with `qps` queue pairs per connection. */
+static size_t hello_bytes(int qps) {
+  return offsetof(ib_hello_t, xqpn) + (size_t)(qps - 1) * sizeof(uint32_t);
+}
 
 /* A lower rank's connection that arrived before its endpoint collected it. */
 struct ib_parked {
@@ -92,18 +101,29 @@ static void what_of(const hetccl_ep_t *ep, char *what, size_t len) {
 
 static ib_hello_t hello_of(const hetccl_ep_t *ep) {
   const hetccl_transport_args_t *args = &ep->ctx->args;
-  return (ib_hello_t){.id = hetccl_hello_make(IB_HELLO_MAGIC, args), .qpn = ep->qp->qp_num,
-                      .psn = ep->psn, .credit_addr = (uintptr_t)&ep->credit->in,
-                      .credit_rkey = ep->credit_mr->rkey,
-                      .cts_addr = (uintptr_t)ep->credit->cts_in};
+  ib_hello_t h = {.id = hetccl_hello_make(IB_HELLO_MAGIC, args), .qpn = ep->qp[0]->qp_num,
+                  .psn = ep->psn, .credit_addr = (uintptr_t)&ep->credit->in,
+                  .credit_rkey = ep->credit_mr->rkey, .xqps = (uint32_t)ep->qps - 1,
+                  .cts_addr = (uintptr_t)ep->credit->cts_in};
+  for (int q = 1; q < ep->qps; q++) h.xqpn[q - 1] = ep->qp[q]->qp_num;
+  return h;
 }
 
-static void hello_take(hetccl_ep_t *ep, const ib_hello_t *h) {
-  ep->peer_qpn = h->qpn;
+/* Both ranks published the same HETCCL_IB_QPS (hetccl_ib_ep_new), so a
+ * hello with another count is not one of this communicator's. */
+static ncclResult_t hello_take(hetccl_ep_t *ep, const ib_hello_t *h) {
+  if (h->xqps != (uint32_t)ep->qps - 1) {
+    WARN("ib: rank %d: the hello of rank %d announces %u queue pairs, this rank opened %d",
+         ep->ctx->rank_user, ep->peer_user, h->xqps + 1, ep->qps);
+    return hetccl_ib_ep_error(ep, ncclSystemError);
+  }
+  ep->peer_qpn[0] = h->qpn;
+  for (int q = 1; q < ep->qps; q++) ep->peer_qpn[q] = h->xqpn[q - 1];
   ep->peer_psn = h->psn;
   ep->peer_credit_addr = h->credit_addr;
   ep->peer_credit_rkey = h->credit_rkey;
   ep->peer_cts_addr = h->cts_addr;
+  return ncclSuccess;
 }
 
 /* ---- the line: what the peer sent, read without waiting ------------------ */
@@ -155,7 +175,8 @@ static ncclResult_t hello_send(hetccl_ep_t *ep, int live) {
   else
     HETCCL_CHECK(hetccl_net_connect(&ep->paddr, deadline, ctx->args.abort_flag, what, &ep->fd));
   ib_hello_t h = hello_of(ep);
-  HETCCL_CHECK(hetccl_net_send_all(ep->fd, &h, sizeof(h), deadline, ctx->args.abort_flag, what));
+  HETCCL_CHECK(hetccl_net_send_all(ep->fd, &h, hello_bytes(ep->qps), deadline,
+                                   ctx->args.abort_flag, what));
   ep->hs = IB_HS_ANSWER;
   return ncclSuccess;
 }
@@ -187,8 +208,8 @@ static ncclResult_t hello_answer(hetccl_ep_t *ep) {
   if (pk == NULL || pk->fd < 0) return ncclSuccess;
   ep->fd = pk->fd;
   pk->fd = -1;
-  hello_take(ep, &pk->hello);
   lower_came(ctx);
+  HETCCL_CHECK(hello_take(ep, &pk->hello));
   /* The lower rank says nothing more before our answer, but its note. */
   char c;
   ssize_t k = recv(ep->fd, &c, 1, MSG_PEEK | MSG_DONTWAIT);
@@ -197,7 +218,7 @@ static ncclResult_t hello_answer(hetccl_ep_t *ep) {
                                           "handshake" : "it left before the handshake");
   HETCCL_CHECK(hetccl_ib_ep_qp_up(ep));
   ib_hello_t h = hello_of(ep);
-  HETCCL_CHECK(line_put(ep, &h, sizeof(h)));
+  HETCCL_CHECK(line_put(ep, &h, hello_bytes(ep->qps)));
   ep->hs = IB_HS_READY;
   return ncclSuccess;
 }
@@ -207,7 +228,7 @@ static ncclResult_t answer_take(hetccl_ep_t *ep) {
   hetccl_tctx_t *ctx = ep->ctx;
   ib_hello_t h;
   int done;
-  HETCCL_CHECK(line_take(ep, &h, sizeof(h), IB_HELLO_MAGIC, &done));
+  HETCCL_CHECK(line_take(ep, &h, hello_bytes(ep->qps), IB_HELLO_MAGIC, &done));
   if (!done) return ncclSuccess;
   if (h.id.comm_id != ctx->args.comm_id || h.id.secret != ctx->args.secret ||
       h.id.rank != ep->peer) {
@@ -219,7 +240,7 @@ static ncclResult_t answer_take(hetccl_ep_t *ep) {
          says);
     return hetccl_ib_ep_error(ep, ncclSystemError);
   }
-  hello_take(ep, &h);
+  HETCCL_CHECK(hello_take(ep, &h));
   HETCCL_CHECK(hetccl_ib_ep_qp_up(ep));
   uint64_t ready = IB_READY_MAGIC;
   HETCCL_CHECK(line_put(ep, &ready, sizeof(ready)));
@@ -243,8 +264,8 @@ static ncclResult_t hs_step(hetccl_ep_t *ep) {
   if (ep->hs == IB_HS_ANSWER) HETCCL_CHECK(answer_take(ep));
   if (ep->hs == IB_HS_READY) HETCCL_CHECK(ready_take(ep));
   if (ep->hs == IB_HS_DONE)
-    INFO(HETCCL_NET, "ib rank %d: connected to rank %d (QP %u, peer QP %u)", ep->ctx->rank_user,
-         ep->peer_user, ep->qp->qp_num, ep->peer_qpn);
+    INFO(HETCCL_NET, "ib rank %d: connected to rank %d (QP %u, peer QP %u; %d QPs)",
+         ep->ctx->rank_user, ep->peer_user, ep->qp[0]->qp_num, ep->peer_qpn[0], ep->qps);
   return ncclSuccess;
 }
 
@@ -276,7 +297,8 @@ static int arrival_take(void *arg, int fd, const void *hdr, const hetccl_sockadd
   hetccl_tctx_t *ctx = arg;
   ib_hello_t h;
   char a[HETCCL_NET_ADDR_STRLEN];
-  memcpy(&h, hdr, sizeof(h));
+  memset(&h, 0, sizeof(h));
+  memcpy(&h, hdr, hello_bytes(ctx->qps));
   const char *why = hetccl_hello_refusal(&h.id, IB_HELLO_MAGIC, &ctx->args, ctx->use);
   if (!why && ctx->parked[h.id.rank].came) why = "duplicate connection";
   if (why) {
@@ -303,7 +325,7 @@ ncclResult_t hetccl_ib_ctx_poll(hetccl_tctx_t *ctx) {
     for (int p = 0; p < n; p++) ctx->parked[p].fd = -1;
   }
   if (ctx->inbox == NULL &&
-      (ctx->inbox = hetccl_inbox_create(ctx->lfd, sizeof(ib_hello_t))) == NULL)
+      (ctx->inbox = hetccl_inbox_create(ctx->lfd, hello_bytes(ctx->qps))) == NULL)
     return ncclSystemError;
   return hetccl_inbox_poll(ctx->inbox, arrival_take, ctx);
 }

@@ -43,7 +43,7 @@ ncclResult_t hetccl_ib_ep_error(hetccl_ep_t *ep, ncclResult_t res) {
 static const char *wr_kind_str(int kind) {
   switch (kind) {
   case IB_WR_SEND: return "send";
-  case IB_WR_RECV: return "receive";
+  case IB_WR_RECV: case IB_WR_XRECV: return "receive";
   case IB_WR_CREDIT: return "credit write";
   case IB_WR_WRITE: case IB_WR_WRITE_IMM: return "rendezvous write";
   case IB_WR_CTS: return "clear-to-send write";
@@ -56,23 +56,35 @@ int hetccl_ib_ep_piece_room(const hetccl_ep_t *ep, uint64_t credits) {
   return ep->sposted - ep->sdone < slots && ep->sposted - credits < slots;
 }
 
-ncclResult_t hetccl_ib_ep_post_recv(hetccl_ep_t *ep, uint32_t slot) {
-  struct ibv_sge sge = {.addr = (uintptr_t)recv_slot(ep, slot), .length = (uint32_t)ep->stride,
-                        .lkey = ep->mr->lkey};
-  struct ibv_recv_wr wr = {.wr_id = IB_WR_ID(IB_WR_RECV, slot), .sg_list = &sge, .num_sge = 1};
+static ncclResult_t post_recv(hetccl_ep_t *ep, int q, struct ibv_recv_wr *wr) {
   struct ibv_recv_wr *bad = NULL;
-  int rc = ibv_post_recv(ep->qp, &wr, &bad);
+  int rc = ibv_post_recv(ep->qp[q], wr, &bad);
   if (rc != 0) {
-    WARN("ib: rank %d: ibv_post_recv for rank %d: %s", ep->ctx->rank_user, ep->peer_user,
-         strerror(rc));
+    WARN("ib: rank %d: ibv_post_recv on QP %d for rank %d: %s", ep->ctx->rank_user, q,
+         ep->peer_user, strerror(rc));
     return hetccl_ib_ep_error(ep, ncclSystemError);
   }
   return ncclSuccess;
 }
 
-ncclResult_t hetccl_ib_ep_post_send(hetccl_ep_t *ep, struct ibv_send_wr *wr, const char *what) {
+ncclResult_t hetccl_ib_ep_post_recv(hetccl_ep_t *ep, uint32_t slot) {
+  struct ibv_sge sge = {.addr = (uintptr_t)recv_slot(ep, slot), .length = (uint32_t)ep->stride,
+                        .lkey = ep->mr->lkey};
+  struct ibv_recv_wr wr = {.wr_id = IB_WR_ID(IB_WR_RECV, slot), .sg_list = &sge, .num_sge = 1};
+  return post_recv(ep, 0, &wr);
+}
+
+ncclResult_t hetccl_ib_ep_post_xrecv(hetccl_ep_t *ep, int q) {
+  /* No scatter list: only a write's immediate lands here, never bytes. */
+  struct ibv_recv_wr wr = {.wr_id = IB_WR_ID_QP(IB_WR_XRECV, q, 0), .sg_list = NULL,
+                           .num_sge = 0};
+  return post_recv(ep, q, &wr);
+}
+
+ncclResult_t hetccl_ib_ep_post_send(hetccl_ep_t *ep, int q, struct ibv_send_wr *wr,
+                                    const char *what) {
   struct ibv_send_wr *bad = NULL;
-  int rc = ibv_post_send(ep->qp, wr, &bad);
+  int rc = ibv_post_send(ep->qp[q], wr, &bad);
   if (rc != 0) {
     WARN("ib: rank %d: ibv_post_send (%s) to rank %d: %s", ep->ctx->rank_user, what,
          ep->peer_user, strerror(rc));
@@ -90,7 +102,7 @@ ncclResult_t hetccl_ib_ep_send_slot(hetccl_ep_t *ep, void *pc, uint32_t bytes, c
   wr.num_sge = 1;
   wr.opcode = IBV_WR_SEND;
   wr.send_flags = IBV_SEND_SIGNALED;
-  HETCCL_CHECK(hetccl_ib_ep_post_send(ep, &wr, what));
+  HETCCL_CHECK(hetccl_ib_ep_post_send(ep, 0, &wr, what));
   ep->sposted++;
   return ncclSuccess;
 }
@@ -107,9 +119,30 @@ static void wc_failed(hetccl_ep_t *ep, const struct ibv_wc *wc) {
   if (ep->broken && (ep->broken != IBV_WC_WR_FLUSH_ERR || wc->status == IBV_WC_WR_FLUSH_ERR))
     return;
   ep->broken = (int)wc->status;
+  if (wc->status != IBV_WC_WR_FLUSH_ERR) /* the cause; the error names the first failure seen */
+    INFO(HETCCL_NET, "ib: rank %d: %s on a %s to rank %d (QP %d, status %d, vendor error 0x%x)",
+         ep->ctx->rank_user, ep->v->wc_status_str(wc->status),
+         wr_kind_str(IB_WR_KIND(wc->wr_id)), ep->peer_user, IB_WR_QP(wc->wr_id),
+         (int)wc->status, wc->vendor_err);
   snprintf(ep->broken_why, sizeof(ep->broken_why), "%s on a %s (status %d, vendor error 0x%x)",
            ep->v->wc_status_str(wc->status), wr_kind_str(IB_WR_KIND(wc->wr_id)),
            (int)wc->status, wc->vendor_err);
+}
+
+/* An immediate on extra queue pair q: kept until the message's own, on
+ * QP 0, is delivered (hetccl_ib_rdv_landed); its receive WR goes back. */
+static ncclResult_t xrecv_landed(hetccl_ep_t *ep, const struct ibv_wc *wc) {
+  int q = IB_WR_QP(wc->wr_id);
+  if (q < 1 || q >= ep->qps || wc->opcode != IBV_WC_RECV_RDMA_WITH_IMM ||
+      (ep->xin & (1u << q))) {
+    WARN("ib: rank %d: unexpected %s on queue pair %d from rank %d", ep->ctx->rank_user,
+         wc->opcode == IBV_WC_RECV_RDMA_WITH_IMM ? "second immediate of one message" : "receive",
+         q, ep->peer_user);
+    return hetccl_ib_ep_error(ep, ncclSystemError);
+  }
+  ep->xin |= 1u << q;
+  ep->ximm[q] = ntohl(wc->imm_data);
+  return ep->broken ? ncclSuccess : hetccl_ib_ep_post_xrecv(ep, q);
 }
 
 static ncclResult_t cq_drain(hetccl_ep_t *ep, size_t *moved) {
@@ -131,7 +164,12 @@ static ncclResult_t cq_drain(hetccl_ep_t *ep, size_t *moved) {
       switch (IB_WR_KIND(wc[i].wr_id)) {
       case IB_WR_SEND: ep->sdone++; break;
       case IB_WR_WRITE: ep->wdone++; break;
-      case IB_WR_WRITE_IMM: ep->wdone++; ep->sdone++; break;
+      case IB_WR_WRITE_IMM: /* on QP 0 it took a receive slot: a piece */
+        ep->wdone++;
+        if (IB_WR_QP(wc[i].wr_id) == 0) ep->sdone++;
+        else ep->xdone[IB_WR_QP(wc[i].wr_id)] = IB_WR_SLOT(wc[i].wr_id);
+        break;
+      case IB_WR_XRECV: HETCCL_CHECK(xrecv_landed(ep, &wc[i])); break;
       case IB_WR_CTS: ep->cts_done++; break;
       case IB_WR_CREDIT: ep->credit_busy = 0; break;
       case IB_WR_RECV: {
@@ -211,7 +249,7 @@ static ncclResult_t credit_return(hetccl_ep_t *ep) {
   wr.send_flags = IBV_SEND_SIGNALED;
   wr.wr.rdma.remote_addr = ep->peer_credit_addr;
   wr.wr.rdma.rkey = ep->peer_credit_rkey;
-  HETCCL_CHECK(hetccl_ib_ep_post_send(ep, &wr, "credits"));
+  HETCCL_CHECK(hetccl_ib_ep_post_send(ep, 0, &wr, "credits"));
   ep->credit_busy = 1;
   ep->credit_sent = ep->rconsumed;
   return ncclSuccess;
@@ -225,7 +263,7 @@ static ncclResult_t slot_deliver(hetccl_ep_t *ep, hetccl_req_t *r, uint32_t slot
   ib_req_priv_t *p = ib_req_priv(r);
   const ib_landed_t *l = &ep->landed[slot];
   *wait = 0;
-  if (l->with_imm) return hetccl_ib_rdv_landed(ep, r, l->imm);
+  if (l->with_imm) return hetccl_ib_rdv_landed(ep, r, l->imm, wait);
   const ib_piece_t *pc = (const ib_piece_t *)recv_slot(ep, slot);
   HETCCL_CHECK(piece_check(ep, r, pc, l->len));
   if (pc->offset == IB_PIECE_RDV) {
@@ -312,6 +350,7 @@ static void send_retire(hetccl_ep_t *ep) {
     hetccl_req_t *r = ep->sq.first;
     ib_req_priv_t *p = ib_req_priv(r);
     if (p->pieces < p->npieces || ep->sdone < p->end) return;
+    if ((p->lkey & IB_REQ_WROTE) && !hetccl_ib_rdv_xdone(ep, r)) return;
     ep->sq.first = r->next;
     if (ep->sq.first == NULL) ep->sq.last = NULL;
     r->progress = r->bytes;

@@ -50,6 +50,20 @@
  * clear-to-send per direction is outstanding when the sender reads it
  * (the ring has room for the receiver's writes still completing).
  *
+ * Several queue pairs (HETCCL_IB_QPS = N > 1, ib.h). Write k of a message
+ * (bytes k*chunk..) goes on queue pair k % N, and the last write on each
+ * queue pair that carries one is a WRITE_WITH_IMM: on QP 0 it takes a
+ * receive slot as above, on QP q > 0 one of its zero-byte receive WRs. RC
+ * orders writes only within a queue pair, so the receiver completes the
+ * message when QP 0's immediate is delivered and every other expected one
+ * (min(N, writes) - 1, from the size and chunk) is in, whichever came
+ * first. The sender places nothing of its next message on QP 0 before
+ * every write of this one is posted; its next writes wait for the next
+ * clear-to-send, which the receiver sends only once this message is
+ * complete, so at most one immediate per extra queue pair is ever
+ * outstanding. A send is done once its writes completed on every queue
+ * pair. With N = 1 all of this is the protocol above, byte for byte.
+ *
  * Window: writes of HETCCL_IB_CHUNK bytes, HETCCL_IB_SLOTS of them in
  * flight, the bytes the eager path keeps in flight. Between two Soft-RoCE
  * VMs, writes of 512 KiB, 8 in flight (4 MiB) lost packets to the virtual
@@ -120,19 +134,36 @@ static ncclResult_t cts_take(hetccl_ep_t *ep, hetccl_req_t *r, int *took) {
   return ncclSuccess;
 }
 
+/* Queue pairs that carry a part of an accepted message of `npieces` writes. */
+static int qps_used(const hetccl_ep_t *ep, uint64_t npieces) {
+  return npieces < (uint64_t)ep->qps ? (int)npieces : ep->qps;
+}
+
+int hetccl_ib_rdv_xdone(const hetccl_ep_t *ep, hetccl_req_t *r) {
+  ib_req_priv_t *p = ib_req_priv(r);
+  for (int q = 1; q < qps_used(ep, p->npieces); q++)
+    if ((int32_t)(ep->xdone[q] - (uint32_t)p->seq) < 0) return 0;
+  return 1;
+}
+
 static ncclResult_t writes_post(hetccl_ep_t *ep, hetccl_req_t *r, uint64_t credits,
                                 size_t *moved) {
   ib_req_priv_t *p = ib_req_priv(r);
+  uint64_t nq = (uint64_t)ep->qps;
   while (p->offset < r->bytes && ep->wposted - ep->wdone < (uint64_t)ep->slots) {
     size_t len = r->bytes - (size_t)p->offset;
     if (len > ep->chunk) len = ep->chunk;
-    int last = p->offset + len == r->bytes;
-    if (last && !hetccl_ib_ep_piece_room(ep, credits)) break; /* it takes a receive WR */
+    uint64_t k = p->offset / ep->chunk;
+    int q = (int)(k % nq);
+    int last = k + nq >= p->npieces; /* the last write on queue pair q */
+    /* On QP 0 it takes a receive slot; elsewhere a receive WR always posted. */
+    if (last && q == 0 && !hetccl_ib_ep_piece_room(ep, credits)) break;
     struct ibv_sge sge = {.addr = (uintptr_t)r->buf + p->offset, .length = (uint32_t)len,
                           .lkey = (uint32_t)p->lkey};
     struct ibv_send_wr wr;
     memset(&wr, 0, sizeof(wr));
-    wr.wr_id = IB_WR_ID(last ? IB_WR_WRITE_IMM : IB_WR_WRITE, 0);
+    wr.wr_id = IB_WR_ID_QP(last ? IB_WR_WRITE_IMM : IB_WR_WRITE, q,
+                           last && q > 0 ? (uint32_t)p->seq : 0);
     wr.sg_list = &sge;
     wr.num_sge = 1;
     wr.opcode = last ? IBV_WR_RDMA_WRITE_WITH_IMM : IBV_WR_RDMA_WRITE;
@@ -140,9 +171,9 @@ static ncclResult_t writes_post(hetccl_ep_t *ep, hetccl_req_t *r, uint64_t credi
     wr.imm_data = htonl((uint32_t)p->seq);
     wr.wr.rdma.remote_addr = ep->srdv_addr + p->offset;
     wr.wr.rdma.rkey = ep->srdv_rkey;
-    HETCCL_CHECK(hetccl_ib_ep_post_send(ep, &wr, "rendezvous write"));
+    HETCCL_CHECK(hetccl_ib_ep_post_send(ep, q, &wr, "rendezvous write"));
     ep->wposted++;
-    if (last) ep->sposted++;
+    if (last && q == 0) ep->sposted++;
     p->offset += len;
     *moved += len;
   }
@@ -168,7 +199,8 @@ ncclResult_t hetccl_ib_rdv_send(hetccl_ep_t *ep, hetccl_req_t *r, uint64_t credi
   r->progress = p->offset;
   if (p->offset < r->bytes) return ncclSuccess;
   p->pieces = p->npieces;
-  p->end = ep->sposted; /* done when the last write, counted as a piece, completed */
+  p->end = ep->sposted; /* done when QP 0's last write, counted as a piece, completed */
+  p->lkey |= IB_REQ_WROTE; /* and those of the other queue pairs (hetccl_ib_rdv_xdone) */
   ep->srdv = IB_RDV_NONE;
   *placed = 1;
   return ncclSuccess;
@@ -236,7 +268,7 @@ ncclResult_t hetccl_ib_rdv_answer(hetccl_ep_t *ep, hetccl_req_t *r, int *taken) 
   wr.send_flags = IBV_SEND_SIGNALED;
   wr.wr.rdma.remote_addr = ep->peer_cts_addr + (uint64_t)at * sizeof(ib_cts_t);
   wr.wr.rdma.rkey = ep->peer_credit_rkey;
-  HETCCL_CHECK(hetccl_ib_ep_post_send(ep, &wr, "clear to send"));
+  HETCCL_CHECK(hetccl_ib_ep_post_send(ep, 0, &wr, "clear to send"));
   ep->cts_posted++;
   ep->rrdv = accept ? IB_RDV_LANDING : IB_RDV_EAGER;
   ep->rbounce = bounce;
@@ -244,15 +276,34 @@ ncclResult_t hetccl_ib_rdv_answer(hetccl_ep_t *ep, hetccl_req_t *r, int *taken) 
   return ncclSuccess;
 }
 
-ncclResult_t hetccl_ib_rdv_landed(hetccl_ep_t *ep, hetccl_req_t *r, uint32_t imm) {
+/* Are the immediates of r's writes on the extra queue pairs all in? *bad
+ * names an extra queue pair whose immediate is not r's (0: none). */
+static int xin_complete(hetccl_ep_t *ep, hetccl_req_t *r, int *bad) {
   ib_req_priv_t *p = ib_req_priv(r);
-  if (ep->rrdv != IB_RDV_LANDING || imm != (uint32_t)p->seq) {
-    WARN("ib: rank %d: a write with immediate %u from rank %d, expected %s", ep->ctx->rank_user,
-         imm, ep->peer_user,
+  int used = qps_used(ep, p->npieces);
+  uint32_t want = ((1u << used) - 1) & ~1u;
+  *bad = 0;
+  for (int q = 1; q < ep->qps; q++)
+    if ((ep->xin & (1u << q)) && (q >= used || ep->ximm[q] != (uint32_t)p->seq)) *bad = q;
+  return (ep->xin & want) == want;
+}
+
+ncclResult_t hetccl_ib_rdv_landed(hetccl_ep_t *ep, hetccl_req_t *r, uint32_t imm, int *wait) {
+  ib_req_priv_t *p = ib_req_priv(r);
+  int bad = 0, all = ep->rrdv == IB_RDV_LANDING && xin_complete(ep, r, &bad);
+  *wait = 0;
+  if (ep->rrdv != IB_RDV_LANDING || imm != (uint32_t)p->seq || bad) {
+    WARN("ib: rank %d: a write with immediate %u from rank %d on queue pair %d, expected %s",
+         ep->ctx->rank_user, bad ? ep->ximm[bad] : imm, ep->peer_user, bad,
          ep->rrdv == IB_RDV_LANDING ? "the one of the message it was cleared for"
                                     : "a piece (no rendezvous message is in flight)");
     return hetccl_ib_ep_error(ep, ncclSystemError);
   }
+  if (!all) { /* another queue pair's writes are still landing */
+    *wait = 1;
+    return ncclSuccess;
+  }
+  ep->xin = 0;
   if (ep->rbounce && r->consume) {
     r->consume(r->consume_ctx, r->buf, ep->bounce, r->bytes);
   } else if (ep->rbounce) {
