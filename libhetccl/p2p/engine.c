@@ -277,23 +277,42 @@ static ncclResult_t progress_all(hetccl_engine_t *e, int *idle_out) {
 }
 
 /* An idle wait past its HETCCL_SPIN polls gives the CPU back: first by
- * yielding (a peer on this CPU runs at once), then, still idle after
- * IDLE_YIELDS yields, by sleeping, 8 us and doubling up to HETCCL_IDLE_NAP
- * (0: yield for ever). Sleeping matters where the CPUs are shared in a way
- * this rank cannot see (virtual machines on fewer cores, a NIC emulated in
- * the kernel): a thread that only yields still holds its CPU whenever no
- * other thread of its own system is runnable there. The cost is up to one
- * nap (plus the kernel's timer slack) of latency on a wait that was
- * already idle that long. */
-enum { IDLE_YIELDS = 128, IDLE_NAP_FIRST_US = 8 };
+ * yielding (a peer on this CPU runs at once) for IDLE_YIELD_NS, then, still
+ * idle, by sleeping, 8 us and doubling up to HETCCL_IDLE_NAP (0: yield for
+ * ever). Sleeping matters where the CPUs are shared in a way this rank
+ * cannot see (virtual machines on fewer cores, a NIC emulated in the
+ * kernel): a thread that only yields still holds its CPU whenever no other
+ * thread of its own system is runnable there. Yielding first keeps waits
+ * shorter than IDLE_YIELD_NS (a GPU's small collective: 100-250 us on the
+ * H100) at the latency they had; a longer one pays at most one nap, plus
+ * the kernel's timer slack. */
+enum { IDLE_NAP_FIRST_US = 8 };
+#define IDLE_YIELD_NS 1000000LL
 
-static void idle_rest(const hetccl_engine_t *e, int64_t rested) {
-  if (e->nap_us <= 0 || rested < IDLE_YIELDS) {
+typedef struct {
+  int64_t since_ns; /* when the wait became idle; -1: it is not */
+  int naps;
+} idle_state_t;
+
+static int64_t now_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
+static void idle_rest(const hetccl_engine_t *e, idle_state_t *st) {
+  if (e->nap_us <= 0) {
+    sched_yield();
+    return;
+  }
+  int64_t t = now_ns();
+  if (st->since_ns < 0) st->since_ns = t;
+  if (t - st->since_ns < IDLE_YIELD_NS) {
     sched_yield();
     return;
   }
   int64_t us = IDLE_NAP_FIRST_US;
-  for (int64_t k = rested - IDLE_YIELDS; k > 0 && us < e->nap_us; k--) us <<= 1;
+  for (int k = st->naps++; k > 0 && us < e->nap_us; k--) us <<= 1;
   if (us > e->nap_us) us = e->nap_us;
   struct timespec ts = {(time_t)(us / 1000000), (long)(us % 1000000) * 1000};
   nanosleep(&ts, NULL);
@@ -303,6 +322,7 @@ ncclResult_t hetccl_engine_wait(hetccl_engine_t *e, hetccl_req_t **reqs, int n) 
   if (e->failed != ncclSuccess) return e->failed;
   int first = 0; /* requests before `first` are done */
   int64_t idle_polls = 0, deadline = -1;
+  idle_state_t rest = {-1, 0};
   for (;;) {
     if (HETCCL_TRACE_ON()) trace_done(e, reqs, n);
     while (first < n && (!reqs[first] || reqs[first]->done)) first++;
@@ -321,10 +341,11 @@ ncclResult_t hetccl_engine_wait(hetccl_engine_t *e, hetccl_req_t **reqs, int n) 
     if (!idle) {
       idle_polls = 0;
       deadline = -1;
+      rest = (idle_state_t){-1, 0};
       continue;
     }
     if (++idle_polls < e->spin) continue;
-    idle_rest(e, idle_polls - e->spin);
+    idle_rest(e, &rest);
     if ((idle_polls & 255) == 0) {
       int64_t t = now_ms();
       if (deadline < 0) {

@@ -66,9 +66,10 @@
  *
  * Window: writes of HETCCL_IB_CHUNK bytes, HETCCL_IB_SLOTS of them in
  * flight, the bytes the eager path keeps in flight. Between two Soft-RoCE
- * VMs, writes of 512 KiB, 8 in flight (4 MiB) lost packets to the virtual
- * wire and waited out RC retransmission timeouts: 0.7 of eager's speed at
- * 1-4 MiB, against parity with this window (docs/transports.md).
+ * VMs, writes of 512 KiB, 8 in flight (4 MiB) waited out RC retransmission
+ * timeouts (then 67 ms, shorter than the queue behind such a window: the
+ * peer had the packets), 0.7 of eager's speed at 1-4 MiB, against parity
+ * with this window (docs/transports.md; NCCL_IB_TIMEOUT is 20 since).
  *
  * The clear-to-send record is RDMA-written into the sender's registered
  * credit block (ib.h: ib_cts_t). The sender takes it only when its head
