@@ -568,6 +568,19 @@ def rank_zero_copy(rank: int, n: int, uid: str, barrier: Any) -> Dict[str, Any]:
             comm.recv(int(py.ctypes.data), BOUNCED, F32, 0)
             check("registered to plain, bounced", py[:BOUNCED], zc_pattern(0, 8, BOUNCED))
         out["copied"]["bounced"] = ib() - before
+        before = ib()
+        for i in range(5):  # a plain source, a registered destination: the receiver clears
+            if rank == 0:   # it to send before it is asked, the sender goes eager regardless
+                px[:] = zc_pattern(0, 20 + i)
+                comm.send(int(px.ctypes.data), ZC_COUNT, F32, 1)
+            else:           # (5 > the ring of 4 records: unused records are overwritten)
+                y[:] = -1
+                comm.recv(r, ZC_COUNT, F32, 0)
+                check(f"plain to registered {i}", y, zc_pattern(0, 20 + i))
+        out["copied"]["offer unused"] = ib() - before
+        before = ib()
+        sendrecv(s, r, "sendrecv, registered after unused offers", 12)
+        out["copied"]["after unused offers"] = ib() - before
 
         # Freed, then mapped again at the same address, plain: a registration
         # that outlived its memory would write into (and read from) the old
@@ -641,6 +654,9 @@ def check_zero_copy(env: Dict[str, str]) -> None:
         assert c["declined"] >= ZC_BYTES, (r, c)  # plain and beyond the bounce: eager, both copy
         # plain within the bounce buffer: the receiver's one copy out of it
         assert c["bounced"] == (0 if r == 0 else 4 * BOUNCED), (r, c)
+        # an offer to a sender that goes eager: one copy each side, then zero copy again
+        assert c["offer unused"] == 5 * ZC_BYTES, (r, c)
+        assert c["after unused offers"] == 0, (r, c)
         # The plain send/recvs ran on new pages at the registered ones' addresses.
         assert got["same_address"] == {"ncclCommRegister": True, "ncclMemFree": True}, got
 

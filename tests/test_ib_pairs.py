@@ -10,7 +10,8 @@ device):
 
 - auto chooses per pair: shm inside a host, ib between ranks that both
   have an active port, socket for every pair of a rank without one
-  (HETCCL_IB_HCA naming none), and rank 0 says so; NCCL_IB_DISABLE=1
+  (HETCCL_IB_HCA naming none, or excluding the one there is in
+  NCCL_IB_HCA's syntax), and rank 0 says so; NCCL_IB_DISABLE=1
   gives socket for all; without any device, shm and socket only;
 - the CPU's payload copies per transport (hetcclCommCopiedBytes);
 - connections on first use over ib: a lower rank SIGKILLed on another host
@@ -51,12 +52,15 @@ PAIR_COUNT = 1 << 16                   # float32 elements per message of pairs_r
 PAIR_BYTES = 4 * PAIR_COUNT
 
 
+HIDE_IB = {"HETCCL_IB_HCA": "no_such_hca"}
+
+
 def run_pairs(tmp_path: Path, extra: Dict[str, str], hide_ib_on: int = -1,
-              count: int = PAIR_COUNT) -> Dict[str, Any]:
+              count: int = PAIR_COUNT, hide: Dict[str, str] = HIDE_IB) -> Dict[str, Any]:
     """Four ranks as three hosts: ranks 0 and 1 share this process's IPC
     namespace (one host: shm), ranks 2 and 3 each run in one of their own
     (`unshare --ipc`: hetccl's host identity differs, as between machines).
-    Rank hide_ib_on gets HETCCL_IB_HCA naming no device. Returns the
+    Rank hide_ib_on gets `hide` (HETCCL_IB_HCA naming no device). Returns the
     ranks' results, rank 0's pairs line and every rank's peers line."""
     if shutil.which("unshare") is None or os.geteuid() != 0:
         pytest.skip("needs root and unshare (util-linux) for an IPC namespace per rank")
@@ -70,7 +74,7 @@ def run_pairs(tmp_path: Path, extra: Dict[str, str], hide_ib_on: int = -1,
         env.pop("NCCL_IB_DISABLE", None)
         env.update(extra)
         if rank == hide_ib_on:
-            env["HETCCL_IB_HCA"] = "no_such_hca"
+            env.update(hide)
         envs.append(env)
     prefixes = [[], [], ["unshare", "--ipc"], ["unshare", "--ipc"]]
     results = run_ranks(PAIRS_RANK_PY, envs, timeout=240, prefixes=prefixes)
@@ -111,6 +115,21 @@ def test_ib_chosen_per_pair(tmp_path: Path) -> None:
     copied = [res["copied"] for res in got["results"]]
     assert copied[2]["ib"] >= 4 * PAIR_BYTES and copied[2]["shm"] == 0, copied
     assert copied[3]["ib"] == 0 and copied[3]["socket"] >= 6 * PAIR_BYTES, copied
+
+
+@pytest.mark.rdma
+@pytest.mark.timeout(300)
+def test_ib_hca_in_nccl_syntax(tmp_path: Path) -> None:
+    """The device list in NCCL_IB_HCA's syntax (transport/ib/ib_hca.c; every
+    form is unit-tested in tests/c/transport/test_ib_hca.c): every rank has
+    NCCL_IB_HCA=rxe, a prefix that allows rxe0; rank 3 also has
+    HETCCL_IB_HCA=^=rxe0, which wins over it and excludes rxe0 by its whole
+    name. The pairs come out as when rank 3 has no device at all."""
+    got = run_pairs(tmp_path, {"NCCL_IB_HCA": "rxe"}, hide_ib_on=3,
+                    hide={"HETCCL_IB_HCA": "^=rxe0"})
+    assert_pairs(got, (1, 3, 2),
+                 {0: (1, 1, 1), 1: (1, 1, 1), 2: (0, 1, 2), 3: (0, 3, 0)})
+    assert "no active ib port on ranks 3" in got["logs"][0], got["logs"][0][-3000:]
 
 
 @pytest.mark.rdma

@@ -67,7 +67,9 @@
   X(IB_DISABLE, "NCCL_IB_DISABLE", INT, "0", 0, 1,                           \
     "1: under HETCCL_TRANSPORT=auto, ranks on different hosts use socket, never ib") \
   X(IB_HCA, "HETCCL_IB_HCA", STR, "", 0, 0,                                    \
-    "verbs device for the ib transport, as name or name:port (default: the first device with an active port)") \
+    "verbs devices the ib transport may use, in NCCL_IB_HCA's syntax: a comma list of name prefixes, each optionally :port; a leading = matches whole names, a leading ^ excludes; the first allowed device with an allowed active port is used (default: NCCL_IB_HCA, else every device)") \
+  X(NCCL_IB_HCA, "NCCL_IB_HCA", STR, "", 0, 0,                                 \
+    "NCCL's, honoured when HETCCL_IB_HCA is unset")                            \
   X(IB_GID_INDEX, "HETCCL_IB_GID_INDEX", INT, "-1", -1, 255,                   \
     "GID index for the ib transport; -1: a RoCE v2 IPv4-mapped GID if the port has one, else 0") \
   X(IB_CHUNK, "HETCCL_IB_CHUNK", INT, "128K", 64, 1073741824,                  \
@@ -84,6 +86,8 @@
     "NCCL's, honoured when HETCCL_IB_QPS is unset")                            \
   X(IB_ZCOPY_THRESHOLD, "HETCCL_IB_ZCOPY_THRESHOLD", INT, "1M", 1, 4611686018427387904, \
     "ib messages of at least this many bytes whose source is registered (ncclMemAlloc, ncclCommRegister) go by RDMA WRITE into the receiver's buffer when it is registered too, without CPU copies; smaller ones, and others, through the staging slots") \
+  X(IB_OFFER, "HETCCL_IB_OFFER", INT, "1", 0, 1,                              \
+    "1: an ib receiver that can take a rendezvous message by RDMA WRITE says so as soon as the receive is next, before the sender asks; 0: only when asked") \
   X(IB_BOUNCE, "HETCCL_IB_BOUNCE", INT, "4M", 0, 1073741824,                 \
     "largest rendezvous message an ib receiver that reduces it, or whose buffer is not registered, takes by RDMA WRITE into a registered bounce buffer of its own (made on first need, one per peer) instead of declining; 0: decline them") \
   X(IB_REG_CACHE, "HETCCL_IB_REG_CACHE", INT, "64G", 0, 4611686018427387904,   \

@@ -294,6 +294,7 @@ static ncclResult_t ib_ctx_create(const hetccl_transport_args_t *args, hetccl_tc
                                       ? HETCCL_KNOB_IB_QPS
                                       : HETCCL_KNOB_NCCL_IB_QPS_PER_CONNECTION);
   ctx->zcopy_min = (size_t)hetccl_knob_int(HETCCL_KNOB_IB_ZCOPY_THRESHOLD);
+  ctx->offer = (int)hetccl_knob_int(HETCCL_KNOB_IB_OFFER);
   ctx->bounce_max = (size_t)hetccl_knob_int(HETCCL_KNOB_IB_BOUNCE);
   HETCCL_CHECK_GOTO(hetccl_ib_verbs_load(&ctx->v), res, fail);
   HETCCL_CHECK_GOTO(hetccl_ib_dev_open(ctx->v, ctx->rank_user, &ctx->dev), res, fail);

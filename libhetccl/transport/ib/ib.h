@@ -211,6 +211,7 @@ struct hetccl_tctx {
   int slots;
   int qps;                 /* HETCCL_IB_QPS: queue pairs per connection */
   size_t zcopy_min;        /* HETCCL_IB_ZCOPY_THRESHOLD: smallest rendezvous message */
+  int offer;               /* HETCCL_IB_OFFER: receivers clear to send before asked */
   int dmabuf;              /* a trial dma-buf registration of device memory passed (ib_devmem.c) */
   size_t bounce_max;       /* HETCCL_IB_BOUNCE: largest message landed in a bounce buffer */
   /* connecting (ib_connect.c) */
@@ -300,10 +301,13 @@ typedef struct ib_req_priv {
   uint64_t pieces;   /* posted (send) or delivered (receive) so far */
   uint64_t offset;   /* bytes posted / delivered so far */
   uint64_t end;      /* send: sposted after its last piece */
-  uint64_t lkey;     /* send: IB_REQ_RDV | the source's lkey for a rendezvous; 0 eager */
+  uint64_t lkey;     /* send: IB_REQ_RDV | the source's lkey for a rendezvous; 0 eager;
+                      * receive: IB_REQ_OFFERED, IB_REQ_NO_OFFER or 0 */
 } ib_req_priv_t;
 #define IB_REQ_RDV (1ull << 63)
 #define IB_REQ_WROTE (1ull << 62) /* send: the rendezvous was accepted (its writes went) */
+#define IB_REQ_OFFERED (1ull << 61) /* receive: cleared to send before the sender asked */
+#define IB_REQ_NO_OFFER (1ull << 60) /* receive: would decline, so no offer is made */
 _Static_assert(sizeof(ib_req_priv_t) <= sizeof(((hetccl_req_t *)0)->priv), "request private");
 
 static inline ib_req_priv_t *ib_req_priv(hetccl_req_t *r) { return (ib_req_priv_t *)r->priv; }
@@ -388,6 +392,12 @@ ncclResult_t hetccl_ib_rdv_send(hetccl_ep_t *ep, hetccl_req_t *r, uint64_t credi
 /* Receive side: a request piece (checked by the caller) met r: answer it.
  * *taken = 0 if it must wait (every clear-to-send source busy). */
 ncclResult_t hetccl_ib_rdv_answer(hetccl_ep_t *ep, hetccl_req_t *r, int *taken);
+/* Receive side: clear the head receive to send before its sender asks,
+ * when it may come by rendezvous and nothing of it has landed yet. */
+ncclResult_t hetccl_ib_rdv_offer(hetccl_ep_t *ep, size_t *moved);
+/* Receive side: a piece of r's payload came (the sender went eager): an
+ * accepting offer made for r is void, and r is received eager. */
+void hetccl_ib_rdv_offer_unused(hetccl_ep_t *ep, hetccl_req_t *r);
 /* Receive side: the write with immediate `imm` landed on queue pair 0 for
  * r (the head). *wait = 1 while an extra queue pair's immediate of it is
  * still to come (then nothing was delivered). */

@@ -211,7 +211,8 @@ static ncclResult_t piece_check(hetccl_ep_t *ep, hetccl_req_t *r, const ib_piece
                                         r->bytes);
   if (res != ncclSuccess) return hetccl_ib_ep_error(ep, res);
   if (pc->offset == IB_PIECE_RDV) {
-    if (ep->rrdv == IB_RDV_NONE && p->pieces == 0 && pc->len == 0 && r->bytes > 0 &&
+    int answered = (p->lkey & IB_REQ_OFFERED) != 0; /* its answer went before it came */
+    if ((ep->rrdv == IB_RDV_NONE || answered) && p->pieces == 0 && pc->len == 0 && r->bytes > 0 &&
         landed == IB_PIECE_HDR)
       return ncclSuccess;
     WARN("ib: corrupt rendezvous request from rank %d in message %" PRIu64 " (%u bytes landed, "
@@ -265,9 +266,11 @@ static ncclResult_t slot_deliver(hetccl_ep_t *ep, hetccl_req_t *r, uint32_t slot
   *wait = 0;
   if (l->with_imm) return hetccl_ib_rdv_landed(ep, r, l->imm, wait);
   const ib_piece_t *pc = (const ib_piece_t *)recv_slot(ep, slot);
+  if (pc->offset != IB_PIECE_RDV) hetccl_ib_rdv_offer_unused(ep, r);
   HETCCL_CHECK(piece_check(ep, r, pc, l->len));
   if (pc->offset == IB_PIECE_RDV) {
     int taken;
+    if (p->lkey & IB_REQ_OFFERED) return ncclSuccess; /* answered before it was asked */
     HETCCL_CHECK(hetccl_ib_rdv_answer(ep, r, &taken));
     *wait = !taken;
     return ncclSuccess;
@@ -287,6 +290,7 @@ static ncclResult_t slot_deliver(hetccl_ep_t *ep, hetccl_req_t *r, uint32_t slot
 }
 
 static ncclResult_t recv_deliver(hetccl_ep_t *ep, size_t *moved) {
+  HETCCL_CHECK(hetccl_ib_rdv_offer(ep, moved));
   while (ep->rq.first && ep->rconsumed < ep->rarrived) {
     hetccl_req_t *r = ep->rq.first;
     ib_req_priv_t *p = ib_req_priv(r);
@@ -303,6 +307,7 @@ static ncclResult_t recv_deliver(hetccl_ep_t *ep, size_t *moved) {
     ep->rq.first = r->next;
     if (ep->rq.first == NULL) ep->rq.last = NULL;
     __atomic_store_n(&r->done, 1, __ATOMIC_RELEASE); /* last: the caller may reuse r at once */
+    HETCCL_CHECK(hetccl_ib_rdv_offer(ep, moved)); /* the next one, before its sender asks */
   }
   return credit_return(ep);
 }

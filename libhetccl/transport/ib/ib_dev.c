@@ -1,5 +1,5 @@
-/* Which verbs device, port and GID a context uses (HETCCL_IB_HCA,
- * HETCCL_IB_GID_INDEX). Runs on the thread that creates the communicator;
+/* Which verbs device, port and GID a context uses (HETCCL_IB_HCA or
+ * NCCL_IB_HCA, read in ib_hca.c; HETCCL_IB_GID_INDEX). Runs on the thread that creates the communicator;
  * only queries the device. */
 #include <errno.h>
 #include <stdio.h>
@@ -7,6 +7,8 @@
 #include <string.h>
 
 #include "transport/ib/ib.h"
+#include "transport/ib/ib_hca.h"
+#include "util/check.h"
 #include "util/knobs.h"
 #include "util/log.h"
 
@@ -62,37 +64,15 @@ static int gid_pick(const hetccl_ib_verbs_t *v, hetccl_ib_dev_t *dev, int tbl_le
   return v4_any >= 0 ? v4_any : 0;
 }
 
-/* "name" or "name:port" into name and port (0: any). */
-static ncclResult_t hca_parse(const char *knob, char *name, size_t len, int *port) {
-  const char *colon = strchr(knob, ':');
-  size_t n = colon ? (size_t)(colon - knob) : strlen(knob);
-  char *end = NULL;
-  *port = 0;
-  if (colon) {
-    long p = strtol(colon + 1, &end, 10);
-    if (end == colon + 1 || *end != '\0' || p < 1 || p > 255) {
-      WARN("HETCCL_IB_HCA=%s: expected a device name, optionally followed by :port", knob);
-      return ncclInvalidArgument;
-    }
-    *port = (int)p;
-  }
-  if (n == 0 || n >= len) {
-    WARN("HETCCL_IB_HCA=%s: expected a device name, optionally followed by :port", knob);
-    return ncclInvalidArgument;
-  }
-  memcpy(name, knob, n);
-  name[n] = '\0';
-  return ncclSuccess;
-}
-
-/* First active port of an open device (or `want`, if active); 0 if none.
+/* First active port of an open device that `hca` allows; 0 if none.
  * Appends what it saw to `seen` for the message when nothing fits. */
 static int port_find(const hetccl_ib_verbs_t *v, struct ibv_context *c, const char *name,
-                     int want, struct ibv_port_attr *attr, char *seen, size_t seen_len) {
+                     const hetccl_ib_hca_t *hca, struct ibv_port_attr *attr, char *seen,
+                     size_t seen_len) {
   struct ibv_device_attr da;
   if (v->query_device(c, &da) != 0) return 0;
   for (int p = 1; p <= da.phys_port_cnt; p++) {
-    if (want && p != want) continue;
+    if (!hetccl_ib_hca_allows(hca, name, p)) continue;
     size_t used = strlen(seen);
     if (port_query(v, c, (uint8_t)p, attr) != 0) {
       snprintf(seen + used, seen_len - used, " %s:%d (query failed)", name, p);
@@ -104,26 +84,30 @@ static int port_find(const hetccl_ib_verbs_t *v, struct ibv_context *c, const ch
   return 0;
 }
 
-/* Opens the first device that HCA allows (want_name "" = any) with an
- * active port; fills dev's vctx, port and name and *attr. 0 if none fits
- * (what it saw is in `seen`); -1 if the devices cannot be listed. */
-static int dev_find(const hetccl_ib_verbs_t *v, const char *want_name, int want_port,
+/* Opens the first device, in the verbs list's order, that `hca` allows
+ * with an allowed active port; fills dev's vctx, port and name and *attr.
+ * 0 if none fits (what it saw is in `seen`); -1 if the devices cannot be
+ * listed. *allowed counts the devices the list allows. */
+static int dev_find(const hetccl_ib_verbs_t *v, const hetccl_ib_hca_t *hca,
                     hetccl_ib_dev_t *dev, struct ibv_port_attr *attr, char *seen,
-                    size_t seen_len) {
+                    size_t seen_len, int *allowed) {
   int ndev = 0;
   struct ibv_device **list = v->get_device_list(&ndev);
   if (list == NULL) return -1;
   memset(dev, 0, sizeof(*dev));
-  for (int i = 0; i < ndev && dev->vctx == NULL; i++) {
+  *allowed = 0;
+  for (int i = 0; i < ndev; i++) {
     const char *name = v->get_device_name(list[i]);
-    if (want_name[0] && strcmp(name, want_name) != 0) continue;
+    if (!hetccl_ib_hca_allows(hca, name, 0)) continue;
+    ++*allowed;
+    if (dev->vctx != NULL) continue; /* counted: one device per rank */
     struct ibv_context *c = v->open_device(list[i]);
     if (c == NULL) {
       size_t used = strlen(seen);
       snprintf(seen + used, seen_len - used, " %s (cannot open: %s)", name, strerror(errno));
       continue;
     }
-    int port = port_find(v, c, name, want_port, attr, seen, seen_len);
+    int port = port_find(v, c, name, hca, attr, seen, seen_len);
     if (port == 0) {
       v->close_device(c);
       continue;
@@ -137,41 +121,45 @@ static int dev_find(const hetccl_ib_verbs_t *v, const char *want_name, int want_
 }
 
 int hetccl_ib_dev_usable(void) {
-  const char *hca = hetccl_knob_str(HETCCL_KNOB_IB_HCA);
-  char want_name[64] = "", seen[512] = "";
-  int want_port = 0;
+  char seen[512] = "";
   const hetccl_ib_verbs_t *v = hetccl_ib_verbs_try();
   if (v == NULL) return 0;
-  if (hca[0] && hca_parse(hca, want_name, sizeof(want_name), &want_port) != ncclSuccess)
-    return 0;
+  hetccl_ib_hca_t hca;
+  if (hetccl_ib_hca_get(&hca) != ncclSuccess) return 0;
   hetccl_ib_dev_t dev;
   struct ibv_port_attr attr;
-  int found = dev_find(v, want_name, want_port, &dev, &attr, seen, sizeof(seen));
-  TRACE(HETCCL_NET | HETCCL_INIT, "ib: %s active port%s%s (found:%s)",
-        found > 0 ? "an" : "no", hca[0] ? " matching HETCCL_IB_HCA=" : "", hca,
-        seen[0] ? seen : " none");
+  int allowed;
+  int found = dev_find(v, &hca, &dev, &attr, seen, sizeof(seen), &allowed);
+  TRACE(HETCCL_NET | HETCCL_INIT, "ib: %s active port%s%s%s%s (found:%s)",
+        found > 0 ? "an" : "no", hca.n ? " allowed by " : "", hca.n ? hca.knob : "",
+        hca.n ? "=" : "", hca.spec, seen[0] ? seen : " none");
   if (found > 0) hetccl_ib_dev_close(v, &dev);
   return found > 0;
 }
 
 ncclResult_t hetccl_ib_dev_open(const hetccl_ib_verbs_t *v, int rank, hetccl_ib_dev_t *dev) {
-  const char *hca = hetccl_knob_str(HETCCL_KNOB_IB_HCA);
-  char want_name[64] = "", seen[512] = "";
-  int want_port = 0;
-  if (hca[0] && hca_parse(hca, want_name, sizeof(want_name), &want_port) != ncclSuccess)
-    return ncclInvalidArgument;
+  char seen[512] = "";
+  hetccl_ib_hca_t hca;
+  HETCCL_CHECK(hetccl_ib_hca_get(&hca));
   struct ibv_port_attr attr;
-  int found = dev_find(v, want_name, want_port, dev, &attr, seen, sizeof(seen));
+  int allowed;
+  int found = dev_find(v, &hca, dev, &attr, seen, sizeof(seen), &allowed);
   if (found < 0) {
     WARN("ib: rank %d: cannot list verbs devices (no RDMA stack in this kernel?): %s", rank,
          strerror(errno));
     return ncclSystemError;
   }
   if (found == 0) {
-    WARN("ib: rank %d: no verbs device with an active port%s%s (found:%s)", rank,
-         hca[0] ? " matching HETCCL_IB_HCA=" : "", hca, seen[0] ? seen : " none");
+    WARN("ib: rank %d: no verbs device with an active port%s%s%s%s (found:%s)", rank,
+         hca.n ? " allowed by " : "", hca.n ? hca.knob : "", hca.n ? "=" : "", hca.spec,
+         seen[0] ? seen : " none");
     return ncclSystemError;
   }
+  if (allowed > 1)
+    INFO(HETCCL_NET | HETCCL_INIT, "ib rank %d: %d devices allowed%s%s%s%s; using %s port %d "
+         "(one device per rank: striping over several is not built)", rank, allowed,
+         hca.n ? " by " : "", hca.n ? hca.knob : "", hca.n ? "=" : "", hca.spec, dev->name,
+         dev->port);
   dev->link_layer = attr.link_layer;
   dev->mtu = (uint8_t)attr.active_mtu;
   dev->lid = attr.lid;

@@ -41,6 +41,15 @@
  *     (seq): takes a recv slot                           with imm = seq: done
  *   decline: eager pieces      --- SEND x n --------->   copied out of slots
  *
+ * Offers: a receiver that would accept does not wait for the request. When
+ * a receive of at least its threshold heads the direction's queue and
+ * nothing of it has landed, it writes the accepting record at once
+ * (hetccl_ib_rdv_offer; IB_REQ_OFFERED), and the request, when it comes,
+ * is only checked. A sender that goes eager never reads that record: its
+ * first piece voids the offer (hetccl_ib_rdv_offer_unused) and the message
+ * is received eager. One that would decline offers nothing
+ * (IB_REQ_NO_OFFER) and answers the request as it comes.
+ *
  * Ordering: RC places a queue pair's writes in posting order, so when the
  * immediate's receive WR completes every earlier write of the message has
  * landed. A send is done when its last write completed locally (the peer
@@ -236,15 +245,24 @@ void hetccl_ib_rdv_free(hetccl_ep_t *ep) {
   ep->bounce = NULL;
 }
 
-ncclResult_t hetccl_ib_rdv_answer(hetccl_ep_t *ep, hetccl_req_t *r, int *taken) {
+/* Write r's clear-to-send record into the sender's ring: accept (where
+ * the bytes land) or decline. An offer (before the sender asked) is made
+ * only to accept: *taken = 0 and *declined = 1 when it would decline.
+ * *taken = 0 also while every record source is still in flight. */
+static ncclResult_t cts_post(hetccl_ep_t *ep, hetccl_req_t *r, int offer, int *taken,
+                             int *declined) {
   ib_req_priv_t *p = ib_req_priv(r);
   uint32_t lkey, rkey;
-  *taken = 0;
+  *taken = *declined = 0;
   if (ep->cts_posted - ep->cts_done >= IB_CTS_RING) return ncclSuccess;
   int direct = r->consume == NULL &&
                hetccl_ib_reg_find(ep->ctx->pd, r->buf, r->bytes, &lkey, &rkey);
   int bounce = !direct && r->bytes <= ep->ctx->bounce_max && bounce_ready(ep);
   int accept = direct || bounce;
+  if (offer && !accept) {
+    *declined = 1;
+    return ncclSuccess;
+  }
   uint32_t at = (uint32_t)(p->seq % IB_CTS_RING);
   ib_cts_t *c = &ep->credit->cts_out[at];
   memset(c, 0, sizeof(*c));
@@ -275,6 +293,38 @@ ncclResult_t hetccl_ib_rdv_answer(hetccl_ep_t *ep, hetccl_req_t *r, int *taken) 
   ep->rbounce = bounce;
   *taken = 1;
   return ncclSuccess;
+}
+
+ncclResult_t hetccl_ib_rdv_answer(hetccl_ep_t *ep, hetccl_req_t *r, int *taken) {
+  int declined;
+  return cts_post(ep, r, 0, taken, &declined);
+}
+
+ncclResult_t hetccl_ib_rdv_offer(hetccl_ep_t *ep, size_t *moved) {
+  hetccl_req_t *r = ep->rq.first;
+  if (r == NULL || !ep->ctx->offer || ep->broken || ep->rrdv != IB_RDV_NONE ||
+      ep->rconsumed < ep->rarrived)
+    return ncclSuccess; /* none, or its first piece or request is here: answered as it comes */
+  ib_req_priv_t *p = ib_req_priv(r);
+  if ((p->lkey & (IB_REQ_OFFERED | IB_REQ_NO_OFFER)) || p->pieces > 0 || r->bytes == 0 ||
+      r->bytes < ep->ctx->zcopy_min)
+    return ncclSuccess;
+  int taken, declined;
+  HETCCL_CHECK(cts_post(ep, r, 1, &taken, &declined));
+  if (taken) {
+    p->lkey |= IB_REQ_OFFERED;
+    (*moved)++;
+  } else if (declined) {
+    p->lkey |= IB_REQ_NO_OFFER; /* a sender that asks is answered as it asks */
+  }
+  return ncclSuccess;
+}
+
+void hetccl_ib_rdv_offer_unused(hetccl_ep_t *ep, hetccl_req_t *r) {
+  ib_req_priv_t *p = ib_req_priv(r);
+  if (!(p->lkey & IB_REQ_OFFERED) || ep->rrdv != IB_RDV_LANDING || p->pieces > 0) return;
+  ep->rrdv = IB_RDV_EAGER; /* its record stays in the sender's ring, never taken */
+  ep->rbounce = 0;
 }
 
 /* Are the immediates of r's writes on the extra queue pairs all in? *bad
