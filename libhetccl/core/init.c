@@ -442,9 +442,8 @@ static void log_pairs(ncclComm_t comm, hetccl_transport_id_t forced) {
 
 /* HETCCL_RUNTIME_CONNECT, else NCCL_RUNTIME_CONNECT (the same meaning). */
 static int runtime_connect(void) {
-  return (int)hetccl_knob_int(hetccl_knob_is_set(HETCCL_KNOB_RUNTIME_CONNECT)
-                                  ? HETCCL_KNOB_RUNTIME_CONNECT
-                                  : HETCCL_KNOB_NCCL_RUNTIME_CONNECT);
+  return (int)hetccl_knob_int(
+      hetccl_knob_or_nccl(HETCCL_KNOB_RUNTIME_CONNECT, HETCCL_KNOB_NCCL_RUNTIME_CONNECT));
 }
 
 static hetccl_transport_id_t transport_id_of(const hetccl_transport_t *tp) {

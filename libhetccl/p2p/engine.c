@@ -255,11 +255,13 @@ ncclResult_t hetccl_engine_irecv(hetccl_engine_t *e, int peer, void *buf, size_t
   return res == ncclSuccess ? res : engine_fail_call(e, res);
 }
 
-static int64_t now_ms(void) {
+static int64_t now_ns(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+  return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
 }
+
+static int64_t now_ms(void) { return now_ns() / 1000000; }
 
 /* One sweep over every connected peer: requests on any endpoint may be the
  * ones a peer needs moved before it can serve ours. */
@@ -293,12 +295,6 @@ typedef struct {
   int64_t since_ns; /* when the wait became idle; -1: it is not */
   int naps;
 } idle_state_t;
-
-static int64_t now_ns(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
-}
 
 static void idle_rest(const hetccl_engine_t *e, idle_state_t *st) {
   if (e->nap_us <= 0) {

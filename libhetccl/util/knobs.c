@@ -185,6 +185,10 @@ int hetccl_knob_is_set(hetccl_knob_t id) {
   return __atomic_load_n(&knob_state[id].value, __ATOMIC_ACQUIRE) != NULL;
 }
 
+hetccl_knob_t hetccl_knob_or_nccl(hetccl_knob_t ours, hetccl_knob_t nccls) {
+  return hetccl_knob_is_set(ours) ? ours : nccls;
+}
+
 void hetccl_knobs_reload(void) {
   knobs_ensure();
   pthread_mutex_lock(&reload_lock);

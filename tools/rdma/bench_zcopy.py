@@ -177,11 +177,14 @@ def rxe_counters(dev: str) -> Dict[str, int]:
     return out
 
 
-def counters_delta(before: Dict[str, int], after: Dict[str, int]) -> str:
-    """The counters that moved, as `name=+n` (packet counts first)."""
+def report_counters(config: str, dev: str, before: Dict[str, int]) -> None:
+    """Print the counters that moved since `before`, as `name=+n` (packet
+    counts first), for this host and configuration."""
+    after = rxe_counters(dev)
     moved = {k: after[k] - before.get(k, 0) for k in after if after[k] != before.get(k, 0)}
     keys = sorted(moved, key=lambda k: (not k.endswith("_pkts"), k))
-    return " ".join(f"{k}=+{moved[k]}" for k in keys) or "none moved"
+    text = " ".join(f"{k}=+{moved[k]}" for k in keys) or "none moved"
+    print(f"# host {os.environ['RXE_VM_HOST']} {config}: {dev} counters {text}", flush=True)
 
 
 def run_config(config: str, tag: str, sizes: List[int], budget: int) -> Dict[int, float]:
@@ -193,8 +196,7 @@ def run_config(config: str, tag: str, sizes: List[int], budget: int) -> Dict[int
     dev = os.environ.get("RXE_VM_DEV", "rxe0")
     c0 = rxe_counters(dev)
     out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=1800)
-    print(f"# host {os.environ['RXE_VM_HOST']} {config}: {dev} counters "
-          f"{counters_delta(c0, rxe_counters(dev))}", flush=True)
+    report_counters(config, dev, c0)
     if out.returncode != 0:
         raise RuntimeError(f"{config}: {' '.join(cmd)} exited with {out.returncode}\n"
                            f"{out.stdout[-4000:]}\n{out.stderr[-4000:]}")
@@ -264,8 +266,7 @@ def main(argv: List[str]) -> int:
                 got = {s: perftest(s, max(5, iters_for(s, args.budget)), args.dev, args.gid,
                                    PERFTEST[c])
                        for s in args.sizes}
-                print(f"# host {os.environ['RXE_VM_HOST']} {c}: {args.dev} counters "
-                      f"{counters_delta(c0, rxe_counters(args.dev))}", flush=True)
+                report_counters(c, args.dev, c0)
                 runs[c].append({s: v for s, v in got.items() if v is not None})
             else:
                 try:

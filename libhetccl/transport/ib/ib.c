@@ -241,8 +241,8 @@ static ncclResult_t qp_up(hetccl_ep_t *ep, struct ibv_qp *qp, uint32_t peer_qpn)
   if (rc != 0) return ep_verbs_fail(ep, "ibv_modify_qp to RTR", rc);
   memset(&a, 0, sizeof(a));
   a.qp_state = IBV_QPS_RTS;
-  a.timeout = (uint8_t)hetccl_knob_int(HETCCL_KNOB_IB_TIMEOUT);
-  a.retry_cnt = (uint8_t)hetccl_knob_int(HETCCL_KNOB_IB_RETRY_CNT);
+  a.timeout = ep->ctx->qp_timeout;
+  a.retry_cnt = ep->ctx->qp_retry;
   a.rnr_retry = IB_QP_RNR_RETRY;
   a.sq_psn = ep->psn;
   a.max_rd_atomic = 1;
@@ -290,9 +290,10 @@ static ncclResult_t ib_ctx_create(const hetccl_transport_args_t *args, hetccl_tc
   ctx->lfd = -1;
   ctx->chunk = (size_t)hetccl_knob_int(HETCCL_KNOB_IB_CHUNK) & ~(size_t)63;
   ctx->slots = (int)hetccl_knob_int(HETCCL_KNOB_IB_SLOTS);
-  ctx->qps = (int)hetccl_knob_int(hetccl_knob_is_set(HETCCL_KNOB_IB_QPS)
-                                      ? HETCCL_KNOB_IB_QPS
-                                      : HETCCL_KNOB_NCCL_IB_QPS_PER_CONNECTION);
+  ctx->qps = (int)hetccl_knob_int(
+      hetccl_knob_or_nccl(HETCCL_KNOB_IB_QPS, HETCCL_KNOB_NCCL_IB_QPS_PER_CONNECTION));
+  ctx->qp_timeout = (uint8_t)hetccl_knob_int(HETCCL_KNOB_IB_TIMEOUT);
+  ctx->qp_retry = (uint8_t)hetccl_knob_int(HETCCL_KNOB_IB_RETRY_CNT);
   ctx->zcopy_min = (size_t)hetccl_knob_int(HETCCL_KNOB_IB_ZCOPY_THRESHOLD);
   ctx->offer = (int)hetccl_knob_int(HETCCL_KNOB_IB_OFFER);
   ctx->bounce_max = (size_t)hetccl_knob_int(HETCCL_KNOB_IB_BOUNCE);

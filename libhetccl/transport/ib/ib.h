@@ -212,6 +212,8 @@ struct hetccl_tctx {
   int qps;                 /* HETCCL_IB_QPS: queue pairs per connection */
   size_t zcopy_min;        /* HETCCL_IB_ZCOPY_THRESHOLD: smallest rendezvous message */
   int offer;               /* HETCCL_IB_OFFER: receivers clear to send before asked */
+  uint8_t qp_timeout;      /* NCCL_IB_TIMEOUT, NCCL_IB_RETRY_CNT (ib.c) */
+  uint8_t qp_retry;
   int dmabuf;              /* a trial dma-buf registration of device memory passed (ib_devmem.c) */
   size_t bounce_max;       /* HETCCL_IB_BOUNCE: largest message landed in a bounce buffer */
   /* connecting (ib_connect.c) */

@@ -290,7 +290,6 @@ static ncclResult_t slot_deliver(hetccl_ep_t *ep, hetccl_req_t *r, uint32_t slot
 }
 
 static ncclResult_t recv_deliver(hetccl_ep_t *ep, size_t *moved) {
-  HETCCL_CHECK(hetccl_ib_rdv_offer(ep, moved));
   while (ep->rq.first && ep->rconsumed < ep->rarrived) {
     hetccl_req_t *r = ep->rq.first;
     ib_req_priv_t *p = ib_req_priv(r);
@@ -307,8 +306,10 @@ static ncclResult_t recv_deliver(hetccl_ep_t *ep, size_t *moved) {
     ep->rq.first = r->next;
     if (ep->rq.first == NULL) ep->rq.last = NULL;
     __atomic_store_n(&r->done, 1, __ATOMIC_RELEASE); /* last: the caller may reuse r at once */
-    HETCCL_CHECK(hetccl_ib_rdv_offer(ep, moved)); /* the next one, before its sender asks */
   }
+  /* The receive now at the head (just posted, or next after one that
+   * completed) is cleared to send before its sender asks, if it can be. */
+  HETCCL_CHECK(hetccl_ib_rdv_offer(ep, moved));
   return credit_return(ep);
 }
 

@@ -43,9 +43,8 @@
 #define DMABUF_ACCESS (IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ)
 
 static int dmabuf_wanted(void) {
-  return (int)hetccl_knob_int(hetccl_knob_is_set(HETCCL_KNOB_IB_DMABUF)
-                                  ? HETCCL_KNOB_IB_DMABUF
-                                  : HETCCL_KNOB_NCCL_DMABUF_ENABLE);
+  return (int)hetccl_knob_int(
+      hetccl_knob_or_nccl(HETCCL_KNOB_IB_DMABUF, HETCCL_KNOB_NCCL_DMABUF_ENABLE));
 }
 
 /* 1 if device memory registers through dma-buf on ctx's domain; else 0 and

@@ -114,7 +114,6 @@ int hetccl_ib_hca_allows(const hetccl_ib_hca_t *h, const char *dev, int port) {
 }
 
 ncclResult_t hetccl_ib_hca_get(hetccl_ib_hca_t *out) {
-  hetccl_knob_t id = hetccl_knob_is_set(HETCCL_KNOB_IB_HCA) ? HETCCL_KNOB_IB_HCA
-                                                            : HETCCL_KNOB_NCCL_IB_HCA;
+  hetccl_knob_t id = hetccl_knob_or_nccl(HETCCL_KNOB_IB_HCA, HETCCL_KNOB_NCCL_IB_HCA);
   return hetccl_ib_hca_parse(hetccl_knob_desc(id)->env, hetccl_knob_str(id), out);
 }
