@@ -75,7 +75,10 @@ def test_torchrun_command() -> None:
     # without the wrapper, the library is preloaded through torchrun's environment
     argv = dry("--launcher", "torchrun", "-n", "3", "--no-wrap", "--", "python", "t.py")
     assert argv[0] == "env" and argv[1].startswith("LD_PRELOAD=")
-    assert argv[3:] == ["torchrun", "--standalone", "--nnodes=1", "--nproc_per_node=3",
+    # --standalone draws MASTER_PORT at random: the id's port is chosen free
+    # here, not MASTER_PORT + 1, which may belong to anyone
+    assert argv[3].startswith("HETCCL_ROOT_PORT=") and int(argv[3].split("=")[1]) > 0
+    assert argv[4:] == ["torchrun", "--standalone", "--nnodes=1", "--nproc_per_node=3",
                         "--no_python", "python", "t.py"]
 
 

@@ -157,6 +157,12 @@ def _this_node(hosts: Sequence[str]) -> Optional[int]:
     return None
 
 
+def _free_local_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("", 0))
+        return s.getsockname()[1]
+
+
 def _torchrun(o: Options, cmd: Sequence[str], env: Dict[str, str]) -> List[str]:
     k = _per_host(o)
     argv = ["torchrun"]
@@ -188,6 +194,11 @@ def build(o: Options, cmd: Sequence[str], env: Optional[Dict[str, str]] = None
         add = _unwrapped_env(o, env)
         if o.root_addr:
             add["HETCCL_ROOT_ADDR"] = o.root_addr
+        elif len(o.hosts) <= 1 and "HETCCL_ROOT_PORT" not in env:
+            # --standalone: torchrun picks a random free MASTER_PORT, and
+            # the port after it is nobody's to promise; serve the id on
+            # one that is free now.
+            add["HETCCL_ROOT_PORT"] = str(_free_local_port())
         return _torchrun(o, cmd, env), add
     raise DelegateError(f"--launcher {o.launcher}: one of {', '.join(LAUNCHERS)}")
 
