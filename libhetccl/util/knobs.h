@@ -67,9 +67,11 @@
   X(IB_DISABLE, "NCCL_IB_DISABLE", INT, "0", 0, 1,                           \
     "1: under HETCCL_TRANSPORT=auto, ranks on different hosts use socket, never ib") \
   X(IB_HCA, "HETCCL_IB_HCA", STR, "", 0, 0,                                    \
-    "verbs devices the ib transport may use, in NCCL_IB_HCA's syntax: a comma list of name prefixes, each optionally :port; a leading = matches whole names, a leading ^ excludes; the first allowed device with an allowed active port is used (default: NCCL_IB_HCA, else every device)") \
+    "verbs devices the ib transport may use, in NCCL_IB_HCA's syntax: a comma list of name prefixes, each optionally :port; a leading = matches whole names, a leading ^ excludes; each allowed device with an allowed active port becomes a rail, HETCCL_IB_RAILS of them at most (default: NCCL_IB_HCA, else every device)") \
   X(NCCL_IB_HCA, "NCCL_IB_HCA", STR, "", 0, 0,                                 \
     "NCCL's, honoured when HETCCL_IB_HCA is unset")                            \
+  X(IB_RAILS, "HETCCL_IB_RAILS", INT, "4", 1, 4,                             \
+    "most verbs devices (rails) one ib context uses, in the verbs list's order among those HETCCL_IB_HCA / NCCL_IB_HCA allows; a pair of ranks uses the smaller count, and stripes its RDMA WRITEs over HETCCL_IB_QPS queue pairs on each rail (eager pieces and control messages stay on the first)") \
   X(IB_GID_INDEX, "HETCCL_IB_GID_INDEX", INT, "-1", -1, 255,                   \
     "GID index for the ib transport; -1: a RoCE v2 IPv4-mapped GID if the port has one, else 0") \
   X(IB_CHUNK, "HETCCL_IB_CHUNK", INT, "128K", 64, 1073741824,                  \
@@ -81,7 +83,7 @@
   X(IB_RETRY_CNT, "NCCL_IB_RETRY_CNT", INT, "7", 0, 7,                        \
     "ib queue pairs' retransmissions of an unacknowledged packet before the connection fails") \
   X(IB_QPS, "HETCCL_IB_QPS", INT, "1", 1, 16,                                \
-    "RC queue pairs per ib connection; with more than one, the RDMA WRITEs of a rendezvous message are striped over them by chunk (eager pieces and control messages stay on the first); must be the same on every rank (default: NCCL_IB_QPS_PER_CONNECTION, else 1)") \
+    "RC queue pairs per ib connection and rail; with more than one in all, the RDMA WRITEs of a rendezvous message are striped over them by chunk (eager pieces and control messages stay on the first); must be the same on every rank (default: NCCL_IB_QPS_PER_CONNECTION, else 1)") \
   X(NCCL_IB_QPS_PER_CONNECTION, "NCCL_IB_QPS_PER_CONNECTION", INT, "1", 1, 16, \
     "NCCL's, honoured when HETCCL_IB_QPS is unset")                            \
   X(IB_ZCOPY_THRESHOLD, "HETCCL_IB_ZCOPY_THRESHOLD", INT, "1M", 1, 4611686018427387904, \

@@ -7,9 +7,10 @@
  * that drives it (transport.h). No locks; nothing here blocks but the
  * short bounded wait for a failure note behind a lost connection.
  *
- * Each rank opens the device, allocates a protection domain, listens on
- * TCP (ctx_create) and publishes ib_addr_t: its TCP address, LID, GID,
- * port, MTU, staging geometry and queue pairs per connection. An endpoint
+ * Each rank opens its devices (rails, ib.h), allocates a protection domain
+ * on each, listens on TCP (ctx_create) and publishes ib_addr_t: its TCP
+ * address, rail 0's LID, GID, port and MTU, its rail count, staging
+ * geometry and queue pairs per connection. An endpoint
  * is made with its QPs in INIT and every receive slot posted
  * (hetccl_ib_ep_new), and brought to RTR and RTS once the peer's hello is
  * in (hetccl_ib_ep_qp_up). */
@@ -82,8 +83,9 @@ void hetccl_ib_ep_close(hetccl_ep_t *ep) {
   for (int q = 0; q < ep->qps; q++)
     if (ep->qp[q] && v->destroy_qp(ep->qp[q]) != 0)
       INFO(HETCCL_NET, "ib: destroying QP %d to rank %d failed", q, ep->peer_user);
-  if (ep->cq && v->destroy_cq(ep->cq) != 0)
-    INFO(HETCCL_NET, "ib: destroying the CQ of rank %d failed", ep->peer_user);
+  for (int r = 0; r < ep->rails; r++)
+    if (ep->cq[r] && v->destroy_cq(ep->cq[r]) != 0)
+      INFO(HETCCL_NET, "ib: destroying the CQ of rank %d on rail %d failed", ep->peer_user, r);
   if (ep->mr) v->dereg_mr(ep->mr);
   if (ep->credit_mr) v->dereg_mr(ep->credit_mr);
   hetccl_ib_rdv_free(ep);
@@ -101,37 +103,38 @@ static void ib_ep_fail(hetccl_ep_t *ep, const hetccl_fail_note_t *why) {
   hetccl_ib_ep_close(ep);
 }
 
-static ncclResult_t ep_verbs_fail(hetccl_ep_t *ep, const char *call, int err) {
+static ncclResult_t ep_verbs_fail(hetccl_ep_t *ep, int rail, const char *call, int err) {
   WARN("ib: rank %d: %s for rank %d on %s: %s%s", ep->ctx->rank_user, call, ep->peer_user,
-       ep->ctx->dev.name, strerror(err),
+       ep->ctx->rail[rail].dev.name, strerror(err),
        err == ENOMEM || err == EPERM ? " (locked memory limit, ulimit -l?)" : "");
   return ncclSystemError;
 }
 
-/* Queue pair q of the endpoint, on its CQ, in INIT. */
+/* Queue pair q of the endpoint, on its rail's CQ, in INIT. */
 static ncclResult_t qp_init(hetccl_ep_t *ep, int q, int send_wr, int recv_wr) {
-  hetccl_tctx_t *ctx = ep->ctx;
+  int rail = IB_QP_RAIL(ep, q);
+  const ib_rail_t *rl = &ep->ctx->rail[rail];
   const hetccl_ib_verbs_t *v = ep->v;
   struct ibv_qp_init_attr qa;
   memset(&qa, 0, sizeof(qa));
-  qa.send_cq = ep->cq;
-  qa.recv_cq = ep->cq;
+  qa.send_cq = ep->cq[rail];
+  qa.recv_cq = ep->cq[rail];
   qa.qp_type = IBV_QPT_RC;
   qa.cap.max_send_wr = (uint32_t)send_wr;
   qa.cap.max_recv_wr = (uint32_t)recv_wr;
   qa.cap.max_send_sge = 1;
   qa.cap.max_recv_sge = 1;
-  ep->qp[q] = v->create_qp(ctx->pd, &qa);
-  if (ep->qp[q] == NULL) return ep_verbs_fail(ep, "ibv_create_qp", errno);
+  ep->qp[q] = v->create_qp(rl->pd, &qa);
+  if (ep->qp[q] == NULL) return ep_verbs_fail(ep, rail, "ibv_create_qp", errno);
   struct ibv_qp_attr a;
   memset(&a, 0, sizeof(a));
   a.qp_state = IBV_QPS_INIT;
   a.pkey_index = 0;
-  a.port_num = ctx->dev.port;
+  a.port_num = rl->dev.port;
   a.qp_access_flags = IBV_ACCESS_REMOTE_WRITE;
   int rc = v->modify_qp(ep->qp[q], &a,
                         IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS);
-  if (rc != 0) return ep_verbs_fail(ep, "ibv_modify_qp to INIT", rc);
+  if (rc != 0) return ep_verbs_fail(ep, rail, "ibv_modify_qp to INIT", rc);
   return ncclSuccess;
 }
 
@@ -147,17 +150,22 @@ static ncclResult_t ep_alloc(hetccl_ep_t *ep) {
     return ncclSystemError;
   }
   memset(ep->credit, 0, sizeof(*ep->credit));
-  ep->mr = v->reg_mr(ctx->pd, ep->buf, bytes, IBV_ACCESS_LOCAL_WRITE);
-  if (ep->mr == NULL) return ep_verbs_fail(ep, "ibv_reg_mr (staging)", errno);
-  ep->credit_mr = v->reg_mr(ctx->pd, ep->credit, sizeof(ib_credit_t),
+  /* Staging and credits serve queue pair 0: rail 0. */
+  ep->mr = v->reg_mr(ctx->rail[0].pd, ep->buf, bytes, IBV_ACCESS_LOCAL_WRITE);
+  if (ep->mr == NULL) return ep_verbs_fail(ep, 0, "ibv_reg_mr (staging)", errno);
+  ep->credit_mr = v->reg_mr(ctx->rail[0].pd, ep->credit, sizeof(ib_credit_t),
                             IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
-  if (ep->credit_mr == NULL) return ep_verbs_fail(ep, "ibv_reg_mr (credits)", errno);
+  if (ep->credit_mr == NULL) return ep_verbs_fail(ep, 0, "ibv_reg_mr (credits)", errno);
   /* An extra QP holds at most `slots` writes: that is the window of all. */
   int send_wr = IB_SEND_WRS(ep->slots), recv_wr = ep->slots;
   int xsend_wr = ep->slots, xrecv_wr = IB_XQP_RECVS;
-  ep->cq = v->create_cq(ctx->dev.vctx, send_wr + recv_wr + (ep->qps - 1) * (xsend_wr + xrecv_wr),
-                        NULL, NULL, 0);
-  if (ep->cq == NULL) return ep_verbs_fail(ep, "ibv_create_cq", errno);
+  for (int r = 0; r < ep->rails; r++) {
+    int xqps = ep->qps / ep->rails - (r == 0); /* extra queue pairs on rail r */
+    ep->cq[r] = v->create_cq(ctx->rail[r].dev.vctx,
+                             (r == 0 ? send_wr + recv_wr : 0) + xqps * (xsend_wr + xrecv_wr),
+                             NULL, NULL, 0);
+    if (ep->cq[r] == NULL) return ep_verbs_fail(ep, r, "ibv_create_cq", errno);
+  }
   for (int q = 0; q < ep->qps; q++) {
     HETCCL_CHECK(qp_init(ep, q, q == 0 ? send_wr : xsend_wr, q == 0 ? recv_wr : xrecv_wr));
     ep->xdone[q] = UINT32_MAX; /* before message 0 */
@@ -186,7 +194,8 @@ ncclResult_t hetccl_ib_ep_new(hetccl_tctx_t *ctx, int peer, const uint8_t *addr,
   ep->fd = -1;
   hetccl_probe_init(&ep->probe, 0); /* none in flight (its descriptor is -1) */
   ep->slots = ctx->slots;
-  ep->qps = ctx->qps;
+  ep->rails = 1; /* until the peer's count is known: ep_close needs it */
+  ep->qps = 0;
   ep->chunk = ctx->chunk;
   ep->stride = IB_PIECE_HDR + ctx->chunk;
   memcpy(&ep->pub, addr, sizeof(ep->pub));
@@ -209,6 +218,14 @@ ncclResult_t hetccl_ib_ep_new(hetccl_tctx_t *ctx, int peer, const uint8_t *addr,
          ctx->rank_user, ctx->qps);
     goto fail;
   }
+  if (ep->pub.rails < 1 || ep->pub.rails > IB_RAILS_MAX) {
+    WARN("ib: rank %d published %u rails (1 to %d)", peer_user, ep->pub.rails, IB_RAILS_MAX);
+    goto fail;
+  }
+  /* Both ranks' counts are capped at IB_QPS_MAX / qps (ctx_create). */
+  ep->rails = ep->pub.rails < ctx->rails ? ep->pub.rails : ctx->rails;
+  ep->qps = ctx->qps * ep->rails;
+  ep->peer_rail[0] = ep->pub.rail0;
   HETCCL_CHECK_GOTO(hetccl_net_addr_localize(&ep->paddr, ctx->args.ifname), res, fail);
   HETCCL_CHECK_GOTO(ep_alloc(ep), res, fail);
   *out = ep;
@@ -218,27 +235,31 @@ fail:
   return res;
 }
 
-static ncclResult_t qp_up(hetccl_ep_t *ep, struct ibv_qp *qp, uint32_t peer_qpn) {
-  const hetccl_ib_dev_t *dev = &ep->ctx->dev;
+/* Queue pair q to RTR and RTS: rail r of this rank to rail r of the peer. */
+static ncclResult_t qp_up(hetccl_ep_t *ep, int q) {
+  int rail = IB_QP_RAIL(ep, q);
+  const hetccl_ib_dev_t *dev = &ep->ctx->rail[rail].dev;
+  const ib_rail_addr_t *peer = &ep->peer_rail[rail];
+  struct ibv_qp *qp = ep->qp[q];
   struct ibv_qp_attr a;
   memset(&a, 0, sizeof(a));
   a.qp_state = IBV_QPS_RTR;
-  a.path_mtu = (enum ibv_mtu)(dev->mtu < ep->pub.mtu ? dev->mtu : ep->pub.mtu);
-  a.dest_qp_num = peer_qpn;
+  a.path_mtu = (enum ibv_mtu)(dev->mtu < peer->mtu ? dev->mtu : peer->mtu);
+  a.dest_qp_num = ep->peer_qpn[q];
   a.rq_psn = ep->peer_psn;
   a.max_dest_rd_atomic = 1;
   a.min_rnr_timer = IB_QP_MIN_RNR;
   /* RoCE always routes by GID; InfiniBand by LID within a subnet. */
-  a.ah_attr.is_global = dev->link_layer == IBV_LINK_LAYER_ETHERNET || ep->pub.lid == 0;
-  memcpy(a.ah_attr.grh.dgid.raw, ep->pub.gid, sizeof(ep->pub.gid));
+  a.ah_attr.is_global = dev->link_layer == IBV_LINK_LAYER_ETHERNET || peer->lid == 0;
+  memcpy(a.ah_attr.grh.dgid.raw, peer->gid, sizeof(peer->gid));
   a.ah_attr.grh.sgid_index = (uint8_t)dev->gid_index;
   a.ah_attr.grh.hop_limit = 255;
-  a.ah_attr.dlid = ep->pub.lid;
+  a.ah_attr.dlid = peer->lid;
   a.ah_attr.port_num = dev->port;
   int rc = ep->v->modify_qp(qp, &a,
                             IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
                                 IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER);
-  if (rc != 0) return ep_verbs_fail(ep, "ibv_modify_qp to RTR", rc);
+  if (rc != 0) return ep_verbs_fail(ep, rail, "ibv_modify_qp to RTR", rc);
   memset(&a, 0, sizeof(a));
   a.qp_state = IBV_QPS_RTS;
   a.timeout = ep->ctx->qp_timeout;
@@ -249,16 +270,26 @@ static ncclResult_t qp_up(hetccl_ep_t *ep, struct ibv_qp *qp, uint32_t peer_qpn)
   rc = ep->v->modify_qp(qp, &a,
                         IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY |
                             IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC);
-  if (rc != 0) return ep_verbs_fail(ep, "ibv_modify_qp to RTS", rc);
+  if (rc != 0) return ep_verbs_fail(ep, rail, "ibv_modify_qp to RTS", rc);
   return ncclSuccess;
 }
 
 ncclResult_t hetccl_ib_ep_qp_up(hetccl_ep_t *ep) {
-  for (int q = 0; q < ep->qps; q++) HETCCL_CHECK(qp_up(ep, ep->qp[q], ep->peer_qpn[q]));
+  for (int q = 0; q < ep->qps; q++) HETCCL_CHECK(qp_up(ep, q));
   return ncclSuccess;
 }
 
 /* ---- context ------------------------------------------------------------- */
+
+void hetccl_ib_rail_addr(const hetccl_ib_dev_t *dev, ib_rail_addr_t *out) {
+  memset(out, 0, sizeof(*out));
+  memcpy(out->gid, dev->gid.raw, sizeof(out->gid));
+  out->lid = dev->lid;
+  out->port = dev->port;
+  out->link_layer = dev->link_layer;
+  out->mtu = dev->mtu;
+  out->gid_index = (uint8_t)dev->gid_index;
+}
 
 static int ib_can_connect(const hetccl_peer_locality_t *me, const hetccl_peer_locality_t *peer) {
   (void)me;
@@ -269,10 +300,14 @@ static int ib_can_connect(const hetccl_peer_locality_t *me, const hetccl_peer_lo
 static void ib_ctx_destroy(hetccl_tctx_t *ctx) {
   if (ctx == NULL) return;
   hetccl_ib_ctx_release(ctx);
-  if (ctx->pd && ctx->attached) hetccl_ib_reg_detach(ctx->pd);
-  if (ctx->pd && ctx->v->dealloc_pd(ctx->pd) != 0)
-    INFO(HETCCL_NET, "ib: releasing the protection domain of rank %d failed", ctx->rank_user);
-  if (ctx->v) hetccl_ib_dev_close(ctx->v, &ctx->dev);
+  for (int r = 0; r < IB_RAILS_MAX; r++) {
+    ib_rail_t *rl = &ctx->rail[r];
+    if (rl->pd && rl->attached) hetccl_ib_reg_detach(rl->pd);
+    if (rl->pd && ctx->v->dealloc_pd(rl->pd) != 0)
+      INFO(HETCCL_NET, "ib: releasing the protection domain of rank %d on %s failed",
+           ctx->rank_user, rl->dev.name);
+    if (ctx->v) hetccl_ib_dev_close(ctx->v, &rl->dev);
+  }
   free(ctx);
 }
 
@@ -298,15 +333,24 @@ static ncclResult_t ib_ctx_create(const hetccl_transport_args_t *args, hetccl_tc
   ctx->offer = (int)hetccl_knob_int(HETCCL_KNOB_IB_OFFER);
   ctx->bounce_max = (size_t)hetccl_knob_int(HETCCL_KNOB_IB_BOUNCE);
   HETCCL_CHECK_GOTO(hetccl_ib_verbs_load(&ctx->v), res, fail);
-  HETCCL_CHECK_GOTO(hetccl_ib_dev_open(ctx->v, ctx->rank_user, &ctx->dev), res, fail);
-  ctx->pd = ctx->v->alloc_pd(ctx->dev.vctx);
-  if (ctx->pd == NULL) {
-    WARN("ib: rank %d: ibv_alloc_pd on %s: %s", ctx->rank_user, ctx->dev.name, strerror(errno));
-    res = ncclSystemError;
-    goto fail;
+  /* A pair opens qps queue pairs per rail, IB_QPS_MAX in all at most. */
+  int max_rails = (int)hetccl_knob_int(HETCCL_KNOB_IB_RAILS);
+  if (max_rails > IB_QPS_MAX / ctx->qps) max_rails = IB_QPS_MAX / ctx->qps;
+  hetccl_ib_dev_t devs[IB_RAILS_MAX];
+  HETCCL_CHECK_GOTO(hetccl_ib_devs_open(ctx->v, ctx->rank_user, devs, max_rails, &ctx->rails),
+                    res, fail);
+  for (int r = 0; r < ctx->rails; r++) ctx->rail[r].dev = devs[r];
+  for (int r = 0; r < ctx->rails; r++) {
+    ib_rail_t *rl = &ctx->rail[r];
+    rl->pd = ctx->v->alloc_pd(rl->dev.vctx);
+    if (rl->pd == NULL) {
+      WARN("ib: rank %d: ibv_alloc_pd on %s: %s", ctx->rank_user, rl->dev.name, strerror(errno));
+      res = ncclSystemError;
+      goto fail;
+    }
+    HETCCL_CHECK_GOTO(hetccl_ib_reg_attach(ctx->v, rl->pd, ctx->rank_user), res, fail);
+    rl->attached = 1;
   }
-  HETCCL_CHECK_GOTO(hetccl_ib_reg_attach(ctx->v, ctx->pd, ctx->rank_user), res, fail);
-  ctx->attached = 1;
   if (args->device) hetccl_ib_devmem_decide(ctx);
   HETCCL_CHECK_GOTO(hetccl_net_local_addr(args->ifname, &ctx->laddr, NULL, 0), res, fail);
   HETCCL_CHECK_GOTO(hetccl_net_listen(&ctx->laddr, 0, &ctx->lfd), res, fail);
@@ -314,21 +358,20 @@ static ncclResult_t ib_ctx_create(const hetccl_transport_args_t *args, hetccl_tc
   memset(&b, 0, sizeof(b));
   b.magic = IB_ADDR_MAGIC;
   hetccl_net_addr_to_wire(&ctx->laddr, &b.tcp);
-  memcpy(b.gid, ctx->dev.gid.raw, sizeof(b.gid));
-  b.lid = ctx->dev.lid;
-  b.port = ctx->dev.port;
-  b.link_layer = ctx->dev.link_layer;
-  b.mtu = ctx->dev.mtu;
-  b.gid_index = (uint8_t)ctx->dev.gid_index;
+  hetccl_ib_rail_addr(&ctx->rail[0].dev, &b.rail0);
+  b.rails = (uint8_t)ctx->rails;
   b.chunk = (uint32_t)ctx->chunk;
   b.slots = (uint32_t)ctx->slots;
   b.qps = (uint16_t)ctx->qps;
-  snprintf(b.dev, sizeof(b.dev), "%.*s", (int)sizeof(b.dev) - 1, ctx->dev.name);
+  snprintf(b.dev, sizeof(b.dev), "%.*s", (int)sizeof(b.dev) - 1, ctx->rail[0].dev.name);
   memset(addr, 0, HETCCL_TRANSPORT_ADDR_BYTES);
   memcpy(addr, &b, sizeof(b));
-  INFO(HETCCL_NET | HETCCL_INIT, "ib rank %d: %s port %d (%s), GID index %d", ctx->rank_user,
-       ctx->dev.name, ctx->dev.port,
-       ctx->dev.link_layer == IBV_LINK_LAYER_ETHERNET ? "RoCE" : "InfiniBand", ctx->dev.gid_index);
+  for (int r = 0; r < ctx->rails; r++) {
+    const hetccl_ib_dev_t *d = &ctx->rail[r].dev;
+    INFO(HETCCL_NET | HETCCL_INIT, "ib rank %d: rail %d of %d: %s port %d (%s), GID index %d",
+         ctx->rank_user, r, ctx->rails, d->name, d->port,
+         d->link_layer == IBV_LINK_LAYER_ETHERNET ? "RoCE" : "InfiniBand", d->gid_index);
+  }
   *out = ctx;
   return ncclSuccess;
 fail:

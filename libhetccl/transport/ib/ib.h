@@ -28,11 +28,23 @@
  * payload-free piece asks, the receiver answers in the sender's
  * clear-to-send ring (below), and the bytes go by RDMA WRITE.
  *
- * With HETCCL_IB_QPS = N > 1 a pair has N queue pairs on the one CQ, all
+ * With HETCCL_IB_QPS = N > 1 a pair has N queue pairs per rail, all
  * brought up by the one handshake. Queue pair 0 carries everything above:
- * every piece, credit and clear-to-send. Queue pairs 1..N-1 carry only
- * rendezvous writes, striped by chunk (ib_rdv.c), and hold a few
- * zero-byte receive WRs for the immediates that end them.
+ * every piece, credit and clear-to-send. The others carry only rendezvous
+ * writes, striped by chunk (ib_rdv.c), and hold a few zero-byte receive
+ * WRs for the immediates that end them.
+ *
+ * Rails. A context opens every device (port) that NCCL_IB_HCA allows with
+ * an active port, HETCCL_IB_RAILS of them at most, in the verbs list's
+ * order: rail 0, 1, ... each with its own protection domain, in which every
+ * registered range is registered (ib_reg.c). A pair uses R = the smaller of
+ * the two ranks' rail counts, so R * N queue pairs: queue pair q lives on
+ * rail q % R on both sides, with a completion queue per rail, and connects
+ * rail i of one rank to rail i of the other (as a rail-optimised fabric
+ * wires NIC i of every host to switch i). Queue pair 0, and so every piece
+ * and the staging, stays on rail 0; a rendezvous write goes out on its
+ * queue pair's rail with that rail's keys on both sides (the clear-to-send
+ * carries the receiver's key per rail).
  *
  * Beside the queue pair each pair keeps the TCP connection that carried the
  * handshake as its note line (base/note_line.c): it carries nothing more
@@ -107,19 +119,41 @@ typedef struct hetccl_ib_dev {
   union ibv_gid gid;
 } hetccl_ib_dev_t;
 
-/* Opens the device HETCCL_IB_HCA names ("name" or "name:port"), else the
- * first device with an active port, and picks its GID (HETCCL_IB_GID_INDEX,
- * else a RoCE v2 IPv4-mapped GID if the port has one, else index 0).
- * ncclSystemError with a WARN listing what was found if none fits; `rank`,
- * as the user numbers it, only names the caller in messages. */
-ncclResult_t hetccl_ib_dev_open(const hetccl_ib_verbs_t *v, int rank, hetccl_ib_dev_t *dev);
+/* Opens the devices NCCL_IB_HCA allows (HETCCL_IB_HCA wins; ib_hca.c),
+ * each on its first allowed active port, at most `max` of them in the
+ * verbs list's order, and picks each one's GID (HETCCL_IB_GID_INDEX, else
+ * a RoCE v2 IPv4-mapped GID if the port has one, else index 0). *n = how
+ * many (>= 1). ncclSystemError with a WARN listing what was found if none
+ * fits; `rank`, as the user numbers it, only names the caller in messages. */
+ncclResult_t hetccl_ib_devs_open(const hetccl_ib_verbs_t *v, int rank, hetccl_ib_dev_t *devs,
+                                 int max, int *n);
 void hetccl_ib_dev_close(const hetccl_ib_verbs_t *v, hetccl_ib_dev_t *dev);
-/* 1 if hetccl_ib_dev_open would find a device with an active port (the
+/* 1 if hetccl_ib_devs_open would find a device with an active port (the
  * same choice, HETCCL_IB_HCA honoured), without a message: the ib table's
  * `usable`. */
 int hetccl_ib_dev_usable(void);
 
 /* ---- context and endpoint -------------------------------------------------- */
+
+/* Rails per context at most (HETCCL_IB_RAILS caps it lower). */
+#define IB_RAILS_MAX 4
+
+/* One device port a context uses, with its protection domain. */
+typedef struct ib_rail {
+  hetccl_ib_dev_t dev;
+  struct ibv_pd *pd;
+  int attached; /* pd is in the registration table (ib_reg.c) */
+} ib_rail_t;
+
+/* Where a rail is, for the peer's queue pairs on it: rail 0 in the
+ * address blob, the others in the hello (ib_connect.c). */
+typedef struct ib_rail_addr {
+  uint8_t gid[16];
+  uint16_t lid;
+  uint8_t port, link_layer, mtu, gid_index;
+  uint8_t pad[2];
+} ib_rail_addr_t;
+_Static_assert(sizeof(ib_rail_addr_t) == 24, "rail address");
 
 #define IB_PIECE_HDR 64
 
@@ -144,9 +178,10 @@ typedef struct ib_cts {
   _Alignas(64) volatile uint64_t head;
   uint64_t addr;       /* where the bytes go (accept) */
   uint64_t bytes;      /* how many: the message's size */
-  uint32_t rkey;
+  uint32_t rkey;       /* rail 0's */
   uint32_t accept;     /* 1: RDMA WRITE to addr/rkey; 0: send it as eager pieces */
-  uint64_t pad[3];
+  uint32_t xrkey[IB_RAILS_MAX - 1]; /* rails 1..: the same destination's key there */
+  uint32_t pad[6 - (IB_RAILS_MAX - 1)];
   volatile uint64_t tail;
 } ib_cts_t;
 _Static_assert(sizeof(ib_cts_t) == 64, "a clear-to-send record is one cache line");
@@ -185,16 +220,19 @@ enum {
 #define IB_QPS_MAX 16
 #define IB_XQP_RECVS 4
 
+/* The rail of queue pair q. */
+#define IB_QP_RAIL(ep, q) ((q) % (ep)->rails)
+
 /* What a rank publishes (HETCCL_TRANSPORT_ADDR_BYTES at most). */
 typedef struct ib_addr {
   uint64_t magic;
   hetccl_net_wire_addr_t tcp; /* handshake listener */
-  uint8_t gid[16];
-  uint16_t lid;
-  uint8_t port, link_layer, mtu, gid_index;
-  uint16_t qps;               /* must match between peers, as chunk and slots */
+  ib_rail_addr_t rail0;
+  uint16_t qps;               /* per rail; must match between peers, as chunk and slots */
+  uint8_t rails;              /* the pair uses the smaller count */
+  uint8_t pad;
   uint32_t chunk, slots;      /* must match between peers */
-  char dev[32];
+  char dev[32];               /* rail 0's, for messages */
 } ib_addr_t;
 _Static_assert(sizeof(ib_addr_t) <= HETCCL_TRANSPORT_ADDR_BYTES, "address blob");
 
@@ -202,14 +240,13 @@ struct hetccl_tctx {
   hetccl_transport_args_t args;
   int rank_user;           /* args.rank as the user numbers it, for messages */
   const hetccl_ib_verbs_t *v;
-  hetccl_ib_dev_t dev;
-  struct ibv_pd *pd;
-  int attached;            /* pd is in the registration table (ib_reg.c) */
+  ib_rail_t rail[IB_RAILS_MAX];
+  int rails;               /* opened (ib_dev.c) */
   int lfd;                 /* handshake listener (ib_connect.c says how long it stays) */
   hetccl_sockaddr_t laddr;
   size_t chunk;
   int slots;
-  int qps;                 /* HETCCL_IB_QPS: queue pairs per connection */
+  int qps;                 /* HETCCL_IB_QPS: queue pairs per connection and rail */
   size_t zcopy_min;        /* HETCCL_IB_ZCOPY_THRESHOLD: smallest rendezvous message */
   int offer;               /* HETCCL_IB_OFFER: receivers clear to send before asked */
   uint8_t qp_timeout;      /* NCCL_IB_TIMEOUT, NCCL_IB_RETRY_CNT (ib.c) */
@@ -244,9 +281,12 @@ struct hetccl_ep {
   hetccl_probe_t probe;     /* higher rank waiting for the lower one: is it alive? */
   int64_t wait_ms;          /* when that wait began */
   uint32_t psn;             /* our first send PSN, on every queue pair */
-  struct ibv_cq *cq;        /* of every queue pair */
-  int qps;
-  struct ibv_qp *qp[IB_QPS_MAX]; /* 0: everything; 1..qps-1: rendezvous writes only */
+  int rails;                /* the pair's: the smaller of both ranks' counts */
+  struct ibv_cq *cq[IB_RAILS_MAX]; /* of the queue pairs on each rail */
+  int qps;                  /* ctx->qps per rail, so ctx->qps * rails */
+  struct ibv_qp *qp[IB_QPS_MAX]; /* 0: everything; 1..qps-1: rendezvous writes only;
+                                  * q on rail IB_QP_RAIL(ep, q) */
+  ib_rail_addr_t peer_rail[IB_RAILS_MAX]; /* 0 from the blob, the others from the hello */
   uint8_t *buf;             /* send slots, then recv slots */
   struct ibv_mr *mr;
   ib_credit_t *credit;
@@ -269,7 +309,8 @@ struct hetccl_ep {
                                * last write on it completed last */
   int srdv;                 /* IB_RDV_* of splace */
   uint64_t srdv_addr;       /* its destination, once accepted */
-  uint32_t srdv_rkey;
+  uint32_t srdv_rkey[IB_RAILS_MAX]; /* the destination's key on each rail */
+  uint32_t srdv_lkey[IB_RAILS_MAX]; /* the source's */
 
   /* receive side */
   ib_req_queue_t rq;
@@ -282,7 +323,7 @@ struct hetccl_ep {
   int rbounce;                  /* rq.first lands in `bounce`, not in its buffer */
   uint8_t *bounce;              /* registered landing place for messages that reduce, or
                                  * whose buffer is not registered (ib_rdv.c); NULL until needed */
-  struct ibv_mr *bounce_mr;
+  struct ibv_mr *bounce_mr[IB_RAILS_MAX]; /* on each rail of the pair */
   int bounce_failed;            /* making it failed once (INFO): decline from now on */
   uint64_t cts_posted, cts_done; /* clear-to-send writes */
   uint32_t xin;                 /* extra queue pairs whose immediate is in (bit q)... */
@@ -329,6 +370,8 @@ enum { IB_WR_SEND = 1, IB_WR_RECV = 2, IB_WR_CREDIT = 3, IB_WR_WRITE = 4, IB_WR_
 #define IB_WR_SLOT(id) ((uint32_t)(id))
 
 /* ib.c: endpoints and their queue pairs, liveness */
+/* What the peer needs of one of our rails. */
+void hetccl_ib_rail_addr(const hetccl_ib_dev_t *dev, ib_rail_addr_t *out);
 /* The endpoint to peer, from what it published (addr): QP in INIT with
  * every receive slot posted, no connection yet (hs 0). ncclInvalidArgument
  * naming the peer if addr is malformed or its staging geometry differs. */

@@ -9,9 +9,9 @@
  * receive slot posted; ib.c) connects to the higher rank's listener and
  * sends its hello:
  *   lower -> higher: hello (comm id, secret, rank, QP number, PSN, credit
- *                    block address and key, clear-to-send ring address;
- *                    with HETCCL_IB_QPS = N > 1, then the N - 1 other QP
- *                    numbers: N = 1 sends the same bytes as before)
+ *                    block address and key, clear-to-send ring address,
+ *                    the other QPs' numbers, where each rail beyond the
+ *                    first is; the same size whatever is used of it)
  *   higher: takes it from its listener (ctx_poll, through the inbox,
  *           base/inbox.h: a foreign hello is dropped and waited past) and
  *           parks it under the lower rank until that peer's endpoint
@@ -55,7 +55,7 @@
 #include "util/check.h"
 #include "util/log.h"
 
-#define IB_HELLO_MAGIC 0x494248454c4c4f32ull /* "IBHELLO2" */
+#define IB_HELLO_MAGIC 0x494248454c4c4f33ull /* "IBHELLO3" */
 #define IB_READY_MAGIC 0x4942524541445931ull /* "IBREADY1" */
 #define IB_CONNECT_POLL_MS 1                 /* connect: longest sleep between rounds */
 
@@ -64,15 +64,14 @@ typedef struct ib_hello {
   uint32_t qpn, psn;
   uint64_t credit_addr;
   uint32_t credit_rkey;
-  uint32_t xqps;     /* queue pairs beyond the first (HETCCL_IB_QPS - 1) */
+  uint32_t xqps;     /* queue pairs beyond the first (HETCCL_IB_QPS * rails - 1) */
   uint64_t cts_addr; /* our clear-to-send ring, in the credit block */
-  uint32_t xqpn[IB_QPS_MAX - 1]; /* their numbers: only xqps of them are sent */
+  uint32_t xqpn[IB_QPS_MAX - 1]; /* their numbers: the first xqps are used */
+  ib_rail_addr_t xrail[IB_RAILS_MAX - 1]; /* rails 1..: the pair's rails - 1 are used */
 } ib_hello_t;
 
-/* The bytes of a hello between ranks with `qps` queue pairs per connection. */
-static size_t hello_bytes(int qps) {
-  return offsetof(ib_hello_t, xqpn) + (size_t)(qps - 1) * sizeof(uint32_t);
-}
+/* Every hello has the same size: a listener reads it before it knows whose. */
+#define IB_HELLO_BYTES sizeof(ib_hello_t)
 
 /* A lower rank's connection that arrived before its endpoint collected it. */
 struct ib_parked {
@@ -106,11 +105,13 @@ static ib_hello_t hello_of(const hetccl_ep_t *ep) {
                   .credit_rkey = ep->credit_mr->rkey, .xqps = (uint32_t)ep->qps - 1,
                   .cts_addr = (uintptr_t)ep->credit->cts_in};
   for (int q = 1; q < ep->qps; q++) h.xqpn[q - 1] = ep->qp[q]->qp_num;
+  for (int r = 1; r < ep->rails; r++) hetccl_ib_rail_addr(&ep->ctx->rail[r].dev, &h.xrail[r - 1]);
   return h;
 }
 
-/* Both ranks published the same HETCCL_IB_QPS (hetccl_ib_ep_new), so a
- * hello with another count is not one of this communicator's. */
+/* Both ranks published the same HETCCL_IB_QPS and their rail counts
+ * (hetccl_ib_ep_new), so a hello with another count is not one of this
+ * communicator's. */
 static ncclResult_t hello_take(hetccl_ep_t *ep, const ib_hello_t *h) {
   if (h->xqps != (uint32_t)ep->qps - 1) {
     WARN("ib: rank %d: the hello of rank %d announces %u queue pairs, this rank opened %d",
@@ -119,6 +120,7 @@ static ncclResult_t hello_take(hetccl_ep_t *ep, const ib_hello_t *h) {
   }
   ep->peer_qpn[0] = h->qpn;
   for (int q = 1; q < ep->qps; q++) ep->peer_qpn[q] = h->xqpn[q - 1];
+  for (int r = 1; r < ep->rails; r++) ep->peer_rail[r] = h->xrail[r - 1];
   ep->peer_psn = h->psn;
   ep->peer_credit_addr = h->credit_addr;
   ep->peer_credit_rkey = h->credit_rkey;
@@ -175,7 +177,7 @@ static ncclResult_t hello_send(hetccl_ep_t *ep, int live) {
   else
     HETCCL_CHECK(hetccl_net_connect(&ep->paddr, deadline, ctx->args.abort_flag, what, &ep->fd));
   ib_hello_t h = hello_of(ep);
-  HETCCL_CHECK(hetccl_net_send_all(ep->fd, &h, hello_bytes(ep->qps), deadline,
+  HETCCL_CHECK(hetccl_net_send_all(ep->fd, &h, IB_HELLO_BYTES, deadline,
                                    ctx->args.abort_flag, what));
   ep->hs = IB_HS_ANSWER;
   return ncclSuccess;
@@ -218,7 +220,7 @@ static ncclResult_t hello_answer(hetccl_ep_t *ep) {
                                           "handshake" : "it left before the handshake");
   HETCCL_CHECK(hetccl_ib_ep_qp_up(ep));
   ib_hello_t h = hello_of(ep);
-  HETCCL_CHECK(line_put(ep, &h, hello_bytes(ep->qps)));
+  HETCCL_CHECK(line_put(ep, &h, IB_HELLO_BYTES));
   ep->hs = IB_HS_READY;
   return ncclSuccess;
 }
@@ -228,7 +230,7 @@ static ncclResult_t answer_take(hetccl_ep_t *ep) {
   hetccl_tctx_t *ctx = ep->ctx;
   ib_hello_t h;
   int done;
-  HETCCL_CHECK(line_take(ep, &h, hello_bytes(ep->qps), IB_HELLO_MAGIC, &done));
+  HETCCL_CHECK(line_take(ep, &h, IB_HELLO_BYTES, IB_HELLO_MAGIC, &done));
   if (!done) return ncclSuccess;
   if (h.id.comm_id != ctx->args.comm_id || h.id.secret != ctx->args.secret ||
       h.id.rank != ep->peer) {
@@ -298,7 +300,7 @@ static int arrival_take(void *arg, int fd, const void *hdr, const hetccl_sockadd
   ib_hello_t h;
   char a[HETCCL_NET_ADDR_STRLEN];
   memset(&h, 0, sizeof(h));
-  memcpy(&h, hdr, hello_bytes(ctx->qps));
+  memcpy(&h, hdr, IB_HELLO_BYTES);
   const char *why = hetccl_hello_refusal(&h.id, IB_HELLO_MAGIC, &ctx->args, ctx->use);
   if (!why && ctx->parked[h.id.rank].came) why = "duplicate connection";
   if (why) {
@@ -325,7 +327,7 @@ ncclResult_t hetccl_ib_ctx_poll(hetccl_tctx_t *ctx) {
     for (int p = 0; p < n; p++) ctx->parked[p].fd = -1;
   }
   if (ctx->inbox == NULL &&
-      (ctx->inbox = hetccl_inbox_create(ctx->lfd, hello_bytes(ctx->qps))) == NULL)
+      (ctx->inbox = hetccl_inbox_create(ctx->lfd, IB_HELLO_BYTES)) == NULL)
     return ncclSystemError;
   return hetccl_inbox_poll(ctx->inbox, arrival_take, ctx);
 }
@@ -467,9 +469,11 @@ ncclResult_t hetccl_ib_connect(hetccl_tctx_t *ctx, const uint8_t *use, const uin
   ctx->use = NULL;
   hetccl_ib_ctx_release(ctx);
   free(pfds);
-  INFO(HETCCL_NET, "ib rank %d: connected on %s port %d, GID index %d (%d slots of %zu bytes "
-       "per peer; RDMA WRITE from registered memory from %zu bytes)", ctx->rank_user,
-       ctx->dev.name, ctx->dev.port, ctx->dev.gid_index, ctx->slots, ctx->chunk, ctx->zcopy_min);
+  INFO(HETCCL_NET, "ib rank %d: connected on %s port %d, GID index %d, %d rail%s (%d slots of "
+       "%zu bytes per peer; RDMA WRITE from registered memory from %zu bytes, %d queue "
+       "pair%s per rail)", ctx->rank_user, ctx->rail[0].dev.name, ctx->rail[0].dev.port,
+       ctx->rail[0].dev.gid_index, ctx->rails, ctx->rails > 1 ? "s" : "", ctx->slots, ctx->chunk,
+       ctx->zcopy_min, ctx->qps, ctx->qps > 1 ? "s" : "");
   return ncclSuccess;
 fail:
   ctx->use = NULL;

@@ -145,13 +145,16 @@ static ncclResult_t xrecv_landed(hetccl_ep_t *ep, const struct ibv_wc *wc) {
   return ep->broken ? ncclSuccess : hetccl_ib_ep_post_xrecv(ep, q);
 }
 
-static ncclResult_t cq_drain(hetccl_ep_t *ep, size_t *moved) {
+/* Every completion of one rail's queue pairs. Rail 0's carry every piece,
+ * in order on queue pair 0; the others' only rendezvous writes and their
+ * immediates, which are matched by message, not by order. */
+static ncclResult_t cq_drain_rail(hetccl_ep_t *ep, int rail, size_t *moved) {
   struct ibv_wc wc[16];
   for (;;) {
-    int n = ibv_poll_cq(ep->cq, 16, wc);
+    int n = ibv_poll_cq(ep->cq[rail], 16, wc);
     if (n < 0) {
-      WARN("ib: rank %d: ibv_poll_cq for rank %d failed (%d)", ep->ctx->rank_user,
-           ep->peer_user, n);
+      WARN("ib: rank %d: ibv_poll_cq for rank %d failed on %s (%d)", ep->ctx->rank_user,
+           ep->peer_user, ep->ctx->rail[rail].dev.name, n);
       return hetccl_ib_ep_error(ep, ncclSystemError);
     }
     if (n == 0) return ncclSuccess;
@@ -194,6 +197,11 @@ static ncclResult_t cq_drain(hetccl_ep_t *ep, size_t *moved) {
       }
     }
   }
+}
+
+static ncclResult_t cq_drain(hetccl_ep_t *ep, size_t *moved) {
+  for (int r = 0; r < ep->rails; r++) HETCCL_CHECK(cq_drain_rail(ep, r, moved));
+  return ncclSuccess;
 }
 
 /* ---- receive side -------------------------------------------------------- */

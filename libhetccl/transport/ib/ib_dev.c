@@ -1,6 +1,7 @@
-/* Which verbs device, port and GID a context uses (HETCCL_IB_HCA or
- * NCCL_IB_HCA, read in ib_hca.c; HETCCL_IB_GID_INDEX). Runs on the thread that creates the communicator;
- * only queries the device. */
+/* Which verbs devices, ports and GIDs a context uses, its rails (ib.h;
+ * HETCCL_IB_HCA or NCCL_IB_HCA, read in ib_hca.c; HETCCL_IB_RAILS,
+ * HETCCL_IB_GID_INDEX). Runs on the thread that creates the communicator;
+ * only queries the devices. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -84,40 +85,41 @@ static int port_find(const hetccl_ib_verbs_t *v, struct ibv_context *c, const ch
   return 0;
 }
 
-/* Opens the first device, in the verbs list's order, that `hca` allows
- * with an allowed active port; fills dev's vctx, port and name and *attr.
- * 0 if none fits (what it saw is in `seen`); -1 if the devices cannot be
- * listed. *allowed counts the devices the list allows. */
-static int dev_find(const hetccl_ib_verbs_t *v, const hetccl_ib_hca_t *hca,
-                    hetccl_ib_dev_t *dev, struct ibv_port_attr *attr, char *seen,
-                    size_t seen_len, int *allowed) {
-  int ndev = 0;
+/* Opens, in the verbs list's order, up to `max` devices that `hca` allows
+ * with an allowed active port: fills each one's vctx, port and name, and
+ * attrs[i]. Returns how many (what it saw is in `seen`), -1 if the devices
+ * cannot be listed. *allowed counts the devices the list allows. */
+static int dev_find(const hetccl_ib_verbs_t *v, const hetccl_ib_hca_t *hca, hetccl_ib_dev_t *devs,
+                    struct ibv_port_attr *attrs, int max, char *seen, size_t seen_len,
+                    int *allowed) {
+  int ndev = 0, found = 0;
   struct ibv_device **list = v->get_device_list(&ndev);
   if (list == NULL) return -1;
-  memset(dev, 0, sizeof(*dev));
+  memset(devs, 0, (size_t)max * sizeof(*devs));
   *allowed = 0;
   for (int i = 0; i < ndev; i++) {
     const char *name = v->get_device_name(list[i]);
     if (!hetccl_ib_hca_allows(hca, name, 0)) continue;
     ++*allowed;
-    if (dev->vctx != NULL) continue; /* counted: one device per rank */
+    if (found == max) continue; /* counted, not opened */
     struct ibv_context *c = v->open_device(list[i]);
     if (c == NULL) {
       size_t used = strlen(seen);
       snprintf(seen + used, seen_len - used, " %s (cannot open: %s)", name, strerror(errno));
       continue;
     }
-    int port = port_find(v, c, name, hca, attr, seen, seen_len);
+    int port = port_find(v, c, name, hca, &attrs[found], seen, seen_len);
     if (port == 0) {
       v->close_device(c);
       continue;
     }
+    hetccl_ib_dev_t *dev = &devs[found++];
     dev->vctx = c;
     dev->port = (uint8_t)port;
     snprintf(dev->name, sizeof(dev->name), "%s", name);
   }
   v->free_device_list(list);
-  return dev->vctx != NULL;
+  return found;
 }
 
 int hetccl_ib_dev_usable(void) {
@@ -129,7 +131,7 @@ int hetccl_ib_dev_usable(void) {
   hetccl_ib_dev_t dev;
   struct ibv_port_attr attr;
   int allowed;
-  int found = dev_find(v, &hca, &dev, &attr, seen, sizeof(seen), &allowed);
+  int found = dev_find(v, &hca, &dev, &attr, 1, seen, sizeof(seen), &allowed);
   TRACE(HETCCL_NET | HETCCL_INIT, "ib: %s active port%s%s%s%s (found:%s)",
         found > 0 ? "an" : "no", hca.n ? " allowed by " : "", hca.n ? hca.knob : "",
         hca.n ? "=" : "", hca.spec, seen[0] ? seen : " none");
@@ -137,13 +139,32 @@ int hetccl_ib_dev_usable(void) {
   return found > 0;
 }
 
-ncclResult_t hetccl_ib_dev_open(const hetccl_ib_verbs_t *v, int rank, hetccl_ib_dev_t *dev) {
+/* The port's addressing, and its GID (HETCCL_IB_GID_INDEX, else picked). */
+static ncclResult_t dev_address(const hetccl_ib_verbs_t *v, int rank, hetccl_ib_dev_t *dev,
+                                const struct ibv_port_attr *attr) {
+  dev->link_layer = attr->link_layer;
+  dev->mtu = (uint8_t)attr->active_mtu;
+  dev->lid = attr->lid;
+  int gid_index = (int)hetccl_knob_int(HETCCL_KNOB_IB_GID_INDEX);
+  if (gid_index < 0) gid_index = gid_pick(v, dev, attr->gid_tbl_len);
+  if (v->query_gid(dev->vctx, dev->port, gid_index, &dev->gid) != 0) {
+    WARN("ib: rank %d: %s port %d has no GID at index %d (HETCCL_IB_GID_INDEX): %s", rank,
+         dev->name, dev->port, gid_index, strerror(errno));
+    return ncclSystemError;
+  }
+  dev->gid_index = gid_index;
+  return ncclSuccess;
+}
+
+ncclResult_t hetccl_ib_devs_open(const hetccl_ib_verbs_t *v, int rank, hetccl_ib_dev_t *devs,
+                                 int max, int *n) {
   char seen[512] = "";
   hetccl_ib_hca_t hca;
   HETCCL_CHECK(hetccl_ib_hca_get(&hca));
-  struct ibv_port_attr attr;
+  struct ibv_port_attr attrs[IB_RAILS_MAX];
   int allowed;
-  int found = dev_find(v, &hca, dev, &attr, seen, sizeof(seen), &allowed);
+  if (max > IB_RAILS_MAX) max = IB_RAILS_MAX;
+  int found = dev_find(v, &hca, devs, attrs, max, seen, sizeof(seen), &allowed);
   if (found < 0) {
     WARN("ib: rank %d: cannot list verbs devices (no RDMA stack in this kernel?): %s", rank,
          strerror(errno));
@@ -155,23 +176,16 @@ ncclResult_t hetccl_ib_dev_open(const hetccl_ib_verbs_t *v, int rank, hetccl_ib_
          seen[0] ? seen : " none");
     return ncclSystemError;
   }
-  if (allowed > 1)
-    INFO(HETCCL_NET | HETCCL_INIT, "ib rank %d: %d devices allowed%s%s%s%s; using %s port %d "
-         "(one device per rank: striping over several is not built)", rank, allowed,
-         hca.n ? " by " : "", hca.n ? hca.knob : "", hca.n ? "=" : "", hca.spec, dev->name,
-         dev->port);
-  dev->link_layer = attr.link_layer;
-  dev->mtu = (uint8_t)attr.active_mtu;
-  dev->lid = attr.lid;
-  int gid_index = (int)hetccl_knob_int(HETCCL_KNOB_IB_GID_INDEX);
-  if (gid_index < 0) gid_index = gid_pick(v, dev, attr.gid_tbl_len);
-  if (v->query_gid(dev->vctx, dev->port, gid_index, &dev->gid) != 0) {
-    WARN("ib: rank %d: %s port %d has no GID at index %d (HETCCL_IB_GID_INDEX): %s", rank,
-         dev->name, dev->port, gid_index, strerror(errno));
-    hetccl_ib_dev_close(v, dev);
+  if (allowed > found)
+    INFO(HETCCL_NET | HETCCL_INIT, "ib rank %d: %d devices allowed%s%s%s%s, %d used (HETCCL_IB_RAILS "
+         "= %d at most, and one with an active port each)", rank, allowed, hca.n ? " by " : "",
+         hca.n ? hca.knob : "", hca.n ? "=" : "", hca.spec, found, max);
+  for (int i = 0; i < found; i++) {
+    if (dev_address(v, rank, &devs[i], &attrs[i]) == ncclSuccess) continue;
+    for (int j = 0; j < found; j++) hetccl_ib_dev_close(v, &devs[j]);
     return ncclSystemError;
   }
-  dev->gid_index = gid_index;
+  *n = found;
   return ncclSuccess;
 }
 

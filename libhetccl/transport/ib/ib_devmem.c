@@ -67,14 +67,14 @@ static int dmabuf_probe(hetccl_tctx_t *ctx, char *why, size_t len) {
   int fd = -1, ok = 0;
   uint64_t offset = 0;
   if (rt->dmabuf_export(mem, PROBE_BYTES, &fd, &offset, why, len)) {
-    struct ibv_mr *mr = ctx->v->reg_dmabuf_mr(ctx->pd, offset, PROBE_BYTES, (uint64_t)(uintptr_t)mem,
-                                              fd, DMABUF_ACCESS);
+    struct ibv_mr *mr = ctx->v->reg_dmabuf_mr(ctx->rail[0].pd, offset, PROBE_BYTES,
+                                              (uint64_t)(uintptr_t)mem, fd, DMABUF_ACCESS);
     if (mr) {
       ok = 1;
       ctx->v->dereg_mr(mr);
     } else {
-      snprintf(why, len, "ibv_reg_dmabuf_mr on %s refused %s memory: %s", ctx->dev.name, rt->name,
-               strerror(errno));
+      snprintf(why, len, "ibv_reg_dmabuf_mr on %s refused %s memory: %s", ctx->rail[0].dev.name,
+               rt->name, strerror(errno));
     }
     close(fd);
   }
@@ -92,5 +92,5 @@ void hetccl_ib_devmem_decide(hetccl_tctx_t *ctx) {
        "pinned staging (the GPU's copy engine, then RDMA WRITE without a CPU copy for "
        "messages of %zu bytes and more); "
        "GPUDirect RDMA through dma-buf: %s",
-       ctx->rank_user, ctx->args.device->name, ctx->dev.name, ctx->zcopy_min, why);
+       ctx->rank_user, ctx->args.device->name, ctx->rail[0].dev.name, ctx->zcopy_min, why);
 }

@@ -59,8 +59,11 @@
  * clear-to-send per direction is outstanding when the sender reads it
  * (the ring has room for the receiver's writes still completing).
  *
- * Several queue pairs (HETCCL_IB_QPS = N > 1, ib.h). Write k of a message
- * (bytes k*chunk..) goes on queue pair k % N, and the last write on each
+ * Several queue pairs (HETCCL_IB_QPS * rails = N > 1, ib.h). Write k of a
+ * message (bytes k*chunk..) goes on queue pair k % N, with the source's and
+ * the destination's keys on that queue pair's rail (a message goes by
+ * rendezvous only if its source is registered on every rail of the pair,
+ * and is accepted into its destination only if that is), and the last write on each
  * queue pair that carries one is a WRITE_WITH_IMM: on QP 0 it takes a
  * receive slot as above, on QP q > 0 one of its zero-byte receive WRs. RC
  * orders writes only within a queue pair, so the receiver completes the
@@ -97,12 +100,25 @@
 #include "util/check.h"
 #include "util/log.h"
 
+/* The keys of [buf, buf + bytes) on each rail of the pair: 1 if it is
+ * registered on every one (lkeys / rkeys may be NULL). */
+static int keys_find(const hetccl_ep_t *ep, const void *buf, size_t bytes, uint32_t *lkeys,
+                     uint32_t *rkeys) {
+  for (int rail = 0; rail < ep->rails; rail++) {
+    uint32_t lkey, rkey;
+    if (!hetccl_ib_reg_find(ep->ctx->rail[rail].pd, buf, bytes, &lkey, &rkey)) return 0;
+    if (lkeys) lkeys[rail] = lkey;
+    if (rkeys) rkeys[rail] = rkey;
+  }
+  return 1;
+}
+
 void hetccl_ib_rdv_choose(hetccl_ep_t *ep, hetccl_req_t *r) {
-  uint32_t lkey, rkey;
+  uint32_t lkeys[IB_RAILS_MAX];
   ib_req_priv_t *p = ib_req_priv(r);
   if (r->bytes == 0 || r->bytes < ep->ctx->zcopy_min) return;
-  if (!hetccl_ib_reg_find(ep->ctx->pd, r->buf, r->bytes, &lkey, &rkey)) return;
-  p->lkey = IB_REQ_RDV | lkey;
+  if (!keys_find(ep, r->buf, r->bytes, lkeys, NULL)) return;
+  p->lkey = IB_REQ_RDV | lkeys[0];
 }
 
 /* ---- send side ----------------------------------------------------------- */
@@ -136,8 +152,17 @@ static ncclResult_t cts_take(hetccl_ep_t *ep, hetccl_req_t *r, int *took) {
          "has %zu", ep->ctx->rank_user, ep->peer_user, c->bytes, p->seq, r->bytes);
     return hetccl_ib_ep_error(ep, ncclSystemError);
   } else {
+    /* Registered on every rail at isend (hetccl_ib_rdv_choose), and the
+     * caller keeps it so until the send is done. */
+    if (!keys_find(ep, r->buf, r->bytes, ep->srdv_lkey, NULL)) {
+      WARN("ib: rank %d: the source of message %" PRIu64 " to rank %d is no longer registered "
+           "(deregistered while the send was in flight?)", ep->ctx->rank_user, p->seq,
+           ep->peer_user);
+      return hetccl_ib_ep_error(ep, ncclInvalidUsage);
+    }
     ep->srdv_addr = c->addr;
-    ep->srdv_rkey = c->rkey;
+    ep->srdv_rkey[0] = c->rkey;
+    for (int rail = 1; rail < ep->rails; rail++) ep->srdv_rkey[rail] = c->xrkey[rail - 1];
     ep->srdv = IB_RDV_WRITING;
   }
   *took = 1;
@@ -168,8 +193,9 @@ static ncclResult_t writes_post(hetccl_ep_t *ep, hetccl_req_t *r, uint64_t credi
     int last = k + nq >= p->npieces; /* the last write on queue pair q */
     /* On QP 0 it takes a receive slot; elsewhere a receive WR always posted. */
     if (last && q == 0 && !hetccl_ib_ep_piece_room(ep, credits)) break;
+    int rail = IB_QP_RAIL(ep, q);
     struct ibv_sge sge = {.addr = (uintptr_t)r->buf + p->offset, .length = (uint32_t)len,
-                          .lkey = (uint32_t)p->lkey};
+                          .lkey = ep->srdv_lkey[rail]};
     struct ibv_send_wr wr;
     memset(&wr, 0, sizeof(wr));
     wr.wr_id = IB_WR_ID_QP(last ? IB_WR_WRITE_IMM : IB_WR_WRITE, q,
@@ -180,7 +206,7 @@ static ncclResult_t writes_post(hetccl_ep_t *ep, hetccl_req_t *r, uint64_t credi
     wr.send_flags = IBV_SEND_SIGNALED;
     wr.imm_data = htonl((uint32_t)p->seq);
     wr.wr.rdma.remote_addr = ep->srdv_addr + p->offset;
-    wr.wr.rdma.rkey = ep->srdv_rkey;
+    wr.wr.rdma.rkey = ep->srdv_rkey[rail];
     HETCCL_CHECK(hetccl_ib_ep_post_send(ep, q, &wr, "rendezvous write"));
     ep->wposted++;
     if (last && q == 0) ep->sposted++;
@@ -218,31 +244,36 @@ ncclResult_t hetccl_ib_rdv_send(hetccl_ep_t *ep, hetccl_req_t *r, uint64_t credi
 
 /* ---- receive side -------------------------------------------------------- */
 
-/* The endpoint's bounce buffer, made and registered on first need: 1 if
- * it is there. A failure only declines (INFO once): the eager path works. */
+void hetccl_ib_rdv_free(hetccl_ep_t *ep) {
+  for (int rail = 0; rail < IB_RAILS_MAX; rail++) {
+    if (ep->bounce_mr[rail]) ep->v->dereg_mr(ep->bounce_mr[rail]);
+    ep->bounce_mr[rail] = NULL;
+  }
+  free(ep->bounce);
+  ep->bounce = NULL;
+}
+
+/* The endpoint's bounce buffer, made and registered on each rail on first
+ * need: 1 if it is there. A failure only declines (INFO once): the eager
+ * path works. */
 static int bounce_ready(hetccl_ep_t *ep) {
   hetccl_tctx_t *ctx = ep->ctx;
-  if (ep->bounce_mr) return 1;
+  if (ep->bounce) return 1;
   if (ep->bounce_failed) return 0;
   ep->bounce = malloc(ctx->bounce_max);
-  if (ep->bounce)
-    ep->bounce_mr = ep->v->reg_mr(ctx->pd, ep->bounce, ctx->bounce_max,
-                                  IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
-  if (ep->bounce_mr) return 1;
+  int rail = 0;
+  for (; ep->bounce && rail < ep->rails; rail++) {
+    ep->bounce_mr[rail] = ep->v->reg_mr(ctx->rail[rail].pd, ep->bounce, ctx->bounce_max,
+                                        IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
+    if (ep->bounce_mr[rail] == NULL) break;
+  }
+  if (ep->bounce && rail == ep->rails) return 1;
   INFO(HETCCL_NET, "ib rank %d: no bounce buffer of %zu bytes for rank %d (%s): messages that "
        "reduce, or land in unregistered memory, take the eager path", ctx->rank_user,
        ctx->bounce_max, ep->peer_user, ep->bounce ? strerror(errno) : "out of memory");
-  free(ep->bounce);
-  ep->bounce = NULL;
+  hetccl_ib_rdv_free(ep);
   ep->bounce_failed = 1;
   return 0;
-}
-
-void hetccl_ib_rdv_free(hetccl_ep_t *ep) {
-  if (ep->bounce_mr) ep->v->dereg_mr(ep->bounce_mr);
-  free(ep->bounce);
-  ep->bounce_mr = NULL;
-  ep->bounce = NULL;
 }
 
 /* Write r's clear-to-send record into the sender's ring: accept (where
@@ -252,11 +283,10 @@ void hetccl_ib_rdv_free(hetccl_ep_t *ep) {
 static ncclResult_t cts_post(hetccl_ep_t *ep, hetccl_req_t *r, int offer, int *taken,
                              int *declined) {
   ib_req_priv_t *p = ib_req_priv(r);
-  uint32_t lkey, rkey;
+  uint32_t rkeys[IB_RAILS_MAX];
   *taken = *declined = 0;
   if (ep->cts_posted - ep->cts_done >= IB_CTS_RING) return ncclSuccess;
-  int direct = r->consume == NULL &&
-               hetccl_ib_reg_find(ep->ctx->pd, r->buf, r->bytes, &lkey, &rkey);
+  int direct = r->consume == NULL && keys_find(ep, r->buf, r->bytes, NULL, rkeys);
   int bounce = !direct && r->bytes <= ep->ctx->bounce_max && bounce_ready(ep);
   int accept = direct || bounce;
   if (offer && !accept) {
@@ -269,12 +299,12 @@ static ncclResult_t cts_post(hetccl_ep_t *ep, hetccl_req_t *r, int offer, int *t
   c->head = c->tail = p->seq + 1;
   c->accept = (uint32_t)accept;
   c->bytes = r->bytes;
-  if (direct) {
-    c->addr = (uintptr_t)r->buf;
-    c->rkey = rkey;
-  } else if (bounce) {
-    c->addr = (uintptr_t)ep->bounce;
-    c->rkey = ep->bounce_mr->rkey;
+  if (bounce)
+    for (int rail = 0; rail < ep->rails; rail++) rkeys[rail] = ep->bounce_mr[rail]->rkey;
+  if (accept) {
+    c->addr = (uintptr_t)(direct ? r->buf : ep->bounce);
+    c->rkey = rkeys[0];
+    for (int rail = 1; rail < ep->rails; rail++) c->xrkey[rail - 1] = rkeys[rail];
   }
   struct ibv_sge sge = {.addr = (uintptr_t)c, .length = sizeof(*c),
                         .lkey = ep->credit_mr->lkey};
