@@ -11,10 +11,9 @@
  *
  * A name matches as a prefix unless the list starts with '=' (after the
  * '^', if any); ":port" (1..255) narrows an entry to that port. The
- * transport opens the first device of the verbs device list that the list
- * allows with an allowed active port (ib_dev.c): one device per rank, so a
- * list that allows several uses the first; striping over several is not
- * built (docs/transports.md).
+ * transport opens, in the verbs device list's order, every device the list
+ * allows with an allowed active port, HETCCL_IB_RAILS at most, one port
+ * each (ib_dev.c): its rails (ib.h, docs/transports.md).
  *
  * No verbs here: built in every configuration, and unit-tested
  * (tests/c/transport/test_ib_hca.c). */
