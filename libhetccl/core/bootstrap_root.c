@@ -17,8 +17,12 @@
  * ranks. A refused hello that speaks the protocol is told why first
  * (reject_t + reason), so that its init fails with the reason. When ranks
  * are missing, the root gives up at the earliest deadline of the ranks that
- * joined (or its own HETCCL_CONNECT_TIMEOUT) and tells them which ranks
- * never came.
+ * joined (or its own HETCCL_CONNECT_TIMEOUT, counted from the first rank's
+ * arrival) and tells them which ranks never came. Before any rank came it
+ * waits without limit, as NCCL's root does: an id is often made long before
+ * its ranks start (a slow launcher, a framework that makes it at its first
+ * collective), nobody waits on it meanwhile, and a root that had gone
+ * would meet its ranks with refused connections instead of an answer.
  *
  * Threads. The root runs on a detached thread of its own (started by
  * ncclGetUniqueId, or by the group's first rank under NCCL_COMM_ID and for
@@ -136,6 +140,7 @@ typedef struct root {
   int in_rank0;            /* started by a rank's own init (NCCL_COMM_ID, recovery) */
   int64_t expires;         /* the earliest deadline of a rank that joined */
   int expires_rank, expires_timeout_ms;
+  int64_t own_expires;     /* the first arrival + timeout_ms; INT64_MAX until then */
   uint64_t msgs, bytes;    /* handled, for the INFO line (docs/scale.md) */
   char name[HETCCL_NET_ADDR_STRLEN + 32];
 } root_t;
@@ -316,7 +321,7 @@ static int root_on_frame(void *ctx, int fd, const void *hdr, const void *payload
   r->fds[slot] = fd;
   r->from[slot] = *peer;
   r->listen[slot] = h.listen;
-  r->arrived++;
+  if (r->arrived++ == 0) r->own_expires = hetccl_net_now_ms() + r->timeout_ms;
   r->msgs++;
   r->bytes += sizeof(h);
   int64_t gives_up = hetccl_net_now_ms() + h.left_ms;
@@ -336,7 +341,10 @@ static int root_done(void *ctx) {
   return r->nranks > 0 && r->arrived == r->slots;
 }
 
-static int64_t root_expires(void *ctx) { return ((root_t *)ctx)->expires; }
+static int64_t root_expires(void *ctx) {
+  const root_t *r = ctx;
+  return r->expires < r->own_expires ? r->expires : r->own_expires;
+}
 
 static int slot_rank(const root_t *r, int slot) {
   return slot < r->members ? r->first + slot : r->successor;
@@ -379,7 +387,7 @@ static void root_reject_all(root_t *r, ncclResult_t code, const char *reason) {
 }
 
 /* The ranks that joined wait for a word: say which ranks never came. */
-static void root_give_up(root_t *r, ncclResult_t res, int64_t own_deadline) {
+static void root_give_up(root_t *r, ncclResult_t res) {
   char reason[REJECT_MAX_REASON + 1], ranks[256];
   if (r->arrived == 0) {
     INFO(HETCCL_BOOTSTRAP, "%s: gave up, no rank joined", r->name);
@@ -387,7 +395,7 @@ static void root_give_up(root_t *r, ncclResult_t res, int64_t own_deadline) {
   }
   if (res == ncclTimeout) {
     missing_ranks(r, ranks, sizeof(ranks));
-    if (r->expires <= own_deadline)
+    if (r->expires <= r->own_expires)
       snprintf(reason, sizeof(reason),
                "%s of %d never joined within %.1f s (HETCCL_CONNECT_TIMEOUT of rank %d)", ranks,
                r->nranks, r->expires_timeout_ms / 1000.0, r->expires_rank);
@@ -410,17 +418,17 @@ static void *root_main(void *arg) {
   hetccl_net_hello_ops_t ops = {.hdr_bytes = sizeof(hello_t), .max_payload = 0,
                                 .on_header = root_on_header, .on_frame = root_on_frame,
                                 .done = root_done, .expires = root_expires};
-  int64_t deadline = hetccl_net_deadline(r->timeout_ms);
   char what[sizeof(r->name) + 64];
   snprintf(what, sizeof(what), "%s: waiting for ranks", r->name);
-  ncclResult_t res = hetccl_net_accept_hellos(r->lfd, &ops, r, deadline, NULL, what);
+  /* No deadline of its own: root_expires gives the one there is. */
+  ncclResult_t res = hetccl_net_accept_hellos(r->lfd, &ops, r, INT64_MAX, NULL, what);
   hetccl_net_close(&r->lfd);
   if (res != ncclSuccess) {
-    root_give_up(r, res, deadline);
+    root_give_up(r, res);
     root_free(r);
     return NULL;
   }
-  deadline = hetccl_net_deadline(r->timeout_ms);
+  int64_t deadline = hetccl_net_deadline(r->timeout_ms);
   for (int i = 0; i < r->slots; i++) {
     reply_t t = {.magic = BS_REPLY_MAGIC, .secret = r->secret, .nranks = r->nranks,
                  .info_bytes = r->info_bytes};
@@ -454,7 +462,7 @@ ncclResult_t hetccl_bs_root_start(hetccl_sockaddr_t *addr, uint64_t secret, int 
   r->secret = secret;
   r->timeout_ms = timeout_ms;
   r->in_rank0 = in_rank0;
-  r->expires = INT64_MAX;
+  r->expires = r->own_expires = INT64_MAX;
   HETCCL_CHECK_GOTO(hetccl_net_listen(addr, 0, &r->lfd), res, fail);
   char s[HETCCL_NET_ADDR_STRLEN];
   snprintf(r->name, sizeof(r->name), "bootstrap root %s", hetccl_net_addr_str(addr, s, sizeof(s)));

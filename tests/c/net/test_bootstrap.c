@@ -461,6 +461,23 @@ static int refusals(void) {
                         "rank 0 of 2 never joined within 1.0 s (HETCCL_CONNECT_TIMEOUT of the "
                         "process that made the unique id", 3000);
 
+  /* ...counted from the first rank's arrival: ranks that come later than
+   * that after the id was made are still served. */
+  setenv("HETCCL_CONNECT_TIMEOUT", "1", 1);
+  hetccl_knobs_reload();
+  if (hetccl_bootstrap_root_create(&a) != ncclSuccess) return 1;
+  setenv("HETCCL_CONNECT_TIMEOUT", "20", 1);
+  hetccl_knobs_reload();
+  joiner_t late[2] = {{.id = &a, .rank = 0, .nranks = 2, .timeout_ms = 5000, .delay_ms = 1600},
+                      {.id = &a, .rank = 1, .nranks = 2, .timeout_ms = 5000, .delay_ms = 1700}};
+  join_all(late, 2);
+  for (int i = 0; i < 2; i++)
+    if (late[i].res != ncclSuccess) {
+      fprintf(stderr, "FAIL root thread: rank %d, 1.6 s after an id whose root has a 1 s "
+              "timeout: %d '%s'\n", late[i].rank, (int)late[i].res, late[i].msg);
+      bad = 1;
+    }
+
   /* NCCL_COMM_ID: rank 0 serves the root; each case on a port of its own. */
   ncclUniqueId ids[2];
   for (int k = 0; k < 2; k++) {
