@@ -121,6 +121,16 @@ static ncclResult_t hello_take(hetccl_ep_t *ep, const ib_hello_t *h) {
   ep->peer_qpn[0] = h->qpn;
   for (int q = 1; q < ep->qps; q++) ep->peer_qpn[q] = h->xqpn[q - 1];
   for (int r = 1; r < ep->rails; r++) ep->peer_rail[r] = h->xrail[r - 1];
+  for (int r = 0; r < ep->rails; r++) {
+    const hetccl_ib_dev_t *d = &ep->ctx->rail[r].dev;
+    if (ep->peer_rail[r].link_layer == d->link_layer) continue;
+    WARN("ib: rank %d: its rail %d (%s) is %s, rank %d's is not: rail i of every rank must be on "
+         "one fabric (choose the devices with NCCL_IB_HCA, or HETCCL_IB_RAILS=1)",
+         ep->ctx->rank_user, r, d->name,
+         d->link_layer == IBV_LINK_LAYER_ETHERNET ? "Ethernet (RoCE)" : "InfiniBand",
+         ep->peer_user);
+    return hetccl_ib_ep_error(ep, ncclInvalidUsage);
+  }
   ep->peer_psn = h->psn;
   ep->peer_credit_addr = h->credit_addr;
   ep->peer_credit_rkey = h->credit_rkey;

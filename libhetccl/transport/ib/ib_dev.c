@@ -109,6 +109,14 @@ static int dev_find(const hetccl_ib_verbs_t *v, const hetccl_ib_hca_t *hca, hetc
       continue;
     }
     int port = port_find(v, c, name, hca, &attrs[found], seen, seen_len);
+    if (port != 0 && found > 0 && attrs[found].link_layer != attrs[0].link_layer) {
+      /* Rail i meets the peer's rail i: one kind of fabric for all. */
+      size_t used = strlen(seen);
+      snprintf(seen + used, seen_len - used, " %s:%d (not %s like %s: not a rail)", name, port,
+               attrs[0].link_layer == IBV_LINK_LAYER_ETHERNET ? "Ethernet" : "InfiniBand",
+               devs[0].name);
+      port = 0;
+    }
     if (port == 0) {
       v->close_device(c);
       continue;
@@ -178,8 +186,9 @@ ncclResult_t hetccl_ib_devs_open(const hetccl_ib_verbs_t *v, int rank, hetccl_ib
   }
   if (allowed > found)
     INFO(HETCCL_NET | HETCCL_INIT, "ib rank %d: %d devices allowed%s%s%s%s, %d used (HETCCL_IB_RAILS "
-         "= %d at most, and one with an active port each)", rank, allowed, hca.n ? " by " : "",
-         hca.n ? hca.knob : "", hca.n ? "=" : "", hca.spec, found, max);
+         "= %d at most, each with an active port and the first one's link layer; seen:%s)", rank,
+         allowed, hca.n ? " by " : "", hca.n ? hca.knob : "", hca.n ? "=" : "", hca.spec, found,
+         max, seen[0] ? seen : " none");
   for (int i = 0; i < found; i++) {
     if (dev_address(v, rank, &devs[i], &attrs[i]) == ncclSuccess) continue;
     for (int j = 0; j < found; j++) hetccl_ib_dev_close(v, &devs[j]);
