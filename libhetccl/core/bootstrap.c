@@ -110,7 +110,13 @@ static ncclResult_t join_send(hetccl_bootstrap_t *bs, join_t *j, size_t info_byt
   snprintf(j->what, sizeof(j->what), "bootstrap rank %d: root %s%s", bs->rank,
            hetccl_net_addr_str(&j->root, s, sizeof(s)),
            j->successor ? " (of the previous group)" : "");
-  HETCCL_CHECK(hetccl_net_connect(&j->root, deadline, bs->abort_flag, j->what, &j->fd));
+  ncclResult_t res = hetccl_net_connect(&j->root, deadline, bs->abort_flag, j->what, &j->fd);
+  if (res == ncclTimeout)
+    WARN("%s: nothing took the connection within %.1f s. The root runs in the process that "
+         "made the unique id (in rank 0 under NCCL_COMM_ID) until its ranks have joined: is "
+         "that process still running, and is %s reachable from this host (NCCL_SOCKET_IFNAME "
+         "chooses the interface)?", j->what, bs->timeout_ms / 1000.0, s);
+  HETCCL_CHECK(res);
   int64_t left = deadline - hetccl_net_now_ms();
   hello_t h = {.magic = BS_HELLO_MAGIC, .secret = j->id.secret, .rank = bs->rank,
                .nranks = bs->nranks, .info_bytes = info_bytes,

@@ -342,6 +342,22 @@ static int errors(void) {
   bad |= expect("lonely rank", hetccl_bootstrap_init(&id, 1, 0, 2, &x, sizeof(x), all, &o, &bs),
                 ncclTimeout);
   if (hetccl_net_now_ms() - t0 > 2000) bad |= expect("timeout took too long", 1, 0);
+  /* An id whose root is not there (its port closed): the error says where
+   * the root should run. */
+  hetccl_sockaddr_t root;
+  int lfd = -1;
+  if (new_root(&id, &root)) return 1;
+  hetccl_net_addr_set_port(&root, 0);
+  if (hetccl_net_listen(&root, 0, &lfd) != ncclSuccess) return 1;
+  uint16_t closed = htons((uint16_t)hetccl_net_addr_port(&root));
+  hetccl_net_close(&lfd); /* bound to port 0: a fresh port, now closed */
+  memcpy(id.internal + 24 + 2, &closed, sizeof(closed));
+  bad |= expect("no root", hetccl_bootstrap_init(&id, 1, 0, 2, &x, sizeof(x), all, &o, &bs),
+                ncclTimeout);
+  if (strstr(hetccl_last_error(), "The root runs in the process that made the unique id") == NULL) {
+    fprintf(stderr, "FAIL no root: '%s' does not say where the root runs\n", hetccl_last_error());
+    bad = 1;
+  }
   if (hetccl_bootstrap_root_create(&id) != ncclSuccess) return 1;
   o = (hetccl_bootstrap_opts_t){.timeout_ms = 20000, .abort_flag = &abort_flag};
   pthread_t th;
