@@ -75,7 +75,9 @@ ncclResult_t hetccl_dataplane_setup(ncclComm_t comm) {
       .slots = (int)hetccl_knob_int(HETCCL_KNOB_PLANE_SLOTS),
       .timeout_ms = (int)hetccl_knob_int(HETCCL_KNOB_TIMEOUT) * 1000,
       .abort_flag = &comm->abort_flag, .device_reduce = reduces,
-      .reduce_copy = !strcmp(hetccl_knob_str(HETCCL_KNOB_PLANE_REDUCE_READ), "copy"), .barrier = barrier,
+      .reduce_copy = !strcmp(hetccl_knob_str(HETCCL_KNOB_PLANE_REDUCE_READ), "copy"),
+      .urgent_streams = !strcmp(hetccl_knob_str(HETCCL_KNOB_PLANE_PRIORITY), "high"),
+      .barrier = barrier,
       .barrier_ctx = comm->bs};
   hetccl_plane_t *p = NULL;
   ncclResult_t mine = hetccl_plane_create(&args, &p);

@@ -43,7 +43,7 @@ ncclResult_t plane_streams_create(hetccl_plane_t *p) {
  * program uses get a stream. */
 static ncclResult_t lane_stream(hetccl_plane_t *p, int l, void **out) {
   if (!p->lane_stream[l]) {
-    HETCCL_CHECK(p->a.rt->stream_create(&p->lane_stream[l]));
+    HETCCL_CHECK(p->a.rt->stream_create(&p->lane_stream[l], p->a.urgent_streams));
     HETCCL_CHECK(p->a.rt->event_create(&p->lane_event[l]));
   }
   *out = p->lane_stream[l];

@@ -72,6 +72,8 @@ typedef struct hetccl_plane_args {
    * memory with the copy engine (else the kernel reads the slot over the
    * bus: half the copy engine's speed or less on a PCIe host). */
   int reduce_copy;
+  /* The plane's own streams at the device's greatest priority. */
+  int urgent_streams;
   /* A barrier over every rank (the caller's bootstrap). */
   ncclResult_t (*barrier)(void *ctx);
   void *barrier_ctx;

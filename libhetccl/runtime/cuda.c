@@ -100,7 +100,8 @@ enum { CU_MEMORYTYPE_HOST = 1, CU_MEMORYTYPE_DEVICE = 2, CU_MEMORYTYPE_ARRAY = 3
   X(cudaHostGetDevicePointer, cudaError_t, (void **dev, void *host, unsigned flags))              \
   X(cudaHostRegister, cudaError_t, (void *ptr, size_t bytes, unsigned flags))                     \
   X(cudaHostUnregister, cudaError_t, (void *ptr))                                                 \
-  X(cudaStreamCreateWithFlags, cudaError_t, (void **stream, unsigned flags))                      \
+  X(cudaStreamCreateWithPriority, cudaError_t, (void **stream, unsigned flags, int priority))     \
+  X(cudaDeviceGetStreamPriorityRange, cudaError_t, (int *least, int *greatest))                   \
   X(cudaStreamDestroy, cudaError_t, (void *stream))                                               \
   X(cudaLaunchHostFunc, cudaError_t, (void *stream, void (*fn)(void *), void *arg))
 
@@ -568,10 +569,13 @@ static ncclResult_t cuda_stream_write_counter(void *stream, volatile uint64_t *h
   return counter_op(stream, host, dev, value, 1);
 }
 
-static ncclResult_t cuda_stream_create(void **stream) {
+static ncclResult_t cuda_stream_create(void **stream, int urgent) {
   const cuda_runtime_lib_t *r;
+  int least = 0, greatest = 0;
   HETCCL_CHECK(runtime_need(&r, "stream_create"));
-  return CUDA_CALL(r, cudaStreamCreateWithFlags, stream, cudaStreamNonBlocking);
+  if (urgent) HETCCL_CHECK(CUDA_CALL(r, cudaDeviceGetStreamPriorityRange, &least, &greatest));
+  return CUDA_CALL(r, cudaStreamCreateWithPriority, stream, cudaStreamNonBlocking,
+                   urgent ? greatest : least);
 }
 
 static ncclResult_t cuda_stream_destroy(void *stream) {

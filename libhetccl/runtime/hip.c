@@ -88,7 +88,8 @@ typedef void (*hip_stream_callback_t)(void *stream, hipError_t status, void *arg
   X(hipHostGetDevicePointer, hipError_t, (void **dev, void *host, unsigned flags))                \
   X(hipHostRegister, hipError_t, (void *ptr, size_t bytes, unsigned flags))                       \
   X(hipHostUnregister, hipError_t, (void *ptr))                                                   \
-  X(hipStreamCreateWithFlags, hipError_t, (void **stream, unsigned flags))                        \
+  X(hipStreamCreateWithPriority, hipError_t, (void **stream, unsigned flags, int priority))       \
+  X(hipDeviceGetStreamPriorityRange, hipError_t, (int *least, int *greatest))                     \
   X(hipStreamDestroy, hipError_t, (void *stream))                                                 \
   X(hipMemcpyAsync, hipError_t,                                                                   \
     (void *dst, const void *src, size_t bytes, int kind, void *stream))                           \
@@ -481,10 +482,13 @@ static ncclResult_t hip_stream_write_counter(void *stream, volatile uint64_t *ho
   return counter_op(stream, host, dev, value, 1);
 }
 
-static ncclResult_t hip_stream_create(void **stream) {
+static ncclResult_t hip_stream_create(void **stream, int urgent) {
   const hip_lib_t *r;
+  int least = 0, greatest = 0;
   HETCCL_CHECK(hip_need(&r, "stream_create"));
-  return HIP_CALL(r, hipStreamCreateWithFlags, stream, hipStreamNonBlocking);
+  if (urgent) HETCCL_CHECK(HIP_CALL(r, hipDeviceGetStreamPriorityRange, &least, &greatest));
+  return HIP_CALL(r, hipStreamCreateWithPriority, stream, hipStreamNonBlocking,
+                  urgent ? greatest : least);
 }
 
 static ncclResult_t hip_stream_destroy(void *stream) {

@@ -120,7 +120,7 @@ HETCCL_RT_UNSUPPORTED_STUB(host, stream_wait_counter,
                            (void *stream, volatile uint64_t *host, void *dev, uint64_t value))
 HETCCL_RT_UNSUPPORTED_STUB(host, stream_write_counter,
                            (void *stream, volatile uint64_t *host, void *dev, uint64_t value))
-HETCCL_RT_UNSUPPORTED_STUB(host, stream_create, (void **stream))
+HETCCL_RT_UNSUPPORTED_STUB(host, stream_create, (void **stream, int urgent))
 HETCCL_RT_UNSUPPORTED_STUB(host, stream_destroy, (void *stream))
 HETCCL_RT_UNSUPPORTED_STUB(host, host_register, (void *ptr, size_t bytes, void **dev))
 HETCCL_RT_UNSUPPORTED_STUB(host, host_unregister, (void *ptr))

@@ -138,10 +138,12 @@ typedef ncclResult_t (*hetccl_rt_stream_wait_counter_fn)(void *stream, volatile 
 typedef ncclResult_t (*hetccl_rt_stream_write_counter_fn)(void *stream, volatile uint64_t *host,
                                                           void *dev, uint64_t value);
 /* A stream of our own on the current device that does not synchronise
- * with the legacy default stream (cudaStreamNonBlocking). The caller owns
- * it and destroys it with stream_destroy, which returns at once; work
- * still pending on it completes first. */
-typedef ncclResult_t (*hetccl_rt_stream_create_fn)(void **stream);
+ * with the legacy default stream (cudaStreamNonBlocking); with `urgent`,
+ * at the device's greatest priority, so that its kernels take SMs ahead of
+ * the application's compute as they free up. The caller owns it and
+ * destroys it with stream_destroy, which returns at once; work still
+ * pending on it completes first. */
+typedef ncclResult_t (*hetccl_rt_stream_create_fn)(void **stream, int urgent);
 typedef ncclResult_t (*hetccl_rt_stream_destroy_fn)(void *stream);
 
 /* HETCCL_RT_CAP_HOST_REGISTER: page-lock and map into the device host

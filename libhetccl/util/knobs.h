@@ -134,6 +134,8 @@
     "data-plane slots per channel (pieces in flight per direction and pair)") \
   X(PLANE_REDUCE_READ, "HETCCL_PLANE_REDUCE_READ", ENUM("copy|mapped"), "copy", 0, 0, \
     "how a device reduction reads the peer's piece: copy (the copy engine moves it from the shared slot into device memory, then the kernel reduces in device memory) or mapped (the kernel reads the slot through its device mapping, over the bus)") \
+  X(PLANE_PRIORITY, "HETCCL_PLANE_PRIORITY", ENUM("high|normal"), "normal", 0, 0, \
+    "priority of the data plane's own streams on a GPU: high (the device's greatest, so its reductions take SMs ahead of the application's compute) or normal") \
   X(PLANE_MAX_RANKS, "HETCCL_PLANE_MAX_RANKS", INT, "8", 2, 64,                \
     "largest communicator given a data plane (every pair of its ranks holds a channel of HETCCL_PLANE_SLOTS x HETCCL_PLANE_PIECE bytes)") \
   X(NVRTC_LIBRARY, "HETCCL_NVRTC_LIBRARY", STR, "", 0, 0,                       \

@@ -17,14 +17,15 @@
 #   perf      hetccl-perf, one process per GPU (hetccl run -n 2), islands
 #             forced, the same six collectives 1 MiB to 1 GiB
 #   train     tools/device/train_bench.py: DDP and a 2-stage pipeline across
-#             the islands against one GPU and against NCCL on one island
+#             the islands against one GPU and against NCCL on one island,
+#             and again with each of $TRAIN_VARIANTS
 #   big       all_reduce -g 2 at 256 MiB to 1 GiB under a 100 s bound, with
 #             the threads' states where it stalls
 #   readpath  nccl-tests all_reduce and reduce_scatter -g 2, 64 MiB..1 GiB,
 #             with HETCCL_PLANE_REDUCE_READ=mapped (the kernel reads the shared
 #             slot over the bus; nt has the default, copy): before and after
-#   pieces    sendrecv and all_reduce -g 2 at 256 MiB..1 GiB with 8 and 16 MiB
-#             pieces (nt has the default 4 MiB)
+#   pieces    sendrecv and all_reduce -g 2 at 256 MiB..1 GiB with other piece
+#             sizes and slot counts ($PIECES; nt has the defaults)
 #   cupy      tools/device/cupy_api_check.py: cupy.cuda.nccl, hetccl.nccl and
 #             hetccl.Communicator on CuPy arrays, same arguments, equal results
 #   torch3    tools/device/torch_backend_check.py with two GPU ranks and a CPU
@@ -101,13 +102,17 @@ do_readpath() {
   done
   ! grep -q "^FAIL" "$OUT/08-readpath.log"
 }
+# PIECES: space-separated PIECE:SLOTS pairs to try beside the defaults.
+PIECES=${PIECES:-8M:4 16M:4 4M:8}
 do_pieces() {
-  for piece in 8M 16M; do
+  local ps piece slots c
+  for ps in $PIECES; do
+    piece=${ps%%:*} slots=${ps##*:}
     for c in sendrecv all_reduce; do
-      echo "--- hetccl $c HETCCL_PLANE_PIECE=$piece"
-      env LD_PRELOAD=$LIB HETCCL_ISLANDS=0,1 HETCCL_PLANE_PIECE=$piece \
+      echo "--- hetccl $c HETCCL_PLANE_PIECE=$piece HETCCL_PLANE_SLOTS=$slots"
+      env LD_PRELOAD=$LIB HETCCL_ISLANDS=0,1 HETCCL_PLANE_PIECE=$piece HETCCL_PLANE_SLOTS=$slots \
         LD_LIBRARY_PATH="$(dirname "$REAL_NCCL")" timeout 60 \
-        $NT/${c}_perf -g 2 -b 256M -e 1G -f 2 -n 20 -w 5 -c 1 || echo "FAIL: $c $piece"
+        $NT/${c}_perf -g 2 -b 256M -e 1G -f 2 -n 20 -w 5 -c 1 || echo "FAIL: $c $ps"
     done
   done
   ! grep -q "^FAIL" "$OUT/09-pieces.log"
@@ -117,12 +122,15 @@ do_torch3() {
   $PY tools/device/torch_backend_check.py --devices cuda:0,cuda:1,cpu --json "$OUT/torch3.json"
 }
 do_pytest() { $PY -m pytest -q tests/test_cuda_engine.py -p no:cacheprovider -rs -x; }
+# TRAIN_VARIANTS: space-separated NAME:VAR=VALUE[,VAR=VALUE] for train_bench's --variant.
+TRAIN_VARIANTS=${TRAIN_VARIANTS:-mapped:HETCCL_PLANE_REDUCE_READ=mapped maxconn:CUDA_DEVICE_MAX_CONNECTIONS=32}
 do_train() {
-  $PY tools/device/train_bench.py "$OUT/train.json" --variant mapped:HETCCL_PLANE_REDUCE_READ=mapped \
-    --variant maxconn:CUDA_DEVICE_MAX_CONNECTIONS=32 --variant "trace:HETCCL_TRACE=$OUT/train-%p.json"
+  local v args=()
+  for v in $TRAIN_VARIANTS; do args+=(--variant "$v"); done
+  $PY tools/device/train_bench.py "$OUT/train.json" "${args[@]}"
 }
 
-export ROOT OUT PY LIB REAL_NCCL NT COLLS
+export ROOT OUT PY LIB REAL_NCCL NT COLLS TRAIN_VARIANTS PIECES
 export -f note bounded nt do_build do_ntbuild do_limit do_nt do_perf do_train do_big do_readpath \
   do_pieces do_cupy do_torch3 do_pytest
 export PYTHONPATH=$ROOT/python:/tmp/site${PYTHONPATH:+:$PYTHONPATH}
@@ -132,7 +140,7 @@ if [ -f "$LIB" ]; then
   want ntbuild && stage 02 ntbuild 150 do_ntbuild
   want limit && stage 03 limit 40 do_limit
   want nt && stage 04 nt 200 do_nt
-  want train && stage 06 train 400 do_train
+  want train && stage 06 train 300 do_train
   want perf && stage 05 perf 120 do_perf
   want big && stage 07 big 150 do_big
   want readpath && stage 08 readpath 90 do_readpath

@@ -90,7 +90,8 @@ static void check_tables(void) {
 
 /* host_register maps for every device (portable) and into the device
  * (mapped), and gives the device address; stream_create asks for a stream
- * that does not wait on the legacy default stream. handle: the stand-in
+ * that does not wait on the legacy default stream, at the greatest
+ * priority when urgent. handle: the stand-in
  * runtime, which keeps the flags it was given. */
 static void check_register_and_streams(const hetccl_runtime_t *rt, void *handle) {
   static char segment[4096];
@@ -105,11 +106,17 @@ static void check_register_and_streams(const hetccl_runtime_t *rt, void *handle)
          "%s host_register: dev %p flags %#x", rt->name, dev, *reg_flags);
   EXPECT(rt->host_unregister(segment) == ncclSuccess && *registered == 0, "%s host_unregister",
          rt->name);
-  EXPECT(rt->stream_create(&stream) == ncclSuccess && stream && *stream_flags == 0x1 &&
-             *streams == 1,
-         "%s stream_create: flags %#x", rt->name, *stream_flags);
-  EXPECT(rt->stream_destroy(stream) == ncclSuccess && *streams == 0, "%s stream_destroy",
-         rt->name);
+  int *prio = dlsym(handle, "fake_stream_priority");
+  EXPECT(prio != NULL, "stand-in priority");
+  if (failures) return;
+  for (int urgent = 0; urgent < 2; urgent++) {
+    EXPECT(rt->stream_create(&stream, urgent) == ncclSuccess && stream && *stream_flags == 0x1 &&
+               *streams == 1 && *prio == (urgent ? -5 : 0),
+           "%s stream_create(urgent %d): flags %#x priority %d", rt->name, urgent, *stream_flags,
+           *prio);
+    EXPECT(rt->stream_destroy(stream) == ncclSuccess && *streams == 0, "%s stream_destroy",
+           rt->name);
+  }
 }
 
 static void mode_host(void) {

@@ -44,8 +44,12 @@ FAKE_EXPORT int cudaHostRegister(void *p, size_t n, unsigned f) {
   (void)p; (void)n; fake_register_flags = f; fake_registered++; return 0;
 }
 FAKE_EXPORT int cudaHostUnregister(void *p) { (void)p; fake_registered--; return 0; }
-FAKE_EXPORT int cudaStreamCreateWithFlags(void **s, unsigned f) {
-  fake_stream_flags = f; fake_streams++; *s = &fake_event; return 0;
+FAKE_EXPORT int fake_stream_priority;
+FAKE_EXPORT int cudaDeviceGetStreamPriorityRange(int *least, int *greatest) {
+  *least = 0; *greatest = -5; return 0;
+}
+FAKE_EXPORT int cudaStreamCreateWithPriority(void **s, unsigned f, int prio) {
+  fake_stream_flags = f; fake_stream_priority = prio; fake_streams++; *s = &fake_event; return 0;
 }
 FAKE_EXPORT int cudaStreamDestroy(void *s) { (void)s; fake_streams--; return 0; }
 #endif

@@ -86,8 +86,12 @@ FAKE_EXPORT int hipHostRegister(void *p, size_t n, unsigned f) {
   (void)p; (void)n; fake_register_flags = f; fake_registered++; return 0;
 }
 FAKE_EXPORT int hipHostUnregister(void *p) { (void)p; fake_registered--; return 0; }
-FAKE_EXPORT int hipStreamCreateWithFlags(void **s, unsigned f) {
-  fake_stream_flags = f; fake_streams++; *s = &fake_stream; return 0;
+FAKE_EXPORT int fake_stream_priority;
+FAKE_EXPORT int hipDeviceGetStreamPriorityRange(int *least, int *greatest) {
+  *least = 0; *greatest = -5; return 0;
+}
+FAKE_EXPORT int hipStreamCreateWithPriority(void **s, unsigned f, int prio) {
+  fake_stream_flags = f; fake_stream_priority = prio; fake_streams++; *s = &fake_stream; return 0;
 }
 FAKE_EXPORT int hipStreamDestroy(void *s) { (void)s; fake_streams--; return 0; }
 FAKE_EXPORT int hipMemcpyAsync(void *d, const void *s, size_t n, int k, void *st) {
