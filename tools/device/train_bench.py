@@ -27,6 +27,12 @@ The model: `--layers` blocks of Linear(4096, 4096) + GELU in bf16 (16
 blocks: 268 M parameters), mean-square loss against a fixed target, SGD;
 8192 rows per rank and step for DDP, 4 micro-batches of 4096 rows (32 MiB
 activations) for the pipeline.
+For the pipeline it also prints the bound that its blocking send / recv
+set: each of a step's 2 x MICRO transfers lies on the critical path, so
+the step can be no shorter than the native one plus each transfer's extra
+time (measured alone, rank 0 to rank 1), nor than the native one plus one
+copy of each activation over the GPU's link to host memory (measured in
+the same run): pipe_predicted_vs_native and pipe_staged_bound_vs_native.
 Seeds are fixed, so the losses of native and hetccl runs must agree (they
 are printed, and compared within 1e-3 relative). Reported: samples per
 second over the timed steps (after 3 warm-up steps), DDP's ratio to one GPU
@@ -169,8 +175,45 @@ def pipe(rank: int, args, dev) -> dict:
 
     secs, losses = timed_steps(args.steps, step, dev)
     return {"samples_per_s": MICRO * MICRO_ROWS * args.steps / secs,
+            "step_ms": 1000 * secs / args.steps,
+            "transfer_ms": transfer_ms(rank, act_shape, dev),
             "activation_mib": rows * WIDTH * 2 / 2**20,
             "losses": [float(l) for l in losses]}
+
+
+def transfer_ms(rank: int, shape, dev, reps: int = 10) -> float:
+    """One activation from rank 0 to rank 1 with nothing else running, as
+    the pipeline's send / recv moves it: mean ms from the send's start to
+    the receive's end (both ranks aligned by a barrier per transfer)."""
+    buf = torch.ones(shape, device=dev, dtype=torch.bfloat16)
+    total = 0.0
+    for i in range(reps + 2):
+        dist.barrier()
+        torch.cuda.synchronize(dev)
+        t0 = time.perf_counter()
+        if rank == 0:
+            dist.send(buf, 1)
+        else:
+            dist.recv(buf, 0)
+        torch.cuda.synchronize(dev)
+        if i >= 2:
+            total += time.perf_counter() - t0
+    return 1000 * total / reps
+
+
+def d2h_gbps(nbytes: int, dev: torch.device) -> float:
+    """Device to pinned host memory on this GPU, best of 5: the link every
+    byte of a staged transfer crosses once."""
+    src = torch.empty(nbytes, dtype=torch.uint8, device=dev)
+    dst = torch.empty(nbytes, dtype=torch.uint8, pin_memory=True)
+    best = float("inf")
+    for _ in range(6):
+        torch.cuda.synchronize(dev)
+        t0 = time.perf_counter()
+        dst.copy_(src, non_blocking=True)
+        torch.cuda.synchronize(dev)
+        best = min(best, time.perf_counter() - t0)
+    return nbytes / best / 1e9
 
 
 def free_port() -> int:
@@ -207,8 +250,8 @@ def launch(kind: str, hetccl: bool, args, extra: dict | None = None) -> dict:
         if p.exitcode != 0:
             raise RuntimeError(f"{kind} (hetccl={hetccl}): a rank exited with {p.exitcode}")
     last = got[1] if kind == "pipe" else got[0]
-    return {"samples_per_s": last["samples_per_s"], "losses": last["losses"],
-            **({"activation_mib": last["activation_mib"]} if "activation_mib" in last else {})}
+    return {k: last[k] for k in ("samples_per_s", "losses", "activation_mib", "step_ms",
+                                 "transfer_ms") if k in last}
 
 
 def close(a: list[float], b: list[float]) -> float:
@@ -260,6 +303,23 @@ def main() -> int:
         "ddp_loss_rel_diff": close(res["ddp/hetccl"]["losses"], res["ddp/native"]["losses"]),
         "pipe_loss_rel_diff": close(res["pipe/hetccl"]["losses"], res["pipe/native"]["losses"]),
     }
+    # The pipeline's bound: every transfer of a step (MICRO activations
+    # forward, MICRO gradients back) lies on its critical path, since a
+    # blocking send / recv orders the next compute after it. Predicted:
+    # the native step plus each transfer's extra time measured alone; the
+    # staged bound: each transfer no faster than one copy over this GPU's
+    # link to host memory.
+    nat, het = res["pipe/native"], res["pipe/hetccl"]
+    moved = 2 * MICRO
+    nbytes = MICRO_ROWS * WIDTH * 2
+    link = d2h_gbps(nbytes, torch.device("cuda", 0))
+    summary["pipe_transfer_ms_native"] = nat["transfer_ms"]
+    summary["pipe_transfer_ms_hetccl"] = het["transfer_ms"]
+    summary["pipe_predicted_vs_native"] = nat["step_ms"] / (
+        nat["step_ms"] + moved * (het["transfer_ms"] - nat["transfer_ms"]))
+    summary["d2h_gbps"] = link
+    summary["pipe_staged_bound_vs_native"] = nat["step_ms"] / (
+        nat["step_ms"] + moved * (nbytes / link / 1e6 - nat["transfer_ms"]))
     for vname in variants:
         summary[f"ddp_{vname}_vs_one_gpu"] = res[f"ddp/{vname}"]["samples_per_s"] / one
         summary[f"pipe_{vname}_vs_native"] = (res[f"pipe/{vname}"]["samples_per_s"]

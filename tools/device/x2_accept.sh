@@ -31,6 +31,9 @@
 #   torch3    tools/device/torch_backend_check.py with two GPU ranks and a CPU
 #             rank in one job
 #   pytest    tests/test_cuda_engine.py (the two-GPU cases run here)
+#   host      the host's huge-page settings, NUMA nodes and GPU topology
+#   profile   tools/device/ddp_profile.py: where a DDP step's time goes,
+#             across the islands and on NCCL
 # STAGES="..." picks stages (build always runs). NCCL_NVLS_ENABLE=0.
 set -u
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
@@ -103,7 +106,7 @@ do_readpath() {
   ! grep -q "^FAIL" "$OUT/08-readpath.log"
 }
 # PIECES: space-separated PIECE:SLOTS pairs to try beside the defaults.
-PIECES=${PIECES:-8M:4 16M:4 4M:8}
+PIECES=${PIECES-8M:4 16M:4 4M:8}
 do_pieces() {
   local ps piece slots c
   for ps in $PIECES; do
@@ -117,13 +120,26 @@ do_pieces() {
   done
   ! grep -q "^FAIL" "$OUT/09-pieces.log"
 }
+do_profile() { # where a DDP step's time goes, across the islands and on NCCL
+  echo "--- hetccl, islands 0,1"
+  LD_PRELOAD=$LIB HETCCL_ISLANDS=0,1 $PY tools/device/ddp_profile.py --bin-us 1000 || return 1
+  echo "--- NCCL, one island"
+  $PY tools/device/ddp_profile.py --bin-us 1000
+}
+do_host() { # what the host gives pinned shared memory: pages, NUMA, the GPUs' links
+  cat /sys/kernel/mm/transparent_hugepage/enabled /sys/kernel/mm/transparent_hugepage/shmem_enabled
+  grep -i huge /proc/meminfo
+  nvidia-smi topo -m
+  ls /sys/devices/system/node/ | grep node
+  nproc
+}
 do_cupy() { $PY tools/device/cupy_api_check.py --ranks 2; }
 do_torch3() {
   $PY tools/device/torch_backend_check.py --devices cuda:0,cuda:1,cpu --json "$OUT/torch3.json"
 }
 do_pytest() { $PY -m pytest -q tests/test_cuda_engine.py -p no:cacheprovider -rs -x; }
 # TRAIN_VARIANTS: space-separated NAME:VAR=VALUE[,VAR=VALUE] for train_bench's --variant.
-TRAIN_VARIANTS=${TRAIN_VARIANTS:-mapped:HETCCL_PLANE_REDUCE_READ=mapped maxconn:CUDA_DEVICE_MAX_CONNECTIONS=32}
+TRAIN_VARIANTS=${TRAIN_VARIANTS-mapped:HETCCL_PLANE_REDUCE_READ=mapped maxconn:CUDA_DEVICE_MAX_CONNECTIONS=32}
 do_train() {
   local v args=()
   for v in $TRAIN_VARIANTS; do args+=(--variant "$v"); done
@@ -131,7 +147,7 @@ do_train() {
 }
 
 export ROOT OUT PY LIB REAL_NCCL NT COLLS TRAIN_VARIANTS PIECES
-export -f note bounded nt do_build do_ntbuild do_limit do_nt do_perf do_train do_big do_readpath \
+export -f note bounded nt do_profile do_host do_build do_ntbuild do_limit do_nt do_perf do_train do_big do_readpath \
   do_pieces do_cupy do_torch3 do_pytest
 export PYTHONPATH=$ROOT/python:/tmp/site${PYTHONPATH:+:$PYTHONPATH}
 STAGES=${STAGES:-ntbuild limit nt big readpath train perf pieces cupy torch3 pytest}
@@ -145,6 +161,8 @@ if [ -f "$LIB" ]; then
   want big && stage 07 big 150 do_big
   want readpath && stage 08 readpath 90 do_readpath
   want pieces && stage 09 pieces 120 do_pieces
+  want host && stage 13 host 20 do_host
+  want profile && stage 14 profile 150 do_profile
   want cupy && stage 10 cupy 120 do_cupy
   want torch3 && stage 11 torch3 180 do_torch3
   want pytest && stage 12 pytest 240 do_pytest
