@@ -75,6 +75,31 @@ def test_cuda_rank_with_a_host_rank(tmp_path):
     assert results[0]["async_returned_while_stream_busy"]
 
 
+@pytest.mark.parametrize("rtc", ["nvrtc", "none"])
+def test_two_gpu_ranks_and_a_host_rank_on_the_plane(tmp_path, rtc):
+    """Three islands on one host: two CUDA ranks (on two GPUs where there
+    are two) and a host rank share the data plane's segments, the GPUs
+    moving and reducing with their copy engines and kernels, the host rank
+    with its CPU; every collective checked against numpy, and each rank's
+    log says which of the two moved its bytes. With no runtime compiler
+    (HETCCL_NVRTC_LIBRARY=none) the reducing collectives fall back to the
+    engine, device buffers staged, and the logs say so."""
+    import torch
+    second = 1 if torch.cuda.device_count() > 1 else 0
+    extra = {"HETCCL_DEBUG": "INFO", "HETCCL_DEBUG_SUBSYS": "INIT",
+             "HETCCL_DEBUG_FILE": str(tmp_path / "log.%p")}
+    if rtc == "none":
+        extra["HETCCL_NVRTC_LIBRARY"] = "none"
+    results = launch(tmp_path, ["cuda", "cuda", "host"], "sweep,group,chain,async",
+                     devices=(0, second, 0), extra=extra)
+    assert_all_true(results)
+    logs = [f.read_text() for f in tmp_path.glob("log.*")]
+    assert sum("moved by this GPU's copy engines" in t for t in logs) == 2, logs
+    assert sum("moved by this rank's CPU" in t for t in logs) == 1, logs
+    fallback = sum("cannot reduce on its device" in t for t in logs)
+    assert fallback == (3 if rtc == "none" else 0), logs
+
+
 def test_staged_bandwidth_is_reported(tmp_path):
     """Not a speed goal: prints the figure (see the device notes)."""
     results = launch(tmp_path, ["cuda", "cuda"], "bench")

@@ -16,6 +16,22 @@
  * caller's stream by an event and joined back to it by one event per
  * lane, so that the caller's later work waits for all of them.
  *
+ * In such a phase a receiving lane's reductions into device memory run on
+ * a second stream of the lane's (the split path): the lane copies each
+ * piece from its slot into the channel's deep stage (HETCCL_PLANE_STAGE)
+ * and frees the slot at once; the reduction stream reduces stage pieces as
+ * SMs come free. A kernel that waits for the application's compute (a
+ * GEMM holding every SM) then holds back neither the copy engines nor the
+ * sender, only the operation's end:
+ *
+ *   lane:      wait produced(q) [wait reduced(i-S)] copy slot->stage[i%S]
+ *              write consumed(q) write staged(i)
+ *   reduction: [wait dep] wait staged(i) kernel(stage[i%S]) write reduced(i)
+ *
+ * staged and reduced are this rank's own counters per channel (mapped
+ * host memory), i counts the channel's split reductions; each is written
+ * by one plane-owned stream only, in order.
+ *
  * Thread: the API caller's, with this rank's device current. */
 #include <stdlib.h>
 
@@ -26,15 +42,21 @@
 
 ncclResult_t plane_streams_create(hetccl_plane_t *p) {
   if (p->lane_stream) return ncclSuccess;
-  void **s = calloc((size_t)p->nlanes, sizeof(*s)), **e = calloc((size_t)p->nlanes, sizeof(*e));
-  if (!s || !e) {
+  size_t n = (size_t)p->nlanes;
+  void **s = calloc(n, sizeof(*s)), **e = calloc(n, sizeof(*e));
+  void **rs = calloc(n, sizeof(*rs)), **re = calloc(n, sizeof(*re));
+  if (!s || !e || !rs || !re) {
     free(s);
     free(e);
+    free(rs);
+    free(re);
     WARN("plane: out of memory for %d streams", p->nlanes);
     return ncclSystemError;
   }
   p->lane_stream = s;
   p->lane_event = e;
+  p->reduce_stream = rs;
+  p->reduce_event = re;
   return p->a.rt->event_create(&p->fork_event);
 }
 
@@ -50,16 +72,30 @@ static ncclResult_t lane_stream(hetccl_plane_t *p, int l, void **out) {
   return ncclSuccess;
 }
 
+/* Lane l's reduction stream (the split path), made on first use. */
+static ncclResult_t reduce_stream(hetccl_plane_t *p, int l, void **out) {
+  if (!p->reduce_stream[l]) {
+    HETCCL_CHECK(p->a.rt->stream_create(&p->reduce_stream[l], p->a.urgent_streams));
+    HETCCL_CHECK(p->a.rt->event_create(&p->reduce_event[l]));
+  }
+  *out = p->reduce_stream[l];
+  return ncclSuccess;
+}
+
 void plane_streams_destroy(hetccl_plane_t *p) {
   const hetccl_runtime_t *rt = p->a.rt;
   for (int l = 0; p->lane_stream && l < p->nlanes; l++) {
     if (p->lane_stream[l]) rt->stream_destroy(p->lane_stream[l]);
     if (p->lane_event[l]) rt->event_destroy(p->lane_event[l]);
+    if (p->reduce_stream[l]) rt->stream_destroy(p->reduce_stream[l]);
+    if (p->reduce_event[l]) rt->event_destroy(p->reduce_event[l]);
   }
   if (p->fork_event) rt->event_destroy(p->fork_event);
   free(p->lane_stream);
   free(p->lane_event);
-  p->lane_stream = p->lane_event = NULL;
+  free(p->reduce_stream);
+  free(p->reduce_event);
+  p->lane_stream = p->lane_event = p->reduce_stream = p->reduce_event = NULL;
   p->fork_event = NULL;
 }
 
@@ -73,17 +109,32 @@ static ncclResult_t write_to(hetccl_plane_t *p, void *st, const plane_chan_t *c,
   return p->a.rt->stream_write_counter(st, counter, plane_counter_dev(c, counter), value);
 }
 
-/* Channel c's stage in device memory (plane_impl.h), made on first use. */
-static ncclResult_t chan_stage(hetccl_plane_t *p, plane_chan_t *c) {
-  if (c->stage || !p->a.reduce_copy) return ncclSuccess;
+/* This rank's split-path counters for channel `in` (plane_impl.h). */
+static ncclResult_t wait_local(hetccl_plane_t *p, void *st, volatile uint64_t *ctr,
+                               uint64_t value) {
+  return p->a.rt->stream_wait_counter(st, ctr, plane_ctr_dev(p, ctr), value);
+}
+
+static ncclResult_t write_local(hetccl_plane_t *p, void *st, volatile uint64_t *ctr,
+                                uint64_t value) {
+  return p->a.rt->stream_write_counter(st, ctr, plane_ctr_dev(p, ctr), value);
+}
+
+/* Channel c's stage in device memory (plane_impl.h), or with `split` its
+ * split stage, made on first use. */
+static ncclResult_t chan_stage(hetccl_plane_t *p, plane_chan_t *c, int split) {
+  char **stage = split ? &c->split_stage : &c->stage;
+  int pieces = split ? p->stage_pieces : p->a.slots;
+  if (*stage || !p->a.reduce_copy || !pieces) return ncclSuccess;
   void *mem = NULL;
-  ncclResult_t res = p->a.rt->mem_alloc(&mem, (size_t)p->a.slots * p->a.piece);
+  ncclResult_t res = p->a.rt->mem_alloc(&mem, (size_t)pieces * p->a.piece);
   if (res != ncclSuccess) {
-    WARN("plane: rank %d: no device memory for a stage of %d pieces of %zu bytes",
-         plane_user_rank(p, p->a.rank), p->a.slots, p->a.piece);
+    WARN("plane: rank %d: no device memory for a %sstage of %d pieces of %zu bytes%s",
+         plane_user_rank(p, p->a.rank), split ? "split " : "", pieces, p->a.piece,
+         split ? " (HETCCL_PLANE_STAGE)" : "");
     return res;
   }
-  c->stage = mem;
+  *stage = mem;
   return ncclSuccess;
 }
 
@@ -91,12 +142,15 @@ void plane_stages_free(hetccl_plane_t *p) {
   int saved = -1;
   char busid[32];
   for (int q = 0; q < p->a.nranks && p->in; q++) {
-    if (!p->in[q].stage) continue;
-    if (saved < 0 && p->a.rt->current_device(&saved, busid, sizeof(busid)) == ncclSuccess &&
-        saved != p->a.dev)
-      (void)p->a.rt->set_device(p->a.dev);
-    (void)p->a.rt->mem_free(p->in[q].stage);
-    p->in[q].stage = NULL;
+    char **stages[2] = {&p->in[q].stage, &p->in[q].split_stage};
+    for (int i = 0; i < 2; i++) {
+      if (!*stages[i]) continue;
+      if (saved < 0 && p->a.rt->current_device(&saved, busid, sizeof(busid)) == ncclSuccess &&
+          saved != p->a.dev)
+        (void)p->a.rt->set_device(p->a.dev);
+      (void)p->a.rt->mem_free(*stages[i]);
+      *stages[i] = NULL;
+    }
   }
   if (saved >= 0 && saved != p->a.dev) (void)p->a.rt->set_device(saved);
 }
@@ -121,13 +175,12 @@ static ncclResult_t reduce_operand(hetccl_plane_t *p, const plane_step_t *s, voi
   return ncclSuccess;
 }
 
-/* count 0 (ahead): load the kernel only (runtime.h, reduce_async). */
-static ncclResult_t reduce_step(hetccl_plane_t *p, const plane_step_t *s, void *st, int ahead) {
-  const void *slot = NULL;
-  if (!ahead) HETCCL_CHECK(reduce_operand(p, s, st, &slot));
-  else slot = plane_slot_dev(p, &p->in[s->in], s->in_q);
+/* The kernel of reduction step s, reading the peer's piece at `slot` (its
+ * slot, or a stage piece); count 0 loads the kernel only (runtime.h,
+ * reduce_async). */
+static ncclResult_t reduce_with(hetccl_plane_t *p, const plane_step_t *s, const void *slot,
+                                size_t count, void *st) {
   void *dst = s->dst ? s->dst : plane_slot_dev(p, &p->out[s->out], s->out_q);
-  size_t count = ahead ? 0 : s->bytes / hetccl_dtype_size(s->op->dtype);
   unsigned a = s->flags & HETCCL_REDUCE_SCALE_A, b = s->flags & HETCCL_REDUCE_SCALE_B;
   unsigned fin = s->flags & HETCCL_REDUCE_FINISH;
   if (s->swap) /* the slot first: its scaling goes with it */
@@ -137,8 +190,47 @@ static ncclResult_t reduce_step(hetccl_plane_t *p, const plane_step_t *s, void *
   return p->a.rt->reduce_async(s->op, dst, s->src, slot, count, s->flags, st);
 }
 
-static ncclResult_t enqueue_step(hetccl_plane_t *p, const plane_step_t *s, void *st) {
+/* ahead: load the kernel only. */
+static ncclResult_t reduce_step(hetccl_plane_t *p, const plane_step_t *s, void *st, int ahead) {
+  const void *slot = NULL;
+  if (ahead) return reduce_with(p, s, plane_slot_dev(p, &p->in[s->in], s->in_q), 0, st);
+  HETCCL_CHECK(reduce_operand(p, s, st, &slot));
+  return reduce_with(p, s, slot, s->bytes / hetccl_dtype_size(s->op->dtype), st);
+}
+
+/* May reduction step s take the split path (in a multi-lane phase)? Only
+ * a reduction into device memory: one into the next channel's slot (a
+ * ring's middle steps) has nothing to gain, as the next rank waits for it
+ * anyway. */
+static int split_path(const hetccl_plane_t *p, const plane_step_t *s) {
+  return s->kind == STEP_REDUCE && s->dst && s->out < 0 && p->stage_pieces > 0 &&
+         p->a.reduce_copy && s->bytes >= STAGE_MIN_BYTES;
+}
+
+static ncclResult_t enqueue_split(hetccl_plane_t *p, const plane_step_t *s, void *st,
+                                  void *rst) {
+  plane_chan_t *in = &p->in[s->in];
+  uint64_t depth = (uint64_t)p->stage_pieces, i = in->split_next++;
+  volatile uint64_t *staged = plane_staged(p, s->in), *reduced = plane_reduced(p, s->in);
+  char *piece = in->split_stage + (i % depth) * p->a.piece;
+  HETCCL_CHECK(wait_on(p, st, in, &in->hdr->produced, s->in_q + 1));
+  if (i + 1 > depth) HETCCL_CHECK(wait_local(p, st, reduced, i + 1 - depth));
+  HETCCL_CHECK(p->a.rt->memcpy_async(piece, plane_slot_host(p, in, s->in_q), s->bytes, st));
+  HETCCL_CHECK(write_to(p, st, in, &in->hdr->consumed, s->in_q + 1));
+  HETCCL_CHECK(write_local(p, st, staged, i + 1));
+  if (s->dep_out >= 0) {
+    plane_chan_t *d = &p->out[s->dep_out];
+    HETCCL_CHECK(wait_on(p, rst, d, &d->hdr->produced, s->dep_q));
+  }
+  HETCCL_CHECK(wait_local(p, rst, staged, i + 1));
+  HETCCL_CHECK(reduce_with(p, s, piece, s->bytes / hetccl_dtype_size(s->op->dtype), rst));
+  return write_local(p, rst, reduced, i + 1);
+}
+
+/* rst: the lane's reduction stream where the split path may be taken. */
+static ncclResult_t enqueue_step(hetccl_plane_t *p, const plane_step_t *s, void *st, void *rst) {
   const hetccl_runtime_t *rt = p->a.rt;
+  if (rst && split_path(p, s)) return enqueue_split(p, s, st, rst);
   plane_chan_t *in = s->in >= 0 ? &p->in[s->in] : NULL;
   plane_chan_t *out = s->out >= 0 ? &p->out[s->out] : NULL;
   uint64_t slots = (uint64_t)p->a.slots;
@@ -172,8 +264,14 @@ static ncclResult_t enqueue_step(hetccl_plane_t *p, const plane_step_t *s, void 
 }
 
 static ncclResult_t enqueue_lane(hetccl_plane_t *p, const plane_lane_t *lane, void *st) {
-  for (int i = 0; i < lane->n; i++) HETCCL_CHECK(enqueue_step(p, &lane->steps[i], st));
+  for (int i = 0; i < lane->n; i++) HETCCL_CHECK(enqueue_step(p, &lane->steps[i], st, NULL));
   return ncclSuccess;
+}
+
+static int lane_splits(const hetccl_plane_t *p, const plane_lane_t *lane) {
+  for (int i = 0; i < lane->n; i++)
+    if (split_path(p, &lane->steps[i])) return 1;
+  return 0;
 }
 
 /* Several lanes: each on its stream, forked from and joined to the
@@ -184,23 +282,33 @@ static ncclResult_t enqueue_lane(hetccl_plane_t *p, const plane_lane_t *lane, vo
  * instead of one lane's whole wait ahead of the other's work. */
 static ncclResult_t enqueue_lanes(hetccl_plane_t *p, const plane_phase_t *ph, void *stream) {
   const hetccl_runtime_t *rt = p->a.rt;
-  void *st[ph->nlanes];
+  void *st[ph->nlanes], *rst[ph->nlanes];
   int longest = 0;
   HETCCL_CHECK(rt->event_record(p->fork_event, stream));
   for (int l = 0; l < ph->nlanes; l++) {
-    st[l] = NULL;
+    st[l] = rst[l] = NULL;
     if (!ph->lanes[l].n) continue;
     HETCCL_CHECK(lane_stream(p, l, &st[l]));
     HETCCL_CHECK(rt->stream_wait_event(st[l], p->fork_event));
+    if (lane_splits(p, &ph->lanes[l])) {
+      HETCCL_CHECK(reduce_stream(p, l, &rst[l]));
+      HETCCL_CHECK(rt->stream_wait_event(rst[l], p->fork_event));
+    }
     if (ph->lanes[l].n > longest) longest = ph->lanes[l].n;
   }
   for (int i = 0; i < longest; i++)
     for (int l = 0; l < ph->nlanes; l++)
-      if (i < ph->lanes[l].n) HETCCL_CHECK(enqueue_step(p, &ph->lanes[l].steps[i], st[l]));
+      if (i < ph->lanes[l].n)
+        HETCCL_CHECK(enqueue_step(p, &ph->lanes[l].steps[i], st[l], rst[l]));
   for (int l = 0; l < ph->nlanes; l++) {
-    if (!st[l]) continue;
-    HETCCL_CHECK(rt->event_record(p->lane_event[l], st[l]));
-    HETCCL_CHECK(rt->stream_wait_event(stream, p->lane_event[l]));
+    if (st[l]) {
+      HETCCL_CHECK(rt->event_record(p->lane_event[l], st[l]));
+      HETCCL_CHECK(rt->stream_wait_event(stream, p->lane_event[l]));
+    }
+    if (rst[l]) {
+      HETCCL_CHECK(rt->event_record(p->reduce_event[l], rst[l]));
+      HETCCL_CHECK(rt->stream_wait_event(stream, p->reduce_event[l]));
+    }
   }
   return ncclSuccess;
 }
@@ -237,13 +345,26 @@ static ncclResult_t enqueue_serial(hetccl_plane_t *p, const plane_phase_t *ph, v
   return ncclSuccess;
 }
 
-static ncclResult_t enqueue_phase(hetccl_plane_t *p, const plane_phase_t *ph, void *stream) {
-  int used = 0, only = -1;
+/* How a phase goes onto the streams; *only: the one lane of PHASE_ONE. */
+typedef enum { PHASE_EMPTY, PHASE_ONE, PHASE_SERIAL, PHASE_LANES } phase_mode_t;
+
+static phase_mode_t phase_mode(const hetccl_plane_t *p, const plane_phase_t *ph, int *only) {
+  int used = 0;
   for (int l = 0; l < ph->nlanes; l++)
-    if (ph->lanes[l].n) used++, only = l;
-  if (used == 0) return ncclSuccess;
-  if (used == 1) return enqueue_lane(p, &ph->lanes[only], stream);
-  if (phase_serial(p, ph)) return enqueue_serial(p, ph, stream);
+    if (ph->lanes[l].n) used++, *only = l;
+  return used == 0 ? PHASE_EMPTY : used == 1 ? PHASE_ONE
+         : phase_serial(p, ph)               ? PHASE_SERIAL
+                                             : PHASE_LANES;
+}
+
+static ncclResult_t enqueue_phase(hetccl_plane_t *p, const plane_phase_t *ph, void *stream) {
+  int only = -1;
+  switch (phase_mode(p, ph, &only)) {
+    case PHASE_EMPTY: return ncclSuccess;
+    case PHASE_ONE: return enqueue_lane(p, &ph->lanes[only], stream);
+    case PHASE_SERIAL: return enqueue_serial(p, ph, stream);
+    case PHASE_LANES: break;
+  }
   return enqueue_lanes(p, ph, stream);
 }
 
@@ -255,11 +376,13 @@ static ncclResult_t enqueue_phase(hetccl_plane_t *p, const plane_phase_t *ph, vo
 static ncclResult_t load_kernels(hetccl_plane_t *p, const plane_prog_t *prog, void *stream) {
   const hetccl_redop_t *last_op = NULL;
   int last_kind = -1;
-  for (const plane_phase_t *ph = prog->head; ph; ph = ph->next)
+  for (const plane_phase_t *ph = prog->head; ph; ph = ph->next) {
+    int only, lanes = phase_mode(p, ph, &only) == PHASE_LANES;
     for (int l = 0; l < ph->nlanes; l++)
       for (int i = 0; i < ph->lanes[l].n; i++) {
         const plane_step_t *s = &ph->lanes[l].steps[i];
-        if (s->kind == STEP_REDUCE) HETCCL_CHECK(chan_stage(p, &p->in[s->in]));
+        if (s->kind == STEP_REDUCE)
+          HETCCL_CHECK(chan_stage(p, &p->in[s->in], lanes && split_path(p, s)));
         int kind = s->kind == STEP_REDUCE ? (int)s->flags * 2 + s->swap
                    : s->kind == STEP_SEND && s->op && s->op->premul ? -2
                                                                    : -1;
@@ -269,6 +392,7 @@ static ncclResult_t load_kernels(hetccl_plane_t *p, const plane_prog_t *prog, vo
         else HETCCL_CHECK(p->a.rt->reduce_async(s->op, (void *)s->src, s->src, NULL, 0,
                                                 HETCCL_REDUCE_SCALE_A, stream));
       }
+  }
   return ncclSuccess;
 }
 

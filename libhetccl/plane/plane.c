@@ -36,6 +36,7 @@ ncclResult_t hetccl_plane_create(const hetccl_plane_args_t *args, hetccl_plane_t
   p->nlanes = 1 + 2 * n;
   p->seg_bytes = PLANE_HDR_BYTES + (size_t)args->slots * args->piece;
   p->gpu = args->rt != NULL;
+  p->stage_pieces = args->reduce_copy ? (int)(args->stage_bytes / args->piece) : 0;
   p->out = calloc((size_t)n, sizeof(*p->out));
   p->in = calloc((size_t)n, sizeof(*p->in));
   p->scratch = malloc(2 * args->piece);
@@ -63,6 +64,16 @@ ncclResult_t hetccl_plane_create(const hetccl_plane_args_t *args, hetccl_plane_t
     p->done = host;
     if (res == ncclSuccess) *p->done = 0;
   }
+  if (res == ncclSuccess && p->gpu && p->stage_pieces) {
+    size_t bytes = (size_t)n * PLANE_CTR_STRIDE * sizeof(uint64_t);
+    void *host = NULL, *dev = NULL;
+    res = args->rt->host_alloc_mapped(&host, &dev, bytes);
+    if (res == ncclSuccess) {
+      memset(host, 0, bytes);
+      p->ctr = host;
+      p->ctr_dev = dev;
+    }
+  }
   if (res != ncclSuccess) {
     hetccl_plane_destroy(p);
     return res;
@@ -85,6 +96,10 @@ static void release_all(hetccl_plane_t *p) {
       if (!chans[i]->hdr) continue;
       __atomic_store_n(&chans[i]->hdr->produced, PLANE_RELEASED, __ATOMIC_RELEASE);
       __atomic_store_n(&chans[i]->hdr->consumed, PLANE_RELEASED, __ATOMIC_RELEASE);
+    }
+    if (p->ctr) {
+      __atomic_store_n(plane_staged(p, q), PLANE_RELEASED, __ATOMIC_RELEASE);
+      __atomic_store_n(plane_reduced(p, q), PLANE_RELEASED, __ATOMIC_RELEASE);
     }
   }
 }
@@ -237,6 +252,7 @@ void hetccl_plane_destroy(hetccl_plane_t *p) {
     plane_chan_close(p, &p->in[q]);
   }
   if (p->done) p->a.rt->host_free((void *)p->done);
+  if (p->ctr) p->a.rt->host_free((void *)p->ctr);
   free(p->out);
   free(p->in);
   free(p->scratch);

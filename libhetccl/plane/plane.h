@@ -74,6 +74,10 @@ typedef struct hetccl_plane_args {
   int reduce_copy;
   /* The plane's own streams at the device's greatest priority. */
   int urgent_streams;
+  /* Device memory per receiving channel for pieces that wait for their
+   * reduction off the copy lane (exec_stream.c, the split path); 0: none,
+   * reductions hold their slot until their kernel has run. */
+  size_t stage_bytes;
   /* A barrier over every rank (the caller's bootstrap). */
   ncclResult_t (*barrier)(void *ctx);
   void *barrier_ctx;

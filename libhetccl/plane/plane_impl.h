@@ -43,6 +43,12 @@ typedef struct plane_chan {
    * it writes after the kernel has read the stage. Made at the first
    * launch that needs it, freed at destroy. */
   char *stage;
+  /* The split path's (exec_stream.c): the plane's stage_pieces pieces of
+   * device memory, made at the first launch that splits a reduction from
+   * this channel, and the split reductions numbered so far (API thread, at
+   * enqueue); split reduction i uses piece i % stage_pieces. */
+  char *split_stage;
+  uint64_t split_next;
 } plane_chan_t;
 
 ncclResult_t plane_chan_create(hetccl_plane_t *p, int dst, plane_chan_t *c);
@@ -140,6 +146,15 @@ struct hetccl_plane {
   void **lane_event;
   void *fork_event;
   int nlanes;
+  /* the split path (exec_stream.c): a reduction stream per receiving lane,
+   * stage_pieces pieces of device stage per channel beyond its `slots`,
+   * and this rank's counters per channel in mapped host memory: for rank
+   * q, staged at ctr[q * PLANE_CTR_STRIDE], reduced one line after */
+  void **reduce_stream;
+  void **reduce_event;
+  int stage_pieces;
+  volatile uint64_t *ctr;
+  char *ctr_dev;
   /* programs launched on streams: `done` is a mapped counter the caller's
    * stream sets to a program's ticket as it passes its end */
   volatile uint64_t *done;
@@ -160,6 +175,18 @@ static inline char *plane_slot_dev(const hetccl_plane_t *p, const plane_chan_t *
 /* A counter's device address, from its host address in channel c. */
 static inline void *plane_counter_dev(const plane_chan_t *c, volatile uint64_t *host) {
   return c->dev + ((const char *)host - (const char *)c->hdr);
+}
+
+/* The split path's counters (above): 128-byte lines, two per channel. */
+#define PLANE_CTR_STRIDE 32u
+static inline volatile uint64_t *plane_staged(const hetccl_plane_t *p, int q) {
+  return p->ctr + (size_t)q * PLANE_CTR_STRIDE;
+}
+static inline volatile uint64_t *plane_reduced(const hetccl_plane_t *p, int q) {
+  return p->ctr + (size_t)q * PLANE_CTR_STRIDE + PLANE_CTR_STRIDE / 2;
+}
+static inline void *plane_ctr_dev(const hetccl_plane_t *p, volatile uint64_t *host) {
+  return p->ctr_dev + ((const char *)host - (const char *)p->ctr);
 }
 
 /* Name rank r as the user does. */

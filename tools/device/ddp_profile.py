@@ -85,6 +85,16 @@ def summarize(trace_path: str, bin_us: float) -> None:
     print(f"compute while a copy runs: {intersect(u.get('compute', []), copies) / 1000:.2f} ms; "
           f"copies with no compute beside them: "
           f"{(covered(copies, lo, hi) - intersect(u.get('compute', []), copies)) / 1000:.2f} ms")
+    for k in ("d2h", "h2d"):
+        iv = sorted(cls.get(k, []))
+        if len(iv) < 2:
+            continue
+        size = sorted(b - a for a, b in iv)
+        gaps = sorted(max(0.0, iv[i + 1][0] - iv[i][1]) for i in range(len(iv) - 1))
+        pick = lambda xs, f: xs[min(len(xs) - 1, int(f * len(xs)))]  # noqa: E731
+        print(f"{k}: {len(iv)} copies, duration p50 {pick(size, .5):.0f} us; idle gap before "
+              f"the next: p10 {pick(gaps, .1):.1f} p50 {pick(gaps, .5):.1f} "
+              f"p90 {pick(gaps, .9):.1f} us, {sum(g > 50 for g in gaps)} over 50 us")
     print(f"per {bin_us:.0f} us bin, % of the bin busy (t in ms from the first GPU event):")
     print("   t    " + " ".join(f"{k:>7}" for k in kinds))
     t = lo
