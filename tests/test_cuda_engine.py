@@ -38,8 +38,8 @@ def launch(tmp_path: Path, modes: list[str], checks: str, timeout: float = 300,
         env = dict(os.environ, T_LIB=str(LIB), T_RANK=str(rank), T_NRANKS=str(len(modes)),
                    T_ID_FILE=str(tmp_path / "id"), T_MODE=mode, T_CHECKS=checks,
                    T_DEV=str(devices[rank] if devices else 0),
-                   HETCCL_ISLANDS=islands, NCCL_NVLS_ENABLE="0", HETCCL_DEBUG="WARN",
-                   **(extra or {}))
+                   HETCCL_ISLANDS=islands, NCCL_NVLS_ENABLE="0", HETCCL_DEBUG="WARN")
+        env.update(extra or {})
         if mode == "host":
             env["HETCCL_DEVICE"] = "host"
         envs.append(env)

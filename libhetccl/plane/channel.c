@@ -28,7 +28,7 @@
 #include "util/check.h"
 #include "util/log.h"
 
-#define PLANE_MAGIC 0x48455450414e4531ull /* "HETPANE1" */
+#define PLANE_MAGIC 0x48455450414e4532ull /* "HETPANE2": a counter pair per slot */
 
 /* --- this process's mappings ---------------------------------------------- */
 

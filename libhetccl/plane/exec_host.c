@@ -19,15 +19,15 @@
 #define SPIN_SWEEPS 2000
 
 static int ready(const hetccl_plane_t *p, const plane_step_t *s) {
-  if (s->in >= 0 &&
-      __atomic_load_n(&p->in[s->in].hdr->produced, __ATOMIC_ACQUIRE) < s->in_q + 1)
+  if (s->in >= 0 && __atomic_load_n(plane_produced(p, &p->in[s->in], s->in_q),
+                                    __ATOMIC_ACQUIRE) < s->in_q + 1)
     return 0;
   if (s->out >= 0 && s->out_q + 1 > (uint64_t)p->a.slots &&
-      __atomic_load_n(&p->out[s->out].hdr->consumed, __ATOMIC_ACQUIRE) <
+      __atomic_load_n(plane_consumed(p, &p->out[s->out], s->out_q), __ATOMIC_ACQUIRE) <
           s->out_q + 1 - (uint64_t)p->a.slots)
     return 0;
-  if (s->dep_out >= 0 &&
-      __atomic_load_n(&p->out[s->dep_out].hdr->produced, __ATOMIC_ACQUIRE) < s->dep_q)
+  if (s->dep_out >= 0 && __atomic_load_n(plane_produced(p, &p->out[s->dep_out], s->dep_q - 1),
+                                         __ATOMIC_ACQUIRE) < s->dep_q)
     return 0;
   return 1;
 }
@@ -76,8 +76,8 @@ static void run_step(hetccl_plane_t *p, const plane_step_t *s) {
       break;
     }
   }
-  if (in) __atomic_store_n(&in->hdr->consumed, s->in_q + 1, __ATOMIC_RELEASE);
-  if (out) __atomic_store_n(&out->hdr->produced, s->out_q + 1, __ATOMIC_RELEASE);
+  if (in) __atomic_store_n(plane_consumed(p, in, s->in_q), s->in_q + 1, __ATOMIC_RELEASE);
+  if (out) __atomic_store_n(plane_produced(p, out, s->out_q), s->out_q + 1, __ATOMIC_RELEASE);
 }
 
 static ncclResult_t run_phase(hetccl_plane_t *p, const plane_phase_t *ph) {

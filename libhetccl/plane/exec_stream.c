@@ -1,36 +1,43 @@
 /* The stream executor: a program enqueued on a GPU rank's streams
  * (plane_impl.h).
  *
- * Each step becomes up to three stream waits on channel counters, one copy
+ * Each step becomes up to three stream waits on slot counters, one copy
  * (the copy engine: device memory to a slot, a slot to device memory) or
  * one reduction, and one or two stream writes of counters. A reduction is
- * a copy of the peer's piece from its slot into the channel's stage in
- * device memory, then a kernel that reads the stage (args.reduce_copy; a
- * kernel reading the slot through its device mapping, the other way,
- * moves host memory at half the copy engine's speed or less). Nothing runs on a CPU after this
- * returns: the streams wait on the counters the peers' streams (or CPUs)
- * write.
+ * a copy of the peer's piece from its slot into a stage in device memory,
+ * then a kernel that reads the stage (args.reduce_copy; a kernel reading
+ * the slot through its device mapping, the other way, moves host memory
+ * at half the copy engine's speed or less). Nothing runs on a CPU after
+ * this returns: the streams wait on the counters the peers' streams (or
+ * CPUs) write.
  *
  * A phase with one lane runs on the caller's stream itself; a phase with
- * several gives each lane a stream of this plane's, forked from the
+ * several gives each lane streams of this plane's, forked from the
  * caller's stream by an event and joined back to it by one event per
- * lane, so that the caller's later work waits for all of them.
+ * stream, so that the caller's later work waits for all of them. A lane
+ * to or from one peer (not the ring lane, whose steps feed each other)
+ * spreads its pieces over HETCCL_PLANE_LANE_STREAMS streams, piece q on
+ * stream q % K: each stream waits and signals between its copies, and the
+ * other's copy fills that gap. K divides the slot count, so a slot's
+ * pieces all pass on one stream, in order, and its counters only grow.
  *
  * In such a phase a receiving lane's reductions into device memory run on
- * a second stream of the lane's (the split path): the lane copies each
- * piece from its slot into the channel's deep stage (HETCCL_PLANE_STAGE)
- * and frees the slot at once; the reduction stream reduces stage pieces as
- * SMs come free. A kernel that waits for the application's compute (a
- * GEMM holding every SM) then holds back neither the copy engines nor the
- * sender, only the operation's end:
+ * a stream of their own (the split path): the lane copies each piece from
+ * its slot into the channel's split stage (HETCCL_PLANE_STAGE) and frees
+ * the slot at once; the reduction stream reduces stage pieces as SMs come
+ * free. A kernel that waits for the application's compute (a GEMM holding
+ * every SM) then holds back neither the copy engines nor the sender, only
+ * the operation's end:
  *
- *   lane:      wait produced(q) [wait reduced(i-S)] copy slot->stage[i%S]
- *              write consumed(q) write staged(i)
- *   reduction: [wait dep] wait staged(i) kernel(stage[i%S]) write reduced(i)
+ *   lane:      wait produced(q) [wait reduced >= i+1-S] copy slot->stage[i%S]
+ *              write consumed(q) write staged[i%S] = i+1
+ *   reduction: [wait dep] wait staged[i%S] >= i+1  kernel(stage[i%S])
+ *              write reduced = i+1
  *
  * staged and reduced are this rank's own counters per channel (mapped
- * host memory), i counts the channel's split reductions; each is written
- * by one plane-owned stream only, in order.
+ * host memory), i counts the channel's split reductions. reduced has one
+ * writer, the reduction stream, in order; staged[j] is written again only
+ * after the reduction of its last piece has begun, so it too only grows.
  *
  * Thread: the API caller's, with this rank's device current. */
 #include <stdlib.h>
@@ -42,8 +49,8 @@
 
 ncclResult_t plane_streams_create(hetccl_plane_t *p) {
   if (p->lane_stream) return ncclSuccess;
-  size_t n = (size_t)p->nlanes;
-  void **s = calloc(n, sizeof(*s)), **e = calloc(n, sizeof(*e));
+  size_t n = (size_t)p->nlanes, subs = n * (size_t)p->lane_streams;
+  void **s = calloc(subs, sizeof(*s)), **e = calloc(subs, sizeof(*e));
   void **rs = calloc(n, sizeof(*rs)), **re = calloc(n, sizeof(*re));
   if (!s || !e || !rs || !re) {
     free(s);
@@ -60,16 +67,25 @@ ncclResult_t plane_streams_create(hetccl_plane_t *p) {
   return p->a.rt->event_create(&p->fork_event);
 }
 
-/* Lane l's stream, made on first use: a device has few hardware queues
- * (8 by default), and streams beyond them share one, so only the lanes a
- * program uses get a stream. */
-static ncclResult_t lane_stream(hetccl_plane_t *p, int l, void **out) {
-  if (!p->lane_stream[l]) {
-    HETCCL_CHECK(p->a.rt->stream_create(&p->lane_stream[l], p->a.urgent_streams));
-    HETCCL_CHECK(p->a.rt->event_create(&p->lane_event[l]));
+/* Stream `sub` of lane l (index l * lane_streams + sub in lane_stream),
+ * made on first use: a device has few hardware queues (8 by default), and
+ * streams beyond them share one, so only the lanes a program uses get
+ * streams. */
+static ncclResult_t lane_stream(hetccl_plane_t *p, int idx, void **out) {
+  if (!p->lane_stream[idx]) {
+    HETCCL_CHECK(p->a.rt->stream_create(&p->lane_stream[idx], p->a.urgent_streams));
+    HETCCL_CHECK(p->a.rt->event_create(&p->lane_event[idx]));
   }
-  *out = p->lane_stream[l];
+  *out = p->lane_stream[idx];
   return ncclSuccess;
+}
+
+/* Which of lane l's streams takes step s: its piece's, except on the ring
+ * lane (and for a step with no channel), which keeps one. */
+static int lane_sub(const hetccl_plane_t *p, int l, const plane_step_t *s) {
+  if (l == PLANE_LANE_RING) return 0;
+  uint64_t q = s->in >= 0 ? s->in_q : s->out >= 0 ? s->out_q : 0;
+  return (int)(q % (uint64_t)p->lane_streams);
 }
 
 /* Lane l's reduction stream (the split path), made on first use. */
@@ -84,9 +100,11 @@ static ncclResult_t reduce_stream(hetccl_plane_t *p, int l, void **out) {
 
 void plane_streams_destroy(hetccl_plane_t *p) {
   const hetccl_runtime_t *rt = p->a.rt;
-  for (int l = 0; p->lane_stream && l < p->nlanes; l++) {
-    if (p->lane_stream[l]) rt->stream_destroy(p->lane_stream[l]);
-    if (p->lane_event[l]) rt->event_destroy(p->lane_event[l]);
+  for (int i = 0; p->lane_stream && i < p->nlanes * p->lane_streams; i++) {
+    if (p->lane_stream[i]) rt->stream_destroy(p->lane_stream[i]);
+    if (p->lane_event[i]) rt->event_destroy(p->lane_event[i]);
+  }
+  for (int l = 0; p->reduce_stream && l < p->nlanes; l++) {
     if (p->reduce_stream[l]) rt->stream_destroy(p->reduce_stream[l]);
     if (p->reduce_event[l]) rt->event_destroy(p->reduce_event[l]);
   }
@@ -207,21 +225,26 @@ static int split_path(const hetccl_plane_t *p, const plane_step_t *s) {
          p->a.reduce_copy && s->bytes >= STAGE_MIN_BYTES;
 }
 
+/* Stream st waits until piece dep_q - 1 of this rank's channel to
+ * s->dep_out is in its slot (plane_impl.h), if s asks it. */
+static ncclResult_t wait_dep(hetccl_plane_t *p, void *st, const plane_step_t *s) {
+  if (s->dep_out < 0) return ncclSuccess;
+  plane_chan_t *d = &p->out[s->dep_out];
+  return wait_on(p, st, d, plane_produced(p, d, s->dep_q - 1), s->dep_q);
+}
+
 static ncclResult_t enqueue_split(hetccl_plane_t *p, const plane_step_t *s, void *st,
                                   void *rst) {
   plane_chan_t *in = &p->in[s->in];
   uint64_t depth = (uint64_t)p->stage_pieces, i = in->split_next++;
-  volatile uint64_t *staged = plane_staged(p, s->in), *reduced = plane_reduced(p, s->in);
+  volatile uint64_t *staged = plane_staged(p, s->in, i), *reduced = plane_reduced(p, s->in);
   char *piece = in->split_stage + (i % depth) * p->a.piece;
-  HETCCL_CHECK(wait_on(p, st, in, &in->hdr->produced, s->in_q + 1));
+  HETCCL_CHECK(wait_on(p, st, in, plane_produced(p, in, s->in_q), s->in_q + 1));
   if (i + 1 > depth) HETCCL_CHECK(wait_local(p, st, reduced, i + 1 - depth));
   HETCCL_CHECK(p->a.rt->memcpy_async(piece, plane_slot_host(p, in, s->in_q), s->bytes, st));
-  HETCCL_CHECK(write_to(p, st, in, &in->hdr->consumed, s->in_q + 1));
+  HETCCL_CHECK(write_to(p, st, in, plane_consumed(p, in, s->in_q), s->in_q + 1));
   HETCCL_CHECK(write_local(p, st, staged, i + 1));
-  if (s->dep_out >= 0) {
-    plane_chan_t *d = &p->out[s->dep_out];
-    HETCCL_CHECK(wait_on(p, rst, d, &d->hdr->produced, s->dep_q));
-  }
+  HETCCL_CHECK(wait_dep(p, rst, s));
   HETCCL_CHECK(wait_local(p, rst, staged, i + 1));
   HETCCL_CHECK(reduce_with(p, s, piece, s->bytes / hetccl_dtype_size(s->op->dtype), rst));
   return write_local(p, rst, reduced, i + 1);
@@ -234,13 +257,10 @@ static ncclResult_t enqueue_step(hetccl_plane_t *p, const plane_step_t *s, void 
   plane_chan_t *in = s->in >= 0 ? &p->in[s->in] : NULL;
   plane_chan_t *out = s->out >= 0 ? &p->out[s->out] : NULL;
   uint64_t slots = (uint64_t)p->a.slots;
-  if (in) HETCCL_CHECK(wait_on(p, st, in, &in->hdr->produced, s->in_q + 1));
+  if (in) HETCCL_CHECK(wait_on(p, st, in, plane_produced(p, in, s->in_q), s->in_q + 1));
   if (out && s->out_q + 1 > slots)
-    HETCCL_CHECK(wait_on(p, st, out, &out->hdr->consumed, s->out_q + 1 - slots));
-  if (s->dep_out >= 0) {
-    plane_chan_t *d = &p->out[s->dep_out];
-    HETCCL_CHECK(wait_on(p, st, d, &d->hdr->produced, s->dep_q));
-  }
+    HETCCL_CHECK(wait_on(p, st, out, plane_consumed(p, out, s->out_q), s->out_q + 1 - slots));
+  HETCCL_CHECK(wait_dep(p, st, s));
   switch (s->kind) {
     case STEP_SEND:
       if (s->op && s->op->premul) /* scaled on the way: a kernel, not the copy engine */
@@ -258,8 +278,8 @@ static ncclResult_t enqueue_step(hetccl_plane_t *p, const plane_step_t *s, void 
       break;
     case STEP_REDUCE: HETCCL_CHECK(reduce_step(p, s, st, 0)); break;
   }
-  if (in) HETCCL_CHECK(write_to(p, st, in, &in->hdr->consumed, s->in_q + 1));
-  if (out) HETCCL_CHECK(write_to(p, st, out, &out->hdr->produced, s->out_q + 1));
+  if (in) HETCCL_CHECK(write_to(p, st, in, plane_consumed(p, in, s->in_q), s->in_q + 1));
+  if (out) HETCCL_CHECK(write_to(p, st, out, plane_produced(p, out, s->out_q), s->out_q + 1));
   return ncclSuccess;
 }
 
@@ -268,13 +288,8 @@ static ncclResult_t enqueue_lane(hetccl_plane_t *p, const plane_lane_t *lane, vo
   return ncclSuccess;
 }
 
-static int lane_splits(const hetccl_plane_t *p, const plane_lane_t *lane) {
-  for (int i = 0; i < lane->n; i++)
-    if (split_path(p, &lane->steps[i])) return 1;
-  return 0;
-}
 
-/* Several lanes: each on its stream, forked from and joined to the
+/* Several lanes: each on its streams, forked from and joined to the
  * caller's. Their steps are enqueued round-robin (step i of every lane,
  * then step i + 1): where two lane streams end up on one hardware queue,
  * the queue then holds them in an order that a single lane could run
@@ -282,33 +297,42 @@ static int lane_splits(const hetccl_plane_t *p, const plane_lane_t *lane) {
  * instead of one lane's whole wait ahead of the other's work. */
 static ncclResult_t enqueue_lanes(hetccl_plane_t *p, const plane_phase_t *ph, void *stream) {
   const hetccl_runtime_t *rt = p->a.rt;
-  void *st[ph->nlanes], *rst[ph->nlanes];
-  int longest = 0;
+  int nl = ph->nlanes, k = p->lane_streams, longest = 0;
+  void *st[nl * k], *rst[nl];
+  for (int i = 0; i < nl * k; i++) st[i] = NULL;
   HETCCL_CHECK(rt->event_record(p->fork_event, stream));
-  for (int l = 0; l < ph->nlanes; l++) {
-    st[l] = rst[l] = NULL;
-    if (!ph->lanes[l].n) continue;
-    HETCCL_CHECK(lane_stream(p, l, &st[l]));
-    HETCCL_CHECK(rt->stream_wait_event(st[l], p->fork_event));
-    if (lane_splits(p, &ph->lanes[l])) {
-      HETCCL_CHECK(reduce_stream(p, l, &rst[l]));
-      HETCCL_CHECK(rt->stream_wait_event(rst[l], p->fork_event));
+  for (int l = 0; l < nl; l++) {
+    const plane_lane_t *lane = &ph->lanes[l];
+    rst[l] = NULL;
+    for (int i = 0; i < lane->n; i++) {
+      const plane_step_t *s = &lane->steps[i];
+      int idx = l * k + lane_sub(p, l, s);
+      if (!st[idx]) {
+        HETCCL_CHECK(lane_stream(p, idx, &st[idx]));
+        HETCCL_CHECK(rt->stream_wait_event(st[idx], p->fork_event));
+      }
+      if (!rst[l] && split_path(p, s)) {
+        HETCCL_CHECK(reduce_stream(p, l, &rst[l]));
+        HETCCL_CHECK(rt->stream_wait_event(rst[l], p->fork_event));
+      }
     }
-    if (ph->lanes[l].n > longest) longest = ph->lanes[l].n;
+    if (lane->n > longest) longest = lane->n;
   }
   for (int i = 0; i < longest; i++)
-    for (int l = 0; l < ph->nlanes; l++)
-      if (i < ph->lanes[l].n)
-        HETCCL_CHECK(enqueue_step(p, &ph->lanes[l].steps[i], st[l], rst[l]));
-  for (int l = 0; l < ph->nlanes; l++) {
-    if (st[l]) {
-      HETCCL_CHECK(rt->event_record(p->lane_event[l], st[l]));
-      HETCCL_CHECK(rt->stream_wait_event(stream, p->lane_event[l]));
-    }
-    if (rst[l]) {
-      HETCCL_CHECK(rt->event_record(p->reduce_event[l], rst[l]));
-      HETCCL_CHECK(rt->stream_wait_event(stream, p->reduce_event[l]));
-    }
+    for (int l = 0; l < nl; l++)
+      if (i < ph->lanes[l].n) {
+        const plane_step_t *s = &ph->lanes[l].steps[i];
+        HETCCL_CHECK(enqueue_step(p, s, st[l * k + lane_sub(p, l, s)], rst[l]));
+      }
+  for (int i = 0; i < nl * k; i++) {
+    if (!st[i]) continue;
+    HETCCL_CHECK(rt->event_record(p->lane_event[i], st[i]));
+    HETCCL_CHECK(rt->stream_wait_event(stream, p->lane_event[i]));
+  }
+  for (int l = 0; l < nl; l++) {
+    if (!rst[l]) continue;
+    HETCCL_CHECK(rt->event_record(p->reduce_event[l], rst[l]));
+    HETCCL_CHECK(rt->stream_wait_event(stream, p->reduce_event[l]));
   }
   return ncclSuccess;
 }

@@ -34,9 +34,12 @@ ncclResult_t hetccl_plane_create(const hetccl_plane_args_t *args, hetccl_plane_t
   }
   p->a = *args;
   p->nlanes = 1 + 2 * n;
+  p->lane_streams = args->lane_streams > 0 ? args->lane_streams : 1;
+  while (args->slots % p->lane_streams) p->lane_streams--;
   p->seg_bytes = PLANE_HDR_BYTES + (size_t)args->slots * args->piece;
   p->gpu = args->rt != NULL;
-  p->stage_pieces = args->reduce_copy ? (int)(args->stage_bytes / args->piece) : 0;
+  size_t stage = args->reduce_copy ? args->stage_bytes / args->piece : 0;
+  p->stage_pieces = stage > PLANE_MAX_STAGE_PIECES ? PLANE_MAX_STAGE_PIECES : (int)stage;
   p->out = calloc((size_t)n, sizeof(*p->out));
   p->in = calloc((size_t)n, sizeof(*p->in));
   p->scratch = malloc(2 * args->piece);
@@ -81,6 +84,12 @@ ncclResult_t hetccl_plane_create(const hetccl_plane_args_t *args, hetccl_plane_t
   INFO(HETCCL_INIT, "rank %d: data plane to %d ranks of this host, %d slots of %zu bytes per "
        "channel, %s", plane_user_rank(p, me), n - 1, args->slots, args->piece,
        p->gpu ? "moved by this GPU's copy engines" : "moved by this rank's CPU");
+  if (p->gpu)
+    INFO(HETCCL_INIT, "rank %d: data plane streams: %d per peer and direction%s, reductions "
+         "into device memory %s", plane_user_rank(p, me), p->lane_streams,
+         p->lane_streams != args->lane_streams ? " (HETCCL_PLANE_LANE_STREAMS lowered to divide "
+                                                 "HETCCL_PLANE_SLOTS)" : "",
+         p->stage_pieces ? "off the copy lane, through a split stage" : "on the copy lane");
   *out = p;
   return ncclSuccess;
 }
@@ -94,13 +103,14 @@ static void release_all(hetccl_plane_t *p) {
     plane_chan_t *chans[2] = {&p->out[q], &p->in[q]};
     for (int i = 0; i < 2; i++) {
       if (!chans[i]->hdr) continue;
-      __atomic_store_n(&chans[i]->hdr->produced, PLANE_RELEASED, __ATOMIC_RELEASE);
-      __atomic_store_n(&chans[i]->hdr->consumed, PLANE_RELEASED, __ATOMIC_RELEASE);
+      for (int s = 0; s < PLANE_MAX_SLOTS; s++) {
+        __atomic_store_n(&chans[i]->hdr->produced[s], PLANE_RELEASED, __ATOMIC_RELEASE);
+        __atomic_store_n(&chans[i]->hdr->consumed[s], PLANE_RELEASED, __ATOMIC_RELEASE);
+      }
     }
-    if (p->ctr) {
-      __atomic_store_n(plane_staged(p, q), PLANE_RELEASED, __ATOMIC_RELEASE);
-      __atomic_store_n(plane_reduced(p, q), PLANE_RELEASED, __ATOMIC_RELEASE);
-    }
+    for (int j = 0; p->ctr && j < p->stage_pieces; j++)
+      __atomic_store_n(plane_staged(p, q, (uint64_t)j), PLANE_RELEASED, __ATOMIC_RELEASE);
+    if (p->ctr) __atomic_store_n(plane_reduced(p, q), PLANE_RELEASED, __ATOMIC_RELEASE);
   }
 }
 

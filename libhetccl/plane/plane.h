@@ -72,6 +72,9 @@ typedef struct hetccl_plane_args {
    * memory with the copy engine (else the kernel reads the slot over the
    * bus: half the copy engine's speed or less on a PCIe host). */
   int reduce_copy;
+  /* Streams per lane to or from one peer, pieces spread over them
+   * (exec_stream.c); lowered to divide `slots`. */
+  int lane_streams;
   /* The plane's own streams at the device's greatest priority. */
   int urgent_streams;
   /* Device memory per receiving channel for pieces that wait for their

@@ -15,15 +15,22 @@
 /* A counter set to this releases every wait on it (failure, teardown). */
 #define PLANE_RELEASED (UINT64_MAX >> 2)
 
-/* Page 0 of a channel segment. Each line has one writer. */
+/* Page 0 of a channel segment. Each array has one writer: the counters of
+ * slot s say which piece last went through it (piece q lives in slot
+ * q % slots). Per slot rather than per channel, so that pieces may move on
+ * several streams and finish out of order (exec_stream.c): each slot's
+ * pieces still pass it one after another. */
+#define PLANE_MAX_SLOTS 64
 typedef struct plane_chan_hdr {
   uint64_t magic;
   uint64_t comm_id;
   int32_t src, dst;
   int32_t slots, pad;
   uint64_t piece;
-  _Alignas(128) volatile uint64_t produced; /* src's stream or CPU */
-  _Alignas(128) volatile uint64_t consumed; /* dst's stream or CPU */
+  /* produced[s] = q + 1 once piece q is in slot s (src's stream or CPU) */
+  _Alignas(128) volatile uint64_t produced[PLANE_MAX_SLOTS];
+  /* consumed[s] = q + 1 once piece q has been read out of slot s (dst's) */
+  _Alignas(128) volatile uint64_t consumed[PLANE_MAX_SLOTS];
   /* A side that gives up writes its code (ncclResult_t) and rank + 1. */
   _Alignas(128) volatile int32_t src_failed, src_code;
   _Alignas(128) volatile int32_t dst_failed, dst_code;
@@ -79,8 +86,8 @@ typedef struct plane_step {
   const void *src;         /* SEND / COPY source; REDUCE local operand */
   void *dst;
   size_t bytes;
-  /* Also wait until this rank's channel to dep_out has produced dep_q
-   * pieces (-1: no such wait): e.g. an in-place reduction must not
+  /* Also wait until piece dep_q - 1 of this rank's channel to dep_out is
+   * in its slot (-1: no such wait): e.g. an in-place reduction must not
    * overwrite what the send lane has not copied out yet. */
   int32_t dep_out;
   uint64_t dep_q;
@@ -141,15 +148,18 @@ struct hetccl_plane {
   plane_chan_t *out, *in;  /* nranks each; [rank] unused */
   size_t seg_bytes;
   int gpu;                 /* this rank runs programs on streams */
-  /* streams (exec_stream.c): one per lane, events to fork and join */
+  /* streams (exec_stream.c): lane_streams per lane, events to fork and
+   * join; lane_streams divides the slot count */
   void **lane_stream;
   void **lane_event;
+  int lane_streams;
   void *fork_event;
   int nlanes;
   /* the split path (exec_stream.c): a reduction stream per receiving lane,
-   * stage_pieces pieces of device stage per channel beyond its `slots`,
-   * and this rank's counters per channel in mapped host memory: for rank
-   * q, staged at ctr[q * PLANE_CTR_STRIDE], reduced one line after */
+   * stage_pieces pieces of device stage per channel, and this rank's
+   * counters per channel in mapped host memory: for rank q, staged[j]
+   * (stage piece j holds split reduction staged[j] - 1) at
+   * ctr[q * PLANE_CTR_STRIDE + j], reduced (reductions done) after them */
   void **reduce_stream;
   void **reduce_event;
   int stage_pieces;
@@ -172,18 +182,31 @@ static inline char *plane_slot_host(const hetccl_plane_t *p, const plane_chan_t 
 static inline char *plane_slot_dev(const hetccl_plane_t *p, const plane_chan_t *c, uint64_t q) {
   return c->dev + PLANE_HDR_BYTES + (q % (uint64_t)p->a.slots) * p->a.piece;
 }
+/* The counters that say piece q is in its slot / has left it. Reading
+ * piece q waits for *plane_produced(q) >= q + 1; writing it, for
+ * *plane_consumed(q) >= q + 1 - slots (the slot's previous piece gone). */
+static inline volatile uint64_t *plane_produced(const hetccl_plane_t *p, const plane_chan_t *c,
+                                                uint64_t q) {
+  return &c->hdr->produced[q % (uint64_t)p->a.slots];
+}
+static inline volatile uint64_t *plane_consumed(const hetccl_plane_t *p, const plane_chan_t *c,
+                                                uint64_t q) {
+  return &c->hdr->consumed[q % (uint64_t)p->a.slots];
+}
+
 /* A counter's device address, from its host address in channel c. */
 static inline void *plane_counter_dev(const plane_chan_t *c, volatile uint64_t *host) {
   return c->dev + ((const char *)host - (const char *)c->hdr);
 }
 
-/* The split path's counters (above): 128-byte lines, two per channel. */
-#define PLANE_CTR_STRIDE 32u
-static inline volatile uint64_t *plane_staged(const hetccl_plane_t *p, int q) {
-  return p->ctr + (size_t)q * PLANE_CTR_STRIDE;
+/* The split path's counters (above). */
+#define PLANE_MAX_STAGE_PIECES 64
+#define PLANE_CTR_STRIDE (PLANE_MAX_STAGE_PIECES + 16u)
+static inline volatile uint64_t *plane_staged(const hetccl_plane_t *p, int q, uint64_t i) {
+  return p->ctr + (size_t)q * PLANE_CTR_STRIDE + i % (uint64_t)p->stage_pieces;
 }
 static inline volatile uint64_t *plane_reduced(const hetccl_plane_t *p, int q) {
-  return p->ctr + (size_t)q * PLANE_CTR_STRIDE + PLANE_CTR_STRIDE / 2;
+  return p->ctr + (size_t)q * PLANE_CTR_STRIDE + PLANE_MAX_STAGE_PIECES;
 }
 static inline void *plane_ctr_dev(const hetccl_plane_t *p, volatile uint64_t *host) {
   return p->ctr_dev + ((const char *)host - (const char *)p->ctr);

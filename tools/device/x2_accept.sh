@@ -24,8 +24,8 @@
 #   readpath  nccl-tests all_reduce and reduce_scatter -g 2, 64 MiB..1 GiB,
 #             with HETCCL_PLANE_REDUCE_READ=mapped (the kernel reads the shared
 #             slot over the bus; nt has the default, copy): before and after
-#   pieces    sendrecv and all_reduce -g 2 at 256 MiB..1 GiB with other piece
-#             sizes and slot counts ($PIECES; nt has the defaults)
+#   variants  sendrecv, all_reduce and reduce_scatter -g 2 at 64 MiB..1 GiB
+#             in other configurations ($NT_VARIANTS; nt has the defaults)
 #   cupy      tools/device/cupy_api_check.py: cupy.cuda.nccl, hetccl.nccl and
 #             hetccl.Communicator on CuPy arrays, same arguments, equal results
 #   torch3    tools/device/torch_backend_check.py with two GPU ranks and a CPU
@@ -81,8 +81,9 @@ do_nt() {
   grep -E "WARN|rror" "$OUT/04-nt.log" | grep -v "^#" | head -5
   ! grep -q "^FAIL" "$OUT/04-nt.log"
 }
+PERF_COLLS=${PERF_COLLS-$COLLS}
 do_perf() {
-  for c in $COLLS; do
+  for c in $PERF_COLLS; do
     echo "--- per process: $c"
     HETCCL_ISLANDS=rank $PY -m hetccl run -n 2 -- build-dev/tools/perf/hetccl-perf $c \
       -m cuda -c 1 -n 20 -w 5 -b 1M -e 1G -f 32 || echo "FAIL: $c"
@@ -105,20 +106,22 @@ do_readpath() {
   done
   ! grep -q "^FAIL" "$OUT/08-readpath.log"
 }
-# PIECES: space-separated PIECE:SLOTS pairs to try beside the defaults.
-PIECES=${PIECES-8M:4 16M:4 4M:8}
-do_pieces() {
-  local ps piece slots c
-  for ps in $PIECES; do
-    piece=${ps%%:*} slots=${ps##*:}
-    for c in sendrecv all_reduce; do
-      echo "--- hetccl $c HETCCL_PLANE_PIECE=$piece HETCCL_PLANE_SLOTS=$slots"
-      env LD_PRELOAD=$LIB HETCCL_ISLANDS=0,1 HETCCL_PLANE_PIECE=$piece HETCCL_PLANE_SLOTS=$slots \
+# NT_VARIANTS: space-separated LABEL:VAR=VALUE[,VAR=VALUE] configurations
+# in which sendrecv, all_reduce and reduce_scatter -g 2 run again at 64 MiB
+# to 1 GiB, beside nt's defaults.
+NT_VARIANTS=${NT_VARIANTS-piece8M:HETCCL_PLANE_PIECE=8M slots8:HETCCL_PLANE_SLOTS=8}
+do_variants() {
+  local v label c
+  for v in $NT_VARIANTS; do
+    label=${v%%:*}
+    for c in sendrecv all_reduce reduce_scatter; do
+      echo "--- hetccl $c $label (${v#*:})"
+      env LD_PRELOAD=$LIB HETCCL_ISLANDS=0,1 ${v#*:} \
         LD_LIBRARY_PATH="$(dirname "$REAL_NCCL")" timeout 60 \
-        $NT/${c}_perf -g 2 -b 256M -e 1G -f 2 -n 20 -w 5 -c 1 || echo "FAIL: $c $ps"
+        $NT/${c}_perf -g 2 -b 64M -e 1G -f 4 -n 20 -w 5 -c 1 || echo "FAIL: $c $label"
     done
   done
-  ! grep -q "^FAIL" "$OUT/09-pieces.log"
+  ! grep -q "^FAIL" "$OUT/09-variants.log"
 }
 do_profile() { # where a DDP step's time goes, across the islands and on NCCL
   echo "--- hetccl, islands 0,1"
@@ -137,7 +140,9 @@ do_cupy() { $PY tools/device/cupy_api_check.py --ranks 2; }
 do_torch3() {
   $PY tools/device/torch_backend_check.py --devices cuda:0,cuda:1,cpu --json "$OUT/torch3.json"
 }
-do_pytest() { $PY -m pytest -q tests/test_cuda_engine.py -p no:cacheprovider -rs -x; }
+# PYTEST_K: a pytest -k expression (default: all but the bandwidth reports)
+PYTEST_K=${PYTEST_K-not bandwidth}
+do_pytest() { $PY -m pytest -q tests/test_cuda_engine.py -p no:cacheprovider -rs -k "$PYTEST_K"; }
 # TRAIN_VARIANTS: space-separated NAME:VAR=VALUE[,VAR=VALUE] for train_bench's --variant.
 TRAIN_VARIANTS=${TRAIN_VARIANTS-mapped:HETCCL_PLANE_REDUCE_READ=mapped maxconn:CUDA_DEVICE_MAX_CONNECTIONS=32}
 do_train() {
@@ -146,26 +151,26 @@ do_train() {
   $PY tools/device/train_bench.py "$OUT/train.json" "${args[@]}"
 }
 
-export ROOT OUT PY LIB REAL_NCCL NT COLLS TRAIN_VARIANTS PIECES
+export ROOT OUT PY LIB REAL_NCCL NT COLLS TRAIN_VARIANTS NT_VARIANTS PERF_COLLS PYTEST_K
 export -f note bounded nt do_profile do_host do_build do_ntbuild do_limit do_nt do_perf do_train do_big do_readpath \
-  do_pieces do_cupy do_torch3 do_pytest
+  do_variants do_cupy do_torch3 do_pytest
 export PYTHONPATH=$ROOT/python:/tmp/site${PYTHONPATH:+:$PYTHONPATH}
-STAGES=${STAGES:-ntbuild limit nt big readpath train perf pieces cupy torch3 pytest}
+STAGES=${STAGES:-ntbuild limit nt pytest train variants perf big readpath cupy torch3}
 stage 01 build 240 do_build
 if [ -f "$LIB" ]; then
   want ntbuild && stage 02 ntbuild 150 do_ntbuild
   want limit && stage 03 limit 40 do_limit
   want nt && stage 04 nt 200 do_nt
+  want pytest && stage 12 pytest 240 do_pytest
   want train && stage 06 train 300 do_train
   want perf && stage 05 perf 120 do_perf
   want big && stage 07 big 150 do_big
   want readpath && stage 08 readpath 90 do_readpath
-  want pieces && stage 09 pieces 120 do_pieces
+  want variants && stage 09 variants 120 do_variants
   want host && stage 13 host 20 do_host
   want profile && stage 14 profile 150 do_profile
   want cupy && stage 10 cupy 120 do_cupy
   want torch3 && stage 11 torch3 180 do_torch3
-  want pytest && stage 12 pytest 240 do_pytest
 fi
 note "overall: $([ $STATUS -eq 0 ] && echo PASS || echo FAIL)"
 exit $STATUS
