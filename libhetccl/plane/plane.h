@@ -5,15 +5,17 @@
  *
  * The channels. Every ordered pair of ranks (src -> dst) has one channel:
  * a /dev/shm segment that both processes map and every GPU rank registers
- * with its device runtime (pinned, mapped into the device). It holds two
- * counters and `slots` slots of `piece` bytes:
+ * with its device runtime (pinned, mapped into the device). It holds
+ * `slots` slots of `piece` bytes and two counters per slot:
  *
- *   produced   pieces src has written (written by src only)
- *   consumed   pieces dst has finished reading (written by dst only)
+ *   produced[s]   1 + the piece src last wrote into slot s (src only)
+ *   consumed[s]   1 + the piece dst last read out of slot s (dst only)
  *
- * Piece number q (counted over the channel's life) lives in slot q % slots.
- * Writing piece q waits until consumed >= q + 1 - slots; reading it waits
- * until produced >= q + 1. A GPU rank does both on its streams: stream
+ * Piece number q (counted over the channel's life) lives in slot
+ * s = q % slots. Writing piece q waits until consumed[s] >= q + 1 - slots;
+ * reading it waits until produced[s] >= q + 1. A GPU rank does both on its
+ * streams (several per peer, the pieces spread over them: hence counters
+ * per slot, whose pieces still pass one after another): stream
  * waits on the counters, a copy-engine copy (or a reduction kernel that
  * reads the slot through its mapping and writes device memory, or the next
  * channel's slot), a stream write of the counter. A host rank does the same
