@@ -67,17 +67,21 @@ ncclResult_t plane_streams_create(hetccl_plane_t *p) {
   return p->a.rt->event_create(&p->fork_event);
 }
 
-/* Stream `sub` of lane l (index l * lane_streams + sub in lane_stream),
- * made on first use: a device has few hardware queues (8 by default), and
- * streams beyond them share one, so only the lanes a program uses get
- * streams. */
-static ncclResult_t lane_stream(hetccl_plane_t *p, int idx, void **out) {
-  if (!p->lane_stream[idx]) {
-    HETCCL_CHECK(p->a.rt->stream_create(&p->lane_stream[idx], p->a.urgent_streams));
-    HETCCL_CHECK(p->a.rt->event_create(&p->lane_event[idx]));
+/* *stream (and the *event that joins it), made on first use: a device has
+ * few hardware queues (8 by default), and streams beyond them share one,
+ * so only the lanes a program uses get streams. */
+static ncclResult_t stream_made(hetccl_plane_t *p, void **stream, void **event, void **out) {
+  if (!*stream) {
+    HETCCL_CHECK(p->a.rt->stream_create(stream, p->a.urgent_streams));
+    HETCCL_CHECK(p->a.rt->event_create(event));
   }
-  *out = p->lane_stream[idx];
+  *out = *stream;
   return ncclSuccess;
+}
+
+/* Lane streams are indexed l * lane_streams + sub. */
+static ncclResult_t lane_stream(hetccl_plane_t *p, int idx, void **out) {
+  return stream_made(p, &p->lane_stream[idx], &p->lane_event[idx], out);
 }
 
 /* Which of lane l's streams takes step s: its piece's, except on the ring
@@ -88,14 +92,9 @@ static int lane_sub(const hetccl_plane_t *p, int l, const plane_step_t *s) {
   return (int)(q % (uint64_t)p->lane_streams);
 }
 
-/* Lane l's reduction stream (the split path), made on first use. */
+/* Lane l's reduction stream (the split path). */
 static ncclResult_t reduce_stream(hetccl_plane_t *p, int l, void **out) {
-  if (!p->reduce_stream[l]) {
-    HETCCL_CHECK(p->a.rt->stream_create(&p->reduce_stream[l], p->a.urgent_streams));
-    HETCCL_CHECK(p->a.rt->event_create(&p->reduce_event[l]));
-  }
-  *out = p->reduce_stream[l];
-  return ncclSuccess;
+  return stream_made(p, &p->reduce_stream[l], &p->reduce_event[l], out);
 }
 
 void plane_streams_destroy(hetccl_plane_t *p) {
