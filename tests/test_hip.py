@@ -257,3 +257,28 @@ def test_hip_ranks_with_forced_islands_run_on_the_engine(tmp_path: Path,
     env = {**hip_env(fakes), "HETCCL_ISLANDS": "rank"}
     for res in start_ranks(tmp_path, [env] * 2):
         assert res.get("backend") == "engine" and res.get("sum") == 3.0, res
+
+
+@pytest.mark.timeout(TIMEOUT)
+@pytest.mark.parametrize("streams", ["1", "2"])
+def test_hip_device_buffers_on_the_data_plane(tmp_path: Path, fakes: Dict[str, Path],
+                                              streams: str) -> None:
+    """The data plane's stream executor (plane/exec_stream.c) over the hip
+    table, the stand-in running each stream operation as it is enqueued:
+    two HIP ranks in two islands move sendrecv, broadcast and allgather of
+    256 KiB of stand-in device memory in 16 KiB pieces through 4 slots, so
+    that every channel wraps its slots many times and a phase takes a lane
+    per peer and direction, its pieces spread over `streams` streams; each
+    result is checked. (The allreduce goes to the engine: the stand-in has
+    no runtime compiler.)"""
+    env = {**hip_env(fakes), "HETCCL_ISLANDS": "rank", "HETCCL_VENDOR": "0", "T_IBDEV": "1",
+           "T_BYTES": str(256 << 10), "HETCCL_PLANE_PIECE": "16384", "HETCCL_PLANE_SLOTS": "4",
+           "HETCCL_PLANE_LANE_STREAMS": streams, "HETCCL_DEBUG": "INFO",
+           "HETCCL_DEBUG_SUBSYS": "INIT", "HETCCL_DEBUG_FILE": str(tmp_path / "log.%p")}
+    results = start_ranks(tmp_path, [env, env])
+    for rank, res in enumerate(results):
+        assert "error" not in res and res["kind"] == "hip", res
+        assert res["wrong"] == [], f"rank {rank}: wrong data in {res['wrong']}"
+    logs = [f.read_text() for f in tmp_path.glob("log.*")]
+    assert len(logs) == 2 and all("moved by this GPU's copy engines" in t for t in logs), logs
+    assert all(f"data plane streams: {streams} per peer and direction" in t for t in logs), logs

@@ -38,7 +38,7 @@ ncclResult_t hetccl_plane_create(const hetccl_plane_args_t *args, hetccl_plane_t
   while (args->slots % p->lane_streams) p->lane_streams--;
   p->seg_bytes = PLANE_HDR_BYTES + (size_t)args->slots * args->piece;
   p->gpu = args->rt != NULL;
-  size_t stage = args->reduce_copy ? args->stage_bytes / args->piece : 0;
+  size_t stage = args->reduce_copy && args->device_reduce ? args->stage_bytes / args->piece : 0;
   p->stage_pieces = stage > PLANE_MAX_STAGE_PIECES ? PLANE_MAX_STAGE_PIECES : (int)stage;
   p->out = calloc((size_t)n, sizeof(*p->out));
   p->in = calloc((size_t)n, sizeof(*p->in));
@@ -85,11 +85,14 @@ ncclResult_t hetccl_plane_create(const hetccl_plane_args_t *args, hetccl_plane_t
        "channel, %s", plane_user_rank(p, me), n - 1, args->slots, args->piece,
        p->gpu ? "moved by this GPU's copy engines" : "moved by this rank's CPU");
   if (p->gpu)
-    INFO(HETCCL_INIT, "rank %d: data plane streams: %d per peer and direction%s, reductions "
-         "into device memory %s", plane_user_rank(p, me), p->lane_streams,
+    INFO(HETCCL_INIT, "rank %d: data plane streams: %d per peer and direction%s%s",
+         plane_user_rank(p, me), p->lane_streams,
          p->lane_streams != args->lane_streams ? " (HETCCL_PLANE_LANE_STREAMS lowered to divide "
                                                  "HETCCL_PLANE_SLOTS)" : "",
-         p->stage_pieces ? "off the copy lane, through a split stage" : "on the copy lane");
+         !args->device_reduce ? ""
+         : p->stage_pieces    ? "; reductions into device memory off the copy lane, through a "
+                                "split stage of HETCCL_PLANE_STAGE"
+                              : "; reductions on the copy lane (HETCCL_PLANE_STAGE=0)");
   *out = p;
   return ncclSuccess;
 }
