@@ -221,7 +221,7 @@ static ncclResult_t reduce_step(hetccl_plane_t *p, const plane_step_t *s, void *
  * anyway. */
 static int split_path(const hetccl_plane_t *p, const plane_step_t *s) {
   return s->kind == STEP_REDUCE && s->dst && s->out < 0 && p->stage_pieces > 0 &&
-         p->a.reduce_copy && s->bytes >= STAGE_MIN_BYTES;
+         s->bytes >= STAGE_MIN_BYTES; /* stage_pieces is 0 without reduce_copy (plane.c) */
 }
 
 /* Stream st waits until piece dep_q - 1 of this rank's channel to
