@@ -4,7 +4,9 @@ tools/device/torch_backend_check.py with GPU and CPU ranks mixed).
 
 Environment: T_RANK, T_NRANKS, T_STORE (a FileStore path, new per job),
 T_DEVICES (comma list, one per rank: "cpu" or "cuda:N"), T_PARTS (comma
-list of "collectives", "ddp"), T_STEPS (DDP steps, default 100).
+list of "collectives", "ddp"), T_STEPS (DDP steps, default 100), T_TRACE
+(set: each check's name on stderr before it runs, and a GPU rank waits for
+its device after each, so an asynchronous device fault names its check).
 
 Every input is a function of (check name, rank), so each rank runs each
 collective on the hetccl group with tensors on its device and on a gloo
@@ -32,6 +34,7 @@ N = int(os.environ["T_NRANKS"])
 DEVICES = os.environ.get("T_DEVICES", ",".join(["cpu"] * N)).split(",")
 PARTS = os.environ.get("T_PARTS", "collectives,ddp").split(",")
 STEPS = int(os.environ.get("T_STEPS", "100"))
+TRACE = bool(os.environ.get("T_TRACE"))
 if DEVICES[RANK] == "cpu":
     # A CPU rank in a process with torch's CUDA runtime loaded
     os.environ.setdefault("HETCCL_DEVICE", "host")
@@ -528,11 +531,28 @@ def _err_avg() -> Tuple[bool, str, str]:
                                                 op=R.AVG), TypeError, ["AVG", "int32"])
 
 
+def trace_devices(where: str) -> None:
+    """With T_TRACE: wait for every visible device, naming one that faults."""
+    if not TRACE or not torch.cuda.is_available():
+        return
+    for d in range(torch.cuda.device_count()):
+        try:
+            torch.cuda.synchronize(d)
+            print(f"rank {RANK}: after {where}: cuda:{d} ok", file=sys.stderr, flush=True)
+        except Exception as e:  # noqa: BLE001 (the finding)
+            print(f"rank {RANK}: after {where}: cuda:{d}: {e}"[:200], file=sys.stderr, flush=True)
+            raise
+
+
 def run_collectives() -> Dict[str, Dict[str, Any]]:
     results: Dict[str, Dict[str, Any]] = {}
     for name, fn in CHECKS.items():
+        if TRACE:
+            print(f"rank {RANK}: check {name}", file=sys.stderr, flush=True)
         try:
             ok, ref, detail = fn()
+            if TRACE and DEV.type == "cuda":
+                torch.cuda.synchronize(DEV)
         except Exception:  # noqa: BLE001 (reported as the check's failure)
             ok, ref, detail = False, "none", traceback.format_exc()[-600:]
         results[name] = {"ok": bool(ok), "ref": ref, "detail": detail}
@@ -574,7 +594,9 @@ def main() -> None:
     store = dist.FileStore(os.environ["T_STORE"], N)
     dist.init_process_group("hetccl", store=store, rank=RANK, world_size=N,
                             timeout=timedelta(seconds=120))
+    trace_devices("init")
     GLOO = dist.new_group(backend="gloo")
+    trace_devices("new_group")
     out: Dict[str, Any] = {"rank": RANK, "device": str(DEV),
                            "comm_backend": hetccl_comm_backend()}
     t0 = time.monotonic()

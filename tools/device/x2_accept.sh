@@ -34,6 +34,8 @@
 #   host      the host's huge-page settings, NUMA nodes and GPU topology
 #   profile   tools/device/ddp_profile.py: where a DDP step's time goes,
 #             across the islands and on NCCL
+#   memop     tools/device/memop_gap.py --peer 1: what a wait and a signal
+#             between pieces cost the copy streams, on one GPU and between two
 # STAGES="..." picks stages (build always runs). NCCL_NVLS_ENABLE=0.
 set -u
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
@@ -107,18 +109,18 @@ do_readpath() {
   ! grep -q "^FAIL" "$OUT/08-readpath.log"
 }
 # NT_VARIANTS: space-separated LABEL:VAR=VALUE[,VAR=VALUE] configurations
-# in which sendrecv, all_reduce and reduce_scatter -g 2 run again at 64 MiB
+# in which sendrecv, all_reduce and reduce_scatter -g 2 run again at 16 MiB
 # to 1 GiB, beside nt's defaults.
 NT_VARIANTS=${NT_VARIANTS-piece8M:HETCCL_PLANE_PIECE=8M slots8:HETCCL_PLANE_SLOTS=8}
 do_variants() {
-  local v label c
+  local v label c vars
   for v in $NT_VARIANTS; do
-    label=${v%%:*}
+    label=${v%%:*} vars=${v#*:}
     for c in sendrecv all_reduce reduce_scatter; do
       echo "--- hetccl $c $label (${v#*:})"
-      env LD_PRELOAD=$LIB HETCCL_ISLANDS=0,1 ${v#*:} \
+      env LD_PRELOAD=$LIB HETCCL_ISLANDS=0,1 ${vars//,/ } \
         LD_LIBRARY_PATH="$(dirname "$REAL_NCCL")" timeout 60 \
-        $NT/${c}_perf -g 2 -b 64M -e 1G -f 4 -n 20 -w 5 -c 1 || echo "FAIL: $c $label"
+        $NT/${c}_perf -g 2 -b 16M -e 1G -f 4 -n 20 -w 5 -c 1 || echo "FAIL: $c $label"
     done
   done
   ! grep -q "^FAIL" "$OUT/09-variants.log"
@@ -135,7 +137,10 @@ do_host() { # what the host gives pinned shared memory: pages, NUMA, the GPUs' l
   nvidia-smi topo -m
   ls /sys/devices/system/node/ | grep node
   nproc
+  echo "iommu: $(ls /sys/class/iommu 2>/dev/null | wc -l) units; cmdline: $(cat /proc/cmdline)"
+  for g in /sys/bus/pci/devices/*/iommu_group; do readlink "$g"; done 2>/dev/null | sort -u | wc -l
 }
+do_memop() { $PY tools/device/memop_gap.py --peer 1 --watchdog 100; }
 do_cupy() { $PY tools/device/cupy_api_check.py --ranks 2; }
 do_torch3() {
   $PY tools/device/torch_backend_check.py --devices cuda:0,cuda:1,cpu --json "$OUT/torch3.json"
@@ -153,7 +158,7 @@ do_train() {
 
 export ROOT OUT PY LIB REAL_NCCL NT COLLS TRAIN_VARIANTS NT_VARIANTS PERF_COLLS PYTEST_K
 export -f note bounded nt do_profile do_host do_build do_ntbuild do_limit do_nt do_perf do_train do_big do_readpath \
-  do_variants do_cupy do_torch3 do_pytest
+  do_variants do_memop do_cupy do_torch3 do_pytest
 export PYTHONPATH=$ROOT/python:/tmp/site${PYTHONPATH:+:$PYTHONPATH}
 STAGES=${STAGES:-ntbuild limit nt pytest train variants perf big readpath cupy torch3}
 stage 01 build 240 do_build
@@ -169,6 +174,7 @@ if [ -f "$LIB" ]; then
   want variants && stage 09 variants 120 do_variants
   want host && stage 13 host 20 do_host
   want profile && stage 14 profile 150 do_profile
+  want memop && stage 15 memop 110 do_memop
   want cupy && stage 10 cupy 120 do_cupy
   want torch3 && stage 11 torch3 180 do_torch3
 fi
