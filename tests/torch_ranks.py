@@ -602,6 +602,7 @@ def main() -> None:
     t0 = time.monotonic()
     if "collectives" in PARTS:
         out["checks"] = run_collectives()
+        trace_devices("collectives")
     t1 = time.monotonic()
     if "ddp" in PARTS:
         out["ddp"] = run_ddp()
