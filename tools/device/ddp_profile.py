@@ -12,7 +12,9 @@ torch's nccl backend; whatever library LD_PRELOAD names serves it). Rank 0
 runs torch.profiler over --steps steps after the warm-up and prints:
 the step's GPU span; per bin, the share of the bin during which a compute
 kernel, a D2H copy, an H2D copy and a hetccl reduction ran; totals and the
-overlap of compute with copies; the longest runtime calls by name.
+overlap of compute with copies; how long hetccl's reductions waited after
+their piece arrived, and what each D2H copy that followed an idle engine
+waited for; the longest runtime calls by name.
 """
 from __future__ import annotations
 
@@ -95,6 +97,7 @@ def summarize(trace_path: str, bin_us: float) -> None:
         print(f"{k}: {len(iv)} copies, duration p50 {pick(size, .5):.0f} us; idle gap before "
               f"the next: p10 {pick(gaps, .1):.1f} p50 {pick(gaps, .5):.1f} "
               f"p90 {pick(gaps, .9):.1f} us, {sum(g > 50 for g in gaps)} over 50 us")
+    waits(cls)
     print(f"per {bin_us:.0f} us bin, % of the bin busy (t in ms from the first GPU event):")
     print("   t    " + " ".join(f"{k:>7}" for k in kinds))
     t = lo
@@ -115,6 +118,48 @@ def summarize(trace_path: str, bin_us: float) -> None:
     if comms:
         print(f"cpu all_reduce calls: {len(comms)}, total {sum(comms) / 1000:.2f} ms, "
               f"longest {max(comms):.0f} us")
+
+
+def last_end_before(iv: list[tuple[float, float]], t: float) -> float | None:
+    """The latest end among intervals that ended at or before t."""
+    ends = [b for _, b in iv if b <= t]
+    return max(ends) if ends else None
+
+
+def waits(cls: dict[str, list[tuple[float, float]]], idle_us: float = 50.0,
+          near_us: float = 20.0) -> None:
+    """What the copies and hetccl's kernels waited for:
+    - each hetccl kernel's start minus the end of the last H2D copy before
+      it (the piece it reduces is in device memory by then): how long a
+      reduction waits for the SMs;
+    - each D2H copy that starts after the D2H engine idled over idle_us:
+      which of a hetccl kernel, an H2D copy or a compute kernel ended last
+      before it, and whether within near_us (a send held back behind the
+      previous operation's reductions shows as "hetccl")."""
+    pick = lambda xs, f: xs[min(len(xs) - 1, int(f * len(xs)))]  # noqa: E731
+    h2d, het = sorted(cls.get("h2d", [])), sorted(cls.get("hetccl", []))
+    delays = sorted(a - e for a, _ in het
+                    if (e := last_end_before(h2d, a)) is not None)
+    if delays:
+        print(f"hetccl kernels: {len(delays)}; start after the last H2D copy's end: "
+              f"p50 {pick(delays, .5):.1f} p90 {pick(delays, .9):.1f} "
+              f"max {delays[-1]:.1f} us")
+    d2h = sorted(cls.get("d2h", []))
+    counts: dict[str, int] = {}
+    for i in range(1, len(d2h)):
+        start = d2h[i][0]
+        if start - d2h[i - 1][1] <= idle_us:
+            continue
+        ends = {k: last_end_before(cls.get(k, []), start) for k in ("hetccl", "h2d", "compute")}
+        ends = {k: v for k, v in ends.items() if v is not None}
+        if not ends:
+            continue
+        kind = max(ends, key=lambda k: ends[k])
+        key = kind if start - ends[kind] <= near_us else "nothing within %.0f us" % near_us
+        counts[key] = counts.get(key, 0) + 1
+    if counts:
+        print(f"D2H copies after an idle D2H engine (> {idle_us:.0f} us): what ended last before "
+              "each: " + ", ".join(f"{k} {v}" for k, v in sorted(counts.items())))
 
 
 def worker(rank: int, args, port: int, q) -> None:
