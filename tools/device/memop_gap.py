@@ -248,12 +248,9 @@ def main() -> None:
         cp.cuda.runtime.memcpyAsync(dst.data.ptr + k * piece, (base or rptr) + (k % 4) * piece,
                                     piece, h2d, s.ptr)
 
-    rows = []
-
-    def report(name, t, bare=None, pieces=n, bytes_=None):
-        gbs = (bytes_ if bytes_ is not None else mb) / t
-        extra = f"{(t - bare) / pieces * 1e6:8.1f} us/piece" if bare else ""
-        rows.append((name, gbs, extra))
+    def report(name, t, bare=None):
+        gbs = mb / t
+        extra = f"{(t - bare) / n * 1e6:8.1f} us/piece" if bare else ""
         print(f"{name:28s} {gbs:7.1f} GB/s {t * 1e3:8.2f} ms {extra}", flush=True)
 
     def one_stream(step):
