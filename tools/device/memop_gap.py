@@ -165,7 +165,7 @@ def host_memory(drv: "Driver", kind: str, size: int, devices) -> int:
         cp.cuda.runtime.hostRegister(ptr, size, 0x1 | 0x2)
         return ptr
     if kind == "shm":
-        name = f"/dev/shm/memop_gap.{os.getpid()}.b"
+        name = f"/dev/shm/memop_gap.{os.getpid()}"  # unlinked at once
         fd = os.open(name, os.O_CREAT | os.O_RDWR, 0o600)
         os.unlink(name)
         os.ftruncate(fd, size)
@@ -328,27 +328,9 @@ def main() -> None:
 
     # The slots in a /dev/shm mapping (4 KiB pages) registered with the
     # runtime, as the plane's segment is, instead of cudaHostAlloc memory.
-    shm_bytes = piece * slots_max * 2
-    fd = os.open(f"/dev/shm/memop_gap.{os.getpid()}", os.O_CREAT | os.O_RDWR, 0o600)
-    os.unlink(f"/dev/shm/memop_gap.{os.getpid()}")
-    os.ftruncate(fd, shm_bytes)
-    shm = mmap.mmap(fd, shm_bytes, mmap.MAP_SHARED)
-    sptr = ctypes.addressof(ctypes.c_char.from_buffer(shm))
-    ctypes.memset(sptr, 0, shm_bytes)
-    cp.cuda.runtime.hostRegister(sptr, shm_bytes, 0x1 | 0x2)  # portable | mapped
-
-    def shm_one(direction):
-        def go():
-            for k in range(n):
-                if direction == d2h:
-                    cp.cuda.runtime.memcpyAsync(sptr + (k % 4) * piece, src.data.ptr + k * piece,
-                                                piece, d2h, a.ptr)
-                else:
-                    cp.cuda.runtime.memcpyAsync(dst.data.ptr + k * piece, sptr + (k % 4) * piece,
-                                                piece, h2d, a.ptr)
-        return timed(ctr, drv, [a], go)
-    report("shm bare D2H", shm_one(d2h), None)
-    report("shm bare H2D", shm_one(h2d), None)
+    sptr = host_memory(drv, "shm", piece * slots_max * 2, [args.device])
+    report("shm bare D2H", one_stream(lambda s, k: copy_d2h(s, k, sptr)))
+    report("shm bare H2D", one_stream(lambda s, k: copy_h2d(s, k, sptr)))
     report("shm ring S=4 K=1", ring_case(4, 1, slot_ptr=sptr), bare_both)
     report("shm ring S=4 K=2", ring_case(4, 2, slot_ptr=sptr), bare_both)
 

@@ -24,7 +24,7 @@
 #   readpath  nccl-tests all_reduce and reduce_scatter -g 2, 64 MiB..1 GiB,
 #             with HETCCL_PLANE_REDUCE_READ=mapped (the kernel reads the shared
 #             slot over the bus; nt has the default, copy): before and after
-#   variants  sendrecv, all_reduce and reduce_scatter -g 2 at 64 MiB..1 GiB
+#   variants  sendrecv, all_reduce and reduce_scatter -g 2 at 16 MiB..1 GiB
 #             in other configurations ($NT_VARIANTS; nt has the defaults)
 #   cupy      tools/device/cupy_api_check.py: cupy.cuda.nccl, hetccl.nccl and
 #             hetccl.Communicator on CuPy arrays, same arguments, equal results
@@ -117,7 +117,7 @@ do_variants() {
   for v in $NT_VARIANTS; do
     label=${v%%:*} vars=${v#*:}
     for c in sendrecv all_reduce reduce_scatter; do
-      echo "--- hetccl $c $label (${v#*:})"
+      echo "--- hetccl $c $label ($vars)"
       env LD_PRELOAD=$LIB HETCCL_ISLANDS=0,1 ${vars//,/ } \
         LD_LIBRARY_PATH="$(dirname "$REAL_NCCL")" timeout 60 \
         $NT/${c}_perf -g 2 -b 16M -e 1G -f 4 -n 20 -w 5 -c 1 || echo "FAIL: $c $label"
