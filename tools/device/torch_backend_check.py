@@ -6,6 +6,7 @@ then 100 DDP steps on each; prints PASS/FAIL per collective.
 
     python3 tools/device/torch_backend_check.py [--devices cuda:0,cuda:1,cpu]
         [--steps 100] [--ddp-rtol 1e-6] [--json OUT.json] [--timeout 300]
+        [--parts collectives,ddp] [--sanitize RANK]
 
 --devices: one entry per rank, "cpu" or "cuda:N" (default: cuda:0,cuda:1,cpu
 with two GPUs, cuda:0,cuda:0,cpu with one: two processes then share the
@@ -15,12 +16,17 @@ else what the package finds (a build*/ of this checkout). A collective
 passes when it passed on every rank; DDP passes when every rank's loss is
 within --ddp-rtol of gloo's at every step (the gloo run uses the same
 devices: CUDA tensors on GPU ranks). Exit status 0 only when all pass.
+--parts: which of the two to run. --sanitize RANK: run that rank under
+compute-sanitizer's memcheck (it names the kernel and address of a fault).
+T_TRACE=1 in the environment makes every rank wait for its devices after
+each check and name the check and device that fault (tests/torch_ranks.py).
 """
 from __future__ import annotations
 
 import argparse
 import json
 import os
+import shutil
 import sys
 import tempfile
 from pathlib import Path
@@ -48,6 +54,8 @@ def main() -> int:
     ap.add_argument("--ddp-rtol", type=float, default=1e-6)
     ap.add_argument("--json", default=None, help="write every rank's raw results here")
     ap.add_argument("--timeout", type=float, default=300)
+    ap.add_argument("--parts", default="collectives,ddp")
+    ap.add_argument("--sanitize", type=int, default=None, metavar="RANK")
     args = ap.parse_args()
     devices = (args.devices or default_devices()).split(",")
     n = len(devices)
@@ -63,7 +71,7 @@ def main() -> int:
         for rank in range(n):
             env = dict(os.environ, T_RANK=str(rank), T_NRANKS=str(n),
                        T_STORE=os.path.join(tmp, "store"), T_DEVICES=",".join(devices),
-                       T_PARTS="collectives,ddp", T_STEPS=str(args.steps),
+                       T_PARTS=args.parts, T_STEPS=str(args.steps),
                        NCCL_NVLS_ENABLE="0", TORCH_SYMM_MEM_DISABLE_MULTICAST="1",
                        NVSHMEM_DISABLE_NVLS="1", PYTHONUNBUFFERED="1")
             env["PYTHONPATH"] = os.pathsep.join(
@@ -71,7 +79,9 @@ def main() -> int:
                               os.environ.get("PYTHONPATH")]))
             envs.append(env)
         try:
-            results = run_ranks(ROOT / "tests" / "torch_ranks.py", envs, args.timeout)
+            results = run_ranks(ROOT / "tests" / "torch_ranks.py", envs, args.timeout,
+                                prefixes=[sanitizer() if r == args.sanitize else []
+                                          for r in range(n)])
         except AssertionError as e:  # a rank died: its output is in the message
             print(f"FAIL job: {e}")
             return 1
@@ -82,9 +92,18 @@ def main() -> int:
     return report(results, args.ddp_rtol)
 
 
+def sanitizer() -> List[str]:
+    """compute-sanitizer's memcheck, from PATH or the CUDA toolkit."""
+    exe = shutil.which("compute-sanitizer") or os.path.join(
+        os.environ.get("CUDA_HOME", "/usr/local/cuda"), "bin", "compute-sanitizer")
+    if not os.path.exists(exe):
+        sys.exit(f"--sanitize: no compute-sanitizer on PATH nor at {exe}")
+    return [exe, "--tool", "memcheck", "--print-limit", "10", "--show-backtrace", "device"]
+
+
 def report(results: List[dict], rtol: float) -> int:
     passed = failed = 0
-    for name in results[0]["checks"]:
+    for name in results[0].get("checks", {}):
         bad: Dict[int, str] = {r["rank"]: f"[{r['checks'][name]['ref']}] "
                                           f"{r['checks'][name]['detail']}"
                                for r in results if not r["checks"][name]["ok"]}
@@ -96,6 +115,9 @@ def report(results: List[dict], rtol: float) -> int:
         else:
             passed += 1
             print(f"PASS {name}  ({results[0]['checks'][name]['ref'][:40]})")
+    if "ddp" not in results[0]:
+        print(f"{passed} passed, {failed} failed (no DDP run)")
+        return 0 if failed == 0 else 1
     worst = max(r["ddp"]["max_rel"] for r in results)
     ok = worst <= rtol and all(r["ddp"]["finite"] for r in results)
     first, last = results[0]["ddp"]["hetccl"][0], results[0]["ddp"]["hetccl"][-1]

@@ -30,6 +30,9 @@
 #             hetccl.Communicator on CuPy arrays, same arguments, equal results
 #   torch3    tools/device/torch_backend_check.py with two GPU ranks and a CPU
 #             rank in one job
+#   torch3trace  the same with T_TRACE=1 (every rank names the check and the
+#             device that fault) and 5 DDP steps
+#   torch3san the same collectives with rank 0 under compute-sanitizer
 #   pytest    tests/test_cuda_engine.py (the two-GPU cases run here)
 #   host      the host's huge-page settings, NUMA nodes and GPU topology
 #   profile   tools/device/ddp_profile.py: where a DDP step's time goes,
@@ -145,6 +148,14 @@ do_cupy() { $PY tools/device/cupy_api_check.py --ranks 2; }
 do_torch3() {
   $PY tools/device/torch_backend_check.py --devices cuda:0,cuda:1,cpu --json "$OUT/torch3.json"
 }
+do_torch3trace() {
+  T_TRACE=1 $PY tools/device/torch_backend_check.py --devices cuda:0,cuda:1,cpu --steps 5
+}
+do_torch3san() { # only where torch3trace ran and failed
+  grep -q "FAIL torch3trace" "$OUT/summary.txt" || { echo "torch3trace did not fail: skipped"; return 0; }
+  $PY tools/device/torch_backend_check.py --devices cuda:0,cuda:1,cpu --parts collectives \
+    --sanitize 0 --timeout 180
+}
 # PYTEST_K: a pytest -k expression (default: all but the bandwidth reports)
 PYTEST_K=${PYTEST_K-not bandwidth}
 do_pytest() { $PY -m pytest -q tests/test_cuda_engine.py -p no:cacheprovider -rs -k "$PYTEST_K"; }
@@ -158,7 +169,7 @@ do_train() {
 
 export ROOT OUT PY LIB REAL_NCCL NT COLLS TRAIN_VARIANTS NT_VARIANTS PERF_COLLS PYTEST_K
 export -f note bounded nt do_profile do_host do_build do_ntbuild do_limit do_nt do_perf do_train do_big do_readpath \
-  do_variants do_memop do_cupy do_torch3 do_pytest
+  do_variants do_memop do_cupy do_torch3 do_torch3trace do_torch3san do_pytest
 export PYTHONPATH=$ROOT/python:/tmp/site${PYTHONPATH:+:$PYTHONPATH}
 STAGES=${STAGES:-ntbuild limit nt pytest train variants perf big readpath cupy torch3}
 stage 01 build 240 do_build
@@ -177,6 +188,8 @@ if [ -f "$LIB" ]; then
   want memop && stage 15 memop 110 do_memop
   want cupy && stage 10 cupy 120 do_cupy
   want torch3 && stage 11 torch3 180 do_torch3
+  want torch3trace && stage 16 torch3trace 180 do_torch3trace
+  want torch3san && stage 17 torch3san 200 do_torch3san
 fi
 note "overall: $([ $STATUS -eq 0 ] && echo PASS || echo FAIL)"
 exit $STATUS
