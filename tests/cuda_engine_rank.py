@@ -3,7 +3,9 @@ that runs on hetccl's engine (several islands), driven through ctypes.
 
 Environment: T_LIB (libhetccl.so), T_RANK, T_NRANKS, T_ID_FILE (rank 0
 writes the unique id there), T_MODE ("cuda": torch tensors on a side
-stream; "host": numpy arrays, no stream), T_CHECKS (comma list, see CHECKS).
+stream; "cudahost": a CUDA rank (its stream passed) handed numpy arrays,
+which the call must have finished with when it returns, as on host ranks;
+"host": numpy arrays, no stream), T_CHECKS (comma list, see CHECKS).
 Prints one line "RESULT {json}" with what every check found.
 """
 from __future__ import annotations
@@ -71,7 +73,7 @@ def exchange_id() -> UniqueId:
 
 # --- buffers: torch on a side stream, or numpy -----------------------------------
 
-if MODE == "cuda":
+if MODE in ("cuda", "cudahost"):
     import torch
     DEV = torch.device("cuda", int(os.environ.get("T_DEV", "0")))
     torch.cuda.set_device(DEV)
@@ -103,7 +105,7 @@ class Buf:
         return base + elem_off * 4
 
     def read(self) -> np.ndarray:
-        if MODE == "cuda":
+        if MODE == "cuda":  # cudahost reads at once: the call was blocking
             STREAM.synchronize()
             return self.t[: self.count].cpu().numpy()
         return self.a[: self.count].copy()

@@ -138,6 +138,25 @@ def test_hierarchical_island_of_two_gpus_with_a_host_rank(tmp_path):
         ["hierarchical:nccl", "hierarchical:nccl", "hierarchical:engine"], results
 
 
+@pytest.mark.parametrize("modes", [("cudahost", "cudahost", "host"),
+                                   ("cuda", "cudahost", "host")])
+def test_hierarchical_island_of_two_gpus_given_host_buffers(tmp_path, modes):
+    """The same layout with GPU ranks handed numpy arrays (torch's barrier
+    on a CPU tensor does this): NCCL cannot read host memory, so the
+    island stages it through device memory (core/hier_host.c) and the call
+    returns with the result in place, as on the engine; also with one GPU
+    rank on device buffers beside one on host buffers. Checked against
+    numpy, in groups (staged forms finish after all are launched) too."""
+    import torch
+    if torch.cuda.device_count() < 2:
+        pytest.skip("needs two GPUs")
+    results = launch(tmp_path, list(modes), "sweep,group,chain",
+                     islands="0,0,1", devices=(0, 1, 0))
+    assert_all_true(results)
+    assert [r["backend"] for r in results] == \
+        ["hierarchical:nccl", "hierarchical:nccl", "hierarchical:engine"], results
+
+
 def test_hierarchical_bandwidth_is_reported(tmp_path):
     """Not a speed goal: the same three ranks (two GPUs in one island, a
     host rank in another) with HETCCL_HIER=1 and 0, rank 0's busbw and the

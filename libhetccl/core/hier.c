@@ -103,10 +103,8 @@ typedef struct hetccl_hier_retired {
   struct hetccl_hier_retired *next;
 } hier_retired_t;
 
-/* Device memory is allocated and freed with comm's device current (one
- * thread may drive ranks of several devices). */
-static ncclResult_t on_device(ncclComm_t comm, const hetccl_runtime_t *rt, void **ptr,
-                              size_t bytes) {
+ncclResult_t hetccl_hier_device_block(ncclComm_t comm, void **ptr, size_t bytes) {
+  const hetccl_runtime_t *rt = hetccl_runtime_get(comm->ptr_kind);
   int saved = -1;
   ncclResult_t res = rt->current_device(&saved, NULL, 0);
   if (res == ncclSuccess && saved != comm->dev) res = rt->set_device(comm->dev);
@@ -117,7 +115,7 @@ static ncclResult_t on_device(ncclComm_t comm, const hetccl_runtime_t *rt, void 
 
 static void block_free(ncclComm_t comm, void *ptr, int device) {
   if (!device) free(ptr);
-  else if (ptr) (void)on_device(comm, hetccl_runtime_get(comm->ptr_kind), &ptr, 0);
+  else if (ptr) (void)hetccl_hier_device_block(comm, &ptr, 0);
 }
 
 ncclResult_t hetccl_hier_scratch(ncclComm_t comm, size_t bytes, const void *like, void **out) {
@@ -149,7 +147,7 @@ ncclResult_t hetccl_hier_scratch(ncclComm_t comm, size_t bytes, const void *like
     m->scratch = malloc(bytes);
     if (!m->scratch) res = ncclSystemError;
   } else {
-    res = on_device(comm, rt, &m->scratch, bytes);
+    res = hetccl_hier_device_block(comm, &m->scratch, bytes);
   }
   if (res != ncclSuccess) {
     m->scratch = NULL;
@@ -165,6 +163,7 @@ ncclResult_t hetccl_hier_scratch(ncclComm_t comm, size_t bytes, const void *like
 
 void hetccl_hier_map_free(ncclComm_t comm, hetccl_hier_map_t *m) {
   if (!m) return;
+  hetccl_hier_host_free(comm, m);
   block_free(comm, m->scratch, m->scratch_on_device);
   while (m->retired) {
     hier_retired_t *r = m->retired;

@@ -36,6 +36,8 @@
  * ranks as the others. The forms that need room for partial results keep
  * one scratch block between calls (hetccl_hier_scratch); blocks it
  * outgrew are kept until the communicator goes (retired). */
+typedef struct hetccl_hier_stage hetccl_hier_stage_t;
+
 typedef struct hetccl_hier_map {
   int islands;
   int *first, *size, *of;
@@ -44,6 +46,7 @@ typedef struct hetccl_hier_map {
   size_t scratch_bytes;
   int scratch_on_device;
   struct hetccl_hier_retired *retired;
+  hetccl_hier_stage_t *stages; /* host buffers' staging pairs (core/hier_host.c) */
 } hetccl_hier_map_t;
 
 /* After the engine is up: make comm->island, comm->leaders and
@@ -61,6 +64,23 @@ ncclResult_t hetccl_hier_setup(ncclComm_t comm);
  * and the engine keep per communicator, so two calls never overlap on it. */
 ncclResult_t hetccl_hier_scratch(ncclComm_t comm, size_t bytes, const void *like, void **out);
 void hetccl_hier_map_free(ncclComm_t comm, hetccl_hier_map_t *m);
+
+/* A device block of `bytes` on comm's device, allocated with that device
+ * current (one thread may drive ranks of several devices); bytes 0 frees
+ * *ptr. */
+ncclResult_t hetccl_hier_device_block(ncclComm_t comm, void **ptr, size_t bytes);
+
+/* Host buffers where a vendor serves the island (core/hier_host.c has the
+ * contract). begin: where op names host memory on this rank, stage its
+ * inputs on op->stream and point op at device blocks (*stage set; NULL:
+ * nothing to stage). return: after the form is launched, queue the
+ * result's copy back. finish: wait for the stream and hand the result to
+ * the user's buffer (blocking). free: the pool, with the map. */
+ncclResult_t hetccl_hier_host_begin(ncclComm_t comm, hetccl_op_t *op,
+                                    hetccl_hier_stage_t **stage);
+ncclResult_t hetccl_hier_host_return(ncclComm_t comm, hetccl_hier_stage_t *stage);
+ncclResult_t hetccl_hier_host_finish(ncclComm_t comm, hetccl_hier_stage_t *stage);
+void hetccl_hier_host_free(ncclComm_t comm, hetccl_hier_map_t *m);
 
 /* Whether op (validated, on a communicator run by hetccl) has a
  * hierarchical form here (the same answer on every rank for the same

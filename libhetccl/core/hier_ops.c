@@ -29,13 +29,17 @@
  * Buffers: phases work in the user's buffers where the result lands there;
  * a leader that holds partial results no user buffer has room for (Reduce
  * at a leader that is not the root, ReduceScatter at every leader) keeps
- * them in the map's scratch block, of the user's kind of memory.
+ * them in the map's scratch block, of the user's kind of memory. Host
+ * buffers where a vendor serves the island are staged through device
+ * memory first, and the call then blocks as on the engine
+ * (core/hier_host.c): the forms see only memory the vendor can reach.
  *
  * Inside a group the phases cannot be grouped with the rest (the island's
  * vendor call would only start at the vendor's group end, after the
  * leaders' phase that needs its result): the operation is kept, checked,
  * and runs at the outermost ncclGroupEnd, after the group's other work and
- * the vendor's group have been launched (hetccl_hier_run_deferred).
+ * the vendor's group have been launched (hetccl_hier_run_deferred); the
+ * staged ones finish after every kept form is launched.
  *
  * A failing phase fails the communicator and its siblings, and the
  * message says which phase (inside the island, across the leaders).
@@ -298,29 +302,39 @@ static ncclResult_t reduce_scatter(form_t *f) {
 
 /* --- running ---------------------------------------------------------------------- */
 
-ncclResult_t hetccl_hier_run(ncclComm_t comm, const hetccl_op_t *op) {
-  form_t f = {.comm = comm, .op = op, .map = comm->hier_map,
-              .mine = comm->hier_map->of[comm->rank], .elem = hetccl_dtype_size(op->dtype)};
-  TRACE(HETCCL_COLL, "%s rank %d: hierarchical, %zu x %s, island %d of %d ranks%s", op->fn,
-        comm->rank, op->count, hetccl_dtype_name(op->dtype), f.mine, f.map->size[f.mine],
-        comm->leaders ? ", leader" : "");
-  ncclResult_t res;
-  switch (op->kind) {
-    case HETCCL_OP_AllReduce: res = all_reduce(&f); break;
-    case HETCCL_OP_Broadcast:
-    case HETCCL_OP_Bcast: res = broadcast(&f); break;
-    case HETCCL_OP_Reduce: res = reduce(&f); break;
-    case HETCCL_OP_AllGather: res = all_gather(&f); break;
-    case HETCCL_OP_ReduceScatter: res = reduce_scatter(&f); break;
-    default: WARN("%s: no hierarchical form", op->fn); return ncclInternalError;
+/* Launch op's form on comm's stream; host buffers of a vendor island are
+ * staged (core/hier_host.c): *stage is then set, for the caller to finish
+ * once it may block. */
+static ncclResult_t launch(ncclComm_t comm, const hetccl_op_t *user, hetccl_hier_stage_t **stage) {
+  hetccl_op_t op = *user;
+  *stage = NULL;
+  ncclResult_t res = hetccl_hier_host_begin(comm, &op, stage);
+  form_t f = {.comm = comm, .op = &op, .map = comm->hier_map,
+              .mine = comm->hier_map->of[comm->rank], .elem = hetccl_dtype_size(op.dtype),
+              .where = IN_ISLAND};
+  if (res == ncclSuccess) {
+    TRACE(HETCCL_COLL, "%s rank %d: hierarchical, %zu x %s, island %d of %d ranks%s", op.fn,
+          comm->rank, op.count, hetccl_dtype_name(op.dtype), f.mine, f.map->size[f.mine],
+          comm->leaders ? ", leader" : "");
+    switch (op.kind) {
+      case HETCCL_OP_AllReduce: res = all_reduce(&f); break;
+      case HETCCL_OP_Broadcast:
+      case HETCCL_OP_Bcast: res = broadcast(&f); break;
+      case HETCCL_OP_Reduce: res = reduce(&f); break;
+      case HETCCL_OP_AllGather: res = all_gather(&f); break;
+      case HETCCL_OP_ReduceScatter: res = reduce_scatter(&f); break;
+      default: WARN("%s: no hierarchical form", op.fn); return ncclInternalError;
+    }
   }
+  if (res == ncclSuccess && *stage) res = hetccl_hier_host_return(comm, *stage);
   if (res != ncclSuccess && res != ncclInProgress) {
+    *stage = NULL; /* stays busy: the stream may still use it */
     /* The phase logged its cause, naming ranks as this communicator does
      * (its engine and transports have the map); the message returned here
      * adds where it ran, and goes to the siblings as why. */
     char msg[HETCCL_ERRMSG_BYTES];
-    snprintf(msg, sizeof(msg), "%s: rank %d: hierarchical %s failed %s: %.900s", op->fn,
-             comm->rank, hetccl_func_name(hetccl_op_func(op->kind)),
+    snprintf(msg, sizeof(msg), "%s: rank %d: hierarchical %s failed %s: %.900s", op.fn,
+             comm->rank, hetccl_func_name(hetccl_op_func(op.kind)),
              f.where == ACROSS_LEADERS ? "across the islands' leaders" : "inside its island",
              hetccl_last_error());
     hetccl_last_error_set(msg);
@@ -331,11 +345,33 @@ ncclResult_t hetccl_hier_run(ncclComm_t comm, const hetccl_op_t *op) {
   return res;
 }
 
+/* The result of a staged call into the user's host buffer (blocking). */
+static ncclResult_t finish(ncclComm_t comm, const char *fn, hetccl_hier_stage_t *stage) {
+  ncclResult_t res = hetccl_hier_host_finish(comm, stage);
+  if (res != ncclSuccess) {
+    hetccl_comm_set_error(comm, res);
+    WARN("%s: rank %d: the hierarchical collective on host buffers failed on its stream", fn,
+         comm->rank);
+  }
+  return res;
+}
+
+ncclResult_t hetccl_hier_run(ncclComm_t comm, const hetccl_op_t *op) {
+  hetccl_hier_stage_t *stage;
+  ncclResult_t res = launch(comm, op, &stage);
+  if (stage) {
+    ncclResult_t r = finish(comm, op->fn, stage);
+    if (res == ncclSuccess || res == ncclInProgress) res = r;
+  }
+  return res;
+}
+
 /* --- inside a group ----------------------------------------------------------------- */
 
 typedef struct deferred {
   ncclComm_t comm;
   hetccl_op_t op;
+  hetccl_hier_stage_t *stage; /* host buffers staged at launch (hier_host.c) */
   struct deferred *next;
 } deferred_t;
 
@@ -361,14 +397,23 @@ ncclResult_t hetccl_hier_run_deferred(int drop) {
   deferred_t *d = deferred_head;
   deferred_head = deferred_last = NULL;
   ncclResult_t first = ncclSuccess;
+  /* Every form is launched before any staged one finishes (hier_host.c). */
+  for (deferred_t *k = d; k; k = k->next) {
+    k->stage = NULL;
+    if (drop || first != ncclSuccess) continue;
+    hetccl_comm_enter(k->comm);
+    ncclResult_t res = hetccl_comm_usable(k->comm, k->op.fn);
+    if (res == ncclSuccess) res = launch(k->comm, &k->op, &k->stage);
+    hetccl_comm_leave(k->comm);
+    if (res != ncclSuccess && res != ncclInProgress) first = res;
+  }
   while (d) {
     deferred_t *next = d->next;
-    if (!drop && first == ncclSuccess) {
+    if (d->stage) {
       hetccl_comm_enter(d->comm);
-      ncclResult_t res = hetccl_comm_usable(d->comm, d->op.fn);
-      if (res == ncclSuccess) res = hetccl_hier_run(d->comm, &d->op);
+      ncclResult_t res = finish(d->comm, d->op.fn, d->stage);
       hetccl_comm_leave(d->comm);
-      if (res != ncclSuccess && res != ncclInProgress) first = res;
+      if (res != ncclSuccess && first == ncclSuccess) first = res;
     }
     free(d);
     d = next;

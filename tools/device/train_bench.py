@@ -20,8 +20,10 @@ so the library each loads follows the environment given to it:
   ddp/NAME, pipe/NAME
                each --variant: the hetccl runs again with those variables
                set too (e.g. mapped:HETCCL_PLANE_REDUCE_READ=mapped for the
-               previous read path, or maxconn:CUDA_DEVICE_MAX_CONNECTIONS=32),
-               printed beside the others, not part of PASS/FAIL
+               previous read path, or maxconn:CUDA_DEVICE_MAX_CONNECTIONS=32,
+               or b100:T_BUCKET_MB=100 for DDP buckets of 100 MB instead
+               of torch's 25), printed beside the others, not part of
+               PASS/FAIL
 
 The model: `--layers` blocks of Linear(4096, 4096) + GELU in bf16 (16
 blocks: 268 M parameters), mean-square loss against a fixed target, SGD;
@@ -129,7 +131,10 @@ def worker(rank: int, world: int, kind: str, args, port: int, env: dict, q) -> N
 
 
 def ddp(rank: int, args, dev) -> dict:
-    net = torch.nn.parallel.DistributedDataParallel(model(args.layers, dev), device_ids=[dev])
+    # T_BUCKET_MB (a --variant may set it): DDP's bucket_cap_mb, torch's 25 by default
+    net = torch.nn.parallel.DistributedDataParallel(
+        model(args.layers, dev), device_ids=[dev],
+        bucket_cap_mb=float(os.environ.get("T_BUCKET_MB", "25")))
     secs, losses = timed_steps(args.steps, data_parallel_step(net, rank, dev), dev)
     return {"samples_per_s": dist.get_world_size() * BATCH * args.steps / secs,
             "losses": [float(l) for l in losses]}
