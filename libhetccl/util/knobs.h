@@ -138,8 +138,8 @@
     "device memory per receiving channel of a GPU rank (made at its first reduction) where arriving pieces wait for their reduction, so that a reduction kernel held back by the application's compute holds back neither the copy engines nor the sender; 0: reductions hold their slot until their kernel has run (docs/dataplane.md)") \
   X(PLANE_LANE_STREAMS, "HETCCL_PLANE_LANE_STREAMS", INT, "1", 1, 8,         \
     "streams a GPU rank spreads its pieces to or from one peer over (piece q on stream q mod N), so that one stream's copy fills the gap while another waits and signals; lowered to divide HETCCL_PLANE_SLOTS. 2 moves a long sendrecv faster but slowed DDP training (docs/dataplane.md)") \
-  X(PLANE_PRIORITY, "HETCCL_PLANE_PRIORITY", ENUM("high|normal"), "high", 0, 0, \
-    "priority of the data plane's own streams on a GPU: high (the device's greatest, so its reductions take SMs ahead of the application's compute; DDP trained 1.5-3 % faster in three runs) or normal") \
+  X(PLANE_PRIORITY, "HETCCL_PLANE_PRIORITY", ENUM("high|normal"), "normal", 0, 0, \
+    "priority of the data plane's own streams on a GPU: high (the device's greatest, so its reductions take SMs ahead of the application's compute) or normal") \
   X(PLANE_MAX_RANKS, "HETCCL_PLANE_MAX_RANKS", INT, "8", 2, 64,                \
     "largest communicator given a data plane (every pair of its ranks holds a channel of HETCCL_PLANE_SLOTS x HETCCL_PLANE_PIECE bytes)") \
   X(NVRTC_LIBRARY, "HETCCL_NVRTC_LIBRARY", STR, "", 0, 0,                       \
