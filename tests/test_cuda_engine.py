@@ -157,6 +157,37 @@ def test_hierarchical_island_of_two_gpus_given_host_buffers(tmp_path, modes):
         ["hierarchical:nccl", "hierarchical:nccl", "hierarchical:engine"], results
 
 
+@pytest.mark.parametrize("buf", ["device", "host"])
+def test_one_thread_drives_two_gpu_ranks_of_an_island(tmp_path, buf):
+    """ncclCommInitAll's layout inside a hierarchical communicator: one
+    thread initialises and drives ranks 0 and 1 (GPUs 0 and 1, one island
+    that NCCL serves), each call of the two in a group, beside a host rank
+    in another process. The vendor needs both ranks' calls of a phase in
+    one group, so the group's forms run in step (core/hier_ops.c), two of
+    them (AllReduce and AllGather) in one group; on host buffers the staged
+    ones finish after all are launched (core/hier_host.c). Checked against
+    numpy on every rank."""
+    import torch
+    if torch.cuda.device_count() < 2:
+        pytest.skip("needs two GPUs")
+    envs = []
+    for role in ("pair", "host"):
+        env = dict(os.environ, T_LIB=str(LIB), T_ROLE=role, T_BUF=buf,
+                   T_ID_FILE=str(tmp_path / "id"), HETCCL_ISLANDS="0,0,1",
+                   NCCL_NVLS_ENABLE="0", HETCCL_DEBUG="WARN")
+        if role == "host":
+            env["HETCCL_DEVICE"] = "host"
+        envs.append(env)
+    pair, host = run_ranks(Path(__file__).with_name("cuda_pair_rank.py"), envs, 240)
+    assert pair["backend"] == ["hierarchical:nccl"] * 2, pair
+    assert host["backend"] == ["hierarchical:engine"], host
+    for res in (pair, host):
+        bad = {k: v for k, v in res.items()
+               if v is False or k.endswith(".first_bad") or (k.startswith("async") and v)}
+        assert not bad, bad
+    assert sum(k.startswith("allreduce/") for k in pair) == 4, pair
+
+
 def test_hierarchical_bandwidth_is_reported(tmp_path):
     """Not a speed goal: the same three ranks (two GPUs in one island, a
     host rank in another) with HETCCL_HIER=1 and 0, rank 0's busbw and the

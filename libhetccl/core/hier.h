@@ -61,8 +61,12 @@ ncclResult_t hetccl_hier_setup(ncclComm_t comm);
  * memory waits for the whole device, where a thread that drives several
  * ranks would wait for work that needs its next call. The phases that use
  * it run in the island communicator's and the leaders' order, which NCCL
- * and the engine keep per communicator, so two calls never overlap on it. */
+ * and the engine keep per communicator, so two calls never overlap on it;
+ * the collectives of one group, which run in step (hier_ops.c), each get
+ * a part of the block of their own. */
 ncclResult_t hetccl_hier_scratch(ncclComm_t comm, size_t bytes, const void *like, void **out);
+/* Whether scratch like `like` is device memory (1) or host memory (0). */
+ncclResult_t hetccl_hier_scratch_kind(ncclComm_t comm, const void *like, int *device);
 void hetccl_hier_map_free(ncclComm_t comm, hetccl_hier_map_t *m);
 
 /* A device block of `bytes` on comm's device, allocated with that device

@@ -83,15 +83,45 @@ int hetccl_hier_applies(ncclComm_t comm, const hetccl_op_t *op) {
 /* Where the phase that failed ran, for the message. */
 typedef enum { IN_ISLAND, ACROSS_LEADERS } where_t;
 
+/* A form's phases fall in numbered slots, the same on every rank (the
+ * table's columns: 0 inside first, 1 across, 2 and 3 inside last), a rank
+ * skipping the slots it has no part in. `want` runs one slot (a group's
+ * forms move in step, below) or, at -1, all. */
+#define HIER_SLOTS 4
+#define ALL_SLOTS (-1)
+
 typedef struct form {
   ncclComm_t comm;
   const hetccl_op_t *op;
   const hetccl_hier_map_t *map;
   int mine;    /* this rank's island */
   size_t elem; /* bytes per element */
+  int want;    /* the slot to run, or ALL_SLOTS */
+  void *scratch; /* partial results: this form's own part (in step with others), or NULL:
+                    the map's block */
   where_t where;
   int step;    /* phases traced so far (trace/trace.h) */
 } form_t;
+
+static int skip(const form_t *f, int slot) { return f->want != ALL_SLOTS && f->want != slot; }
+
+/* Where a leader keeps partial results no user buffer has room for. */
+static ncclResult_t partials(form_t *f, size_t bytes, void **out) {
+  if (f->scratch) {
+    *out = f->scratch;
+    return ncclSuccess;
+  }
+  return hetccl_hier_scratch(f->comm, bytes, f->op->sendbuf, out);
+}
+
+/* The bytes of partial results op's form keeps here (its `partials`). */
+static size_t partials_bytes(ncclComm_t c, const hetccl_op_t *op) {
+  size_t n = op->count * hetccl_dtype_size(op->dtype);
+  if (!c->leaders || !c->island) return 0;
+  if (op->kind == HETCCL_OP_Reduce) return c->rank != op->root ? n : 0;
+  if (op->kind == HETCCL_OP_ReduceScatter) return (size_t)c->nranks * n;
+  return 0;
+}
 
 /* A phase's event, when tracing (t0 from HETCCL_TRACE_BEGIN()). */
 static void traced(form_t *f, const hetccl_op_t *p, uint64_t t0) {
@@ -100,9 +130,11 @@ static void traced(form_t *f, const hetccl_op_t *p, uint64_t t0) {
                             p, f->step++, t0);
 }
 
-/* One phase: op as `kind` on c (forwarded or engine), count elements. */
-static ncclResult_t phase(form_t *f, where_t where, hetccl_op_kind_t kind, const void *send,
-                          void *recv, size_t count, int root) {
+/* One phase in `slot`: op as `kind` on c (forwarded or engine), count
+ * elements. */
+static ncclResult_t phase(form_t *f, int slot, where_t where, hetccl_op_kind_t kind,
+                          const void *send, void *recv, size_t count, int root) {
+  if (skip(f, slot)) return ncclSuccess;
   hetccl_op_t p = *f->op;
   p.kind = kind;
   p.sendbuf = send;
@@ -121,6 +153,7 @@ static ncclResult_t phase(form_t *f, where_t where, hetccl_op_kind_t kind, const
   return res;
 }
 
+/* A send or receive inside the island (its caller checks the slot). */
 static ncclResult_t p2p(form_t *f, hetccl_op_kind_t kind, void *buf, size_t count, int peer) {
   hetccl_op_t p = *f->op;
   p.kind = kind;
@@ -156,14 +189,15 @@ static ncclResult_t all_reduce(form_t *f) {
   ncclComm_t c = f->comm;
   const void *across = op->sendbuf;
   if (c->island) {
-    HETCCL_CHECK(phase(f, IN_ISLAND, HETCCL_OP_Reduce, op->sendbuf, op->recvbuf, op->count, 0));
+    HETCCL_CHECK(phase(f, 0, IN_ISLAND, HETCCL_OP_Reduce, op->sendbuf, op->recvbuf, op->count, 0));
     across = op->recvbuf;
   }
   if (c->leaders)
-    HETCCL_CHECK(phase(f, ACROSS_LEADERS, HETCCL_OP_AllReduce, across, op->recvbuf, op->count,
+    HETCCL_CHECK(phase(f, 1, ACROSS_LEADERS, HETCCL_OP_AllReduce, across, op->recvbuf, op->count,
                        HETCCL_NO_ROOT));
   if (c->island)
-    HETCCL_CHECK(phase(f, IN_ISLAND, HETCCL_OP_Broadcast, op->recvbuf, op->recvbuf, op->count, 0));
+    HETCCL_CHECK(
+        phase(f, 2, IN_ISLAND, HETCCL_OP_Broadcast, op->recvbuf, op->recvbuf, op->count, 0));
   return ncclSuccess;
 }
 
@@ -175,18 +209,18 @@ static ncclResult_t broadcast(form_t *f) {
   void *buf = op->recvbuf;
   if (f->mine == from) {
     if (c->island)
-      HETCCL_CHECK(phase(f, IN_ISLAND, HETCCL_OP_Broadcast, send, buf, op->count,
+      HETCCL_CHECK(phase(f, 0, IN_ISLAND, HETCCL_OP_Broadcast, send, buf, op->count,
                          island_rank(f->map, op->root)));
     /* A leader alone in its island is the root itself. */
     if (c->leaders)
-      HETCCL_CHECK(phase(f, ACROSS_LEADERS, HETCCL_OP_Broadcast, c->island ? buf : send, buf,
+      HETCCL_CHECK(phase(f, 1, ACROSS_LEADERS, HETCCL_OP_Broadcast, c->island ? buf : send, buf,
                          op->count, from));
     return ncclSuccess;
   }
   if (c->leaders)
-    HETCCL_CHECK(phase(f, ACROSS_LEADERS, HETCCL_OP_Broadcast, buf, buf, op->count, from));
+    HETCCL_CHECK(phase(f, 1, ACROSS_LEADERS, HETCCL_OP_Broadcast, buf, buf, op->count, from));
   if (c->island)
-    HETCCL_CHECK(phase(f, IN_ISLAND, HETCCL_OP_Broadcast, buf, buf, op->count, 0));
+    HETCCL_CHECK(phase(f, 2, IN_ISLAND, HETCCL_OP_Broadcast, buf, buf, op->count, 0));
   return ncclSuccess;
 }
 
@@ -195,8 +229,8 @@ static ncclResult_t reduce(form_t *f) {
   ncclComm_t c = f->comm;
   int to = f->map->of[op->root], root_leads = f->map->first[to] == op->root;
   if (!c->leaders) { /* inside an island only; the root may be here */
-    HETCCL_CHECK(phase(f, IN_ISLAND, HETCCL_OP_Reduce, op->sendbuf, op->recvbuf, op->count, 0));
-    if (c->rank == op->root && !root_leads)
+    HETCCL_CHECK(phase(f, 0, IN_ISLAND, HETCCL_OP_Reduce, op->sendbuf, op->recvbuf, op->count, 0));
+    if (c->rank == op->root && !root_leads && !skip(f, 2))
       HETCCL_CHECK(p2p(f, HETCCL_OP_Recv, op->recvbuf, op->count, 0));
     return ncclSuccess;
   }
@@ -204,14 +238,14 @@ static ncclResult_t reduce(form_t *f) {
    * where it is the root; then, at the root's leader, the whole result. */
   void *acc = op->recvbuf;
   if (c->rank != op->root && c->island)
-    HETCCL_CHECK(hetccl_hier_scratch(c, op->count * f->elem, op->sendbuf, &acc));
+    HETCCL_CHECK(partials(f, op->count * f->elem, &acc));
   const void *across = op->sendbuf;
   if (c->island) {
-    HETCCL_CHECK(phase(f, IN_ISLAND, HETCCL_OP_Reduce, op->sendbuf, acc, op->count, 0));
+    HETCCL_CHECK(phase(f, 0, IN_ISLAND, HETCCL_OP_Reduce, op->sendbuf, acc, op->count, 0));
     across = acc;
   }
-  HETCCL_CHECK(phase(f, ACROSS_LEADERS, HETCCL_OP_Reduce, across, acc, op->count, to));
-  if (f->mine == to && !root_leads)
+  HETCCL_CHECK(phase(f, 1, ACROSS_LEADERS, HETCCL_OP_Reduce, across, acc, op->count, to));
+  if (f->mine == to && !root_leads && !skip(f, 2))
     HETCCL_CHECK(p2p(f, HETCCL_OP_Send, acc, op->count, island_rank(f->map, op->root)));
   return ncclSuccess;
 }
@@ -223,28 +257,30 @@ static ncclResult_t all_gather(form_t *f) {
   ncclComm_t c = f->comm;
   size_t n = op->count, first = (size_t)m->first[f->mine], size = (size_t)m->size[f->mine];
   void *slice = at(op->recvbuf, first * n, f->elem);
-  if (c->island) HETCCL_CHECK(phase(f, IN_ISLAND, HETCCL_OP_AllGather, op->sendbuf, slice, n, 0));
+  if (c->island)
+    HETCCL_CHECK(phase(f, 0, IN_ISLAND, HETCCL_OP_AllGather, op->sendbuf, slice, n, 0));
   if (c->leaders) {
     if (m->equal) {
-      HETCCL_CHECK(phase(f, ACROSS_LEADERS, HETCCL_OP_AllGather, slice, op->recvbuf, size * n,
+      HETCCL_CHECK(phase(f, 1, ACROSS_LEADERS, HETCCL_OP_AllGather, slice, op->recvbuf, size * n,
                          HETCCL_NO_ROOT));
     } else {
       for (int i = 0; i < m->islands; i++) {
         void *s = at(op->recvbuf, (size_t)m->first[i] * n, f->elem);
         const void *from = i == f->mine && !c->island ? op->sendbuf : s;
-        HETCCL_CHECK(
-            phase(f, ACROSS_LEADERS, HETCCL_OP_Broadcast, from, s, (size_t)m->size[i] * n, i));
+        HETCCL_CHECK(phase(f, 1, ACROSS_LEADERS, HETCCL_OP_Broadcast, from, s,
+                           (size_t)m->size[i] * n, i));
       }
     }
   }
   if (c->island) { /* the other islands' slices: before this one's, and after */
     size_t after = first + size, total = (size_t)c->nranks;
     if (first > 0)
-      HETCCL_CHECK(phase(f, IN_ISLAND, HETCCL_OP_Broadcast, op->recvbuf, op->recvbuf,
+      HETCCL_CHECK(phase(f, 2, IN_ISLAND, HETCCL_OP_Broadcast, op->recvbuf, op->recvbuf,
                          first * n, 0));
     if (after < total) {
       void *rest = at(op->recvbuf, after * n, f->elem);
-      HETCCL_CHECK(phase(f, IN_ISLAND, HETCCL_OP_Broadcast, rest, rest, (total - after) * n, 0));
+      HETCCL_CHECK(
+          phase(f, 3, IN_ISLAND, HETCCL_OP_Broadcast, rest, rest, (total - after) * n, 0));
     }
   }
   return ncclSuccess;
@@ -260,30 +296,30 @@ static ncclResult_t reduce_scatter(form_t *f) {
   size_t n = op->count, total = (size_t)c->nranks * n;
   size_t first = (size_t)m->first[f->mine], size = (size_t)m->size[f->mine];
   if (!c->leaders) {
-    HETCCL_CHECK(phase(f, IN_ISLAND, HETCCL_OP_Reduce, op->sendbuf, op->recvbuf, total, 0));
-    return p2p(f, HETCCL_OP_Recv, op->recvbuf, n, 0);
+    HETCCL_CHECK(phase(f, 0, IN_ISLAND, HETCCL_OP_Reduce, op->sendbuf, op->recvbuf, total, 0));
+    return skip(f, 2) ? ncclSuccess : p2p(f, HETCCL_OP_Recv, op->recvbuf, n, 0);
   }
   void *acc = NULL;
   const void *in = op->sendbuf;
   if (c->island) {
-    HETCCL_CHECK(hetccl_hier_scratch(c, total * f->elem, op->sendbuf, &acc));
-    HETCCL_CHECK(phase(f, IN_ISLAND, HETCCL_OP_Reduce, op->sendbuf, acc, total, 0));
+    HETCCL_CHECK(partials(f, total * f->elem, &acc));
+    HETCCL_CHECK(phase(f, 0, IN_ISLAND, HETCCL_OP_Reduce, op->sendbuf, acc, total, 0));
     in = acc;
   }
   /* Alone in its island, a leader's slice is its own block: recvbuf. */
   void *mine = c->island ? at(acc, first * n, f->elem) : op->recvbuf;
   if (m->equal) {
-    HETCCL_CHECK(phase(f, ACROSS_LEADERS, HETCCL_OP_ReduceScatter, in, mine, size * n,
+    HETCCL_CHECK(phase(f, 1, ACROSS_LEADERS, HETCCL_OP_ReduceScatter, in, mine, size * n,
                        HETCCL_NO_ROOT));
   } else {
     for (int i = 0; i < m->islands; i++) {
       const void *s = at(in, (size_t)m->first[i] * n, f->elem);
       void *out = i == f->mine ? mine : (void *)s; /* read only where not the root */
       HETCCL_CHECK(
-          phase(f, ACROSS_LEADERS, HETCCL_OP_Reduce, s, out, (size_t)m->size[i] * n, i));
+          phase(f, 1, ACROSS_LEADERS, HETCCL_OP_Reduce, s, out, (size_t)m->size[i] * n, i));
     }
   }
-  if (!c->island) return ncclSuccess;
+  if (!c->island || skip(f, 2)) return ncclSuccess;
   /* One phase in the trace: the sends and receives run at the group's end. */
   uint64_t t0 = HETCCL_TRACE_BEGIN();
   ncclResult_t res = hetccl_GroupStart();
@@ -302,39 +338,33 @@ static ncclResult_t reduce_scatter(form_t *f) {
 
 /* --- running ---------------------------------------------------------------------- */
 
-/* Launch op's form on comm's stream; host buffers of a vendor island are
- * staged (core/hier_host.c): *stage is then set, for the caller to finish
- * once it may block. */
-static ncclResult_t launch(ncclComm_t comm, const hetccl_op_t *user, hetccl_hier_stage_t **stage) {
-  hetccl_op_t op = *user;
-  *stage = NULL;
-  ncclResult_t res = hetccl_hier_host_begin(comm, &op, stage);
-  form_t f = {.comm = comm, .op = &op, .map = comm->hier_map,
-              .mine = comm->hier_map->of[comm->rank], .elem = hetccl_dtype_size(op.dtype),
-              .where = IN_ISLAND};
-  if (res == ncclSuccess) {
-    TRACE(HETCCL_COLL, "%s rank %d: hierarchical, %zu x %s, island %d of %d ranks%s", op.fn,
-          comm->rank, op.count, hetccl_dtype_name(op.dtype), f.mine, f.map->size[f.mine],
+/* Launch `want` (a slot, or ALL_SLOTS) of op's form on comm. A failure
+ * fails the communicator and its siblings, the message saying where. */
+static ncclResult_t launch(ncclComm_t comm, const hetccl_op_t *op, int want, void *scratch) {
+  form_t f = {.comm = comm, .op = op, .map = comm->hier_map,
+              .mine = comm->hier_map->of[comm->rank], .elem = hetccl_dtype_size(op->dtype),
+              .want = want, .scratch = scratch, .where = IN_ISLAND};
+  if (want == ALL_SLOTS || want == 0)
+    TRACE(HETCCL_COLL, "%s rank %d: hierarchical, %zu x %s, island %d of %d ranks%s", op->fn,
+          comm->rank, op->count, hetccl_dtype_name(op->dtype), f.mine, f.map->size[f.mine],
           comm->leaders ? ", leader" : "");
-    switch (op.kind) {
-      case HETCCL_OP_AllReduce: res = all_reduce(&f); break;
-      case HETCCL_OP_Broadcast:
-      case HETCCL_OP_Bcast: res = broadcast(&f); break;
-      case HETCCL_OP_Reduce: res = reduce(&f); break;
-      case HETCCL_OP_AllGather: res = all_gather(&f); break;
-      case HETCCL_OP_ReduceScatter: res = reduce_scatter(&f); break;
-      default: WARN("%s: no hierarchical form", op.fn); return ncclInternalError;
-    }
+  ncclResult_t res;
+  switch (op->kind) {
+    case HETCCL_OP_AllReduce: res = all_reduce(&f); break;
+    case HETCCL_OP_Broadcast:
+    case HETCCL_OP_Bcast: res = broadcast(&f); break;
+    case HETCCL_OP_Reduce: res = reduce(&f); break;
+    case HETCCL_OP_AllGather: res = all_gather(&f); break;
+    case HETCCL_OP_ReduceScatter: res = reduce_scatter(&f); break;
+    default: WARN("%s: no hierarchical form", op->fn); return ncclInternalError;
   }
-  if (res == ncclSuccess && *stage) res = hetccl_hier_host_return(comm, *stage);
   if (res != ncclSuccess && res != ncclInProgress) {
-    *stage = NULL; /* stays busy: the stream may still use it */
     /* The phase logged its cause, naming ranks as this communicator does
      * (its engine and transports have the map); the message returned here
      * adds where it ran, and goes to the siblings as why. */
     char msg[HETCCL_ERRMSG_BYTES];
-    snprintf(msg, sizeof(msg), "%s: rank %d: hierarchical %s failed %s: %.900s", op.fn,
-             comm->rank, hetccl_func_name(hetccl_op_func(op.kind)),
+    snprintf(msg, sizeof(msg), "%s: rank %d: hierarchical %s failed %s: %.900s", op->fn,
+             comm->rank, hetccl_func_name(hetccl_op_func(op->kind)),
              f.where == ACROSS_LEADERS ? "across the islands' leaders" : "inside its island",
              hetccl_last_error());
     hetccl_last_error_set(msg);
@@ -344,6 +374,8 @@ static ncclResult_t launch(ncclComm_t comm, const hetccl_op_t *user, hetccl_hier
   }
   return res;
 }
+
+static int failed(ncclResult_t res) { return res != ncclSuccess && res != ncclInProgress; }
 
 /* The result of a staged call into the user's host buffer (blocking). */
 static ncclResult_t finish(ncclComm_t comm, const char *fn, hetccl_hier_stage_t *stage) {
@@ -356,13 +388,13 @@ static ncclResult_t finish(ncclComm_t comm, const char *fn, hetccl_hier_stage_t 
   return res;
 }
 
-ncclResult_t hetccl_hier_run(ncclComm_t comm, const hetccl_op_t *op) {
-  hetccl_hier_stage_t *stage;
-  ncclResult_t res = launch(comm, op, &stage);
-  if (stage) {
-    ncclResult_t r = finish(comm, op->fn, stage);
-    if (res == ncclSuccess || res == ncclInProgress) res = r;
-  }
+ncclResult_t hetccl_hier_run(ncclComm_t comm, const hetccl_op_t *user) {
+  hetccl_op_t op = *user;
+  hetccl_hier_stage_t *stage = NULL;
+  ncclResult_t res = hetccl_hier_host_begin(comm, &op, &stage);
+  if (res == ncclSuccess) res = launch(comm, &op, ALL_SLOTS, NULL);
+  if (!failed(res) && stage) res = hetccl_hier_host_return(comm, stage);
+  if (!failed(res) && stage) res = finish(comm, op.fn, stage);
   return res;
 }
 
@@ -371,7 +403,10 @@ ncclResult_t hetccl_hier_run(ncclComm_t comm, const hetccl_op_t *op) {
 typedef struct deferred {
   ncclComm_t comm;
   hetccl_op_t op;
-  hetccl_hier_stage_t *stage; /* host buffers staged at launch (hier_host.c) */
+  hetccl_hier_stage_t *stage; /* host buffers staged (hier_host.c) */
+  void *scratch;              /* its part of the partial results' block */
+  size_t partials;            /* bytes of it */
+  ncclResult_t res;
   struct deferred *next;
 } deferred_t;
 
@@ -386,6 +421,10 @@ ncclResult_t hetccl_hier_defer(ncclComm_t comm, const hetccl_op_t *op) {
   d->comm = comm;
   d->op = *op;
   d->op.config = NULL;
+  d->stage = NULL;
+  d->scratch = NULL;
+  d->partials = 0;
+  d->res = ncclSuccess;
   d->next = NULL;
   if (deferred_last) deferred_last->next = d;
   else deferred_head = d;
@@ -393,30 +432,84 @@ ncclResult_t hetccl_hier_defer(ncclComm_t comm, const hetccl_op_t *op) {
   return ncclSuccess;
 }
 
-ncclResult_t hetccl_hier_run_deferred(int drop) {
-  deferred_t *d = deferred_head;
-  deferred_head = deferred_last = NULL;
-  ncclResult_t first = ncclSuccess;
-  /* Every form is launched before any staged one finishes (hier_host.c). */
-  for (deferred_t *k = d; k; k = k->next) {
-    k->stage = NULL;
-    if (drop || first != ncclSuccess) continue;
-    hetccl_comm_enter(k->comm);
-    ncclResult_t res = hetccl_comm_usable(k->comm, k->op.fn);
-    if (res == ncclSuccess) res = launch(k->comm, &k->op, &k->stage);
-    hetccl_comm_leave(k->comm);
-    if (res != ncclSuccess && res != ncclInProgress) first = res;
+#define PARTIALS_ALIGN 256
+
+/* Each kept form that holds partial results gets a part of its
+ * communicator's block of their kind of memory, as they run in step. */
+static ncclResult_t share_partials(deferred_t *head) {
+  for (deferred_t *d = head; d; d = d->next) {
+    d->partials = d->res == ncclSuccess ? partials_bytes(d->comm, &d->op) : 0;
+    d->scratch = NULL;
   }
-  while (d) {
-    deferred_t *next = d->next;
-    if (d->stage) {
-      hetccl_comm_enter(d->comm);
-      ncclResult_t res = finish(d->comm, d->op.fn, d->stage);
-      hetccl_comm_leave(d->comm);
-      if (res != ncclSuccess && first == ncclSuccess) first = res;
+  for (deferred_t *d = head; d; d = d->next) {
+    if (!d->partials || d->scratch) continue;
+    int kind, k;
+    HETCCL_CHECK(hetccl_hier_scratch_kind(d->comm, d->op.sendbuf, &kind));
+    size_t total = 0;
+    deferred_t *e;
+    for (e = d; e; e = e->next) {
+      if (!e->partials || e->scratch || e->comm != d->comm) continue;
+      HETCCL_CHECK(hetccl_hier_scratch_kind(e->comm, e->op.sendbuf, &k));
+      if (k == kind) total += (e->partials + PARTIALS_ALIGN - 1) / PARTIALS_ALIGN * PARTIALS_ALIGN;
     }
-    free(d);
-    d = next;
+    char *base;
+    HETCCL_CHECK(hetccl_hier_scratch(d->comm, total, d->op.sendbuf, (void **)&base));
+    for (e = d; e; e = e->next) {
+      if (!e->partials || e->scratch || e->comm != d->comm) continue;
+      HETCCL_CHECK(hetccl_hier_scratch_kind(e->comm, e->op.sendbuf, &k));
+      if (k != kind) continue;
+      e->scratch = base;
+      base += (e->partials + PARTIALS_ALIGN - 1) / PARTIALS_ALIGN * PARTIALS_ALIGN;
+    }
+  }
+  return ncclSuccess;
+}
+
+/* The kept forms move in step: slot k of every one of them in one group,
+ * then slot k + 1. One thread may drive several ranks of an island (as
+ * ncclCommInitAll's callers do), and the vendor then needs their calls of
+ * one phase in one group, as NCCL does for any calls of several ranks from
+ * one thread; slots are numbered alike on every rank, so each
+ * communicator still sees its calls in the same order on all its ranks.
+ * Staged host buffers are handed back once every form is launched. */
+ncclResult_t hetccl_hier_run_deferred(int drop) {
+  deferred_t *head = deferred_head;
+  deferred_head = deferred_last = NULL;
+  if (!head) return ncclSuccess; /* also the groups below, which end here again */
+  ncclResult_t first = ncclSuccess;
+  for (deferred_t *d = head; d && !drop; d = d->next) {
+    hetccl_comm_enter(d->comm);
+    d->res = hetccl_comm_usable(d->comm, d->op.fn);
+    if (d->res == ncclSuccess) d->res = hetccl_hier_host_begin(d->comm, &d->op, &d->stage);
+    hetccl_comm_leave(d->comm);
+    if (failed(d->res) && first == ncclSuccess) first = d->res;
+  }
+  if (!drop && first == ncclSuccess) first = share_partials(head);
+  for (int slot = 0; slot < HIER_SLOTS && !drop && first == ncclSuccess; slot++) {
+    ncclResult_t res = hetccl_GroupStart();
+    for (deferred_t *d = head; d && res == ncclSuccess; d = d->next) {
+      hetccl_comm_enter(d->comm);
+      d->res = launch(d->comm, &d->op, slot, d->scratch);
+      hetccl_comm_leave(d->comm);
+      if (failed(d->res)) res = d->res;
+    }
+    ncclResult_t end = hetccl_GroupEnd();
+    if (failed(res)) first = res;
+    else if (failed(end)) first = end;
+  }
+  for (deferred_t *d = head; d; d = d->next)
+    if (d->stage && first == ncclSuccess) first = hetccl_hier_host_return(d->comm, d->stage);
+  while (head) {
+    deferred_t *next = head->next;
+    /* A staged form that failed, or whose group did, keeps its blocks busy. */
+    if (head->stage && first == ncclSuccess) {
+      hetccl_comm_enter(head->comm);
+      ncclResult_t res = finish(head->comm, head->op.fn, head->stage);
+      hetccl_comm_leave(head->comm);
+      if (failed(res)) first = res;
+    }
+    free(head);
+    head = next;
   }
   return first;
 }
