@@ -95,9 +95,10 @@ int hetccl_hier_applies(ncclComm_t comm, const hetccl_op_t *op);
 ncclResult_t hetccl_hier_run(ncclComm_t comm, const hetccl_op_t *op);
 
 /* Inside a group: keep op (copied) for the outermost group end, which
- * runs the kept operations in call order once the group's other work and
- * the vendor's group are launched, or drops them (drop: the group failed
- * or was only simulated). Returns the first failure. Per thread. */
+ * runs the kept operations once the group's other work and the vendor's
+ * group are launched, in step (slot by slot, each slot one group:
+ * core/hier_ops.c), or drops them (drop: the group failed or was only
+ * simulated). Returns the first failure. Per thread. */
 ncclResult_t hetccl_hier_defer(ncclComm_t comm, const hetccl_op_t *op);
 ncclResult_t hetccl_hier_run_deferred(int drop);
 

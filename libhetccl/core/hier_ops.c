@@ -38,8 +38,12 @@
  * vendor call would only start at the vendor's group end, after the
  * leaders' phase that needs its result): the operation is kept, checked,
  * and runs at the outermost ncclGroupEnd, after the group's other work and
- * the vendor's group have been launched (hetccl_hier_run_deferred); the
- * staged ones finish after every kept form is launched.
+ * the vendor's group have been launched (hetccl_hier_run_deferred). The
+ * kept forms then run in step: their phases fall in slots numbered alike
+ * on every rank (the table's columns: 0 inside first, 1 across, 2 and 3
+ * inside last), and slot k of all of them goes in one group before slot
+ * k + 1, so that one thread may drive several ranks of a vendor island;
+ * the staged ones finish after every kept form is launched.
  *
  * A failing phase fails the communicator and its siblings, and the
  * message says which phase (inside the island, across the leaders).
