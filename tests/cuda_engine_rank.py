@@ -18,46 +18,17 @@ import time
 
 import numpy as np
 
+from nccl_ctypes import I, P, UniqueId, checker, load
 from rank_procs import publish, wait_for
 
-LIB = ctypes.CDLL(os.environ["T_LIB"])
+LIB = load(os.environ["T_LIB"])
 RANK = int(os.environ["T_RANK"])
 N = int(os.environ["T_NRANKS"])
 MODE = os.environ.get("T_MODE", "cuda")
-P, I, S = ctypes.c_void_p, ctypes.c_int, ctypes.c_size_t
 
 FLOAT32, INT32, SUM, MAX = 7, 2, 0, 2  # ncclFloat32, ncclInt32, ncclSum, ncclMax
 IN_PROGRESS, INVALID_USAGE = 7, 5
-
-
-class UniqueId(ctypes.Structure):
-    _fields_ = [("internal", ctypes.c_char * 128)]
-
-
-for name, args in {
-    "ncclAllReduce": [P, P, S, I, I, P, P],
-    "ncclBroadcast": [P, P, S, I, I, P, P],
-    "ncclReduce": [P, P, S, I, I, I, P, P],
-    "ncclAllGather": [P, P, S, I, P, P],
-    "ncclReduceScatter": [P, P, S, I, I, P, P],
-    "ncclAlltoAll": [P, P, S, I, P, P],
-    "ncclGather": [P, P, S, I, I, P, P],
-    "ncclScatter": [P, P, S, I, I, P, P],
-    "ncclSend": [P, S, I, I, P, P],
-    "ncclRecv": [P, S, I, I, P, P],
-    "ncclCommInitRank": [ctypes.POINTER(P), I, UniqueId, I],
-    "ncclGetUniqueId": [ctypes.POINTER(UniqueId)],
-    "ncclCommDestroy": [P],
-    "ncclCommGetAsyncError": [P, ctypes.POINTER(I)],
-    "ncclGetLastError": [P],
-}.items():
-    getattr(LIB, name).argtypes = args
-LIB.ncclGetLastError.restype = ctypes.c_char_p
-
-
-def check(rc: int, what: str) -> None:
-    if rc != 0:
-        raise RuntimeError(f"{what} returned {rc}: {(LIB.ncclGetLastError(None) or b'').decode()}")
+check = checker(LIB)
 
 
 def exchange_id() -> UniqueId:
@@ -300,7 +271,6 @@ def main() -> None:
         faulthandler.dump_traceback_later(float(os.environ["T_HANG_DUMP"]), exit=True)
     comm = P()
     check(LIB.ncclCommInitRank(ctypes.byref(comm), N, exchange_id(), RANK), "ncclCommInitRank")
-    LIB.hetcclCommBackend.restype = ctypes.c_char_p
     results = {"backend": LIB.hetcclCommBackend(comm).decode()}
     for name in os.environ.get("T_CHECKS", "sweep").split(","):
         results.update(CHECKS[name](comm))

@@ -19,42 +19,16 @@ import sys
 
 import numpy as np
 
+from nccl_ctypes import I, P, UniqueId, checker, load
 from rank_procs import publish, wait_for
 
-LIB = ctypes.CDLL(os.environ["T_LIB"])
+LIB = load(os.environ["T_LIB"])
 ROLE = os.environ["T_ROLE"]
 BUF = os.environ.get("T_BUF", "device")
 N = 3
 MINE = [0, 1] if ROLE == "pair" else [2]
-P, I, S = ctypes.c_void_p, ctypes.c_int, ctypes.c_size_t
 FLOAT32, SUM, MAX = 7, 0, 2
-
-
-class UniqueId(ctypes.Structure):
-    _fields_ = [("internal", ctypes.c_char * 128)]
-
-
-for name, args in {
-    "ncclAllReduce": [P, P, S, I, I, P, P],
-    "ncclBroadcast": [P, P, S, I, I, P, P],
-    "ncclReduce": [P, P, S, I, I, I, P, P],
-    "ncclAllGather": [P, P, S, I, P, P],
-    "ncclReduceScatter": [P, P, S, I, I, P, P],
-    "ncclCommInitRank": [ctypes.POINTER(P), I, UniqueId, I],
-    "ncclGetUniqueId": [ctypes.POINTER(UniqueId)],
-    "ncclCommDestroy": [P],
-    "ncclCommGetAsyncError": [P, ctypes.POINTER(I)],
-    "ncclGetLastError": [P],
-    "hetcclCommBackend": [P],
-}.items():
-    getattr(LIB, name).argtypes = args
-LIB.ncclGetLastError.restype = ctypes.c_char_p
-LIB.hetcclCommBackend.restype = ctypes.c_char_p
-
-
-def check(rc: int, what: str) -> None:
-    if rc != 0:
-        raise RuntimeError(f"{what} returned {rc}: {(LIB.ncclGetLastError(None) or b'').decode()}")
+check = checker(LIB)
 
 
 if ROLE == "pair":
