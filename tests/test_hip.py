@@ -218,7 +218,10 @@ def test_hip_island_goes_to_rccl_in_a_hierarchy(tmp_path: Path, fakes: Dict[str,
     """Two HIP ranks and a CUDA rank (core/hier.h): the HIP island's phases
     go to RCCL, the CUDA rank is alone in its island. The stand-in RCCL
     moves no data, so the in-place AllReduce of 1, 2, 3 leaves 1 + 2 on the
-    two leaders (ranks 0 and 1, the engine's phase) and 3 on rank 2."""
+    two leaders (ranks 0 and 1, the engine's phase) and 3 on rank 2. The
+    HIP ranks' buffers are host memory, which RCCL cannot reach: they are
+    staged through the stand-in HIP runtime's device memory, in place
+    (core/hier_host.c), and the call returns with the result in them."""
     cuda = {"T_PRELOAD": f"{fakes['cuda']}:{fakes['cudart']}",
             "HETCCL_NCCL_LIBRARY": str(fakes["nccl"])}
     results = start_ranks(tmp_path, [hip_env(fakes), cuda, hip_env(fakes)])

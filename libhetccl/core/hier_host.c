@@ -30,7 +30,9 @@
  *   ReduceScatter   sendbuf (nranks x count)  recvbuf (count)
  *
  * Each buffer is staged only where it is host memory (a device sendbuf with
- * a host recvbuf stages the recvbuf alone). The blocks come in pairs (a
+ * a host recvbuf stages the recvbuf alone). An in-place call (the two
+ * ranges overlap, as NCCL's in-place AllGather and ReduceScatter do) is
+ * staged as one area covering both, so the vendor sees it in place too. The blocks come in pairs (a
  * device block and a pinned block of one size) from a pool per
  * communicator kept in its map: a pair is busy from begin to finish, so
  * every pair is idle between calls; a call takes an idle pair large enough,
@@ -159,32 +161,43 @@ ncclResult_t hetccl_hier_host_begin(ncclComm_t comm, hetccl_op_t *op,
          comm->island->vendor->name, op->stream);
     return ncclInvalidUsage;
   }
-  size_t recv_at = send_host ? align_up(send_len) : 0;
+  /* In place (the two ranges overlap): one area covering both, copied in
+   * whole, so that the vendor sees the call in place as it was made. Else
+   * the send area, then the receive area. */
+  const char *sb = op->sendbuf, *rb = op->recvbuf;
+  int in_place = send_host && recv_host && send_len && recv_len && sb < rb + recv_len &&
+                 rb < sb + send_len;
+  const char *lo = in_place ? (sb < rb ? sb : rb) : NULL;
+  size_t whole = in_place ? (size_t)((sb + send_len > rb + recv_len ? sb + send_len
+                                                                     : rb + recv_len) - lo)
+                          : 0;
+  size_t send_at = in_place ? (size_t)(sb - lo) : 0;
+  size_t recv_at = in_place ? (size_t)(rb - lo) : send_host ? align_up(send_len) : 0;
+  size_t in_at = in_place ? 0 : send_at, in_len = in_place ? whole : send_host ? send_len : 0;
   hetccl_hier_stage_t *s;
-  HETCCL_CHECK(pair_take(comm, rt, recv_at + (recv_host ? recv_len : 0), &s));
+  HETCCL_CHECK(pair_take(comm, rt, in_place ? whole : recv_at + (recv_host ? recv_len : 0), &s));
   TRACE(HETCCL_COLL, "%s rank %d: host %s staged through device memory for %s", op->fn,
-        comm->rank, send_host && recv_host ? "buffers" : send_host ? "sendbuf" : "recvbuf",
+        comm->rank,
+        in_place ? "buffer (in place)" : send_host && recv_host ? "buffers"
+        : send_host ? "sendbuf" : "recvbuf",
         comm->island->vendor->name);
   ncclResult_t res = ncclSuccess;
-  if (send_host) {
-    memcpy(s->host, op->sendbuf, send_len);
-    res = rt->memcpy_async(s->dev, s->host, send_len, op->stream);
+  if (in_len) {
+    memcpy((char *)s->host + in_at, in_place ? lo : sb, in_len);
+    res = rt->memcpy_async((char *)s->dev + in_at, (char *)s->host + in_at, in_len, op->stream);
   }
   char *recv_dev = (char *)s->dev + recv_at;
-  if (res == ncclSuccess && recv_host && recv_in) {
-    memcpy((char *)s->host + recv_at, op->recvbuf, recv_len);
+  if (res == ncclSuccess && recv_host && recv_in && !in_place) {
+    memcpy((char *)s->host + recv_at, rb, recv_len);
     res = rt->memcpy_async(recv_dev, (char *)s->host + recv_at, recv_len, op->stream);
   }
-  if (res != ncclSuccess) {
-    s->busy = 1; /* the copies may have been queued: never reused */
-    return res;
-  }
-  s->busy = 1;
+  s->busy = 1; /* on failure too: the copies may have been queued, so never reused */
+  if (res != ncclSuccess) return res;
   s->stream = op->stream;
   s->user_recv = recv_host ? op->recvbuf : NULL;
   s->recv_at = recv_at;
   s->recv_len = recv_host ? recv_len : 0;
-  if (send_host) op->sendbuf = s->dev;
+  if (send_host) op->sendbuf = (char *)s->dev + send_at;
   if (recv_host) op->recvbuf = recv_dev;
   *out = s;
   return ncclSuccess;
