@@ -17,7 +17,7 @@ processes (hetccl.launch) with host buffers.
 from __future__ import annotations
 
 import threading
-from typing import Dict, List, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 import pytest
@@ -224,8 +224,9 @@ def in_process_threads(n: int) -> List[str]:
     return errors
 
 
-def rank_several_per_process(per_process: int) -> List[str]:
-    """Process p of P holds ranks p*g .. p*g+g-1 of a communicator of P*g."""
+def rank_several_per_process(per_process: int, backend: Optional[str] = None) -> List[str]:
+    """Process p of P holds ranks p*g .. p*g+g-1 of a communicator of P*g
+    (each of which says it is served as `backend`, where given)."""
     info = hetccl.launch_info()
     assert info is not None
     n = info.nranks * per_process
@@ -233,7 +234,9 @@ def rank_several_per_process(per_process: int) -> List[str]:
     comms = [NcclCommunicator(n, info.unique_id, info.rank * per_process + i)
              for i in range(per_process)]
     nccl.groupEnd()
-    return drive_and_destroy(comms)
+    errors = [f"rank {c.rank_id()}: {c.backend()}, not {backend}"
+              for c in comms if backend and c.backend() != backend]
+    return errors + drive_and_destroy(comms)
 
 
 # -- tests ---------------------------------------------------------------------------
@@ -284,6 +287,19 @@ def test_thread_per_rank(n: int) -> None:
 @pytest.mark.parametrize("procs,per_process", [(2, 2), (3, 2), (2, 3)])
 def test_several_ranks_per_process(procs: int, per_process: int) -> None:
     assert not _flat(hetccl.launch(rank_several_per_process, procs, per_process,
+                                   timeout=TIMEOUT - 10))
+
+
+@pytest.mark.timeout(TIMEOUT)
+@pytest.mark.parametrize("procs,per_process,islands", [(2, 2, "0,0,1,1"), (2, 3, "0,0,0,1,1,1")])
+def test_several_ranks_per_process_in_islands(procs: int, per_process: int, islands: str) -> None:
+    """The same with each process's ranks one island: hierarchical
+    communicators (core/hier.h) whose island phases one thread issues for
+    several ranks. The group's AllReduce and AllGather forms run in step,
+    slot by slot (core/hier_ops.c); one after the other, the first rank's
+    blocking island phase would wait for a rank the thread has not reached."""
+    assert not _flat(hetccl.launch(rank_several_per_process, procs, per_process,
+                                   "hierarchical:engine", env={"HETCCL_ISLANDS": islands},
                                    timeout=TIMEOUT - 10))
 
 
