@@ -118,12 +118,12 @@ static void block_free(ncclComm_t comm, void *ptr, int device) {
   else if (ptr) (void)hetccl_hier_device_block(comm, &ptr, 0);
 }
 
-ncclResult_t hetccl_hier_scratch_kind(ncclComm_t comm, const void *like, int *device) {
+ncclResult_t hetccl_hier_on_device(ncclComm_t comm, const void *ptr, int *device) {
   const hetccl_runtime_t *rt =
       comm->ptr_kind == HETCCL_DEV_HOST ? NULL : hetccl_runtime_get(comm->ptr_kind);
   hetccl_mem_kind_t kind = HETCCL_MEM_HOST;
   int dev;
-  if (rt && like) HETCCL_CHECK(rt->mem_kind(like, &kind, &dev));
+  if (rt && ptr) HETCCL_CHECK(rt->mem_kind(ptr, &kind, &dev));
   *device = kind != HETCCL_MEM_HOST;
   return ncclSuccess;
 }
@@ -131,7 +131,7 @@ ncclResult_t hetccl_hier_scratch_kind(ncclComm_t comm, const void *like, int *de
 ncclResult_t hetccl_hier_scratch(ncclComm_t comm, size_t bytes, const void *like, void **out) {
   hetccl_hier_map_t *m = comm->hier_map;
   int device;
-  HETCCL_CHECK(hetccl_hier_scratch_kind(comm, like, &device));
+  HETCCL_CHECK(hetccl_hier_on_device(comm, like, &device));
   if (m->scratch && m->scratch_bytes >= bytes && m->scratch_on_device == device) {
     *out = m->scratch;
     return ncclSuccess;

@@ -65,8 +65,16 @@ ncclResult_t hetccl_hier_setup(ncclComm_t comm);
  * the collectives of one group, which run in step (hier_ops.c), each get
  * a part of the block of their own. */
 ncclResult_t hetccl_hier_scratch(ncclComm_t comm, size_t bytes, const void *like, void **out);
-/* Whether scratch like `like` is device memory (1) or host memory (0). */
-ncclResult_t hetccl_hier_scratch_kind(ncclComm_t comm, const void *like, int *device);
+/* Whether ptr is device memory (1) or host memory (0) to comm's runtime
+ * (host memory where the rank has none, or ptr is NULL); scratch like it
+ * is of the same kind. */
+ncclResult_t hetccl_hier_on_device(ncclComm_t comm, const void *ptr, int *device);
+
+/* Areas carved out of one block start at multiples of this. */
+#define HETCCL_HIER_ALIGN 256
+static inline size_t hetccl_hier_align(size_t n) {
+  return (n + HETCCL_HIER_ALIGN - 1) / HETCCL_HIER_ALIGN * HETCCL_HIER_ALIGN;
+}
 void hetccl_hier_map_free(ncclComm_t comm, hetccl_hier_map_t *m);
 
 /* A device block of `bytes` on comm's device, allocated with that device

@@ -62,10 +62,6 @@ struct hetccl_hier_stage {
   struct hetccl_hier_stage *next;
 };
 
-#define STAGE_ALIGN 256 /* the recv area's offset: aligned for any vector load */
-
-static size_t align_up(size_t n) { return (n + STAGE_ALIGN - 1) / STAGE_ALIGN * STAGE_ALIGN; }
-
 /* The bytes op reads from sendbuf and writes to recvbuf on this rank, and
  * whether recvbuf is also an input (the table above). */
 static void extents(ncclComm_t comm, const hetccl_op_t *op, size_t *send, size_t *recv,
@@ -84,13 +80,11 @@ static void extents(ncclComm_t comm, const hetccl_op_t *op, size_t *send, size_t
   }
 }
 
-static ncclResult_t is_host(const hetccl_runtime_t *rt, const void *p, size_t len, int *host) {
-  *host = 0;
-  if (!p || !len) return ncclSuccess;
-  hetccl_mem_kind_t kind = HETCCL_MEM_HOST;
-  int dev;
-  HETCCL_CHECK(rt->mem_kind(p, &kind, &dev));
-  *host = kind == HETCCL_MEM_HOST;
+/* Is the `len` bytes at p host memory (none at all: no)? */
+static ncclResult_t is_host(ncclComm_t comm, const void *p, size_t len, int *host) {
+  int device = 1;
+  if (p && len) HETCCL_CHECK(hetccl_hier_on_device(comm, p, &device));
+  *host = !device;
   return ncclSuccess;
 }
 
@@ -150,8 +144,8 @@ ncclResult_t hetccl_hier_host_begin(ncclComm_t comm, hetccl_op_t *op,
   size_t send_len, recv_len;
   int recv_in, send_host, recv_host;
   extents(comm, op, &send_len, &recv_len, &recv_in);
-  HETCCL_CHECK(is_host(rt, op->sendbuf, send_len, &send_host));
-  HETCCL_CHECK(is_host(rt, op->recvbuf, recv_len, &recv_host));
+  HETCCL_CHECK(is_host(comm, op->sendbuf, send_len, &send_host));
+  HETCCL_CHECK(is_host(comm, op->recvbuf, recv_len, &recv_host));
   if (!send_host && !recv_host) return ncclSuccess;
   int capturing = 0;
   HETCCL_CHECK(rt->stream_capturing(op->stream, &capturing));
@@ -172,7 +166,7 @@ ncclResult_t hetccl_hier_host_begin(ncclComm_t comm, hetccl_op_t *op,
                                                                      : rb + recv_len) - lo)
                           : 0;
   size_t send_at = in_place ? (size_t)(sb - lo) : 0;
-  size_t recv_at = in_place ? (size_t)(rb - lo) : send_host ? align_up(send_len) : 0;
+  size_t recv_at = in_place ? (size_t)(rb - lo) : send_host ? hetccl_hier_align(send_len) : 0;
   size_t in_at = in_place ? 0 : send_at, in_len = in_place ? whole : send_host ? send_len : 0;
   hetccl_hier_stage_t *s;
   HETCCL_CHECK(pair_take(comm, rt, in_place ? whole : recv_at + (recv_host ? recv_len : 0), &s));

@@ -410,6 +410,7 @@ typedef struct deferred {
   hetccl_hier_stage_t *stage; /* host buffers staged (hier_host.c) */
   void *scratch;              /* its part of the partial results' block */
   size_t partials;            /* bytes of it */
+  int on_device;              /* of which kind of memory (its sendbuf's) */
   ncclResult_t res;
   struct deferred *next;
 } deferred_t;
@@ -428,6 +429,7 @@ ncclResult_t hetccl_hier_defer(ncclComm_t comm, const hetccl_op_t *op) {
   d->stage = NULL;
   d->scratch = NULL;
   d->partials = 0;
+  d->on_device = 0;
   d->res = ncclSuccess;
   d->next = NULL;
   if (deferred_last) deferred_last->next = d;
@@ -436,34 +438,26 @@ ncclResult_t hetccl_hier_defer(ncclComm_t comm, const hetccl_op_t *op) {
   return ncclSuccess;
 }
 
-#define PARTIALS_ALIGN 256
-
 /* Each kept form that holds partial results gets a part of its
  * communicator's block of their kind of memory, as they run in step. */
 static ncclResult_t share_partials(deferred_t *head) {
   for (deferred_t *d = head; d; d = d->next) {
     d->partials = d->res == ncclSuccess ? partials_bytes(d->comm, &d->op) : 0;
     d->scratch = NULL;
+    if (d->partials) HETCCL_CHECK(hetccl_hier_on_device(d->comm, d->op.sendbuf, &d->on_device));
   }
   for (deferred_t *d = head; d; d = d->next) {
     if (!d->partials || d->scratch) continue;
-    int kind, k;
-    HETCCL_CHECK(hetccl_hier_scratch_kind(d->comm, d->op.sendbuf, &kind));
     size_t total = 0;
-    deferred_t *e;
-    for (e = d; e; e = e->next) {
-      if (!e->partials || e->scratch || e->comm != d->comm) continue;
-      HETCCL_CHECK(hetccl_hier_scratch_kind(e->comm, e->op.sendbuf, &k));
-      if (k == kind) total += (e->partials + PARTIALS_ALIGN - 1) / PARTIALS_ALIGN * PARTIALS_ALIGN;
-    }
+    for (deferred_t *e = d; e; e = e->next)
+      if (e->partials && e->comm == d->comm && e->on_device == d->on_device)
+        total += hetccl_hier_align(e->partials);
     char *base;
     HETCCL_CHECK(hetccl_hier_scratch(d->comm, total, d->op.sendbuf, (void **)&base));
-    for (e = d; e; e = e->next) {
-      if (!e->partials || e->scratch || e->comm != d->comm) continue;
-      HETCCL_CHECK(hetccl_hier_scratch_kind(e->comm, e->op.sendbuf, &k));
-      if (k != kind) continue;
+    for (deferred_t *e = d; e; e = e->next) {
+      if (!e->partials || e->comm != d->comm || e->on_device != d->on_device) continue;
       e->scratch = base;
-      base += (e->partials + PARTIALS_ALIGN - 1) / PARTIALS_ALIGN * PARTIALS_ALIGN;
+      base += hetccl_hier_align(e->partials);
     }
   }
   return ncclSuccess;
