@@ -9,11 +9,16 @@
 # Stages (logs in $OUT/NN-name.log, PASS/FAIL lines in summary.txt):
 #   build     libhetccl and hetccl-perf (meson, release)
 #   ntbuild   nccl-tests' six *_perf binaries, MPI off, for sm_90
+#   ntmpibuild  the same with MPI on, against MPICH from its PyPI wheel
+#             (fetched beforehand, git ignored: pip download --no-deps
+#             mpich==4.3.2 -d .peers/mpich)
 #   limit     tools/device/copy_limit.py on GPU 0: what the copy engines move
 #   nt        nccl-tests -g 2 (one process, both GPUs), 8 B to 1 GiB, every
 #             result checked: under LD_PRELOAD with HETCCL_ISLANDS=0,1 for
 #             all six collectives; plain NCCL and NCCL_P2P_DISABLE=1 (its
 #             shared-memory path) for sendrecv and all_reduce
+#   ntmpi     nccl-tests with a process per GPU (mpiexec -n 2, -g 1), 8 B
+#             to 1 GiB, the same runs as nt
 #   perf      hetccl-perf, one process per GPU (hetccl run -n 2), islands
 #             forced, the same six collectives 1 MiB to 1 GiB
 #   train     tools/device/train_bench.py: DDP and a 2-stage pipeline across
@@ -56,24 +61,52 @@ export HETCCL_LIBRARY=$LIB HETCCL_PERF_LIB=$LIB HETCCL_NCCL_LIBRARY=$REAL_NCCL
 . "$ROOT/tools/device/stages.sh"
 COLLS="sendrecv all_reduce all_gather reduce_scatter broadcast alltoall"
 
-do_ntbuild() {
-  set -e
-  local home=/tmp/nccl-home
+NTM=/tmp/nccl-tests-mpi
+MPICH=/tmp/mpich
+# nt_make BUILDDIR MAKE-ARGS...: nccl-tests against the machine's NCCL, sm_90
+nt_make() {
+  local home=/tmp/nccl-home build=$1 cuda
+  shift
   mkdir -p $home/lib
   ln -sfn "$(dirname "$REAL_NCCL")/../include" $home/include
   ln -sf "$REAL_NCCL" $home/lib/libnccl.so
   ln -sf "$REAL_NCCL" $home/lib/libnccl.so.2
-  local cuda
   cuda=$(dirname "$(dirname "$(command -v nvcc)")")
-  make -C .peers/nccl-tests/src -j16 MPI=0 NCCL_HOME=$home CUDA_HOME="$cuda" BUILDDIR=$NT \
-    NVCC_GENCODE="-gencode=arch=compute_90,code=sm_90" >/dev/null
-  ls $NT/*_perf
+  make -C .peers/nccl-tests/src -j16 NCCL_HOME=$home CUDA_HOME="$cuda" BUILDDIR="$build" \
+    NVCC_GENCODE="-gencode=arch=compute_90,code=sm_90" "$@" >/dev/null && ls "$build"/*_perf
+}
+do_ntbuild() { nt_make $NT MPI=0; }
+mpi_home() { echo $MPICH/mpich-*.data/data; }
+do_ntmpibuild() {
+  set -e
+  rm -rf $MPICH && mkdir -p $MPICH
+  $PY -m zipfile -e "$(ls .peers/mpich/mpich-*.whl | head -1)" $MPICH
+  chmod +x "$(mpi_home)"/bin/*
+  "$(mpi_home)"/bin/mpichversion | head -2
+  nt_make $NTM MPI=1 MPI_HOME="$(mpi_home)"
 }
 do_limit() { $PY tools/device/copy_limit.py; }
 nt() { # nt LABEL COLL ENV... : nccl-tests -g 2, 8 B .. 1 GiB
   echo "--- $1"
   env "${@:3}" LD_LIBRARY_PATH="$(dirname "$REAL_NCCL")" timeout 60 \
     $NT/"$2"_perf -g 2 -b 8 -e 1G -f 8 -n 20 -w 5 -c 1
+}
+ntm() { # ntm LABEL COLL ENV... : nccl-tests, a process per GPU, 8 B .. 1 GiB
+  local m
+  m=$(mpi_home)
+  echo "--- $1"
+  PATH=$m/bin:$PATH LD_LIBRARY_PATH="$m/lib:$(dirname "$REAL_NCCL")" timeout 90 \
+    mpiexec -launcher fork -n 2 env MPIR_CVAR_ENABLE_GPU=0 "${@:3}" $NTM/"$2"_perf -g 1 -b 8 -e 1G -f 8 -n 20 -w 5 -c 1
+}
+do_ntmpi() {
+  for c in $COLLS; do
+    ntm "hetccl $c" $c LD_PRELOAD=$LIB HETCCL_ISLANDS=0,1 || echo "FAIL: hetccl $c"
+  done
+  for c in sendrecv all_reduce; do
+    ntm "nccl $c" $c || echo "FAIL: nccl $c"
+    ntm "nccl NCCL_P2P_DISABLE=1 $c" $c NCCL_P2P_DISABLE=1 || echo "FAIL: nccl-shm $c"
+  done
+  ! grep -q "^FAIL" "$OUT/18-ntmpi.log"
 }
 do_nt() {
   for c in $COLLS; do
@@ -167,15 +200,17 @@ do_train() {
   $PY tools/device/train_bench.py "$OUT/train.json" "${args[@]}"
 }
 
-export ROOT OUT PY LIB REAL_NCCL NT COLLS TRAIN_VARIANTS NT_VARIANTS PERF_COLLS PYTEST_K
-export -f note bounded nt do_profile do_host do_build do_ntbuild do_limit do_nt do_perf do_train do_big do_readpath \
+export ROOT OUT PY LIB REAL_NCCL NT NTM MPICH COLLS TRAIN_VARIANTS NT_VARIANTS PERF_COLLS PYTEST_K
+export -f note bounded nt nt_make mpi_home ntm do_ntmpibuild do_ntmpi do_profile do_host do_build do_ntbuild do_limit do_nt do_perf do_train do_big do_readpath \
   do_variants do_memop do_cupy do_torch3 do_torch3trace do_torch3san do_pytest
 export PYTHONPATH=$ROOT/python:/tmp/site${PYTHONPATH:+:$PYTHONPATH}
 STAGES=${STAGES:-ntbuild limit nt pytest train variants perf big readpath cupy torch3}
 stage 01 build 240 do_build
 if [ -f "$LIB" ]; then
   want ntbuild && stage 02 ntbuild 150 do_ntbuild
+  want ntmpibuild && stage 19 ntmpibuild 150 do_ntmpibuild
   want limit && stage 03 limit 40 do_limit
+  want ntmpi && stage 18 ntmpi 240 do_ntmpi
   want nt && stage 04 nt 200 do_nt
   want pytest && stage 12 pytest 240 do_pytest
   want train && stage 06 train 300 do_train
