@@ -19,7 +19,7 @@ command (docs/transports.md):
   them, forced (HETCCL_TRANSPORT=ib) and by default (auto), and a
   send/recv on ncclMemAlloc buffers that the CPU copies nothing of;
 - zero copy: send/recv, allgather and broadcast on registered buffers
-  (ncclMemAlloc, ncclCommRegister) go by RDMA WRITE with no byte copied
+  (ncclMemAlloc, ncclCommRegister, ncclCommWindowRegister) go by RDMA WRITE with no byte copied
   by the CPU (hetcclCommCopiedBytes), nor does an allreduce (its reduce
   half lands in the receiver's bounce buffer), plain buffers still copy (a
   plain destination within HETCCL_IB_BOUNCE: the receiver's one copy),
@@ -484,6 +484,15 @@ class HostMemory:
     def deregister(self, handle: ctypes.c_void_p) -> None:
         assert self.L.ncclCommDeregister(self.comm, handle) == 0
 
+    def window(self, ptr: int, nbytes: int) -> ctypes.c_void_p:
+        w = ctypes.c_void_p()
+        assert self.L.ncclCommWindowRegister(self.comm, ctypes.c_void_p(ptr),
+                                             ctypes.c_size_t(nbytes), ctypes.byref(w), 0) == 0
+        return w
+
+    def window_drop(self, w: ctypes.c_void_p) -> None:
+        assert self.L.ncclCommWindowDeregister(self.comm, w) == 0
+
 
 def f32_at(ptr: int, count: int) -> np.ndarray:
     return np.frombuffer((ctypes.c_char * (4 * count)).from_address(ptr), dtype=np.float32)
@@ -495,7 +504,8 @@ def zc_pattern(rank: int, salt: int, count: int = ZC_COUNT) -> np.ndarray:
 
 def rank_zero_copy(rank: int, n: int, uid: str, barrier: Any) -> Dict[str, Any]:
     """Two ranks over ib, in phases: registered buffers (copy counter must
-    not move), plain ones (it must), reductions (it must not: bounced), a registered sender
+    not move; by ncclCommRegister, ncclMemAlloc and ncclCommWindowRegister),
+    plain ones (it must), reductions (it must not: bounced), a registered sender
     with a plain receiver (declined beyond the bounce buffer: the eager
     path; within it, bounced: the receiver's one copy), and buffers freed and
     made again at the same address between two send/recvs."""
@@ -600,6 +610,16 @@ def rank_zero_copy(rank: int, n: int, uid: str, barrier: Any) -> Dict[str, Any]:
         out["copied"]["registered again"] = ib() - before
         mem.deregister(hs)
         mem.deregister(hr)
+        # NCCL's windows, on an engine communicator a registration (core/window.c)
+        ws, wr = mem.window(ms, ZC_BYTES), mem.window(mr, ZC_BYTES)
+        before = ib()
+        sendrecv(ms, mr, "sendrecv, ncclCommWindowRegister", 13)
+        out["copied"]["window"] = ib() - before
+        mem.window_drop(ws)
+        mem.window_drop(wr)
+        before = ib()
+        sendrecv(ms, mr, "sendrecv, after ncclCommWindowDeregister", 14)
+        out["copied"]["window dropped"] = ib() - before
         mem.unmap(ms, ZC_BYTES)
         mem.unmap(mr, ZC_BYTES)
         mem.mem_free(s)
@@ -642,11 +662,11 @@ def check_zero_copy(env: Dict[str, str]) -> None:
     for r, got in enumerate(results):
         assert got["wrong"] == [], f"rank {r}: {got['wrong']}"
         c = got["copied"]
-        for zero in ("registered", "registered again", "allocated again"):
+        for zero in ("registered", "registered again", "allocated again", "window"):
             assert c[zero] == 0, (r, zero, c)
         # Into the send slots and out of the receive slots: plain buffers,
         # and memory whose registration went with it.
-        for copy in ("plain", "deregistered", "freed"):
+        for copy in ("plain", "deregistered", "freed", "window dropped"):
             assert c[copy] >= 2 * ZC_BYTES, (r, copy, c)
         # reductions of registered buffers land in the bounce buffer and are
         # reduced from there: no copy

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/window.h"
 #include "util/check.h"
 #include "util/log.h"
 
@@ -39,6 +40,7 @@ ncclResult_t hetccl_comm_register(ncclComm_t comm) {
 }
 
 void hetccl_comm_unregister(ncclComm_t comm) {
+  hetccl_window_comm_gone(comm);
   pthread_mutex_lock(&live_lock);
   for (int i = 0; i < nlive; i++) {
     if (live[i] == comm) {

@@ -11,6 +11,7 @@
 #include "core/group.h"
 #include "core/hier.h"
 #include "core/init.h"
+#include "core/window.h"
 #include "core/proxy.h"
 #include "trace/trace.h"
 #include "transport/ib/ib_mem.h"
@@ -269,14 +270,14 @@ ncclResult_t hetccl_CommWindowRegister(ncclComm_t comm, void *buff, size_t size,
   if (comm->vendor)
     return HETCCL_VENDOR_CALL(comm->vendor, CommWindowRegister, comm->vcomm, buff, size, win,
                               winFlags);
-  return hetccl_unsupported("ncclCommWindowRegister", "symmetric windows need a vendor communicator");
+  return hetccl_window_register(comm, buff, size, win, winFlags);
 }
 
 ncclResult_t hetccl_CommWindowDeregister(ncclComm_t comm, ncclWindow_t win) {
   CHECK_COMM(comm, "ncclCommWindowDeregister");
   if (comm->vendor)
     return HETCCL_VENDOR_CALL(comm->vendor, CommWindowDeregister, comm->vcomm, win);
-  return hetccl_unsupported("ncclCommWindowDeregister", "symmetric windows need a vendor communicator");
+  return hetccl_window_deregister(comm, win);
 }
 
 ncclResult_t hetccl_CommSuspend(ncclComm_t comm, int flags) {

@@ -2,22 +2,25 @@
  * the debug reset.
  *
  * A forwarded communicator hands each call to its vendor library. hetccl's
- * engine has no device communicators, windows or signals, so there these
- * calls fail with ncclInvalidUsage (hetccl_unsupported); the teams,
+ * engine has no device communicators or signals, so there these calls fail
+ * with ncclInvalidUsage (hetccl_unsupported), and its windows are
+ * registrations that give no peer access (core/window.c); the teams,
  * which cannot return an error, are computed where they have a meaning for
  * an engine communicator (world: every rank; LSA, the ranks whose memory
  * this one can load and store: itself only) and are empty, with a WARN,
  * where they have none.
  *
- * Window and requirement functions take no communicator. Windows and
- * device resources only ever come from a vendor communicator, so these go
- * to the vendor library loaded in this process, if any.
+ * Window and requirement functions take no communicator. A window that
+ * core/window.c made is answered there; any other window, and every device
+ * resource, comes from a vendor communicator, so these go to the vendor
+ * library loaded in this process, if any.
  *
  * API thread only, as the application calls them. */
 #include <string.h>
 
 #include "core/comm.h"
 #include "core/dispatch.h"
+#include "core/window.h"
 #include "nccl_device_host.h"
 #include "util/check.h"
 #include "util/log.h"
@@ -149,39 +152,55 @@ int hetccl_TeamRankToLsa(ncclComm_t comm, ncclTeam_t team, int rank) {
 /* ---- window addresses ---- */
 
 #define NO_WINDOWS "windows exist only on communicators served by a vendor library, none is loaded"
+#define ENGINE_WINDOW "an engine communicator's window is a registration only (core/window.c)"
+
+/* A window of an engine communicator (core/window.c) never reaches a vendor. */
+#define ENGINE_WINDOW_UNSUPPORTED(func, window)                                \
+  do {                                                                         \
+    if (hetccl_window_is_engine(window)) return hetccl_unsupported(func, ENGINE_WINDOW); \
+  } while (0)
 
 ncclResult_t hetccl_GetLsaDevicePointer(ncclWindow_t window, size_t offset, int lsaRank,
                                      void **outPtr) {
+  if (hetccl_window_is_engine(window))
+    return hetccl_window_local_ptr("ncclGetLsaDevicePointer", window, offset, lsaRank, 0, outPtr);
   FORWARD_TO_LOADED_VENDOR(GetLsaDevicePointer, NO_WINDOWS, window, offset, lsaRank, outPtr);
 }
 
 ncclResult_t hetccl_GetLsaMultimemDevicePointer(ncclWindow_t window, size_t offset, void **outPtr) {
+  ENGINE_WINDOW_UNSUPPORTED("ncclGetLsaMultimemDevicePointer", window);
   FORWARD_TO_LOADED_VENDOR(GetLsaMultimemDevicePointer, NO_WINDOWS, window, offset, outPtr);
 }
 
 ncclResult_t hetccl_GetMultimemDevicePointer(ncclWindow_t window, size_t offset,
                                           ncclMultimemHandle_t multimem, void **outPtr) {
+  ENGINE_WINDOW_UNSUPPORTED("ncclGetMultimemDevicePointer", window);
   FORWARD_TO_LOADED_VENDOR(GetMultimemDevicePointer, NO_WINDOWS, window, offset, multimem, outPtr);
 }
 
 ncclResult_t hetccl_GetPeerDevicePointer(ncclWindow_t window, size_t offset, int peer,
                                       void **outPtr) {
+  if (hetccl_window_is_engine(window))
+    return hetccl_window_local_ptr("ncclGetPeerDevicePointer", window, offset, peer, 1, outPtr);
   FORWARD_TO_LOADED_VENDOR(GetPeerDevicePointer, NO_WINDOWS, window, offset, peer, outPtr);
 }
 
 ncclResult_t hetccl_GetPeerDeviceLeInfo(ncclWindow_t window, size_t offset, int peerWorld,
                                      ncclCftLeId *leId, size_t *leOffset) {
+  ENGINE_WINDOW_UNSUPPORTED("ncclGetPeerDeviceLeInfo", window);
   FORWARD_TO_LOADED_VENDOR(GetPeerDeviceLeInfo, NO_WINDOWS, window, offset, peerWorld, leId,
                            leOffset);
 }
 
 ncclResult_t hetccl_GetMultimemDeviceLeInfo(ncclWindow_t window, size_t offset, ncclCftLeId *leId,
                                          size_t *leOffset) {
+  ENGINE_WINDOW_UNSUPPORTED("ncclGetMultimemDeviceLeInfo", window);
   FORWARD_TO_LOADED_VENDOR(GetMultimemDeviceLeInfo, NO_WINDOWS, window, offset, leId, leOffset);
 }
 
 ncclResult_t hetccl_GetCftDeviceLeInfo(ncclWindow_t window, size_t offset, int peerCft,
                                     ncclTeam_t cftTeam, ncclCftLeId *leId, size_t *leOffset) {
+  ENGINE_WINDOW_UNSUPPORTED("ncclGetCftDeviceLeInfo", window);
   FORWARD_TO_LOADED_VENDOR(GetCftDeviceLeInfo, NO_WINDOWS, window, offset, peerCft, cftTeam, leId,
                            leOffset);
 }
@@ -190,7 +209,7 @@ ncclResult_t hetccl_WinGetUserPtr(ncclComm_t comm, ncclWindow_t win, void **outU
   HETCCL_CHECK(hetccl_comm_check(comm, "ncclWinGetUserPtr"));
   if (comm->vendor)
     return HETCCL_VENDOR_CALL(comm->vendor, WinGetUserPtr, comm->vcomm, win, outUserPtr);
-  return hetccl_unsupported("ncclWinGetUserPtr", "an engine communicator has no windows");
+  return hetccl_window_user_ptr(comm, win, outUserPtr);
 }
 
 /* ---- device resource requirements ---- */
