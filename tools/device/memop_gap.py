@@ -2,7 +2,7 @@
 """What a wait and a signal between two pieces cost a copy stream: the
 data plane's per-piece overhead, taken apart on one GPU and between two.
 
-    python3 tools/device/memop_gap.py [--piece-mib 4] [--pieces 128] [--peer 1]
+    python3 tools/device/memop_gap.py [--piece-mib 4] [--pieces 128] [--peer 1] [--load 30]
 
 Every figure is the time of N copies of one piece between device memory
 and pinned host memory (a ring of slots, as the plane's channels), in
@@ -31,6 +31,10 @@ streams start only once everything is enqueued):
                   with no waits; then the same rings over other host memory:
                   private 4 KiB pages, private huge pages, shm, and
                   cuMemCreate host memory exported as a file descriptor
+  ..., loaded      (--load N) the two-GPU bare copies and rings again while
+                  each GPU runs N fp16 GEMMs started at the same moment: what
+                  the copies and their waits lose beside compute that holds
+                  every SM, as in a training step's backward pass
   pingpong        two streams handing a counter back and forth: the
                   latency of a signal reaching a waiting stream (per hop)
 
@@ -102,11 +106,13 @@ class Counters:
         return self.dev + 8 * i
 
 
-def timed(ctr: "Counters", drv: "Driver", streams, enqueue, reps: int = 3) -> float:
+def timed(ctr: "Counters", drv: "Driver", streams, enqueue, reps: int = 3, load=None) -> float:
     """Best of reps: seconds from a start event to the join of `streams`.
     The start waits on a gate counter that the host opens only once
     everything is enqueued, so Python's enqueueing is not timed; the
-    counters are zeroed before each repetition."""
+    counters are zeroed before each repetition. `load(gate_addr)`, if
+    given, enqueues work that starts at the same gate and is not waited
+    for (a compute load beside the copies)."""
     best = float("inf")
     main = cp.cuda.Stream(non_blocking=True)
     for _ in range(reps):
@@ -118,6 +124,8 @@ def timed(ctr: "Counters", drv: "Driver", streams, enqueue, reps: int = 3) -> fl
         for s in streams:
             with cp.cuda.Device(s.device_id):
                 s.wait_event(start)
+        if load is not None:
+            load(ctr.addr(GATE))
         enqueue()
         for s in streams:
             with cp.cuda.Device(s.device_id):  # an event is recorded on its stream's device
@@ -210,6 +218,9 @@ def main() -> None:
     ap.add_argument("--device", type=int, default=0)
     ap.add_argument("--peer", type=int, default=None, help="a second GPU: rings between the two")
     ap.add_argument("--watchdog", type=float, default=100.0, help="seconds before a dump and exit")
+    ap.add_argument("--load", type=int, default=0,
+                    help="with --peer: run the two-GPU cases again beside this many fp16 GEMMs "
+                         "of 8192^3 per GPU (a training step's compute holding the SMs)")
     args = ap.parse_args()
     faulthandler.dump_traceback_later(args.watchdog, exit=True)  # a hang shows where
     cp.cuda.Device(args.device).use()
@@ -310,14 +321,14 @@ def main() -> None:
                 cp.cuda.runtime.memcpyAsync(self.dst.data.ptr + k * piece, at, piece, DEFAULT, cs.ptr)
                 write(cs, self.cbase + 8 + slot, rnd + 1)
 
-    def run_rings(rings, kernel_waits=False):
+    def run_rings(rings, kernel_waits=False, load=None):
         w = kwait if kernel_waits else wait
 
         def go():
             for k in range(n):
                 for r in rings:
                     r.step(k, w)
-        return timed(ctr, drv, [st for r in rings for st in r.prod + r.cons], go)
+        return timed(ctr, drv, [st for r in rings for st in r.prod + r.cons], go, load=load)
 
     def ring_case(slots, k_streams, kernel_waits=False, slot_ptr=rptr):
         return run_rings([Ring(slots, k_streams, slot_ptr, src, dst)], kernel_waits)
@@ -358,10 +369,53 @@ def main() -> None:
                                                 pstreams[1].ptr)
         bare2 = timed(ctr, drv, [p0, c0] + pstreams, both2)
         report("2 GPUs bare both (per dir)", bare2)
+
+        def pair_rings(slots, k_streams, base, other):
+            return [Ring(slots, k_streams, base, src, pdst, 0, args.device, args.peer),
+                    Ring(slots, k_streams, other, psrc, dst, 32, args.peer, args.device)]
+
+        if args.load:
+            # A compute load on both GPUs, started at the gate with the copies:
+            # what the copies and the stream waits between them lose while
+            # GEMMs hold every SM, as during a training step's backward pass.
+            gemm = {}
+            for d in (args.device, args.peer):
+                with cp.cuda.Device(d):
+                    m = cp.ones((8192, 8192), dtype=cp.float16)
+                    gemm[d] = (m, cp.empty_like(m), cp.cuda.Stream(non_blocking=True))
+                    with gemm[d][2]:  # the library's handle and workspace made now, not
+                        cp.matmul(m, m, out=gemm[d][1])  # behind the gate (where that waits)
+                    gemm[d][2].synchronize()
+
+            def load(gate_addr):
+                for d, (m, o, st) in gemm.items():
+                    with cp.cuda.Device(d):
+                        drv.check(drv.wait(st.ptr, gate_addr, 1, CU_STREAM_WAIT_VALUE_GEQ), "gate")
+                        with st:
+                            for _ in range(args.load):
+                                cp.matmul(m, m, out=o)
+
+            with cp.cuda.Device(args.device):
+                m, o, st = gemm[args.device]
+                e0, e1 = cp.cuda.Event(), cp.cuda.Event()
+                with st:
+                    cp.matmul(m, m, out=o)
+                    e0.record(st)
+                    for _ in range(10):
+                        cp.matmul(m, m, out=o)
+                    e1.record(st)
+                e1.synchronize()
+                ms = cp.cuda.get_elapsed_time(e0, e1) / 10
+            print(f"load: {args.load} GEMMs of 8192^3 fp16 per GPU, {ms:.2f} ms each alone",
+                  flush=True)
+            loaded2 = timed(ctr, drv, [p0, c0] + pstreams, both2, load=load)
+            report("2 GPUs bare both, loaded", loaded2, bare2)
+            for slots, k_streams in ((4, 1), (4, 2)):
+                t = run_rings(pair_rings(slots, k_streams, rptr, r3ptr), load=load)
+                report(f"2 GPUs ring S={slots} K={k_streams}, loaded", t, loaded2)
         for slots, k_streams, base in ((4, 1, rptr), (4, 2, rptr), (8, 1, rptr), (4, 1, sptr)):
             other = base + slots_max * piece if base == sptr else r3ptr
-            rings = [Ring(slots, k_streams, base, src, pdst, 0, args.device, args.peer),
-                     Ring(slots, k_streams, other, psrc, dst, 32, args.peer, args.device)]
+            rings = pair_rings(slots, k_streams, base, other)
             name = f"2 GPUs ring S={slots} K={k_streams}{' shm' if base == sptr else ''}"
             report(name, run_rings(rings), bare2)
         # The same rings over other kinds of host memory: which property of
