@@ -39,16 +39,6 @@
  * writer, the reduction stream, in order; staged[j] is written again only
  * after the reduction of its last piece has begun, so it too only grows.
  *
- * With HETCCL_PLANE_RESIDENT blocks (B > 0) a lane whose reductions are
- * one run of consecutive pieces (a two-rank AllReduce or ReduceScatter)
- * gets one kernel for the whole run instead of one per piece, launched on
- * the reduction stream before the copies: a launch waits for an SM behind
- * the application's compute, and this one waits once per operation, then
- * holds B blocks that poll the staged counters and reduce each piece as it
- * lands (runtime.h, reduce_resident). reduced is then B counters, one per
- * block; the lane waits for all B before it refills a stage piece, and a
- * kernel per piece (a lane that is not such a run) writes all B.
- *
  * Thread: the API caller's, with this rank's device current. */
 #include <stdlib.h>
 
@@ -242,88 +232,27 @@ static ncclResult_t wait_dep(hetccl_plane_t *p, void *st, const plane_step_t *s)
   return wait_on(p, st, d, plane_produced(p, d, s->dep_q - 1), s->dep_q);
 }
 
-/* resident: the lane's resident kernel reduces the piece (launched by
- * launch_resident); else a kernel of its own on rst. */
 static ncclResult_t enqueue_split(hetccl_plane_t *p, const plane_step_t *s, void *st,
-                                  void *rst, int resident) {
+                                  void *rst) {
   plane_chan_t *in = &p->in[s->in];
   uint64_t depth = (uint64_t)p->stage_pieces, i = in->split_next++;
-  volatile uint64_t *staged = plane_staged(p, s->in, i);
+  volatile uint64_t *staged = plane_staged(p, s->in, i), *reduced = plane_reduced(p, s->in);
   char *piece = in->split_stage + (i % depth) * p->a.piece;
   HETCCL_CHECK(wait_on(p, st, in, plane_produced(p, in, s->in_q), s->in_q + 1));
-  for (int b = 0; i + 1 > depth && b < plane_reducers(p); b++)
-    HETCCL_CHECK(wait_local(p, st, plane_reduced(p, s->in, b), i + 1 - depth));
+  if (i + 1 > depth) HETCCL_CHECK(wait_local(p, st, reduced, i + 1 - depth));
   HETCCL_CHECK(p->a.rt->memcpy_async(piece, plane_slot_host(p, in, s->in_q), s->bytes, st));
   HETCCL_CHECK(write_to(p, st, in, plane_consumed(p, in, s->in_q), s->in_q + 1));
   HETCCL_CHECK(write_local(p, st, staged, i + 1));
-  if (resident) return ncclSuccess;
   HETCCL_CHECK(wait_dep(p, rst, s));
   HETCCL_CHECK(wait_local(p, rst, staged, i + 1));
   HETCCL_CHECK(reduce_with(p, s, piece, s->bytes / hetccl_dtype_size(s->op->dtype), rst));
-  for (int b = 0; b < plane_reducers(p); b++)
-    HETCCL_CHECK(write_local(p, rst, plane_reduced(p, s->in, b), i + 1));
-  return ncclSuccess;
+  return write_local(p, rst, reduced, i + 1);
 }
 
-/* The resident kernel (runtime.h, reduce_resident) for a lane whose steps
- * are split reductions of consecutive pieces of one run (a two-rank
- * AllReduce or ReduceScatter: the same operator, order and scaling, dst
- * and the local operand advancing a piece at a time, the in-place guard,
- * if any, on consecutive pieces), then at most one small piece that is
- * not split. Launched on rst before the lane's copies are enqueued: it
- * waits on the staged counters those copies write. *launched 0 (nothing
- * enqueued) where the lane is not such a run or the runtime has no
- * resident kernel: its pieces get a kernel each. */
-static ncclResult_t launch_resident(hetccl_plane_t *p, const plane_lane_t *lane, void *rst,
-                                    int *launched) {
-  *launched = 0;
-  if (p->a.resident_blocks <= 0 || lane->n < 2) return ncclSuccess;
-  const plane_step_t *s0 = &lane->steps[0];
-  size_t piece = p->a.piece, total = 0;
-  int k = 0;
-  for (; k < lane->n && split_path(p, &lane->steps[k]); k++) {
-    const plane_step_t *s = &lane->steps[k];
-    size_t at = (size_t)k * piece;
-    if (s->op != s0->op || s->flags != s0->flags || s->swap != s0->swap || s->in != s0->in ||
-        (char *)s->dst != (char *)s0->dst + at || (const char *)s->src != (const char *)s0->src + at ||
-        s->dep_out != s0->dep_out || (s->dep_out >= 0 && s->dep_q != s0->dep_q + (uint64_t)k) ||
-        s->bytes > piece || (k > 0 && lane->steps[k - 1].bytes != piece))
-      return ncclSuccess;
-    total += s->bytes;
-  }
-  if (k < 2 || lane->n - k > 1) return ncclSuccess;
-  size_t elem = hetccl_dtype_size(s0->op->dtype);
-  unsigned a = s0->flags & HETCCL_REDUCE_SCALE_A, b = s0->flags & HETCCL_REDUCE_SCALE_B;
-  plane_chan_t *in = &p->in[s0->in];
-  hetccl_resident_reduce_t r = {
-      .dst = s0->dst, .local = s0->src, .stage = in->split_stage, .piece = piece / elem,
-      .count = total / elem, .first = in->split_next, .depth = (uint64_t)p->stage_pieces,
-      .staged = plane_ctr_dev(p, plane_staged(p, s0->in, 0)),
-      .reduced = plane_ctr_dev(p, plane_reduced(p, s0->in, 0)), .swap = s0->swap,
-      .blocks = p->a.resident_blocks,
-      /* as reduce_with: with the stage first, its scaling goes with it */
-      .flags = s0->swap ? (s0->flags & HETCCL_REDUCE_FINISH) | (b ? HETCCL_REDUCE_SCALE_A : 0) |
-                              (a ? HETCCL_REDUCE_SCALE_B : 0)
-                        : s0->flags};
-  if (s0->dep_out >= 0) {
-    plane_chan_t *d = &p->out[s0->dep_out];
-    r.dep = plane_counter_dev(d, &d->hdr->produced[0]);
-    r.dep_q0 = s0->dep_q - 1;
-    r.dep_slots = (uint64_t)p->a.slots;
-  }
-  ncclResult_t res = p->a.rt->reduce_resident(s0->op, &r, rst);
-  if (res == ncclInvalidUsage) return ncclSuccess; /* none here: a kernel per piece */
-  HETCCL_CHECK(res);
-  *launched = 1;
-  return ncclSuccess;
-}
-
-/* rst: the lane's reduction stream where the split path may be taken;
- * resident: its split reductions are the resident kernel's. */
-static ncclResult_t enqueue_step(hetccl_plane_t *p, const plane_step_t *s, void *st, void *rst,
-                                 int resident) {
+/* rst: the lane's reduction stream where the split path may be taken. */
+static ncclResult_t enqueue_step(hetccl_plane_t *p, const plane_step_t *s, void *st, void *rst) {
   const hetccl_runtime_t *rt = p->a.rt;
-  if (rst && split_path(p, s)) return enqueue_split(p, s, st, rst, resident);
+  if (rst && split_path(p, s)) return enqueue_split(p, s, st, rst);
   plane_chan_t *in = s->in >= 0 ? &p->in[s->in] : NULL;
   plane_chan_t *out = s->out >= 0 ? &p->out[s->out] : NULL;
   uint64_t slots = (uint64_t)p->a.slots;
@@ -354,7 +283,7 @@ static ncclResult_t enqueue_step(hetccl_plane_t *p, const plane_step_t *s, void 
 }
 
 static ncclResult_t enqueue_lane(hetccl_plane_t *p, const plane_lane_t *lane, void *st) {
-  for (int i = 0; i < lane->n; i++) HETCCL_CHECK(enqueue_step(p, &lane->steps[i], st, NULL, 0));
+  for (int i = 0; i < lane->n; i++) HETCCL_CHECK(enqueue_step(p, &lane->steps[i], st, NULL));
   return ncclSuccess;
 }
 
@@ -369,7 +298,6 @@ static ncclResult_t enqueue_lanes(hetccl_plane_t *p, const plane_phase_t *ph, vo
   const hetccl_runtime_t *rt = p->a.rt;
   int nl = ph->nlanes, k = p->lane_streams, longest = 0;
   void *st[nl * k], *rst[nl];
-  int resident[nl];
   for (int i = 0; i < nl * k; i++) st[i] = NULL;
   HETCCL_CHECK(rt->event_record(p->fork_event, stream));
   for (int l = 0; l < nl; l++) {
@@ -388,14 +316,12 @@ static ncclResult_t enqueue_lanes(hetccl_plane_t *p, const plane_phase_t *ph, vo
       }
     }
     if (lane->n > longest) longest = lane->n;
-    resident[l] = 0;
-    if (rst[l]) HETCCL_CHECK(launch_resident(p, lane, rst[l], &resident[l]));
   }
   for (int i = 0; i < longest; i++)
     for (int l = 0; l < nl; l++)
       if (i < ph->lanes[l].n) {
         const plane_step_t *s = &ph->lanes[l].steps[i];
-        HETCCL_CHECK(enqueue_step(p, s, st[l * k + lane_sub(p, l, s)], rst[l], resident[l]));
+        HETCCL_CHECK(enqueue_step(p, s, st[l * k + lane_sub(p, l, s)], rst[l]));
       }
   for (int i = 0; i < nl * k; i++) {
     if (!st[i]) continue;

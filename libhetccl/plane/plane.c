@@ -40,9 +40,6 @@ ncclResult_t hetccl_plane_create(const hetccl_plane_args_t *args, hetccl_plane_t
   p->gpu = args->rt != NULL;
   size_t stage = args->reduce_copy && args->device_reduce ? args->stage_bytes / args->piece : 0;
   p->stage_pieces = stage > PLANE_MAX_STAGE_PIECES ? PLANE_MAX_STAGE_PIECES : (int)stage;
-  if (p->a.resident_blocks > PLANE_MAX_RESIDENT_BLOCKS)
-    p->a.resident_blocks = PLANE_MAX_RESIDENT_BLOCKS;
-  if (!p->stage_pieces || !p->gpu) p->a.resident_blocks = 0;
   p->out = calloc((size_t)n, sizeof(*p->out));
   p->in = calloc((size_t)n, sizeof(*p->in));
   p->scratch = malloc(2 * args->piece);
@@ -88,16 +85,14 @@ ncclResult_t hetccl_plane_create(const hetccl_plane_args_t *args, hetccl_plane_t
        "channel, %s", plane_user_rank(p, me), n - 1, args->slots, args->piece,
        p->gpu ? "moved by this GPU's copy engines" : "moved by this rank's CPU");
   if (p->gpu)
-    INFO(HETCCL_INIT, "rank %d: data plane streams: %d per peer and direction%s%s%s",
+    INFO(HETCCL_INIT, "rank %d: data plane streams: %d per peer and direction%s%s",
          plane_user_rank(p, me), p->lane_streams,
          p->lane_streams != args->lane_streams ? " (HETCCL_PLANE_LANE_STREAMS lowered to divide "
                                                  "HETCCL_PLANE_SLOTS)" : "",
          !args->device_reduce ? ""
          : p->stage_pieces    ? "; reductions into device memory off the copy lane, through a "
                                 "split stage of HETCCL_PLANE_STAGE"
-                              : "; reductions on the copy lane (HETCCL_PLANE_STAGE=0)",
-         p->a.resident_blocks ? ", by a kernel resident for the operation (HETCCL_PLANE_RESIDENT "
-                                "blocks)" : "");
+                              : "; reductions on the copy lane (HETCCL_PLANE_STAGE=0)");
   *out = p;
   return ncclSuccess;
 }
@@ -118,8 +113,7 @@ static void release_all(hetccl_plane_t *p) {
     }
     for (int j = 0; p->ctr && j < p->stage_pieces; j++)
       __atomic_store_n(plane_staged(p, q, (uint64_t)j), PLANE_RELEASED, __ATOMIC_RELEASE);
-    for (int b = 0; p->ctr && b < PLANE_MAX_RESIDENT_BLOCKS; b++)
-      __atomic_store_n(plane_reduced(p, q, b), PLANE_RELEASED, __ATOMIC_RELEASE);
+    if (p->ctr) __atomic_store_n(plane_reduced(p, q), PLANE_RELEASED, __ATOMIC_RELEASE);
   }
 }
 

@@ -83,10 +83,6 @@ typedef struct hetccl_plane_args {
    * reduction off the copy lane (exec_stream.c, the split path); 0: none,
    * reductions hold their slot until their kernel has run. */
   size_t stage_bytes;
-  /* Thread blocks of the kernel that stays resident for an operation's
-   * split-path reductions from one peer (exec_stream.c), at most 8; 0: a
-   * kernel per piece. Where the runtime has none, a kernel per piece. */
-  int resident_blocks;
   /* A barrier over every rank (the caller's bootstrap). */
   ncclResult_t (*barrier)(void *ctx);
   void *barrier_ctx;

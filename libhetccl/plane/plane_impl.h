@@ -199,24 +199,14 @@ static inline void *plane_counter_dev(const plane_chan_t *c, volatile uint64_t *
   return c->dev + ((const char *)host - (const char *)c->hdr);
 }
 
-/* The split path's counters (above). reduced is one counter per block of
- * the resident reduction kernel (exec_stream.c), each written by its block
- * alone; a kernel per piece writes them all. */
+/* The split path's counters (above). */
 #define PLANE_MAX_STAGE_PIECES 64
-#define PLANE_MAX_RESIDENT_BLOCKS 8
 #define PLANE_CTR_STRIDE (PLANE_MAX_STAGE_PIECES + 16u)
-_Static_assert(PLANE_MAX_STAGE_PIECES + PLANE_MAX_RESIDENT_BLOCKS <= PLANE_CTR_STRIDE,
-               "the reduced counters fit in a channel's counters");
 static inline volatile uint64_t *plane_staged(const hetccl_plane_t *p, int q, uint64_t i) {
   return p->ctr + (size_t)q * PLANE_CTR_STRIDE + i % (uint64_t)p->stage_pieces;
 }
-static inline volatile uint64_t *plane_reduced(const hetccl_plane_t *p, int q, int block) {
-  return p->ctr + (size_t)q * PLANE_CTR_STRIDE + PLANE_MAX_STAGE_PIECES + block;
-}
-/* How many reduced counters the copy lane waits on / a kernel per piece
- * writes: one per resident block, at least one. */
-static inline int plane_reducers(const hetccl_plane_t *p) {
-  return p->a.resident_blocks > 0 ? p->a.resident_blocks : 1;
+static inline volatile uint64_t *plane_reduced(const hetccl_plane_t *p, int q) {
+  return p->ctr + (size_t)q * PLANE_CTR_STRIDE + PLANE_MAX_STAGE_PIECES;
 }
 static inline void *plane_ctr_dev(const hetccl_plane_t *p, volatile uint64_t *host) {
   return p->ctr_dev + ((const char *)host - (const char *)p->ctr);

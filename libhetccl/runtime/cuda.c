@@ -640,6 +640,5 @@ const hetccl_runtime_t hetccl_runtime_cuda = {
     /* device kernels (NVRTC) are not built yet */
     .reduce_async = hetccl_cuda_reduce_async,
     .reduce_available = hetccl_cuda_reduce_available,
-    .reduce_resident = hetccl_cuda_reduce_resident,
     .dmabuf_export = cuda_dmabuf_export,
 };

@@ -71,11 +71,6 @@ ncclResult_t hetccl_cuda_reduce_async(const hetccl_redop_t *op, void *dst, const
  * the first call; cheap afterwards. */
 int hetccl_cuda_reduce_available(char *why, size_t len);
 
-/* runtime.h's reduce_resident (hetccl_resident_reduce_t) on CUDA. */
-struct hetccl_resident_reduce;
-ncclResult_t hetccl_cuda_reduce_resident(const hetccl_redop_t *op,
-                                         const struct hetccl_resident_reduce *r, void *stream);
-
 ncclResult_t hetccl_hip_reduce_async(const hetccl_redop_t *op, void *dst, const void *a,
                                      const void *b, size_t count, unsigned flags, void *stream);
 int hetccl_hip_reduce_available(char *why, size_t len);

@@ -576,8 +576,5 @@ const hetccl_runtime_t hetccl_runtime_hip = {
     /* device kernels (hipRTC) are not built yet */
     .reduce_async = hetccl_hip_reduce_async,
     .reduce_available = hetccl_hip_reduce_available,
-    /* not on HIP yet: no AMD GPU has been here to check the kernel's
-     * memory ordering; the plane launches a kernel per piece */
-    .reduce_resident = hetccl_rt_reduce_resident_none,
     .dmabuf_export = hip_dmabuf_export,
 };

@@ -156,7 +156,6 @@ const hetccl_runtime_t hetccl_runtime_host = {
     .host_unregister = host_host_unregister,
     .reduce_async = hetccl_rt_reduce_async_none,
     .reduce_available = hetccl_rt_reduce_available_none,
-    .reduce_resident = hetccl_rt_reduce_resident_none,
     .dmabuf_export = hetccl_rt_dmabuf_export_none,
 };
 
@@ -171,12 +170,6 @@ ncclResult_t hetccl_rt_reduce_async_none(const hetccl_redop_t *op, void *dst, co
                                          const void *b, size_t count, unsigned flags,
                                          void *stream) {
   return ncclInvalidUsage; /* no WARN: the caller decides (the slot's contract) */
-}
-
-ncclResult_t hetccl_rt_reduce_resident_none(const hetccl_redop_t *op,
-                                            const hetccl_resident_reduce_t *r, void *stream) {
-  (void)op, (void)r, (void)stream;
-  return ncclInvalidUsage; /* no WARN: the caller reduces piece by piece (the slot's contract) */
 }
 
 int hetccl_rt_reduce_available_none(char *why, size_t len) {

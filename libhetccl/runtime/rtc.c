@@ -109,10 +109,6 @@ static void plan_split(size_t size, const void *dst, const void *a, const void *
   *nvec = (count - h) / (16 / size);
 }
 
-uint64_t hetccl_rtc_scalar_bits(const hetccl_redop_t *op) {
-  return dtype_signed(op->dtype) ? (uint64_t)op->scalar_i : op->scalar_u;
-}
-
 void hetccl_rtc_plan(const hetccl_redop_t *op, void *dst, const void *a, const void *b,
                      size_t count, int units, hetccl_rtc_launch_t *l) {
   size_t size = hetccl_dtype_size(op->dtype);
@@ -132,7 +128,7 @@ void hetccl_rtc_plan(const hetccl_redop_t *op, void *dst, const void *a, const v
   l->grid = (unsigned)(blocks < 1 ? 1 : blocks > cap ? cap : blocks);
   l->block = HETCCL_RTC_THREADS;
   l->scalar_f = op->scalar_f;
-  l->scalar_u = hetccl_rtc_scalar_bits(op);
+  l->scalar_u = dtype_signed(op->dtype) ? (uint64_t)op->scalar_i : op->scalar_u;
   l->scalar_dev = op->scalar_dev;
   l->nranks = op->nranks;
   void *p[10] = {&l->dst,   &l->a,        &l->b,        &l->head,       &l->nvec,

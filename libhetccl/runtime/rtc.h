@@ -25,8 +25,6 @@
 /* The kernel's text (reduce_kernel.c) and its entry point (extern "C"). */
 extern const char hetccl_rtc_kernel_source[];
 #define HETCCL_RTC_KERNEL_NAME "hetccl_reduce_kernel"
-#define HETCCL_RTC_RESIDENT_NAME "hetccl_reduce_resident" /* CUDA only */
-#define HETCCL_RTC_RESIDENT_THREADS 512
 #define HETCCL_RTC_THREADS 256    /* threads per block */
 #define HETCCL_RTC_UNROLL 4       /* the kernel's HK_UNROLL */
 #define HETCCL_RTC_BLOCKS_PER_UNIT 8
@@ -73,9 +71,6 @@ typedef struct hetccl_rtc_launch {
   void *params[10]; /* pointers to the fields above, for cuLaunchKernel/hipModuleLaunchKernel */
 } hetccl_rtc_launch_t;
 
-/* The kernel's scalar_u argument: op's integer scalar as 64 bits. */
-uint64_t hetccl_rtc_scalar_bits(const hetccl_redop_t *op);
-
 /* Fill l for count > 0 elements; units is the device's SM / CU count (0:
  * unknown). l must not move afterwards: params point into it. */
 void hetccl_rtc_plan(const hetccl_redop_t *op, void *dst, const void *a, const void *b,
@@ -89,7 +84,6 @@ typedef struct hetccl_rtc_entry {
   uint64_t where;
   hetccl_rtc_variant_t v;
   void *function; /* CUfunction / hipFunction_t */
-  void *resident; /* the resident kernel (runtime.h, reduce_resident), NULL where not built */
   int units;      /* SMs / CUs of the device it was loaded on (0: unknown) */
 } hetccl_rtc_entry_t;
 

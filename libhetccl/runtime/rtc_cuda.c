@@ -39,7 +39,6 @@
 #include "runtime/devreduce.h"
 #include "runtime/gpu.h"
 #include "runtime/rtc.h"
-#include "runtime/runtime.h"
 #include "util/check.h"
 #include "util/knobs.h"
 #include "util/log.h"
@@ -392,9 +391,6 @@ static ncclResult_t kernel_build(void *ctx, uint64_t id, const hetccl_rtc_varian
   HETCCL_CHECK(res);
   res = cu_result(d, d->cuModuleGetFunction(&e->function, module, HETCCL_RTC_KERNEL_NAME),
                   "cuModuleGetFunction", v);
-  if (res == ncclSuccess)
-    res = cu_result(d, d->cuModuleGetFunction(&e->resident, module, HETCCL_RTC_RESIDENT_NAME),
-                    "cuModuleGetFunction", v);
   if (res != ncclSuccess) {
     d->cuModuleUnload(module);
     return res;
@@ -439,37 +435,6 @@ ncclResult_t hetccl_cuda_reduce_async(const hetccl_redop_t *op, void *dst, const
   hetccl_rtc_plan(op, dst, a, b, count, e->units, &l);
   return cu_result(d, d->cuLaunchKernel(e->function, l.grid, 1, 1, l.block, 1, 1, 0, stream,
                                         l.params, NULL),
-                   "cuLaunchKernel", &v);
-}
-
-ncclResult_t hetccl_cuda_reduce_resident(const hetccl_redop_t *op,
-                                         const hetccl_resident_reduce_t *r, void *stream) {
-  const nvrtc_lib_t *n = nvrtc_get();
-  const cu_driver_t *d = n ? driver_get() : NULL;
-  if (!n || !d) return ncclInvalidUsage; /* no WARN: the caller reduces piece by piece */
-  hetccl_rtc_variant_t v;
-  HETCCL_CHECK(hetccl_rtc_variant_of(op, r->flags, 0, "hetccl_cuda_reduce_resident", &v));
-  const hetccl_rtc_entry_t *e;
-  HETCCL_CHECK(kernel_get(n, d, &v, &e));
-  size_t size = hetccl_dtype_size(op->dtype);
-  if (!e->resident || r->blocks < 1 || r->count == 0 || r->piece == 0 ||
-      (r->piece * size) % 16 || ((uintptr_t)r->dst | (uintptr_t)r->local | (uintptr_t)r->stage) % 16)
-    return ncclInvalidUsage;
-  void *dst = r->dst;
-  const void *local = r->local, *stage = r->stage, *staged = (const void *)r->staged,
-             *dep = (const void *)r->dep, *scalar_dev = op->scalar_dev;
-  void *reduced = (void *)r->reduced;
-  uint64_t piece = r->piece, count = r->count, first = r->first, depth = r->depth,
-           dep_q0 = r->dep_q0, dep_slots = r->dep_slots ? r->dep_slots : 1;
-  int swap = r->swap, nranks = op->nranks;
-  double scalar_f = op->scalar_f;
-  uint64_t scalar_u = hetccl_rtc_scalar_bits(op);
-  void *params[17] = {&dst,   &local,   &stage,     &piece,  &count,    &first,
-                      &depth, &staged,  &reduced,   &dep,    &dep_q0,   &dep_slots,
-                      &swap,  &scalar_f, &scalar_u, &scalar_dev, &nranks};
-  return cu_result(d, d->cuLaunchKernel(e->resident, (unsigned)r->blocks, 1, 1,
-                                        HETCCL_RTC_RESIDENT_THREADS, 1, 1, 0, stream, params,
-                                        NULL),
                    "cuLaunchKernel", &v);
 }
 

@@ -176,37 +176,6 @@ typedef ncclResult_t (*hetccl_rt_host_unregister_fn)(void *ptr);
 typedef ncclResult_t (*hetccl_rt_reduce_async_fn)(const hetccl_redop_t *op, void *dst,
                                                   const void *a, const void *b, size_t count,
                                                   unsigned flags, void *stream);
-/* A reduction resident for a run of pieces (the data plane's split path,
- * plane/exec_stream.c): one kernel of `blocks` thread blocks that, for
- * each piece k of the run (elements [k * piece, min((k + 1) * piece,
- * count)) of dst and local; piece i = first + k of the stage), waits until
- * staged[i % depth] >= i + 1 (the copy engine has landed it) and, with
- * dep, until dep[(dep_q0 + k) % dep_slots] >= dep_q0 + k + 1 (an in-place
- * result must not overwrite what is still to be sent), computes
- * dst = OP(local, stage piece i % depth) (the stage first with swap; flags
- * as reduce_async's, for that order), and then writes reduced[b] = i + 1
- * from each block b: the stage piece is free once every block has. A
- * kernel launch per piece waits for an SM behind the application's compute
- * each time; this one waits once per run and then holds `blocks` of them.
- * dst, local and stage 16-byte aligned, piece a multiple of 16 bytes; the
- * counters device-accessible (mapped host memory). Enqueued on stream,
- * never blocks the caller. ncclInvalidUsage WITHOUT a WARN where the
- * runtime has none (the caller then launches a kernel per piece). */
-typedef struct hetccl_resident_reduce {
-  void *dst;
-  const void *local, *stage;
-  size_t piece, count;               /* elements per full piece, in the run */
-  uint64_t first, depth;             /* the run's first stage piece number, stage pieces */
-  const volatile uint64_t *staged;   /* staged[depth] */
-  volatile uint64_t *reduced;        /* reduced[blocks] */
-  const volatile uint64_t *dep;      /* dep[dep_slots], or NULL */
-  uint64_t dep_q0, dep_slots;
-  int swap, blocks;
-  unsigned flags;
-} hetccl_resident_reduce_t;
-typedef ncclResult_t (*hetccl_rt_reduce_resident_fn)(const hetccl_redop_t *op,
-                                                     const hetccl_resident_reduce_t *r,
-                                                     void *stream);
 /* 1 if reduce_async can run here (a device compiler loaded and working);
  * else 0 and, in why (len bytes, may be NULL), one line saying why, for an
  * INFO. May load the compiler the first time; cheap afterwards. */
@@ -256,7 +225,6 @@ typedef struct hetccl_runtime {
   /* device reductions (ask reduce_available) */
   hetccl_rt_reduce_async_fn reduce_async;
   hetccl_rt_reduce_available_fn reduce_available;
-  hetccl_rt_reduce_resident_fn reduce_resident;
   /* device memory for a NIC (0 with why where it cannot) */
   hetccl_rt_dmabuf_export_fn dmabuf_export;
 } hetccl_runtime_t;
@@ -269,7 +237,7 @@ typedef struct hetccl_runtime {
   X(event_destroy) X(event_record) X(event_query) X(stream_wait_event)         \
   X(host_alloc_mapped) X(stream_wait_counter) X(stream_write_counter)          \
   X(stream_create) X(stream_destroy) X(host_register) X(host_unregister)       \
-  X(reduce_async) X(reduce_available) X(reduce_resident) X(dmabuf_export)
+  X(reduce_async) X(reduce_available) X(dmabuf_export)
 
 /* --- shared stubs for slots a runtime lacks -------------------------------- */
 
@@ -288,9 +256,6 @@ ncclResult_t hetccl_rt_reduce_async_none(const hetccl_redop_t *op, void *dst,
                                          const void *a, const void *b, size_t count,
                                          unsigned flags, void *stream);
 int hetccl_rt_reduce_available_none(char *why, size_t len);
-/* reduce_resident of a runtime without it: ncclInvalidUsage, no WARN. */
-ncclResult_t hetccl_rt_reduce_resident_none(const hetccl_redop_t *op,
-                                            const hetccl_resident_reduce_t *r, void *stream);
 /* dmabuf_export of the host runtime: 0, "host memory is registered as it is". */
 int hetccl_rt_dmabuf_export_none(void *ptr, size_t bytes, int *fd, uint64_t *offset, char *why,
                                  size_t len);

@@ -138,8 +138,6 @@
     "device memory per receiving channel of a GPU rank (made at its first reduction) where arriving pieces wait for their reduction, so that a reduction kernel held back by the application's compute holds back neither the copy engines nor the sender; 0: reductions hold their slot until their kernel has run (docs/dataplane.md)") \
   X(PLANE_LANE_STREAMS, "HETCCL_PLANE_LANE_STREAMS", INT, "1", 1, 8,         \
     "streams a GPU rank spreads its pieces to or from one peer over (piece q on stream q mod N), so that one stream's copy fills the gap while another waits and signals; lowered to divide HETCCL_PLANE_SLOTS. 2 moves a long sendrecv faster but slowed DDP training (docs/dataplane.md)") \
-  X(PLANE_RESIDENT, "HETCCL_PLANE_RESIDENT", INT, "0", 0, 8,                 \
-    "thread blocks of the reduction kernel that a GPU rank keeps resident for a whole two-rank AllReduce or ReduceScatter, reducing each piece as it lands (CUDA); 0: a kernel per piece, each waiting for an SM behind the application's compute (docs/dataplane.md)") \
   X(PLANE_PRIORITY, "HETCCL_PLANE_PRIORITY", ENUM("high|normal"), "normal", 0, 0, \
     "priority of the data plane's own streams on a GPU: high (the device's greatest, so its reductions take SMs ahead of the application's compute) or normal") \
   X(PLANE_MAX_RANKS, "HETCCL_PLANE_MAX_RANKS", INT, "8", 2, 64,                \

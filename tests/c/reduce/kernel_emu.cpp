@@ -31,7 +31,6 @@ static inline double __longlong_as_double(long long u) { double d; std::memcpy(&
 #if defined(__aarch64__)
 #define HK_NAN_ARM // as rtc.c asks on this host
 #endif
-#define HK_NO_RESIDENT // the resident kernel's waits and fences have no host stand-in
 
 #define EMU_CAT4_(a, b, c, d) a##_##b##_##c##_##d
 #define EMU_CAT4(a, b, c, d) EMU_CAT4_(a, b, c, d)
