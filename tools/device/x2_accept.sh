@@ -99,27 +99,22 @@ ntm() { # ntm LABEL COLL ENV... : nccl-tests, a process per GPU, 8 B .. 1 GiB
   PATH=$m/bin:$PATH LD_LIBRARY_PATH="$m/lib:$(dirname "$REAL_NCCL")" timeout 90 \
     mpiexec -launcher fork -n 2 env MPIR_CVAR_ENABLE_GPU=0 "${@:3}" $NTM/"$2"_perf -g 1 -b 8 -e 1G -f 8 -n 20 -w 5 -c 1
 }
-do_ntmpi() {
+# nt_table RUN LOG: RUN (nt or ntm) over the table's runs: hetccl on every
+# collective, plain NCCL and its shared-memory path on sendrecv and all_reduce
+nt_table() {
+  local run=$1 log=$2 c
   for c in $COLLS; do
-    ntm "hetccl $c" $c LD_PRELOAD=$LIB HETCCL_ISLANDS=0,1 || echo "FAIL: hetccl $c"
+    $run "hetccl $c" $c LD_PRELOAD=$LIB HETCCL_ISLANDS=0,1 || echo "FAIL: hetccl $c"
   done
   for c in sendrecv all_reduce; do
-    ntm "nccl $c" $c || echo "FAIL: nccl $c"
-    ntm "nccl NCCL_P2P_DISABLE=1 $c" $c NCCL_P2P_DISABLE=1 || echo "FAIL: nccl-shm $c"
+    $run "nccl $c" $c || echo "FAIL: nccl $c"
+    $run "nccl NCCL_P2P_DISABLE=1 $c" $c NCCL_P2P_DISABLE=1 || echo "FAIL: nccl-shm $c"
   done
-  ! grep -q "^FAIL" "$OUT/18-ntmpi.log"
+  grep -E "WARN|rror" "$log" | grep -v "^#" | head -5
+  ! grep -q "^FAIL" "$log"
 }
-do_nt() {
-  for c in $COLLS; do
-    nt "hetccl $c" $c LD_PRELOAD=$LIB HETCCL_ISLANDS=0,1 || echo "FAIL: hetccl $c"
-  done
-  for c in sendrecv all_reduce; do
-    nt "nccl $c" $c || echo "FAIL: nccl $c"
-    nt "nccl NCCL_P2P_DISABLE=1 $c" $c NCCL_P2P_DISABLE=1 || echo "FAIL: nccl-shm $c"
-  done
-  grep -E "WARN|rror" "$OUT/04-nt.log" | grep -v "^#" | head -5
-  ! grep -q "^FAIL" "$OUT/04-nt.log"
-}
+do_nt() { nt_table nt "$OUT/04-nt.log"; }
+do_ntmpi() { nt_table ntm "$OUT/18-ntmpi.log"; }
 PERF_COLLS=${PERF_COLLS-$COLLS}
 do_perf() {
   for c in $PERF_COLLS; do
@@ -202,7 +197,7 @@ do_train() {
 }
 
 export ROOT OUT PY LIB REAL_NCCL NT NTM MPICH COLLS TRAIN_VARIANTS NT_VARIANTS PERF_COLLS PYTEST_K MEMOP_ARGS
-export -f note bounded nt nt_make mpi_home ntm do_ntmpibuild do_ntmpi do_profile do_host do_build do_ntbuild do_limit do_nt do_perf do_train do_big do_readpath \
+export -f note bounded nt nt_table nt_make mpi_home ntm do_ntmpibuild do_ntmpi do_profile do_host do_build do_ntbuild do_limit do_nt do_perf do_train do_big do_readpath \
   do_variants do_memop do_cupy do_torch3 do_torch3trace do_torch3san do_pytest
 export PYTHONPATH=$ROOT/python:/tmp/site${PYTHONPATH:+:$PYTHONPATH}
 STAGES=${STAGES:-ntbuild limit nt pytest train variants perf big readpath cupy torch3}
