@@ -535,6 +535,12 @@ def rank_zero_copy(rank: int, n: int, uid: str, barrier: Any) -> Dict[str, Any]:
         nccl.groupEnd()
         check(what, f32_at(rp, ZC_COUNT), zc_pattern(peer, salt))
 
+    def counted(key: str, sp: int, rp: int, what: str, salt: int) -> None:
+        """sendrecv, and the bytes ib's CPU copies for it under copied[key]."""
+        before = ib()
+        sendrecv(sp, rp, what, salt)
+        out["copied"][key] = ib() - before
+
     try:
         x, y = f32_at(s, ZC_COUNT), f32_at(r, ZC_COUNT)
         half = ZC_COUNT // 2
@@ -588,9 +594,7 @@ def rank_zero_copy(rank: int, n: int, uid: str, barrier: Any) -> Dict[str, Any]:
                 comm.recv(r, ZC_COUNT, F32, 0)
                 check(f"plain to registered {i}", y, zc_pattern(0, 20 + i))
         out["copied"]["offer unused"] = ib() - before
-        before = ib()
-        sendrecv(s, r, "sendrecv, registered after unused offers", 12)
-        out["copied"]["after unused offers"] = ib() - before
+        counted("after unused offers", s, r, "sendrecv, registered after unused offers", 12)
 
         # Freed, then mapped again at the same address, plain: a registration
         # that outlived its memory would write into (and read from) the old
@@ -601,40 +605,29 @@ def rank_zero_copy(rank: int, n: int, uid: str, barrier: Any) -> Dict[str, Any]:
         mem.unmap(mr, ZC_BYTES)
         again = (mem.map(ZC_BYTES, ms), mem.map(ZC_BYTES, mr))
         out["same_address"]["ncclCommRegister"] = again == (ms, mr)
-        before = ib()
-        sendrecv(ms, mr, "sendrecv, same address after ncclCommDeregister and munmap", 8)
-        out["copied"]["deregistered"] = ib() - before
+        counted("deregistered", ms, mr,
+                "sendrecv, same address after ncclCommDeregister and munmap", 8)
         hs, hr = mem.register(ms, ZC_BYTES), mem.register(mr, ZC_BYTES)
-        before = ib()
-        sendrecv(ms, mr, "sendrecv, same address registered again", 9)
-        out["copied"]["registered again"] = ib() - before
+        counted("registered again", ms, mr, "sendrecv, same address registered again", 9)
         mem.deregister(hs)
         mem.deregister(hr)
         # NCCL's windows, on an engine communicator a registration (core/window.c)
         ws, wr = mem.window(ms, ZC_BYTES), mem.window(mr, ZC_BYTES)
-        before = ib()
-        sendrecv(ms, mr, "sendrecv, ncclCommWindowRegister", 13)
-        out["copied"]["window"] = ib() - before
+        counted("window", ms, mr, "sendrecv, ncclCommWindowRegister", 13)
         mem.window_drop(ws)
         mem.window_drop(wr)
-        before = ib()
-        sendrecv(ms, mr, "sendrecv, after ncclCommWindowDeregister", 14)
-        out["copied"]["window dropped"] = ib() - before
+        counted("window dropped", ms, mr, "sendrecv, after ncclCommWindowDeregister", 14)
         mem.unmap(ms, ZC_BYTES)
         mem.unmap(mr, ZC_BYTES)
         mem.mem_free(s)
         mem.mem_free(r)
         again = (mem.map(ZC_BYTES, s), mem.map(ZC_BYTES, r))
         out["same_address"]["ncclMemFree"] = again == (s, r)
-        before = ib()
-        sendrecv(s, r, "sendrecv, same address after ncclMemFree", 10)
-        out["copied"]["freed"] = ib() - before
+        counted("freed", s, r, "sendrecv, same address after ncclMemFree", 10)
         mem.unmap(s, ZC_BYTES)
         mem.unmap(r, ZC_BYTES)
         s2, r2 = mem.mem_alloc(ZC_BYTES), mem.mem_alloc(ZC_BYTES)
-        before = ib()
-        sendrecv(s2, r2, "sendrecv, ncclMemAlloc after ncclMemFree", 11)
-        out["copied"]["allocated again"] = ib() - before
+        counted("allocated again", s2, r2, "sendrecv, ncclMemAlloc after ncclMemFree", 11)
         mem.mem_free(s2)
         mem.mem_free(r2)
     finally:
