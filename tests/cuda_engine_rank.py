@@ -11,14 +11,13 @@ Prints one line "RESULT {json}" with what every check found.
 from __future__ import annotations
 
 import ctypes
-import json
 import os
 import sys
 import time
 
 import numpy as np
 
-from nccl_ctypes import I, P, UniqueId, checker, load
+from nccl_ctypes import P, UniqueId, async_error, checker, load, report, run_main
 from rank_procs import publish, wait_for
 
 LIB = load(os.environ["T_LIB"])
@@ -276,16 +275,10 @@ def main() -> None:
         results.update(CHECKS[name](comm))
     if MODE == "cuda":
         STREAM.synchronize()
-    err = I(-1)
-    check(LIB.ncclCommGetAsyncError(comm, ctypes.byref(err)), "GetAsyncError")
-    results["async_error"] = err.value
+    results["async_error"] = async_error(LIB, comm)
     check(LIB.ncclCommDestroy(comm), "ncclCommDestroy")
-    print("RESULT " + json.dumps(results), flush=True)
+    report(results)
 
 
 if __name__ == "__main__":
-    try:
-        main()
-    except Exception as e:  # the test prints the whole output
-        print(f"rank {RANK}: {type(e).__name__}: {e}", file=sys.stderr, flush=True)
-        sys.exit(1)
+    run_main(main, f"rank {RANK}")

@@ -13,13 +13,11 @@ Environment: T_LIB, T_ROLE, T_BUF, T_ID_FILE (the pair writes the unique id).
 from __future__ import annotations
 
 import ctypes
-import json
 import os
-import sys
 
 import numpy as np
 
-from nccl_ctypes import I, P, UniqueId, checker, load
+from nccl_ctypes import P, UniqueId, async_error, checker, load, report, run_main
 from rank_procs import publish, wait_for
 
 LIB = load(os.environ["T_LIB"])
@@ -155,17 +153,11 @@ def main() -> None:
     for count in (1031, 1 << 20):
         results.update(run(comms, count))
     for r in MINE:
-        err = I(-1)
-        check(LIB.ncclCommGetAsyncError(comms[r], ctypes.byref(err)), "GetAsyncError")
-        results[f"async_error/rank{r}"] = err.value
+        results[f"async_error/rank{r}"] = async_error(LIB, comms[r])
     for r in MINE:
         check(LIB.ncclCommDestroy(comms[r]), "ncclCommDestroy")
-    print("RESULT " + json.dumps(results), flush=True)
+    report(results)
 
 
 if __name__ == "__main__":
-    try:
-        main()
-    except Exception as e:  # the test prints the whole output
-        print(f"{ROLE}: {type(e).__name__}: {e}", file=sys.stderr, flush=True)
-        sys.exit(1)
+    run_main(main, ROLE)
