@@ -17,6 +17,15 @@ so the library each loads follows the environment given to it:
                and their gradients exchanged by send/recv (micro-batches of
                32 MiB activations), torch's NCCL
   pipe/hetccl  the same across two islands
+  ddp/copies   DDP whose gradients go through host memory with nothing
+               else: a comm hook that copies each bucket's bytes to pinned
+               host memory and back in at once (two streams) and adds what
+               came in, with no peer to wait for. Each rank of a two-rank
+               AllReduce through host memory moves at least this much (its
+               whole bucket out and in), so no such path trains faster:
+               the bound of the "DDP >= 1.7 x one GPU" goal on this host
+  ddp/nocomm   DDP whose hook returns the local gradients at once: the
+               step with no communication at all (the compute's ceiling)
   ddp/NAME, pipe/NAME
                each --variant: the hetccl runs again with those variables
                set too (e.g. mapped:HETCCL_PLANE_REDUCE_READ=mapped for the
@@ -35,6 +44,8 @@ the step can be no shorter than the native one plus each transfer's extra
 time (measured alone, rank 0 to rank 1), nor than the native one plus one
 copy of each activation over the GPU's link to host memory (measured in
 the same run): pipe_predicted_vs_native and pipe_staged_bound_vs_native.
+The two DDP bounds run on torch's NCCL (no LD_PRELOAD) and train on
+local gradients only, so their losses are not compared.
 Seeds are fixed, so the losses of native and hetccl runs must agree (they
 are printed, and compared within 1e-3 relative). Reported: samples per
 second over the timed steps (after 3 warm-up steps), DDP's ratio to one GPU
@@ -122,6 +133,8 @@ def worker(rank: int, world: int, kind: str, args, port: int, env: dict, q) -> N
     try:
         if kind == "ddp":
             res = ddp(rank, args, dev)
+        elif kind.startswith("ddp/"):
+            res = ddp(rank, args, dev, hook=kind[4:])
         else:
             res = pipe(rank, args, dev)
         res["backend_lib"] = os.environ.get("LD_PRELOAD", "")
@@ -130,11 +143,60 @@ def worker(rank: int, world: int, kind: str, args, port: int, env: dict, q) -> N
         dist.destroy_process_group()
 
 
-def ddp(rank: int, args, dev) -> dict:
+class HostCopies:
+    """State of the copies-only comm hook: a pinned host buffer per
+    direction, grown to the largest bucket, and a stream per direction."""
+
+    def __init__(self, dev):
+        self.dev = dev
+        self.out_stream = torch.cuda.Stream(dev)
+        self.in_stream = torch.cuda.Stream(dev)
+        self.host_out = self.host_in = torch.empty(0, dtype=torch.uint8)
+
+    def buffers(self, nbytes: int):
+        if self.host_out.numel() < nbytes:
+            torch.cuda.synchronize(self.dev)  # the old buffers may be in use
+            self.host_out = torch.empty(nbytes, dtype=torch.uint8, pin_memory=True)
+            self.host_in = torch.zeros(nbytes, dtype=torch.uint8, pin_memory=True)
+        return self.host_out[:nbytes], self.host_in[:nbytes]
+
+
+def host_copies_hook(state: HostCopies, bucket):
+    """The bucket out to host memory and (zeros) back in at once, then
+    added in: the copies and the reduction of a two-rank AllReduce through
+    host memory, with the peer's half always there already."""
+    grads = bucket.buffer()
+    raw = grads.view(-1).view(torch.uint8)
+    out, into = state.buffers(raw.numel())
+    caller = torch.cuda.current_stream(state.dev)
+    state.out_stream.wait_stream(caller)
+    state.in_stream.wait_stream(caller)
+    with torch.cuda.stream(state.out_stream):
+        out.copy_(raw, non_blocking=True)
+    with torch.cuda.stream(state.in_stream):
+        landed = into.to(state.dev, non_blocking=True).view(grads.dtype).view(grads.shape)
+        grads.add_(landed)
+        state.in_stream.wait_stream(state.out_stream)
+        fut = torch.futures.Future(devices=[state.dev])
+        fut.set_result(grads)
+    return fut
+
+
+def local_only_hook(_state, bucket):
+    fut = torch.futures.Future(devices=[bucket.buffer().device])
+    fut.set_result(bucket.buffer())
+    return fut
+
+
+def ddp(rank: int, args, dev, hook: str = "") -> dict:
     # T_BUCKET_MB (a --variant may set it): DDP's bucket_cap_mb, torch's 25 by default
     net = torch.nn.parallel.DistributedDataParallel(
         model(args.layers, dev), device_ids=[dev],
         bucket_cap_mb=float(os.environ.get("T_BUCKET_MB", "25")))
+    if hook == "copies":
+        net.register_comm_hook(HostCopies(dev), host_copies_hook)
+    elif hook == "nocomm":
+        net.register_comm_hook(None, local_only_hook)
     secs, losses = timed_steps(args.steps, data_parallel_step(net, rank, dev), dev)
     return {"samples_per_s": dist.get_world_size() * BATCH * args.steps / secs,
             "losses": [float(l) for l in losses]}
@@ -297,6 +359,15 @@ def main() -> int:
             res[name] = launch(kind, True, args, venv)
             print(f"{name} ({','.join(f'{k}={v}' for k, v in venv.items())}): "
                   f"{res[name]['samples_per_s']:.0f} samples/s", flush=True)
+        if kind == "ddp":
+            for bound in ("copies", "nocomm"):
+                name = f"ddp/{bound}"
+                try:
+                    res[name] = launch(name, False, args)
+                except Exception as e:  # a bound is a reading beside the goals, not one of them
+                    print(f"{name}: failed: {e}", flush=True)
+                    continue
+                print(f"{name}: {res[name]['samples_per_s']:.0f} samples/s", flush=True)
     one = res["single"]["samples_per_s"]
     summary = {
         "params_M": args.layers * (WIDTH * WIDTH + WIDTH) / 1e6,
@@ -308,6 +379,12 @@ def main() -> int:
         "ddp_loss_rel_diff": close(res["ddp/hetccl"]["losses"], res["ddp/native"]["losses"]),
         "pipe_loss_rel_diff": close(res["pipe/hetccl"]["losses"], res["pipe/native"]["losses"]),
     }
+    for bound in ("copies", "nocomm"):
+        if f"ddp/{bound}" in res:
+            summary[f"ddp_{bound}_vs_one_gpu"] = res[f"ddp/{bound}"]["samples_per_s"] / one
+    if "ddp/copies" in res:
+        summary["ddp_hetccl_vs_copies_bound"] = (res["ddp/hetccl"]["samples_per_s"]
+                                                 / res["ddp/copies"]["samples_per_s"])
     # The pipeline's bound: every transfer of a step (MICRO activations
     # forward, MICRO gradients back) lies on its critical path, since a
     # blocking send / recv orders the next compute after it. Predicted:

@@ -45,6 +45,8 @@
 #   memop     tools/device/memop_gap.py --peer 1 $MEMOP_ARGS: what a wait and
 #             a signal between pieces cost the copy streams, on one GPU and
 #             between two (MEMOP_ARGS="--load 30": also beside a GEMM load)
+#   numa      tools/device/numa_copies.py: the copy engines against pinned
+#             host memory bound to each NUMA node, per GPU and both at once
 # STAGES="..." picks stages (build always runs). NCCL_NVLS_ENABLE=0.
 set -u
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
@@ -172,6 +174,7 @@ do_host() { # what the host gives pinned shared memory: pages, NUMA, the GPUs' l
   echo "iommu: $(ls /sys/class/iommu 2>/dev/null | wc -l) units; cmdline: $(cat /proc/cmdline)"
   for g in /sys/bus/pci/devices/*/iommu_group; do readlink "$g"; done 2>/dev/null | sort -u | wc -l
 }
+do_numa() { $PY tools/device/numa_copies.py; }
 do_memop() { $PY tools/device/memop_gap.py --peer 1 --watchdog 180 ${MEMOP_ARGS-}; }
 do_cupy() { $PY tools/device/cupy_api_check.py --ranks 2; }
 do_torch3() {
@@ -198,7 +201,7 @@ do_train() {
 
 export ROOT OUT PY LIB REAL_NCCL NT NTM MPICH COLLS TRAIN_VARIANTS NT_VARIANTS PERF_COLLS PYTEST_K MEMOP_ARGS
 export -f note bounded nt nt_table nt_make mpi_home ntm do_ntmpibuild do_ntmpi do_profile do_host do_build do_ntbuild do_limit do_nt do_perf do_train do_big do_readpath \
-  do_variants do_memop do_cupy do_torch3 do_torch3trace do_torch3san do_pytest
+  do_variants do_numa do_memop do_cupy do_torch3 do_torch3trace do_torch3san do_pytest
 export PYTHONPATH=$ROOT/python:/tmp/site${PYTHONPATH:+:$PYTHONPATH}
 STAGES=${STAGES:-ntbuild limit nt pytest train variants perf big readpath cupy torch3}
 stage 01 build 240 do_build
@@ -217,6 +220,7 @@ if [ -f "$LIB" ]; then
   want host && stage 13 host 20 do_host
   want profile && stage 14 profile 150 do_profile
   want memop && stage 15 memop 200 do_memop
+  want numa && stage 20 numa 120 do_numa
   want cupy && stage 10 cupy 120 do_cupy
   want torch3 && stage 11 torch3 180 do_torch3
   want torch3trace && stage 16 torch3trace 180 do_torch3trace
