@@ -6,7 +6,12 @@ there), T_PRELOAD (colon list of libraries to load first, RTLD_GLOBAL, as a
 program linking them would have), T_DEVBUF=1 (the allreduce runs on a
 buffer from the stand-in libamdhip64's hipMalloc, the first preloaded
 library, and the result adds what its counters saw: "copies", "writes",
-"waits"), T_IBDEV=1 (instead of the allreduce: sendrecv, broadcast,
+"waits"), T_INPLACE=1 (instead of the allreduce: rank 0, a HIP rank, sends to
+rank 1 (HIP or host) from device memory it registered with ncclCommRegister,
+T_BYTES and 1 KiB, then from memory it did not, then from the first again
+after ncclCommDeregister; the result adds "wrong" and, per send, "copied"
+(ib's CPU-copied bytes) and "copies" (the stand-in's hipMemcpyAsync calls)),
+T_IBDEV=1 (instead of the allreduce: sendrecv, broadcast,
 allgather and allreduce of T_BYTES bytes per rank, then a 1 KiB sendrecv, on the stand-in's device
 memory, each checked; the result adds "wrong" and "copied": the ib
 transport's CPU-copied bytes per collective), T_CONFIG=1 (also an ncclAllReduceConfig with a config through
@@ -55,6 +60,8 @@ def main() -> dict:
     x = np.full(4, RANK + 1, dtype=np.float32)
     if os.environ.get("T_IBDEV") == "1":
         out.update(_device_collectives(comm))
+    elif os.environ.get("T_INPLACE") == "1":
+        out.update(_sends_in_place(comm))
     elif os.environ.get("T_DEVBUF") == "1":
         out.update(_device_allreduce(comm, x))
     else:
@@ -156,6 +163,60 @@ def _device_collectives(comm: nccl.NcclCommunicator) -> dict:
         nccl.groupEnd()
     run("sendrecv 1 KiB", sendrecv_1k, mine(peer_from)[:256], big.value)
     return {"wrong": wrong, "copied": copied}
+
+
+def _sends_in_place(comm: nccl.NcclCommunicator) -> dict:
+    lib = ctypes.CDLL(str(_lib.loaded_path()))
+    preload = os.environ.get("T_PRELOAD", "")
+    hip = ctypes.CDLL(preload.split(":")[0]) if preload else None
+    count = int(os.environ.get("T_BYTES", str(256 << 10))) // 4
+    f32, wrong, copied, copies = nccl.NCCL_FLOAT32, [], {}, {}
+
+    def device(nbytes: int) -> int:
+        p = ctypes.c_void_p()
+        assert hip.hipMalloc(ctypes.byref(p), ctypes.c_size_t(nbytes)) == 0
+        return p.value
+
+    def hip_copies() -> int:
+        return ctypes.c_int.in_dll(hip, "fake_copies").value if hip else 0
+
+    want = (np.arange(count, dtype=np.float32) % 251) + 7
+    keep = []
+    if RANK == 0:
+        registered, plain = device(4 * count), device(4 * count)
+        for ptr in (registered, plain):
+            ctypes.memmove(ptr, want.ctypes.data, want.nbytes)
+        handle = ctypes.c_void_p()
+        assert lib.ncclCommRegister(ctypes.c_void_p(comm.comm), ctypes.c_void_p(registered),
+                                    ctypes.c_size_t(4 * count), ctypes.byref(handle)) == 0
+    elif hip:
+        dst = device(4 * count)
+    else:
+        host = np.zeros(count, dtype=np.float32)
+        keep.append(host)
+        dst = host.ctypes.data
+
+    def one(name: str, src: int, n: int) -> None:
+        before, calls = comm.copied_bytes()["ib"], hip_copies()
+        if RANK == 0:
+            comm.send(src, n, f32, 1)
+        else:
+            ctypes.memset(dst, 0, 4 * n)
+            comm.recv(dst, n, f32, 0)
+            got = np.empty(n, dtype=np.float32)
+            ctypes.memmove(got.ctypes.data, dst, got.nbytes)
+            if not np.array_equal(got, want[:n]):
+                wrong.append(name)
+        copied[name] = comm.copied_bytes()["ib"] - before
+        copies[name] = hip_copies() - calls
+
+    one("registered", registered if RANK == 0 else 0, count)
+    one("registered 1 KiB", registered if RANK == 0 else 0, 256)
+    one("plain", plain if RANK == 0 else 0, count)
+    if RANK == 0:
+        assert lib.ncclCommDeregister(ctypes.c_void_p(comm.comm), handle) == 0
+    one("deregistered", registered if RANK == 0 else 0, count)
+    return {"wrong": wrong, "copied": copied, "copies": copies}
 
 
 def _device_kind() -> str:

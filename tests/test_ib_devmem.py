@@ -16,9 +16,18 @@ islands of their own and onto ib:
   sendrecv, below the rendezvous threshold, goes through ib's slots and is
   counted; every result is checked;
 - the GPUDirect decision, logged once per context at init, names the step
-  that stops it: rxe refusing the import of the stand-in's dma-buf, the
-  export refused by the runtime, a ROCm 5 runtime without the export call,
-  and HETCCL_IB_DMABUF=0.
+  that stops each branch: rxe refusing the import of the stand-in's
+  dma-buf, the export refused by the runtime, a ROCm 5 runtime without the
+  export call, HETCCL_IB_DMABUF=0, HETCCL_IB_GDR=0; the peer-memory trial
+  (ibv_reg_mr of device memory) passes, since the stand-in's device memory
+  is host memory that rxe registers as a peer-memory client would let a
+  NIC register a GPU's;
+- in that branch, sends from device memory registered with
+  ncclCommRegister go unstaged, by RDMA WRITE at every size: no copy by
+  the stand-in's "copy engine" on the sender, none by either CPU, to a
+  HIP rank (staged receive) and to a host rank (its plain buffer
+  registered for the one message when it exceeds HETCCL_IB_BOUNCE); the
+  same sends from unregistered, or deregistered, memory are staged.
 """
 from __future__ import annotations
 
@@ -37,8 +46,9 @@ pytestmark = [pytest.mark.rdma, pytest.mark.usefixtures("hetccl_library")]
 TIMEOUT = 240
 THRESHOLD = 16 << 10  # HETCCL_IB_ZCOPY_THRESHOLD here: the stand-in's arena is 1 MiB, and
 # a broadcast of 256 KiB goes in pieces of about 64 KiB
-DECISION = re.compile(r"ib rank (\d+): hip device buffers reach (\S+) through registered pinned "
-                      r"staging .*GPUDirect RDMA through dma-buf: (.*)")
+DECISION = re.compile(r"ib rank (\d+): GPUDirect RDMA (through dma-buf|by peer memory|off)[^:]*: "
+                      r"hip device buffers reach (\S+) through registered pinned staging .*?; "
+                      r"dma-buf: (.*?)(?:; peer memory: (.*))?$", re.M)
 
 
 @pytest.fixture(scope="module")
@@ -50,7 +60,8 @@ def hip_fakes(tmp_path_factory: pytest.TempPathFactory) -> Dict[str, Path]:
     return {"6": build_hip(cc, d, 6), "5": build_hip(cc, d, 5)}
 
 
-def run_hip_ranks(tmp_path: Path, hip: Path, extra: Dict[str, str], n: int = 2) -> List[dict]:
+def run_hip_ranks(tmp_path: Path, hip: Path, extra: Dict[str, str], n: int = 2,
+                  host_ranks: tuple = ()) -> List[dict]:
     """n stand-in HIP ranks, one island each (no RCCL: HETCCL_VENDOR=0), every pair on ib; each rank's
     INFO log in tmp_path/log.R, returned in the result as "log". The data
     plane is off: it would carry these same-host device buffers itself
@@ -58,7 +69,8 @@ def run_hip_ranks(tmp_path: Path, hip: Path, extra: Dict[str, str], n: int = 2) 
     envs = []
     for rank in range(n):
         env = {**os.environ, "T_RANK": str(rank), "T_NRANKS": str(n),
-               "T_ID_FILE": str(tmp_path / "id"), "T_PRELOAD": str(hip),
+               "T_ID_FILE": str(tmp_path / "id"),
+               "T_PRELOAD": "" if rank in host_ranks else str(hip),
                "HETCCL_ISLANDS": "rank", "HETCCL_VENDOR": "0", "HETCCL_TRANSPORT": "ib",
                "HETCCL_PLANE": "off",
                "HETCCL_IB_ZCOPY_THRESHOLD": str(THRESHOLD), "HETCCL_CONNECT_TIMEOUT": "60",
@@ -71,10 +83,11 @@ def run_hip_ranks(tmp_path: Path, hip: Path, extra: Dict[str, str], n: int = 2) 
     return results
 
 
-def decision(res: dict) -> str:
+def decision(res: dict) -> tuple:
+    """(branch, why not dma-buf, why not peer memory) of the rank's one line."""
     found = DECISION.findall(res["log"])
     assert len(found) == 1, f"want one decision line, got {found}: {res['log'][-2000:]}"
-    return found[0][2]
+    return found[0][1], found[0][3], found[0][4]
 
 
 @pytest.mark.timeout(TIMEOUT)
@@ -91,12 +104,13 @@ def test_device_buffers_cross_ib_without_cpu_copies(tmp_path: Path,
             assert c[coll] == 0, f"rank {rank}: {coll} copied {c[coll]} bytes"
         # the contrast: below the threshold, into the slots and out
         assert c["sendrecv 1 KiB"] == 2 * 1024, c
-        why = decision(res)
+        how, why, _ = decision(res)
         assert why.startswith("ibv_reg_dmabuf_mr on ") and "refused hip memory" in why, why
+        assert how == "by peer memory", how
 
 
 @pytest.mark.timeout(TIMEOUT)
-@pytest.mark.parametrize("case", ["export-refused", "rocm5", "knob-off"])
+@pytest.mark.parametrize("case", ["export-refused", "rocm5", "knob-off", "gdr-off"])
 def test_gpudirect_decision_names_what_stops_it(case: str, tmp_path: Path,
                                                 hip_fakes: Dict[str, Path]) -> None:
     hip, extra, want = {
@@ -104,7 +118,54 @@ def test_gpudirect_decision_names_what_stops_it(case: str, tmp_path: Path,
                            "hipMemGetHandleForAddressRange of 65536 bytes at"),
         "rocm5": (hip_fakes["5"], {}, "has no hipMemGetHandleForAddressRange (ROCm 6 adds it)"),
         "knob-off": (hip_fakes["6"], {"HETCCL_IB_DMABUF": "0"}, "not tried (HETCCL_IB_DMABUF=0"),
+        "gdr-off": (hip_fakes["6"], {"HETCCL_IB_GDR": "0"}, "not tried (HETCCL_IB_GDR=0)"),
     }[case]
     for res in run_hip_ranks(tmp_path, hip, extra):
         assert "error" not in res and res["sum"] == 3.0, res
-        assert want in decision(res), res["log"][-2000:]
+        how, why, peer = decision(res)
+        assert want in why, res["log"][-2000:]
+        # the stand-in's device memory is host memory: rxe registers it by address
+        assert how == ("off" if case == "gdr-off" else "by peer memory"), (how, peer)
+
+
+SENDS = ("registered", "registered 1 KiB", "plain", "deregistered")
+
+
+def check_in_place(results: List[dict], receiver_copies: Dict[str, int],
+                   receiver_copied: Dict[str, int]) -> None:
+    for rank, res in enumerate(results):
+        assert "error" not in res, res
+        assert res["wrong"] == [], f"rank {rank}: wrong data in {res['wrong']}"
+        print(f"\n[device sends in place] rank {rank}: ib bytes copied by the CPU "
+              f"{res['copied']}, stand-in copies {res['copies']}")
+    sender, receiver = results
+    assert decision(sender)[0] == "by peer memory"
+    # registered: no staging copy on the sender, no CPU copy on either side, at any size
+    assert sender["copies"] == {"registered": 0, "registered 1 KiB": 0, "plain": 1,
+                                "deregistered": 1}, sender["copies"]
+    assert sender["copied"]["registered"] == 0 and sender["copied"]["registered 1 KiB"] == 0
+    assert receiver["copies"] == receiver_copies, receiver["copies"]
+    for name, want in receiver_copied.items():
+        assert receiver["copied"][name] == want, (name, receiver["copied"])
+
+
+@pytest.mark.timeout(TIMEOUT)
+def test_registered_device_sends_go_unstaged(tmp_path: Path, hip_fakes: Dict[str, Path]) -> None:
+    results = run_hip_ranks(tmp_path, hip_fakes["6"], {"T_INPLACE": "1",
+                                                       "T_BYTES": str(256 << 10)})
+    # the receiver stages (its buffer is not registered): one copy in per send;
+    # the 1 KiB send lands by RDMA WRITE in its staging all the same
+    check_in_place(results, {name: 1 for name in SENDS},
+                   {"registered": 0, "registered 1 KiB": 0, "plain": 0})
+
+
+@pytest.mark.timeout(TIMEOUT)
+def test_registered_device_sends_to_a_host_rank(tmp_path: Path,
+                                                hip_fakes: Dict[str, Path]) -> None:
+    # 64 KiB of bounce buffer: the 256 KiB sends land in the host rank's own
+    # buffer, registered for the message; the 1 KiB one in the bounce buffer
+    results = run_hip_ranks(tmp_path, hip_fakes["6"],
+                            {"T_INPLACE": "1", "T_BYTES": str(256 << 10),
+                             "HETCCL_IB_BOUNCE": str(64 << 10)}, host_ranks=(1,))
+    check_in_place(results, {name: 0 for name in SENDS},
+                   {"registered": 0, "registered 1 KiB": 1024})

@@ -141,8 +141,8 @@ def test_ib_two_rails_carry_half_each() -> None:
     sends half the rendezvous bytes (give or take headers and acks), none
     of it copied by a CPU; HETCCL_IB_RAILS=1 leaves it idle."""
     n = 2
-    two = counted(n, IB_ENV)
-    one = counted(n, {**IB_ENV, "HETCCL_IB_RAILS": "1"})
+    two = counted(n, {**IB_ENV, "HETCCL_IB_QPS": "1"})
+    one = counted(n, {**IB_ENV, "HETCCL_IB_QPS": "1", "HETCCL_IB_RAILS": "1"})
     half = n * REPS * BIG // 2 // MTU_PAYLOAD
     print(f"\n[ib rails] rxe1 sent {two} packets with two rails, {one} with one "
           f"(half the payload is {half} packets of {MTU_PAYLOAD} bytes)")

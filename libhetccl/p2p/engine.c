@@ -223,19 +223,38 @@ static void trace_done(hetccl_engine_t *e, hetccl_req_t **reqs, int n) {
 
 /* --- posting and waiting ------------------------------------------------------------ */
 
-ncclResult_t hetccl_engine_isend(hetccl_engine_t *e, int peer, const void *buf, size_t bytes,
-                                 hetccl_req_t *req) {
+static ncclResult_t isend(hetccl_engine_t *e, int peer, const void *buf, size_t bytes,
+                          int device_src, hetccl_req_t *req) {
   int queue;
   HETCCL_CHECK(peer_check(e, peer, "send to", &queue));
   memset(req, 0, sizeof(*req));
   req->buf = (void *)buf;
   req->bytes = bytes;
   req->tag = e->tag;
-  req->pull_ok = e->pull_ok;
+  req->pull_ok = e->pull_ok && !device_src;
+  req->device_src = device_src;
   if (HETCCL_TRACE_ON()) trace_posted(req, peer, 1);
   ncclResult_t res = queue ? hetccl_engine_conn_queue(e, peer, req, 1)
                            : e->tp[peer]->isend(e->eps[peer], req);
   return res == ncclSuccess ? res : engine_fail_call(e, res);
+}
+
+ncclResult_t hetccl_engine_isend(hetccl_engine_t *e, int peer, const void *buf, size_t bytes,
+                                 hetccl_req_t *req) {
+  return isend(e, peer, buf, bytes, 0, req);
+}
+
+ncclResult_t hetccl_engine_isend_device(hetccl_engine_t *e, int peer, const void *buf,
+                                        size_t bytes, hetccl_req_t *req) {
+  return isend(e, peer, buf, bytes, 1, req);
+}
+
+int hetccl_engine_reaches(const hetccl_engine_t *e, int peer, const void *buf, size_t bytes) {
+  if (peer < 0 || peer >= e->nranks || peer == e->rank || !e->tp[peer] ||
+      !e->tp[peer]->ctx_reaches)
+    return 0;
+  const hetccl_tctx_t *ctx = e->ctxs[hetccl_engine_tid(e, peer)];
+  return ctx && e->tp[peer]->ctx_reaches(ctx, buf, bytes);
 }
 
 ncclResult_t hetccl_engine_irecv(hetccl_engine_t *e, int peer, void *buf, size_t bytes,

@@ -26,6 +26,14 @@ int hetccl_engine_nranks(const hetccl_engine_t *e);
  * and must stay untouched until completed by hetccl_engine_wait. */
 ncclResult_t hetccl_engine_isend(hetccl_engine_t *e, int peer, const void *buf, size_t bytes,
                                  hetccl_req_t *req);
+/* The same for a source in device memory that the pair's transport reads
+ * itself (hetccl_engine_reaches said so for these bytes): no CPU reads it. */
+ncclResult_t hetccl_engine_isend_device(hetccl_engine_t *e, int peer, const void *buf,
+                                        size_t bytes, hetccl_req_t *req);
+/* 1 if the transport of the pair (me, peer) reads [buf, buf + bytes) of
+ * device memory itself (transport.h: ctx_reaches), so that a send from it
+ * needs no staging. Any thread. */
+int hetccl_engine_reaches(const hetccl_engine_t *e, int peer, const void *buf, size_t bytes);
 /* Post a receive; consume NULL = copy into buf, else consume(ctx, dst, src, n)
  * per received piece (e.g. hetccl_reduce_consume to reduce into buf). */
 ncclResult_t hetccl_engine_irecv(hetccl_engine_t *e, int peer, void *buf, size_t bytes,

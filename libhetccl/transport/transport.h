@@ -74,6 +74,9 @@ typedef struct hetccl_req {
   void *consume_ctx;
   int pull_ok;               /* send only: the matching receive copies (no consume), so
                               * the receiver may pull the bytes from buf itself */
+  int device_src;            /* send only: buf is device memory that ctx_reaches said this
+                              * transport's hardware reads itself; no CPU may read it, so the
+                              * transport moves it that way whatever its size, or fails */
   /* set by the transport */
   volatile int done;         /* 1 when the buffer may be reused / holds the data */
   size_t progress;           /* bytes moved so far */
@@ -111,9 +114,10 @@ typedef struct hetccl_transport_args {
   uint64_t *copied;
   /* The device runtime of this rank's buffers (runtime/runtime.h) when
    * they are device memory, NULL for a host rank: a transport that can
-   * hand device memory to its hardware (ib: GPUDirect through dma-buf)
-   * asks it at ctx_create. Every transport still moves host bytes only:
-   * core stages device buffers through pinned host memory. */
+   * hand device memory to its hardware (ib: GPUDirect) asks it at
+   * ctx_create. Transports move host bytes, which is what core hands them
+   * (it stages device buffers through pinned host memory), except a send
+   * whose source ctx_reaches accepted (req->device_src). */
   const struct hetccl_runtime *device;
 } hetccl_transport_args_t;
 
@@ -197,6 +201,16 @@ typedef void (*hetccl_transport_ep_fail_fn)(hetccl_ep_t *ep, const hetccl_fail_n
  * connected. Optional: a transport without it never pulls. */
 typedef size_t (*hetccl_transport_pull_min_fn)(const hetccl_ep_t *ep);
 
+/* Does this context's hardware read [buf, buf + bytes) of device memory
+ * itself, for a send to any peer it serves (ib: GPUDirect RDMA, the range
+ * registered on every device of the context)? Then core hands the send to
+ * the transport unstaged, with req->device_src set. Any thread (core asks
+ * on the caller's at enqueue while another drives the context): reads only
+ * what ctx_create fixed and tables with locks of their own. Optional: a
+ * transport without it is given host memory only. */
+typedef int (*hetccl_transport_ctx_reaches_fn)(const hetccl_tctx_t *ctx, const void *buf,
+                                               size_t bytes);
+
 /* --- connections on first use (optional; docs/scale.md) -------------------
  *
  * A transport with these slots can connect one pair at a time, when the
@@ -248,6 +262,7 @@ typedef struct hetccl_transport {
   hetccl_transport_ep_fail_fn ep_fail;   /* optional */
   hetccl_transport_pull_min_fn pull_min; /* optional */
   hetccl_transport_usable_fn usable;     /* optional */
+  hetccl_transport_ctx_reaches_fn ctx_reaches; /* optional */
   /* connections on first use: all five, or none */
   hetccl_transport_ep_open_fn ep_open;
   hetccl_transport_ep_ready_fn ep_ready;

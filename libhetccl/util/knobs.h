@@ -82,8 +82,8 @@
     "ib queue pairs' ack timeout, as the verbs exponent: 4.096 us x 2^N before a write or send unacknowledged is sent again (default 20, as NCCL: 4.3 s; 14: 67 ms)") \
   X(IB_RETRY_CNT, "NCCL_IB_RETRY_CNT", INT, "7", 0, 7,                        \
     "ib queue pairs' retransmissions of an unacknowledged packet before the connection fails") \
-  X(IB_QPS, "HETCCL_IB_QPS", INT, "1", 1, 16,                                \
-    "RC queue pairs per ib connection and rail; with more than one in all, the RDMA WRITEs of a rendezvous message are striped over them by chunk (eager pieces and control messages stay on the first); must be the same on every rank (default: NCCL_IB_QPS_PER_CONNECTION, else 1)") \
+  X(IB_QPS, "HETCCL_IB_QPS", INT, "2", 1, 16,                                \
+    "RC queue pairs per ib connection and rail; with more than one in all, the RDMA WRITEs of a rendezvous message are striped over them by chunk (eager pieces and control messages stay on the first); must be the same on every rank (default: NCCL_IB_QPS_PER_CONNECTION when set, else 2, the two channels NCCL gives a network peer's p2p traffic)") \
   X(NCCL_IB_QPS_PER_CONNECTION, "NCCL_IB_QPS_PER_CONNECTION", INT, "1", 1, 16, \
     "NCCL's, honoured when HETCCL_IB_QPS is unset")                            \
   X(IB_ZCOPY_THRESHOLD, "HETCCL_IB_ZCOPY_THRESHOLD", INT, "1M", 1, 4611686018427387904, \
@@ -94,6 +94,8 @@
     "largest rendezvous message an ib receiver that reduces it, or whose buffer is not registered, takes by RDMA WRITE into a registered bounce buffer of its own (made on first need, one per peer) instead of declining; 0: decline them") \
   X(IB_REG_CACHE, "HETCCL_IB_REG_CACHE", INT, "64G", 0, 4611686018427387904,   \
     "most bytes of registered user memory (ncclMemAlloc, ncclCommRegister) each ib context keeps registered with its device; ranges beyond it take the copy path") \
+  X(IB_GDR, "HETCCL_IB_GDR", INT, "1", 0, 1,                                  \
+    "1: a device rank's ib context tries GPUDirect RDMA at init (dma-buf, else ibv_reg_mr of device memory through a peer-memory client) and, where it works, sends from registered device memory (ncclCommRegister) unstaged; 0: every device buffer is staged through pinned host memory") \
   X(IB_DMABUF, "HETCCL_IB_DMABUF", INT, "1", 0, 1,                            \
     "1: at init, try GPUDirect RDMA through dma-buf for a device rank's ib context and log whether it works; 0: do not try (default: NCCL_DMABUF_ENABLE, else 1)") \
   X(NCCL_DMABUF_ENABLE, "NCCL_DMABUF_ENABLE", INT, "1", 0, 1,                  \

@@ -325,8 +325,13 @@ static ncclResult_t ib_ctx_create(const hetccl_transport_args_t *args, hetccl_tc
   ctx->lfd = -1;
   ctx->chunk = (size_t)hetccl_knob_int(HETCCL_KNOB_IB_CHUNK) & ~(size_t)63;
   ctx->slots = (int)hetccl_knob_int(HETCCL_KNOB_IB_SLOTS);
+  /* HETCCL_IB_QPS, else NCCL_IB_QPS_PER_CONNECTION when set, else ours
+   * (2: NCCL moves a pair's p2p traffic over two channels, a queue pair
+   * each; docs/transports.md has the measurement). */
   ctx->qps = (int)hetccl_knob_int(
-      hetccl_knob_or_nccl(HETCCL_KNOB_IB_QPS, HETCCL_KNOB_NCCL_IB_QPS_PER_CONNECTION));
+      hetccl_knob_is_set(HETCCL_KNOB_NCCL_IB_QPS_PER_CONNECTION)
+          ? hetccl_knob_or_nccl(HETCCL_KNOB_IB_QPS, HETCCL_KNOB_NCCL_IB_QPS_PER_CONNECTION)
+          : HETCCL_KNOB_IB_QPS);
   ctx->qp_timeout = (uint8_t)hetccl_knob_int(HETCCL_KNOB_IB_TIMEOUT);
   ctx->qp_retry = (uint8_t)hetccl_knob_int(HETCCL_KNOB_IB_RETRY_CNT);
   ctx->zcopy_min = (size_t)hetccl_knob_int(HETCCL_KNOB_IB_ZCOPY_THRESHOLD);
@@ -348,10 +353,16 @@ static ncclResult_t ib_ctx_create(const hetccl_transport_args_t *args, hetccl_tc
       res = ncclSystemError;
       goto fail;
     }
-    HETCCL_CHECK_GOTO(hetccl_ib_reg_attach(ctx->v, rl->pd, ctx->rank_user), res, fail);
+  }
+  /* How device memory reaches the NIC decides how the table registers it. */
+  if (args->device) hetccl_ib_devmem_decide(ctx);
+  for (int r = 0; r < ctx->rails; r++) {
+    ib_rail_t *rl = &ctx->rail[r];
+    HETCCL_CHECK_GOTO(hetccl_ib_reg_attach(ctx->v, rl->pd, ctx->rank_user,
+                                           ctx->gdr == IB_GDR_DMABUF ? args->device : NULL),
+                      res, fail);
     rl->attached = 1;
   }
-  if (args->device) hetccl_ib_devmem_decide(ctx);
   HETCCL_CHECK_GOTO(hetccl_net_local_addr(args->ifname, &ctx->laddr, NULL, 0), res, fail);
   HETCCL_CHECK_GOTO(hetccl_net_listen(&ctx->laddr, 0, &ctx->lfd), res, fail);
   ib_addr_t b;
@@ -391,6 +402,7 @@ const hetccl_transport_t hetccl_transport_ib = {
     .ctx_destroy = ib_ctx_destroy,
     .ep_fail = ib_ep_fail,
     .usable = hetccl_ib_dev_usable,
+    .ctx_reaches = hetccl_ib_ctx_reaches,
     .ep_open = hetccl_ib_ep_open,
     .ep_ready = hetccl_ib_ep_ready,
     .ctx_poll = hetccl_ib_ctx_poll,

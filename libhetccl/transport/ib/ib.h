@@ -166,8 +166,15 @@ typedef struct ib_piece {
 } ib_piece_t;
 _Static_assert(sizeof(ib_piece_t) == IB_PIECE_HDR, "piece header is one cache line");
 
-/* The offset of a rendezvous request piece (ib_rdv.c): no payload. */
+/* The offset of a rendezvous request piece (ib_rdv.c): no payload. Its
+ * len is IB_RDV_MAY, or IB_RDV_MUST for a source no CPU may read
+ * (req->device_src): the receiver may not decline it. */
 #define IB_PIECE_RDV UINT64_MAX
+#define IB_RDV_MAY 0
+#define IB_RDV_MUST 1
+
+/* GPUDirect branches (ib_devmem.c) */
+enum { IB_GDR_NONE = 0, IB_GDR_DMABUF = 1, IB_GDR_PEERMEM = 2 };
 
 /* A clear-to-send record, one cache line, RDMA-written by a receiver into
  * the sender's ring at slot seq % IB_CTS_RING. `head` and `tail` both hold
@@ -251,7 +258,7 @@ struct hetccl_tctx {
   int offer;               /* HETCCL_IB_OFFER: receivers clear to send before asked */
   uint8_t qp_timeout;      /* NCCL_IB_TIMEOUT, NCCL_IB_RETRY_CNT (ib.c) */
   uint8_t qp_retry;
-  int dmabuf;              /* a trial dma-buf registration of device memory passed (ib_devmem.c) */
+  int gdr;                 /* IB_GDR_*: how device memory reaches this device (ib_devmem.c) */
   size_t bounce_max;       /* HETCCL_IB_BOUNCE: largest message landed in a bounce buffer */
   /* connecting (ib_connect.c) */
   const uint8_t *use;      /* connect: the lower ranks that may come; NULL: any */
@@ -325,6 +332,10 @@ struct hetccl_ep {
                                  * whose buffer is not registered (ib_rdv.c); NULL until needed */
   struct ibv_mr *bounce_mr[IB_RAILS_MAX]; /* on each rail of the pair */
   int bounce_failed;            /* making it failed once (INFO): decline from now on */
+  /* rq.first's own buffer, registered for the one message a sender may
+   * not have declined (IB_RDV_MUST) that fits nowhere registered; dropped
+   * when it has landed, or at ep_close */
+  struct ibv_mr *once_mr[IB_RAILS_MAX];
   uint64_t cts_posted, cts_done; /* clear-to-send writes */
   uint32_t xin;                 /* extra queue pairs whose immediate is in (bit q)... */
   uint32_t ximm[IB_QPS_MAX];    /* ...and what it said (the message's seq) */
@@ -351,6 +362,7 @@ typedef struct ib_req_priv {
 #define IB_REQ_WROTE (1ull << 62) /* send: the rendezvous was accepted (its writes went) */
 #define IB_REQ_OFFERED (1ull << 61) /* receive: cleared to send before the sender asked */
 #define IB_REQ_NO_OFFER (1ull << 60) /* receive: would decline, so no offer is made */
+#define IB_REQ_MUST (1ull << 59) /* receive: its sender asked with IB_RDV_MUST */
 _Static_assert(sizeof(ib_req_priv_t) <= sizeof(((hetccl_req_t *)0)->priv), "request private");
 
 static inline ib_req_priv_t *ib_req_priv(hetccl_req_t *r) { return (ib_req_priv_t *)r->priv; }
@@ -426,8 +438,13 @@ ncclResult_t hetccl_ib_irecv(hetccl_ep_t *ep, hetccl_req_t *req);
 ncclResult_t hetccl_ib_progress(hetccl_ep_t *ep, int *idle);
 
 /* ib_rdv.c: the rendezvous (its protocol at the top of the file) */
-/* At isend: does message r go by rendezvous? Sets its priv lkey if so. */
-void hetccl_ib_rdv_choose(hetccl_ep_t *ep, hetccl_req_t *r);
+/* At isend: does message r go by rendezvous? Sets its priv lkey if so. A
+ * device source (r->device_src) always does; one not registered on every
+ * rail of the pair is ncclInvalidUsage. */
+ncclResult_t hetccl_ib_rdv_choose(hetccl_ep_t *ep, hetccl_req_t *r);
+/* ctx_reaches (transport.h): a GPUDirect branch was taken (ctx->gdr) and
+ * [buf, buf + bytes) is registered on every rail of the context. */
+int hetccl_ib_ctx_reaches(const hetccl_tctx_t *ctx, const void *buf, size_t bytes);
 /* Send side, for splace (a rendezvous message): post its request piece,
  * take the clear-to-send, post its writes, as far as room allows. *placed
  * = 1 once nothing of it is left to post (then or through eager pieces,
@@ -454,15 +471,20 @@ int hetccl_ib_rdv_xdone(const hetccl_ep_t *ep, hetccl_req_t *r);
 void hetccl_ib_rdv_free(hetccl_ep_t *ep);
 
 /* ib_devmem.c: how a device rank's buffers reach the NIC */
-/* At ctx_create of a device rank (args.device): decide, log once at INFO,
- * and keep in ctx->dmabuf whether GPUDirect RDMA through dma-buf works
- * here. Never fails the context: every answer leaves the staged path. */
+/* At ctx_create of a device rank (args.device), once its protection
+ * domains exist and before they join the registration table: decide, log
+ * once at INFO, and keep in ctx->gdr how device memory reaches the NIC.
+ * Never fails the context: every answer leaves at least the staged path. */
 void hetccl_ib_devmem_decide(hetccl_tctx_t *ctx);
 
 /* ib_reg.c: the registration table (ib_mem.h is the user's side) */
 /* A context's domain joins the table: every declared range is registered
- * with it now, and each one declared later when it is. */
-ncclResult_t hetccl_ib_reg_attach(const hetccl_ib_verbs_t *v, struct ibv_pd *pd, int rank_user);
+ * with it now, and each one declared later when it is. dmabuf: the device
+ * runtime whose memory registers on pd through dma-buf (ctx->gdr is
+ * IB_GDR_DMABUF), else NULL: a range that ibv_reg_mr refuses is then tried
+ * as that runtime's device memory. */
+ncclResult_t hetccl_ib_reg_attach(const hetccl_ib_verbs_t *v, struct ibv_pd *pd, int rank_user,
+                                  const struct hetccl_runtime *dmabuf);
 /* Before the domain is deallocated: its regions are deregistered. */
 void hetccl_ib_reg_detach(struct ibv_pd *pd);
 /* 1 and the region's keys if [buf, buf + bytes) lies in one declared range

@@ -220,7 +220,8 @@ static ncclResult_t piece_check(hetccl_ep_t *ep, hetccl_req_t *r, const ib_piece
   if (res != ncclSuccess) return hetccl_ib_ep_error(ep, res);
   if (pc->offset == IB_PIECE_RDV) {
     int answered = (p->lkey & IB_REQ_OFFERED) != 0; /* its answer went before it came */
-    if ((ep->rrdv == IB_RDV_NONE || answered) && p->pieces == 0 && pc->len == 0 && r->bytes > 0 &&
+    if ((ep->rrdv == IB_RDV_NONE || answered) && p->pieces == 0 &&
+        (pc->len == IB_RDV_MAY || pc->len == IB_RDV_MUST) && r->bytes > 0 &&
         landed == IB_PIECE_HDR)
       return ncclSuccess;
     WARN("ib: corrupt rendezvous request from rank %d in message %" PRIu64 " (%u bytes landed, "
@@ -279,6 +280,7 @@ static ncclResult_t slot_deliver(hetccl_ep_t *ep, hetccl_req_t *r, uint32_t slot
   if (pc->offset == IB_PIECE_RDV) {
     int taken;
     if (p->lkey & IB_REQ_OFFERED) return ncclSuccess; /* answered before it was asked */
+    if (pc->len == IB_RDV_MUST) p->lkey |= IB_REQ_MUST;
     HETCCL_CHECK(hetccl_ib_rdv_answer(ep, r, &taken));
     *wait = !taken;
     return ncclSuccess;
@@ -397,8 +399,8 @@ static void enqueue(ib_req_queue_t *q, hetccl_req_t *r) {
 ncclResult_t hetccl_ib_isend(hetccl_ep_t *ep, hetccl_req_t *r) {
   if (ep->err) return ep->err;
   HETCCL_CHECK(req_init(ep, r, ep->sseq, "send"));
+  HETCCL_CHECK(hetccl_ib_rdv_choose(ep, r));
   ep->sseq++;
-  hetccl_ib_rdv_choose(ep, r);
   enqueue(&ep->sq, r);
   if (ep->splace == NULL) ep->splace = r;
   size_t moved = 0;

@@ -1,31 +1,36 @@
 /* How a device rank's buffers reach the NIC: the branch each ib context of
  * a device rank takes, decided once at ctx_create and logged at INFO.
  *
- *   branch               when                               bytes move by
- *   staged, registered   always (today's only data path)    the GPU's copy engine into
- *                                                           pinned staging that core
- *                                                           declares as RDMA memory
- *                                                           (core/devpath.c), then the NIC
- *                                                           by RDMA from it (ib_rdv.c):
- *                                                           no CPU copy for messages of
- *                                                           HETCCL_IB_ZCOPY_THRESHOLD
- *                                                           bytes and more (a reduction's
- *                                                           land in the receiver's bounce
- *                                                           buffer); smaller ones through
- *                                                           ib's slots
- *   GPUDirect (dma-buf)  probed: the device runtime exports  the NIC reading and writing
- *                        device memory as a dma-buf           device memory itself
- *                        (runtime dmabuf_export) and this
- *                        device imports it
- *                        (ibv_reg_dmabuf_mr)
+ *   branch              when                                  bytes move by
+ *   staged, registered  always, for every device buffer but    the GPU's copy engine into
+ *                       the sends below                        pinned staging that core
+ *                                                              declares as RDMA memory
+ *                                                              (core/devpath.c), then the NIC
+ *                                                              by RDMA from it (ib_rdv.c):
+ *                                                              no CPU copy for messages of
+ *                                                              HETCCL_IB_ZCOPY_THRESHOLD
+ *                                                              bytes and more; smaller ones
+ *                                                              through ib's slots
+ *   GPUDirect, dma-buf  the device runtime exports device      the NIC reading the device
+ *                       memory as a dma-buf (runtime            buffer itself: sends from
+ *                       dmabuf_export) and this device          device memory the user
+ *                       imports it (ibv_reg_dmabuf_mr)          registered (ncclCommRegister,
+ *   GPUDirect, peer     else: this device registers device      ncclCommWindowRegister) go
+ *     memory            memory by its address (ibv_reg_mr:     unstaged, by RDMA WRITE at any
+ *                       a peer-memory client such as            size (req->device_src); the
+ *                       nvidia-peermem or amdgpu's is           receiver takes them by RDMA
+ *                       loaded)                                 into registered memory
  *
- * The probe is a real trial, not a version check: PROBE_BYTES of device
- * memory from the runtime, exported, registered with this context's
- * protection domain, then released. Each step that fails names itself in
- * the INFO line (no export call in the driver, the device refuses, the
- * NIC driver refuses the import, HETCCL_IB_DMABUF=0). The data path does
- * not use a passed probe yet: the line says so, and ctx->dmabuf records it
- * for that path and for `hetccl info`-style reports.
+ * Each GPUDirect trial is real, not a version check: PROBE_BYTES of device
+ * memory from the runtime, registered with this context's first protection
+ * domain the branch's way, then released. Each step that fails names
+ * itself in the INFO line (no export call in the driver, the device
+ * refuses, the NIC driver refuses the import, HETCCL_IB_DMABUF=0,
+ * HETCCL_IB_GDR=0). ctx->gdr keeps the branch: ib_reg.c registers device
+ * ranges that way (ib_reg_attach's dma-buf runtime), and ctx_reaches
+ * (ib.c) answers core from it. Receives into device memory stay staged: a
+ * receiver cannot make its sender use RDMA WRITE (the sender chooses eager
+ * below its threshold, and eager pieces are copied by the CPU).
  *
  * Threads: the thread that creates the context (the device is the one
  * current there, as at every other runtime call of init). */
@@ -47,9 +52,11 @@ static int dmabuf_wanted(void) {
       hetccl_knob_or_nccl(HETCCL_KNOB_IB_DMABUF, HETCCL_KNOB_NCCL_DMABUF_ENABLE));
 }
 
+static int gdr_wanted(void) { return (int)hetccl_knob_int(HETCCL_KNOB_IB_GDR); }
+
 /* 1 if device memory registers through dma-buf on ctx's domain; else 0 and
  * why. */
-static int dmabuf_probe(hetccl_tctx_t *ctx, char *why, size_t len) {
+static int dmabuf_probe(hetccl_tctx_t *ctx, void *mem, char *why, size_t len) {
   const hetccl_runtime_t *rt = ctx->args.device;
   if (!dmabuf_wanted()) {
     snprintf(why, len, "not tried (HETCCL_IB_DMABUF=0 or NCCL_DMABUF_ENABLE=0)");
@@ -57,11 +64,6 @@ static int dmabuf_probe(hetccl_tctx_t *ctx, char *why, size_t len) {
   }
   if (ctx->v->reg_dmabuf_mr == NULL) {
     snprintf(why, len, "libibverbs has no ibv_reg_dmabuf_mr (rdma-core 34 adds it)");
-    return 0;
-  }
-  void *mem = NULL;
-  if (rt->mem_alloc(&mem, PROBE_BYTES) != ncclSuccess) {
-    snprintf(why, len, "%s could not allocate %u bytes to try it", rt->name, PROBE_BYTES);
     return 0;
   }
   int fd = -1, ok = 0;
@@ -78,19 +80,48 @@ static int dmabuf_probe(hetccl_tctx_t *ctx, char *why, size_t len) {
     }
     close(fd);
   }
-  rt->mem_free(mem);
   return ok;
 }
 
+/* 1 if the device registers device memory by its address; else 0 and why. */
+static int peermem_probe(hetccl_tctx_t *ctx, void *mem, char *why, size_t len) {
+  struct ibv_mr *mr = ctx->v->reg_mr(ctx->rail[0].pd, mem, PROBE_BYTES, DMABUF_ACCESS);
+  if (mr == NULL) {
+    snprintf(why, len, "ibv_reg_mr on %s refused %s memory (no peer-memory client): %s",
+             ctx->rail[0].dev.name, ctx->args.device->name, strerror(errno));
+    return 0;
+  }
+  ctx->v->dereg_mr(mr);
+  return 1;
+}
+
 void hetccl_ib_devmem_decide(hetccl_tctx_t *ctx) {
-  char why[384] = "";
-  ctx->dmabuf = dmabuf_probe(ctx, why, sizeof(why));
-  if (ctx->dmabuf)
-    snprintf(why, sizeof(why), "works here (a %u-byte trial registration passed), not yet used "
-             "by the data path", PROBE_BYTES);
-  INFO(HETCCL_INIT | HETCCL_NET, "ib rank %d: %s device buffers reach %s through registered "
-       "pinned staging (the GPU's copy engine, then RDMA WRITE without a CPU copy for "
-       "messages of %zu bytes and more); "
-       "GPUDirect RDMA through dma-buf: %s",
-       ctx->rank_user, ctx->args.device->name, ctx->rail[0].dev.name, ctx->zcopy_min, why);
+  const hetccl_runtime_t *rt = ctx->args.device;
+  char dmabuf_why[384] = "", peer_why[256] = "";
+  void *mem = NULL;
+  ctx->gdr = IB_GDR_NONE;
+  if (!gdr_wanted()) {
+    snprintf(dmabuf_why, sizeof(dmabuf_why), "not tried (HETCCL_IB_GDR=0)");
+  } else if (rt->mem_alloc(&mem, PROBE_BYTES) != ncclSuccess) {
+    snprintf(dmabuf_why, sizeof(dmabuf_why), "%s could not allocate %u bytes to try it",
+             rt->name, PROBE_BYTES);
+    mem = NULL;
+  } else if (dmabuf_probe(ctx, mem, dmabuf_why, sizeof(dmabuf_why))) {
+    ctx->gdr = IB_GDR_DMABUF;
+  } else if (peermem_probe(ctx, mem, peer_why, sizeof(peer_why))) {
+    ctx->gdr = IB_GDR_PEERMEM;
+  }
+  if (mem) rt->mem_free(mem);
+  const char *how = ctx->gdr == IB_GDR_DMABUF    ? "through dma-buf"
+                    : ctx->gdr == IB_GDR_PEERMEM ? "by peer memory (ibv_reg_mr of device memory)"
+                                                 : "off";
+  INFO(HETCCL_INIT | HETCCL_NET, "ib rank %d: GPUDirect RDMA %s: %s device buffers reach %s "
+       "through registered pinned staging (the GPU's copy engine, then RDMA WRITE without a CPU "
+       "copy for messages of %zu bytes and more)%s; dma-buf: %s%s%s",
+       ctx->rank_user, how, rt->name, ctx->rail[0].dev.name, ctx->zcopy_min,
+       ctx->gdr ? ", but sends from registered device memory (ncclCommRegister) go unstaged, "
+                  "the NIC reading them"
+                : "",
+       ctx->gdr == IB_GDR_DMABUF ? "works" : dmabuf_why,
+       peer_why[0] ? "; peer memory: " : "", peer_why);
 }

@@ -8,15 +8,22 @@
  * Which messages. The sender chooses, at isend: a message of at least
  * HETCCL_IB_ZCOPY_THRESHOLD bytes whose whole source lies in a range the
  * user registered (ncclMemAlloc, ncclCommRegister, a device rank's
- * staging) goes by rendezvous; every other goes eager, as before. The
- * receiver takes what it is asked, and chooses where the bytes land:
+ * staging) goes by rendezvous; every other goes eager, as before, but a
+ * source in device memory (req->device_src: registered device memory the
+ * NIC reads itself, ib_devmem.c), which goes by rendezvous at every size
+ * and asks with IB_RDV_MUST. The receiver takes what it is asked, and
+ * chooses where the bytes land:
  *
  *   its receive                              lands in            then (CPU)
  *   copies, destination registered           the destination     nothing
  *   reduces (consume), or destination not    its bounce buffer   the reduction
  *     registered, message <= HETCCL_IB_BOUNCE   (registered, one    reads it / one
  *                                              per endpoint)       copy out
+ *   copies, asked with IB_RDV_MUST           the destination,    nothing
+ *                                              registered for
+ *                                              this message
  *   anything else                            declined: eager pieces, as before
+ *                                              (IB_RDV_MUST and reducing: an error)
  *
  * So a reduction of registered sources costs no CPU copy on either side
  * (the sender's bytes no longer go through its slots), and a plain
@@ -113,12 +120,28 @@ static int keys_find(const hetccl_ep_t *ep, const void *buf, size_t bytes, uint3
   return 1;
 }
 
-void hetccl_ib_rdv_choose(hetccl_ep_t *ep, hetccl_req_t *r) {
+ncclResult_t hetccl_ib_rdv_choose(hetccl_ep_t *ep, hetccl_req_t *r) {
   uint32_t lkeys[IB_RAILS_MAX];
   ib_req_priv_t *p = ib_req_priv(r);
-  if (r->bytes == 0 || r->bytes < ep->ctx->zcopy_min) return;
-  if (!keys_find(ep, r->buf, r->bytes, lkeys, NULL)) return;
+  if (r->bytes == 0) return ncclSuccess;
+  if (!r->device_src && r->bytes < ep->ctx->zcopy_min) return ncclSuccess;
+  if (!keys_find(ep, r->buf, r->bytes, lkeys, NULL)) {
+    if (!r->device_src) return ncclSuccess;
+    WARN("ib: rank %d: a send of %zu bytes of device memory at %p to rank %d is not registered "
+         "on every rail of the pair (deregistered after the call was made?)", ep->ctx->rank_user,
+         r->bytes, r->buf, ep->peer_user);
+    return ncclInvalidUsage;
+  }
   p->lkey = IB_REQ_RDV | lkeys[0];
+  return ncclSuccess;
+}
+
+int hetccl_ib_ctx_reaches(const hetccl_tctx_t *ctx, const void *buf, size_t bytes) {
+  if (ctx->gdr == IB_GDR_NONE || bytes == 0) return 0;
+  uint32_t lkey, rkey;
+  for (int rail = 0; rail < ctx->rails; rail++)
+    if (!hetccl_ib_reg_find(ctx->rail[rail].pd, buf, bytes, &lkey, &rkey)) return 0;
+  return 1;
 }
 
 /* ---- send side ----------------------------------------------------------- */
@@ -130,7 +153,7 @@ static ncclResult_t request_post(hetccl_ep_t *ep, hetccl_req_t *r) {
   ib_piece_t *pc = (ib_piece_t *)(ep->buf + (size_t)(ep->sposted % slots) * ep->stride);
   hetccl_frame_fill(&pc->frame, ctx->args.comm_id, ctx->args.rank, p->seq, r->tag, r->bytes);
   pc->offset = IB_PIECE_RDV;
-  pc->len = 0;
+  pc->len = r->device_src ? IB_RDV_MUST : IB_RDV_MAY;
   HETCCL_CHECK(hetccl_ib_ep_send_slot(ep, pc, IB_PIECE_HDR, "rendezvous request"));
   ep->srdv = IB_RDV_ASKED;
   return ncclSuccess;
@@ -145,7 +168,11 @@ static ncclResult_t cts_take(hetccl_ep_t *ep, hetccl_req_t *r, int *took) {
   if (__atomic_load_n(&c->head, __ATOMIC_ACQUIRE) != want ||
       __atomic_load_n(&c->tail, __ATOMIC_ACQUIRE) != want)
     return ncclSuccess;
-  if (!c->accept) {
+  if (!c->accept && r->device_src) {
+    WARN("ib: rank %d: rank %d declined message %" PRIu64 ", whose source is device memory "
+         "that only the NIC may read", ep->ctx->rank_user, ep->peer_user, p->seq);
+    return hetccl_ib_ep_error(ep, ncclSystemError);
+  } else if (!c->accept) {
     ep->srdv = IB_RDV_EAGER;
   } else if (c->bytes != r->bytes) {
     WARN("ib: rank %d: rank %d cleared %" PRIu64 " bytes of message %" PRIu64 " to it, which "
@@ -244,7 +271,38 @@ ncclResult_t hetccl_ib_rdv_send(hetccl_ep_t *ep, hetccl_req_t *r, uint64_t credi
 
 /* ---- receive side -------------------------------------------------------- */
 
+/* The registration of rq.first's buffer for one message, if made. */
+static void once_drop(hetccl_ep_t *ep) {
+  for (int rail = 0; rail < IB_RAILS_MAX; rail++) {
+    if (ep->once_mr[rail]) ep->v->dereg_mr(ep->once_mr[rail]);
+    ep->once_mr[rail] = NULL;
+  }
+}
+
+/* Register r's own buffer on every rail of the pair for this one message
+ * (a sender that may not be declined, and nowhere registered to put it):
+ * 1 and its remote keys, or 0 after the WARN. */
+static int once_register(hetccl_ep_t *ep, hetccl_req_t *r, uint32_t *rkeys) {
+  for (int rail = 0; rail < ep->rails; rail++) {
+    ep->once_mr[rail] = ep->v->reg_mr(ep->ctx->rail[rail].pd, r->buf, r->bytes,
+                                      IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
+    if (ep->once_mr[rail] == NULL) {
+      WARN("ib: rank %d cannot take message %" PRIu64 " of %zu bytes from rank %d, whose source "
+           "is device memory that only the NIC may read: its buffer is not registered, %s, and "
+           "ibv_reg_mr of it on %s failed: %s (register it with ncclCommRegister, or raise "
+           "RLIMIT_MEMLOCK)", ep->ctx->rank_user, ib_req_priv(r)->seq, r->bytes, ep->peer_user,
+           r->consume ? "it reduces" : "it is larger than HETCCL_IB_BOUNCE",
+           ep->ctx->rail[rail].dev.name, strerror(errno));
+      once_drop(ep);
+      return 0;
+    }
+    rkeys[rail] = ep->once_mr[rail]->rkey;
+  }
+  return 1;
+}
+
 void hetccl_ib_rdv_free(hetccl_ep_t *ep) {
+  once_drop(ep);
   for (int rail = 0; rail < IB_RAILS_MAX; rail++) {
     if (ep->bounce_mr[rail]) ep->v->dereg_mr(ep->bounce_mr[rail]);
     ep->bounce_mr[rail] = NULL;
@@ -292,6 +350,10 @@ static ncclResult_t cts_post(hetccl_ep_t *ep, hetccl_req_t *r, int offer, int *t
   if (offer && !accept) {
     *declined = 1;
     return ncclSuccess;
+  }
+  if (!accept && (p->lkey & IB_REQ_MUST)) {
+    if (r->consume || !once_register(ep, r, rkeys)) return hetccl_ib_ep_error(ep, ncclSystemError);
+    direct = accept = 1;
   }
   uint32_t at = (uint32_t)(p->seq % IB_CTS_RING);
   ib_cts_t *c = &ep->credit->cts_out[at];
@@ -391,6 +453,7 @@ ncclResult_t hetccl_ib_rdv_landed(hetccl_ep_t *ep, hetccl_req_t *r, uint32_t imm
     memcpy(r->buf, ep->bounce, r->bytes);
     hetccl_copied_add(&ep->ctx->args, r->bytes);
   }
+  once_drop(ep);
   ep->rbounce = 0;
   p->pieces = p->npieces;
   p->offset = r->bytes;

@@ -28,7 +28,9 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
+#include "runtime/runtime.h"
 #include "transport/ib/ib.h"
 #include "transport/ib/ib_mem.h"
 #include "util/knobs.h"
@@ -39,6 +41,7 @@
 typedef struct reg_domain {
   struct ibv_pd *pd;
   const hetccl_ib_verbs_t *v;
+  const hetccl_runtime_t *dmabuf; /* device memory registers here through dma-buf */
   int rank_user;         /* for messages */
   size_t registered;     /* bytes of regions on this domain */
   int told_full;         /* the INFO line about the bound was written */
@@ -67,6 +70,20 @@ static uintptr_t next_id = 1;
 
 static size_t reg_bound(void) { return (size_t)hetccl_knob_int(HETCCL_KNOB_IB_REG_CACHE); }
 
+/* Range r as device memory of d's runtime, through a dma-buf of it (a
+ * range ibv_reg_mr refused, where the context found that GPUDirect works
+ * this way: ib_devmem.c). NULL if it is not such memory. Lock held. */
+static struct ibv_mr *dmabuf_region(reg_domain_t *d, const reg_range_t *r) {
+  char why[256];
+  int fd = -1;
+  uint64_t offset = 0;
+  if (!d->dmabuf->dmabuf_export(r->base, r->bytes, &fd, &offset, why, sizeof(why))) return NULL;
+  struct ibv_mr *mr = d->v->reg_dmabuf_mr(d->pd, offset, r->bytes, (uint64_t)(uintptr_t)r->base,
+                                          fd, REG_ACCESS);
+  close(fd); /* the region keeps its own reference to the buffer */
+  return mr;
+}
+
 /* Register range r with domain d, if the bound allows. Lock held. */
 static void region_add(reg_range_t *r, reg_domain_t *d) {
   if (r->bytes == 0) return;
@@ -80,6 +97,7 @@ static void region_add(reg_range_t *r, reg_domain_t *d) {
   reg_region_t *g = calloc(1, sizeof(*g));
   if (g == NULL) return; /* a hint lost, not an error */
   g->mr = d->v->reg_mr(d->pd, r->base, r->bytes, REG_ACCESS);
+  if (g->mr == NULL && d->dmabuf) g->mr = dmabuf_region(d, r);
   if (g->mr == NULL) {
     INFO(HETCCL_NET, "ib rank %d: ibv_reg_mr of %zu bytes at %p failed (%s): they stay on the "
          "copy path", d->rank_user, r->bytes, (void *)r->base, strerror(errno));
@@ -179,7 +197,8 @@ void hetccl_ib_mem_freed(void *base) {
 
 /* ---- the transport's side (ib.h) ----------------------------------------------- */
 
-ncclResult_t hetccl_ib_reg_attach(const hetccl_ib_verbs_t *v, struct ibv_pd *pd, int rank_user) {
+ncclResult_t hetccl_ib_reg_attach(const hetccl_ib_verbs_t *v, struct ibv_pd *pd, int rank_user,
+                                  const hetccl_runtime_t *dmabuf) {
   reg_domain_t *d = calloc(1, sizeof(*d));
   if (d == NULL) {
     WARN("ib: rank %d: out of memory for the registration table", rank_user);
@@ -187,6 +206,7 @@ ncclResult_t hetccl_ib_reg_attach(const hetccl_ib_verbs_t *v, struct ibv_pd *pd,
   }
   d->pd = pd;
   d->v = v;
+  d->dmabuf = dmabuf;
   d->rank_user = rank_user;
   pthread_mutex_lock(&reg_lock);
   for (reg_range_t *r = ranges; r; r = r->next) region_add(r, d);
