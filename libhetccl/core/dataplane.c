@@ -73,7 +73,6 @@ ncclResult_t hetccl_dataplane_setup(ncclComm_t comm) {
       .user_ranks = comm->user_ranks, .rt = rt, .dev = comm->dev,
       .piece = (size_t)hetccl_knob_int(HETCCL_KNOB_PLANE_PIECE) & ~(size_t)4095,
       .slots = (int)hetccl_knob_int(HETCCL_KNOB_PLANE_SLOTS),
-      .ramp = (int)hetccl_knob_int(HETCCL_KNOB_PLANE_RAMP),
       .timeout_ms = (int)hetccl_knob_int(HETCCL_KNOB_TIMEOUT) * 1000,
       .abort_flag = &comm->abort_flag, .device_reduce = reduces,
       .reduce_copy = !strcmp(hetccl_knob_str(HETCCL_KNOB_PLANE_REDUCE_READ), "copy"),

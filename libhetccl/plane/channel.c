@@ -121,7 +121,6 @@ ncclResult_t plane_chan_create(hetccl_plane_t *p, int dst, plane_chan_t *c) {
   h->dst = dst;
   h->slots = p->a.slots;
   h->piece = p->a.piece;
-  h->ramp = p->a.ramp;
   __atomic_store_n(&h->magic, PLANE_MAGIC, __ATOMIC_RELEASE);
   return ncclSuccess;
 }
@@ -142,11 +141,10 @@ ncclResult_t plane_chan_open(hetccl_plane_t *p, int src, plane_chan_t *c) {
   const plane_chan_hdr_t *h = c->hdr;
   if (__atomic_load_n(&h->magic, __ATOMIC_ACQUIRE) != PLANE_MAGIC || h->comm_id != p->a.comm_id ||
       h->src != src || h->dst != p->a.rank || h->slots != p->a.slots ||
-      h->piece != p->a.piece || h->ramp != p->a.ramp) {
-    WARN("plane: channel %s from rank %d does not fit (slots %d x %" PRIu64 " bytes, ramp %d; "
-         "here %d x %zu, ramp %d): ranks disagree on HETCCL_PLANE_SLOTS, HETCCL_PLANE_PIECE or "
-         "HETCCL_PLANE_RAMP", name, plane_user_rank(p, src), (int)h->slots, h->piece,
-         (int)h->ramp, p->a.slots, p->a.piece, p->a.ramp);
+      h->piece != p->a.piece) {
+    WARN("plane: channel %s from rank %d does not fit (slots %d x %" PRIu64 " bytes, here "
+         "%d x %zu): ranks disagree on HETCCL_PLANE_SLOTS or HETCCL_PLANE_PIECE",
+         name, plane_user_rank(p, src), (int)h->slots, h->piece, p->a.slots, p->a.piece);
     return ncclInvalidUsage;
   }
   return ncclSuccess;

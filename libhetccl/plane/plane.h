@@ -65,7 +65,6 @@ typedef struct hetccl_plane_args {
   int dev;
   size_t piece;              /* bytes per slot (multiple of 4 KiB) */
   int slots;                 /* slots per channel (>= 2) */
-  int ramp;                  /* runs start and end with smaller pieces (program.c) */
   int timeout_ms;
   volatile int *abort_flag;
   /* Every GPU rank of the communicator reduces on its device; else the

@@ -25,7 +25,7 @@ typedef struct plane_chan_hdr {
   uint64_t magic;
   uint64_t comm_id;
   int32_t src, dst;
-  int32_t slots, ramp;
+  int32_t slots, pad;
   uint64_t piece;
   /* produced[s] = q + 1 once piece q is in slot s (src's stream or CPU) */
   _Alignas(128) volatile uint64_t produced[PLANE_MAX_SLOTS];

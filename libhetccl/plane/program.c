@@ -37,7 +37,6 @@ typedef struct builder {
   hetccl_plane_t *p;
   plane_phase_t *ph;
   size_t piece;     /* bytes */
-  int ramp;         /* cut runs with ramps (run_cut) */
   int rank, n;
 } builder_t;
 
@@ -99,65 +98,21 @@ static size_t chunk_len(size_t count, int n, int c) {
   return count / (size_t)n + ((size_t)c < count % (size_t)n ? 1 : 0);
 }
 
-/* How a run of `len` elements is cut into pieces of at most `piece`
- * bytes. Plain: pieces of `per` = piece / elem elements, the last one
- * shorter. Ramped (HETCCL_PLANE_RAMP, a run of at least three full pieces
- * and a half): a quarter and a half piece first and last, full ones in
- * between:
- *
- *   q  h  per per ... per (the last maybe shorter)  h  q      (q = per/4, h = per/2)
- *
- * The first piece crosses, and the last drains, in a quarter of the time:
- * a pipeline of two copies (one out of a GPU, one into the other) fills
- * and empties once per run, and with 4 MiB pieces that costs about 90 us
- * each way on a PCIe host, which an operation of a few MiB pays in full. */
-typedef struct run_cut {
-  size_t per, q, h;  /* elements */
-  size_t mid;        /* elements between the ramps (ramped), else 0 */
-  size_t n;          /* pieces */
-} run_cut_t;
-
-static run_cut_t run_cut(const builder_t *b, size_t elem, size_t len) {
-  run_cut_t c = {.per = b->piece / elem};
-  c.q = c.per / 4, c.h = c.per / 2;
-  if (b->ramp && c.q > 0 && len >= 2 * (c.q + c.h) + 2 * c.per) {
-    c.mid = len - 2 * (c.q + c.h);
-    c.n = 4 + (c.mid + c.per - 1) / c.per;
-  } else {
-    c.q = c.h = 0;
-    c.n = (len + c.per - 1) / c.per;
-  }
-  return c;
-}
-
 /* Piece k of a run of `len` elements starting at element `off`: its byte
  * offset and size, 0 when the run has no piece k. */
 static size_t piece_at(const builder_t *b, size_t elem, size_t off, size_t len, size_t k,
                        size_t *byte_off) {
-  run_cut_t c = run_cut(b, elem, len);
-  size_t at, n;
+  size_t per = b->piece / elem;
   *byte_off = 0;
-  if (k >= c.n) return 0;
-  if (!c.mid) {
-    at = k * c.per;
-    n = len - at < c.per ? len - at : c.per;
-  } else if (k < 2) {
-    at = k ? c.q : 0;
-    n = k ? c.h : c.q;
-  } else if (k >= c.n - 2) {
-    at = k == c.n - 2 ? len - c.q - c.h : len - c.q;
-    n = k == c.n - 2 ? c.h : c.q;
-  } else {
-    at = c.q + c.h + (k - 2) * c.per;
-    size_t left = c.q + c.h + c.mid - at;
-    n = left < c.per ? left : c.per;
-  }
-  *byte_off = (off + at) * elem;
-  return n * elem;
+  if (k * per >= len) return 0;
+  *byte_off = (off + k * per) * elem;
+  size_t left = len - k * per;
+  return (left < per ? left : per) * elem;
 }
 
 static size_t npieces(const builder_t *b, size_t elem, size_t len) {
-  return run_cut(b, elem, len).n;
+  size_t per = b->piece / elem;
+  return (len + per - 1) / per;
 }
 
 static int mod(int a, int n) { return ((a % n) + n) % n; }
@@ -359,8 +314,8 @@ static ncclResult_t chain_reduce(builder_t *b, const hetccl_coll_t *c) {
 /* `bytes` from src to peer on its send lane, piece by piece; the first
  * step is returned in *first (NULL when bytes is 0). */
 static ncclResult_t send_to(builder_t *b, int peer, const void *src, size_t bytes) {
-  for (size_t k = 0, K = npieces(b, 1, bytes); k < K; k++) {
-    size_t o, n = piece_at(b, 1, 0, bytes, k, &o);
+  for (size_t o = 0; o < bytes; o += b->piece) {
+    size_t n = bytes - o < b->piece ? bytes - o : b->piece;
     EMIT(b, PLANE_LANE_OUT(peer), .kind = STEP_SEND, .out = peer, .src = AT(src, o), .bytes = n);
   }
   return ncclSuccess;
@@ -371,8 +326,8 @@ static ncclResult_t send_to(builder_t *b, int peer, const void *src, size_t byte
  * the send that started at out piece `guard_q`). */
 static ncclResult_t recv_from(builder_t *b, int peer, void *dst, size_t bytes, int guard,
                               uint64_t guard_q) {
-  for (size_t k = 0, K = npieces(b, 1, bytes); k < K; k++) {
-    size_t o, n = piece_at(b, 1, 0, bytes, k, &o);
+  for (size_t o = 0, k = 0; o < bytes; o += b->piece, k++) {
+    size_t n = bytes - o < b->piece ? bytes - o : b->piece;
     EMIT(b, PLANE_LANE_IN(peer), .kind = STEP_RECV, .in = peer, .dst = AT(dst, o), .bytes = n,
          .dep_out = guard ? peer : -1, .dep_q = guard_q + k + 1);
   }
@@ -482,8 +437,7 @@ static ncclResult_t build_p2p(builder_t *b, const hetccl_plane_task_t *tasks, in
 ncclResult_t plane_prog_build(hetccl_plane_t *p, const hetccl_plane_task_t *tasks, int ntasks,
                               plane_prog_t *prog) {
   memset(prog, 0, sizeof(*prog));
-  builder_t b = {.p = p, .piece = p->a.piece, .ramp = p->a.ramp, .rank = p->a.rank,
-                 .n = p->a.nranks};
+  builder_t b = {.p = p, .piece = p->a.piece, .rank = p->a.rank, .n = p->a.nranks};
   ncclResult_t res = ncclSuccess;
   int p2p = 0;
   for (int i = 0; i < ntasks && res == ncclSuccess; i++) {

@@ -132,8 +132,6 @@
     "cross-island data plane: auto (ranks of one host, some with device buffers, move data through shared pinned segments with the devices' copy engines and reduce on the devices), on (also when no rank has device buffers: host ranks through the same segments, for tests), off (the engine, device buffers staged through host memory)") \
   X(PLANE_PIECE, "HETCCL_PLANE_PIECE", INT, "4M", 4096, 1073741824,            \
     "bytes per data-plane slot (a multiple of 4096): the unit a copy engine or reduction moves at once") \
-  X(PLANE_RAMP, "HETCCL_PLANE_RAMP", INT, "1", 0, 1,                          \
-    "1: the data plane cuts each run of at least 3.5 pieces with a quarter and a half HETCCL_PLANE_PIECE first and last, so that its first piece crosses and its last drains sooner; 0: equal pieces; must be the same on every rank") \
   X(PLANE_SLOTS, "HETCCL_PLANE_SLOTS", INT, "4", 2, 64,                        \
     "data-plane slots per channel (pieces in flight per direction and pair)") \
   X(PLANE_REDUCE_READ, "HETCCL_PLANE_REDUCE_READ", ENUM("copy|mapped"), "copy", 0, 0, \
