@@ -541,7 +541,7 @@ SWEEPS = [
     # channels, pieces and programs a GPU rank's streams run, moved by CPUs.
     # Small slots send every message through many pieces and wrap the slots.
     Sweep("n2-plane", 2, PLANE, large=LARGE_SET),
-    Sweep("n2-plane-small", 2, PLANE + PLANE_SMALL, counts=(1, 7, 1031)),
+    Sweep("n2-plane-small", 2, PLANE + PLANE_SMALL, counts=(1, 7, 1031, 4099)),
     Sweep("n3-plane-small", 3, PLANE + PLANE_SMALL, counts=(0, 7, 1031), large=LARGE_SET),
     Sweep("n4-plane-small", 4, PLANE + PLANE_SMALL, counts=(7, 1031)),
     Sweep("n4-plane", 4, PLANE, counts=(7, 1031), large=LARGE_SET),

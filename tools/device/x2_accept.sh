@@ -143,9 +143,11 @@ do_readpath() {
   ! grep -q "^FAIL" "$OUT/08-readpath.log"
 }
 # NT_VARIANTS: space-separated LABEL:VAR=VALUE[,VAR=VALUE] configurations
-# in which sendrecv, all_reduce and reduce_scatter -g 2 run again at 16 MiB
-# to 1 GiB, beside nt's defaults.
+# in which sendrecv, all_reduce and reduce_scatter -g 2 run again from
+# NT_VARIANT_MIN (16M) to 1 GiB, beside nt's defaults (list a label twice,
+# or the defaults as a label, to see the spread between runs).
 NT_VARIANTS=${NT_VARIANTS-piece8M:HETCCL_PLANE_PIECE=8M slots8:HETCCL_PLANE_SLOTS=8}
+NT_VARIANT_MIN=${NT_VARIANT_MIN-16M}
 do_variants() {
   local v label c vars
   for v in $NT_VARIANTS; do
@@ -154,7 +156,7 @@ do_variants() {
       echo "--- hetccl $c $label ($vars)"
       env LD_PRELOAD=$LIB HETCCL_ISLANDS=0,1 ${vars//,/ } \
         LD_LIBRARY_PATH="$(dirname "$REAL_NCCL")" timeout 60 \
-        $NT/${c}_perf -g 2 -b 16M -e 1G -f 4 -n 20 -w 5 -c 1 || echo "FAIL: $c $label"
+        $NT/${c}_perf -g 2 -b "$NT_VARIANT_MIN" -e 1G -f 4 -n 20 -w 5 -c 1 || echo "FAIL: $c $label"
     done
   done
   ! grep -q "^FAIL" "$OUT/09-variants.log"
@@ -199,7 +201,7 @@ do_train() {
   $PY tools/device/train_bench.py "$OUT/train.json" "${args[@]}"
 }
 
-export ROOT OUT PY LIB REAL_NCCL NT NTM MPICH COLLS TRAIN_VARIANTS NT_VARIANTS PERF_COLLS PYTEST_K MEMOP_ARGS
+export ROOT OUT PY LIB REAL_NCCL NT NTM MPICH COLLS TRAIN_VARIANTS NT_VARIANTS NT_VARIANT_MIN PERF_COLLS PYTEST_K MEMOP_ARGS
 export -f note bounded nt nt_table nt_make mpi_home ntm do_ntmpibuild do_ntmpi do_profile do_host do_build do_ntbuild do_limit do_nt do_perf do_train do_big do_readpath \
   do_variants do_numa do_memop do_cupy do_torch3 do_torch3trace do_torch3san do_pytest
 export PYTHONPATH=$ROOT/python:/tmp/site${PYTHONPATH:+:$PYTHONPATH}
@@ -216,7 +218,7 @@ if [ -f "$LIB" ]; then
   want perf && stage 05 perf 120 do_perf
   want big && stage 07 big 150 do_big
   want readpath && stage 08 readpath 90 do_readpath
-  want variants && stage 09 variants 120 do_variants
+  want variants && stage 09 variants 300 do_variants
   want host && stage 13 host 20 do_host
   want profile && stage 14 profile 150 do_profile
   want memop && stage 15 memop 200 do_memop
