@@ -213,10 +213,41 @@ def _sends_in_place(comm: nccl.NcclCommunicator) -> dict:
     one("registered", registered if RANK == 0 else 0, count)
     one("registered 1 KiB", registered if RANK == 0 else 0, 256)
     one("plain", plain if RANK == 0 else 0, count)
+    if os.environ.get("T_BOTHWAYS") == "1":  # both HIP: each sends from its own registered memory
+        _both_ways(comm, lib, device, hip_copies, count, want, wrong, copied, copies,
+                   registered if RANK == 0 else None)
     if RANK == 0:
         assert lib.ncclCommDeregister(ctypes.c_void_p(comm.comm), handle) == 0
     one("deregistered", registered if RANK == 0 else 0, count)
     return {"wrong": wrong, "copied": copied, "copies": copies}
+
+
+def _both_ways(comm, lib, device, hip_copies, count, want, wrong, copied, copies, mine) -> None:
+    """One group per rank: a send from device memory it registered (rank 1's
+    holds want + 1000) and a receive into unregistered device memory: an
+    unstaged send beside a staged receive in one batch."""
+    f32 = nccl.NCCL_FLOAT32
+    peer = 1 - RANK
+    if mine is None:
+        mine = device(4 * count)
+        theirs_want = want + 1000
+        ctypes.memmove(mine, theirs_want.ctypes.data, theirs_want.nbytes)
+        handle = ctypes.c_void_p()
+        assert lib.ncclCommRegister(ctypes.c_void_p(comm.comm), ctypes.c_void_p(mine),
+                                    ctypes.c_size_t(4 * count), ctypes.byref(handle)) == 0
+    into = device(4 * count)
+    ctypes.memset(into, 0, 4 * count)
+    before, calls = comm.copied_bytes()["ib"], hip_copies()
+    nccl.groupStart()
+    comm.send(mine, count, f32, peer)
+    comm.recv(into, count, f32, peer)
+    nccl.groupEnd()
+    copied["both ways"] = comm.copied_bytes()["ib"] - before
+    copies["both ways"] = hip_copies() - calls
+    got = np.empty(count, dtype=np.float32)
+    ctypes.memmove(got.ctypes.data, into, got.nbytes)
+    if not np.array_equal(got, want + 1000 if RANK == 0 else want):
+        wrong.append("both ways")
 
 
 def _device_kind() -> str:
