@@ -4,7 +4,7 @@ pipeline, with torch's nccl backend, against one GPU alone and against the
 same job on one island, in one run.
 
     python3 tools/device/train_bench.py OUT.json [--steps 20] [--layers 16]
-        [--variant NAME:VAR=VALUE[,VAR=VALUE...]]...
+        [--variant NAME:VAR=VALUE[,VAR=VALUE...]]... [--alternate N]
 
 Every configuration runs in fresh processes (torch.multiprocessing spawn),
 so the library each loads follows the environment given to it:
@@ -331,6 +331,9 @@ def main() -> int:
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--layers", type=int, default=16)
     ap.add_argument("--timeout", type=float, default=300)
+    ap.add_argument("--alternate", type=int, default=0,
+                    help="then N more runs each of ddp/hetccl and ddp/copies, in turns: "
+                         "how far both move between runs on one host")
     ap.add_argument("--variant", action="append", default=[],
                     help="NAME:VAR=VALUE[,VAR=VALUE]: the hetccl runs again with these set")
     args = ap.parse_args()
@@ -368,6 +371,10 @@ def main() -> int:
                     print(f"{name}: failed: {e}", flush=True)
                     continue
                 print(f"{name}: {res[name]['samples_per_s']:.0f} samples/s", flush=True)
+    for i in range(2, 2 + args.alternate):
+        for name, hetccl_run in ((f"ddp/hetccl#{i}", True), (f"ddp/copies#{i}", False)):
+            res[name] = launch("ddp" if hetccl_run else "ddp/copies", hetccl_run, args)
+            print(f"{name}: {res[name]['samples_per_s']:.0f} samples/s", flush=True)
     one = res["single"]["samples_per_s"]
     summary = {
         "params_M": args.layers * (WIDTH * WIDTH + WIDTH) / 1e6,
@@ -385,6 +392,12 @@ def main() -> int:
     if "ddp/copies" in res:
         summary["ddp_hetccl_vs_copies_bound"] = (res["ddp/hetccl"]["samples_per_s"]
                                                  / res["ddp/copies"]["samples_per_s"])
+    if args.alternate:
+        for what in ("hetccl", "copies"):
+            runs = [res[f"ddp/{what}"]] if f"ddp/{what}" in res else []
+            runs += [res[f"ddp/{what}#{i}"] for i in range(2, 2 + args.alternate)]
+            summary[f"ddp_{what}_runs_vs_one_gpu"] = " ".join(
+                f"{r['samples_per_s'] / one:.3f}" for r in runs)
     # The pipeline's bound: every transfer of a step (MICRO activations
     # forward, MICRO gradients back) lies on its critical path, since a
     # blocking send / recv orders the next compute after it. Predicted:

@@ -193,15 +193,16 @@ do_torch3san() { # only where torch3trace ran and failed
 # PYTEST_K: a pytest -k expression (default: all but the bandwidth reports)
 PYTEST_K=${PYTEST_K-not bandwidth}
 do_pytest() { $PY -m pytest -q tests/test_cuda_engine.py -p no:cacheprovider -rs -k "$PYTEST_K"; }
-# TRAIN_VARIANTS: space-separated NAME:VAR=VALUE[,VAR=VALUE] for train_bench's --variant.
+# TRAIN_VARIANTS: space-separated NAME:VAR=VALUE[,VAR=VALUE] for train_bench's --variant;
+# TRAIN_ARGS: more of its arguments (e.g. "--alternate 2").
 TRAIN_VARIANTS=${TRAIN_VARIANTS-mapped:HETCCL_PLANE_REDUCE_READ=mapped maxconn:CUDA_DEVICE_MAX_CONNECTIONS=32}
 do_train() {
   local v args=()
   for v in $TRAIN_VARIANTS; do args+=(--variant "$v"); done
-  $PY tools/device/train_bench.py "$OUT/train.json" "${args[@]}"
+  $PY tools/device/train_bench.py "$OUT/train.json" "${args[@]}" ${TRAIN_ARGS-}
 }
 
-export ROOT OUT PY LIB REAL_NCCL NT NTM MPICH COLLS TRAIN_VARIANTS NT_VARIANTS NT_VARIANT_MIN PERF_COLLS PYTEST_K MEMOP_ARGS
+export ROOT OUT PY LIB REAL_NCCL NT NTM MPICH COLLS TRAIN_VARIANTS TRAIN_ARGS NT_VARIANTS NT_VARIANT_MIN PERF_COLLS PYTEST_K MEMOP_ARGS
 export -f note bounded nt nt_table nt_make mpi_home ntm do_ntmpibuild do_ntmpi do_profile do_host do_build do_ntbuild do_limit do_nt do_perf do_train do_big do_readpath \
   do_variants do_numa do_memop do_cupy do_torch3 do_torch3trace do_torch3san do_pytest
 export PYTHONPATH=$ROOT/python:/tmp/site${PYTHONPATH:+:$PYTHONPATH}
