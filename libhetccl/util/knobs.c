@@ -186,7 +186,7 @@ int hetccl_knob_is_set(hetccl_knob_t id) {
 }
 
 hetccl_knob_t hetccl_knob_or_nccl(hetccl_knob_t ours, hetccl_knob_t nccls) {
-  return hetccl_knob_is_set(ours) ? ours : nccls;
+  return !hetccl_knob_is_set(ours) && hetccl_knob_is_set(nccls) ? nccls : ours;
 }
 
 void hetccl_knobs_reload(void) {

@@ -195,7 +195,8 @@ const char *hetccl_knob_str(hetccl_knob_t id);
 /* Was the variable set in the environment? */
 int hetccl_knob_is_set(hetccl_knob_t id);
 /* The knob to read where ours has an NCCL twin of the same meaning:
- * `ours` when it is set, else `nccls` (set or at its default). */
+ * `nccls` when it is set and `ours` is not, else `ours` (set or at its
+ * default, which may differ from NCCL's). */
 hetccl_knob_t hetccl_knob_or_nccl(hetccl_knob_t ours, hetccl_knob_t nccls);
 
 /* ncclInvalidArgument with a WARN naming the first bad variable, if any. */

@@ -79,6 +79,14 @@ class HostBlock:
         return status.value
 
 
+def copy_on(stream, dst, src):
+    """A function that enqueues dst.copy_(src) on stream."""
+    def enqueue():
+        with torch.cuda.stream(stream):
+            dst.copy_(src, non_blocking=True)
+    return enqueue
+
+
 def timed(fns, devs, reps: int) -> float:
     """Best seconds over reps of enqueuing every fn, then syncing devs."""
     best = float("inf")
@@ -120,13 +128,7 @@ def main() -> int:
     for g in range(ngpu):
         s1, s2 = torch.cuda.Stream(dev[g]), torch.cuda.Stream(dev[g])
         for node, (x, y) in blocks.items():
-            def d2h(s=s1, h=x):
-                with torch.cuda.stream(s):
-                    h.t.copy_(dbuf[g], non_blocking=True)
-
-            def h2d(s=s2, h=y):
-                with torch.cuda.stream(s):
-                    dbuf2[g].copy_(h.t, non_blocking=True)
+            d2h, h2d = copy_on(s1, x.t, dbuf[g]), copy_on(s2, dbuf2[g], y.t)
             a1 = gb(timed([d2h], [dev[g]], a.reps))
             a2 = gb(timed([h2d], [dev[g]], a.reps))
             a3 = gb(timed([d2h, h2d], [dev[g]], a.reps))
@@ -144,23 +146,9 @@ def main() -> int:
         layouts[f"both on node {node}"] = (node, node)
     for name, (nx, ny) in layouts.items():
         x, y = blocks[nx][0], blocks[ny][1]
-
-        def w0():
-            with torch.cuda.stream(streams[0][0]):
-                x.t.copy_(dbuf[0], non_blocking=True)
-
-        def r1():
-            with torch.cuda.stream(streams[1][1]):
-                dbuf2[1].copy_(x.t, non_blocking=True)
-
-        def w1():
-            with torch.cuda.stream(streams[1][0]):
-                y.t.copy_(dbuf[1], non_blocking=True)
-
-        def r0():
-            with torch.cuda.stream(streams[0][1]):
-                dbuf2[0].copy_(y.t, non_blocking=True)
-        s = timed([w0, w1, r0, r1], dev, a.reps)
+        copies = [copy_on(streams[0][0], x.t, dbuf[0]), copy_on(streams[1][0], y.t, dbuf[1]),
+                  copy_on(streams[0][1], dbuf2[0], y.t), copy_on(streams[1][1], dbuf2[1], x.t)]
+        s = timed(copies, dev, a.reps)
         print(f"both GPUs, slots {name} (X node {nx}, Y node {ny}): {gb(s):.1f} GB/s per "
               f"copy, 4 at once", flush=True)
     return 0

@@ -325,13 +325,10 @@ static ncclResult_t ib_ctx_create(const hetccl_transport_args_t *args, hetccl_tc
   ctx->lfd = -1;
   ctx->chunk = (size_t)hetccl_knob_int(HETCCL_KNOB_IB_CHUNK) & ~(size_t)63;
   ctx->slots = (int)hetccl_knob_int(HETCCL_KNOB_IB_SLOTS);
-  /* HETCCL_IB_QPS, else NCCL_IB_QPS_PER_CONNECTION when set, else ours
-   * (2: NCCL moves a pair's p2p traffic over two channels, a queue pair
-   * each; docs/transports.md has the measurement). */
+  /* Unset, ours is 2 where NCCL's is 1: NCCL moves a pair's p2p traffic
+   * over two channels, a queue pair each (docs/transports.md). */
   ctx->qps = (int)hetccl_knob_int(
-      hetccl_knob_is_set(HETCCL_KNOB_NCCL_IB_QPS_PER_CONNECTION)
-          ? hetccl_knob_or_nccl(HETCCL_KNOB_IB_QPS, HETCCL_KNOB_NCCL_IB_QPS_PER_CONNECTION)
-          : HETCCL_KNOB_IB_QPS);
+      hetccl_knob_or_nccl(HETCCL_KNOB_IB_QPS, HETCCL_KNOB_NCCL_IB_QPS_PER_CONNECTION));
   ctx->qp_timeout = (uint8_t)hetccl_knob_int(HETCCL_KNOB_IB_TIMEOUT);
   ctx->qp_retry = (uint8_t)hetccl_knob_int(HETCCL_KNOB_IB_RETRY_CNT);
   ctx->zcopy_min = (size_t)hetccl_knob_int(HETCCL_KNOB_IB_ZCOPY_THRESHOLD);
