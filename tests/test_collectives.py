@@ -19,6 +19,7 @@ decoded here from their bit layouts, without ml_dtypes.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from functools import reduce
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
@@ -451,6 +452,9 @@ class Sweep:
     counts: Tuple[int, ...] = (0, 1, 7, 1031)
     kinds: Tuple[str, ...] = tuple(KINDS)
     large: Tuple[Tuple[str, str, int], ...] = ()  # (kind, dtype, op) at LARGE elements
+    # Ranks that run as a host of their own: an IPC namespace of their own
+    # makes hetccl's host identity differ, as between machines.
+    own_host: Tuple[int, ...] = ()
 
 
 LARGE_SET = (("allreduce", "float32", SUM), ("allreduce", "bfloat16", SUM),
@@ -467,6 +471,9 @@ def run_case(r: Rank, kind: str, dt: DType, op: int, count: int, inplace: bool) 
 
 def rank_sweep(spec: Sweep) -> Tuple[int, List[str]]:
     """Runs in every rank; returns (checks done, failure lines)."""
+    info = hetccl.launcher.launch_info()
+    if info is not None and info.rank in spec.own_host:
+        become_another_host()
     comm = hetccl.communicator()
     r = Rank(comm, comm.rank_id(), comm.size(), spec.name)
     try:
@@ -485,6 +492,22 @@ def rank_sweep(spec: Sweep) -> Tuple[int, List[str]]:
     return r.checks, r.failures
 
 
+CLONE_NEWIPC = 0x08000000
+
+
+def become_another_host() -> None:
+    """This process into an IPC namespace of its own (before its first
+    communicator), which hetccl's host identity includes."""
+    import ctypes
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.unshare(CLONE_NEWIPC) != 0:
+        raise OSError(ctypes.get_errno(), "unshare(CLONE_NEWIPC)")
+
+
+def can_be_another_host() -> bool:
+    return os.geteuid() == 0
+
+
 SMALL_CHUNKS = (("HETCCL_PIPELINE_CHUNK", "64"), ("HETCCL_SMALL_BYTES", "0"),
                 ("HETCCL_SHM_CHUNK", "64"), ("HETCCL_SHM_SLOTS", "2"),
                 ("HETCCL_SOCKET_CHUNK", "512"))
@@ -493,6 +516,7 @@ SOCKET = (("HETCCL_TRANSPORT", "socket"),)
 
 PLANE = (("HETCCL_PLANE", "on"),)
 PLANE_SMALL = (("HETCCL_PLANE_PIECE", "4096"), ("HETCCL_PLANE_SLOTS", "2"))
+PLANE_HOSTS = PLANE + (("HETCCL_PLANE_HOSTS", "all"),)
 
 
 def pieces(size: str) -> Tuple[Tuple[str, str], ...]:
@@ -547,6 +571,15 @@ SWEEPS = [
     Sweep("n4-plane", 4, PLANE, counts=(7, 1031), large=LARGE_SET),
     Sweep("n4-plane-islands-hier", 4, PLANE + (("HETCCL_ISLANDS", "0,0,1,1"),),
           counts=(7, 1031)),
+    # The plane across hosts (plane/bridge.c): a channel to a rank of
+    # another host is a segment on each side, its pieces carried by the
+    # pair's transport (socket here; ib in tests/test_ib_hosts.py).
+    Sweep("n2-plane-hosts", 2, PLANE_HOSTS, own_host=(1,), large=LARGE_SET),
+    Sweep("n2-plane-hosts-small", 2, PLANE_HOSTS + PLANE_SMALL, own_host=(1,),
+          counts=(1, 7, 1031, 4099)),
+    Sweep("n3-plane-hosts-small", 3, PLANE_HOSTS + PLANE_SMALL, own_host=(2,),
+          counts=(0, 7, 1031), large=LARGE_SET),
+    Sweep("n4-plane-hosts", 4, PLANE_HOSTS, own_host=(1, 3), counts=(7, 1031)),
 ]
 
 MAX_SHOWN = 40
@@ -555,6 +588,8 @@ MAX_SHOWN = 40
 @pytest.mark.timeout(600)
 @pytest.mark.parametrize("spec", SWEEPS, ids=[s.name for s in SWEEPS])
 def test_sweep(spec: Sweep) -> None:
+    if spec.own_host and not can_be_another_host():
+        pytest.skip("a rank of another host needs root (unshare of an IPC namespace)")
     results = hetccl.launch(rank_sweep, spec.nranks, spec, env=dict(spec.env), timeout=540)
     failures = [line for _checks, lines in results for line in lines]
     checks = sum(c for c, _lines in results)

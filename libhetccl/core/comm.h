@@ -128,6 +128,7 @@ struct ncclComm {
   struct hetccl_plane *plane;    /* the cross-island data plane (core/dataplane.h), or NULL */
   int plane_reduces;             /* it runs the reducing collectives too */
   int32_t *pids;                 /* each rank's pid, for the plane */
+  uint64_t *plane_hosts;         /* each rank's host, for the plane's bridges */
   pthread_mutex_t lock;          /* guards last_error, fail_error */
   char last_error[HETCCL_ERRMSG_BYTES]; /* why the last API call on it failed; "" after a success */
   char fail_error[HETCCL_ERRMSG_BYTES]; /* why it failed (the first message), kept while failed */

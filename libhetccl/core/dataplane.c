@@ -8,24 +8,55 @@
 
 #include "core/proxy.h"
 #include "core/trace_points.h"
+#include "p2p/engine.h"
 #include "plane/plane.h"
+#include "transport/ib/ib_mem.h"
 #include "util/check.h"
 #include "util/knobs.h"
 #include "util/log.h"
 
 /* --- set-up ------------------------------------------------------------------ */
 
-static int plane_applies(ncclComm_t comm) {
+/* *hosts: 1 if the ranks span several hosts (then only with
+ * HETCCL_PLANE_HOSTS=all). */
+static int plane_applies(ncclComm_t comm, int *hosts) {
   int n = comm->nranks, stages = 0;
+  *hosts = 0;
   if (n < 2 || n > hetccl_knob_int(HETCCL_KNOB_PLANE_MAX_RANKS)) return 0;
   const char *knob = hetccl_knob_str(HETCCL_KNOB_PLANE);
   if (!strcmp(knob, "off")) return 0;
   for (int r = 0; r < n; r++) {
-    if (comm->peers[r].host_hash != comm->peers[0].host_hash) return 0;
+    *hosts |= comm->peers[r].host_hash != comm->peers[0].host_hash;
     stages |= comm->peers[r].stages;
   }
+  if (*hosts && strcmp(hetccl_knob_str(HETCCL_KNOB_PLANE_HOSTS), "all")) return 0;
   return stages || !strcmp(knob, "on");
 }
+
+/* --- the wire: how bridged channels cross hosts (plane.h) -------------------------- */
+
+/* The bridges' messages carry no operation signature (tag 0): their order
+ * is the plane's, and the core stamps its own before each operation it
+ * runs on the engine. */
+static ncclResult_t wire_isend(void *ctx, int peer, const void *buf, size_t bytes,
+                               hetccl_req_t *req) {
+  hetccl_engine_t *e = ((ncclComm_t)ctx)->engine;
+  hetccl_engine_set_tag(e, 0);
+  hetccl_engine_set_pull_ok(e, 0);
+  return hetccl_engine_isend(e, peer, buf, bytes, req);
+}
+
+static ncclResult_t wire_irecv(void *ctx, int peer, void *buf, size_t bytes, hetccl_req_t *req) {
+  hetccl_engine_t *e = ((ncclComm_t)ctx)->engine;
+  hetccl_engine_set_tag(e, 0);
+  return hetccl_engine_irecv(e, peer, buf, bytes, NULL, NULL, req);
+}
+
+static ncclResult_t wire_poll(void *ctx, int *idle) {
+  return hetccl_engine_progress(((ncclComm_t)ctx)->engine, idle);
+}
+
+static void wire_retract(void *handle) { (void)hetccl_ib_mem_deregister(handle); }
 
 static ncclResult_t barrier(void *ctx) { return hetccl_bootstrap_barrier(ctx); }
 
@@ -53,13 +84,18 @@ static ncclResult_t all_reduce_on_device(ncclComm_t comm, const hetccl_runtime_t
 
 ncclResult_t hetccl_dataplane_setup(ncclComm_t comm) {
   int n = comm->nranks;
-  if (!plane_applies(comm)) return ncclSuccess;
+  int hosts = 0;
+  if (!plane_applies(comm, &hosts)) return ncclSuccess;
   comm->pids = malloc((size_t)n * sizeof(*comm->pids));
-  if (!comm->pids) {
+  comm->plane_hosts = malloc((size_t)n * sizeof(*comm->plane_hosts));
+  if (!comm->pids || !comm->plane_hosts) {
     WARN("ncclCommInitRank: out of memory for %d ranks", n);
     return ncclSystemError;
   }
-  for (int r = 0; r < n; r++) comm->pids[r] = comm->peers[r].pid;
+  for (int r = 0; r < n; r++) {
+    comm->pids[r] = comm->peers[r].pid;
+    comm->plane_hosts[r] = comm->peers[r].host_hash;
+  }
   const hetccl_runtime_t *rt = NULL;
   if (comm->ptr_kind != HETCCL_DEV_HOST) {
     rt = hetccl_runtime_get(comm->ptr_kind);
@@ -71,6 +107,9 @@ ncclResult_t hetccl_dataplane_setup(ncclComm_t comm) {
   hetccl_plane_args_t args = {
       .rank = comm->rank, .nranks = n, .comm_id = comm->comm_id, .pids = comm->pids,
       .user_ranks = comm->user_ranks, .rt = rt, .dev = comm->dev,
+      .hosts = hosts ? comm->plane_hosts : NULL,
+      .wire = {.ctx = comm, .isend = wire_isend, .irecv = wire_irecv, .poll = wire_poll,
+               .declare = hetccl_ib_mem_register, .retract = wire_retract},
       .piece = (size_t)hetccl_knob_int(HETCCL_KNOB_PLANE_PIECE) & ~(size_t)4095,
       .slots = (int)hetccl_knob_int(HETCCL_KNOB_PLANE_SLOTS),
       .timeout_ms = (int)hetccl_knob_int(HETCCL_KNOB_TIMEOUT) * 1000,
@@ -180,7 +219,7 @@ static ncclResult_t to_plane(const hetccl_task_t *tasks, hetccl_plane_task_t **o
 /* --- running ----------------------------------------------------------------- */
 
 typedef struct watch_job {
-  uint64_t ticket;
+  hetccl_plane_ticket_t ticket;
 } watch_job_t;
 
 static ncclResult_t watch_job(ncclComm_t comm, void *arg) {
@@ -191,7 +230,8 @@ static ncclResult_t watch_job(ncclComm_t comm, void *arg) {
  * of several devices, ncclCommInitAll); other streams of the share wait
  * for it at the start and it waits for them, as NCCL's group does. */
 static ncclResult_t launch_on(ncclComm_t comm, const hetccl_runtime_t *rt, hetccl_task_t *tasks,
-                              hetccl_plane_task_t *a, int n, uint64_t *ticket) {
+                              hetccl_plane_task_t *a, int n,
+                              hetccl_plane_ticket_t *ticket) {
   void *stream = tasks->stream;
   ncclResult_t res = ncclSuccess;
   for (const hetccl_task_t *t = tasks->next; t && res == ncclSuccess; t = t->next)
@@ -206,7 +246,7 @@ ncclResult_t hetccl_dataplane_launch(ncclComm_t comm, hetccl_task_t *tasks) {
   const hetccl_runtime_t *rt = hetccl_runtime_get(comm->ptr_kind);
   hetccl_plane_task_t *a = NULL;
   int n = 0, saved = -1;
-  uint64_t ticket = 0;
+  hetccl_plane_ticket_t ticket = {0, 0};
   ncclResult_t res = one_kind(comm, tasks, 1);
   if (res == ncclSuccess) res = to_plane(tasks, &a, &n);
   if (res == ncclSuccess && comm->dev >= 0) {
@@ -339,4 +379,6 @@ void hetccl_dataplane_destroy(ncclComm_t comm) {
   comm->plane = NULL;
   free(comm->pids);
   comm->pids = NULL;
+  free(comm->plane_hosts);
+  comm->plane_hosts = NULL;
 }

@@ -333,6 +333,17 @@ static void idle_rest(const hetccl_engine_t *e, idle_state_t *st) {
   nanosleep(&ts, NULL);
 }
 
+ncclResult_t hetccl_engine_progress(hetccl_engine_t *e, int *idle) {
+  *idle = 1;
+  if (e->failed != ncclSuccess) return e->failed;
+  if (__atomic_load_n(e->abort_flag, __ATOMIC_ACQUIRE)) {
+    WARN("engine: rank %d: operation aborted (ncclCommAbort)", user_rank(e, e->rank));
+    return engine_fail_as(e, ncclInvalidUsage, ncclRemoteError);
+  }
+  ncclResult_t res = progress_all(e, idle);
+  return res == ncclSuccess ? res : engine_fail_call(e, res);
+}
+
 ncclResult_t hetccl_engine_wait(hetccl_engine_t *e, hetccl_req_t **reqs, int n) {
   if (e->failed != ncclSuccess) return e->failed;
   int first = 0; /* requests before `first` are done */

@@ -46,6 +46,13 @@ ncclResult_t hetccl_engine_irecv(hetccl_engine_t *e, int peer, void *buf, size_t
  * peer) is returned; later calls return it too. */
 ncclResult_t hetccl_engine_wait(hetccl_engine_t *e, hetccl_req_t **reqs, int n);
 
+/* One sweep over every peer's requests, waiting for none: for a caller
+ * that polls requests of its own between other work (the data plane's
+ * bridges, plane/bridge.c). *idle: nothing moved. Errors as
+ * hetccl_engine_wait (the engine fails; abort is checked too); no timeout
+ * here: the caller keeps its own. */
+ncclResult_t hetccl_engine_progress(hetccl_engine_t *e, int *idle);
+
 /* Convenience: post send to `to` and receive from `from`, wait both. Either
  * peer may be -1 (skipped). */
 ncclResult_t hetccl_engine_sendrecv(hetccl_engine_t *e, int to, const void *sbuf, size_t sbytes,

@@ -167,6 +167,7 @@ ncclResult_t plane_chan_register(hetccl_plane_t *p, plane_chan_t *c) {
 }
 
 void plane_chan_close(hetccl_plane_t *p, plane_chan_t *c) {
+  plane_bridge_close(p, c); /* a bridged channel's memory is its own: no mapping shares it */
   if (c->hdr) {
     pthread_mutex_lock(&mappings_lock);
     mapping_t **pm = &mappings;

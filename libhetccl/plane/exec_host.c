@@ -4,7 +4,8 @@
  * are swept round-robin: a lane's first step runs as soon as the counters
  * it waits on allow, so that lanes progress together as a GPU rank's
  * streams would. An idle sweep looks at the peers and the timeout
- * (plane_check), spins a little, then sleeps.
+ * (plane_check), spins a little, then sleeps. Each sweep also moves the
+ * bridges to other hosts (bridge.c), which nothing else drives meanwhile.
  *
  * Thread: the caller's (API or proxy); never two at once on one plane. */
 #include <sched.h>
@@ -96,6 +97,11 @@ static ncclResult_t run_phase(hetccl_plane_t *p, const plane_phase_t *ph) {
       left += pos[l] < lane->n;
     }
     if (!left) return ncclSuccess;
+    if (p->bridges) { /* pieces to and from other hosts move only when asked to */
+      int idle;
+      HETCCL_CHECK(plane_bridge_progress(p, &idle));
+      moved |= !idle;
+    }
     if (moved) {
       idle = 0;
       since = plane_now_ns();

@@ -33,6 +33,7 @@ ncclResult_t hetccl_plane_create(const hetccl_plane_args_t *args, hetccl_plane_t
     return ncclSystemError;
   }
   p->a = *args;
+  pthread_mutex_init(&p->bridge_lock, NULL);
   p->nlanes = 1 + 2 * n;
   p->lane_streams = args->lane_streams > 0 ? args->lane_streams : 1;
   while (args->slots % p->lane_streams) p->lane_streams--;
@@ -45,11 +46,19 @@ ncclResult_t hetccl_plane_create(const hetccl_plane_args_t *args, hetccl_plane_t
   p->scratch = malloc(2 * args->piece);
   ncclResult_t res = p->out && p->in && p->scratch ? ncclSuccess : ncclSystemError;
   if (res != ncclSuccess) WARN("plane: out of memory for %d ranks", n);
-  for (int q = 0; q < n && res == ncclSuccess; q++)
-    if (q != me) res = plane_chan_create(p, q, &p->out[q]);
+  for (int q = 0; q < n && res == ncclSuccess; q++) {
+    if (q == me) continue;
+    if (!plane_remote(p, q)) {
+      res = plane_chan_create(p, q, &p->out[q]);
+      continue;
+    }
+    res = plane_bridge_open(p, q, 1, &p->out[q]);
+    if (res == ncclSuccess) res = plane_bridge_open(p, q, 0, &p->in[q]);
+    p->bridges += 2;
+  }
   ncclResult_t b = args->barrier(args->barrier_ctx);
   for (int q = 0; q < n && res == ncclSuccess; q++)
-    if (q != me) res = plane_chan_open(p, q, &p->in[q]);
+    if (q != me && !plane_remote(p, q)) res = plane_chan_open(p, q, &p->in[q]);
   ncclResult_t b2 = args->barrier(args->barrier_ctx);
   for (int q = 0; q < n && p->out; q++) { /* everyone has it open: the name may go */
     if (p->out[q].name[0]) shm_unlink(p->out[q].name);
@@ -81,8 +90,9 @@ ncclResult_t hetccl_plane_create(const hetccl_plane_args_t *args, hetccl_plane_t
     hetccl_plane_destroy(p);
     return res;
   }
-  INFO(HETCCL_INIT, "rank %d: data plane to %d ranks of this host, %d slots of %zu bytes per "
-       "channel, %s", plane_user_rank(p, me), n - 1, args->slots, args->piece,
+  INFO(HETCCL_INIT, "rank %d: data plane to %d ranks (%d of other hosts, bridged by the "
+       "communicator's transports), %d slots of %zu bytes per channel, %s",
+       plane_user_rank(p, me), n - 1, p->bridges / 2, args->slots, args->piece,
        p->gpu ? "moved by this GPU's copy engines" : "moved by this rank's CPU");
   if (p->gpu)
     INFO(HETCCL_INIT, "rank %d: data plane streams: %d per peer and direction%s%s",
@@ -170,7 +180,9 @@ ncclResult_t plane_check(hetccl_plane_t *p, int64_t since_ns) {
   if (now - p->last_peer_check_ns > PEER_CHECK_NS) {
     p->last_peer_check_ns = now;
     for (int q = 0; q < p->a.nranks; q++) {
-      if (q == p->a.rank || kill(p->a.pids[q], 0) == 0 || errno != ESRCH) continue;
+      /* a rank of another host is watched by its connection (bridge.c) */
+      if (q == p->a.rank || plane_remote(p, q) || kill(p->a.pids[q], 0) == 0 || errno != ESRCH)
+        continue;
       WARN("plane: peer rank %d (pid %d) exited while rank %d waited on it",
            plane_user_rank(p, q), (int)p->a.pids[q], me);
       return ncclRemoteError;
@@ -187,16 +199,17 @@ ncclResult_t plane_check(hetccl_plane_t *p, int64_t since_ns) {
 /* --- running ---------------------------------------------------------------- */
 
 ncclResult_t hetccl_plane_launch(hetccl_plane_t *p, const hetccl_plane_task_t *tasks, int ntasks,
-                                 void *stream, uint64_t *ticket) {
+                                 void *stream, hetccl_plane_ticket_t *ticket) {
   if (p->failed) return plane_check(p, -1);
   HETCCL_CHECK(plane_streams_create(p));
   plane_prog_t prog;
   HETCCL_CHECK(plane_prog_build(p, tasks, ntasks, &prog));
   ncclResult_t res = plane_exec_stream(p, &prog, stream);
+  ticket->bridged = prog.bridge_end;
   plane_prog_free(&prog);
   if (res == ncclSuccess) {
-    *ticket = ++p->launched;
-    res = p->a.rt->stream_write_counter(stream, p->done, p->done_dev, *ticket);
+    ticket->prog = ++p->launched;
+    res = p->a.rt->stream_write_counter(stream, p->done, p->done_dev, ticket->prog);
   }
   /* The peers have numbered these pieces too: what did not make it onto
    * the streams must fail them, not leave them waiting. */
@@ -204,13 +217,21 @@ ncclResult_t hetccl_plane_launch(hetccl_plane_t *p, const hetccl_plane_task_t *t
   return res;
 }
 
-ncclResult_t hetccl_plane_watch(hetccl_plane_t *p, uint64_t ticket) {
+ncclResult_t hetccl_plane_watch(hetccl_plane_t *p, hetccl_plane_ticket_t ticket) {
   struct timespec nap = {0, 20000};
   for (long polls = 0;; polls++) {
-    if (__atomic_load_n(p->done, __ATOMIC_ACQUIRE) >= ticket) return ncclSuccess;
+    int idle = 1;
+    ncclResult_t res = p->bridges ? plane_bridge_progress(p, &idle) : ncclSuccess;
+    if (res == ncclSuccess && __atomic_load_n(p->done, __ATOMIC_ACQUIRE) >= ticket.prog &&
+        (!p->bridges || plane_bridge_passed(p, ticket.bridged)))
+      return ncclSuccess;
+    if (!idle) {
+      polls = 0;
+      continue;
+    }
     /* No timeout here: the stream may be busy with the program's own
      * earlier work for as long as that takes. */
-    ncclResult_t res = plane_check(p, -1);
+    if (res == ncclSuccess) res = plane_check(p, -1);
     if (res != ncclSuccess) {
       hetccl_plane_fail(p, res);
       return res;
@@ -227,6 +248,7 @@ ncclResult_t hetccl_plane_run_host(hetccl_plane_t *p, const hetccl_plane_task_t 
   ncclResult_t res = plane_prog_build(p, tasks, ntasks, &prog);
   if (res == ncclSuccess) {
     res = plane_exec_host(p, &prog);
+    if (res == ncclSuccess && p->bridges) res = plane_bridge_finish(p, prog.bridge_end);
     plane_prog_free(&prog);
   }
   if (res != ncclSuccess) hetccl_plane_fail(p, res);
@@ -269,5 +291,6 @@ void hetccl_plane_destroy(hetccl_plane_t *p) {
   free(p->out);
   free(p->in);
   free(p->scratch);
+  pthread_mutex_destroy(&p->bridge_lock);
   free(p);
 }

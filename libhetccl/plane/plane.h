@@ -52,14 +52,35 @@
 #include "algo/algo.h"
 #include "nccl.h"
 #include "runtime/runtime.h"
+#include "transport/transport.h"
 
 typedef struct hetccl_plane hetccl_plane_t;
+
+/* How pieces cross to a rank of another host (plane/bridge.c): the
+ * caller's point-to-point messages between the pair, in order per pair and
+ * direction, each received with its exact size. Posting never blocks; poll
+ * moves every posted request one sweep (*idle: nothing moved); errors fail
+ * the plane. declare / retract (optional) offer a segment for transfers in
+ * place (ib: RDMA WRITE from one segment into the other). */
+typedef struct hetccl_plane_wire {
+  void *ctx;
+  ncclResult_t (*isend)(void *ctx, int peer, const void *buf, size_t bytes, hetccl_req_t *req);
+  ncclResult_t (*irecv)(void *ctx, int peer, void *buf, size_t bytes, hetccl_req_t *req);
+  ncclResult_t (*poll)(void *ctx, int *idle);
+  ncclResult_t (*declare)(void *base, size_t bytes, void **handle);
+  void (*retract)(void *handle);
+} hetccl_plane_wire_t;
 
 typedef struct hetccl_plane_args {
   int rank, nranks;
   uint64_t comm_id;
   const int32_t *pids;       /* each rank's process id (liveness, segment names) */
   const int32_t *user_ranks; /* how messages name ranks; NULL: as they are */
+  /* Each rank's host (any value equal for ranks of one host); NULL: all
+   * are on this one. A channel to a rank of another host is bridged
+   * (plane/bridge.c) through `wire`, which is then required. */
+  const uint64_t *hosts;
+  hetccl_plane_wire_t wire;
   /* This rank's device runtime and device; NULL / -1 for a host rank. */
   const hetccl_runtime_t *rt;
   int dev;
@@ -107,15 +128,24 @@ typedef struct hetccl_plane_task {
 /* Does this task reduce device data, which needs device_reduce? */
 int hetccl_plane_task_reduces(const hetccl_plane_task_t *t);
 
+/* What hetccl_plane_watch waits for: the stream past the program, and
+ * every piece the program bridges to another host across. */
+typedef struct hetccl_plane_ticket {
+  uint64_t prog;
+  uint64_t bridged;
+} hetccl_plane_ticket_t;
+
 /* Enqueue tasks (one communicator's share of a group, call order; buffers
  * in device memory) on `stream` and return at once. *ticket is what
  * hetccl_plane_watch waits for. On an error nothing of it was enqueued
  * except what the failure releases. */
 ncclResult_t hetccl_plane_launch(hetccl_plane_t *p, const hetccl_plane_task_t *tasks, int ntasks,
-                                 void *stream, uint64_t *ticket);
+                                 void *stream, hetccl_plane_ticket_t *ticket);
 
-/* Wait (bounded, see above) until the stream has passed program `ticket`. */
-ncclResult_t hetccl_plane_watch(hetccl_plane_t *p, uint64_t ticket);
+/* Wait (bounded, see above) until the stream has passed the program and its
+ * bridged pieces have crossed; moves the bridges meanwhile, so it runs on
+ * the thread that drives the communicator (its proxy). */
+ncclResult_t hetccl_plane_watch(hetccl_plane_t *p, hetccl_plane_ticket_t ticket);
 
 /* Run tasks (host buffers) to completion on the calling thread. */
 ncclResult_t hetccl_plane_run_host(hetccl_plane_t *p, const hetccl_plane_task_t *tasks,

@@ -4,10 +4,12 @@
 #ifndef HETCCL_PLANE_IMPL_H
 #define HETCCL_PLANE_IMPL_H
 
+#include <pthread.h>
 #include <stddef.h>
 #include <stdint.h>
 
 #include "plane/plane.h"
+#include "transport/transport.h"
 
 /* --- channels (channel.c) -------------------------------------------------------- */
 
@@ -36,6 +38,24 @@ typedef struct plane_chan_hdr {
   _Alignas(128) volatile int32_t dst_failed, dst_code;
 } plane_chan_hdr_t;
 
+/* A channel to a rank of another host: this side's half (bridge.c). */
+typedef struct bridge_piece {
+  uint64_t q;              /* the piece's number on its channel */
+  uint64_t seq;            /* its number over the plane's bridges (program ends) */
+  size_t bytes;
+} bridge_piece_t;
+
+typedef struct plane_bridge {
+  int peer, sending;
+  /* Pieces by count: [done, posted) are on the wire, [posted, queued)
+   * wait for their slot; entry i at ring[i % cap]. */
+  bridge_piece_t *ring;
+  size_t cap;
+  uint64_t queued, posted, done;
+  hetccl_req_t *reqs;      /* slots entries: piece q's request at q % slots */
+  void *declared;          /* the wire's handle for the segment, or NULL */
+} plane_bridge_t;
+
 typedef struct plane_chan {
   plane_chan_hdr_t *hdr;   /* host view */
   char *dev;               /* device view of the whole segment (GPU ranks), else NULL */
@@ -56,12 +76,31 @@ typedef struct plane_chan {
    * enqueue); split reduction i uses piece i % stage_pieces. */
   char *split_stage;
   uint64_t split_next;
+  /* A channel to a rank of another host: its segment is this process's
+   * own memory and this moves its pieces (bridge.c); NULL for a shared one. */
+  plane_bridge_t *bridge;
 } plane_chan_t;
 
 ncclResult_t plane_chan_create(hetccl_plane_t *p, int dst, plane_chan_t *c);
 ncclResult_t plane_chan_open(hetccl_plane_t *p, int src, plane_chan_t *c);
 ncclResult_t plane_chan_register(hetccl_plane_t *p, plane_chan_t *c);
 void plane_chan_close(hetccl_plane_t *p, plane_chan_t *c);
+
+/* bridge.c: open this side of a channel to rank `peer` of another host
+ * (sending: this rank is its src); close before the memory goes. */
+ncclResult_t plane_bridge_open(hetccl_plane_t *p, int peer, int sending, plane_chan_t *c);
+void plane_bridge_close(hetccl_plane_t *p, plane_chan_t *c);
+/* Program build: piece q of c, `bytes` long, will cross. */
+ncclResult_t plane_bridge_queue(hetccl_plane_t *p, plane_chan_t *c, uint64_t q, size_t bytes);
+/* The mark of everything queued so far (a program's end, after its build). */
+uint64_t plane_bridge_mark(hetccl_plane_t *p);
+/* One sweep: completions, posts, the wire's progress. *idle: nothing moved. */
+ncclResult_t plane_bridge_progress(hetccl_plane_t *p, int *idle);
+/* Every piece queued before `mark` has crossed. */
+int plane_bridge_passed(hetccl_plane_t *p, uint64_t mark);
+/* Keep the bridges moving until plane_bridge_passed(mark) (bounded as a
+ * host wait: plane_check with the timeout). */
+ncclResult_t plane_bridge_finish(hetccl_plane_t *p, uint64_t mark);
 
 /* Host and device addresses of a piece's slot / of a counter. */
 static inline char *plane_slot_host(const hetccl_plane_t *p, const plane_chan_t *c, uint64_t q);
@@ -115,6 +154,7 @@ typedef struct plane_prog {
   plane_phase_t *head, *tail;
   hetccl_redop_t *ops;     /* the reductions steps point to (one per task) */
   int nops;
+  uint64_t bridge_end;     /* plane_bridge_mark after the build */
 } plane_prog_t;
 
 /* Number the pieces of tasks and lay them out as phases: collectives one
@@ -174,7 +214,17 @@ struct hetccl_plane {
   void *scratch;
   volatile int failed;     /* ncclResult_t this rank failed with, 0 while healthy */
   int64_t last_peer_check_ns;
+  /* bridges (bridge.c): how many channels have one, their lock, the
+   * pieces queued over all of them */
+  int bridges;
+  pthread_mutex_t bridge_lock;
+  uint64_t bridge_seq;
 };
+
+/* Is rank r on another host than this rank (its channels bridged)? */
+static inline int plane_remote(const hetccl_plane_t *p, int r) {
+  return p->a.hosts && p->a.hosts[r] != p->a.hosts[p->a.rank];
+}
 
 static inline char *plane_slot_host(const hetccl_plane_t *p, const plane_chan_t *c, uint64_t q) {
   return c->slots_host + (q % (uint64_t)p->a.slots) * p->a.piece;

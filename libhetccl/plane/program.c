@@ -70,6 +70,13 @@ static plane_step_t *emit(builder_t *b, int l, const plane_step_t *s) {
   *t = *s;
   if (t->out >= 0) t->out_q = b->p->out[t->out].next++;
   if (t->in >= 0) t->in_q = b->p->in[t->in].next++;
+  /* A piece that crosses to another host: its bridge learns its size. */
+  if (t->out >= 0 && b->p->out[t->out].bridge &&
+      plane_bridge_queue(b->p, &b->p->out[t->out], t->out_q, t->bytes) != ncclSuccess)
+    return NULL;
+  if (t->in >= 0 && b->p->in[t->in].bridge &&
+      plane_bridge_queue(b->p, &b->p->in[t->in], t->in_q, t->bytes) != ncclSuccess)
+    return NULL;
   return t;
 }
 
@@ -454,6 +461,7 @@ ncclResult_t plane_prog_build(hetccl_plane_t *p, const hetccl_plane_task_t *task
     if (res == ncclSuccess) res = build_p2p(&b, tasks, ntasks);
   }
   if (res != ncclSuccess) plane_prog_free(prog);
+  else if (p->bridges) prog->bridge_end = plane_bridge_mark(p);
   return res;
 }
 

@@ -142,6 +142,8 @@
     "streams a GPU rank spreads its pieces to or from one peer over (piece q on stream q mod N), so that one stream's copy fills the gap while another waits and signals; lowered to divide HETCCL_PLANE_SLOTS. 2 moves a long sendrecv faster but slowed DDP training (docs/dataplane.md)") \
   X(PLANE_PRIORITY, "HETCCL_PLANE_PRIORITY", ENUM("high|normal"), "normal", 0, 0, \
     "priority of the data plane's own streams on a GPU: high (the device's greatest, so its reductions take SMs ahead of the application's compute) or normal") \
+  X(PLANE_HOSTS, "HETCCL_PLANE_HOSTS", ENUM("one|all"), "one", 0, 0,          \
+    "one: the data plane joins ranks of one host only (a communicator over several hosts stages device buffers through host memory for its transports); all: it spans hosts too, each channel to a rank of another host a segment on each side whose pieces cross by the pair's transport (ib: RDMA WRITE from segment to segment; docs/dataplane.md)") \
   X(PLANE_MAX_RANKS, "HETCCL_PLANE_MAX_RANKS", INT, "8", 2, 64,                \
     "largest communicator given a data plane (every pair of its ranks holds a channel of HETCCL_PLANE_SLOTS x HETCCL_PLANE_PIECE bytes)") \
   X(NVRTC_LIBRARY, "HETCCL_NVRTC_LIBRARY", STR, "", 0, 0,                       \
