@@ -55,14 +55,21 @@ def real_hip() -> Optional[str]:
     return out or None
 
 
-def start_ranks(tmp_path: Path, envs: List[Dict[str, str]]) -> List[dict]:
+def start_ranks(tmp_path: Path, envs: List[Dict[str, str]],
+                own_host: tuple = ()) -> List[dict]:
     """One process per entry of envs (added to this environment); each
-    returns the dict hip_rank.py prints."""
+    returns the dict hip_rank.py prints. Ranks in own_host run as hosts of
+    their own (`unshare --ipc`: hetccl's host identity differs)."""
     tmp_path.mkdir(parents=True, exist_ok=True)
     full = [{**os.environ, "T_RANK": str(rank), "T_NRANKS": str(len(envs)),
              "T_ID_FILE": str(tmp_path / "id"), "HETCCL_CONNECT_TIMEOUT": "30", **extra}
             for rank, extra in enumerate(envs)]
-    return run_ranks(RANK_PY, full, TIMEOUT)
+    prefixes = [["unshare", "--ipc"] if r in own_host else [] for r in range(len(envs))]
+    return run_ranks(RANK_PY, full, TIMEOUT, prefixes=prefixes)
+
+
+def can_unshare() -> bool:
+    return shutil.which("unshare") is not None and os.geteuid() == 0
 
 
 # --- whatever HIP this machine has ---------------------------------------------
@@ -263,9 +270,9 @@ def test_hip_ranks_with_forced_islands_run_on_the_engine(tmp_path: Path,
 
 
 @pytest.mark.timeout(TIMEOUT)
-@pytest.mark.parametrize("streams", ["1", "2"])
+@pytest.mark.parametrize("streams,hosts", [("1", 1), ("2", 1), ("1", 2)])
 def test_hip_device_buffers_on_the_data_plane(tmp_path: Path, fakes: Dict[str, Path],
-                                              streams: str) -> None:
+                                              streams: str, hosts: int) -> None:
     """The data plane's stream executor (plane/exec_stream.c) over the hip
     table, the stand-in running each stream operation as it is enqueued:
     two HIP ranks in two islands move sendrecv, broadcast and allgather of
@@ -273,15 +280,22 @@ def test_hip_device_buffers_on_the_data_plane(tmp_path: Path, fakes: Dict[str, P
     that every channel wraps its slots many times and a phase takes a lane
     per peer and direction, its pieces spread over `streams` streams; each
     result is checked. (The allreduce goes to the engine: the stand-in has
-    no runtime compiler.)"""
+    no runtime compiler.) With two hosts (rank 1 in an IPC namespace of its
+    own, HETCCL_PLANE_HOSTS=all) each channel is a segment on each side and
+    the pieces cross by socket (plane/bridge.c)."""
+    if hosts == 2 and not can_unshare():
+        pytest.skip("needs root and unshare (util-linux) for a host of its own")
     env = {**hip_env(fakes), "HETCCL_ISLANDS": "rank", "HETCCL_VENDOR": "0", "T_IBDEV": "1",
            "T_BYTES": str(256 << 10), "HETCCL_PLANE_PIECE": "16384", "HETCCL_PLANE_SLOTS": "4",
            "HETCCL_PLANE_LANE_STREAMS": streams, "HETCCL_DEBUG": "INFO",
-           "HETCCL_DEBUG_SUBSYS": "INIT", "HETCCL_DEBUG_FILE": str(tmp_path / "log.%p")}
-    results = start_ranks(tmp_path, [env, env])
+           "HETCCL_DEBUG_SUBSYS": "INIT", "HETCCL_DEBUG_FILE": str(tmp_path / "log.%p"),
+           "HETCCL_PLANE_HOSTS": "all"}
+    results = start_ranks(tmp_path, [env, env], own_host=(1,) if hosts == 2 else ())
     for rank, res in enumerate(results):
         assert "error" not in res and res["kind"] == "hip", res
         assert res["wrong"] == [], f"rank {rank}: wrong data in {res['wrong']}"
     logs = [f.read_text() for f in tmp_path.glob("log.*")]
     assert len(logs) == 2 and all("moved by this GPU's copy engines" in t for t in logs), logs
     assert all(f"data plane streams: {streams} per peer and direction" in t for t in logs), logs
+    bridged = f"({hosts - 1} of other hosts, bridged"
+    assert all(bridged in t for t in logs), logs

@@ -226,17 +226,27 @@ static ncclResult_t watch_job(ncclComm_t comm, void *arg) {
   return hetccl_plane_watch(comm->plane, ((watch_job_t *)arg)->ticket);
 }
 
+static ncclResult_t watch_post(void *ctx, hetccl_plane_ticket_t ticket) {
+  ncclComm_t comm = ctx;
+  watch_job_t *w = malloc(sizeof(*w));
+  if (!w) {
+    WARN("plane: out of memory");
+    return ncclSystemError;
+  }
+  w->ticket = ticket;
+  return hetccl_proxy_post(comm, watch_job, w, NULL, NULL);
+}
+
 /* Enqueue on `stream` with comm's device current (a thread may drive ranks
  * of several devices, ncclCommInitAll); other streams of the share wait
  * for it at the start and it waits for them, as NCCL's group does. */
 static ncclResult_t launch_on(ncclComm_t comm, const hetccl_runtime_t *rt, hetccl_task_t *tasks,
-                              hetccl_plane_task_t *a, int n,
-                              hetccl_plane_ticket_t *ticket) {
+                              hetccl_plane_task_t *a, int n) {
   void *stream = tasks->stream;
   ncclResult_t res = ncclSuccess;
   for (const hetccl_task_t *t = tasks->next; t && res == ncclSuccess; t = t->next)
     if (t->stream != stream) res = hetccl_runtime_stream_join(rt, stream, t->stream);
-  if (res == ncclSuccess) res = hetccl_plane_launch(comm->plane, a, n, stream, ticket);
+  if (res == ncclSuccess) res = hetccl_plane_launch(comm->plane, a, n, stream, watch_post, comm);
   for (const hetccl_task_t *t = tasks->next; t && res == ncclSuccess; t = t->next)
     if (t->stream != stream) res = hetccl_runtime_stream_join(rt, t->stream, stream);
   return res;
@@ -246,7 +256,6 @@ ncclResult_t hetccl_dataplane_launch(ncclComm_t comm, hetccl_task_t *tasks) {
   const hetccl_runtime_t *rt = hetccl_runtime_get(comm->ptr_kind);
   hetccl_plane_task_t *a = NULL;
   int n = 0, saved = -1;
-  hetccl_plane_ticket_t ticket = {0, 0};
   ncclResult_t res = one_kind(comm, tasks, 1);
   if (res == ncclSuccess) res = to_plane(tasks, &a, &n);
   if (res == ncclSuccess && comm->dev >= 0) {
@@ -256,23 +265,15 @@ ncclResult_t hetccl_dataplane_launch(ncclComm_t comm, hetccl_task_t *tasks) {
   }
   /* Traced: the enqueue, on this thread (the streams' work is the device's). */
   uint64_t traced = HETCCL_TRACE_ON() ? hetccl_comm_trace_task_begin(comm, tasks) : 0;
-  if (res == ncclSuccess) res = launch_on(comm, rt, tasks, a, n, &ticket);
+  if (res == ncclSuccess) res = launch_on(comm, rt, tasks, a, n);
   if (traced) hetccl_comm_trace_batch_end(tasks, HETCCL_TRACE_PLANE, traced);
   if (saved >= 0 && saved != comm->dev) (void)rt->set_device(saved);
   free(a);
   hetccl_group_free_tasks(tasks);
-  if (res == ncclSuccess) {
-    watch_job_t *w = malloc(sizeof(*w));
-    if (!w) {
-      WARN("plane: out of memory");
-      res = ncclSystemError;
-    } else {
-      w->ticket = ticket;
-      res = hetccl_proxy_post(comm, watch_job, w, NULL, NULL);
-    }
-    if (res != ncclSuccess) hetccl_plane_fail(comm->plane, res);
+  if (res != ncclSuccess) {
+    hetccl_plane_fail(comm->plane, res);
+    hetccl_comm_set_error(comm, res);
   }
-  if (res != ncclSuccess) hetccl_comm_set_error(comm, res);
   return res;
 }
 

@@ -199,20 +199,23 @@ ncclResult_t plane_check(hetccl_plane_t *p, int64_t since_ns) {
 /* --- running ---------------------------------------------------------------- */
 
 ncclResult_t hetccl_plane_launch(hetccl_plane_t *p, const hetccl_plane_task_t *tasks, int ntasks,
-                                 void *stream, hetccl_plane_ticket_t *ticket) {
+                                 void *stream, hetccl_plane_watch_fn watch, void *watch_ctx) {
   if (p->failed) return plane_check(p, -1);
   HETCCL_CHECK(plane_streams_create(p));
   plane_prog_t prog;
   HETCCL_CHECK(plane_prog_build(p, tasks, ntasks, &prog));
-  ncclResult_t res = plane_exec_stream(p, &prog, stream);
-  ticket->bridged = prog.bridge_end;
+  /* The watch first: enqueueing may block (a stand-in runtime that runs
+   * each operation as it is enqueued, a stream whose queue is full) until
+   * the bridges have moved pieces of this very program. */
+  hetccl_plane_ticket_t ticket = {.prog = ++p->launched, .bridged = prog.bridge_end};
+  ncclResult_t res = watch(watch_ctx, ticket);
+  if (res == ncclSuccess) res = plane_exec_stream(p, &prog, stream);
   plane_prog_free(&prog);
-  if (res == ncclSuccess) {
-    ticket->prog = ++p->launched;
-    res = p->a.rt->stream_write_counter(stream, p->done, p->done_dev, ticket->prog);
-  }
+  if (res == ncclSuccess)
+    res = p->a.rt->stream_write_counter(stream, p->done, p->done_dev, ticket.prog);
   /* The peers have numbered these pieces too: what did not make it onto
-   * the streams must fail them, not leave them waiting. */
+   * the streams must fail them, not leave them waiting (and the watch,
+   * if it started, returns the failure). */
   if (res != ncclSuccess) hetccl_plane_fail(p, res);
   return res;
 }

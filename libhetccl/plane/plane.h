@@ -135,12 +135,17 @@ typedef struct hetccl_plane_ticket {
   uint64_t bridged;
 } hetccl_plane_ticket_t;
 
+/* Called by hetccl_plane_launch once the program is numbered and before
+ * any of it is enqueued: start hetccl_plane_watch(ticket) on the thread
+ * that drives the communicator (post it, never run it here). */
+typedef ncclResult_t (*hetccl_plane_watch_fn)(void *ctx, hetccl_plane_ticket_t ticket);
+
 /* Enqueue tasks (one communicator's share of a group, call order; buffers
- * in device memory) on `stream` and return at once. *ticket is what
- * hetccl_plane_watch waits for. On an error nothing of it was enqueued
+ * in device memory) on `stream` and return at once; `watch` is asked to
+ * start the program's watch first. On an error nothing of it was enqueued
  * except what the failure releases. */
 ncclResult_t hetccl_plane_launch(hetccl_plane_t *p, const hetccl_plane_task_t *tasks, int ntasks,
-                                 void *stream, hetccl_plane_ticket_t *ticket);
+                                 void *stream, hetccl_plane_watch_fn watch, void *watch_ctx);
 
 /* Wait (bounded, see above) until the stream has passed the program and its
  * bridged pieces have crossed; moves the bridges meanwhile, so it runs on
