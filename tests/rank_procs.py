@@ -46,6 +46,23 @@ def run_ranks(script: Path, envs: List[Dict[str, str]], timeout: float,
     return results
 
 
+_UNSHARE_OK: Optional[bool] = None
+
+
+def can_unshare_ipc() -> bool:
+    """Whether `unshare --ipc` works here (util-linux present, and the
+    right to make a namespace): how tests run a rank as a host of its own,
+    hetccl's host identity including the IPC namespace."""
+    global _UNSHARE_OK
+    if _UNSHARE_OK is None:
+        try:
+            _UNSHARE_OK = subprocess.run(["unshare", "--ipc", "true"], capture_output=True,
+                                         timeout=30).returncode == 0
+        except (OSError, subprocess.TimeoutExpired):
+            _UNSHARE_OK = False
+    return _UNSHARE_OK
+
+
 def publish(path: str, data: bytes) -> None:
     """Write data to path at once (readers never see part of it)."""
     with open(path + ".tmp", "wb") as f:

@@ -16,7 +16,7 @@ import pytest
 
 from conftest import torch_cuda_ok
 from libpath import find_library
-from rank_procs import run_ranks
+from rank_procs import can_unshare_ipc, run_ranks
 
 pytestmark = pytest.mark.cuda
 
@@ -30,9 +30,10 @@ if LIB is None or not torch_cuda_ok():
 
 def launch(tmp_path: Path, modes: list[str], checks: str, timeout: float = 300,
            islands: str = "rank", devices: tuple[int, ...] = (),
-           extra: dict | None = None) -> list[dict]:
+           extra: dict | None = None, own_host: tuple[int, ...] = ()) -> list[dict]:
     """Start one process per mode, wait for all, return each rank's results.
-    `devices`: each rank's GPU (default 0 for every rank)."""
+    `devices`: each rank's GPU (default 0 for every rank); ranks in
+    `own_host` run as hosts of their own (`unshare --ipc`)."""
     envs = []
     for rank, mode in enumerate(modes):
         env = dict(os.environ, T_LIB=str(LIB), T_RANK=str(rank), T_NRANKS=str(len(modes)),
@@ -43,7 +44,8 @@ def launch(tmp_path: Path, modes: list[str], checks: str, timeout: float = 300,
         if mode == "host":
             env["HETCCL_DEVICE"] = "host"
         envs.append(env)
-    return run_ranks(RANK_PY, envs, timeout)
+    prefixes = [["unshare", "--ipc"] if r in own_host else [] for r in range(len(modes))]
+    return run_ranks(RANK_PY, envs, timeout, prefixes=prefixes)
 
 
 def assert_all_true(results: list[dict]) -> None:
@@ -98,6 +100,53 @@ def test_two_gpu_ranks_and_a_host_rank_on_the_plane(tmp_path, rtc):
     assert sum("moved by this rank's CPU" in t for t in logs) == 1, logs
     fallback = sum("cannot reduce on its device" in t for t in logs)
     assert fallback == (3 if rtc == "none" else 0), logs
+
+
+def needs_unshare():
+    if not can_unshare_ipc():
+        pytest.skip("needs `unshare --ipc` (util-linux, and the right) for a host of its own")
+
+
+@pytest.mark.parametrize("rtc", ["nvrtc", "none"])
+def test_gpu_ranks_on_the_plane_across_hosts(tmp_path, rtc):
+    """The data plane spanning hosts (HETCCL_PLANE_HOSTS=all): rank 1 runs
+    as a host of its own, so its channels to rank 0 (CUDA) and rank 2 (a
+    host rank beside rank 0) are bridged, a segment on each side whose
+    pieces cross by socket (plane/bridge.c), while ranks 0 and 2 share
+    theirs; every collective checked against numpy."""
+    needs_unshare()
+    import torch
+    second = 1 if torch.cuda.device_count() > 1 else 0
+    extra = {"HETCCL_DEBUG": "INFO", "HETCCL_DEBUG_SUBSYS": "INIT",
+             "HETCCL_DEBUG_FILE": str(tmp_path / "log.%p"), "HETCCL_PLANE_HOSTS": "all"}
+    if rtc == "none":
+        extra["HETCCL_NVRTC_LIBRARY"] = "none"
+    results = launch(tmp_path, ["cuda", "cuda", "host"], "sweep,group,chain,async",
+                     devices=(0, second, 0), extra=extra, own_host=(1,))
+    assert_all_true(results)
+    logs = [f.read_text() for f in tmp_path.glob("log.*")]
+    assert sum("moved by this GPU's copy engines" in t for t in logs) == 2, logs
+    assert sum("(2 of other hosts, bridged" in t for t in logs) == 1, logs
+    assert sum("(1 of other hosts, bridged" in t for t in logs) == 2, logs
+    fallback = sum("cannot reduce on its device" in t for t in logs)
+    assert fallback == (3 if rtc == "none" else 0), logs
+
+
+def test_plane_across_hosts_bandwidth_is_reported(tmp_path):
+    """Not a speed goal: two CUDA ranks as two hosts, allreduce over socket
+    on the plane's bridges (HETCCL_PLANE_HOSTS=all: GPU copies and kernels,
+    pieces pipelined) against staging for the engine (one: whole buffers
+    copied out, reduced by the CPU), in one run."""
+    needs_unshare()
+    import torch
+    second = 1 if torch.cuda.device_count() > 1 else 0
+    for hosts in ("all", "one"):
+        (tmp_path / hosts).mkdir()
+        results = launch(tmp_path / hosts, ["cuda", "cuda"], "bench", devices=(0, second),
+                         extra={"HETCCL_PLANE_HOSTS": hosts}, own_host=(1,))
+        assert_all_true(results)
+        print(f"allreduce across two hosts by socket, HETCCL_PLANE_HOSTS={hosts}:",
+              json.dumps(results[0]))
 
 
 def test_staged_bandwidth_is_reported(tmp_path):

@@ -31,7 +31,7 @@ from typing import Dict, List, Optional
 import pytest
 
 from libpath import REPO_ROOT
-from rank_procs import run_ranks
+from rank_procs import can_unshare_ipc, run_ranks
 
 pytestmark = pytest.mark.usefixtures("hetccl_library")
 
@@ -66,10 +66,6 @@ def start_ranks(tmp_path: Path, envs: List[Dict[str, str]],
             for rank, extra in enumerate(envs)]
     prefixes = [["unshare", "--ipc"] if r in own_host else [] for r in range(len(envs))]
     return run_ranks(RANK_PY, full, TIMEOUT, prefixes=prefixes)
-
-
-def can_unshare() -> bool:
-    return shutil.which("unshare") is not None and os.geteuid() == 0
 
 
 # --- whatever HIP this machine has ---------------------------------------------
@@ -283,8 +279,8 @@ def test_hip_device_buffers_on_the_data_plane(tmp_path: Path, fakes: Dict[str, P
     no runtime compiler.) With two hosts (rank 1 in an IPC namespace of its
     own, HETCCL_PLANE_HOSTS=all) each channel is a segment on each side and
     the pieces cross by socket (plane/bridge.c)."""
-    if hosts == 2 and not can_unshare():
-        pytest.skip("needs root and unshare (util-linux) for a host of its own")
+    if hosts == 2 and not can_unshare_ipc():
+        pytest.skip("needs `unshare --ipc` (util-linux, and the right) for a host of its own")
     env = {**hip_env(fakes), "HETCCL_ISLANDS": "rank", "HETCCL_VENDOR": "0", "T_IBDEV": "1",
            "T_BYTES": str(256 << 10), "HETCCL_PLANE_PIECE": "16384", "HETCCL_PLANE_SLOTS": "4",
            "HETCCL_PLANE_LANE_STREAMS": streams, "HETCCL_DEBUG": "INFO",

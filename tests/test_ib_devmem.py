@@ -38,7 +38,7 @@ from typing import Dict, List
 
 import pytest
 
-from rank_procs import run_ranks
+from rank_procs import can_unshare_ipc, run_ranks
 from test_hip import RANK_PY, _cc, build_hip
 
 pytestmark = [pytest.mark.rdma, pytest.mark.usefixtures("hetccl_library")]
@@ -61,7 +61,7 @@ def hip_fakes(tmp_path_factory: pytest.TempPathFactory) -> Dict[str, Path]:
 
 
 def run_hip_ranks(tmp_path: Path, hip: Path, extra: Dict[str, str], n: int = 2,
-                  host_ranks: tuple = ()) -> List[dict]:
+                  host_ranks: tuple = (), own_host: tuple = ()) -> List[dict]:
     """n stand-in HIP ranks, one island each (no RCCL: HETCCL_VENDOR=0), every pair on ib; each rank's
     INFO log in tmp_path/log.R, returned in the result as "log". The data
     plane is off: it would carry these same-host device buffers itself
@@ -77,7 +77,8 @@ def run_hip_ranks(tmp_path: Path, hip: Path, extra: Dict[str, str], n: int = 2,
                "HETCCL_DEBUG": "INFO", "HETCCL_DEBUG_SUBSYS": "INIT,NET",
                "HETCCL_DEBUG_FILE": str(tmp_path / f"log.{rank}"), **extra}
         envs.append(env)
-    results = run_ranks(RANK_PY, envs, TIMEOUT)
+    prefixes = [["unshare", "--ipc"] if r in own_host else [] for r in range(n)]
+    results = run_ranks(RANK_PY, envs, TIMEOUT, prefixes=prefixes)
     for rank, res in enumerate(results):
         res["log"] = (tmp_path / f"log.{rank}").read_text()
     return results
@@ -147,6 +148,34 @@ def check_in_place(results: List[dict], receiver_copies: Dict[str, int],
     assert receiver["copies"] == receiver_copies, receiver["copies"]
     for name, want in receiver_copied.items():
         assert receiver["copied"][name] == want, (name, receiver["copied"])
+
+
+@pytest.mark.timeout(TIMEOUT)
+def test_plane_across_hosts_moves_device_buffers_by_copy_engine_and_nic(
+        tmp_path: Path, hip_fakes: Dict[str, Path]) -> None:
+    """The data plane spanning two hosts (HETCCL_PLANE_HOSTS=all; rank 1 in
+    an IPC namespace of its own, so a host of its own): each channel is a
+    segment on each side, declared for RDMA, and its pieces of 16 KiB cross
+    from segment to segment by RDMA WRITE (plane/bridge.c). The stand-in's
+    copies fill and drain the slots; the CPU copies no payload. The
+    allreduce goes through staging (the stand-in compiles no kernels)."""
+    if not can_unshare_ipc():
+        pytest.skip("needs `unshare --ipc` (util-linux, and the right) for a host of its own")
+    results = run_hip_ranks(tmp_path, hip_fakes["6"],
+                            {"T_IBDEV": "1", "T_BYTES": str(256 << 10), "HETCCL_PLANE": "auto",
+                             "HETCCL_PLANE_HOSTS": "all", "HETCCL_PLANE_PIECE": "16384",
+                             "HETCCL_PLANE_SLOTS": "4"}, own_host=(1,))
+    for rank, res in enumerate(results):
+        assert "error" not in res, res
+        assert res["wrong"] == [], f"rank {rank}: wrong data in {res['wrong']}"
+        assert "(1 of other hosts, bridged" in res["log"], res["log"][-2000:]
+        assert "moved by this GPU's copy engines" in res["log"], res["log"][-2000:]
+        c = res["copied"]
+        print(f"\n[plane across hosts] rank {rank}: ib bytes copied by the CPU {c}")
+        for coll in ("sendrecv", "broadcast", "allgather", "allreduce"):
+            assert c[coll] == 0, f"rank {rank}: {coll} copied {c[coll]} bytes"
+        # one piece below the threshold: eager, into the slots and out
+        assert c["sendrecv 1 KiB"] == 2 * 1024, c
 
 
 @pytest.mark.timeout(TIMEOUT)
