@@ -472,6 +472,7 @@ def rank_sweep(spec: Sweep) -> Tuple[int, List[str]]:
     """Runs in every rank; returns (checks done, failure lines)."""
     info = hetccl.launcher.launch_info()
     if info is not None and info.rank in spec.own_host:
+        from rank_procs import become_another_host
         become_another_host()
     comm = hetccl.communicator()
     r = Rank(comm, comm.rank_id(), comm.size(), spec.name)
@@ -489,18 +490,6 @@ def rank_sweep(spec: Sweep) -> Tuple[int, List[str]]:
     finally:
         comm.destroy()
     return r.checks, r.failures
-
-
-CLONE_NEWIPC = 0x08000000
-
-
-def become_another_host() -> None:
-    """This process into an IPC namespace of its own (before its first
-    communicator), which hetccl's host identity includes."""
-    import ctypes
-    libc = ctypes.CDLL(None, use_errno=True)
-    if libc.unshare(CLONE_NEWIPC) != 0:
-        raise OSError(ctypes.get_errno(), "unshare(CLONE_NEWIPC)")
 
 
 def can_be_another_host() -> bool:

@@ -29,6 +29,7 @@ import pytest
 from hetccl import nccl
 from hetccl.errors import NcclError
 from hetccl.nccl import NcclCommunicator
+from rank_procs import become_another_host, can_unshare_ipc
 
 pytestmark = pytest.mark.usefixtures("hetccl_library")
 
@@ -49,6 +50,8 @@ def _rank_entry(fn: Callable[..., Any], rank: int, nranks: int, uid: Optional[st
                 env: Dict[str, str], barrier: Any, conn: Any, args: Sequence[Any]) -> None:
     os.environ.update(env)  # before the library reads its knobs
     try:
+        if str(rank) in env.get("T_OWN_HOST", "").split(","):
+            become_another_host()  # a host of its own (rank_procs)
         reply: Tuple[str, Any] = ("ok", fn(rank, nranks, uid, barrier, *args))
     except BaseException:  # noqa: B902 - every failure goes back to the parent
         reply = ("raised", traceback.format_exc())
@@ -264,6 +267,21 @@ def test_dead_peer_hierarchical(victim: int, transport: str) -> None:
     message that names the dead rank in this communicator's numbering."""
     env = {"HETCCL_TRANSPORT": transport, "HETCCL_ISLANDS": "0,0,1,1"}
     _check_dead_peer("allreduce", 4, victim, env, f"hierarchical victim {victim} {transport}")
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("case", ["allreduce", "group"])
+@pytest.mark.parametrize("n", [2, 3])
+def test_dead_peer_on_the_plane_across_hosts(case: str, n: int) -> None:
+    """The data plane spanning hosts (plane/bridge.c): the victim runs as a
+    host of its own, so its channels are bridged by socket, and its pid
+    means nothing to the others; its lost connections must fail them, with
+    its rank named, as on the engine."""
+    if not can_unshare_ipc():
+        pytest.skip("needs `unshare --ipc` (util-linux, and the right) for a host of its own")
+    victim = n - 1
+    env = {"HETCCL_PLANE": "on", "HETCCL_PLANE_HOSTS": "all", "T_OWN_HOST": str(victim)}
+    _check_dead_peer(case, n, victim, env, f"plane across hosts {case} n={n}")
 
 
 def _check_dead_peer(case: str, n: int, victim: int, env: Dict[str, str], label: str) -> None:

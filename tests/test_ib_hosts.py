@@ -6,6 +6,8 @@ checked against numpy as tests/test_collectives.py checks them.
   and 1031, and large (1000003-element) cases, over ib across the wire;
 - 3 ranks, 2 + 1: the same sweep, shm between the two ranks of host 0
   (HETCCL_TRANSPORT=auto) and ib across;
+- the same two sweeps with the data plane spanning the hosts
+  (HETCCL_PLANE=on, HETCCL_PLANE_HOSTS=all: plane/bridge.c);
 - 256 MiB each way between the VMs in one send/recv, checked byte for byte.
 
 Not in CI: across the emulated wire a round trip takes tens of
@@ -81,12 +83,19 @@ def _run_here(fn: Callable[..., Any], nranks: int, name: str, args: Sequence[Any
     return out
 
 
+PLANE_ACROSS = {"HETCCL_PLANE": "on", "HETCCL_PLANE_HOSTS": "all"}
+
+
 @pytest.mark.timeout(1800)
-@pytest.mark.parametrize("nranks", [2, 3])
-def test_ib_hosts_sweep(nranks: int) -> None:
-    spec = Sweep(f"hosts-n{nranks}", nranks, counts=(0, 7, 1031), large=LARGE_SET)
+@pytest.mark.parametrize("nranks,plane", [(2, False), (3, False), (2, True), (3, True)])
+def test_ib_hosts_sweep(nranks: int, plane: bool) -> None:
+    """plane: the data plane spans the two hosts (its bridges' pieces cross
+    by ib, plane/bridge.c; with 3 ranks host 0's two share a segment)."""
+    name = f"hosts-n{nranks}" + ("-plane" if plane else "")
+    spec = Sweep(name, nranks, counts=(0, 7, 1031), large=LARGE_SET)
     t0 = time.monotonic()
-    got = _run_here(rank_sweep, nranks, spec.name, [spec], {"HETCCL_TRANSPORT": "auto"}, 1700)
+    env = {"HETCCL_TRANSPORT": "auto", **(PLANE_ACROSS if plane else {})}
+    got = _run_here(rank_sweep, nranks, spec.name, [spec], env, 1700)
     for rank, (checks, failures) in sorted(got.items()):
         print(f"\n[ib hosts] {spec.name}: host {os.environ['RXE_VM_HOST']} rank {rank}: "
               f"{checks} checks, {len(failures)} wrong, {time.monotonic() - t0:.0f} s")

@@ -23,6 +23,10 @@
  * counters are the only protocol, so an NVIDIA, an AMD and a CPU rank can
  * share one segment.
  *
+ * Ranks of other hosts (args.hosts): their channels are bridged, a
+ * segment on each side whose pieces cross by the caller's wire, with the
+ * same counters (bridge.c); nothing else here tells them apart.
+ *
  * Programs. An operation (or one communicator's share of a group) becomes a
  * program (program.h): phases run one after the other, each a few lanes of
  * steps; within a lane steps run in order, lanes run concurrently. A GPU
