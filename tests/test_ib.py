@@ -54,9 +54,10 @@ from hetccl import nccl
 from hetccl.errors import NcclError
 from hetccl.nccl import NcclCommunicator
 from test_collectives import LARGE_SET, MOVE, SMALL_CHUNKS, SUM, Sweep, rank_sweep
-from test_failures import (INVALID_USAGE, MISMATCH_CASES, REMOTE, SAME_ROOT_CASES, SYSTEM,
-                           Outcome, _describe, _die, _die_after, _error, _learned, _line_up,
-                           _names_rank, _ok_results, _run_ranks, rank_mismatch)
+from failing_ranks import (INVALID_USAGE, REMOTE, SYSTEM, Outcome, _die, _die_after, _error,
+                           _line_up, _names_rank, _ok_results, _run_ranks)
+from test_disagreements import (MISMATCH_CASES, SAME_ROOT_CASES, _describe, _learned,
+                                rank_mismatch)
 from test_leaks import RSS_BOUND_KIB, run_leak_script
 
 pytestmark = pytest.mark.usefixtures("hetccl_library")
@@ -131,7 +132,7 @@ MISMATCH_ENV = {**IB_ENV, "HETCCL_TIMEOUT": "2"}
 @pytest.mark.timeout(180)
 @pytest.mark.parametrize("n", [2, 3])
 def test_ib_mismatch_is_invalid_usage(n: int) -> None:
-    """test_failures' disagreeing ranks over ib: every rank ends with
+    """test_disagreements' ranks over ib: every rank ends with
     ncclInvalidUsage (the receiver that sees the odd frame names both
     operations; the others learn it through the failure notes)."""
     uids = [nccl.unique_id_to_hex(nccl.get_unique_id()) for _ in MISMATCH_CASES]

@@ -31,7 +31,7 @@ import hetccl
 from hetccl import nccl
 from hetccl.nccl import NcclCommunicator
 from test_collectives import MOVE, SUM, Sweep, rank_sweep
-from test_failures import _ok_results, _run_ranks
+from failing_ranks import _ok_results, _run_ranks
 from test_ib import (F32, IB, IB_ENV, MAX_SHOWN, HostMemory, check_dead_peer, check_zero_copy,
                      f32_at, rank_init_only)
 

@@ -34,7 +34,7 @@ import pytest
 
 from hetccl import nccl
 from hetccl.nccl import NcclCommunicator
-from test_failures import _ok_results, _run_ranks
+from failing_ranks import _ok_results, _run_ranks
 from test_ib import F32, IB_ENV, MAX_SHOWN, HostMemory, f32_at
 from test_ib_qps import CHUNK, rank_rdv_sweep
 

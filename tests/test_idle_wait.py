@@ -20,7 +20,7 @@ import pytest
 
 from hetccl import nccl
 from hetccl.nccl import NcclCommunicator
-from test_failures import _run_ranks
+from failing_ranks import _run_ranks
 
 pytestmark = pytest.mark.usefixtures("hetccl_library")
 
