@@ -7,6 +7,7 @@ ranks' harness is failing_ranks.py.
 
 from __future__ import annotations
 
+import os
 import signal
 import threading
 import time
@@ -145,6 +146,41 @@ def test_dead_peer_on_the_plane_across_hosts(case: str, n: int) -> None:
     victim = n - 1
     env = {"HETCCL_PLANE": "on", "HETCCL_PLANE_HOSTS": "all", "T_OWN_HOST": str(victim)}
     _check_dead_peer(case, n, victim, env, f"plane across hosts {case} n={n}")
+
+
+def rank_plane_gives_up(rank: int, n: int, uid: str, barrier: Any) -> Outcome:
+    """Rank 0 (HETCCL_TIMEOUT=3) calls an AllReduce that rank 1, a host of
+    its own (HETCCL_TIMEOUT=60), joins only 6 s later: rank 0's plane gives
+    up, and rank 1, which sees no failure mark and no pid across hosts,
+    must hear of it at once when it calls, not after its own 60 s."""
+    os.environ["HETCCL_TIMEOUT"] = "3" if rank == 0 else "60"
+    comm = NcclCommunicator(n, uid, rank)
+    x, y = _arrays(1 << 20, 1.0, 2)
+    comm.allReduce(_ptr(x), _ptr(y), 1 << 20, F32, SUM)  # connections are up
+    if rank == 1:
+        time.sleep(6)
+    t0 = time.monotonic()
+    try:
+        comm.allReduce(_ptr(x), _ptr(y), 1 << 20, F32, SUM)
+        out: Outcome = {"kind": "ok", "s": time.monotonic() - t0}
+    except NcclError as e:
+        out = _error(e, time.monotonic() - t0)
+    _line_up(barrier, 30)
+    comm.abort()
+    return out
+
+
+@pytest.mark.timeout(60)
+def test_plane_that_gives_up_tells_the_ranks_across_hosts() -> None:
+    if not can_unshare_ipc():
+        pytest.skip("needs `unshare --ipc` (util-linux, and the right) for a host of its own")
+    env = {"HETCCL_PLANE": "on", "HETCCL_PLANE_HOSTS": "all", "T_OWN_HOST": "1"}
+    r0, r1 = _ok_results(_run_ranks(rank_plane_gives_up, 2, env=env, timeout=50), [0, 1])
+    print(f"\n[plane gives up] rank 0 -> {r0.get('name')} after {r0.get('s', 0):.1f} s; "
+          f"rank 1 -> {r1.get('name')} after {r1.get('s', 0):.3f} s: {r1.get('message')!r}")
+    assert r0["kind"] == "error" and r0["name"] == TIMEOUT_ERR, r0
+    assert r1["kind"] == "error" and r1["s"] < 2.0, r1
+    assert _names_rank(r1["message"], 0) and "HETCCL_TIMEOUT" in r1["message"], r1
 
 
 def _check_dead_peer(case: str, n: int, victim: int, env: Dict[str, str], label: str) -> None:

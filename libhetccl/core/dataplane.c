@@ -58,6 +58,10 @@ static ncclResult_t wire_poll(void *ctx, int *idle) {
 
 static void wire_retract(void *handle) { (void)hetccl_ib_mem_deregister(handle); }
 
+static void wire_fail(void *ctx, ncclResult_t res) {
+  (void)hetccl_engine_fail(((ncclComm_t)ctx)->engine, res, NULL); /* its last error, as the note */
+}
+
 static ncclResult_t barrier(void *ctx) { return hetccl_bootstrap_barrier(ctx); }
 
 /* Whether every rank that passes device buffers can reduce on its device
@@ -109,7 +113,7 @@ ncclResult_t hetccl_dataplane_setup(ncclComm_t comm) {
       .user_ranks = comm->user_ranks, .rt = rt, .dev = comm->dev,
       .hosts = hosts ? comm->plane_hosts : NULL,
       .wire = {.ctx = comm, .isend = wire_isend, .irecv = wire_irecv, .poll = wire_poll,
-               .declare = hetccl_ib_mem_register, .retract = wire_retract},
+               .declare = hetccl_ib_mem_register, .retract = wire_retract, .fail = wire_fail},
       .piece = (size_t)hetccl_knob_int(HETCCL_KNOB_PLANE_PIECE) & ~(size_t)4095,
       .slots = (int)hetccl_knob_int(HETCCL_KNOB_PLANE_SLOTS),
       .timeout_ms = (int)hetccl_knob_int(HETCCL_KNOB_TIMEOUT) * 1000,

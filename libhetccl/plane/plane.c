@@ -220,12 +220,22 @@ ncclResult_t hetccl_plane_launch(hetccl_plane_t *p, const hetccl_plane_task_t *t
   return res;
 }
 
+/* A failure seen on the thread that drives the communicator: fail the
+ * plane, and where bridges run, the wire too, so that ranks of other hosts
+ * (which see no failure mark and watch no pid of ours) learn it now. */
+static ncclResult_t fail_here(hetccl_plane_t *p, ncclResult_t res) {
+  hetccl_plane_fail(p, res);
+  if (p->bridges && p->a.wire.fail) p->a.wire.fail(p->a.wire.ctx, res);
+  return res;
+}
+
 ncclResult_t hetccl_plane_watch(hetccl_plane_t *p, hetccl_plane_ticket_t ticket) {
   struct timespec nap = {0, 20000};
   for (long polls = 0;; polls++) {
     int idle = 1;
     ncclResult_t res = p->bridges ? plane_bridge_progress(p, &idle) : ncclSuccess;
-    if (res == ncclSuccess && __atomic_load_n(p->done, __ATOMIC_ACQUIRE) >= ticket.prog &&
+    if (res != ncclSuccess) return fail_here(p, res);
+    if (__atomic_load_n(p->done, __ATOMIC_ACQUIRE) >= ticket.prog &&
         (!p->bridges || plane_bridge_passed(p, ticket.bridged)))
       return ncclSuccess;
     if (!idle) {
@@ -234,11 +244,8 @@ ncclResult_t hetccl_plane_watch(hetccl_plane_t *p, hetccl_plane_ticket_t ticket)
     }
     /* No timeout here: the stream may be busy with the program's own
      * earlier work for as long as that takes. */
-    if (res == ncclSuccess) res = plane_check(p, -1);
-    if (res != ncclSuccess) {
-      hetccl_plane_fail(p, res);
-      return res;
-    }
+    res = plane_check(p, -1);
+    if (res != ncclSuccess) return fail_here(p, res);
     if (polls > 100) nanosleep(&nap, NULL);
     if (polls > 10000) nap.tv_nsec = 200000;
   }
@@ -254,8 +261,7 @@ ncclResult_t hetccl_plane_run_host(hetccl_plane_t *p, const hetccl_plane_task_t 
     if (res == ncclSuccess && p->bridges) res = plane_bridge_finish(p, prog.bridge_end);
     plane_prog_free(&prog);
   }
-  if (res != ncclSuccess) hetccl_plane_fail(p, res);
-  return res;
+  return res == ncclSuccess ? res : fail_here(p, res);
 }
 
 /* --- teardown -------------------------------------------------------------------- */

@@ -73,6 +73,9 @@ typedef struct hetccl_plane_wire {
   ncclResult_t (*poll)(void *ctx, int *idle);
   ncclResult_t (*declare)(void *base, size_t bytes, void **handle);
   void (*retract)(void *handle);
+  /* This rank failed (on the thread that drives the wire): make the ranks
+   * across it learn, e.g. by closing its connections with a note. */
+  void (*fail)(void *ctx, ncclResult_t res);
 } hetccl_plane_wire_t;
 
 typedef struct hetccl_plane_args {
