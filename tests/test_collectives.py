@@ -569,6 +569,10 @@ SWEEPS = [
     Sweep("n3-plane-hosts-small", 3, PLANE_HOSTS + PLANE_SMALL, own_host=(2,),
           counts=(0, 7, 1031), large=LARGE_SET),
     Sweep("n4-plane-hosts", 4, PLANE_HOSTS, own_host=(1, 3), counts=(7, 1031)),
+    # An island of two ranks on host 0 and one on another host: the forms
+    # run hierarchically, the leaders' channel bridged.
+    Sweep("n3-plane-hosts-hier", 3, PLANE_HOSTS + (("HETCCL_ISLANDS", "0,0,1"),),
+          own_host=(2,), counts=(7, 1031), large=LARGE_SET),
 ]
 
 MAX_SHOWN = 40

@@ -293,5 +293,7 @@ def test_hip_device_buffers_on_the_data_plane(tmp_path: Path, fakes: Dict[str, P
     logs = [f.read_text() for f in tmp_path.glob("log.*")]
     assert len(logs) == 2 and all("moved by this GPU's copy engines" in t for t in logs), logs
     assert all(f"data plane streams: {streams} per peer and direction" in t for t in logs), logs
-    bridged = f"({hosts - 1} of other hosts, bridged"
-    assert all(bridged in t for t in logs), logs
+    if hosts == 2:
+        assert all("(1 of other hosts, bridged" in t for t in logs), logs
+    else:
+        assert not any("of other hosts" in t for t in logs), logs

@@ -1,6 +1,7 @@
 /* The data plane's life and its failures (plane.h). */
 #include <errno.h>
 #include <signal.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -90,9 +91,12 @@ ncclResult_t hetccl_plane_create(const hetccl_plane_args_t *args, hetccl_plane_t
     hetccl_plane_destroy(p);
     return res;
   }
-  INFO(HETCCL_INIT, "rank %d: data plane to %d ranks (%d of other hosts, bridged by the "
-       "communicator's transports), %d slots of %zu bytes per channel, %s",
-       plane_user_rank(p, me), n - 1, p->bridges / 2, args->slots, args->piece,
+  char across[96] = "";
+  if (p->bridges)
+    snprintf(across, sizeof(across), " (%d of other hosts, bridged by the communicator's "
+             "transports)", p->bridges / 2);
+  INFO(HETCCL_INIT, "rank %d: data plane to %d ranks%s, %d slots of %zu bytes per channel, %s",
+       plane_user_rank(p, me), n - 1, across, args->slots, args->piece,
        p->gpu ? "moved by this GPU's copy engines" : "moved by this rank's CPU");
   if (p->gpu)
     INFO(HETCCL_INIT, "rank %d: data plane streams: %d per peer and direction%s%s",
@@ -215,8 +219,12 @@ ncclResult_t hetccl_plane_launch(hetccl_plane_t *p, const hetccl_plane_task_t *t
     res = p->a.rt->stream_write_counter(stream, p->done, p->done_dev, ticket.prog);
   /* The peers have numbered these pieces too: what did not make it onto
    * the streams must fail them, not leave them waiting (and the watch,
-   * if it started, returns the failure). */
-  if (res != ncclSuccess) hetccl_plane_fail(p, res);
+   * if it started, returns the failure). The stream never writes this
+   * ticket, so teardown waits for the one before it. */
+  if (res != ncclSuccess) {
+    p->launched = ticket.prog - 1;
+    hetccl_plane_fail(p, res);
+  }
   return res;
 }
 
