@@ -132,6 +132,16 @@ uint64_t plane_bridge_mark(hetccl_plane_t *p) {
   return seq;
 }
 
+/* *ctr = v unless it is past v already: a failure may release the
+ * counters (PLANE_RELEASED, hetccl_plane_fail, any thread) while a request
+ * completes here, and must not be undone. */
+static void raise_to(volatile uint64_t *ctr, uint64_t v) {
+  uint64_t cur = __atomic_load_n(ctr, __ATOMIC_ACQUIRE);
+  while (cur < v &&
+         !__atomic_compare_exchange_n(ctr, &cur, v, 0, __ATOMIC_RELEASE, __ATOMIC_ACQUIRE)) {
+  }
+}
+
 /* Completions, then new posts, of one bridge (the lock held). */
 static ncclResult_t bridge_step(hetccl_plane_t *p, plane_chan_t *c, int *moved) {
   plane_bridge_t *b = c->bridge;
@@ -140,8 +150,7 @@ static ncclResult_t bridge_step(hetccl_plane_t *p, plane_chan_t *c, int *moved) 
     const bridge_piece_t *x = &b->ring[b->done % b->cap];
     if (!__atomic_load_n(&b->reqs[x->q % slots].done, __ATOMIC_ACQUIRE)) break;
     /* sending: the slot is free again; receiving: the piece is in it */
-    volatile uint64_t *ctr = b->sending ? plane_consumed(p, c, x->q) : plane_produced(p, c, x->q);
-    __atomic_store_n(ctr, x->q + 1, __ATOMIC_RELEASE);
+    raise_to(b->sending ? plane_consumed(p, c, x->q) : plane_produced(p, c, x->q), x->q + 1);
     b->done++;
     *moved = 1;
   }
