@@ -129,7 +129,7 @@
   X(HIER, "HETCCL_HIER", INT, "1", 0, 1,                                       \
     "1: where a communicator spans several islands and one holds several ranks, AllReduce, Broadcast, Reduce, AllGather and ReduceScatter run inside each island (its vendor library where it has one), across the islands' first ranks, and inside again (docs/islands.md); 0: over every rank on the engine") \
   X(PLANE, "HETCCL_PLANE", ENUM("auto|on|off"), "auto", 0, 0,                  \
-    "cross-island data plane: auto (ranks of one host, some with device buffers, move data through shared pinned segments with the devices' copy engines and reduce on the devices), on (also when no rank has device buffers: host ranks through the same segments, for tests), off (the engine, device buffers staged through host memory)") \
+    "cross-island data plane: auto (ranks of one host, or of several with HETCCL_PLANE_HOSTS=all, some with device buffers, move data through shared pinned segments with the devices' copy engines and reduce on the devices), on (also when no rank has device buffers: host ranks through the same segments, for tests), off (the engine, device buffers staged through host memory)") \
   X(PLANE_PIECE, "HETCCL_PLANE_PIECE", INT, "4M", 4096, 1073741824,            \
     "bytes per data-plane slot (a multiple of 4096): the unit a copy engine or reduction moves at once") \
   X(PLANE_SLOTS, "HETCCL_PLANE_SLOTS", INT, "4", 2, 64,                        \
