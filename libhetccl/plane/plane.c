@@ -255,7 +255,10 @@ ncclResult_t hetccl_plane_watch(hetccl_plane_t *p, hetccl_plane_ticket_t ticket)
     res = plane_check(p, -1);
     if (res != ncclSuccess) return fail_here(p, res);
     if (polls > 100) nanosleep(&nap, NULL);
-    if (polls > 10000) nap.tv_nsec = 200000;
+    /* Longer naps only while nothing but the stream is awaited: a bridge
+     * that posts a produced piece late holds its peer back by as much. */
+    if (polls > 10000 && (!p->bridges || plane_bridge_passed(p, ticket.bridged)))
+      nap.tv_nsec = 200000;
   }
 }
 
