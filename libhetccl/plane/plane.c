@@ -248,6 +248,7 @@ ncclResult_t hetccl_plane_watch(hetccl_plane_t *p, hetccl_plane_ticket_t ticket)
       return ncclSuccess;
     if (!idle) {
       polls = 0;
+      nap.tv_nsec = 20000;
       continue;
     }
     /* No timeout here: the stream may be busy with the program's own
