@@ -49,12 +49,14 @@ ncclResult_t hetcclVendorInfo(int index, const char **name, int *version,
 const char *hetcclCommBackend(ncclComm_t comm);
 
 /* Payload bytes this rank's CPU has copied on comm's behalf through one
- * transport (index in [0, hetcclTransportCount()): shm, socket, ib), since
- * init, counting an internal communicator's (a hierarchical one's island
- * and leaders) too: memcpy into or out of a transport's staging, the
- * kernel's copy in a socket send or receive, process_vm_readv. A
- * receive-and-reduce straight out of staging is not counted (the
- * reduction reads the bytes in any case), nor is device staging. 0 for a
+ * transport (index in [0, hetcclTransportCount()): shm, socket, ib), or,
+ * at index hetcclTransportCount() itself ("plane"), by the data plane's
+ * host executor into and out of its slots, since init, counting an
+ * internal communicator's (a hierarchical one's island and leaders) too:
+ * memcpy into or out of a transport's staging, the kernel's copy in a
+ * socket send or receive, process_vm_readv. A receive-and-reduce straight
+ * out of staging is not counted (the reduction reads the bytes in any
+ * case), nor is device staging or a GPU's copy engines. 0 for a
  * communicator forwarded to a vendor library. For tests that assert "zero
  * copy"; every out pointer may be NULL; the name is static. */
 int hetcclTransportCount(void);

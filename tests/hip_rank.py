@@ -13,7 +13,8 @@ after ncclCommDeregister; the result adds "wrong" and, per send, "copied"
 (ib's CPU-copied bytes) and "copies" (the stand-in's hipMemcpyAsync calls)),
 T_IBDEV=1 (instead of the allreduce: sendrecv, broadcast,
 allgather and allreduce of T_BYTES bytes per rank, then a 1 KiB sendrecv, on the stand-in's device
-memory, each checked; the result adds "wrong" and "copied": the ib
+memory, each checked; the result adds "wrong", "plane_copied" (the data
+plane's host copies, all of them) and "copied": the ib
 transport's CPU-copied bytes per collective), T_CONFIG=1 (also an ncclAllReduceConfig with a config through
 the C ABI; the result adds what the stand-in vendor library saw:
 "config_calls", "config_magic", and "plain_calls"). The result:
@@ -162,7 +163,7 @@ def _device_collectives(comm: nccl.NcclCommunicator) -> dict:
         comm.recv(big.value, 256, f32, peer_from)
         nccl.groupEnd()
     run("sendrecv 1 KiB", sendrecv_1k, mine(peer_from)[:256], big.value)
-    return {"wrong": wrong, "copied": copied}
+    return {"wrong": wrong, "copied": copied, "plane_copied": comm.copied_bytes()["plane"]}
 
 
 def _sends_in_place(comm: nccl.NcclCommunicator) -> dict:

@@ -592,6 +592,32 @@ def test_sweep(spec: Sweep) -> None:
     assert not failures, f"{len(failures)} of {checks} checks failed:\n{shown}{more}"
 
 
+def rank_plane_copies(nbytes: int) -> Dict[str, int]:
+    comm = hetccl.communicator()
+    try:
+        me, peer = comm.rank_id(), 1 - comm.rank_id()
+        x = np.full(nbytes, me + 1, np.uint8)
+        y = np.zeros(nbytes, np.uint8)
+        nccl.groupStart()
+        comm.send(int(x.ctypes.data), nbytes, nccl.NCCL_UINT8, peer)
+        comm.recv(int(y.ctypes.data), nbytes, nccl.NCCL_UINT8, peer)
+        nccl.groupEnd()
+        assert (y == peer + 1).all()
+        return comm.copied_bytes()
+    finally:
+        comm.destroy()
+
+
+def test_plane_host_copies_are_counted() -> None:
+    """A host rank on the data plane copies each byte it sends into a slot
+    and each byte it receives out of one: 2 per payload byte, counted as
+    "plane" (hetcclCommCopiedBytes' last entry), none by a transport."""
+    nbytes = 3 << 20
+    for copied in hetccl.launch(rank_plane_copies, 2, nbytes, env=dict(PLANE)):
+        assert copied["plane"] == 2 * nbytes, copied
+        assert copied["shm"] == copied["socket"] == copied["ib"] == 0, copied
+
+
 def test_reference_is_independent() -> None:
     """The test's own decoders agree with known encodings."""
     bf16 = BY_NAME["bfloat16"]

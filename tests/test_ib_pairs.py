@@ -164,14 +164,16 @@ def test_copied_bytes_per_transport(tmp_path: Path) -> None:
     got = run_pairs(tmp_path, {"NCCL_IB_DISABLE": "1"})
     copied = [res["copied"] for res in got["results"]]
     print(f"\n[copied] {copied}")
-    assert all(set(c) == {"shm", "socket", "ib"} for c in copied), copied
+    assert all(set(c) == {"shm", "socket", "ib", "plane"} for c in copied), copied
+    assert all(c["plane"] == 0 for c in copied), copied  # no device buffers: no data plane
     for r in (0, 1):
         assert copied[r]["shm"] >= PAIR_BYTES, copied     # at least the message it took
         assert copied[r]["socket"] >= 4 * PAIR_BYTES, copied
     for r in (2, 3):
         assert copied[r]["shm"] == 0 and copied[r]["socket"] >= 6 * PAIR_BYTES, copied
     assert all(c["ib"] == 0 for c in copied), copied
-    line = re.search(r"payload bytes copied by the CPU: shm (\d+), socket (\d+), ib (\d+)",
+    line = re.search(r"payload bytes copied by the CPU: shm (\d+), socket (\d+), ib (\d+), "
+                     r"plane (\d+)",
                      got["logs"][2])
     assert line and int(line.group(2)) == copied[2]["socket"], got["logs"][2][-2000:]
 

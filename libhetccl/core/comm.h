@@ -52,6 +52,10 @@ typedef struct hetccl_user_redop {
   hetccl_redop_t op; /* resolved; premul scalar captured at creation */
 } hetccl_user_redop_t;
 
+/* comm->copied: one entry per transport, then the data plane's. */
+#define HETCCL_COPIED_PLANE HETCCL_TRANSPORT_COUNT
+#define HETCCL_COPIED_PATHS (HETCCL_TRANSPORT_COUNT + 1)
+
 struct ncclComm {
   uint64_t magic;
   int rank, nranks;
@@ -119,9 +123,11 @@ struct ncclComm {
   volatile int inflight;         /* API calls running on this comm (abort waits) */
   hetccl_fail_note_t peer_note;  /* why a peer gave up, first note (engine, transports) */
   /* Payload bytes the CPU copied, per transport (hetccl_transport_args_t
-   * .copied; added by whichever thread drives the engine, relaxed atomics);
-   * hetcclCommCopiedBytes adds an island's and leaders' communicators. */
-  uint64_t copied[HETCCL_TRANSPORT_COUNT];
+   * .copied; added by whichever thread drives the engine, relaxed atomics),
+   * and at HETCCL_COPIED_PLANE by the data plane's host executor (into and
+   * out of its slots); hetcclCommCopiedBytes adds an island's and leaders'
+   * communicators. */
+  uint64_t copied[HETCCL_COPIED_PATHS];
   hetccl_tag_mismatch_t mismatch; /* first signature mismatch seen (engine, transports) */
   struct hetccl_proxy *proxy;    /* started lazily for nonblocking work */
   struct hetccl_devpath *devpath; /* staging of device buffers, made on first use */
@@ -143,6 +149,12 @@ ncclResult_t hetccl_comm_check(ncclComm_t comm, const char *func);
 /* For functions hetccl cannot serve in the current situation: a WARN naming
  * the function (which becomes the last error) and ncclInvalidUsage. */
 ncclResult_t hetccl_unsupported(const char *func, const char *why);
+
+/* The name of copied-bytes entry i (comm->copied): a transport's, or
+ * "plane". Static. */
+static inline const char *hetccl_copied_path_name(int i) {
+  return i == HETCCL_COPIED_PLANE ? "plane" : hetccl_transport_get((hetccl_transport_id_t)i)->name;
+}
 
 /* Register / forget a communicator in the live set. */
 ncclResult_t hetccl_comm_register(ncclComm_t comm);

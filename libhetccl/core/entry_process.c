@@ -183,11 +183,11 @@ static unsigned long long copied_of(ncclComm_t comm, int t) {
 ncclResult_t hetccl_own_CommCopiedBytes(ncclComm_t comm, int index, const char **transport,
                                         unsigned long long *bytes) {
   HETCCL_CHECK(hetccl_comm_check(comm, "hetcclCommCopiedBytes"));
-  if (index < 0 || index >= HETCCL_TRANSPORT_COUNT) {
-    WARN("hetcclCommCopiedBytes: index %d is not in [0, %d)", index, HETCCL_TRANSPORT_COUNT);
+  if (index < 0 || index >= HETCCL_COPIED_PATHS) {
+    WARN("hetcclCommCopiedBytes: index %d is not in [0, %d]", index, HETCCL_TRANSPORT_COUNT);
     return ncclInvalidArgument;
   }
-  if (transport) *transport = hetccl_transport_get((hetccl_transport_id_t)index)->name;
+  if (transport) *transport = hetccl_copied_path_name(index);
   if (bytes) *bytes = copied_of(comm, index);
   return ncclSuccess;
 }

@@ -202,9 +202,9 @@ static void log_copied(ncclComm_t comm) {
   if (!comm->engine || !HETCCL_LOG_ENABLED(HETCCL_LOG_INFO, HETCCL_INIT | HETCCL_NET)) return;
   char line[192] = "";
   size_t used = 0;
-  for (int t = 0; t < HETCCL_TRANSPORT_COUNT && used < sizeof(line); t++)
+  for (int t = 0; t < HETCCL_COPIED_PATHS && used < sizeof(line); t++)
     used += (size_t)snprintf(line + used, sizeof(line) - used, "%s%s %llu", t ? ", " : "",
-                             hetccl_transport_get((hetccl_transport_id_t)t)->name,
+                             hetccl_copied_path_name(t),
                              (unsigned long long)__atomic_load_n(&comm->copied[t],
                                                                  __ATOMIC_RELAXED));
   INFO(HETCCL_INIT | HETCCL_NET, "rank %d of %d: payload bytes copied by the CPU: %s",

@@ -54,6 +54,8 @@ static void reduce(hetccl_plane_t *p, const plane_step_t *s, void *dst, const vo
 static void run_step(hetccl_plane_t *p, const plane_step_t *s) {
   const plane_chan_t *in = s->in >= 0 ? &p->in[s->in] : NULL;
   const plane_chan_t *out = s->out >= 0 ? &p->out[s->out] : NULL;
+  if ((s->kind == STEP_SEND || s->kind == STEP_RECV) && p->a.copied)
+    __atomic_fetch_add(p->a.copied, (uint64_t)s->bytes, __ATOMIC_RELAXED);
   switch (s->kind) {
     case STEP_SEND:
       if (s->op && s->op->premul)

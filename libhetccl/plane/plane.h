@@ -111,6 +111,9 @@ typedef struct hetccl_plane_args {
    * reduction off the copy lane (exec_stream.c, the split path); 0: none,
    * reductions hold their slot until their kernel has run. */
   size_t stage_bytes;
+  /* Payload bytes this rank's CPU copies into and out of slots (the host
+   * executor's sends and receives) are added here; may be NULL. */
+  uint64_t *copied;
   /* A barrier over every rank (the caller's bootstrap). */
   ncclResult_t (*barrier)(void *ctx);
   void *barrier_ctx;

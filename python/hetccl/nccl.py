@@ -208,12 +208,13 @@ class NcclCommunicator:
 
     def copied_bytes(self) -> Dict[str, int]:
         """Payload bytes this rank's CPU copied for the communicator, per
-        transport ({"shm": .., "socket": .., "ib": ..}; hetcclCommCopiedBytes)."""
+        transport, and by the data plane's host executor ({"shm": ..,
+        "socket": .., "ib": .., "plane": ..}; hetcclCommCopiedBytes)."""
         lib = _lib.lib()
         name = _ffi.new("const char **")
         got = _ffi.new("unsigned long long *")
         out: Dict[str, int] = {}
-        for i in range(lib.hetcclTransportCount()):
+        for i in range(lib.hetcclTransportCount() + 1):  # the last: "plane"
             check(lib.hetcclCommCopiedBytes(self._comm, i, name, got), "hetcclCommCopiedBytes")
             out[_ffi.string(name[0]).decode()] = int(got[0])
         return out
