@@ -28,6 +28,7 @@ import pytest
 
 import hetccl
 from hetccl import nccl
+from rank_procs import become_another_host, can_unshare_ipc
 
 pytestmark = pytest.mark.usefixtures("hetccl_library")
 
@@ -472,7 +473,6 @@ def rank_sweep(spec: Sweep) -> Tuple[int, List[str]]:
     """Runs in every rank; returns (checks done, failure lines)."""
     info = hetccl.launcher.launch_info()
     if info is not None and info.rank in spec.own_host:
-        from rank_procs import become_another_host
         become_another_host()
     comm = hetccl.communicator()
     r = Rank(comm, comm.rank_id(), comm.size(), spec.name)
@@ -490,11 +490,6 @@ def rank_sweep(spec: Sweep) -> Tuple[int, List[str]]:
     finally:
         comm.destroy()
     return r.checks, r.failures
-
-
-def can_be_another_host() -> bool:
-    from rank_procs import can_unshare_ipc
-    return can_unshare_ipc()
 
 
 SMALL_CHUNKS = (("HETCCL_PIPELINE_CHUNK", "64"), ("HETCCL_SMALL_BYTES", "0"),
@@ -581,7 +576,7 @@ MAX_SHOWN = 40
 @pytest.mark.timeout(600)
 @pytest.mark.parametrize("spec", SWEEPS, ids=[s.name for s in SWEEPS])
 def test_sweep(spec: Sweep) -> None:
-    if spec.own_host and not can_be_another_host():
+    if spec.own_host and not can_unshare_ipc():
         pytest.skip("a rank of another host needs root (unshare of an IPC namespace)")
     results = hetccl.launch(rank_sweep, spec.nranks, spec, env=dict(spec.env), timeout=540)
     failures = [line for _checks, lines in results for line in lines]

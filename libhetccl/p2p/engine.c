@@ -355,15 +355,9 @@ ncclResult_t hetccl_engine_wait(hetccl_engine_t *e, hetccl_req_t **reqs, int n) 
     int pending = 0;
     for (int i = first; i < n && !pending; i++) pending = reqs[i] && !reqs[i]->done;
     if (!pending) return ncclSuccess;
-    if (__atomic_load_n(e->abort_flag, __ATOMIC_ACQUIRE)) {
-      WARN("engine: rank %d: operation aborted (ncclCommAbort)", user_rank(e, e->rank));
-      return engine_fail_as(e, ncclInvalidUsage, ncclRemoteError);
-    }
     int idle;
-    ncclResult_t res = progress_all(e, &idle);
-    if (res != ncclSuccess) {
-      return engine_fail_call(e, res);
-    }
+    ncclResult_t res = hetccl_engine_progress(e, &idle);
+    if (res != ncclSuccess) return res;
     if (!idle) {
       idle_polls = 0;
       deadline = -1;

@@ -83,7 +83,10 @@ static void run_step(hetccl_plane_t *p, const plane_step_t *s) {
   if (out) __atomic_store_n(plane_produced(p, out, s->out_q), s->out_q + 1, __ATOMIC_RELEASE);
 }
 
-static ncclResult_t run_phase(hetccl_plane_t *p, const plane_phase_t *ph) {
+/* Until every step of ph has run and, with bridges, every piece queued
+ * before `mark` has crossed (the last phase's wait: a program's last
+ * pieces may still be on their way once its steps have run). */
+static ncclResult_t run_phase(hetccl_plane_t *p, const plane_phase_t *ph, uint64_t mark) {
   int pos[ph->nlanes];
   memset(pos, 0, sizeof(pos));
   int64_t since = plane_now_ns();
@@ -98,12 +101,10 @@ static ncclResult_t run_phase(hetccl_plane_t *p, const plane_phase_t *ph) {
       }
       left += pos[l] < lane->n;
     }
-    if (!left) return ncclSuccess;
-    if (p->bridges) { /* pieces to and from other hosts move only when asked to */
-      int idle;
-      HETCCL_CHECK(plane_bridge_progress(p, &idle));
-      moved |= !idle;
-    }
+    if (!left && plane_bridge_passed(p, mark)) return ncclSuccess;
+    int quiet; /* pieces to and from other hosts move only when asked to */
+    HETCCL_CHECK(plane_bridge_progress(p, &quiet));
+    moved |= !quiet;
     if (moved) {
       idle = 0;
       since = plane_now_ns();
@@ -116,6 +117,7 @@ static ncclResult_t run_phase(hetccl_plane_t *p, const plane_phase_t *ph) {
 }
 
 ncclResult_t plane_exec_host(hetccl_plane_t *p, const plane_prog_t *prog) {
-  for (const plane_phase_t *ph = prog->head; ph; ph = ph->next) HETCCL_CHECK(run_phase(p, ph));
+  for (const plane_phase_t *ph = prog->head; ph; ph = ph->next)
+    HETCCL_CHECK(run_phase(p, ph, ph->next ? 0 : prog->bridge_end));
   return ncclSuccess;
 }

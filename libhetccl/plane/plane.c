@@ -55,7 +55,7 @@ ncclResult_t hetccl_plane_create(const hetccl_plane_args_t *args, hetccl_plane_t
     }
     res = plane_bridge_open(p, q, 1, &p->out[q]);
     if (res == ncclSuccess) res = plane_bridge_open(p, q, 0, &p->in[q]);
-    p->bridges += 2;
+    p->bridges++;
   }
   ncclResult_t b = args->barrier(args->barrier_ctx);
   for (int q = 0; q < n && res == ncclSuccess; q++)
@@ -94,7 +94,7 @@ ncclResult_t hetccl_plane_create(const hetccl_plane_args_t *args, hetccl_plane_t
   char across[96] = "";
   if (p->bridges)
     snprintf(across, sizeof(across), " (%d of other hosts, bridged by the communicator's "
-             "transports)", p->bridges / 2);
+             "transports)", p->bridges);
   INFO(HETCCL_INIT, "rank %d: data plane to %d ranks%s, %d slots of %zu bytes per channel, %s",
        plane_user_rank(p, me), n - 1, across, args->slots, args->piece,
        p->gpu ? "moved by this GPU's copy engines" : "moved by this rank's CPU");
@@ -241,10 +241,10 @@ ncclResult_t hetccl_plane_watch(hetccl_plane_t *p, hetccl_plane_ticket_t ticket)
   struct timespec nap = {0, 20000};
   for (long polls = 0;; polls++) {
     int idle = 1;
-    ncclResult_t res = p->bridges ? plane_bridge_progress(p, &idle) : ncclSuccess;
+    ncclResult_t res = plane_bridge_progress(p, &idle);
     if (res != ncclSuccess) return fail_here(p, res);
     if (__atomic_load_n(p->done, __ATOMIC_ACQUIRE) >= ticket.prog &&
-        (!p->bridges || plane_bridge_passed(p, ticket.bridged)))
+        plane_bridge_passed(p, ticket.bridged))
       return ncclSuccess;
     if (!idle) {
       polls = 0;
@@ -258,7 +258,7 @@ ncclResult_t hetccl_plane_watch(hetccl_plane_t *p, hetccl_plane_ticket_t ticket)
     if (polls > 100) nanosleep(&nap, NULL);
     /* Longer naps only while nothing but the stream is awaited: a bridge
      * that posts a produced piece late holds its peer back by as much. */
-    if (polls > 10000 && (!p->bridges || plane_bridge_passed(p, ticket.bridged)))
+    if (polls > 10000 && plane_bridge_passed(p, ticket.bridged))
       nap.tv_nsec = 200000;
   }
 }
@@ -270,7 +270,6 @@ ncclResult_t hetccl_plane_run_host(hetccl_plane_t *p, const hetccl_plane_task_t 
   ncclResult_t res = plane_prog_build(p, tasks, ntasks, &prog);
   if (res == ncclSuccess) {
     res = plane_exec_host(p, &prog);
-    if (res == ncclSuccess && p->bridges) res = plane_bridge_finish(p, prog.bridge_end);
     plane_prog_free(&prog);
   }
   return res == ncclSuccess ? res : fail_here(p, res);

@@ -94,13 +94,12 @@ void plane_bridge_close(hetccl_plane_t *p, plane_chan_t *c);
 ncclResult_t plane_bridge_queue(hetccl_plane_t *p, plane_chan_t *c, uint64_t q, size_t bytes);
 /* The mark of everything queued so far (a program's end, after its build). */
 uint64_t plane_bridge_mark(hetccl_plane_t *p);
-/* One sweep: completions, posts, the wire's progress. *idle: nothing moved. */
+/* One sweep: completions, posts, the wire's progress. *idle: nothing moved
+ * (always, on a plane without bridges). */
 ncclResult_t plane_bridge_progress(hetccl_plane_t *p, int *idle);
-/* Every piece queued before `mark` has crossed. */
+/* Every piece queued before `mark` has crossed (always, on a plane without
+ * bridges, and for mark 0). */
 int plane_bridge_passed(hetccl_plane_t *p, uint64_t mark);
-/* Keep the bridges moving until plane_bridge_passed(mark) (bounded as a
- * host wait: plane_check with the timeout). */
-ncclResult_t plane_bridge_finish(hetccl_plane_t *p, uint64_t mark);
 
 /* Host and device addresses of a piece's slot / of a counter. */
 static inline char *plane_slot_host(const hetccl_plane_t *p, const plane_chan_t *c, uint64_t q);
@@ -214,8 +213,8 @@ struct hetccl_plane {
   void *scratch;
   volatile int failed;     /* ncclResult_t this rank failed with, 0 while healthy */
   int64_t last_peer_check_ns;
-  /* bridges (bridge.c): how many channels have one, their lock, the
-   * pieces queued over all of them */
+  /* bridges (bridge.c): how many ranks of other hosts have them (a bridge
+   * out and one in each), their lock, the pieces queued over all of them */
   int bridges;
   pthread_mutex_t bridge_lock;
   uint64_t bridge_seq;
