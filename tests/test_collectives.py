@@ -149,10 +149,11 @@ def inputs(dt: DType, op: int, rank: int, count: int, salt: int) -> np.ndarray:
 
 
 def premul_scalar(dt: DType, rank: int) -> np.ndarray:
-    """Rank r's PreMulSum scalar: r + 2 for integers, (r + 1) / 2 for floats."""
+    """Rank r's PreMulSum scalar: r + 2 for integers, (r % 4 + 1) / 2 for
+    floats (at most 2, which fp8 holds exactly)."""
     if dt.is_int:
         return np.array([rank + 2], dtype=dt.np)
-    return dt.quarters(np.array([2 * (rank + 1)]))
+    return dt.quarters(np.array([2 * (rank % 4 + 1)]))
 
 
 def reference(dt: DType, op: int, xs: Sequence[np.ndarray]) -> Tuple[np.ndarray, Optional[np.ndarray]]:
@@ -452,6 +453,8 @@ class Sweep:
     counts: Tuple[int, ...] = (0, 1, 7, 1031)
     kinds: Tuple[str, ...] = tuple(KINDS)
     large: Tuple[Tuple[str, str, int], ...] = ()  # (kind, dtype, op) at LARGE elements
+    # The inputs of avg and prod stay in range for up to 4 ranks.
+    ops: Tuple[int, ...] = tuple(REDUCE_OPS)
     # Ranks that run as a host of their own: an IPC namespace of their own
     # makes hetccl's host identity differ, as between machines.
     own_host: Tuple[int, ...] = ()
@@ -481,7 +484,7 @@ def rank_sweep(spec: Sweep) -> Tuple[int, List[str]]:
             for dt in DTYPES:
                 for kind in spec.kinds:
                     _fn, reduces, placements = KINDS[kind]
-                    for op in (REDUCE_OPS if reduces else [MOVE]):
+                    for op in (spec.ops if reduces else [MOVE]):
                         for inplace in placements:
                             run_case(r, kind, dt, op, count, inplace)
         for kind, dtname, op in spec.large:
@@ -496,6 +499,7 @@ SMALL_CHUNKS = (("HETCCL_PIPELINE_CHUNK", "64"), ("HETCCL_SMALL_BYTES", "0"),
                 ("HETCCL_SHM_CHUNK", "64"), ("HETCCL_SHM_SLOTS", "2"),
                 ("HETCCL_SOCKET_CHUNK", "512"))
 SHM = (("HETCCL_TRANSPORT", "shm"),)
+RAILS = (("HETCCL_HIER_RAILS_MIN", "0"),)
 SOCKET = (("HETCCL_TRANSPORT", "socket"),)
 
 PLANE = (("HETCCL_PLANE", "on"),)
@@ -538,9 +542,20 @@ SWEEPS = [
     # across the leaders, back; core/hier_ops.c) where their form applies,
     # the rest over all ranks: contiguous equal islands, interleaved ones
     # (AllGather and ReduceScatter flat), unequal ones (the leaders' phase
-    # as one Broadcast or Reduce per island).
-    Sweep("n4-islands-hier", 4, SHM + (("HETCCL_ISLANDS", "0,0,1,1"),), counts=(0, 1, 7, 1031),
-          large=LARGE_SET),
+    # as one Broadcast or Reduce per island). Equal islands have rails:
+    # AllReduce crosses on every rank at once (RAILS: at every size), a
+    # count that the island size does not divide sending its last elements
+    # through the leaders (1031 on islands of 2 and 3, 1 below the island
+    # size: all of it); with the default threshold (4 MiB) only the large
+    # int64 case (8 MB) takes the rails, the rest the leaders.
+    Sweep("n4-islands-hier", 4, SHM + RAILS + (("HETCCL_ISLANDS", "0,0,1,1"),),
+          counts=(0, 1, 7, 1031), large=LARGE_SET),
+    Sweep("n4-islands-hier-threshold", 4, SHM + (("HETCCL_ISLANDS", "0,0,1,1"),),
+          counts=(7, 1031), large=LARGE_SET),
+    Sweep("n6-islands-hier-rails3", 6, SHM + RAILS + (("HETCCL_ISLANDS", "0,0,0,1,1,1"),),
+          counts=(1, 1031), ops=(SUM, MAX, MIN, PREMUL)),
+    Sweep("n6-islands-hier-3x2", 6, SOCKET + RAILS + (("HETCCL_ISLANDS", "2,0,1,0,1,2"),),
+          counts=(1031,), ops=(SUM, MAX, MIN, PREMUL)),
     Sweep("n4-islands-hier-socket", 4, SOCKET + (("HETCCL_ISLANDS", "1,0,1,0"),),
           counts=(7, 1031)),
     Sweep("n3-islands-hier", 3, SHM + (("HETCCL_ISLANDS", "0,1,1"),), counts=(7,)),

@@ -187,6 +187,22 @@ def test_hierarchical_island_of_two_gpus_with_a_host_rank(tmp_path):
         ["hierarchical:nccl", "hierarchical:nccl", "hierarchical:engine"], results
 
 
+def test_rails_of_four_gpus(tmp_path):
+    """Four GPUs in two islands of two, NCCL serving each (core/hier.h):
+    the islands have rails, so AllReduce reduce-scatters inside each island
+    on NCCL, all-reduces each half across on its own rail (GPUs 0 and 2, 1
+    and 3), and all-gathers on NCCL; the other forms go through the
+    leaders. Every result checked against numpy, in groups too."""
+    import torch
+    if torch.cuda.device_count() < 4:
+        pytest.skip("needs four GPUs")
+    results = launch(tmp_path, ["cuda"] * 4, "sweep,group,chain,async",
+                     islands="0,0,1,1", devices=(0, 1, 2, 3),
+                     extra={"HETCCL_HIER_RAILS_MIN": "0"})
+    assert_all_true(results)
+    assert [r["backend"] for r in results] == ["hierarchical:nccl"] * 4, results
+
+
 @pytest.mark.parametrize("modes", [("cudahost", "cudahost", "host"),
                                    ("cuda", "cudahost", "host")])
 def test_hierarchical_island_of_two_gpus_given_host_buffers(tmp_path, modes):

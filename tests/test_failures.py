@@ -122,15 +122,19 @@ def test_dead_peer(case: str, n: int, transport: str) -> None:
 
 
 @pytest.mark.timeout(60)
+@pytest.mark.parametrize("form", ["leaders", "rails"])
 @pytest.mark.parametrize("transport", ["shm", "socket"])
 @pytest.mark.parametrize("victim", [1, 2, 3])
-def test_dead_peer_hierarchical(victim: int, transport: str) -> None:
+def test_dead_peer_hierarchical(victim: int, transport: str, form: str) -> None:
     """Islands {0, 1} and {2, 3}: the AllReduce runs inside the islands and
-    across their leaders 0 and 2 (core/hier.h). Whichever rank dies, and in
-    whichever phase the others wait, every survivor fails promptly with a
-    message that names the dead rank in this communicator's numbering."""
+    across their leaders 0 and 2, or across both rails (0 and 2, 1 and 3)
+    at once (core/hier.h). Whichever rank dies, and in whichever phase the
+    others wait, every survivor fails promptly with a message that names
+    the dead rank in this communicator's numbering."""
     env = {"HETCCL_TRANSPORT": transport, "HETCCL_ISLANDS": "0,0,1,1"}
-    _check_dead_peer("allreduce", 4, victim, env, f"hierarchical victim {victim} {transport}")
+    env.update({"HETCCL_HIER_RAILS": "0"} if form == "leaders" else {"HETCCL_HIER_RAILS_MIN": "0"})
+    _check_dead_peer("allreduce", 4, victim, env,
+                     f"hierarchical {form} victim {victim} {transport}")
 
 
 @pytest.mark.timeout(60)

@@ -84,9 +84,38 @@ def piece_bytes(evs: List[Dict[str, Any]], name: str) -> Dict[int, int]:
     return out
 
 
+# What each rank's phases are, per form: the leaders' (HETCCL_HIER_RAILS=0)
+# and the rails' (each island's rank j carries slice j across).
+def leaders_form(rank: int) -> Tuple[List[str], List[str], List[int]]:
+    if rank in LEADERS:
+        return ["island", "leaders", "island"], ["Reduce", "AllReduce", "Broadcast"], [NBYTES] * 3
+    return ["island", "island"], ["Reduce", "Broadcast"], [NBYTES] * 2
+
+
+def rails_form(rank: int) -> Tuple[List[str], List[str], List[int]]:
+    return (["island", "rail", "island"], ["ReduceScatter", "AllReduce", "AllGather"],
+            [NBYTES // 2] * 3)
+
+
+# What the algorithms move, per (sender, receiver). Leaders: the island's
+# Reduce sends the member's buffer to its leader, the leaders swap theirs
+# (2 ranks: one direct exchange), the island's Broadcast sends the result
+# back. Rails: inside each island the ReduceScatter and the AllGather swap
+# a half each way; across, rail 0 (ranks 0, 2) and rail 1 (1, 3) swap
+# their halves.
+LEADERS_BYTES = {(1, 0): NBYTES, (3, 2): NBYTES, (0, 2): NBYTES, (2, 0): NBYTES,
+                 (0, 1): NBYTES, (2, 3): NBYTES}
+RAILS_BYTES = {(0, 1): NBYTES, (1, 0): NBYTES, (2, 3): NBYTES, (3, 2): NBYTES,
+               (0, 2): NBYTES // 2, (2, 0): NBYTES // 2, (1, 3): NBYTES // 2,
+               (3, 1): NBYTES // 2}
+
+
 @pytest.mark.timeout(180)
-def test_hier_allreduce_trace(tmp_path: Path) -> None:
-    env = {"HETCCL_ISLANDS": ISLANDS, "HETCCL_TRACE": str(tmp_path / "run.json")}
+@pytest.mark.parametrize("rails", ["0", "1"], ids=["leaders", "rails"])
+def test_hier_allreduce_trace(rails: str, tmp_path: Path) -> None:
+    form = rails_form if rails == "1" else leaders_form
+    env = {"HETCCL_ISLANDS": ISLANDS, "HETCCL_TRACE": str(tmp_path / "run.json"),
+           "HETCCL_HIER_RAILS": rails, "HETCCL_HIER_RAILS_MIN": "0"}
     assert hetccl.launch(rank_allreduce, 4, COUNT, True, env=env, timeout=150) == [10.0] * 4
     files = sorted(p.name for p in tmp_path.glob("run.*.json"))
     assert files == [f"run.{r}.json" for r in range(4)]
@@ -108,6 +137,7 @@ def test_hier_allreduce_trace(tmp_path: Path) -> None:
     assert sorted(events) == [0, 1, 2, 3]
     assert_nested(events)
     sends: Dict[Tuple[int, int], int] = {}
+    across: Dict[int, str] = {}
     recvs: Dict[Tuple[int, int], int] = {}
     for rank, evs in events.items():
         leader = rank in LEADERS
@@ -118,20 +148,20 @@ def test_hier_allreduce_trace(tmp_path: Path) -> None:
         assert call["args"]["dtype"] == "float32" and call["args"]["seq"] == 0
         assert calls[1]["args"]["seq"] == 1
 
-        # The phases, nested in the call and in order: island, leaders
-        # (leaders only), island again.
+        # The phases, nested in the call and in order: inside the island,
+        # across (leaders: the leaders only), inside again.
         phases = [e for e in evs if e["cat"] == "phase" and inside(e, call)]
-        want = ["island", "leaders", "island"] if leader else ["island", "island"]
+        want, ops, nbytes = form(rank)
         assert [p["name"] for p in phases] == want, (rank, phases)
-        ops = ["Reduce", "AllReduce", "Broadcast"] if leader else ["Reduce", "Broadcast"]
         assert [p["args"]["op"] for p in phases] == ops
         assert [p["args"]["step"] for p in phases] == list(range(len(want)))
         for a, b in zip(phases, phases[1:]):
             assert a["ts"] + a["dur"] <= b["ts"] + 1e-3, (rank, a, b)
-        assert all(p["args"]["bytes"] == NBYTES for p in phases)
-        if leader:  # the leaders' phase runs on another communicator than the island's
+        assert [p["args"]["bytes"] for p in phases] == nbytes
+        if len(phases) == 3:  # the phase across runs on another communicator than the island's
             assert phases[1]["args"]["comm"] != phases[0]["args"]["comm"]
             assert phases[0]["args"]["comm"] == phases[2]["args"]["comm"]
+            across[rank] = phases[1]["args"]["comm"]
 
         # Each phase ran one engine collective inside it; its messages lie
         # inside the call, on the phase's communicator.
@@ -147,17 +177,16 @@ def test_hier_allreduce_trace(tmp_path: Path) -> None:
             sends[rank, peer] = n
         for peer, n in piece_bytes(mine, "recv").items():
             recvs[peer, rank] = n
-        # A leader reduces what its island member sent, then what the
-        # other leader sent.
+        # Leaders: a leader reduces what its island member sent, then what
+        # the other leader sent. Rails: every rank reduces its island
+        # peer's half, then its rail peer's.
         reduces = [e for e in mine if e["cat"] == "reduce"]
-        assert len(reduces) == (2 if leader else 0), (rank, reduces)
+        assert len(reduces) == (2 if leader or rails == "1" else 0), (rank, reduces)
 
-    # What the algorithms move: the island's Reduce sends the member's
-    # buffer to its leader, the leaders swap theirs (2 ranks: one direct
-    # exchange), the island's Broadcast sends the result back.
-    expected = {(1, 0): NBYTES, (3, 2): NBYTES, (0, 2): NBYTES, (2, 0): NBYTES,
-                (0, 1): NBYTES, (2, 3): NBYTES}
+    expected = RAILS_BYTES if rails == "1" else LEADERS_BYTES
     assert sends == expected
+    if rails == "1":  # rail 0 is the leaders' communicator, rail 1 another
+        assert across[0] == across[2] != across[1] == across[3], across
     assert recvs == expected  # every byte sent was received, by the peer it was sent to
 
     # The grouped AllReduce: its phases run inside ncclGroupEnd.
@@ -165,8 +194,7 @@ def test_hier_allreduce_trace(tmp_path: Path) -> None:
         group = [e for e in evs if e["cat"] == "call" and e["name"] == "GroupEnd"]
         assert len(group) == 1, (rank, group)
         phases = [e["name"] for e in evs if e["cat"] == "phase" and inside(e, group[0])]
-        assert phases == (["island", "leaders", "island"] if rank in LEADERS
-                          else ["island", "island"]), (rank, phases)
+        assert phases == form(rank)[0], (rank, phases)
 
 
 def rank_calls(count: int, calls: int) -> int:

@@ -95,11 +95,14 @@ struct ncclComm {
   size_t stage_piece;
   /* Hierarchical collectives (core/hier.h): set on every rank or on
    * none; then the ranks of this rank's island (NULL where it is alone)
-   * and the first rank of every island (NULL on the others). Made at init
-   * by splitting this communicator; owned by it. */
+   * and the first rank of every island (NULL on the others); where every
+   * island holds as many ranks, the ranks of this rank's index in every
+   * island (its rail; NULL on a leader, whose rail is `leaders`). Made at
+   * init by splitting this communicator; owned by it. */
   int hier;
   struct ncclComm *island;
   struct ncclComm *leaders;
+  struct ncclComm *rail;
   struct hetccl_hier_map *hier_map; /* where every rank's island lies (core/hier.h) */
   /* An internal communicator presents this island id at init instead of
    * HETCCL_ISLANDS's (island_forced set): the whole island one id, each
@@ -108,7 +111,7 @@ struct ncclComm {
   int32_t island_force_id;
   int island_inherited;          /* a user's split: island_force_id is its island in the parent */
   /* How the user numbers this communicator's ranks, for messages: NULL
-   * where it is the user's own; for an internal one (island, leaders), the
+   * where it is the user's own; for an internal one (island, leaders, rail), the
    * ranks they have in the communicator it serves. Handed to the
    * transports and the engine; owned here. */
   int32_t self_user_rank;
@@ -125,7 +128,7 @@ struct ncclComm {
   /* Payload bytes the CPU copied, per transport (hetccl_transport_args_t
    * .copied; added by whichever thread drives the engine, relaxed atomics),
    * and at HETCCL_COPIED_PLANE by the data plane's host executor (into and
-   * out of its slots); hetcclCommCopiedBytes adds an island's and leaders'
+   * out of its slots); hetcclCommCopiedBytes adds an island's, leaders' and rail's
    * communicators. */
   uint64_t copied[HETCCL_COPIED_PATHS];
   hetccl_tag_mismatch_t mismatch; /* first signature mismatch seen (engine, transports) */

@@ -86,13 +86,24 @@ ncclResult_t hetccl_hier_setup(ncclComm_t comm) {
                                           comm->rank, &config, leader, &comm->island));
   HETCCL_CHECK(hetccl_comm_split_internal(comm, comm->rank == leader ? 0 : NCCL_SPLIT_NOCOLOR,
                                           comm->rank, &config, comm->rank, &comm->leaders));
+  /* Rail j: index j of every island, numbered by island as the leaders
+   * are; rail 0 is the leaders themselves. */
+  int index = 0;
+  for (int q = 0; q < comm->rank; q++) index += m->of[q] == mine;
+  if (m->equal && size > 1 && hetccl_knob_int(HETCCL_KNOB_HIER_RAILS)) {
+    HETCCL_CHECK(hetccl_comm_split_internal(comm, index > 0 ? index : NCCL_SPLIT_NOCOLOR, mine,
+                                            &config, comm->rank, &comm->rail));
+    m->rails = 1;
+  }
   comm->hier = 1;
   const char *inside = !comm->island ? "no one else"
                        : comm->island->vendor ? comm->island->vendor->backend : "engine";
+  char rail[64] = "";
+  if (m->rails) snprintf(rail, sizeof(rail), "; %d rails, this rank on rail %d", size, index);
   INFO(HETCCL_INIT, "rank %d of %d: hierarchical, %d islands (%s, %s sizes); mine has %d ranks "
-       "led by rank %d (inside it: %s)%s", comm->rank, n, m->islands,
+       "led by rank %d (inside it: %s)%s%s", comm->rank, n, m->islands,
        m->contiguous ? "contiguous" : "interleaved", m->equal ? "equal" : "unequal", size, leader,
-       inside, comm->leaders ? "; this rank joins the leaders" : "");
+       inside, comm->leaders ? "; this rank joins the leaders" : "", rail);
   return ncclSuccess;
 }
 
@@ -195,27 +206,44 @@ static ncclResult_t child_error(ncclComm_t c) {
   return err == ncclInProgress ? ncclSuccess : err;
 }
 
-ncclResult_t hetccl_hier_error(ncclComm_t comm) {
-  ncclResult_t err = child_error(comm->island);
-  return err != ncclSuccess ? err : child_error(comm->leaders);
+/* The internal communicators this rank belongs to: those across the
+ * islands first (teardown's order), then its island. */
+#define HIER_KIDS 3
+static void kids_of(ncclComm_t comm, ncclComm_t kids[HIER_KIDS]) {
+  kids[0] = comm->leaders;
+  kids[1] = comm->rail;
+  kids[2] = comm->island;
 }
 
-void hetccl_hier_finalize(ncclComm_t comm) {
-  if (comm->island) (void)hetccl_comm_finalize(comm->island);
-  if (comm->leaders) (void)hetccl_comm_finalize(comm->leaders);
+ncclResult_t hetccl_hier_error(ncclComm_t comm) {
+  ncclComm_t kids[HIER_KIDS];
+  kids_of(comm, kids);
+  ncclResult_t err = ncclSuccess;
+  for (int i = 0; i < HIER_KIDS && err == ncclSuccess; i++) err = child_error(kids[i]);
+  return err;
+}
+
+void hetccl_hier_finalize(ncclComm_t comm) { /* the island first, as before the rails */
+  ncclComm_t kids[HIER_KIDS];
+  kids_of(comm, kids);
+  for (int i = HIER_KIDS - 1; i >= 0; i--)
+    if (kids[i]) (void)hetccl_comm_finalize(kids[i]);
 }
 
 void hetccl_hier_set_abort(ncclComm_t comm) {
-  if (comm->island) __atomic_store_n(&comm->island->abort_flag, 1, __ATOMIC_RELEASE);
-  if (comm->leaders) __atomic_store_n(&comm->leaders->abort_flag, 1, __ATOMIC_RELEASE);
+  ncclComm_t kids[HIER_KIDS];
+  kids_of(comm, kids);
+  for (int i = 0; i < HIER_KIDS; i++)
+    if (kids[i]) __atomic_store_n(&kids[i]->abort_flag, 1, __ATOMIC_RELEASE);
 }
 
 void hetccl_hier_release(ncclComm_t comm, int abort) {
-  ncclComm_t kids[2] = {comm->leaders, comm->island};
-  comm->leaders = comm->island = NULL;
+  ncclComm_t kids[HIER_KIDS];
+  kids_of(comm, kids);
+  comm->leaders = comm->island = comm->rail = NULL;
   hetccl_hier_map_free(comm, comm->hier_map);
   comm->hier_map = NULL;
-  for (int i = 0; i < 2; i++) {
+  for (int i = 0; i < HIER_KIDS; i++) {
     if (!kids[i]) continue;
     if (abort) (void)hetccl_comm_abort(kids[i]);
     else (void)hetccl_comm_destroy(kids[i]);
@@ -247,7 +275,8 @@ static void fail_engine_of(ncclComm_t c, ncclResult_t res, const char *why) {
 }
 
 void hetccl_hier_fail(ncclComm_t comm, ncclResult_t res, const char *why) {
-  fail_engine_of(comm->island, res, why);
-  fail_engine_of(comm->leaders, res, why);
+  ncclComm_t kids[HIER_KIDS];
+  kids_of(comm, kids);
+  for (int i = 0; i < HIER_KIDS; i++) fail_engine_of(kids[i], res, why);
   fail_engine_of(comm, res, why);
 }

@@ -13,6 +13,14 @@
  *            the engine does.
  *   leaders  the first rank of every island, an engine communicator across
  *            the islands; NULL on the other ranks.
+ *   rail     where every island holds as many ranks, k (and HETCCL_HIER_RAILS):
+ *            the ranks of this rank's index j in every island, one per
+ *            island, an engine communicator across the islands numbered
+ *            as the leaders number them. Rail 0 is the leaders, so a
+ *            leader's `rail` stays NULL (hier_rail gives `leaders`).
+ *            k rails cross at once, each carrying 1/k of an AllReduce,
+ *            where the leaders alone would carry all of it through one
+ *            rank's link (one GPU's, one NIC's).
  *
  * The collectives then run in phases on these two (core/hier_ops.c has
  * the table of forms); HETCCL_HIER=0 turns it off.
@@ -42,6 +50,7 @@ typedef struct hetccl_hier_map {
   int islands;
   int *first, *size, *of;
   int contiguous, equal;
+  int rails; /* every rank has a rail (hier_rail): equal islands of 2 ranks or more */
   void *scratch;
   size_t scratch_bytes;
   int scratch_on_device;
@@ -49,10 +58,15 @@ typedef struct hetccl_hier_map {
   hetccl_hier_stage_t *stages; /* host buffers' staging pairs (core/hier_host.c) */
 } hetccl_hier_map_t;
 
-/* After the engine is up: make comm->island, comm->leaders and
- * comm->hier_map where the islands call for them (collective over comm;
- * the same choice on every rank). */
+/* After the engine is up: make comm->island, comm->leaders, comm->rail
+ * and comm->hier_map where the islands call for them (collective over
+ * comm; the same choice on every rank). */
 ncclResult_t hetccl_hier_setup(ncclComm_t comm);
+
+/* This rank's rail (the leaders on a leader), or NULL where there are none. */
+static inline ncclComm_t hetccl_hier_rail(ncclComm_t comm) {
+  return comm->rail ? comm->rail : comm->hier_map && comm->hier_map->rails ? comm->leaders : NULL;
+}
 
 /* At least `bytes` of scratch, of the kind of memory `like` is (device
  * memory on comm's device, or host memory), kept in comm's map. Growing
@@ -116,7 +130,7 @@ void hetccl_hier_set_abort(ncclComm_t comm);
 void hetccl_hier_release(ncclComm_t comm, int abort);
 
 /* A phase failed on this rank with `why`: fail the engines of its island,
- * leaders and own communicators, so that their peers learn it promptly. */
+ * leaders, rail and own communicators, so that their peers learn it promptly. */
 void hetccl_hier_fail(ncclComm_t comm, ncclResult_t res, const char *why);
 
 /* The first error of an internal communicator, ncclSuccess if none. */

@@ -8,6 +8,9 @@
  *
  *   collective     inside, first           across the leaders        inside, last
  *   AllReduce      Reduce to L             AllReduce                 Broadcast from L
+ *   AllReduce on   ReduceScatter: slice j  AllReduce of slice j      AllGather of the
+ *   rails (+)      to index j              on rail j, every rail     slices
+ *                                          at once
  *   Broadcast      I: Broadcast from R     Broadcast from I's L      others: Broadcast from L
  *   Reduce         Reduce to L             Reduce to I's L           I: L sends to R (R != L)
  *   AllGather *    AllGather into the      AllGather of the slices   Broadcast of the other
@@ -19,6 +22,14 @@
  *
  *   * only where every island's ranks are consecutive (hier.h, contiguous):
  *     the island's slice of the receive buffer is then one block.
+ *   + where the islands have rails (hier.h: equal sizes k > 1) and the
+ *     message has HETCCL_HIER_RAILS_MIN bytes or more: each rank's link
+ *     carries 1/k of the message across instead of the leader's carrying
+ *     all of it. The count's last count % k elements (no ReduceScatter
+ *     takes uneven slices) take the leaders' form, its phases in the same
+ *     slots. Below the threshold, the leaders' form: on 4 x H100 it took
+ *     117 us at 1 MiB where the rails took 180-250 (twice the programs to
+ *     launch across), and the rails gained from 16 MiB (docs/islands.md).
  *
  * ncclAvg and PreMulSum are not composable across phases (an average of
  * averages is wrong for islands of different sizes) and run flat, over
@@ -84,8 +95,16 @@ int hetccl_hier_applies(ncclComm_t comm, const hetccl_op_t *op) {
 
 /* --- phases ----------------------------------------------------------------------- */
 
-/* Where the phase that failed ran, for the message. */
-typedef enum { IN_ISLAND, ACROSS_LEADERS } where_t;
+/* Where a phase runs (and the one that failed ran, for the message). */
+typedef enum { IN_ISLAND, ACROSS_LEADERS, ACROSS_RAIL } where_t;
+
+static ncclComm_t where_comm(ncclComm_t c, where_t where) {
+  return where == IN_ISLAND ? c->island : where == ACROSS_LEADERS ? c->leaders : hetccl_hier_rail(c);
+}
+
+static const char *where_name(where_t where) {
+  return where == IN_ISLAND ? "island" : where == ACROSS_LEADERS ? "leaders" : "rail";
+}
 
 /* A form's phases fall in numbered slots, the same on every rank (the
  * table's columns: 0 inside first, 1 across, 2 and 3 inside last), a rank
@@ -130,8 +149,8 @@ static size_t partials_bytes(ncclComm_t c, const hetccl_op_t *op) {
 /* A phase's event, when tracing (t0 from HETCCL_TRACE_BEGIN()). */
 static void traced(form_t *f, const hetccl_op_t *p, uint64_t t0) {
   if (t0)
-    hetccl_comm_trace_phase(f->comm, f->where == IN_ISLAND ? f->comm->island : f->comm->leaders,
-                            p, f->step++, t0);
+    hetccl_comm_trace_phase(f->comm, where_comm(f->comm, f->where), where_name(f->where), p,
+                            f->step++, t0);
 }
 
 /* One phase in `slot`: op as `kind` on c (forwarded or engine), count
@@ -152,7 +171,7 @@ static ncclResult_t phase(form_t *f, int slot, where_t where, hetccl_op_kind_t k
     p.redop = HETCCL_NO_REDOP;
   f->where = where;
   uint64_t t0 = HETCCL_TRACE_BEGIN();
-  ncclResult_t res = hetccl_dispatch(where == IN_ISLAND ? f->comm->island : f->comm->leaders, &p);
+  ncclResult_t res = hetccl_dispatch(where_comm(f->comm, where), &p);
   traced(f, &p, t0);
   return res;
 }
@@ -188,21 +207,42 @@ static int island_rank(const hetccl_hier_map_t *m, int r) {
 
 /* --- the forms -------------------------------------------------------------------- */
 
-static ncclResult_t all_reduce(form_t *f) {
+/* Through the leaders: `count` elements from element `from` on. */
+static ncclResult_t all_reduce_leaders(form_t *f, size_t from, size_t count) {
   const hetccl_op_t *op = f->op;
   ncclComm_t c = f->comm;
-  const void *across = op->sendbuf;
+  const void *send = at(op->sendbuf, from, f->elem), *across = send;
+  void *recv = at(op->recvbuf, from, f->elem);
   if (c->island) {
-    HETCCL_CHECK(phase(f, 0, IN_ISLAND, HETCCL_OP_Reduce, op->sendbuf, op->recvbuf, op->count, 0));
-    across = op->recvbuf;
+    HETCCL_CHECK(phase(f, 0, IN_ISLAND, HETCCL_OP_Reduce, send, recv, count, 0));
+    across = recv;
   }
   if (c->leaders)
-    HETCCL_CHECK(phase(f, 1, ACROSS_LEADERS, HETCCL_OP_AllReduce, across, op->recvbuf, op->count,
-                       HETCCL_NO_ROOT));
-  if (c->island)
     HETCCL_CHECK(
-        phase(f, 2, IN_ISLAND, HETCCL_OP_Broadcast, op->recvbuf, op->recvbuf, op->count, 0));
+        phase(f, 1, ACROSS_LEADERS, HETCCL_OP_AllReduce, across, recv, count, HETCCL_NO_ROOT));
+  if (c->island) HETCCL_CHECK(phase(f, 2, IN_ISLAND, HETCCL_OP_Broadcast, recv, recv, count, 0));
   return ncclSuccess;
+}
+
+/* On the rails: island rank j reduces slice j of its island's inputs
+ * (in place where the user's call is: NCCL's in-place ReduceScatter
+ * writes slice `rank` of its input), rail j all-reduces it across the
+ * islands, and the island gathers the slices in place. */
+static ncclResult_t all_reduce(form_t *f) {
+  const hetccl_op_t *op = f->op;
+  size_t k = (size_t)f->map->size[f->mine], slice = op->count / k;
+  if (!f->map->rails || slice == 0 ||
+      op->count * f->elem < (size_t)hetccl_knob_int(HETCCL_KNOB_HIER_RAILS_MIN))
+    return all_reduce_leaders(f, 0, op->count);
+  ncclComm_t c = f->comm;
+  size_t j = (size_t)island_rank(f->map, c->rank), body = slice * k;
+  void *mine = at(op->recvbuf, j * slice, f->elem);
+  HETCCL_CHECK(phase(f, 0, IN_ISLAND, HETCCL_OP_ReduceScatter, op->sendbuf, mine, slice,
+                     HETCCL_NO_ROOT));
+  HETCCL_CHECK(phase(f, 1, ACROSS_RAIL, HETCCL_OP_AllReduce, mine, mine, slice, HETCCL_NO_ROOT));
+  HETCCL_CHECK(phase(f, 2, IN_ISLAND, HETCCL_OP_AllGather, mine, op->recvbuf, slice,
+                     HETCCL_NO_ROOT));
+  return body < op->count ? all_reduce_leaders(f, body, op->count - body) : ncclSuccess;
 }
 
 static ncclResult_t broadcast(form_t *f) {

@@ -59,9 +59,9 @@ void hetccl_comm_trace_group_end(uint64_t t0) {
 
 /* --- hierarchical phases ------------------------------------------------------------ */
 
-void hetccl_comm_trace_phase(ncclComm_t comm, ncclComm_t on, const hetccl_op_t *phase,
-                             int step, uint64_t t0) {
-  hetccl_trace_ev_t ev = blank(HETCCL_TRACE_PHASE, on == comm->leaders ? "leaders" : "island");
+void hetccl_comm_trace_phase(ncclComm_t comm, ncclComm_t on, const char *where,
+                             const hetccl_op_t *phase, int step, uint64_t t0) {
+  hetccl_trace_ev_t ev = blank(HETCCL_TRACE_PHASE, where);
   ev.op = op_kind_names[phase->kind];
   ev.dtype = hetccl_dtype_name(phase->dtype);
   ev.bytes = phase->count * hetccl_dtype_size(phase->dtype);

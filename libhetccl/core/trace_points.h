@@ -27,10 +27,10 @@ uint64_t hetccl_comm_trace_group_begin(void);
 void hetccl_comm_trace_group_end(uint64_t t0);
 
 /* One phase of a hierarchical collective on comm: `phase` ran on `on`
- * (its island or leaders communicator) from t0 until now; step counts
- * the call's phases from 0. */
-void hetccl_comm_trace_phase(ncclComm_t comm, ncclComm_t on, const hetccl_op_t *phase,
-                             int step, uint64_t t0);
+ * (its island, leaders or rail communicator, named by `where`) from t0
+ * until now; step counts the call's phases from 0. */
+void hetccl_comm_trace_phase(ncclComm_t comm, ncclComm_t on, const char *where,
+                             const hetccl_op_t *phase, int step, uint64_t t0);
 
 /* Engine work on comm: task t (a collective), the sends and receives of a
  * batch (batch_end with ENGINE: the list's sends and receives), or the data

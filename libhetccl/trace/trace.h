@@ -24,8 +24,8 @@
  *
  * Lanes. pid is the rank + 1 (Perfetto takes pid 0 for the kernel's idle
  * task; process_name says "rank R"), the rank being the one in the
- * communicator the user called (an island's or leaders' communicator
- * counts as its parent's); tid is the thread that ran the event (the API thread, a proxy thread), or,
+ * communicator the user called (an island's, leaders' or rail's
+ * communicator counts as its parent's); tid is the thread that ran the event (the API thread, a proxy thread), or,
  * for messages, a lane per peer and direction ("send to rank 2"): messages
  * to one peer overlap in flight, so each is drawn from when it was posted,
  * or when the one before it on its lane finished if later, to when the
@@ -40,7 +40,7 @@
  *   GROUP   call    GroupEnd               core/entry_group.c: the outermost ncclGroupEnd,
  *                                          where a group's engine work and deferred
  *                                          hierarchical collectives run
- *   PHASE   phase   island, leaders        core/hier_ops.c: one phase of a hierarchical
+ *   PHASE   phase   island, leaders, rail  core/hier_ops.c: one phase of a hierarchical
  *                                          collective (args.op: the phase's collective,
  *                                          args.step: its place in the call, from 0)
  *   ENGINE  engine  AllReduce, ..., p2p    core/group.c: one collective, or one batch of
@@ -133,7 +133,7 @@ int hetccl_trace_context_rank(void);
 
 /* Calls: the outermost call on a thread opens a frame (its rank, comm and
  * seq become the context) and returns its start; a call made inside it (a
- * hierarchical phase runs as calls on the island and leaders
+ * hierarchical phase runs as calls on the island, leaders and rail
  * communicators) returns 0 and records nothing. call_end records the call
  * (ev says its rank, comm and seq) and closes the frame. hetccl_trace_seq:
  * the context's seq, which the engine tasks a call makes carry. */

@@ -128,6 +128,10 @@
     "0: never forward to a vendor library, run every collective on hetccl's engine") \
   X(HIER, "HETCCL_HIER", INT, "1", 0, 1,                                       \
     "1: where a communicator spans several islands and one holds several ranks, AllReduce, Broadcast, Reduce, AllGather and ReduceScatter run inside each island (its vendor library where it has one), across the islands' first ranks, and inside again (docs/islands.md); 0: over every rank on the engine") \
+  X(HIER_RAILS, "HETCCL_HIER_RAILS", INT, "1", 0, 1,                           \
+    "1: where every island holds as many ranks, AllReduce reduce-scatters inside each island, all-reduces each slice across the islands on the ranks of its index in every island at once (the rails), and all-gathers inside again; 0: the island's first rank carries the whole message across (docs/islands.md)") \
+  X(HIER_RAILS_MIN, "HETCCL_HIER_RAILS_MIN", INT, "4M", 0, INT64_MAX,           \
+    "bytes from which an AllReduce takes the rails (HETCCL_HIER_RAILS); smaller ones go through the leaders, which cost fewer launches") \
   X(PLANE, "HETCCL_PLANE", ENUM("auto|on|off"), "auto", 0, 0,                  \
     "cross-island data plane: auto (ranks of one host, or of several with HETCCL_PLANE_HOSTS=all, some with device buffers, move data through shared pinned segments with the devices' copy engines and reduce on the devices), on (also when no rank has device buffers: host ranks through the same segments, for tests), off (the engine, device buffers staged through host memory)") \
   X(PLANE_PIECE, "HETCCL_PLANE_PIECE", INT, "4M", 4096, 1073741824,            \

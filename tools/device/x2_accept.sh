@@ -47,6 +47,12 @@
 #             between two (MEMOP_ARGS="--load 30": also beside a GEMM load)
 #   numa      tools/device/numa_copies.py: the copy engines against pinned
 #             host memory bound to each NUMA node, per GPU and both at once
+#   hier      on a machine of 4 GPUs or more (kind nvidia-h100-x4): nccl-tests
+#             -g N, 1 MiB to 1 GiB, the GPUs in two islands of N/2
+#             (HETCCL_ISLANDS=0,0,1,1): AllReduce on the rails (default),
+#             through the leaders (HETCCL_HIER_RAILS=0), flat (one island
+#             per GPU), beside NCCL and its shared-memory path; then
+#             all_gather, reduce_scatter and broadcast on the two islands
 # STAGES="..." picks stages (build always runs). NCCL_NVLS_ENABLE=0.
 set -u
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
@@ -177,6 +183,30 @@ do_host() { # what the host gives pinned shared memory: pages, NUMA, the GPUs' l
   for g in /sys/bus/pci/devices/*/iommu_group; do readlink "$g"; done 2>/dev/null | sort -u | wc -l
 }
 do_numa() { $PY tools/device/numa_copies.py; }
+ntg() { # ntg LABEL COLL ENV... : nccl-tests -g (every GPU), 1 MiB .. 1 GiB
+  echo "--- $1"
+  env "${@:3}" LD_LIBRARY_PATH="$(dirname "$REAL_NCCL")" timeout 90 \
+    $NT/"$2"_perf -g "$(nvidia-smi -L | wc -l)" -b 1M -e 1G -f 4 -n 20 -w 5 -c 1
+}
+do_hier() {
+  local n halves flat c
+  n=$(nvidia-smi -L | wc -l)
+  [ "$n" -ge 4 ] || { echo "FAIL: $n GPUs, the stage needs 4 or more"; return 1; }
+  halves=$($PY -c "print(','.join(str(2 * i // $n) for i in range($n)))")
+  flat=$($PY -c "print(','.join(str(i) for i in range($n)))")
+  ntg "hetccl all_reduce rails ($halves)" all_reduce LD_PRELOAD=$LIB HETCCL_ISLANDS=$halves || echo "FAIL: rails"
+  ntg "hetccl all_reduce leaders ($halves)" all_reduce LD_PRELOAD=$LIB HETCCL_ISLANDS=$halves HETCCL_HIER_RAILS=0 || echo "FAIL: leaders"
+  ntg "hetccl all_reduce flat ($flat)" all_reduce LD_PRELOAD=$LIB HETCCL_ISLANDS=$flat || echo "FAIL: flat"
+  ntg "nccl all_reduce" all_reduce || echo "FAIL: nccl"
+  ntg "nccl NCCL_P2P_DISABLE=1 all_reduce" all_reduce NCCL_P2P_DISABLE=1 || echo "FAIL: nccl-shm"
+  ntg "hetccl all_reduce rails again ($halves)" all_reduce LD_PRELOAD=$LIB HETCCL_ISLANDS=$halves || echo "FAIL: rails"
+  ntg "hetccl all_reduce leaders again ($halves)" all_reduce LD_PRELOAD=$LIB HETCCL_ISLANDS=$halves HETCCL_HIER_RAILS=0 || echo "FAIL: leaders"
+  for c in ${HIER_COLLS-all_gather reduce_scatter broadcast}; do
+    ntg "hetccl $c ($halves)" $c LD_PRELOAD=$LIB HETCCL_ISLANDS=$halves || echo "FAIL: $c"
+    ntg "nccl $c" $c || echo "FAIL: nccl $c"
+  done
+  ! grep -q "^FAIL" "$OUT/21-hier.log"
+}
 do_memop() { $PY tools/device/memop_gap.py --peer 1 --watchdog 180 ${MEMOP_ARGS-}; }
 do_cupy() { $PY tools/device/cupy_api_check.py --ranks 2; }
 do_torch3() {
@@ -202,9 +232,9 @@ do_train() {
   $PY tools/device/train_bench.py "$OUT/train.json" "${args[@]}" ${TRAIN_ARGS-}
 }
 
-export ROOT OUT PY LIB REAL_NCCL NT NTM MPICH COLLS TRAIN_VARIANTS TRAIN_ARGS NT_VARIANTS NT_VARIANT_MIN PERF_COLLS PYTEST_K MEMOP_ARGS
+export ROOT OUT PY LIB REAL_NCCL NT NTM MPICH COLLS HIER_COLLS TRAIN_VARIANTS TRAIN_ARGS NT_VARIANTS NT_VARIANT_MIN PERF_COLLS PYTEST_K MEMOP_ARGS
 export -f note bounded nt nt_table nt_make mpi_home ntm do_ntmpibuild do_ntmpi do_profile do_host do_build do_ntbuild do_limit do_nt do_perf do_train do_big do_readpath \
-  do_variants do_numa do_memop do_cupy do_torch3 do_torch3trace do_torch3san do_pytest
+  do_variants do_numa ntg do_hier do_memop do_cupy do_torch3 do_torch3trace do_torch3san do_pytest
 export PYTHONPATH=$ROOT/python:/tmp/site${PYTHONPATH:+:$PYTHONPATH}
 STAGES=${STAGES:-ntbuild limit nt pytest train variants perf big readpath cupy torch3}
 stage 01 build 240 do_build
@@ -224,6 +254,7 @@ if [ -f "$LIB" ]; then
   want profile && stage 14 profile 150 do_profile
   want memop && stage 15 memop 200 do_memop
   want numa && stage 20 numa 120 do_numa
+  want hier && stage 21 hier 540 do_hier
   want cupy && stage 10 cupy 120 do_cupy
   want torch3 && stage 11 torch3 180 do_torch3
   want torch3trace && stage 16 torch3trace 180 do_torch3trace
