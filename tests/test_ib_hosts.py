@@ -8,6 +8,8 @@ checked against numpy as tests/test_collectives.py checks them.
   (HETCCL_TRANSPORT=auto) and ib across;
 - the same two sweeps with the data plane spanning the hosts
   (HETCCL_PLANE=on, HETCCL_PLANE_HOSTS=all: plane/bridge.c);
+- 4 ranks, 2 + 2, each host an island: the hierarchical forms, AllReduce
+  on both rails at once across the wire;
 - 256 MiB each way between the VMs in one send/recv, checked byte for byte.
 
 Not in CI: across the emulated wire a round trip takes tens of
@@ -39,11 +41,11 @@ BIG = 256 << 20
 
 def _here(nranks: int) -> List[int]:
     """The ranks this VM runs: one each for 2 ranks; 0 and 1 on host 0 and
-    2 on host 1 for 3."""
+    2 (and 3) on host 1 for 3 (4)."""
     host = int(os.environ["RXE_VM_HOST"])
     if nranks == 2:
         return [host]
-    return [0, 1] if host == 0 else [2]
+    return [0, 1] if host == 0 else list(range(2, nranks))
 
 
 def _run_here(fn: Callable[..., Any], nranks: int, name: str, args: Sequence[Any],
@@ -96,6 +98,23 @@ def test_ib_hosts_sweep(nranks: int, plane: bool) -> None:
     t0 = time.monotonic()
     env = {"HETCCL_TRANSPORT": "auto", **(PLANE_ACROSS if plane else {})}
     got = _run_here(rank_sweep, nranks, spec.name, [spec], env, 1700)
+    for rank, (checks, failures) in sorted(got.items()):
+        print(f"\n[ib hosts] {spec.name}: host {os.environ['RXE_VM_HOST']} rank {rank}: "
+              f"{checks} checks, {len(failures)} wrong, {time.monotonic() - t0:.0f} s")
+        assert failures == [], "\n".join(failures[:20])
+        assert checks > 0
+
+
+@pytest.mark.timeout(1800)
+def test_ib_hosts_rails() -> None:
+    """4 ranks, 2 + 2, each host an island (HETCCL_ISLANDS=0,0,1,1): the
+    hierarchical forms with shm inside each host and ib across, AllReduce
+    on both rails at once (ranks 0 and 2, 1 and 3; core/hier.h) at every
+    size."""
+    spec = Sweep("hosts-n4-rails", 4, counts=(7, 1031), large=LARGE_SET)
+    t0 = time.monotonic()
+    env = {"HETCCL_TRANSPORT": "auto", "HETCCL_ISLANDS": "0,0,1,1", "HETCCL_HIER_RAILS_MIN": "0"}
+    got = _run_here(rank_sweep, 4, spec.name, [spec], env, 1700)
     for rank, (checks, failures) in sorted(got.items()):
         print(f"\n[ib hosts] {spec.name}: host {os.environ['RXE_VM_HOST']} rank {rank}: "
               f"{checks} checks, {len(failures)} wrong, {time.monotonic() - t0:.0f} s")
