@@ -16,7 +16,12 @@ ranks reach each other only across devices is a two-host case.
 - a rank limited to one rail (HETCCL_IB_RAILS=1) among two-rail ranks:
   its pairs use one, the others two, and every result is right;
 - HETCCL_IB_RAILS=1 everywhere: rxe1 carries nothing; and each rank says
-  at INFO which devices are its rails.
+  at INFO which devices are its rails;
+- NIC affinity (HETCCL_IB_NEAR, transport/ib/ib_near.c): stand-in HIP
+  ranks whose GPU a sysfs tree of the test's own (HETCCL_SYSFS) places
+  beside rxe1, rxe0 under another root complex, take rxe1 alone, which
+  then carries their bytes; with HETCCL_IB_NEAR=0 they take both, in the
+  verbs list's order.
 """
 
 from __future__ import annotations
@@ -37,6 +42,7 @@ from hetccl.nccl import NcclCommunicator
 from failing_ranks import _ok_results, _run_ranks
 from test_ib import F32, IB_ENV, MAX_SHOWN, HostMemory, f32_at
 from test_ib_qps import CHUNK, rank_rdv_sweep
+from test_ib_devmem import hip_fakes, run_hip_ranks  # noqa: F401 (a fixture)
 
 pytestmark = [pytest.mark.usefixtures("hetccl_library"), pytest.mark.rdma]
 
@@ -192,3 +198,52 @@ def test_ib_rails_differ_between_ranks(tmp_path: Path) -> None:
     # half of one rank's bytes, and acks of it.
     half = REPS * BIG // 2 // MTU_PAYLOAD
     assert 0.9 * half <= sent <= 1.5 * half, (sent, half)
+
+
+def fake_sysfs(root: Path) -> Path:
+    """A PCI tree in which the stand-in HIP runtime's current device, 1 (bus id
+    0000:c1:00.0) sits under one switch with rxe1, and rxe0 under another
+    root complex."""
+    gpu = root / "devices/pci0000:00/0000:00:01.0/0000:09:00.0/0000:c1:00.0"
+    near = root / "devices/pci0000:00/0000:00:01.0/0000:09:00.0/0000:0b:00.0"
+    far = root / "devices/pci0000:80/0000:80:01.0/0000:81:00.0"
+    for d in (gpu, near, far, root / "bus/pci/devices", root / "class/infiniband/rxe0",
+              root / "class/infiniband" / RAIL1_DEV):
+        d.mkdir(parents=True, exist_ok=True)
+    (root / "bus/pci/devices/0000:c1:00.0").symlink_to(gpu)
+    (root / "class/infiniband" / RAIL1_DEV / "device").symlink_to(near)
+    (root / "class/infiniband/rxe0/device").symlink_to(far)
+    return root
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("near", ["1", "0"])
+def test_ib_gpu_takes_the_nic_beside_it(near: str, tmp_path: Path,
+                                        hip_fakes: Dict[str, Path]) -> None:  # noqa: F811
+    sysfs = fake_sysfs(tmp_path / "sys")
+    before = rail1_sent()
+    results = run_hip_ranks(tmp_path, hip_fakes["6"],
+                            {"T_IBDEV": "1", "T_BYTES": str(256 << 10), "HETCCL_SYSFS": str(sysfs),
+                             "HETCCL_IB_NEAR": near, "HETCCL_IB_QPS": "1"})
+    sent = rail1_sent() - before
+    print(f"\n[ib near={near}] rxe1 sent {sent} packets")
+    for rank, res in enumerate(results):
+        assert "error" not in res, res
+        assert res["kind"] == "hip" and res["wrong"] == [], res
+        log = res["log"]
+        if near == "1":
+            assert re.search(rf"ib rank {rank}: GPU 0000:c1:00.0 takes {RAIL1_DEV}, the nearest it "
+                             r"on the PCI tree: 2 steps from it", log), log[-3000:]
+            assert re.search(rf"ib rank {rank}: rail 0 of 1: {RAIL1_DEV} port 1", log), log[-3000:]
+            assert "rxe0 (distance 69 from the GPU, not 2: left to ranks nearer it)" in log, \
+                log[-3000:]
+        else:
+            assert "takes" not in log, log[-3000:]
+            assert re.search(rf"ib rank {rank}: rail 0 of 2: rxe0 port 1", log), log[-3000:]
+            assert re.search(rf"ib rank {rank}: rail 1 of 2: {RAIL1_DEV} port 1", log), log[-3000:]
+    # With affinity the ranks' collectives (several 256 KiB ones) cross
+    # rxe1 alone: about a packet per KiB each way. Without it rxe1 is rail
+    # 1, which carries only a share of the RDMA WRITEs (260 packets when
+    # this was written), so nothing is asserted of it.
+    if near == "1":
+        assert sent > 1000, sent

@@ -60,6 +60,7 @@ struct ncclComm {
   uint64_t magic;
   int rank, nranks;
   int dev;                       /* GPU device, -1 for host ranks */
+  char busid[32];                /* its PCI bus id ("0000:1b:00.0"), "" for host ranks */
   hetccl_dev_kind_t dev_kind;
   hetccl_dev_kind_t ptr_kind;    /* runtime that can tell device pointers apart (HOST: none) */
   int blocking;                  /* config.blocking resolved (1 default) */

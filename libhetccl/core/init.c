@@ -249,7 +249,8 @@ ncclResult_t hetccl_comm_create(int nranks, int rank, const ncclConfig_t *config
     /* The runtime (or the registry, for a missing table) WARNed the cause
      * (a library missing, no device); this adds where, not a second line. */
     const hetccl_runtime_t *rt = hetccl_runtime_get(comm->dev_kind);
-    res = rt ? rt->current_device(&comm->dev, NULL, 0) : ncclInternalError;
+    res = rt ? rt->current_device(&comm->dev, comm->busid, sizeof(comm->busid))
+             : ncclInternalError;
     if (res != ncclSuccess) {
       hetccl_last_error_prefix("ncclCommInitRank: cannot read the current %s device",
                                hetccl_dev_kind_name(comm->dev_kind));
@@ -508,7 +509,8 @@ static ncclResult_t init_engine(ncclComm_t comm, uint64_t comm_id, uint64_t secr
       .ifname = hetccl_knob_str(HETCCL_KNOB_SOCKET_IFNAME), .peer_note = &comm->peer_note,
       .mismatch = &comm->mismatch, .oversubscribed = oversubscribed,
       .user_ranks = comm->user_ranks,
-      .device = comm->ptr_kind == HETCCL_DEV_HOST ? NULL : hetccl_runtime_get(comm->ptr_kind)};
+      .device = comm->ptr_kind == HETCCL_DEV_HOST ? NULL : hetccl_runtime_get(comm->ptr_kind),
+      .busid = comm->busid};
   for (int t = 0; t < HETCCL_TRANSPORT_COUNT; t++) {
     if (!used[t]) continue;
     args.copied = &comm->copied[t];

@@ -119,6 +119,10 @@ typedef struct hetccl_transport_args {
    * (it stages device buffers through pinned host memory), except a send
    * whose source ctx_reaches accepted (req->device_src). */
   const struct hetccl_runtime *device;
+  /* This rank's GPU's PCI bus id ("0000:1b:00.0"), "" for a host rank:
+   * where it sits, for a transport that picks the hardware nearest it
+   * (ib: HETCCL_IB_NEAR). */
+  const char *busid;
 } hetccl_transport_args_t;
 
 static inline void hetccl_copied_add(const hetccl_transport_args_t *args, size_t bytes) {

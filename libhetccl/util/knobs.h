@@ -72,6 +72,10 @@
     "NCCL's, honoured when HETCCL_IB_HCA is unset")                            \
   X(IB_RAILS, "HETCCL_IB_RAILS", INT, "4", 1, 4,                             \
     "most verbs devices (rails) one ib context uses, in the verbs list's order among those HETCCL_IB_HCA / NCCL_IB_HCA allows; a pair of ranks uses the smaller count, and stripes its RDMA WRITEs over HETCCL_IB_QPS queue pairs on each rail (eager pieces and control messages stay on the first)") \
+  X(IB_NEAR, "HETCCL_IB_NEAR", INT, "1", 0, 1,                                 \
+    "1: a GPU rank takes the allowed verbs devices nearest its GPU on the PCI tree (sysfs), only those at the least distance, HETCCL_IB_RAILS at most, so that each GPU uses the NIC beside it; 0: the verbs list's order, as host ranks and ranks whose NICs sysfs does not place (docs/transports.md)") \
+  X(SYSFS, "HETCCL_SYSFS", STR, "/sys", 0, 0,                                  \
+    "where sysfs is read from for the PCI tree (HETCCL_IB_NEAR); tests point it at a tree of their own") \
   X(IB_GID_INDEX, "HETCCL_IB_GID_INDEX", INT, "-1", -1, 255,                   \
     "GID index for the ib transport; -1: a RoCE v2 IPv4-mapped GID if the port has one, else 0") \
   X(IB_CHUNK, "HETCCL_IB_CHUNK", INT, "128K", 64, 1073741824,                  \

@@ -339,8 +339,9 @@ static ncclResult_t ib_ctx_create(const hetccl_transport_args_t *args, hetccl_tc
   int max_rails = (int)hetccl_knob_int(HETCCL_KNOB_IB_RAILS);
   if (max_rails > IB_QPS_MAX / ctx->qps) max_rails = IB_QPS_MAX / ctx->qps;
   hetccl_ib_dev_t devs[IB_RAILS_MAX];
-  HETCCL_CHECK_GOTO(hetccl_ib_devs_open(ctx->v, ctx->rank_user, devs, max_rails, &ctx->rails),
-                    res, fail);
+  HETCCL_CHECK_GOTO(
+      hetccl_ib_devs_open(ctx->v, ctx->rank_user, args->busid, devs, max_rails, &ctx->rails), res,
+      fail);
   for (int r = 0; r < ctx->rails; r++) ctx->rail[r].dev = devs[r];
   for (int r = 0; r < ctx->rails; r++) {
     ib_rail_t *rl = &ctx->rail[r];

@@ -117,16 +117,19 @@ typedef struct hetccl_ib_dev {
   uint16_t lid;
   int gid_index;
   union ibv_gid gid;
+  int distance;             /* from the rank's GPU on the PCI tree (ib_near.c), -1 unknown */
 } hetccl_ib_dev_t;
 
 /* Opens the devices NCCL_IB_HCA allows (HETCCL_IB_HCA wins; ib_hca.c),
- * each on its first allowed active port, at most `max` of them in the
- * verbs list's order, and picks each one's GID (HETCCL_IB_GID_INDEX, else
- * a RoCE v2 IPv4-mapped GID if the port has one, else index 0). *n = how
- * many (>= 1). ncclSystemError with a WARN listing what was found if none
- * fits; `rank`, as the user numbers it, only names the caller in messages. */
-ncclResult_t hetccl_ib_devs_open(const hetccl_ib_verbs_t *v, int rank, hetccl_ib_dev_t *devs,
-                                 int max, int *n);
+ * each on its first allowed active port, at most `max` of them, in the
+ * verbs list's order or, for a GPU rank (`busid`, its PCI bus id; "" or
+ * NULL for a host rank), the nearest its GPU (ib_near.c), and picks each
+ * one's GID (HETCCL_IB_GID_INDEX, else a RoCE v2 IPv4-mapped GID if the
+ * port has one, else index 0). *n = how many (>= 1). ncclSystemError with
+ * a WARN listing what was found if none fits; `rank`, as the user numbers
+ * it, only names the caller in messages. */
+ncclResult_t hetccl_ib_devs_open(const hetccl_ib_verbs_t *v, int rank, const char *busid,
+                                 hetccl_ib_dev_t *devs, int max, int *n);
 void hetccl_ib_dev_close(const hetccl_ib_verbs_t *v, hetccl_ib_dev_t *dev);
 /* 1 if hetccl_ib_devs_open would find a device with an active port (the
  * same choice, HETCCL_IB_HCA honoured), without a message: the ib table's

@@ -3,12 +3,14 @@
  * HETCCL_IB_GID_INDEX). Runs on the thread that creates the communicator;
  * only queries the devices. */
 #include <errno.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "transport/ib/ib.h"
 #include "transport/ib/ib_hca.h"
+#include "transport/ib/ib_near.h"
 #include "util/check.h"
 #include "util/knobs.h"
 #include "util/log.h"
@@ -85,24 +87,43 @@ static int port_find(const hetccl_ib_verbs_t *v, struct ibv_context *c, const ch
   return 0;
 }
 
-/* Opens, in the verbs list's order, up to `max` devices that `hca` allows
- * with an allowed active port: fills each one's vctx, port and name, and
- * attrs[i]. Returns how many (what it saw is in `seen`), -1 if the devices
- * cannot be listed. *allowed counts the devices the list allows. */
-static int dev_find(const hetccl_ib_verbs_t *v, const hetccl_ib_hca_t *hca, hetccl_ib_dev_t *devs,
-                    struct ibv_port_attr *attrs, int max, char *seen, size_t seen_len,
-                    int *allowed) {
+/* Opens up to `max` devices that `hca` allows with an allowed active port:
+ * fills each one's vctx, port and name, and attrs[i]. In the verbs list's
+ * order, or, where `gpu` (the rank's GPU's resolved sysfs path) places
+ * some of them (ib_near.c), nearest first and only those as near as the
+ * first one opened. Returns how many (what it saw is in `seen`, with each
+ * device's distance when known), -1 if the devices cannot be listed.
+ * *allowed counts the devices the list allows. */
+static int dev_find(const hetccl_ib_verbs_t *v, const hetccl_ib_hca_t *hca, const char *gpu,
+                    hetccl_ib_dev_t *devs, struct ibv_port_attr *attrs, int max, char *seen,
+                    size_t seen_len, int *allowed) {
   int ndev = 0, found = 0;
   struct ibv_device **list = v->get_device_list(&ndev);
   if (list == NULL) return -1;
   memset(devs, 0, (size_t)max * sizeof(*devs));
   *allowed = 0;
-  for (int i = 0; i < ndev; i++) {
+  struct ibv_device *ok[HETCCL_IB_NEAR_MAX];
+  const char *names[HETCCL_IB_NEAR_MAX];
+  for (int i = 0; i < ndev && *allowed < HETCCL_IB_NEAR_MAX; i++) {
     const char *name = v->get_device_name(list[i]);
     if (!hetccl_ib_hca_allows(hca, name, 0)) continue;
-    ++*allowed;
+    ok[*allowed] = list[i];
+    names[(*allowed)++] = name;
+  }
+  int order[HETCCL_IB_NEAR_MAX], dist[HETCCL_IB_NEAR_MAX], nearest = -1;
+  int near = hetccl_ib_near_order(hetccl_knob_str(HETCCL_KNOB_SYSFS), gpu, names, *allowed,
+                                  order, dist);
+  for (int k = 0; k < *allowed; k++) {
+    int i = order[k];
+    const char *name = names[i];
     if (found == max) continue; /* counted, not opened */
-    struct ibv_context *c = v->open_device(list[i]);
+    if (near && found > 0 && dist[i] != nearest) {
+      size_t used = strlen(seen);
+      snprintf(seen + used, seen_len - used, " %s (distance %d from the GPU, not %d: left to "
+               "ranks nearer it)", name, dist[i], nearest);
+      continue;
+    }
+    struct ibv_context *c = v->open_device(ok[i]);
     if (c == NULL) {
       size_t used = strlen(seen);
       snprintf(seen + used, seen_len - used, " %s (cannot open: %s)", name, strerror(errno));
@@ -124,6 +145,8 @@ static int dev_find(const hetccl_ib_verbs_t *v, const hetccl_ib_hca_t *hca, hetc
     hetccl_ib_dev_t *dev = &devs[found++];
     dev->vctx = c;
     dev->port = (uint8_t)port;
+    dev->distance = near ? dist[i] : -1;
+    if (found == 1) nearest = dev->distance;
     snprintf(dev->name, sizeof(dev->name), "%s", name);
   }
   v->free_device_list(list);
@@ -139,7 +162,7 @@ int hetccl_ib_dev_usable(void) {
   hetccl_ib_dev_t dev;
   struct ibv_port_attr attr;
   int allowed;
-  int found = dev_find(v, &hca, &dev, &attr, 1, seen, sizeof(seen), &allowed);
+  int found = dev_find(v, &hca, "", &dev, &attr, 1, seen, sizeof(seen), &allowed);
   TRACE(HETCCL_NET | HETCCL_INIT, "ib: %s active port%s%s%s%s (found:%s)",
         found > 0 ? "an" : "no", hca.n ? " allowed by " : "", hca.n ? hca.knob : "",
         hca.n ? "=" : "", hca.spec, seen[0] ? seen : " none");
@@ -164,15 +187,17 @@ static ncclResult_t dev_address(const hetccl_ib_verbs_t *v, int rank, hetccl_ib_
   return ncclSuccess;
 }
 
-ncclResult_t hetccl_ib_devs_open(const hetccl_ib_verbs_t *v, int rank, hetccl_ib_dev_t *devs,
-                                 int max, int *n) {
-  char seen[512] = "";
+ncclResult_t hetccl_ib_devs_open(const hetccl_ib_verbs_t *v, int rank, const char *busid,
+                                 hetccl_ib_dev_t *devs, int max, int *n) {
+  char seen[1024] = "", gpu[PATH_MAX] = "";
   hetccl_ib_hca_t hca;
   HETCCL_CHECK(hetccl_ib_hca_get(&hca));
   struct ibv_port_attr attrs[IB_RAILS_MAX];
   int allowed;
   if (max > IB_RAILS_MAX) max = IB_RAILS_MAX;
-  int found = dev_find(v, &hca, devs, attrs, max, seen, sizeof(seen), &allowed);
+  if (busid && busid[0] && hetccl_knob_int(HETCCL_KNOB_IB_NEAR))
+    hetccl_ib_pci_path_of_busid(hetccl_knob_str(HETCCL_KNOB_SYSFS), busid, gpu, sizeof(gpu));
+  int found = dev_find(v, &hca, gpu, devs, attrs, max, seen, sizeof(seen), &allowed);
   if (found < 0) {
     WARN("ib: rank %d: cannot list verbs devices (no RDMA stack in this kernel?): %s", rank,
          strerror(errno));
@@ -186,9 +211,20 @@ ncclResult_t hetccl_ib_devs_open(const hetccl_ib_verbs_t *v, int rank, hetccl_ib
   }
   if (allowed > found)
     INFO(HETCCL_NET | HETCCL_INIT, "ib rank %d: %d devices allowed%s%s%s%s, %d used (HETCCL_IB_RAILS "
-         "= %d at most, each with an active port and the first one's link layer; seen:%s)", rank,
+         "= %d at most, each with an active port and the first one's link layer%s; seen:%s)", rank,
          allowed, hca.n ? " by " : "", hca.n ? hca.knob : "", hca.n ? "=" : "", hca.spec, found,
-         max, seen[0] ? seen : " none");
+         max, devs[0].distance >= 0 ? ", the nearest the GPU" : "", seen[0] ? seen : " none");
+  if (devs[0].distance >= 0) {
+    char used[256] = "";
+    for (int i = 0; i < found; i++) {
+      size_t u = strlen(used);
+      snprintf(used + u, sizeof(used) - u, "%s%s", i ? ", " : "", devs[i].name);
+    }
+    int d = devs[0].distance, apart = d >= HETCCL_IB_PCI_APART;
+    INFO(HETCCL_NET | HETCCL_INIT, "ib rank %d: GPU %s takes %s, the nearest it on the PCI tree: "
+         "%d step%s%s (HETCCL_IB_NEAR)", rank, busid, used, apart ? d - HETCCL_IB_PCI_APART : d,
+         d == 1 ? "" : "s", apart ? " to its root complex and across to another" : " from it");
+  }
   for (int i = 0; i < found; i++) {
     if (dev_address(v, rank, &devs[i], &attrs[i]) == ncclSuccess) continue;
     for (int j = 0; j < found; j++) hetccl_ib_dev_close(v, &devs[j]);
