@@ -7,6 +7,7 @@ test_collectives.py's sweeps (n4-islands-hier and its neighbours)."""
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 from typing import Dict, List, Optional, Tuple
@@ -80,6 +81,25 @@ def test_hierarchical_forms(islands: str, forms: set, grouped: bool, tmp_path: P
     assert set(taken) == forms, taken
     for fn, ranks in taken.items():
         assert ranks == set(range(n)), (fn, ranks)
+
+
+@pytest.mark.timeout(150)
+@pytest.mark.parametrize("grouped", [False, True], ids=["alone", "in-group"])
+def test_rails_forms_on_interleaved_islands(grouped: bool, tmp_path: Path) -> None:
+    """Interleaved equal islands (ranks 0, 2 and 1, 3) have rails: with the
+    rails at every size (HETCCL_HIER_RAILS_MIN=0), AllGather and
+    ReduceScatter take their rails' form there too, where the leaders'
+    forms need contiguous islands; every result against numpy, and the
+    trace shows each one's phase across on a rail."""
+    env = {"HETCCL_ISLANDS": "1,0,1,0", "HETCCL_HIER_RAILS_MIN": "0",
+           "HETCCL_TRACE": str(tmp_path / "run.json")}
+    for rank, ok in enumerate(hetccl.launch(rank_forms, 4, 1031, grouped, env=env, timeout=120)):
+        assert all(ok.values()), (rank, ok)
+    for rank in range(4):
+        doc = json.loads((tmp_path / f"run.{rank}.json").read_text())
+        events = doc["traceEvents"] if isinstance(doc, dict) else doc
+        across = {e["args"]["op"] for e in events if e.get("cat") == "phase" and e["name"] == "rail"}
+        assert {"AllReduce", "AllGather", "ReduceScatter"} <= across, (rank, across)
 
 
 # -- which communicators become hierarchical ---------------------------------------

@@ -181,6 +181,7 @@ ncclResult_t hetccl_hier_scratch(ncclComm_t comm, size_t bytes, const void *like
 void hetccl_hier_map_free(ncclComm_t comm, hetccl_hier_map_t *m) {
   if (!m) return;
   hetccl_hier_host_free(comm, m);
+  if (m->scratch_done) (void)hetccl_runtime_get(comm->ptr_kind)->event_destroy(m->scratch_done);
   block_free(comm, m->scratch, m->scratch_on_device);
   while (m->retired) {
     hier_retired_t *r = m->retired;

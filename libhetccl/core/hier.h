@@ -51,6 +51,12 @@ typedef struct hetccl_hier_map {
   int *first, *size, *of;
   int contiguous, equal;
   int rails; /* every rank has a rail (hier_rail): equal islands of 2 ranks or more */
+  /* The rails' AllGather and ReduceScatter copy between the user's
+   * buffers and the scratch on the stream: an event of the device runtime
+   * recorded after the last of a call's uses of the scratch, which the
+   * next call's first copy waits for (scratch_used: it was recorded). */
+  void *scratch_done;
+  int scratch_used;
   void *scratch;
   size_t scratch_bytes;
   int scratch_on_device;

@@ -11,6 +11,13 @@
  *   AllReduce on   ReduceScatter: slice j  AllReduce of slice j      AllGather of the
  *   rails (+)      to index j              on rail j, every rail     slices
  *                                          at once
+ *   AllGather on                           AllGather on rail j of    AllGather of the rails'
+ *   rails (++)                             index j's slices          gathers, then each slice
+ *                                                                    copied to its place
+ *   ReduceScatter  the blocks of index j's ReduceScatter on rail j
+ *   on rails (++)  ranks copied together
+ *                  (chunk j), then Reduce-
+ *                  Scatter: chunk j to j
  *   Broadcast      I: Broadcast from R     Broadcast from I's L      others: Broadcast from L
  *   Reduce         Reduce to L             Reduce to I's L           I: L sends to R (R != L)
  *   AllGather *    AllGather into the      AllGather of the slices   Broadcast of the other
@@ -30,6 +37,12 @@
  *     slots. Below the threshold, the leaders' form: on 4 x H100 it took
  *     117 us at 1 MiB where the rails took 180-250 (twice the programs to
  *     launch across), and the rails gained from 16 MiB (docs/islands.md).
+ *  ++ the same condition on the whole buffer (count x ranks): the rails
+ *     reach the ranks of index j of every island, which no island's block
+ *     of the buffer holds together, so their blocks are gathered into
+ *     scratch by local copies (one per rank, on the stream; device memory
+ *     moves them at its own speed) and, for AllGather, spread back. So
+ *     these forms apply to interleaved islands too.
  *
  * ncclAvg and PreMulSum are not composable across phases (an average of
  * averages is wrong for islands of different sizes) and run flat, over
@@ -72,12 +85,20 @@
 #include "core/init.h"
 #include "core/trace_points.h"
 #include "runtime/reduce.h"
+#include "runtime/runtime.h"
 #include "util/check.h"
 #include "util/log.h"
 
 /* --- which form ------------------------------------------------------------------- */
 
 static int composable(ncclRedOp_t op) { return (int)op >= (int)ncclSum && (int)op < (int)ncclAvg; }
+
+/* Whether AllGather or ReduceScatter (count per rank) takes its rails'
+ * form: the same answer on every rank. */
+static int on_rails(ncclComm_t comm, const hetccl_op_t *op) {
+  size_t bytes = op->count * (size_t)comm->nranks * hetccl_dtype_size(op->dtype);
+  return comm->hier_map->rails && bytes >= (size_t)hetccl_knob_int(HETCCL_KNOB_HIER_RAILS_MIN);
+}
 
 int hetccl_hier_applies(ncclComm_t comm, const hetccl_op_t *op) {
   const hetccl_hier_map_t *m = comm->hier_map;
@@ -87,8 +108,9 @@ int hetccl_hier_applies(ncclComm_t comm, const hetccl_op_t *op) {
     case HETCCL_OP_Reduce: return composable(op->redop);
     case HETCCL_OP_Broadcast:
     case HETCCL_OP_Bcast: return 1;
-    case HETCCL_OP_AllGather: return m->contiguous;
-    case HETCCL_OP_ReduceScatter: return m->contiguous && composable(op->redop);
+    case HETCCL_OP_AllGather: return m->contiguous || on_rails(comm, op);
+    case HETCCL_OP_ReduceScatter:
+      return composable(op->redop) && (m->contiguous || on_rails(comm, op));
     default: return 0;
   }
 }
@@ -139,7 +161,10 @@ static ncclResult_t partials(form_t *f, size_t bytes, void **out) {
 
 /* The bytes of partial results op's form keeps here (its `partials`). */
 static size_t partials_bytes(ncclComm_t c, const hetccl_op_t *op) {
-  size_t n = op->count * hetccl_dtype_size(op->dtype);
+  size_t n = op->count * hetccl_dtype_size(op->dtype), all = (size_t)c->nranks * n;
+  if (op->kind == HETCCL_OP_ReduceScatter && on_rails(c, op)) return all;
+  if (op->kind == HETCCL_OP_AllGather && on_rails(c, op))
+    return hetccl_hier_align((size_t)c->hier_map->islands * n) + all;
   if (!c->leaders || !c->island) return 0;
   if (op->kind == HETCCL_OP_Reduce) return c->rank != op->root ? n : 0;
   if (op->kind == HETCCL_OP_ReduceScatter) return (size_t)c->nranks * n;
@@ -294,8 +319,103 @@ static ncclResult_t reduce(form_t *f) {
   return ncclSuccess;
 }
 
+/* --- the rails' AllGather and ReduceScatter ---------------------------------------- */
+
+/* The rank of index j in island i (in rank order). */
+static int rank_at(const form_t *f, int island, int j) {
+  for (int r = 0, seen = 0; r < f->comm->nranks; r++)
+    if (f->map->of[r] == island && seen++ == j) return r;
+  return -1; /* not reached: the islands are of equal size */
+}
+
+/* The local copies of a rails form, between the user's buffers and
+ * scratch: where either is device memory, on op's stream with the rank's
+ * device current (one thread may drive ranks of several devices), after
+ * the previous rails form's last use of the scratch (its event: the
+ * scratch is the communicator's, and a call on another stream may still
+ * read it); on host memory, at once (host phases finish before they
+ * return).
+ *
+ * copy_blocks: every rank's block of `blocks` (count elements each) to or
+ * from `chunks` in index-major order (chunk j holds, island by island, the
+ * block of index j's rank); gather: into the chunks, else out of them.
+ * chunks NULL: no copy, only the wait (first) and the record (last). */
+static ncclResult_t copy_blocks(form_t *f, void *chunks, void *blocks, size_t count, int gather,
+                                int first, int last) {
+  ncclComm_t comm = f->comm;
+  hetccl_hier_map_t *m = comm->hier_map;
+  size_t islands = (size_t)m->islands, k = (size_t)m->size[f->mine], bytes = count * f->elem;
+  int a, b;
+  HETCCL_CHECK(hetccl_hier_on_device(comm, f->op->sendbuf, &a));
+  HETCCL_CHECK(hetccl_hier_on_device(comm, f->op->recvbuf, &b));
+  const hetccl_runtime_t *rt = a || b ? hetccl_runtime_get(comm->ptr_kind) : NULL;
+  int saved = -1;
+  ncclResult_t res = ncclSuccess;
+  if (rt) {
+    res = rt->current_device(&saved, NULL, 0);
+    if (res == ncclSuccess && saved != comm->dev) res = rt->set_device(comm->dev);
+    if (res == ncclSuccess && !m->scratch_done) res = rt->event_create(&m->scratch_done);
+    if (res == ncclSuccess && first && m->scratch_used)
+      res = rt->stream_wait_event(f->op->stream, m->scratch_done);
+  }
+  for (size_t j = 0; chunks && j < k && res == ncclSuccess; j++)
+    for (size_t i = 0; i < islands && res == ncclSuccess; i++) {
+      void *chunk = at(chunks, (j * islands + i) * count, f->elem);
+      void *block = at(blocks, (size_t)rank_at(f, (int)i, (int)j) * count, f->elem);
+      void *dst = gather ? chunk : block;
+      const void *src = gather ? block : chunk;
+      if (rt) res = rt->memcpy_async(dst, src, bytes, f->op->stream);
+      else memcpy(dst, src, bytes);
+    }
+  if (rt && res == ncclSuccess && last) {
+    res = rt->event_record(m->scratch_done, f->op->stream);
+    if (res == ncclSuccess) m->scratch_used = 1;
+  }
+  if (rt && saved >= 0 && saved != comm->dev) (void)rt->set_device(saved);
+  if (res != ncclSuccess)
+    WARN("%s: rank %d: a local copy of the rails' form failed", f->op->fn, comm->rank);
+  return res;
+}
+
+/* Rank j of each island reduce-scatters, inside its island, the chunks
+ * its island's inputs hold in index-major order (a copy into scratch), so
+ * that it gets its island's sum of the blocks of index j's ranks; rail j
+ * then reduce-scatters those across the islands: each rank its block. */
+static ncclResult_t reduce_scatter_rails(form_t *f) {
+  const hetccl_op_t *op = f->op;
+  ncclComm_t c = f->comm;
+  size_t n = op->count, chunk = (size_t)f->map->islands * n;
+  void *s;
+  HETCCL_CHECK(partials(f, (size_t)c->nranks * n * f->elem, &s));
+  void *mine = at(s, (size_t)island_rank(f->map, c->rank) * chunk, f->elem);
+  if (!skip(f, 0)) HETCCL_CHECK(copy_blocks(f, s, (void *)op->sendbuf, n, 1, 1, 0));
+  HETCCL_CHECK(phase(f, 0, IN_ISLAND, HETCCL_OP_ReduceScatter, s, mine, chunk, HETCCL_NO_ROOT));
+  HETCCL_CHECK(phase(f, 1, ACROSS_RAIL, HETCCL_OP_ReduceScatter, mine, op->recvbuf, n,
+                     HETCCL_NO_ROOT));
+  /* The scratch is free once the rail's phase has read it. */
+  return skip(f, 1) ? ncclSuccess : copy_blocks(f, NULL, NULL, n, 1, 0, 1);
+}
+
+/* Rail j gathers index j's slices across the islands, each island gathers
+ * its rails' gathers (index-major), and each slice is copied to its
+ * rank's place in the receive buffer. */
+static ncclResult_t all_gather_rails(form_t *f) {
+  const hetccl_op_t *op = f->op;
+  ncclComm_t c = f->comm;
+  size_t n = op->count, islands = (size_t)f->map->islands;
+  size_t rail_bytes = hetccl_hier_align(islands * n * f->elem);
+  char *s;
+  HETCCL_CHECK(partials(f, rail_bytes + (size_t)c->nranks * n * f->elem, (void **)&s));
+  if (!skip(f, 1)) HETCCL_CHECK(copy_blocks(f, NULL, NULL, n, 0, 1, 0)); /* scratch free? */
+  HETCCL_CHECK(phase(f, 1, ACROSS_RAIL, HETCCL_OP_AllGather, op->sendbuf, s, n, HETCCL_NO_ROOT));
+  HETCCL_CHECK(phase(f, 2, IN_ISLAND, HETCCL_OP_AllGather, s, s + rail_bytes, islands * n,
+                     HETCCL_NO_ROOT));
+  return skip(f, 3) ? ncclSuccess : copy_blocks(f, s + rail_bytes, op->recvbuf, n, 0, 0, 1);
+}
+
 /* The islands' slices lie whole in the receive buffer (contiguous). */
 static ncclResult_t all_gather(form_t *f) {
+  if (on_rails(f->comm, f->op)) return all_gather_rails(f);
   const hetccl_op_t *op = f->op;
   const hetccl_hier_map_t *m = f->map;
   ncclComm_t c = f->comm;
@@ -334,6 +454,7 @@ static ncclResult_t all_gather(form_t *f) {
  * leaders reduce-scatter island slices of it in place, and the leader
  * hands each rank of its island its block. */
 static ncclResult_t reduce_scatter(form_t *f) {
+  if (on_rails(f->comm, f->op)) return reduce_scatter_rails(f);
   const hetccl_op_t *op = f->op;
   const hetccl_hier_map_t *m = f->map;
   ncclComm_t c = f->comm;
