@@ -499,7 +499,7 @@ SMALL_CHUNKS = (("HETCCL_PIPELINE_CHUNK", "64"), ("HETCCL_SMALL_BYTES", "0"),
                 ("HETCCL_SHM_CHUNK", "64"), ("HETCCL_SHM_SLOTS", "2"),
                 ("HETCCL_SOCKET_CHUNK", "512"))
 SHM = (("HETCCL_TRANSPORT", "shm"),)
-RAILS = (("HETCCL_HIER_RAILS_MIN", "0"),)
+RAILS = (("HETCCL_HIER_RAILS_MIN", "0"), ("HETCCL_HIER_RAILS_MIN_GATHER", "0"))
 SOCKET = (("HETCCL_TRANSPORT", "socket"),)
 
 PLANE = (("HETCCL_PLANE", "on"),)
@@ -543,11 +543,12 @@ SWEEPS = [
     # the rest over all ranks: contiguous equal islands, interleaved ones
     # (AllGather and ReduceScatter flat), unequal ones (the leaders' phase
     # as one Broadcast or Reduce per island). Equal islands have rails:
-    # AllReduce crosses on every rank at once (RAILS: at every size), a
-    # count that the island size does not divide sending its last elements
+    # AllReduce, AllGather and ReduceScatter cross on every rank at once
+    # (RAILS: at every size; interleaved islands too), an AllReduce count
+    # that the island size does not divide sending its last elements
     # through the leaders (1031 on islands of 2 and 3, 1 below the island
-    # size: all of it); with the default threshold (4 MiB) only the large
-    # int64 case (8 MB) takes the rails, the rest the leaders.
+    # size: all of it); with the default thresholds only the large int64
+    # AllReduce (8 MB) takes the rails, the rest the leaders.
     Sweep("n4-islands-hier", 4, SHM + RAILS + (("HETCCL_ISLANDS", "0,0,1,1"),),
           counts=(0, 1, 7, 1031), large=LARGE_SET),
     Sweep("n4-islands-hier-threshold", 4, SHM + (("HETCCL_ISLANDS", "0,0,1,1"),),

@@ -198,7 +198,7 @@ def test_rails_of_four_gpus(tmp_path):
         pytest.skip("needs four GPUs")
     results = launch(tmp_path, ["cuda"] * 4, "sweep,group,chain,async",
                      islands="0,0,1,1", devices=(0, 1, 2, 3),
-                     extra={"HETCCL_HIER_RAILS_MIN": "0"})
+                     extra={"HETCCL_HIER_RAILS_MIN": "0", "HETCCL_HIER_RAILS_MIN_GATHER": "0"})
     assert_all_true(results)
     assert [r["backend"] for r in results] == ["hierarchical:nccl"] * 4, results
 

@@ -87,11 +87,12 @@ def test_hierarchical_forms(islands: str, forms: set, grouped: bool, tmp_path: P
 @pytest.mark.parametrize("grouped", [False, True], ids=["alone", "in-group"])
 def test_rails_forms_on_interleaved_islands(grouped: bool, tmp_path: Path) -> None:
     """Interleaved equal islands (ranks 0, 2 and 1, 3) have rails: with the
-    rails at every size (HETCCL_HIER_RAILS_MIN=0), AllGather and
+    rails at every size (HETCCL_HIER_RAILS_MIN and _GATHER 0), AllGather and
     ReduceScatter take their rails' form there too, where the leaders'
     forms need contiguous islands; every result against numpy, and the
     trace shows each one's phase across on a rail."""
     env = {"HETCCL_ISLANDS": "1,0,1,0", "HETCCL_HIER_RAILS_MIN": "0",
+           "HETCCL_HIER_RAILS_MIN_GATHER": "0",
            "HETCCL_TRACE": str(tmp_path / "run.json")}
     for rank, ok in enumerate(hetccl.launch(rank_forms, 4, 1031, grouped, env=env, timeout=120)):
         assert all(ok.values()), (rank, ok)

@@ -113,7 +113,8 @@ def test_ib_hosts_rails() -> None:
     size."""
     spec = Sweep("hosts-n4-rails", 4, counts=(7, 1031), large=LARGE_SET)
     t0 = time.monotonic()
-    env = {"HETCCL_TRANSPORT": "auto", "HETCCL_ISLANDS": "0,0,1,1", "HETCCL_HIER_RAILS_MIN": "0"}
+    env = {"HETCCL_TRANSPORT": "auto", "HETCCL_ISLANDS": "0,0,1,1", "HETCCL_HIER_RAILS_MIN": "0",
+           "HETCCL_HIER_RAILS_MIN_GATHER": "0"}
     got = _run_here(rank_sweep, 4, spec.name, [spec], env, 1700)
     for rank, (checks, failures) in sorted(got.items()):
         print(f"\n[ib hosts] {spec.name}: host {os.environ['RXE_VM_HOST']} rank {rank}: "

@@ -37,7 +37,10 @@
  *     slots. Below the threshold, the leaders' form: on 4 x H100 it took
  *     117 us at 1 MiB where the rails took 180-250 (twice the programs to
  *     launch across), and the rails gained from 16 MiB (docs/islands.md).
- *  ++ the same condition on the whole buffer (count x ranks): the rails
+ *  ++ the same condition, the whole buffer (count x ranks) having
+ *     HETCCL_HIER_RAILS_MIN_GATHER bytes or more (16 MiB: on 4 x H100 the
+ *     rails lost at 4 MiB, 10-15 GB/s against the leaders' 16-20, and won
+ *     from 16 MiB, docs/islands.md): the rails
  *     reach the ranks of index j of every island, which no island's block
  *     of the buffer holds together, so their blocks are gathered into
  *     scratch by local copies (one per rank, on the stream; device memory
@@ -97,7 +100,8 @@ static int composable(ncclRedOp_t op) { return (int)op >= (int)ncclSum && (int)o
  * form: the same answer on every rank. */
 static int on_rails(ncclComm_t comm, const hetccl_op_t *op) {
   size_t bytes = op->count * (size_t)comm->nranks * hetccl_dtype_size(op->dtype);
-  return comm->hier_map->rails && bytes >= (size_t)hetccl_knob_int(HETCCL_KNOB_HIER_RAILS_MIN);
+  return comm->hier_map->rails &&
+         bytes >= (size_t)hetccl_knob_int(HETCCL_KNOB_HIER_RAILS_MIN_GATHER);
 }
 
 int hetccl_hier_applies(ncclComm_t comm, const hetccl_op_t *op) {

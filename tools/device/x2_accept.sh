@@ -52,7 +52,10 @@
 #             (HETCCL_ISLANDS=0,0,1,1): AllReduce on the rails (default),
 #             through the leaders (HETCCL_HIER_RAILS=0), flat (one island
 #             per GPU), beside NCCL and its shared-memory path; then
-#             all_gather, reduce_scatter and broadcast on the two islands
+#             all_gather and reduce_scatter on the rails and through the
+#             leaders; all_reduce with a process per GPU (hetccl run)
+#   near      tools/../test_ib_near on this machine's /sys with every GPU's
+#             bus id (nvidia-smi's spelling): the paths NIC affinity reads
 # STAGES="..." picks stages (build always runs). NCCL_NVLS_ENABLE=0.
 set -u
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
@@ -188,6 +191,10 @@ ntg() { # ntg LABEL COLL ENV... : nccl-tests -g (every GPU), 1 MiB .. 1 GiB
   env "${@:3}" LD_LIBRARY_PATH="$(dirname "$REAL_NCCL")" timeout 90 \
     $NT/"$2"_perf -g "$(nvidia-smi -L | wc -l)" -b 1M -e 1G -f 4 -n 20 -w 5 -c 1
 }
+do_near() {
+  # shellcheck disable=SC2046
+  build-dev/tests/c/transport/test_ib_near $(nvidia-smi --query-gpu=pci.bus_id --format=csv,noheader)
+}
 do_hier() {
   local n halves flat c
   n=$(nvidia-smi -L | wc -l)
@@ -201,10 +208,16 @@ do_hier() {
   ntg "nccl NCCL_P2P_DISABLE=1 all_reduce" all_reduce NCCL_P2P_DISABLE=1 || echo "FAIL: nccl-shm"
   ntg "hetccl all_reduce rails again ($halves)" all_reduce LD_PRELOAD=$LIB HETCCL_ISLANDS=$halves || echo "FAIL: rails"
   ntg "hetccl all_reduce leaders again ($halves)" all_reduce LD_PRELOAD=$LIB HETCCL_ISLANDS=$halves HETCCL_HIER_RAILS=0 || echo "FAIL: leaders"
-  for c in ${HIER_COLLS-all_gather reduce_scatter broadcast}; do
-    ntg "hetccl $c ($halves)" $c LD_PRELOAD=$LIB HETCCL_ISLANDS=$halves || echo "FAIL: $c"
+  for c in ${HIER_COLLS-all_gather reduce_scatter}; do
+    ntg "hetccl $c rails ($halves)" $c LD_PRELOAD=$LIB HETCCL_ISLANDS=$halves || echo "FAIL: $c"
+    ntg "hetccl $c leaders ($halves)" $c LD_PRELOAD=$LIB HETCCL_ISLANDS=$halves HETCCL_HIER_RAILS=0 || echo "FAIL: $c"
+    ntg "hetccl $c rails again ($halves)" $c LD_PRELOAD=$LIB HETCCL_ISLANDS=$halves || echo "FAIL: $c"
+    ntg "hetccl $c leaders again ($halves)" $c LD_PRELOAD=$LIB HETCCL_ISLANDS=$halves HETCCL_HIER_RAILS=0 || echo "FAIL: $c"
     ntg "nccl $c" $c || echo "FAIL: nccl $c"
   done
+  echo "--- a process per GPU: hetccl-perf all_reduce, rails ($halves)"
+  HETCCL_ISLANDS=$halves $PY -m hetccl run -n "$n" -- build-dev/tools/perf/hetccl-perf all_reduce \
+    -m cuda -c 1 -n 20 -w 5 -b 16M -e 1G -f 4 || echo "FAIL: per process"
   ! grep -q "^FAIL" "$OUT/21-hier.log"
 }
 do_memop() { $PY tools/device/memop_gap.py --peer 1 --watchdog 180 ${MEMOP_ARGS-}; }
@@ -234,7 +247,7 @@ do_train() {
 
 export ROOT OUT PY LIB REAL_NCCL NT NTM MPICH COLLS HIER_COLLS TRAIN_VARIANTS TRAIN_ARGS NT_VARIANTS NT_VARIANT_MIN PERF_COLLS PYTEST_K MEMOP_ARGS
 export -f note bounded nt nt_table nt_make mpi_home ntm do_ntmpibuild do_ntmpi do_profile do_host do_build do_ntbuild do_limit do_nt do_perf do_train do_big do_readpath \
-  do_variants do_numa ntg do_hier do_memop do_cupy do_torch3 do_torch3trace do_torch3san do_pytest
+  do_variants do_numa ntg do_hier do_near do_memop do_cupy do_torch3 do_torch3trace do_torch3san do_pytest
 export PYTHONPATH=$ROOT/python:/tmp/site${PYTHONPATH:+:$PYTHONPATH}
 STAGES=${STAGES:-ntbuild limit nt pytest train variants perf big readpath cupy torch3}
 stage 01 build 240 do_build
@@ -254,6 +267,7 @@ if [ -f "$LIB" ]; then
   want profile && stage 14 profile 150 do_profile
   want memop && stage 15 memop 200 do_memop
   want numa && stage 20 numa 120 do_numa
+  want near && stage 22 near 20 do_near
   want hier && stage 21 hier 540 do_hier
   want cupy && stage 10 cupy 120 do_cupy
   want torch3 && stage 11 torch3 180 do_torch3
