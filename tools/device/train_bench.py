@@ -5,6 +5,13 @@ same job on one island, in one run.
 
     python3 tools/device/train_bench.py OUT.json [--steps 20] [--layers 16]
         [--variant NAME:VAR=VALUE[,VAR=VALUE...]]... [--alternate N]
+        [--gpus N] [--kinds ddp,pipe]
+
+--gpus N (default 2): DDP on N GPUs, the hetccl runs with the GPUs in two
+islands of N/2 (HETCCL_ISLANDS=0,..,0,1,..,1: NCCL inside each, hetccl's
+hierarchical forms across, on the rails by default; a variant
+leaders:HETCCL_HIER_RAILS=0 runs them through the leaders). The pipeline
+stays on GPUs 0 and 1; --kinds ddp leaves it out.
 
 Every configuration runs in fresh processes (torch.multiprocessing spawn),
 so the library each loads follows the environment given to it:
@@ -293,16 +300,18 @@ def launch(kind: str, hetccl: bool, args, extra: dict | None = None) -> dict:
     ctx = mp.get_context("spawn")
     q = ctx.Queue()
     env = {}
+    world = args.gpus if kind.startswith("ddp") else 2
     if hetccl:
-        env = {"LD_PRELOAD": os.environ["HETCCL_LIBRARY"], "HETCCL_ISLANDS": "0,1",
+        islands = ",".join(str(2 * r // world) for r in range(world))
+        env = {"LD_PRELOAD": os.environ["HETCCL_LIBRARY"], "HETCCL_ISLANDS": islands,
                **(extra or {})}
     # The children read LD_PRELOAD at exec: set it around the spawn.
     saved = {k: os.environ.get(k) for k in env}
     os.environ.update(env)
     try:
         port = free_port()
-        procs = [ctx.Process(target=worker, args=(r, 2, kind, args, port, env, q))
-                 for r in range(2)]
+        procs = [ctx.Process(target=worker, args=(r, world, kind, args, port, env, q))
+                 for r in range(world)]
         for p in procs:
             p.start()
     finally:
@@ -336,15 +345,21 @@ def main() -> int:
                          "how far both move between runs on one host")
     ap.add_argument("--variant", action="append", default=[],
                     help="NAME:VAR=VALUE[,VAR=VALUE]: the hetccl runs again with these set")
+    ap.add_argument("--gpus", type=int, default=2,
+                    help="GPUs of the DDP runs (even; two islands of half each for hetccl)")
+    ap.add_argument("--kinds", default="ddp,pipe", help="which of ddp, pipe to run")
     args = ap.parse_args()
+    kinds = [k for k in args.kinds.split(",") if k]
+    if args.gpus < 2 or args.gpus % 2 or any(k not in ("ddp", "pipe") for k in kinds):
+        ap.error("--gpus: an even count of 2 or more; --kinds: ddp, pipe or both")
     variants = {}
     for v in args.variant:
         name, _, assigns = v.partition(":")
         if not name or not assigns or any("=" not in a for a in assigns.split(",")):
             ap.error(f"--variant {v!r}: NAME:VAR=VALUE[,VAR=VALUE...]")
         variants[name] = dict(a.split("=", 1) for a in assigns.split(","))
-    if torch.cuda.device_count() < 2:
-        print("needs two GPUs", file=sys.stderr)
+    if torch.cuda.device_count() < args.gpus:
+        print(f"needs {args.gpus} GPUs", file=sys.stderr)
         return 2
     ctx = mp.get_context("spawn")
     q = ctx.Queue()
@@ -352,7 +367,7 @@ def main() -> int:
     p.start()
     res = {"single": q.get(timeout=args.timeout)}
     p.join()
-    for kind in ("ddp", "pipe"):
+    for kind in kinds:
         for hetccl in (False, True):
             name = f"{kind}/{'hetccl' if hetccl else 'native'}"
             res[name] = launch(kind, hetccl, args)
@@ -363,7 +378,9 @@ def main() -> int:
             print(f"{name} ({','.join(f'{k}={v}' for k, v in venv.items())}): "
                   f"{res[name]['samples_per_s']:.0f} samples/s", flush=True)
         if kind == "ddp":
-            for bound in ("copies", "nocomm"):
+            # copies: a two-rank AllReduce's traffic per rank; on more GPUs
+            # the rails move less per rank, so only the compute's ceiling
+            for bound in ("copies", "nocomm") if args.gpus == 2 else ("nocomm",):
                 name = f"ddp/{bound}"
                 try:
                     res[name] = launch(name, False, args)
@@ -378,14 +395,19 @@ def main() -> int:
     one = res["single"]["samples_per_s"]
     summary = {
         "params_M": args.layers * (WIDTH * WIDTH + WIDTH) / 1e6,
+        "gpus": args.gpus,
         "single_samples_per_s": round(one),
-        "ddp_native_vs_one_gpu": res["ddp/native"]["samples_per_s"] / one,
-        "ddp_hetccl_vs_one_gpu": res["ddp/hetccl"]["samples_per_s"] / one,
-        "pipe_hetccl_vs_native": res["pipe/hetccl"]["samples_per_s"]
-        / res["pipe/native"]["samples_per_s"],
-        "ddp_loss_rel_diff": close(res["ddp/hetccl"]["losses"], res["ddp/native"]["losses"]),
-        "pipe_loss_rel_diff": close(res["pipe/hetccl"]["losses"], res["pipe/native"]["losses"]),
     }
+    if "ddp" in kinds:
+        summary["ddp_native_vs_one_gpu"] = res["ddp/native"]["samples_per_s"] / one
+        summary["ddp_hetccl_vs_one_gpu"] = res["ddp/hetccl"]["samples_per_s"] / one
+        summary["ddp_loss_rel_diff"] = close(res["ddp/hetccl"]["losses"],
+                                             res["ddp/native"]["losses"])
+    if "pipe" in kinds:
+        summary["pipe_hetccl_vs_native"] = (res["pipe/hetccl"]["samples_per_s"]
+                                            / res["pipe/native"]["samples_per_s"])
+        summary["pipe_loss_rel_diff"] = close(res["pipe/hetccl"]["losses"],
+                                              res["pipe/native"]["losses"])
     for bound in ("copies", "nocomm"):
         if f"ddp/{bound}" in res:
             summary[f"ddp_{bound}_vs_one_gpu"] = res[f"ddp/{bound}"]["samples_per_s"] / one
@@ -404,28 +426,37 @@ def main() -> int:
     # the native step plus each transfer's extra time measured alone; the
     # staged bound: each transfer no faster than one copy over this GPU's
     # link to host memory.
-    nat, het = res["pipe/native"], res["pipe/hetccl"]
-    moved = 2 * MICRO
-    nbytes = MICRO_ROWS * WIDTH * 2
-    link = d2h_gbps(nbytes, torch.device("cuda", 0))
-    summary["pipe_transfer_ms_native"] = nat["transfer_ms"]
-    summary["pipe_transfer_ms_hetccl"] = het["transfer_ms"]
-    summary["pipe_predicted_vs_native"] = nat["step_ms"] / (
-        nat["step_ms"] + moved * (het["transfer_ms"] - nat["transfer_ms"]))
-    summary["d2h_gbps"] = link
-    summary["pipe_staged_bound_vs_native"] = nat["step_ms"] / (
-        nat["step_ms"] + moved * (nbytes / link / 1e6 - nat["transfer_ms"]))
+    if "pipe" in kinds:
+        nat, het = res["pipe/native"], res["pipe/hetccl"]
+        moved = 2 * MICRO
+        nbytes = MICRO_ROWS * WIDTH * 2
+        link = d2h_gbps(nbytes, torch.device("cuda", 0))
+        summary["pipe_transfer_ms_native"] = nat["transfer_ms"]
+        summary["pipe_transfer_ms_hetccl"] = het["transfer_ms"]
+        summary["pipe_predicted_vs_native"] = nat["step_ms"] / (
+            nat["step_ms"] + moved * (het["transfer_ms"] - nat["transfer_ms"]))
+        summary["d2h_gbps"] = link
+        summary["pipe_staged_bound_vs_native"] = nat["step_ms"] / (
+            nat["step_ms"] + moved * (nbytes / link / 1e6 - nat["transfer_ms"]))
     for vname in variants:
-        summary[f"ddp_{vname}_vs_one_gpu"] = res[f"ddp/{vname}"]["samples_per_s"] / one
-        summary[f"pipe_{vname}_vs_native"] = (res[f"pipe/{vname}"]["samples_per_s"]
-                                              / res["pipe/native"]["samples_per_s"])
+        if "ddp" in kinds:
+            summary[f"ddp_{vname}_vs_one_gpu"] = res[f"ddp/{vname}"]["samples_per_s"] / one
+        if "pipe" in kinds:
+            summary[f"pipe_{vname}_vs_native"] = (res[f"pipe/{vname}"]["samples_per_s"]
+                                                  / res["pipe/native"]["samples_per_s"])
     res["summary"] = summary
     with open(args.out, "w") as f:
         json.dump(res, f, indent=1)
     for k, v in summary.items():
         print(f"{k}: {v:.4g}" if isinstance(v, float) else f"{k}: {v}")
-    ok = (summary["ddp_hetccl_vs_one_gpu"] >= 1.7 and summary["pipe_hetccl_vs_native"] >= 0.97
-          and summary["ddp_loss_rel_diff"] <= 1e-3 and summary["pipe_loss_rel_diff"] <= 1e-3)
+    if args.gpus != 2:  # issue D's goals are for two GPUs; here, the losses only
+        ok = summary.get("ddp_loss_rel_diff", 0) <= 1e-3
+        print("PASS" if ok else "FAIL: DDP's losses differ from NCCL's by more than 1e-3")
+        return 0 if ok else 1
+    ok = (summary.get("ddp_hetccl_vs_one_gpu", 2) >= 1.7
+          and summary.get("pipe_hetccl_vs_native", 1) >= 0.97
+          and summary.get("ddp_loss_rel_diff", 0) <= 1e-3
+          and summary.get("pipe_loss_rel_diff", 0) <= 1e-3)
     print("PASS" if ok else "FAIL: below the goals (DDP >= 1.7 x one GPU, pipeline >= 0.97 x "
           "native, losses within 1e-3)")
     return 0 if ok else 1
