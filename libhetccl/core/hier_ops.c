@@ -18,6 +18,8 @@
  *   on rails (++)  ranks copied together
  *                  (chunk j), then Reduce-
  *                  Scatter: chunk j to j
+ *   Broadcast on   I: Broadcast from R     Broadcast of slice j on   others: AllGather of
+ *   rails (+)      (the whole buffer)      rail j from I             the slices
  *   Broadcast      I: Broadcast from R     Broadcast from I's L      others: Broadcast from L
  *   Reduce         Reduce to L             Reduce to I's L           I: L sends to R (R != L)
  *   AllGather *    AllGather into the      AllGather of the slices   Broadcast of the other
@@ -274,27 +276,54 @@ static ncclResult_t all_reduce(form_t *f) {
   return body < op->count ? all_reduce_leaders(f, body, op->count - body) : ncclSuccess;
 }
 
-static ncclResult_t broadcast(form_t *f) {
+/* Through the leaders: `count` elements from element `first` on; the
+ * root's island's phase only where `inside` (the rails' form has run it
+ * over the whole buffer). */
+static ncclResult_t broadcast_leaders(form_t *f, size_t first, size_t count, int inside) {
   const hetccl_op_t *op = f->op;
   ncclComm_t c = f->comm;
   int from = f->map->of[op->root];
-  const void *send = op->kind == HETCCL_OP_Bcast ? op->recvbuf : op->sendbuf;
-  void *buf = op->recvbuf;
+  const void *send = at(op->kind == HETCCL_OP_Bcast ? op->recvbuf : op->sendbuf, first, f->elem);
+  void *buf = at(op->recvbuf, first, f->elem);
   if (f->mine == from) {
-    if (c->island)
-      HETCCL_CHECK(phase(f, 0, IN_ISLAND, HETCCL_OP_Broadcast, send, buf, op->count,
+    if (c->island && inside)
+      HETCCL_CHECK(phase(f, 0, IN_ISLAND, HETCCL_OP_Broadcast, send, buf, count,
                          island_rank(f->map, op->root)));
     /* A leader alone in its island is the root itself. */
     if (c->leaders)
       HETCCL_CHECK(phase(f, 1, ACROSS_LEADERS, HETCCL_OP_Broadcast, c->island ? buf : send, buf,
-                         op->count, from));
+                         count, from));
     return ncclSuccess;
   }
   if (c->leaders)
-    HETCCL_CHECK(phase(f, 1, ACROSS_LEADERS, HETCCL_OP_Broadcast, buf, buf, op->count, from));
-  if (c->island)
-    HETCCL_CHECK(phase(f, 2, IN_ISLAND, HETCCL_OP_Broadcast, buf, buf, op->count, 0));
+    HETCCL_CHECK(phase(f, 1, ACROSS_LEADERS, HETCCL_OP_Broadcast, buf, buf, count, from));
+  if (c->island) HETCCL_CHECK(phase(f, 2, IN_ISLAND, HETCCL_OP_Broadcast, buf, buf, count, 0));
   return ncclSuccess;
+}
+
+/* On the rails: the root's island broadcasts the whole buffer inside
+ * (its links are the fast ones), rail j carries slice j from the root's
+ * island to every other at once, and each other island gathers the
+ * slices in place; the last count % k elements through the leaders. */
+static ncclResult_t broadcast(form_t *f) {
+  const hetccl_op_t *op = f->op;
+  size_t k = (size_t)f->map->size[f->mine], slice = op->count / k;
+  if (!f->map->rails || slice == 0 ||
+      op->count * f->elem < (size_t)hetccl_knob_int(HETCCL_KNOB_HIER_RAILS_MIN))
+    return broadcast_leaders(f, 0, op->count, 1);
+  int from = f->map->of[op->root];
+  size_t j = (size_t)island_rank(f->map, f->comm->rank), body = slice * k;
+  void *mine = at(op->recvbuf, j * slice, f->elem);
+  if (f->mine == from) {
+    const void *send = op->kind == HETCCL_OP_Bcast ? op->recvbuf : op->sendbuf;
+    HETCCL_CHECK(phase(f, 0, IN_ISLAND, HETCCL_OP_Broadcast, send, op->recvbuf, op->count,
+                       island_rank(f->map, op->root)));
+  }
+  HETCCL_CHECK(phase(f, 1, ACROSS_RAIL, HETCCL_OP_Broadcast, mine, mine, slice, from));
+  if (f->mine != from)
+    HETCCL_CHECK(phase(f, 2, IN_ISLAND, HETCCL_OP_AllGather, mine, op->recvbuf, slice,
+                       HETCCL_NO_ROOT));
+  return body < op->count ? broadcast_leaders(f, body, op->count - body, 0) : ncclSuccess;
 }
 
 static ncclResult_t reduce(form_t *f) {

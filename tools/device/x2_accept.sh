@@ -52,8 +52,9 @@
 #             (HETCCL_ISLANDS=0,0,1,1): AllReduce on the rails (default),
 #             through the leaders (HETCCL_HIER_RAILS=0), flat (one island
 #             per GPU), beside NCCL and its shared-memory path; then
-#             all_gather and reduce_scatter on the rails and through the
-#             leaders; all_reduce with a process per GPU (hetccl run)
+#             all_gather, reduce_scatter and broadcast ($HIER_COLLS) on the
+#             rails and through the leaders; all_reduce with a process per
+#             GPU (hetccl run). HIER_AR=0 leaves the all_reduce runs out.
 #   near      tools/../test_ib_near on this machine's /sys with every GPU's
 #             bus id (nvidia-smi's spelling): the paths NIC affinity reads
 # STAGES="..." picks stages (build always runs). NCCL_NVLS_ENABLE=0.
@@ -201,23 +202,27 @@ do_hier() {
   [ "$n" -ge 4 ] || { echo "FAIL: $n GPUs, the stage needs 4 or more"; return 1; }
   halves=$($PY -c "print(','.join(str(2 * i // $n) for i in range($n)))")
   flat=$($PY -c "print(','.join(str(i) for i in range($n)))")
-  ntg "hetccl all_reduce rails ($halves)" all_reduce LD_PRELOAD=$LIB HETCCL_ISLANDS=$halves || echo "FAIL: rails"
-  ntg "hetccl all_reduce leaders ($halves)" all_reduce LD_PRELOAD=$LIB HETCCL_ISLANDS=$halves HETCCL_HIER_RAILS=0 || echo "FAIL: leaders"
-  ntg "hetccl all_reduce flat ($flat)" all_reduce LD_PRELOAD=$LIB HETCCL_ISLANDS=$flat || echo "FAIL: flat"
-  ntg "nccl all_reduce" all_reduce || echo "FAIL: nccl"
-  ntg "nccl NCCL_P2P_DISABLE=1 all_reduce" all_reduce NCCL_P2P_DISABLE=1 || echo "FAIL: nccl-shm"
-  ntg "hetccl all_reduce rails again ($halves)" all_reduce LD_PRELOAD=$LIB HETCCL_ISLANDS=$halves || echo "FAIL: rails"
-  ntg "hetccl all_reduce leaders again ($halves)" all_reduce LD_PRELOAD=$LIB HETCCL_ISLANDS=$halves HETCCL_HIER_RAILS=0 || echo "FAIL: leaders"
-  for c in ${HIER_COLLS-all_gather reduce_scatter}; do
+  if [ "${HIER_AR-1}" = 1 ]; then
+    ntg "hetccl all_reduce rails ($halves)" all_reduce LD_PRELOAD=$LIB HETCCL_ISLANDS=$halves || echo "FAIL: rails"
+    ntg "hetccl all_reduce leaders ($halves)" all_reduce LD_PRELOAD=$LIB HETCCL_ISLANDS=$halves HETCCL_HIER_RAILS=0 || echo "FAIL: leaders"
+    ntg "hetccl all_reduce flat ($flat)" all_reduce LD_PRELOAD=$LIB HETCCL_ISLANDS=$flat || echo "FAIL: flat"
+    ntg "nccl all_reduce" all_reduce || echo "FAIL: nccl"
+    ntg "nccl NCCL_P2P_DISABLE=1 all_reduce" all_reduce NCCL_P2P_DISABLE=1 || echo "FAIL: nccl-shm"
+    ntg "hetccl all_reduce rails again ($halves)" all_reduce LD_PRELOAD=$LIB HETCCL_ISLANDS=$halves || echo "FAIL: rails"
+    ntg "hetccl all_reduce leaders again ($halves)" all_reduce LD_PRELOAD=$LIB HETCCL_ISLANDS=$halves HETCCL_HIER_RAILS=0 || echo "FAIL: leaders"
+  fi
+  for c in ${HIER_COLLS-all_gather reduce_scatter broadcast}; do
     ntg "hetccl $c rails ($halves)" $c LD_PRELOAD=$LIB HETCCL_ISLANDS=$halves || echo "FAIL: $c"
     ntg "hetccl $c leaders ($halves)" $c LD_PRELOAD=$LIB HETCCL_ISLANDS=$halves HETCCL_HIER_RAILS=0 || echo "FAIL: $c"
     ntg "hetccl $c rails again ($halves)" $c LD_PRELOAD=$LIB HETCCL_ISLANDS=$halves || echo "FAIL: $c"
     ntg "hetccl $c leaders again ($halves)" $c LD_PRELOAD=$LIB HETCCL_ISLANDS=$halves HETCCL_HIER_RAILS=0 || echo "FAIL: $c"
     ntg "nccl $c" $c || echo "FAIL: nccl $c"
   done
-  echo "--- a process per GPU: hetccl-perf all_reduce, rails ($halves)"
-  HETCCL_ISLANDS=$halves $PY -m hetccl run -n "$n" -- build-dev/tools/perf/hetccl-perf all_reduce \
-    -m cuda -c 1 -n 20 -w 5 -b 16M -e 1G -f 4 || echo "FAIL: per process"
+  if [ "${HIER_AR-1}" = 1 ]; then
+    echo "--- a process per GPU: hetccl-perf all_reduce, rails ($halves)"
+    HETCCL_ISLANDS=$halves $PY -m hetccl run -n "$n" -- build-dev/tools/perf/hetccl-perf all_reduce \
+      -m cuda -c 1 -n 20 -w 5 -b 16M -e 1G -f 4 || echo "FAIL: per process"
+  fi
   ! grep -q "^FAIL" "$OUT/21-hier.log"
 }
 do_memop() { $PY tools/device/memop_gap.py --peer 1 --watchdog 180 ${MEMOP_ARGS-}; }
@@ -245,7 +250,7 @@ do_train() {
   $PY tools/device/train_bench.py "$OUT/train.json" "${args[@]}" ${TRAIN_ARGS-}
 }
 
-export ROOT OUT PY LIB REAL_NCCL NT NTM MPICH COLLS HIER_COLLS TRAIN_VARIANTS TRAIN_ARGS NT_VARIANTS NT_VARIANT_MIN PERF_COLLS PYTEST_K MEMOP_ARGS
+export ROOT OUT PY LIB REAL_NCCL NT NTM MPICH COLLS HIER_COLLS HIER_AR TRAIN_VARIANTS TRAIN_ARGS NT_VARIANTS NT_VARIANT_MIN PERF_COLLS PYTEST_K MEMOP_ARGS
 export -f note bounded nt nt_table nt_make mpi_home ntm do_ntmpibuild do_ntmpi do_profile do_host do_build do_ntbuild do_limit do_nt do_perf do_train do_big do_readpath \
   do_variants do_numa ntg do_hier do_near do_memop do_cupy do_torch3 do_torch3trace do_torch3san do_pytest
 export PYTHONPATH=$ROOT/python:/tmp/site${PYTHONPATH:+:$PYTHONPATH}
