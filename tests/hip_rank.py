@@ -15,7 +15,10 @@ T_IBDEV=1 (instead of the allreduce: sendrecv, broadcast,
 allgather and allreduce of T_BYTES bytes per rank, then a 1 KiB sendrecv, on the stand-in's device
 memory, each checked; the result adds "wrong", "plane_copied" (the data
 plane's host copies, all of them) and "copied": the ib
-transport's CPU-copied bytes per collective), T_CONFIG=1 (also an ncclAllReduceConfig with a config through
+transport's CPU-copied bytes per collective), T_P2P=1 (instead of the allreduce: one group, a ring of 4-float send/recv
+on host buffers, rank r sending 10 * (r + 1); the result adds "p2p_recv"
+(what arrived) and what the stand-in vendor library saw: "vendor_sends",
+"vendor_recvs", "vendor_send_peer", "vendor_recv_peer"), T_CONFIG=1 (also an ncclAllReduceConfig with a config through
 the C ABI; the result adds what the stand-in vendor library saw:
 "config_calls", "config_magic", and "plain_calls"). The result:
 "error"/"message" when init
@@ -65,12 +68,32 @@ def main() -> dict:
         out.update(_sends_in_place(comm))
     elif os.environ.get("T_DEVBUF") == "1":
         out.update(_device_allreduce(comm, x))
+    elif os.environ.get("T_P2P") == "1":
+        out.update(_ring(comm))
     else:
         comm.allReduce(x.ctypes.data, x.ctypes.data, 4, nccl.NCCL_FLOAT32, nccl.NCCL_SUM)
         out["sum"] = float(x[0])
     if os.environ.get("T_CONFIG") == "1":
         out.update(_config_allreduce(comm))
     comm.destroy()
+    return out
+
+
+def _ring(comm: nccl.NcclCommunicator) -> dict:
+    s = np.full(4, 10.0 * (RANK + 1), dtype=np.float32)
+    r = np.full(4, -1.0, dtype=np.float32)
+    nccl.groupStart()
+    comm.send(s.ctypes.data, 4, nccl.NCCL_FLOAT32, (RANK + 1) % NRANKS)
+    comm.recv(r.ctypes.data, 4, nccl.NCCL_FLOAT32, (RANK - 1) % NRANKS)
+    nccl.groupEnd()
+    out = {"p2p_recv": float(r[0])}
+    vendor = os.environ.get("HETCCL_RCCL_LIBRARY")
+    if vendor:
+        v = ctypes.CDLL(vendor)
+        for key, sym in (("vendor_sends", "fake_send_calls"), ("vendor_recvs", "fake_recv_calls"),
+                         ("vendor_send_peer", "fake_last_send_peer"),
+                         ("vendor_recv_peer", "fake_last_recv_peer")):
+            out[key] = ctypes.c_int.in_dll(v, sym).value
     return out
 
 

@@ -234,6 +234,24 @@ def test_hip_island_goes_to_rccl_in_a_hierarchy(tmp_path: Path, fakes: Dict[str,
 
 
 @pytest.mark.timeout(TIMEOUT)
+def test_sends_inside_a_hip_island_go_to_rccl(tmp_path: Path, fakes: Dict[str, Path]) -> None:
+    """The same layout, a ring of send/recv in one group (core/hier_ops.c):
+    ranks 2 and 0 share the HIP island, so 2's send to 0 and 0's receive
+    from 2 go to RCCL, addressed by their ranks in the island (0 and 1),
+    on host buffers staged through the HIP runtime; 0 -> 1 and 1 -> 2 cross
+    islands on the engine and arrive. The stand-in RCCL moves no data, so
+    rank 0 does not get rank 2's 30 (the engine would have delivered it)."""
+    cuda = {"T_PRELOAD": f"{fakes['cuda']}:{fakes['cudart']}",
+            "HETCCL_NCCL_LIBRARY": str(fakes["nccl"]), "T_P2P": "1"}
+    hip = {**hip_env(fakes), "T_P2P": "1"}
+    r0, r1, r2 = start_ranks(tmp_path, [hip, cuda, hip])
+    assert r1["p2p_recv"] == 10.0 and r2["p2p_recv"] == 20.0, (r1, r2)
+    assert r0["p2p_recv"] != 30.0, r0
+    assert (r0["vendor_sends"], r0["vendor_recvs"], r0["vendor_recv_peer"]) == (0, 1, 1), r0
+    assert (r2["vendor_sends"], r2["vendor_recvs"], r2["vendor_send_peer"]) == (1, 0, 0), r2
+
+
+@pytest.mark.timeout(TIMEOUT)
 def test_hip_rank_without_rccl_fails_init(tmp_path: Path, fakes: Dict[str, Path]) -> None:
     missing = str(tmp_path / "nowhere" / "librccl.so.1")
     results = start_ranks(tmp_path, [hip_env(fakes, missing), hip_env(fakes)])

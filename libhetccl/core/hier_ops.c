@@ -49,11 +49,21 @@
  *     moves them at its own speed) and, for AllGather, spread back. So
  *     these forms apply to interleaved islands too.
  *
+ *   Send, Recv     to a rank of the same
+ *   (+++)          island: on the island
+ *
  * ncclAvg and PreMulSum are not composable across phases (an average of
  * averages is wrong for islands of different sizes) and run flat, over
  * every rank on the engine, as do AlltoAll, Gather, Scatter, point-to-point
- * and the collectives above where no form applies; every rank decides alike
- * from the same arguments and the map, which is NCCL's rule already.
+ * between islands and the collectives above where no form applies; every
+ * rank decides alike from the same arguments and the map, which is NCCL's
+ * rule already.
+ *
+ * +++ where a vendor serves the island: its links (NVLink, say) instead of
+ *     the engine's path through host memory. Both ranks of a pair decide
+ *     alike from the map alone, whatever their buffers (host buffers are
+ *     staged, below), so a send and its receive always meet on one
+ *     communicator.
  *
  * Buffers: phases work in the user's buffers where the result lands there;
  * a leader that holds partial results no user buffer has room for (Reduce
@@ -106,9 +116,18 @@ static int on_rails(ncclComm_t comm, const hetccl_op_t *op) {
          bytes >= (size_t)hetccl_knob_int(HETCCL_KNOB_HIER_RAILS_MIN_GATHER);
 }
 
+/* A send or receive to a rank of this rank's island, which a vendor serves. */
+static int p2p_inside(ncclComm_t comm, const hetccl_op_t *op) {
+  const hetccl_hier_map_t *m = comm->hier_map;
+  return comm->island && comm->island->vendor && op->peer >= 0 && op->peer < comm->nranks &&
+         m->of[op->peer] == m->of[comm->rank];
+}
+
 int hetccl_hier_applies(ncclComm_t comm, const hetccl_op_t *op) {
   const hetccl_hier_map_t *m = comm->hier_map;
-  if (!comm->hier || !m || op->count == 0) return 0;
+  if (!comm->hier || !m) return 0;
+  if (op->kind == HETCCL_OP_Send || op->kind == HETCCL_OP_Recv) return p2p_inside(comm, op);
+  if (op->count == 0) return 0;
   switch (op->kind) {
     case HETCCL_OP_AllReduce:
     case HETCCL_OP_Reduce: return composable(op->redop);
@@ -554,6 +573,13 @@ static ncclResult_t launch(ncclComm_t comm, const hetccl_op_t *op, int want, voi
     case HETCCL_OP_Reduce: res = reduce(&f); break;
     case HETCCL_OP_AllGather: res = all_gather(&f); break;
     case HETCCL_OP_ReduceScatter: res = reduce_scatter(&f); break;
+    case HETCCL_OP_Send:
+    case HETCCL_OP_Recv:
+      res = skip(&f, 0) ? ncclSuccess
+                        : p2p(&f, op->kind, op->kind == HETCCL_OP_Send ? (void *)op->sendbuf
+                                                                        : op->recvbuf,
+                              op->count, island_rank(f.map, op->peer));
+      break;
     default: WARN("%s: no hierarchical form", op->fn); return ncclInternalError;
   }
   if (res != ncclSuccess && res != ncclInProgress) {

@@ -55,6 +55,8 @@
 #             all_gather, reduce_scatter and broadcast ($HIER_COLLS) on the
 #             rails and through the leaders; all_reduce with a process per
 #             GPU (hetccl run). HIER_AR=0 leaves the all_reduce runs out.
+#   p2p       tools/device/p2p_islands.py (4 GPUs): send/recv inside an island
+#             (to its NCCL) and across, against HETCCL_HIER=0
 #   near      tools/../test_ib_near on this machine's /sys with every GPU's
 #             bus id (nvidia-smi's spelling): the paths NIC affinity reads
 # STAGES="..." picks stages (build always runs). NCCL_NVLS_ENABLE=0.
@@ -192,6 +194,7 @@ ntg() { # ntg LABEL COLL ENV... : nccl-tests -g (every GPU), 1 MiB .. 1 GiB
   env "${@:3}" LD_LIBRARY_PATH="$(dirname "$REAL_NCCL")" timeout 90 \
     $NT/"$2"_perf -g "$(nvidia-smi -L | wc -l)" -b 1M -e 1G -f 4 -n 20 -w 5 -c 1
 }
+do_p2p() { $PY tools/device/p2p_islands.py; }
 do_near() {
   # shellcheck disable=SC2046
   build-dev/tests/c/transport/test_ib_near $(nvidia-smi --query-gpu=pci.bus_id --format=csv,noheader)
@@ -252,7 +255,7 @@ do_train() {
 
 export ROOT OUT PY LIB REAL_NCCL NT NTM MPICH COLLS HIER_COLLS HIER_AR TRAIN_VARIANTS TRAIN_ARGS NT_VARIANTS NT_VARIANT_MIN PERF_COLLS PYTEST_K MEMOP_ARGS
 export -f note bounded nt nt_table nt_make mpi_home ntm do_ntmpibuild do_ntmpi do_profile do_host do_build do_ntbuild do_limit do_nt do_perf do_train do_big do_readpath \
-  do_variants do_numa ntg do_hier do_near do_memop do_cupy do_torch3 do_torch3trace do_torch3san do_pytest
+  do_variants do_numa ntg do_hier do_near do_p2p do_memop do_cupy do_torch3 do_torch3trace do_torch3san do_pytest
 export PYTHONPATH=$ROOT/python:/tmp/site${PYTHONPATH:+:$PYTHONPATH}
 STAGES=${STAGES:-ntbuild limit nt pytest train variants perf big readpath cupy torch3}
 stage 01 build 240 do_build
@@ -273,6 +276,7 @@ if [ -f "$LIB" ]; then
   want memop && stage 15 memop 200 do_memop
   want numa && stage 20 numa 120 do_numa
   want near && stage 22 near 20 do_near
+  want p2p && stage 23 p2p 240 do_p2p
   want hier && stage 21 hier 540 do_hier
   want cupy && stage 10 cupy 120 do_cupy
   want torch3 && stage 11 torch3 180 do_torch3

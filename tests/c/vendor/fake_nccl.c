@@ -18,6 +18,9 @@ FAKE_EXPORT int fake_group_starts, fake_group_ends, fake_allreduce_calls;
 FAKE_EXPORT int fake_allreduce_config_calls;
 FAKE_EXPORT unsigned fake_last_config_magic;
 FAKE_EXPORT size_t fake_last_count;
+/* ncclSend / ncclRecv calls, and the peer of the last one of each. */
+FAKE_EXPORT int fake_send_calls, fake_recv_calls, fake_last_send_peer = -1,
+    fake_last_recv_peer = -1;
 
 ncclResult_t ncclGetVersion(int *version) {
   *version = 23203;
@@ -106,12 +109,16 @@ ncclResult_t ncclReduceScatter(const void *sendbuff, void *recvbuff, size_t recv
 #ifndef FAKE_NO_SEND
 ncclResult_t ncclSend(const void *sendbuff, size_t count, ncclDataType_t datatype, int peer,
                       ncclComm_t comm, cudaStream_t stream) {
+  fake_send_calls++;
+  fake_last_send_peer = peer;
   return ncclSuccess;
 }
 #endif
 
 ncclResult_t ncclRecv(void *recvbuff, size_t count, ncclDataType_t datatype, int peer,
                       ncclComm_t comm, cudaStream_t stream) {
+  fake_recv_calls++;
+  fake_last_recv_peer = peer;
   return ncclSuccess;
 }
 
