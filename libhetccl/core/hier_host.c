@@ -28,6 +28,7 @@
  *   Reduce          sendbuf (count)           recvbuf at the root
  *   AllGather       sendbuf (count)           recvbuf (nranks x count)
  *   ReduceScatter   sendbuf (nranks x count)  recvbuf (count)
+ *   AlltoAll        sendbuf (nranks x count)  recvbuf (nranks x count)
  *   Send            sendbuf (count)           -
  *   Recv            -                         recvbuf (count)
  *
@@ -78,6 +79,7 @@ static void extents(ncclComm_t comm, const hetccl_op_t *op, size_t *send, size_t
     case HETCCL_OP_Reduce: *send = n, *recv = root ? n : 0; break;
     case HETCCL_OP_AllGather: *send = n, *recv = all; break;
     case HETCCL_OP_ReduceScatter: *send = all, *recv = n; break;
+    case HETCCL_OP_AlltoAll: *send = all, *recv = all; break;
     case HETCCL_OP_Send: *send = n, *recv = 0; break;
     case HETCCL_OP_Recv: *send = 0, *recv = n; break;
     default: *send = *recv = 0; break;

@@ -51,11 +51,14 @@
  *
  *   Send, Recv     to a rank of the same
  *   (+++)          island: on the island
+ *   AlltoAll       sends and receives in one group, each as above: to the
+ *                  ranks of a vendor island on the island, to the others on
+ *                  this communicator's engine; its own block copied
  *
  * ncclAvg and PreMulSum are not composable across phases (an average of
  * averages is wrong for islands of different sizes) and run flat, over
- * every rank on the engine, as do AlltoAll, Gather, Scatter, point-to-point
- * between islands and the collectives above where no form applies; every
+ * every rank on the engine, as do Gather, Scatter, point-to-point between
+ * islands and the collectives above where no form applies; every
  * rank decides alike from the same arguments and the map, which is NCCL's
  * rule already.
  *
@@ -136,6 +139,7 @@ int hetccl_hier_applies(ncclComm_t comm, const hetccl_op_t *op) {
     case HETCCL_OP_AllGather: return m->contiguous || on_rails(comm, op);
     case HETCCL_OP_ReduceScatter:
       return composable(op->redop) && (m->contiguous || on_rails(comm, op));
+    case HETCCL_OP_AlltoAll: return 1;
     default: return 0;
   }
 }
@@ -429,6 +433,25 @@ static ncclResult_t copy_blocks(form_t *f, void *chunks, void *blocks, size_t co
   return res;
 }
 
+/* One local copy of `bytes`, in stream order (as copy_blocks). */
+static ncclResult_t copy_one(form_t *f, void *dst, const void *src, size_t bytes) {
+  ncclComm_t comm = f->comm;
+  int a, b;
+  HETCCL_CHECK(hetccl_hier_on_device(comm, f->op->sendbuf, &a));
+  HETCCL_CHECK(hetccl_hier_on_device(comm, f->op->recvbuf, &b));
+  if (!a && !b) {
+    memmove(dst, src, bytes);
+    return ncclSuccess;
+  }
+  const hetccl_runtime_t *rt = hetccl_runtime_get(comm->ptr_kind);
+  int saved = -1;
+  ncclResult_t res = rt->current_device(&saved, NULL, 0);
+  if (res == ncclSuccess && saved != comm->dev) res = rt->set_device(comm->dev);
+  if (res == ncclSuccess) res = rt->memcpy_async(dst, src, bytes, f->op->stream);
+  if (saved >= 0 && saved != comm->dev) (void)rt->set_device(saved);
+  return res;
+}
+
 /* Rank j of each island reduce-scatters, inside its island, the chunks
  * its island's inputs hold in index-major order (a copy into scratch), so
  * that it gets its island's sum of the blocks of index j's ranks; rail j
@@ -553,6 +576,49 @@ static ncclResult_t reduce_scatter(form_t *f) {
   return res != ncclSuccess ? res : end;
 }
 
+/* A send or receive of this rank's, on this communicator: the same
+ * dispatch as the user's (to its island where the peer is there and a
+ * vendor serves it, else the engine). */
+static ncclResult_t p2p_here(form_t *f, hetccl_op_kind_t kind, void *buf, size_t count,
+                             int peer) {
+  hetccl_op_t p = *f->op;
+  p.kind = kind;
+  p.fn = kind == HETCCL_OP_Send ? "ncclSend" : "ncclRecv";
+  p.sendbuf = kind == HETCCL_OP_Send ? buf : NULL;
+  p.recvbuf = kind == HETCCL_OP_Recv ? buf : NULL;
+  p.count = count;
+  p.root = HETCCL_NO_ROOT;
+  p.peer = peer;
+  p.redop = HETCCL_NO_REDOP;
+  p.config = NULL;
+  if (p2p_inside(f->comm, &p)) return p2p(f, kind, buf, count, island_rank(f->map, peer));
+  f->where = ACROSS_LEADERS; /* for the message: between islands */
+  return hetccl_dispatch(f->comm, &p);
+}
+
+/* Every pair as a send and a receive in one group, so that the pairs of a
+ * vendor island take its links; the rank's own block copied. */
+static ncclResult_t all_to_all(form_t *f) {
+  if (skip(f, 0)) return ncclSuccess;
+  const hetccl_op_t *op = f->op;
+  ncclComm_t c = f->comm;
+  size_t n = op->count;
+  void *self_in = at(op->sendbuf, (size_t)c->rank * n, f->elem);
+  void *self_out = at(op->recvbuf, (size_t)c->rank * n, f->elem);
+  if (self_in != self_out) HETCCL_CHECK(copy_one(f, self_out, self_in, n * f->elem));
+  uint64_t t0 = HETCCL_TRACE_BEGIN();
+  ncclResult_t res = hetccl_GroupStart();
+  for (int q = 0; q < c->nranks && res == ncclSuccess; q++) {
+    if (q == c->rank) continue;
+    res = p2p_here(f, HETCCL_OP_Send, at(op->sendbuf, (size_t)q * n, f->elem), n, q);
+    if (res == ncclSuccess)
+      res = p2p_here(f, HETCCL_OP_Recv, at(op->recvbuf, (size_t)q * n, f->elem), n, q);
+  }
+  ncclResult_t end = hetccl_GroupEnd();
+  (void)t0;
+  return res != ncclSuccess ? res : end;
+}
+
 /* --- running ---------------------------------------------------------------------- */
 
 /* Launch `want` (a slot, or ALL_SLOTS) of op's form on comm. A failure
@@ -573,6 +639,7 @@ static ncclResult_t launch(ncclComm_t comm, const hetccl_op_t *op, int want, voi
     case HETCCL_OP_Reduce: res = reduce(&f); break;
     case HETCCL_OP_AllGather: res = all_gather(&f); break;
     case HETCCL_OP_ReduceScatter: res = reduce_scatter(&f); break;
+    case HETCCL_OP_AlltoAll: res = all_to_all(&f); break;
     case HETCCL_OP_Send:
     case HETCCL_OP_Recv:
       res = skip(&f, 0) ? ncclSuccess

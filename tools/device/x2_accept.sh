@@ -55,6 +55,8 @@
 #             all_gather, reduce_scatter and broadcast ($HIER_COLLS) on the
 #             rails and through the leaders; all_reduce with a process per
 #             GPU (hetccl run). HIER_AR=0 leaves the all_reduce runs out.
+#   a2a       nccl-tests alltoall -g N (4 GPUs), two islands: its pairs as sends
+#             and receives (inside an island on NCCL) against HETCCL_HIER=0
 #   p2p       tools/device/p2p_islands.py (4 GPUs): send/recv inside an island
 #             (to its NCCL) and across, against HETCCL_HIER=0
 #   near      tools/../test_ib_near on this machine's /sys with every GPU's
@@ -195,6 +197,17 @@ ntg() { # ntg LABEL COLL ENV... : nccl-tests -g (every GPU), 1 MiB .. 1 GiB
     $NT/"$2"_perf -g "$(nvidia-smi -L | wc -l)" -b 1M -e 1G -f 4 -n 20 -w 5 -c 1
 }
 do_p2p() { $PY tools/device/p2p_islands.py; }
+do_a2a() {
+  local n halves
+  n=$(nvidia-smi -L | wc -l)
+  halves=$($PY -c "print(','.join(str(2 * i // $n) for i in range($n)))")
+  ntg "hetccl alltoall ($halves)" alltoall LD_PRELOAD=$LIB HETCCL_ISLANDS=$halves || echo "FAIL: a2a"
+  ntg "hetccl alltoall HETCCL_HIER=0 ($halves)" alltoall LD_PRELOAD=$LIB HETCCL_ISLANDS=$halves HETCCL_HIER=0 || echo "FAIL: a2a flat"
+  ntg "hetccl alltoall again ($halves)" alltoall LD_PRELOAD=$LIB HETCCL_ISLANDS=$halves || echo "FAIL: a2a"
+  ntg "hetccl alltoall HETCCL_HIER=0 again ($halves)" alltoall LD_PRELOAD=$LIB HETCCL_ISLANDS=$halves HETCCL_HIER=0 || echo "FAIL: a2a flat"
+  ntg "nccl alltoall" alltoall || echo "FAIL: nccl a2a"
+  ! grep -q "^FAIL" "$OUT/24-a2a.log"
+}
 do_near() {
   # shellcheck disable=SC2046
   build-dev/tests/c/transport/test_ib_near $(nvidia-smi --query-gpu=pci.bus_id --format=csv,noheader)
@@ -255,7 +268,7 @@ do_train() {
 
 export ROOT OUT PY LIB REAL_NCCL NT NTM MPICH COLLS HIER_COLLS HIER_AR TRAIN_VARIANTS TRAIN_ARGS NT_VARIANTS NT_VARIANT_MIN PERF_COLLS PYTEST_K MEMOP_ARGS
 export -f note bounded nt nt_table nt_make mpi_home ntm do_ntmpibuild do_ntmpi do_profile do_host do_build do_ntbuild do_limit do_nt do_perf do_train do_big do_readpath \
-  do_variants do_numa ntg do_hier do_near do_p2p do_memop do_cupy do_torch3 do_torch3trace do_torch3san do_pytest
+  do_variants do_numa ntg do_hier do_near do_p2p do_a2a do_memop do_cupy do_torch3 do_torch3trace do_torch3san do_pytest
 export PYTHONPATH=$ROOT/python:/tmp/site${PYTHONPATH:+:$PYTHONPATH}
 STAGES=${STAGES:-ntbuild limit nt pytest train variants perf big readpath cupy torch3}
 stage 01 build 240 do_build
@@ -277,6 +290,7 @@ if [ -f "$LIB" ]; then
   want numa && stage 20 numa 120 do_numa
   want near && stage 22 near 20 do_near
   want p2p && stage 23 p2p 240 do_p2p
+  want a2a && stage 24 a2a 300 do_a2a
   want hier && stage 21 hier 540 do_hier
   want cupy && stage 10 cupy 120 do_cupy
   want torch3 && stage 11 torch3 180 do_torch3
