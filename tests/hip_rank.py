@@ -30,6 +30,7 @@ from __future__ import annotations
 import ctypes
 import json
 import os
+import time
 
 from rank_procs import publish, wait_for
 
@@ -157,10 +158,24 @@ def _device_collectives(comm: nccl.NcclCommunicator) -> dict:
 
     f32, wrong, copied = nccl.NCCL_FLOAT32, [], {}
 
+    def settled() -> int:
+        """ib's copied bytes once they stop moving: a call returns when its
+        stream has its data, but on the data plane across hosts the
+        sender's bridge may still be sending (its eager copy counted then),
+        so the count is read once it has held still for 0.15 s (2 s at
+        most)."""
+        last, still, t0 = comm.copied_bytes()["ib"], 0, time.monotonic()
+        while still < 3 and time.monotonic() - t0 < 2:
+            time.sleep(0.05)
+            now = comm.copied_bytes()["ib"]
+            still = still + 1 if now == last else 0
+            last = now
+        return last
+
     def run(name: str, call, want: np.ndarray, at: int) -> None:
-        before = comm.copied_bytes()["ib"]
+        before = settled()
         call()
-        copied[name] = comm.copied_bytes()["ib"] - before
+        copied[name] = settled() - before
         if not np.array_equal(get(at, want.size), want):
             wrong.append(name)
 
