@@ -135,7 +135,7 @@
   X(HIER_RAILS, "HETCCL_HIER_RAILS", INT, "1", 0, 1,                           \
     "1: where every island holds as many ranks, AllReduce reduce-scatters inside each island, all-reduces each slice across the islands on the ranks of its index in every island at once (the rails), and all-gathers inside again; 0: the island's first rank carries the whole message across (docs/islands.md)") \
   X(HIER_RAILS_MIN, "HETCCL_HIER_RAILS_MIN", INT, "4M", 0, INT64_MAX,           \
-    "bytes from which an AllReduce takes the rails (HETCCL_HIER_RAILS); smaller ones go through the leaders, which cost fewer launches") \
+    "bytes from which an AllReduce or a Broadcast takes the rails (HETCCL_HIER_RAILS); smaller ones go through the leaders, which cost fewer launches") \
   X(HIER_RAILS_MIN_GATHER, "HETCCL_HIER_RAILS_MIN_GATHER", INT, "16M", 0, INT64_MAX, \
     "bytes of the whole buffer (count x ranks) from which AllGather and ReduceScatter take the rails (HETCCL_HIER_RAILS); smaller ones go through the leaders (where the islands are contiguous) or over every rank") \
   X(PLANE, "HETCCL_PLANE", ENUM("auto|on|off"), "auto", 0, 0,                  \
