@@ -29,6 +29,9 @@
  *   AllGather       sendbuf (count)           recvbuf (nranks x count)
  *   ReduceScatter   sendbuf (nranks x count)  recvbuf (count)
  *   AlltoAll        sendbuf (nranks x count)  recvbuf (nranks x count)
+ *   Gather          sendbuf (count)           recvbuf at the root (nranks x count)
+ *   Scatter         sendbuf at the root       recvbuf (count)
+ *                   (nranks x count)
  *   Send            sendbuf (count)           -
  *   Recv            -                         recvbuf (count)
  *
@@ -80,6 +83,8 @@ static void extents(ncclComm_t comm, const hetccl_op_t *op, size_t *send, size_t
     case HETCCL_OP_AllGather: *send = n, *recv = all; break;
     case HETCCL_OP_ReduceScatter: *send = all, *recv = n; break;
     case HETCCL_OP_AlltoAll: *send = all, *recv = all; break;
+    case HETCCL_OP_Gather: *send = n, *recv = root ? all : 0; break;
+    case HETCCL_OP_Scatter: *send = root ? all : 0, *recv = n; break;
     case HETCCL_OP_Send: *send = n, *recv = 0; break;
     case HETCCL_OP_Recv: *send = 0, *recv = n; break;
     default: *send = *recv = 0; break;

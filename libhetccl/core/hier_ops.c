@@ -51,14 +51,14 @@
  *
  *   Send, Recv     to a rank of the same
  *   (+++)          island: on the island
- *   AlltoAll       sends and receives in one group, each as above: to the
- *                  ranks of a vendor island on the island, to the others on
- *                  this communicator's engine; its own block copied
+ *   AlltoAll,      sends and receives in one group, each as above: to the
+ *   Gather,        ranks of a vendor island on the island, to the others on
+ *   Scatter        this communicator's engine; a rank's own block copied
  *
  * ncclAvg and PreMulSum are not composable across phases (an average of
  * averages is wrong for islands of different sizes) and run flat, over
- * every rank on the engine, as do Gather, Scatter, point-to-point between
- * islands and the collectives above where no form applies; every
+ * every rank on the engine, as do point-to-point between islands and the
+ * collectives above where no form applies; every
  * rank decides alike from the same arguments and the map, which is NCCL's
  * rule already.
  *
@@ -139,7 +139,9 @@ int hetccl_hier_applies(ncclComm_t comm, const hetccl_op_t *op) {
     case HETCCL_OP_AllGather: return m->contiguous || on_rails(comm, op);
     case HETCCL_OP_ReduceScatter:
       return composable(op->redop) && (m->contiguous || on_rails(comm, op));
-    case HETCCL_OP_AlltoAll: return 1;
+    case HETCCL_OP_AlltoAll:
+    case HETCCL_OP_Gather:
+    case HETCCL_OP_Scatter: return 1;
     default: return 0;
   }
 }
@@ -619,6 +621,30 @@ static ncclResult_t all_to_all(form_t *f) {
   return res != ncclSuccess ? res : end;
 }
 
+/* Gather (to_root) or Scatter: the root's pairs as sends and receives in
+ * one group, as AlltoAll's; the root's own block copied. */
+static ncclResult_t gather_scatter(form_t *f, int to_root) {
+  if (skip(f, 0)) return ncclSuccess;
+  const hetccl_op_t *op = f->op;
+  ncclComm_t c = f->comm;
+  size_t n = op->count;
+  hetccl_op_kind_t there = to_root ? HETCCL_OP_Recv : HETCCL_OP_Send;
+  if (c->rank != op->root) {
+    void *buf = to_root ? (void *)op->sendbuf : op->recvbuf;
+    return p2p_here(f, to_root ? HETCCL_OP_Send : HETCCL_OP_Recv, buf, n, op->root);
+  }
+  void *blocks = to_root ? op->recvbuf : (void *)op->sendbuf;
+  void *mine = at(blocks, (size_t)c->rank * n, f->elem);
+  void *own = to_root ? (void *)op->sendbuf : op->recvbuf;
+  if (mine != own)
+    HETCCL_CHECK(to_root ? copy_one(f, mine, own, n * f->elem) : copy_one(f, own, mine, n * f->elem));
+  ncclResult_t res = hetccl_GroupStart();
+  for (int q = 0; q < c->nranks && res == ncclSuccess; q++)
+    if (q != c->rank) res = p2p_here(f, there, at(blocks, (size_t)q * n, f->elem), n, q);
+  ncclResult_t end = hetccl_GroupEnd();
+  return res != ncclSuccess ? res : end;
+}
+
 /* --- running ---------------------------------------------------------------------- */
 
 /* Launch `want` (a slot, or ALL_SLOTS) of op's form on comm. A failure
@@ -640,6 +666,8 @@ static ncclResult_t launch(ncclComm_t comm, const hetccl_op_t *op, int want, voi
     case HETCCL_OP_AllGather: res = all_gather(&f); break;
     case HETCCL_OP_ReduceScatter: res = reduce_scatter(&f); break;
     case HETCCL_OP_AlltoAll: res = all_to_all(&f); break;
+    case HETCCL_OP_Gather: res = gather_scatter(&f, 1); break;
+    case HETCCL_OP_Scatter: res = gather_scatter(&f, 0); break;
     case HETCCL_OP_Send:
     case HETCCL_OP_Recv:
       res = skip(&f, 0) ? ncclSuccess
