@@ -8,18 +8,6 @@
  *
  *   collective     inside, first           across the leaders        inside, last
  *   AllReduce      Reduce to L             AllReduce                 Broadcast from L
- *   AllReduce on   ReduceScatter: slice j  AllReduce of slice j      AllGather of the
- *   rails (+)      to index j              on rail j, every rail     slices
- *                                          at once
- *   AllGather on                           AllGather on rail j of    AllGather of the rails'
- *   rails (++)                             index j's slices          gathers, then each slice
- *                                                                    copied to its place
- *   ReduceScatter  the blocks of index j's ReduceScatter on rail j
- *   on rails (++)  ranks copied together
- *                  (chunk j), then Reduce-
- *                  Scatter: chunk j to j
- *   Broadcast on   I: Broadcast from R     Broadcast of slice j on   others: AllGather of
- *   rails (+)      (the whole buffer)      rail j from I             the slices
  *   Broadcast      I: Broadcast from R     Broadcast from I's L      others: Broadcast from L
  *   Reduce         Reduce to L             Reduce to I's L           I: L sends to R (R != L)
  *   AllGather *    AllGather into the      AllGather of the slices   Broadcast of the other
@@ -31,42 +19,19 @@
  *
  *   * only where every island's ranks are consecutive (hier.h, contiguous):
  *     the island's slice of the receive buffer is then one block.
- *   + where the islands have rails (hier.h: equal sizes k > 1) and the
- *     message has HETCCL_HIER_RAILS_MIN bytes or more: each rank's link
- *     carries 1/k of the message across instead of the leader's carrying
- *     all of it. The count's last count % k elements (no ReduceScatter
- *     takes uneven slices) take the leaders' form, its phases in the same
- *     slots. Below the threshold, the leaders' form: on 4 x H100 it took
- *     117 us at 1 MiB where the rails took 180-250 (twice the programs to
- *     launch across), and the rails gained from 16 MiB (docs/islands.md).
- *  ++ the same condition, the whole buffer (count x ranks) having
- *     HETCCL_HIER_RAILS_MIN_GATHER bytes or more (16 MiB: on 4 x H100 the
- *     rails lost at 4 MiB, 10-15 GB/s against the leaders' 16-20, and won
- *     from 16 MiB, docs/islands.md): the rails
- *     reach the ranks of index j of every island, which no island's block
- *     of the buffer holds together, so their blocks are gathered into
- *     scratch by local copies (one per rank, on the stream; device memory
- *     moves them at its own speed) and, for AllGather, spread back. So
- *     these forms apply to interleaved islands too.
  *
- *   Send, Recv     to a rank of the same
- *   (+++)          island: on the island
- *   AlltoAll,      sends and receives in one group, each as above: to the
- *   Gather,        ranks of a vendor island on the island, to the others on
- *   Scatter        this communicator's engine; a rank's own block copied
+ * Where every island holds as many ranks, AllReduce, Broadcast, AllGather
+ * and ReduceScatter of large messages cross on every rank at once instead
+ * (the rails' forms: core/hier_rails.c, its table at its top). A send or
+ * receive inside a vendor island, and AlltoAll, Gather and Scatter, run as
+ * pairs, those inside a vendor island on the island (core/hier_pairs.c).
+ * What the three files share: core/hier_forms.h.
  *
  * ncclAvg and PreMulSum are not composable across phases (an average of
  * averages is wrong for islands of different sizes) and run flat, over
  * every rank on the engine, as do point-to-point between islands and the
- * collectives above where no form applies; every
- * rank decides alike from the same arguments and the map, which is NCCL's
- * rule already.
- *
- * +++ where a vendor serves the island: its links (NVLink, say) instead of
- *     the engine's path through host memory. Both ranks of a pair decide
- *     alike from the map alone, whatever their buffers (host buffers are
- *     staged, below), so a send and its receive always meet on one
- *     communicator.
+ * collectives above where no form applies; every rank decides alike from
+ * the same arguments and the map, which is NCCL's rule already.
  *
  * Buffers: phases work in the user's buffers where the result lands there;
  * a leader that holds partial results no user buffer has room for (Reduce
@@ -88,7 +53,8 @@
  * the staged ones finish after every kept form is launched.
  *
  * A failing phase fails the communicator and its siblings, and the
- * message says which phase (inside the island, across the leaders).
+ * message says which phase (inside the island, across the leaders or a
+ * rail).
  *
  * Thread: the API caller's. Deferred operations are kept per thread, as
  * the group is. */
@@ -100,6 +66,7 @@
 #include "core/enqueue.h"
 #include "core/group.h"
 #include "core/hier.h"
+#include "core/hier_forms.h"
 #include "core/init.h"
 #include "core/trace_points.h"
 #include "runtime/reduce.h"
@@ -111,34 +78,20 @@
 
 static int composable(ncclRedOp_t op) { return (int)op >= (int)ncclSum && (int)op < (int)ncclAvg; }
 
-/* Whether AllGather or ReduceScatter (count per rank) takes its rails'
- * form: the same answer on every rank. */
-static int on_rails(ncclComm_t comm, const hetccl_op_t *op) {
-  size_t bytes = op->count * (size_t)comm->nranks * hetccl_dtype_size(op->dtype);
-  return comm->hier_map->rails &&
-         bytes >= (size_t)hetccl_knob_int(HETCCL_KNOB_HIER_RAILS_MIN_GATHER);
-}
-
-/* A send or receive to a rank of this rank's island, which a vendor serves. */
-static int p2p_inside(ncclComm_t comm, const hetccl_op_t *op) {
-  const hetccl_hier_map_t *m = comm->hier_map;
-  return comm->island && comm->island->vendor && op->peer >= 0 && op->peer < comm->nranks &&
-         m->of[op->peer] == m->of[comm->rank];
-}
-
 int hetccl_hier_applies(ncclComm_t comm, const hetccl_op_t *op) {
   const hetccl_hier_map_t *m = comm->hier_map;
   if (!comm->hier || !m) return 0;
-  if (op->kind == HETCCL_OP_Send || op->kind == HETCCL_OP_Recv) return p2p_inside(comm, op);
+  if (op->kind == HETCCL_OP_Send || op->kind == HETCCL_OP_Recv) return hetccl_hier_p2p_inside(comm,
+                                                                                              op);
   if (op->count == 0) return 0;
   switch (op->kind) {
     case HETCCL_OP_AllReduce:
     case HETCCL_OP_Reduce: return composable(op->redop);
     case HETCCL_OP_Broadcast:
     case HETCCL_OP_Bcast: return 1;
-    case HETCCL_OP_AllGather: return m->contiguous || on_rails(comm, op);
+    case HETCCL_OP_AllGather: return m->contiguous || hetccl_hier_on_rails(comm, op);
     case HETCCL_OP_ReduceScatter:
-      return composable(op->redop) && (m->contiguous || on_rails(comm, op));
+      return composable(op->redop) && (m->contiguous || hetccl_hier_on_rails(comm, op));
     case HETCCL_OP_AlltoAll:
     case HETCCL_OP_Gather:
     case HETCCL_OP_Scatter: return 1;
@@ -148,41 +101,18 @@ int hetccl_hier_applies(ncclComm_t comm, const hetccl_op_t *op) {
 
 /* --- phases ----------------------------------------------------------------------- */
 
-/* Where a phase runs (and the one that failed ran, for the message). */
-typedef enum { IN_ISLAND, ACROSS_LEADERS, ACROSS_RAIL } where_t;
-
 static ncclComm_t where_comm(ncclComm_t c, where_t where) {
-  return where == IN_ISLAND ? c->island : where == ACROSS_LEADERS ? c->leaders : hetccl_hier_rail(c);
+  return where == IN_ISLAND        ? c->island
+         : where == ACROSS_LEADERS ? c->leaders
+                                   : hetccl_hier_rail(c);
 }
 
 static const char *where_name(where_t where) {
   return where == IN_ISLAND ? "island" : where == ACROSS_LEADERS ? "leaders" : "rail";
 }
 
-/* A form's phases fall in numbered slots, the same on every rank (the
- * table's columns: 0 inside first, 1 across, 2 and 3 inside last), a rank
- * skipping the slots it has no part in. `want` runs one slot (a group's
- * forms move in step, below) or, at -1, all. */
-#define HIER_SLOTS 4
-#define ALL_SLOTS (-1)
-
-typedef struct form {
-  ncclComm_t comm;
-  const hetccl_op_t *op;
-  const hetccl_hier_map_t *map;
-  int mine;    /* this rank's island */
-  size_t elem; /* bytes per element */
-  int want;    /* the slot to run, or ALL_SLOTS */
-  void *scratch; /* partial results: this form's own part (in step with others), or NULL:
-                    the map's block */
-  where_t where;
-  int step;    /* phases traced so far (trace/trace.h) */
-} form_t;
-
-static int skip(const form_t *f, int slot) { return f->want != ALL_SLOTS && f->want != slot; }
-
 /* Where a leader keeps partial results no user buffer has room for. */
-static ncclResult_t partials(form_t *f, size_t bytes, void **out) {
+ncclResult_t hetccl_hier_partials(form_t *f, size_t bytes, void **out) {
   if (f->scratch) {
     *out = f->scratch;
     return ncclSuccess;
@@ -193,8 +123,8 @@ static ncclResult_t partials(form_t *f, size_t bytes, void **out) {
 /* The bytes of partial results op's form keeps here (its `partials`). */
 static size_t partials_bytes(ncclComm_t c, const hetccl_op_t *op) {
   size_t n = op->count * hetccl_dtype_size(op->dtype), all = (size_t)c->nranks * n;
-  if (op->kind == HETCCL_OP_ReduceScatter && on_rails(c, op)) return all;
-  if (op->kind == HETCCL_OP_AllGather && on_rails(c, op))
+  if (op->kind == HETCCL_OP_ReduceScatter && hetccl_hier_on_rails(c, op)) return all;
+  if (op->kind == HETCCL_OP_AllGather && hetccl_hier_on_rails(c, op))
     return hetccl_hier_align((size_t)c->hier_map->islands * n) + all;
   if (!c->leaders || !c->island) return 0;
   if (op->kind == HETCCL_OP_Reduce) return c->rank != op->root ? n : 0;
@@ -211,9 +141,9 @@ static void traced(form_t *f, const hetccl_op_t *p, uint64_t t0) {
 
 /* One phase in `slot`: op as `kind` on c (forwarded or engine), count
  * elements. */
-static ncclResult_t phase(form_t *f, int slot, where_t where, hetccl_op_kind_t kind,
-                          const void *send, void *recv, size_t count, int root) {
-  if (skip(f, slot)) return ncclSuccess;
+ncclResult_t hetccl_hier_phase(form_t *f, int slot, where_t where, hetccl_op_kind_t kind,
+                               const void *send, void *recv, size_t count, int root) {
+  if (form_skip(f, slot)) return ncclSuccess;
   hetccl_op_t p = *f->op;
   p.kind = kind;
   p.sendbuf = send;
@@ -232,8 +162,8 @@ static ncclResult_t phase(form_t *f, int slot, where_t where, hetccl_op_kind_t k
   return res;
 }
 
-/* A send or receive inside the island (its caller checks the slot). */
-static ncclResult_t p2p(form_t *f, hetccl_op_kind_t kind, void *buf, size_t count, int peer) {
+hetccl_op_t hetccl_hier_p2p_op(const form_t *f, hetccl_op_kind_t kind, void *buf, size_t count,
+                               int peer) {
   hetccl_op_t p = *f->op;
   p.kind = kind;
   p.sendbuf = kind == HETCCL_OP_Send ? buf : NULL;
@@ -243,6 +173,12 @@ static ncclResult_t p2p(form_t *f, hetccl_op_kind_t kind, void *buf, size_t coun
   p.peer = peer;
   p.redop = HETCCL_NO_REDOP;
   p.config = NULL;
+  return p;
+}
+
+/* A send or receive inside the island (its caller checks the slot). */
+ncclResult_t hetccl_hier_p2p(form_t *f, hetccl_op_kind_t kind, void *buf, size_t count, int peer) {
+  hetccl_op_t p = hetccl_hier_p2p_op(f, kind, buf, count, peer);
   f->where = IN_ISLAND;
   uint64_t t0 = HETCCL_TRACE_ON() && hetccl_group_depth() == 0 ? hetccl_trace_now() : 0;
   ncclResult_t res = hetccl_dispatch(f->comm->island, &p);
@@ -250,12 +186,8 @@ static ncclResult_t p2p(form_t *f, hetccl_op_kind_t kind, void *buf, size_t coun
   return res;
 }
 
-static void *at(const void *buf, size_t elems, size_t elem) {
-  return (char *)buf + elems * elem;
-}
-
 /* r's rank in its island communicator (which keeps the parent's order). */
-static int island_rank(const hetccl_hier_map_t *m, int r) {
+int hetccl_hier_island_rank(const hetccl_hier_map_t *m, int r) {
   int k = 0;
   for (int q = 0; q < r; q++) k += m->of[q] == m->of[r];
   return k;
@@ -264,91 +196,50 @@ static int island_rank(const hetccl_hier_map_t *m, int r) {
 /* --- the forms -------------------------------------------------------------------- */
 
 /* Through the leaders: `count` elements from element `from` on. */
-static ncclResult_t all_reduce_leaders(form_t *f, size_t from, size_t count) {
+ncclResult_t hetccl_hier_all_reduce_leaders(form_t *f, size_t from, size_t count) {
   const hetccl_op_t *op = f->op;
   ncclComm_t c = f->comm;
-  const void *send = at(op->sendbuf, from, f->elem), *across = send;
-  void *recv = at(op->recvbuf, from, f->elem);
+  const void *send = form_at(op->sendbuf, from, f->elem), *across = send;
+  void *recv = form_at(op->recvbuf, from, f->elem);
   if (c->island) {
-    HETCCL_CHECK(phase(f, 0, IN_ISLAND, HETCCL_OP_Reduce, send, recv, count, 0));
+    HETCCL_CHECK(hetccl_hier_phase(f, 0, IN_ISLAND, HETCCL_OP_Reduce, send, recv, count, 0));
     across = recv;
   }
   if (c->leaders)
     HETCCL_CHECK(
-        phase(f, 1, ACROSS_LEADERS, HETCCL_OP_AllReduce, across, recv, count, HETCCL_NO_ROOT));
-  if (c->island) HETCCL_CHECK(phase(f, 2, IN_ISLAND, HETCCL_OP_Broadcast, recv, recv, count, 0));
+        hetccl_hier_phase(f, 1, ACROSS_LEADERS, HETCCL_OP_AllReduce, across, recv, count,
+                          HETCCL_NO_ROOT));
+  if (c->island) HETCCL_CHECK(hetccl_hier_phase(f, 2, IN_ISLAND, HETCCL_OP_Broadcast, recv, recv,
+                                                count, 0));
   return ncclSuccess;
-}
-
-/* On the rails: island rank j reduces slice j of its island's inputs
- * (in place where the user's call is: NCCL's in-place ReduceScatter
- * writes slice `rank` of its input), rail j all-reduces it across the
- * islands, and the island gathers the slices in place. */
-static ncclResult_t all_reduce(form_t *f) {
-  const hetccl_op_t *op = f->op;
-  size_t k = (size_t)f->map->size[f->mine], slice = op->count / k;
-  if (!f->map->rails || slice == 0 ||
-      op->count * f->elem < (size_t)hetccl_knob_int(HETCCL_KNOB_HIER_RAILS_MIN))
-    return all_reduce_leaders(f, 0, op->count);
-  ncclComm_t c = f->comm;
-  size_t j = (size_t)island_rank(f->map, c->rank), body = slice * k;
-  void *mine = at(op->recvbuf, j * slice, f->elem);
-  HETCCL_CHECK(phase(f, 0, IN_ISLAND, HETCCL_OP_ReduceScatter, op->sendbuf, mine, slice,
-                     HETCCL_NO_ROOT));
-  HETCCL_CHECK(phase(f, 1, ACROSS_RAIL, HETCCL_OP_AllReduce, mine, mine, slice, HETCCL_NO_ROOT));
-  HETCCL_CHECK(phase(f, 2, IN_ISLAND, HETCCL_OP_AllGather, mine, op->recvbuf, slice,
-                     HETCCL_NO_ROOT));
-  return body < op->count ? all_reduce_leaders(f, body, op->count - body) : ncclSuccess;
 }
 
 /* Through the leaders: `count` elements from element `first` on; the
  * root's island's phase only where `inside` (the rails' form has run it
  * over the whole buffer). */
-static ncclResult_t broadcast_leaders(form_t *f, size_t first, size_t count, int inside) {
+ncclResult_t hetccl_hier_broadcast_leaders(form_t *f, size_t first, size_t count, int inside) {
   const hetccl_op_t *op = f->op;
   ncclComm_t c = f->comm;
   int from = f->map->of[op->root];
-  const void *send = at(op->kind == HETCCL_OP_Bcast ? op->recvbuf : op->sendbuf, first, f->elem);
-  void *buf = at(op->recvbuf, first, f->elem);
+  const void *send = form_at(op->kind == HETCCL_OP_Bcast ? op->recvbuf : op->sendbuf, first,
+                             f->elem);
+  void *buf = form_at(op->recvbuf, first, f->elem);
   if (f->mine == from) {
     if (c->island && inside)
-      HETCCL_CHECK(phase(f, 0, IN_ISLAND, HETCCL_OP_Broadcast, send, buf, count,
-                         island_rank(f->map, op->root)));
+      HETCCL_CHECK(hetccl_hier_phase(f, 0, IN_ISLAND, HETCCL_OP_Broadcast, send, buf, count,
+                                     hetccl_hier_island_rank(f->map, op->root)));
     /* A leader alone in its island is the root itself. */
     if (c->leaders)
-      HETCCL_CHECK(phase(f, 1, ACROSS_LEADERS, HETCCL_OP_Broadcast, c->island ? buf : send, buf,
-                         count, from));
+      HETCCL_CHECK(hetccl_hier_phase(f, 1, ACROSS_LEADERS, HETCCL_OP_Broadcast,
+                                     c->island ? buf : send, buf, count, from));
     return ncclSuccess;
   }
   if (c->leaders)
-    HETCCL_CHECK(phase(f, 1, ACROSS_LEADERS, HETCCL_OP_Broadcast, buf, buf, count, from));
-  if (c->island) HETCCL_CHECK(phase(f, 2, IN_ISLAND, HETCCL_OP_Broadcast, buf, buf, count, 0));
+    HETCCL_CHECK(hetccl_hier_phase(f, 1, ACROSS_LEADERS, HETCCL_OP_Broadcast, buf, buf, count,
+                                   from));
+  if (c->island) HETCCL_CHECK(hetccl_hier_phase(f, 2, IN_ISLAND, HETCCL_OP_Broadcast, buf, buf,
+                                                count, 0));
   return ncclSuccess;
-}
-
-/* On the rails: the root's island broadcasts the whole buffer inside
- * (its links are the fast ones), rail j carries slice j from the root's
- * island to every other at once, and each other island gathers the
- * slices in place; the last count % k elements through the leaders. */
-static ncclResult_t broadcast(form_t *f) {
-  const hetccl_op_t *op = f->op;
-  size_t k = (size_t)f->map->size[f->mine], slice = op->count / k;
-  if (!f->map->rails || slice == 0 ||
-      op->count * f->elem < (size_t)hetccl_knob_int(HETCCL_KNOB_HIER_RAILS_MIN))
-    return broadcast_leaders(f, 0, op->count, 1);
-  int from = f->map->of[op->root];
-  size_t j = (size_t)island_rank(f->map, f->comm->rank), body = slice * k;
-  void *mine = at(op->recvbuf, j * slice, f->elem);
-  if (f->mine == from) {
-    const void *send = op->kind == HETCCL_OP_Bcast ? op->recvbuf : op->sendbuf;
-    HETCCL_CHECK(phase(f, 0, IN_ISLAND, HETCCL_OP_Broadcast, send, op->recvbuf, op->count,
-                       island_rank(f->map, op->root)));
-  }
-  HETCCL_CHECK(phase(f, 1, ACROSS_RAIL, HETCCL_OP_Broadcast, mine, mine, slice, from));
-  if (f->mine != from)
-    HETCCL_CHECK(phase(f, 2, IN_ISLAND, HETCCL_OP_AllGather, mine, op->recvbuf, slice,
-                       HETCCL_NO_ROOT));
-  return body < op->count ? broadcast_leaders(f, body, op->count - body, 0) : ncclSuccess;
 }
 
 static ncclResult_t reduce(form_t *f) {
@@ -356,172 +247,64 @@ static ncclResult_t reduce(form_t *f) {
   ncclComm_t c = f->comm;
   int to = f->map->of[op->root], root_leads = f->map->first[to] == op->root;
   if (!c->leaders) { /* inside an island only; the root may be here */
-    HETCCL_CHECK(phase(f, 0, IN_ISLAND, HETCCL_OP_Reduce, op->sendbuf, op->recvbuf, op->count, 0));
-    if (c->rank == op->root && !root_leads && !skip(f, 2))
-      HETCCL_CHECK(p2p(f, HETCCL_OP_Recv, op->recvbuf, op->count, 0));
+    HETCCL_CHECK(hetccl_hier_phase(f, 0, IN_ISLAND, HETCCL_OP_Reduce, op->sendbuf, op->recvbuf,
+                                   op->count, 0));
+    if (c->rank == op->root && !root_leads && !form_skip(f, 2))
+      HETCCL_CHECK(hetccl_hier_p2p(f, HETCCL_OP_Recv, op->recvbuf, op->count, 0));
     return ncclSuccess;
   }
   /* A leader: its island's partial result in `acc`, the root's own buffer
    * where it is the root; then, at the root's leader, the whole result. */
   void *acc = op->recvbuf;
   if (c->rank != op->root && c->island)
-    HETCCL_CHECK(partials(f, op->count * f->elem, &acc));
+    HETCCL_CHECK(hetccl_hier_partials(f, op->count * f->elem, &acc));
   const void *across = op->sendbuf;
   if (c->island) {
-    HETCCL_CHECK(phase(f, 0, IN_ISLAND, HETCCL_OP_Reduce, op->sendbuf, acc, op->count, 0));
+    HETCCL_CHECK(hetccl_hier_phase(f, 0, IN_ISLAND, HETCCL_OP_Reduce, op->sendbuf, acc, op->count,
+                                   0));
     across = acc;
   }
-  HETCCL_CHECK(phase(f, 1, ACROSS_LEADERS, HETCCL_OP_Reduce, across, acc, op->count, to));
-  if (f->mine == to && !root_leads && !skip(f, 2))
-    HETCCL_CHECK(p2p(f, HETCCL_OP_Send, acc, op->count, island_rank(f->map, op->root)));
+  HETCCL_CHECK(hetccl_hier_phase(f, 1, ACROSS_LEADERS, HETCCL_OP_Reduce, across, acc, op->count,
+                                 to));
+  if (f->mine == to && !root_leads && !form_skip(f, 2))
+    HETCCL_CHECK(hetccl_hier_p2p(f, HETCCL_OP_Send, acc, op->count,
+                                 hetccl_hier_island_rank(f->map, op->root)));
   return ncclSuccess;
-}
-
-/* --- the rails' AllGather and ReduceScatter ---------------------------------------- */
-
-/* The rank of index j in island i (in rank order). */
-static int rank_at(const form_t *f, int island, int j) {
-  for (int r = 0, seen = 0; r < f->comm->nranks; r++)
-    if (f->map->of[r] == island && seen++ == j) return r;
-  return -1; /* not reached: the islands are of equal size */
-}
-
-/* The local copies of a rails form, between the user's buffers and
- * scratch: where either is device memory, on op's stream with the rank's
- * device current (one thread may drive ranks of several devices), after
- * the previous rails form's last use of the scratch (its event: the
- * scratch is the communicator's, and a call on another stream may still
- * read it); on host memory, at once (host phases finish before they
- * return).
- *
- * copy_blocks: every rank's block of `blocks` (count elements each) to or
- * from `chunks` in index-major order (chunk j holds, island by island, the
- * block of index j's rank); gather: into the chunks, else out of them.
- * chunks NULL: no copy, only the wait (first) and the record (last). */
-static ncclResult_t copy_blocks(form_t *f, void *chunks, void *blocks, size_t count, int gather,
-                                int first, int last) {
-  ncclComm_t comm = f->comm;
-  hetccl_hier_map_t *m = comm->hier_map;
-  size_t islands = (size_t)m->islands, k = (size_t)m->size[f->mine], bytes = count * f->elem;
-  int a, b;
-  HETCCL_CHECK(hetccl_hier_on_device(comm, f->op->sendbuf, &a));
-  HETCCL_CHECK(hetccl_hier_on_device(comm, f->op->recvbuf, &b));
-  const hetccl_runtime_t *rt = a || b ? hetccl_runtime_get(comm->ptr_kind) : NULL;
-  int saved = -1;
-  ncclResult_t res = ncclSuccess;
-  if (rt) {
-    res = rt->current_device(&saved, NULL, 0);
-    if (res == ncclSuccess && saved != comm->dev) res = rt->set_device(comm->dev);
-    if (res == ncclSuccess && !m->scratch_done) res = rt->event_create(&m->scratch_done);
-    if (res == ncclSuccess && first && m->scratch_used)
-      res = rt->stream_wait_event(f->op->stream, m->scratch_done);
-  }
-  for (size_t j = 0; chunks && j < k && res == ncclSuccess; j++)
-    for (size_t i = 0; i < islands && res == ncclSuccess; i++) {
-      void *chunk = at(chunks, (j * islands + i) * count, f->elem);
-      void *block = at(blocks, (size_t)rank_at(f, (int)i, (int)j) * count, f->elem);
-      void *dst = gather ? chunk : block;
-      const void *src = gather ? block : chunk;
-      if (rt) res = rt->memcpy_async(dst, src, bytes, f->op->stream);
-      else memcpy(dst, src, bytes);
-    }
-  if (rt && res == ncclSuccess && last) {
-    res = rt->event_record(m->scratch_done, f->op->stream);
-    if (res == ncclSuccess) m->scratch_used = 1;
-  }
-  if (rt && saved >= 0 && saved != comm->dev) (void)rt->set_device(saved);
-  if (res != ncclSuccess)
-    WARN("%s: rank %d: a local copy of the rails' form failed", f->op->fn, comm->rank);
-  return res;
-}
-
-/* One local copy of `bytes`, in stream order (as copy_blocks). */
-static ncclResult_t copy_one(form_t *f, void *dst, const void *src, size_t bytes) {
-  ncclComm_t comm = f->comm;
-  int a, b;
-  HETCCL_CHECK(hetccl_hier_on_device(comm, f->op->sendbuf, &a));
-  HETCCL_CHECK(hetccl_hier_on_device(comm, f->op->recvbuf, &b));
-  if (!a && !b) {
-    memmove(dst, src, bytes);
-    return ncclSuccess;
-  }
-  const hetccl_runtime_t *rt = hetccl_runtime_get(comm->ptr_kind);
-  int saved = -1;
-  ncclResult_t res = rt->current_device(&saved, NULL, 0);
-  if (res == ncclSuccess && saved != comm->dev) res = rt->set_device(comm->dev);
-  if (res == ncclSuccess) res = rt->memcpy_async(dst, src, bytes, f->op->stream);
-  if (saved >= 0 && saved != comm->dev) (void)rt->set_device(saved);
-  return res;
-}
-
-/* Rank j of each island reduce-scatters, inside its island, the chunks
- * its island's inputs hold in index-major order (a copy into scratch), so
- * that it gets its island's sum of the blocks of index j's ranks; rail j
- * then reduce-scatters those across the islands: each rank its block. */
-static ncclResult_t reduce_scatter_rails(form_t *f) {
-  const hetccl_op_t *op = f->op;
-  ncclComm_t c = f->comm;
-  size_t n = op->count, chunk = (size_t)f->map->islands * n;
-  void *s;
-  HETCCL_CHECK(partials(f, (size_t)c->nranks * n * f->elem, &s));
-  void *mine = at(s, (size_t)island_rank(f->map, c->rank) * chunk, f->elem);
-  if (!skip(f, 0)) HETCCL_CHECK(copy_blocks(f, s, (void *)op->sendbuf, n, 1, 1, 0));
-  HETCCL_CHECK(phase(f, 0, IN_ISLAND, HETCCL_OP_ReduceScatter, s, mine, chunk, HETCCL_NO_ROOT));
-  HETCCL_CHECK(phase(f, 1, ACROSS_RAIL, HETCCL_OP_ReduceScatter, mine, op->recvbuf, n,
-                     HETCCL_NO_ROOT));
-  /* The scratch is free once the rail's phase has read it. */
-  return skip(f, 1) ? ncclSuccess : copy_blocks(f, NULL, NULL, n, 1, 0, 1);
-}
-
-/* Rail j gathers index j's slices across the islands, each island gathers
- * its rails' gathers (index-major), and each slice is copied to its
- * rank's place in the receive buffer. */
-static ncclResult_t all_gather_rails(form_t *f) {
-  const hetccl_op_t *op = f->op;
-  ncclComm_t c = f->comm;
-  size_t n = op->count, islands = (size_t)f->map->islands;
-  size_t rail_bytes = hetccl_hier_align(islands * n * f->elem);
-  char *s;
-  HETCCL_CHECK(partials(f, rail_bytes + (size_t)c->nranks * n * f->elem, (void **)&s));
-  if (!skip(f, 1)) HETCCL_CHECK(copy_blocks(f, NULL, NULL, n, 0, 1, 0)); /* scratch free? */
-  HETCCL_CHECK(phase(f, 1, ACROSS_RAIL, HETCCL_OP_AllGather, op->sendbuf, s, n, HETCCL_NO_ROOT));
-  HETCCL_CHECK(phase(f, 2, IN_ISLAND, HETCCL_OP_AllGather, s, s + rail_bytes, islands * n,
-                     HETCCL_NO_ROOT));
-  return skip(f, 3) ? ncclSuccess : copy_blocks(f, s + rail_bytes, op->recvbuf, n, 0, 0, 1);
 }
 
 /* The islands' slices lie whole in the receive buffer (contiguous). */
 static ncclResult_t all_gather(form_t *f) {
-  if (on_rails(f->comm, f->op)) return all_gather_rails(f);
+  if (hetccl_hier_on_rails(f->comm, f->op)) return hetccl_hier_all_gather_rails(f);
   const hetccl_op_t *op = f->op;
   const hetccl_hier_map_t *m = f->map;
   ncclComm_t c = f->comm;
   size_t n = op->count, first = (size_t)m->first[f->mine], size = (size_t)m->size[f->mine];
-  void *slice = at(op->recvbuf, first * n, f->elem);
+  void *slice = form_at(op->recvbuf, first * n, f->elem);
   if (c->island)
-    HETCCL_CHECK(phase(f, 0, IN_ISLAND, HETCCL_OP_AllGather, op->sendbuf, slice, n, 0));
+    HETCCL_CHECK(hetccl_hier_phase(f, 0, IN_ISLAND, HETCCL_OP_AllGather, op->sendbuf, slice, n, 0));
   if (c->leaders) {
     if (m->equal) {
-      HETCCL_CHECK(phase(f, 1, ACROSS_LEADERS, HETCCL_OP_AllGather, slice, op->recvbuf, size * n,
-                         HETCCL_NO_ROOT));
+      HETCCL_CHECK(hetccl_hier_phase(f, 1, ACROSS_LEADERS, HETCCL_OP_AllGather, slice, op->recvbuf,
+                                     size * n, HETCCL_NO_ROOT));
     } else {
       for (int i = 0; i < m->islands; i++) {
-        void *s = at(op->recvbuf, (size_t)m->first[i] * n, f->elem);
+        void *s = form_at(op->recvbuf, (size_t)m->first[i] * n, f->elem);
         const void *from = i == f->mine && !c->island ? op->sendbuf : s;
-        HETCCL_CHECK(phase(f, 1, ACROSS_LEADERS, HETCCL_OP_Broadcast, from, s,
-                           (size_t)m->size[i] * n, i));
+        HETCCL_CHECK(hetccl_hier_phase(f, 1, ACROSS_LEADERS, HETCCL_OP_Broadcast, from, s,
+                                       (size_t)m->size[i] * n, i));
       }
     }
   }
   if (c->island) { /* the other islands' slices: before this one's, and after */
     size_t after = first + size, total = (size_t)c->nranks;
     if (first > 0)
-      HETCCL_CHECK(phase(f, 2, IN_ISLAND, HETCCL_OP_Broadcast, op->recvbuf, op->recvbuf,
-                         first * n, 0));
+      HETCCL_CHECK(hetccl_hier_phase(f, 2, IN_ISLAND, HETCCL_OP_Broadcast, op->recvbuf,
+                                     op->recvbuf, first * n, 0));
     if (after < total) {
-      void *rest = at(op->recvbuf, after * n, f->elem);
+      void *rest = form_at(op->recvbuf, after * n, f->elem);
       HETCCL_CHECK(
-          phase(f, 3, IN_ISLAND, HETCCL_OP_Broadcast, rest, rest, (total - after) * n, 0));
+          hetccl_hier_phase(f, 3, IN_ISLAND, HETCCL_OP_Broadcast, rest, rest, (total - after) * n,
+                            0));
     }
   }
   return ncclSuccess;
@@ -531,43 +314,45 @@ static ncclResult_t all_gather(form_t *f) {
  * leaders reduce-scatter island slices of it in place, and the leader
  * hands each rank of its island its block. */
 static ncclResult_t reduce_scatter(form_t *f) {
-  if (on_rails(f->comm, f->op)) return reduce_scatter_rails(f);
+  if (hetccl_hier_on_rails(f->comm, f->op)) return hetccl_hier_reduce_scatter_rails(f);
   const hetccl_op_t *op = f->op;
   const hetccl_hier_map_t *m = f->map;
   ncclComm_t c = f->comm;
   size_t n = op->count, total = (size_t)c->nranks * n;
   size_t first = (size_t)m->first[f->mine], size = (size_t)m->size[f->mine];
   if (!c->leaders) {
-    HETCCL_CHECK(phase(f, 0, IN_ISLAND, HETCCL_OP_Reduce, op->sendbuf, op->recvbuf, total, 0));
-    return skip(f, 2) ? ncclSuccess : p2p(f, HETCCL_OP_Recv, op->recvbuf, n, 0);
+    HETCCL_CHECK(hetccl_hier_phase(f, 0, IN_ISLAND, HETCCL_OP_Reduce, op->sendbuf, op->recvbuf,
+                                   total, 0));
+    return form_skip(f, 2) ? ncclSuccess : hetccl_hier_p2p(f, HETCCL_OP_Recv, op->recvbuf, n, 0);
   }
   void *acc = NULL;
   const void *in = op->sendbuf;
   if (c->island) {
-    HETCCL_CHECK(partials(f, total * f->elem, &acc));
-    HETCCL_CHECK(phase(f, 0, IN_ISLAND, HETCCL_OP_Reduce, op->sendbuf, acc, total, 0));
+    HETCCL_CHECK(hetccl_hier_partials(f, total * f->elem, &acc));
+    HETCCL_CHECK(hetccl_hier_phase(f, 0, IN_ISLAND, HETCCL_OP_Reduce, op->sendbuf, acc, total, 0));
     in = acc;
   }
   /* Alone in its island, a leader's slice is its own block: recvbuf. */
-  void *mine = c->island ? at(acc, first * n, f->elem) : op->recvbuf;
+  void *mine = c->island ? form_at(acc, first * n, f->elem) : op->recvbuf;
   if (m->equal) {
-    HETCCL_CHECK(phase(f, 1, ACROSS_LEADERS, HETCCL_OP_ReduceScatter, in, mine, size * n,
-                       HETCCL_NO_ROOT));
+    HETCCL_CHECK(hetccl_hier_phase(f, 1, ACROSS_LEADERS, HETCCL_OP_ReduceScatter, in, mine,
+                                   size * n, HETCCL_NO_ROOT));
   } else {
     for (int i = 0; i < m->islands; i++) {
-      const void *s = at(in, (size_t)m->first[i] * n, f->elem);
+      const void *s = form_at(in, (size_t)m->first[i] * n, f->elem);
       void *out = i == f->mine ? mine : (void *)s; /* read only where not the root */
       HETCCL_CHECK(
-          phase(f, 1, ACROSS_LEADERS, HETCCL_OP_Reduce, s, out, (size_t)m->size[i] * n, i));
+          hetccl_hier_phase(f, 1, ACROSS_LEADERS, HETCCL_OP_Reduce, s, out, (size_t)m->size[i] * n,
+                            i));
     }
   }
-  if (!c->island || skip(f, 2)) return ncclSuccess;
+  if (!c->island || form_skip(f, 2)) return ncclSuccess;
   /* One phase in the trace: the sends and receives run at the group's end. */
   uint64_t t0 = HETCCL_TRACE_BEGIN();
   ncclResult_t res = hetccl_GroupStart();
   for (size_t t = 0; t < size && res == ncclSuccess; t++)
-    res = p2p(f, HETCCL_OP_Send, at(mine, t * n, f->elem), n, (int)t);
-  if (res == ncclSuccess) res = p2p(f, HETCCL_OP_Recv, op->recvbuf, n, 0);
+    res = hetccl_hier_p2p(f, HETCCL_OP_Send, form_at(mine, t * n, f->elem), n, (int)t);
+  if (res == ncclSuccess) res = hetccl_hier_p2p(f, HETCCL_OP_Recv, op->recvbuf, n, 0);
   ncclResult_t end = hetccl_GroupEnd();
   if (t0) {
     hetccl_op_t sends = *op;
@@ -575,73 +360,6 @@ static ncclResult_t reduce_scatter(form_t *f) {
     sends.count = size * n;
     traced(f, &sends, t0);
   }
-  return res != ncclSuccess ? res : end;
-}
-
-/* A send or receive of this rank's, on this communicator: the same
- * dispatch as the user's (to its island where the peer is there and a
- * vendor serves it, else the engine). */
-static ncclResult_t p2p_here(form_t *f, hetccl_op_kind_t kind, void *buf, size_t count,
-                             int peer) {
-  hetccl_op_t p = *f->op;
-  p.kind = kind;
-  p.fn = kind == HETCCL_OP_Send ? "ncclSend" : "ncclRecv";
-  p.sendbuf = kind == HETCCL_OP_Send ? buf : NULL;
-  p.recvbuf = kind == HETCCL_OP_Recv ? buf : NULL;
-  p.count = count;
-  p.root = HETCCL_NO_ROOT;
-  p.peer = peer;
-  p.redop = HETCCL_NO_REDOP;
-  p.config = NULL;
-  if (p2p_inside(f->comm, &p)) return p2p(f, kind, buf, count, island_rank(f->map, peer));
-  f->where = ACROSS_LEADERS; /* for the message: between islands */
-  return hetccl_dispatch(f->comm, &p);
-}
-
-/* Every pair as a send and a receive in one group, so that the pairs of a
- * vendor island take its links; the rank's own block copied. */
-static ncclResult_t all_to_all(form_t *f) {
-  if (skip(f, 0)) return ncclSuccess;
-  const hetccl_op_t *op = f->op;
-  ncclComm_t c = f->comm;
-  size_t n = op->count;
-  void *self_in = at(op->sendbuf, (size_t)c->rank * n, f->elem);
-  void *self_out = at(op->recvbuf, (size_t)c->rank * n, f->elem);
-  if (self_in != self_out) HETCCL_CHECK(copy_one(f, self_out, self_in, n * f->elem));
-  uint64_t t0 = HETCCL_TRACE_BEGIN();
-  ncclResult_t res = hetccl_GroupStart();
-  for (int q = 0; q < c->nranks && res == ncclSuccess; q++) {
-    if (q == c->rank) continue;
-    res = p2p_here(f, HETCCL_OP_Send, at(op->sendbuf, (size_t)q * n, f->elem), n, q);
-    if (res == ncclSuccess)
-      res = p2p_here(f, HETCCL_OP_Recv, at(op->recvbuf, (size_t)q * n, f->elem), n, q);
-  }
-  ncclResult_t end = hetccl_GroupEnd();
-  (void)t0;
-  return res != ncclSuccess ? res : end;
-}
-
-/* Gather (to_root) or Scatter: the root's pairs as sends and receives in
- * one group, as AlltoAll's; the root's own block copied. */
-static ncclResult_t gather_scatter(form_t *f, int to_root) {
-  if (skip(f, 0)) return ncclSuccess;
-  const hetccl_op_t *op = f->op;
-  ncclComm_t c = f->comm;
-  size_t n = op->count;
-  hetccl_op_kind_t there = to_root ? HETCCL_OP_Recv : HETCCL_OP_Send;
-  if (c->rank != op->root) {
-    void *buf = to_root ? (void *)op->sendbuf : op->recvbuf;
-    return p2p_here(f, to_root ? HETCCL_OP_Send : HETCCL_OP_Recv, buf, n, op->root);
-  }
-  void *blocks = to_root ? op->recvbuf : (void *)op->sendbuf;
-  void *mine = at(blocks, (size_t)c->rank * n, f->elem);
-  void *own = to_root ? (void *)op->sendbuf : op->recvbuf;
-  if (mine != own)
-    HETCCL_CHECK(to_root ? copy_one(f, mine, own, n * f->elem) : copy_one(f, own, mine, n * f->elem));
-  ncclResult_t res = hetccl_GroupStart();
-  for (int q = 0; q < c->nranks && res == ncclSuccess; q++)
-    if (q != c->rank) res = p2p_here(f, there, at(blocks, (size_t)q * n, f->elem), n, q);
-  ncclResult_t end = hetccl_GroupEnd();
   return res != ncclSuccess ? res : end;
 }
 
@@ -659,21 +377,24 @@ static ncclResult_t launch(ncclComm_t comm, const hetccl_op_t *op, int want, voi
           comm->leaders ? ", leader" : "");
   ncclResult_t res;
   switch (op->kind) {
-    case HETCCL_OP_AllReduce: res = all_reduce(&f); break;
+    case HETCCL_OP_AllReduce: res = hetccl_hier_all_reduce(&f); break;
     case HETCCL_OP_Broadcast:
-    case HETCCL_OP_Bcast: res = broadcast(&f); break;
+    case HETCCL_OP_Bcast: res = hetccl_hier_broadcast(&f); break;
     case HETCCL_OP_Reduce: res = reduce(&f); break;
     case HETCCL_OP_AllGather: res = all_gather(&f); break;
     case HETCCL_OP_ReduceScatter: res = reduce_scatter(&f); break;
-    case HETCCL_OP_AlltoAll: res = all_to_all(&f); break;
-    case HETCCL_OP_Gather: res = gather_scatter(&f, 1); break;
-    case HETCCL_OP_Scatter: res = gather_scatter(&f, 0); break;
+    case HETCCL_OP_AlltoAll: res = hetccl_hier_all_to_all(&f); break;
+    case HETCCL_OP_Gather: res = hetccl_hier_gather_scatter(&f, 1); break;
+    case HETCCL_OP_Scatter: res = hetccl_hier_gather_scatter(&f, 0); break;
     case HETCCL_OP_Send:
     case HETCCL_OP_Recv:
-      res = skip(&f, 0) ? ncclSuccess
-                        : p2p(&f, op->kind, op->kind == HETCCL_OP_Send ? (void *)op->sendbuf
-                                                                        : op->recvbuf,
-                              op->count, island_rank(f.map, op->peer));
+      if (!form_skip(&f, 0)) {
+        void *buf = op->kind == HETCCL_OP_Send ? (void *)op->sendbuf : op->recvbuf;
+        res = hetccl_hier_p2p(&f, op->kind, buf, op->count,
+                              hetccl_hier_island_rank(f.map, op->peer));
+      } else {
+        res = ncclSuccess;
+      }
       break;
     default: WARN("%s: no hierarchical form", op->fn); return ncclInternalError;
   }
@@ -684,7 +405,9 @@ static ncclResult_t launch(ncclComm_t comm, const hetccl_op_t *op, int want, voi
     char msg[HETCCL_ERRMSG_BYTES];
     snprintf(msg, sizeof(msg), "%s: rank %d: hierarchical %s failed %s: %.900s", op->fn,
              comm->rank, hetccl_func_name(hetccl_op_func(op->kind)),
-             f.where == ACROSS_LEADERS ? "across the islands' leaders" : "inside its island",
+             f.where == ACROSS_LEADERS ? "across the islands' leaders"
+             : f.where == ACROSS_RAIL  ? "across the islands on its rail"
+                                       : "inside its island",
              hetccl_last_error());
     hetccl_last_error_set(msg);
     hetccl_comm_set_error(comm, res);

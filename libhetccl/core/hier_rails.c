@@ -1,0 +1,211 @@
+/* The rails: hierarchical forms in which every rank of the islands
+ * crosses at once (core/hier.h: rail j holds the ranks of index j in every
+ * island, one per island; rail 0 is the leaders). Where every island holds
+ * k ranks and the message is large enough, each rank's link carries 1/k of
+ * what crosses, where through the leaders one rank's link carries all of
+ * it (docs/islands.md, "Rails"). R is the root, I its island.
+ *
+ *   collective (from)       inside, first          across (slot 1)        inside, last
+ *   AllReduce               ReduceScatter: slice j AllReduce of slice j   AllGather of the
+ *   (HIER_RAILS_MIN)        to index j             on rail j              slices
+ *   Broadcast               I: Broadcast from R    Broadcast of slice j   others: AllGather
+ *   (HIER_RAILS_MIN)        (the whole buffer)     on rail j from I       of the slices
+ *   AllGather                                      AllGather on rail j    AllGather of the
+ *   (HIER_RAILS_MIN_GATHER)                        of index j's slices    rails' gathers,
+ *                                                                         then copies out
+ *   ReduceScatter           copies in (chunk j),   ReduceScatter on
+ *   (HIER_RAILS_MIN_GATHER) then ReduceScatter:    rail j
+ *                           chunk j to index j
+ *
+ * AllReduce and Broadcast send a count's last count % k elements (no
+ * ReduceScatter takes uneven slices) through the leaders' form, its
+ * phases in the same slots. Below HETCCL_HIER_RAILS_MIN (4 MiB) the
+ * leaders' form runs: on 4 x H100 it took 117 us at 1 MiB where the rails
+ * took 180-250 (twice the programs to launch across), and the rails gained
+ * from 16 MiB.
+ *
+ * AllGather and ReduceScatter reach the ranks of index j of every island,
+ * which no island's block of the buffer holds together, so their blocks
+ * are copied into scratch (one copy per rank, on the stream; device memory
+ * moves them at its own speed) and, for AllGather, back out: these forms
+ * apply to interleaved islands too. Their threshold is the whole buffer's
+ * bytes, HETCCL_HIER_RAILS_MIN_GATHER (16 MiB: on 4 x H100 the rails lost
+ * at 4 MiB, 10-15 GB/s against the leaders' 16-20, and won from 16 MiB).
+ *
+ * Thread: the API caller's. */
+#include <string.h>
+
+#include "core/hier_forms.h"
+#include "runtime/runtime.h"
+#include "util/check.h"
+#include "util/knobs.h"
+#include "util/log.h"
+
+/* On the rails: island rank j reduces slice j of its island's inputs
+ * (in place where the user's call is: NCCL's in-place ReduceScatter
+ * writes slice `rank` of its input), rail j all-reduces it across the
+ * islands, and the island gathers the slices in place. */
+ncclResult_t hetccl_hier_all_reduce(form_t *f) {
+  const hetccl_op_t *op = f->op;
+  size_t k = (size_t)f->map->size[f->mine], slice = op->count / k;
+  if (!f->map->rails || slice == 0 ||
+      op->count * f->elem < (size_t)hetccl_knob_int(HETCCL_KNOB_HIER_RAILS_MIN))
+    return hetccl_hier_all_reduce_leaders(f, 0, op->count);
+  ncclComm_t c = f->comm;
+  size_t j = (size_t)hetccl_hier_island_rank(f->map, c->rank), body = slice * k;
+  void *mine = form_at(op->recvbuf, j * slice, f->elem);
+  HETCCL_CHECK(hetccl_hier_phase(f, 0, IN_ISLAND, HETCCL_OP_ReduceScatter, op->sendbuf, mine,
+                                 slice, HETCCL_NO_ROOT));
+  HETCCL_CHECK(hetccl_hier_phase(f, 1, ACROSS_RAIL, HETCCL_OP_AllReduce, mine, mine, slice,
+                                 HETCCL_NO_ROOT));
+  HETCCL_CHECK(hetccl_hier_phase(f, 2, IN_ISLAND, HETCCL_OP_AllGather, mine, op->recvbuf, slice,
+                                 HETCCL_NO_ROOT));
+  return body < op->count ? hetccl_hier_all_reduce_leaders(f, body, op->count - body) : ncclSuccess;
+}
+
+/* On the rails: the root's island broadcasts the whole buffer inside
+ * (its links are the fast ones), rail j carries slice j from the root's
+ * island to every other at once, and each other island gathers the
+ * slices in place; the last count % k elements through the leaders. */
+ncclResult_t hetccl_hier_broadcast(form_t *f) {
+  const hetccl_op_t *op = f->op;
+  size_t k = (size_t)f->map->size[f->mine], slice = op->count / k;
+  if (!f->map->rails || slice == 0 ||
+      op->count * f->elem < (size_t)hetccl_knob_int(HETCCL_KNOB_HIER_RAILS_MIN))
+    return hetccl_hier_broadcast_leaders(f, 0, op->count, 1);
+  int from = f->map->of[op->root];
+  size_t j = (size_t)hetccl_hier_island_rank(f->map, f->comm->rank), body = slice * k;
+  void *mine = form_at(op->recvbuf, j * slice, f->elem);
+  if (f->mine == from) {
+    const void *send = op->kind == HETCCL_OP_Bcast ? op->recvbuf : op->sendbuf;
+    HETCCL_CHECK(hetccl_hier_phase(f, 0, IN_ISLAND, HETCCL_OP_Broadcast, send, op->recvbuf,
+                                   op->count, hetccl_hier_island_rank(f->map, op->root)));
+  }
+  HETCCL_CHECK(hetccl_hier_phase(f, 1, ACROSS_RAIL, HETCCL_OP_Broadcast, mine, mine, slice, from));
+  if (f->mine != from)
+    HETCCL_CHECK(hetccl_hier_phase(f, 2, IN_ISLAND, HETCCL_OP_AllGather, mine, op->recvbuf, slice,
+                                   HETCCL_NO_ROOT));
+  if (body == op->count) return ncclSuccess;
+  return hetccl_hier_broadcast_leaders(f, body, op->count - body, 0);
+}
+
+/* Whether AllGather or ReduceScatter (count per rank) takes its rails'
+ * form: the same answer on every rank. */
+int hetccl_hier_on_rails(ncclComm_t comm, const hetccl_op_t *op) {
+  size_t bytes = op->count * (size_t)comm->nranks * hetccl_dtype_size(op->dtype);
+  return comm->hier_map->rails &&
+         bytes >= (size_t)hetccl_knob_int(HETCCL_KNOB_HIER_RAILS_MIN_GATHER);
+}
+
+/* The rank of index j in island i (in rank order). */
+static int rank_at(const form_t *f, int island, int j) {
+  for (int r = 0, seen = 0; r < f->comm->nranks; r++)
+    if (f->map->of[r] == island && seen++ == j) return r;
+  return -1; /* not reached: the islands are of equal size */
+}
+
+/* The local copies of a rails form, between the user's buffers and
+ * scratch: where either is device memory, on op's stream with the rank's
+ * device current (one thread may drive ranks of several devices), after
+ * the previous rails form's last use of the scratch (its event: the
+ * scratch is the communicator's, and a call on another stream may still
+ * read it); on host memory, at once (host phases finish before they
+ * return).
+ *
+ * copy_blocks: every rank's block of `blocks` (count elements each) to or
+ * from `chunks` in index-major order (chunk j holds, island by island, the
+ * block of index j's rank); gather: into the chunks, else out of them.
+ * chunks NULL: no copy, only the wait (first) and the record (last). */
+static ncclResult_t copy_blocks(form_t *f, void *chunks, void *blocks, size_t count, int gather,
+                                int first, int last) {
+  ncclComm_t comm = f->comm;
+  hetccl_hier_map_t *m = comm->hier_map;
+  size_t islands = (size_t)m->islands, k = (size_t)m->size[f->mine], bytes = count * f->elem;
+  int a, b;
+  HETCCL_CHECK(hetccl_hier_on_device(comm, f->op->sendbuf, &a));
+  HETCCL_CHECK(hetccl_hier_on_device(comm, f->op->recvbuf, &b));
+  const hetccl_runtime_t *rt = a || b ? hetccl_runtime_get(comm->ptr_kind) : NULL;
+  int saved = -1;
+  ncclResult_t res = ncclSuccess;
+  if (rt) {
+    res = rt->current_device(&saved, NULL, 0);
+    if (res == ncclSuccess && saved != comm->dev) res = rt->set_device(comm->dev);
+    if (res == ncclSuccess && !m->scratch_done) res = rt->event_create(&m->scratch_done);
+    if (res == ncclSuccess && first && m->scratch_used)
+      res = rt->stream_wait_event(f->op->stream, m->scratch_done);
+  }
+  for (size_t j = 0; chunks && j < k && res == ncclSuccess; j++)
+    for (size_t i = 0; i < islands && res == ncclSuccess; i++) {
+      void *chunk = form_at(chunks, (j * islands + i) * count, f->elem);
+      void *block = form_at(blocks, (size_t)rank_at(f, (int)i, (int)j) * count, f->elem);
+      void *dst = gather ? chunk : block;
+      const void *src = gather ? block : chunk;
+      if (rt) res = rt->memcpy_async(dst, src, bytes, f->op->stream);
+      else memcpy(dst, src, bytes);
+    }
+  if (rt && res == ncclSuccess && last) {
+    res = rt->event_record(m->scratch_done, f->op->stream);
+    if (res == ncclSuccess) m->scratch_used = 1;
+  }
+  if (rt && saved >= 0 && saved != comm->dev) (void)rt->set_device(saved);
+  if (res != ncclSuccess)
+    WARN("%s: rank %d: a local copy of the rails' form failed", f->op->fn, comm->rank);
+  return res;
+}
+
+/* One local copy of `bytes`, in stream order (as copy_blocks). */
+ncclResult_t hetccl_hier_copy(form_t *f, void *dst, const void *src, size_t bytes) {
+  ncclComm_t comm = f->comm;
+  int a, b;
+  HETCCL_CHECK(hetccl_hier_on_device(comm, f->op->sendbuf, &a));
+  HETCCL_CHECK(hetccl_hier_on_device(comm, f->op->recvbuf, &b));
+  if (!a && !b) {
+    memmove(dst, src, bytes);
+    return ncclSuccess;
+  }
+  const hetccl_runtime_t *rt = hetccl_runtime_get(comm->ptr_kind);
+  int saved = -1;
+  ncclResult_t res = rt->current_device(&saved, NULL, 0);
+  if (res == ncclSuccess && saved != comm->dev) res = rt->set_device(comm->dev);
+  if (res == ncclSuccess) res = rt->memcpy_async(dst, src, bytes, f->op->stream);
+  if (saved >= 0 && saved != comm->dev) (void)rt->set_device(saved);
+  return res;
+}
+
+/* Rank j of each island reduce-scatters, inside its island, the chunks
+ * its island's inputs hold in index-major order (a copy into scratch), so
+ * that it gets its island's sum of the blocks of index j's ranks; rail j
+ * then reduce-scatters those across the islands: each rank its block. */
+ncclResult_t hetccl_hier_reduce_scatter_rails(form_t *f) {
+  const hetccl_op_t *op = f->op;
+  ncclComm_t c = f->comm;
+  size_t n = op->count, chunk = (size_t)f->map->islands * n;
+  void *s;
+  HETCCL_CHECK(hetccl_hier_partials(f, (size_t)c->nranks * n * f->elem, &s));
+  void *mine = form_at(s, (size_t)hetccl_hier_island_rank(f->map, c->rank) * chunk, f->elem);
+  if (!form_skip(f, 0)) HETCCL_CHECK(copy_blocks(f, s, (void *)op->sendbuf, n, 1, 1, 0));
+  HETCCL_CHECK(hetccl_hier_phase(f, 0, IN_ISLAND, HETCCL_OP_ReduceScatter, s, mine, chunk,
+                                 HETCCL_NO_ROOT));
+  HETCCL_CHECK(hetccl_hier_phase(f, 1, ACROSS_RAIL, HETCCL_OP_ReduceScatter, mine, op->recvbuf, n,
+                                 HETCCL_NO_ROOT));
+  /* The scratch is free once the rail's phase has read it. */
+  return form_skip(f, 1) ? ncclSuccess : copy_blocks(f, NULL, NULL, n, 1, 0, 1);
+}
+
+/* Rail j gathers index j's slices across the islands, each island gathers
+ * its rails' gathers (index-major), and each slice is copied to its
+ * rank's place in the receive buffer. */
+ncclResult_t hetccl_hier_all_gather_rails(form_t *f) {
+  const hetccl_op_t *op = f->op;
+  ncclComm_t c = f->comm;
+  size_t n = op->count, islands = (size_t)f->map->islands;
+  size_t rail_bytes = hetccl_hier_align(islands * n * f->elem);
+  char *s;
+  HETCCL_CHECK(hetccl_hier_partials(f, rail_bytes + (size_t)c->nranks * n * f->elem, (void **)&s));
+  if (!form_skip(f, 1)) HETCCL_CHECK(copy_blocks(f, NULL, NULL, n, 0, 1, 0)); /* scratch free? */
+  HETCCL_CHECK(hetccl_hier_phase(f, 1, ACROSS_RAIL, HETCCL_OP_AllGather, op->sendbuf, s, n,
+                                 HETCCL_NO_ROOT));
+  HETCCL_CHECK(hetccl_hier_phase(f, 2, IN_ISLAND, HETCCL_OP_AllGather, s, s + rail_bytes,
+                                 islands * n, HETCCL_NO_ROOT));
+  return form_skip(f, 3) ? ncclSuccess : copy_blocks(f, s + rail_bytes, op->recvbuf, n, 0, 0, 1);
+}
