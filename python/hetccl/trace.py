@@ -26,6 +26,7 @@ COLUMNS: List[Tuple[str, str, Any]] = [
     ("call_us", "call", None),
     ("island_us", "phase", "island"),
     ("leaders_us", "phase", "leaders"),
+    ("rail_us", "phase", "rail"),
     ("engine_us", "engine", None),
     ("send_us", "piece", "send"),
     ("recv_us", "piece", "recv"),
