@@ -34,8 +34,9 @@ static ncclResult_t make_map(ncclComm_t comm, const int *lead, hetccl_hier_map_t
     m->first = malloc((size_t)n * sizeof(int));
     m->size = calloc((size_t)n, sizeof(int));
     m->of = malloc((size_t)n * sizeof(int));
+    m->index = malloc((size_t)n * sizeof(int));
   }
-  if (!m || !m->first || !m->size || !m->of) {
+  if (!m || !m->first || !m->size || !m->of || !m->index) {
     hetccl_hier_map_free(comm, m);
     WARN("ncclCommInitRank: out of memory for %d ranks' islands", n);
     return ncclSystemError;
@@ -45,7 +46,7 @@ static ncclResult_t make_map(ncclComm_t comm, const int *lead, hetccl_hier_map_t
     int i = 0;
     while (m->first[i] != lead[r]) i++; /* leaders come in rank order */
     m->of[r] = i;
-    m->size[i]++;
+    m->index[r] = m->size[i]++;
   }
   m->contiguous = m->equal = 1;
   for (int r = 1; r < n; r++)
@@ -88,8 +89,7 @@ ncclResult_t hetccl_hier_setup(ncclComm_t comm) {
                                           comm->rank, &config, comm->rank, &comm->leaders));
   /* Rail j: index j of every island, numbered by island as the leaders
    * are; rail 0 is the leaders themselves. */
-  int index = 0;
-  for (int q = 0; q < comm->rank; q++) index += m->of[q] == mine;
+  int index = m->index[comm->rank];
   if (m->equal && size > 1 && hetccl_knob_int(HETCCL_KNOB_HIER_RAILS)) {
     HETCCL_CHECK(hetccl_comm_split_internal(comm, index > 0 ? index : NCCL_SPLIT_NOCOLOR, mine,
                                             &config, comm->rank, &comm->rail));
@@ -192,6 +192,7 @@ void hetccl_hier_map_free(ncclComm_t comm, hetccl_hier_map_t *m) {
   free(m->first);
   free(m->size);
   free(m->of);
+  free(m->index);
   free(m);
 }
 

@@ -39,7 +39,7 @@
 /* Where the islands lie, the same on every rank. Island i (numbered as
  * the leaders communicator numbers its ranks: by leader, in rank order)
  * holds size[i] ranks, the lowest being first[i], its leader; of[r] is
- * rank r's island. contiguous: every island's ranks are consecutive
+ * rank r's island and index[r] its place there. contiguous: every island's ranks are consecutive
  * (first[i] .. first[i] + size[i] - 1); equal: every island holds as many
  * ranks as the others. The forms that need room for partial results keep
  * one scratch block between calls (hetccl_hier_scratch); blocks it
@@ -49,6 +49,7 @@ typedef struct hetccl_hier_stage hetccl_hier_stage_t;
 typedef struct hetccl_hier_map {
   int islands;
   int *first, *size, *of;
+  int *index; /* index[r]: r's rank in its island communicator (which keeps the parent's order) */
   int contiguous, equal;
   int rails; /* every rank has a rail (hier_rail): equal islands of 2 ranks or more */
   /* The rails' AllGather and ReduceScatter copy between the user's

@@ -62,8 +62,6 @@ ncclResult_t hetccl_hier_p2p(form_t *f, hetccl_op_kind_t kind, void *buf, size_t
 /* Where a form keeps what no user buffer has room for: its own part of
  * the block in step with others, else the map's block. */
 ncclResult_t hetccl_hier_partials(form_t *f, size_t bytes, void **out);
-/* r's rank in its island communicator (which keeps the parent's order). */
-int hetccl_hier_island_rank(const hetccl_hier_map_t *m, int r);
 /* The leaders' forms of `count` elements from element `first` on (the
  * rails' forms send their tails through them); broadcast: the root's
  * island's phase only where `inside`. */

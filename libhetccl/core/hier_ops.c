@@ -186,13 +186,6 @@ ncclResult_t hetccl_hier_p2p(form_t *f, hetccl_op_kind_t kind, void *buf, size_t
   return res;
 }
 
-/* r's rank in its island communicator (which keeps the parent's order). */
-int hetccl_hier_island_rank(const hetccl_hier_map_t *m, int r) {
-  int k = 0;
-  for (int q = 0; q < r; q++) k += m->of[q] == m->of[r];
-  return k;
-}
-
 /* --- the forms -------------------------------------------------------------------- */
 
 /* Through the leaders: `count` elements from element `from` on. */
@@ -227,7 +220,7 @@ ncclResult_t hetccl_hier_broadcast_leaders(form_t *f, size_t first, size_t count
   if (f->mine == from) {
     if (c->island && inside)
       HETCCL_CHECK(hetccl_hier_phase(f, 0, IN_ISLAND, HETCCL_OP_Broadcast, send, buf, count,
-                                     hetccl_hier_island_rank(f->map, op->root)));
+                                     f->map->index[op->root]));
     /* A leader alone in its island is the root itself. */
     if (c->leaders)
       HETCCL_CHECK(hetccl_hier_phase(f, 1, ACROSS_LEADERS, HETCCL_OP_Broadcast,
@@ -268,7 +261,7 @@ static ncclResult_t reduce(form_t *f) {
                                  to));
   if (f->mine == to && !root_leads && !form_skip(f, 2))
     HETCCL_CHECK(hetccl_hier_p2p(f, HETCCL_OP_Send, acc, op->count,
-                                 hetccl_hier_island_rank(f->map, op->root)));
+                                 f->map->index[op->root]));
   return ncclSuccess;
 }
 
@@ -391,7 +384,7 @@ static ncclResult_t launch(ncclComm_t comm, const hetccl_op_t *op, int want, voi
       if (!form_skip(&f, 0)) {
         void *buf = op->kind == HETCCL_OP_Send ? (void *)op->sendbuf : op->recvbuf;
         res = hetccl_hier_p2p(&f, op->kind, buf, op->count,
-                              hetccl_hier_island_rank(f.map, op->peer));
+                              f.map->index[op->peer]);
       } else {
         res = ncclSuccess;
       }

@@ -34,7 +34,7 @@ static ncclResult_t p2p_here(form_t *f, hetccl_op_kind_t kind, void *buf, size_t
   hetccl_op_t p = hetccl_hier_p2p_op(f, kind, buf, count, peer);
   p.fn = kind == HETCCL_OP_Send ? "ncclSend" : "ncclRecv";
   if (hetccl_hier_p2p_inside(f->comm, &p))
-    return hetccl_hier_p2p(f, kind, buf, count, hetccl_hier_island_rank(f->map, peer));
+    return hetccl_hier_p2p(f, kind, buf, count, f->map->index[peer]);
   f->where = ACROSS_LEADERS; /* for the message: between islands */
   return hetccl_dispatch(f->comm, &p);
 }

@@ -41,6 +41,13 @@
 #include "util/knobs.h"
 #include "util/log.h"
 
+/* Whether AllReduce or Broadcast takes its rails' form: the islands have
+ * rails, each slice holds an element, and the message is large enough. */
+static int rails_take(const form_t *f, size_t slice) {
+  return f->map->rails && slice > 0 &&
+         f->op->count * f->elem >= (size_t)hetccl_knob_int(HETCCL_KNOB_HIER_RAILS_MIN);
+}
+
 /* On the rails: island rank j reduces slice j of its island's inputs
  * (in place where the user's call is: NCCL's in-place ReduceScatter
  * writes slice `rank` of its input), rail j all-reduces it across the
@@ -48,11 +55,9 @@
 ncclResult_t hetccl_hier_all_reduce(form_t *f) {
   const hetccl_op_t *op = f->op;
   size_t k = (size_t)f->map->size[f->mine], slice = op->count / k;
-  if (!f->map->rails || slice == 0 ||
-      op->count * f->elem < (size_t)hetccl_knob_int(HETCCL_KNOB_HIER_RAILS_MIN))
-    return hetccl_hier_all_reduce_leaders(f, 0, op->count);
+  if (!rails_take(f, slice)) return hetccl_hier_all_reduce_leaders(f, 0, op->count);
   ncclComm_t c = f->comm;
-  size_t j = (size_t)hetccl_hier_island_rank(f->map, c->rank), body = slice * k;
+  size_t j = (size_t)f->map->index[c->rank], body = slice * k;
   void *mine = form_at(op->recvbuf, j * slice, f->elem);
   HETCCL_CHECK(hetccl_hier_phase(f, 0, IN_ISLAND, HETCCL_OP_ReduceScatter, op->sendbuf, mine,
                                  slice, HETCCL_NO_ROOT));
@@ -70,16 +75,14 @@ ncclResult_t hetccl_hier_all_reduce(form_t *f) {
 ncclResult_t hetccl_hier_broadcast(form_t *f) {
   const hetccl_op_t *op = f->op;
   size_t k = (size_t)f->map->size[f->mine], slice = op->count / k;
-  if (!f->map->rails || slice == 0 ||
-      op->count * f->elem < (size_t)hetccl_knob_int(HETCCL_KNOB_HIER_RAILS_MIN))
-    return hetccl_hier_broadcast_leaders(f, 0, op->count, 1);
+  if (!rails_take(f, slice)) return hetccl_hier_broadcast_leaders(f, 0, op->count, 1);
   int from = f->map->of[op->root];
-  size_t j = (size_t)hetccl_hier_island_rank(f->map, f->comm->rank), body = slice * k;
+  size_t j = (size_t)f->map->index[f->comm->rank], body = slice * k;
   void *mine = form_at(op->recvbuf, j * slice, f->elem);
   if (f->mine == from) {
     const void *send = op->kind == HETCCL_OP_Bcast ? op->recvbuf : op->sendbuf;
     HETCCL_CHECK(hetccl_hier_phase(f, 0, IN_ISLAND, HETCCL_OP_Broadcast, send, op->recvbuf,
-                                   op->count, hetccl_hier_island_rank(f->map, op->root)));
+                                   op->count, f->map->index[op->root]));
   }
   HETCCL_CHECK(hetccl_hier_phase(f, 1, ACROSS_RAIL, HETCCL_OP_Broadcast, mine, mine, slice, from));
   if (f->mine != from)
@@ -97,79 +100,78 @@ int hetccl_hier_on_rails(ncclComm_t comm, const hetccl_op_t *op) {
          bytes >= (size_t)hetccl_knob_int(HETCCL_KNOB_HIER_RAILS_MIN_GATHER);
 }
 
-/* The rank of index j in island i (in rank order). */
-static int rank_at(const form_t *f, int island, int j) {
-  for (int r = 0, seen = 0; r < f->comm->nranks; r++)
-    if (f->map->of[r] == island && seen++ == j) return r;
-  return -1; /* not reached: the islands are of equal size */
-}
-
 /* The local copies of a rails form, between the user's buffers and
  * scratch: where either is device memory, on op's stream with the rank's
- * device current (one thread may drive ranks of several devices), after
- * the previous rails form's last use of the scratch (its event: the
- * scratch is the communicator's, and a call on another stream may still
- * read it); on host memory, at once (host phases finish before they
- * return).
- *
- * copy_blocks: every rank's block of `blocks` (count elements each) to or
- * from `chunks` in index-major order (chunk j holds, island by island, the
- * block of index j's rank); gather: into the chunks, else out of them.
- * chunks NULL: no copy, only the wait (first) and the record (last). */
-static ncclResult_t copy_blocks(form_t *f, void *chunks, void *blocks, size_t count, int gather,
-                                int first, int last) {
+ * device current (one thread may drive ranks of several devices); on host
+ * memory, at once (host phases finish before they return). copies_begin
+ * gives the runtime that copies (NULL: the CPU) with the device made
+ * current, copies_end restores the caller's. */
+static ncclResult_t copies_begin(form_t *f, const hetccl_runtime_t **rt, int *saved) {
   ncclComm_t comm = f->comm;
-  hetccl_hier_map_t *m = comm->hier_map;
-  size_t islands = (size_t)m->islands, k = (size_t)m->size[f->mine], bytes = count * f->elem;
   int a, b;
+  *rt = NULL;
+  *saved = -1;
   HETCCL_CHECK(hetccl_hier_on_device(comm, f->op->sendbuf, &a));
   HETCCL_CHECK(hetccl_hier_on_device(comm, f->op->recvbuf, &b));
-  const hetccl_runtime_t *rt = a || b ? hetccl_runtime_get(comm->ptr_kind) : NULL;
-  int saved = -1;
-  ncclResult_t res = ncclSuccess;
-  if (rt) {
-    res = rt->current_device(&saved, NULL, 0);
-    if (res == ncclSuccess && saved != comm->dev) res = rt->set_device(comm->dev);
-    if (res == ncclSuccess && !m->scratch_done) res = rt->event_create(&m->scratch_done);
-    if (res == ncclSuccess && first && m->scratch_used)
-      res = rt->stream_wait_event(f->op->stream, m->scratch_done);
+  if (!a && !b) return ncclSuccess;
+  *rt = hetccl_runtime_get(comm->ptr_kind);
+  ncclResult_t res = (*rt)->current_device(saved, NULL, 0);
+  if (res == ncclSuccess && *saved != comm->dev) res = (*rt)->set_device(comm->dev);
+  return res;
+}
+
+static ncclResult_t copies_end(form_t *f, const hetccl_runtime_t *rt, int saved,
+                               ncclResult_t res) {
+  if (rt && saved >= 0 && saved != f->comm->dev) (void)rt->set_device(saved);
+  if (res != ncclSuccess)
+    WARN("%s: rank %d: a local copy of the rails' form failed", f->op->fn, f->comm->rank);
+  return res;
+}
+
+static ncclResult_t copy(const form_t *f, const hetccl_runtime_t *rt, void *dst, const void *src,
+                         size_t bytes) {
+  if (rt) return rt->memcpy_async(dst, src, bytes, f->op->stream);
+  memmove(dst, src, bytes);
+  return ncclSuccess;
+}
+
+/* Every rank's block of `blocks` (count elements each) to or from
+ * `chunks` in index-major order (chunk j holds, island by island, the
+ * block of index j's rank); gather: into the chunks, else out of them.
+ * On device memory, after the previous rails form's last use of the
+ * scratch (first: its event; the scratch is the communicator's, and a
+ * call on another stream may still read it), and recording this one's
+ * (last). chunks NULL: no copy, only the wait and the record. */
+static ncclResult_t copy_blocks(form_t *f, void *chunks, void *blocks, size_t count, int gather,
+                                int first, int last) {
+  hetccl_hier_map_t *m = f->comm->hier_map;
+  const hetccl_runtime_t *rt;
+  int saved;
+  ncclResult_t res = copies_begin(f, &rt, &saved);
+  if (rt && res == ncclSuccess && !m->scratch_done) res = rt->event_create(&m->scratch_done);
+  if (rt && res == ncclSuccess && first && m->scratch_used)
+    res = rt->stream_wait_event(f->op->stream, m->scratch_done);
+  for (int r = 0; chunks && r < f->comm->nranks && res == ncclSuccess; r++) {
+    size_t at = (size_t)m->index[r] * (size_t)m->islands + (size_t)m->of[r];
+    void *chunk = form_at(chunks, at * count, f->elem);
+    void *block = form_at(blocks, (size_t)r * count, f->elem);
+    res = gather ? copy(f, rt, chunk, block, count * f->elem)
+                 : copy(f, rt, block, chunk, count * f->elem);
   }
-  for (size_t j = 0; chunks && j < k && res == ncclSuccess; j++)
-    for (size_t i = 0; i < islands && res == ncclSuccess; i++) {
-      void *chunk = form_at(chunks, (j * islands + i) * count, f->elem);
-      void *block = form_at(blocks, (size_t)rank_at(f, (int)i, (int)j) * count, f->elem);
-      void *dst = gather ? chunk : block;
-      const void *src = gather ? block : chunk;
-      if (rt) res = rt->memcpy_async(dst, src, bytes, f->op->stream);
-      else memcpy(dst, src, bytes);
-    }
   if (rt && res == ncclSuccess && last) {
     res = rt->event_record(m->scratch_done, f->op->stream);
     if (res == ncclSuccess) m->scratch_used = 1;
   }
-  if (rt && saved >= 0 && saved != comm->dev) (void)rt->set_device(saved);
-  if (res != ncclSuccess)
-    WARN("%s: rank %d: a local copy of the rails' form failed", f->op->fn, comm->rank);
-  return res;
+  return copies_end(f, rt, saved, res);
 }
 
 /* One local copy of `bytes`, in stream order (as copy_blocks). */
 ncclResult_t hetccl_hier_copy(form_t *f, void *dst, const void *src, size_t bytes) {
-  ncclComm_t comm = f->comm;
-  int a, b;
-  HETCCL_CHECK(hetccl_hier_on_device(comm, f->op->sendbuf, &a));
-  HETCCL_CHECK(hetccl_hier_on_device(comm, f->op->recvbuf, &b));
-  if (!a && !b) {
-    memmove(dst, src, bytes);
-    return ncclSuccess;
-  }
-  const hetccl_runtime_t *rt = hetccl_runtime_get(comm->ptr_kind);
-  int saved = -1;
-  ncclResult_t res = rt->current_device(&saved, NULL, 0);
-  if (res == ncclSuccess && saved != comm->dev) res = rt->set_device(comm->dev);
-  if (res == ncclSuccess) res = rt->memcpy_async(dst, src, bytes, f->op->stream);
-  if (saved >= 0 && saved != comm->dev) (void)rt->set_device(saved);
-  return res;
+  const hetccl_runtime_t *rt;
+  int saved;
+  ncclResult_t res = copies_begin(f, &rt, &saved);
+  if (res == ncclSuccess) res = copy(f, rt, dst, src, bytes);
+  return copies_end(f, rt, saved, res);
 }
 
 /* Rank j of each island reduce-scatters, inside its island, the chunks
@@ -182,7 +184,7 @@ ncclResult_t hetccl_hier_reduce_scatter_rails(form_t *f) {
   size_t n = op->count, chunk = (size_t)f->map->islands * n;
   void *s;
   HETCCL_CHECK(hetccl_hier_partials(f, (size_t)c->nranks * n * f->elem, &s));
-  void *mine = form_at(s, (size_t)hetccl_hier_island_rank(f->map, c->rank) * chunk, f->elem);
+  void *mine = form_at(s, (size_t)f->map->index[c->rank] * chunk, f->elem);
   if (!form_skip(f, 0)) HETCCL_CHECK(copy_blocks(f, s, (void *)op->sendbuf, n, 1, 1, 0));
   HETCCL_CHECK(hetccl_hier_phase(f, 0, IN_ISLAND, HETCCL_OP_ReduceScatter, s, mine, chunk,
                                  HETCCL_NO_ROOT));
