@@ -189,10 +189,11 @@ def test_hierarchical_island_of_two_gpus_with_a_host_rank(tmp_path):
 
 def test_rails_of_four_gpus(tmp_path):
     """Four GPUs in two islands of two, NCCL serving each (core/hier.h):
-    the islands have rails, so AllReduce reduce-scatters inside each island
-    on NCCL, all-reduces each half across on its own rail (GPUs 0 and 2, 1
-    and 3), and all-gathers on NCCL; the other forms go through the
-    leaders. Every result checked against numpy, in groups too."""
+    the islands have rails (GPUs 0 and 2, 1 and 3), and with the thresholds
+    at 0 AllReduce, Broadcast, Reduce, AllGather and ReduceScatter take
+    their rails' forms (AllReduce: reduce-scatter inside each island on
+    NCCL, each half across on its own rail, all-gather on NCCL). Every
+    result checked against numpy, in groups too."""
     import torch
     if torch.cuda.device_count() < 4:
         pytest.skip("needs four GPUs")

@@ -89,7 +89,8 @@ def test_rails_forms_on_interleaved_islands(grouped: bool, tmp_path: Path) -> No
     """Interleaved equal islands (ranks 0, 2 and 1, 3) have rails: with the
     rails at every size (HETCCL_HIER_RAILS_MIN and _GATHER 0), AllGather and
     ReduceScatter take their rails' form there too, where the leaders'
-    forms need contiguous islands, and AllReduce and Broadcast theirs;
+    forms need contiguous islands, and AllReduce, Broadcast and Reduce
+    theirs;
     every result against numpy, and the trace shows each one's phase
     across on a rail."""
     env = {"HETCCL_ISLANDS": "1,0,1,0", "HETCCL_HIER_RAILS_MIN": "0",
@@ -101,7 +102,8 @@ def test_rails_forms_on_interleaved_islands(grouped: bool, tmp_path: Path) -> No
         doc = json.loads((tmp_path / f"run.{rank}.json").read_text())
         events = doc["traceEvents"] if isinstance(doc, dict) else doc
         across = {e["args"]["op"] for e in events if e.get("cat") == "phase" and e["name"] == "rail"}
-        assert {"AllReduce", "AllGather", "ReduceScatter", "Broadcast"} <= across, (rank, across)
+        assert {"AllReduce", "AllGather", "ReduceScatter", "Broadcast", "Reduce"} <= across, \
+            (rank, across)
 
 
 # -- which communicators become hierarchical ---------------------------------------

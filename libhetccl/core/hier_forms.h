@@ -59,6 +59,9 @@ hetccl_op_t hetccl_hier_p2p_op(const form_t *f, hetccl_op_kind_t kind, void *buf
  * checks the slot). */
 ncclResult_t hetccl_hier_p2p(form_t *f, hetccl_op_kind_t kind, void *buf, size_t count,
                              int peer);
+/* A slot's sends or receives inside the island, run in one group, traced
+ * as one phase of `count` elements (t0 from HETCCL_TRACE_BEGIN()). */
+void hetccl_hier_traced_p2p(form_t *f, hetccl_op_kind_t kind, size_t count, uint64_t t0);
 /* Where a form keeps what no user buffer has room for: its own part of
  * the block in step with others, else the map's block. */
 ncclResult_t hetccl_hier_partials(form_t *f, size_t bytes, void **out);
@@ -67,13 +70,21 @@ ncclResult_t hetccl_hier_partials(form_t *f, size_t bytes, void **out);
  * island's phase only where `inside`. */
 ncclResult_t hetccl_hier_all_reduce_leaders(form_t *f, size_t first, size_t count);
 ncclResult_t hetccl_hier_broadcast_leaders(form_t *f, size_t first, size_t count, int inside);
+/* Reduce through the leaders; a leader other than the root keeps its
+ * partial result at `partial` (NULL: the form's partials). */
+ncclResult_t hetccl_hier_reduce_leaders(form_t *f, size_t first, size_t count, void *partial);
 
 /* --- hier_rails.c --------------------------------------------------------------- */
 
-/* AllReduce and Broadcast: on the rails where they apply, else through
- * the leaders. */
+/* Whether AllReduce, Broadcast or Reduce takes its rails' form (the same
+ * answer on every rank), and those forms, which run through the leaders
+ * where it does not. */
+int hetccl_hier_sliced_on_rails(ncclComm_t comm, const hetccl_op_t *op);
 ncclResult_t hetccl_hier_all_reduce(form_t *f);
 ncclResult_t hetccl_hier_broadcast(form_t *f);
+ncclResult_t hetccl_hier_reduce(form_t *f);
+/* The partials a rank other than the root keeps in the rails' Reduce. */
+size_t hetccl_hier_reduce_rails_partials(ncclComm_t comm, const hetccl_op_t *op);
 /* Whether AllGather or ReduceScatter takes its rails' form (the same
  * answer on every rank), and those forms. */
 int hetccl_hier_on_rails(ncclComm_t comm, const hetccl_op_t *op);

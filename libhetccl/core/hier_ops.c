@@ -20,8 +20,8 @@
  *   * only where every island's ranks are consecutive (hier.h, contiguous):
  *     the island's slice of the receive buffer is then one block.
  *
- * Where every island holds as many ranks, AllReduce, Broadcast, AllGather
- * and ReduceScatter of large messages cross on every rank at once instead
+ * Where every island holds as many ranks, AllReduce, Broadcast, Reduce,
+ * AllGather and ReduceScatter of large messages cross on every rank at once instead
  * (the rails' forms: core/hier_rails.c, its table at its top). A send or
  * receive inside a vendor island, and AlltoAll, Gather and Scatter, run as
  * pairs, those inside a vendor island on the island (core/hier_pairs.c).
@@ -126,6 +126,8 @@ static size_t partials_bytes(ncclComm_t c, const hetccl_op_t *op) {
   if (op->kind == HETCCL_OP_ReduceScatter && hetccl_hier_on_rails(c, op)) return all;
   if (op->kind == HETCCL_OP_AllGather && hetccl_hier_on_rails(c, op))
     return hetccl_hier_align((size_t)c->hier_map->islands * n) + all;
+  if (op->kind == HETCCL_OP_Reduce && hetccl_hier_sliced_on_rails(c, op))
+    return c->rank != op->root ? hetccl_hier_reduce_rails_partials(c, op) : 0;
   if (!c->leaders || !c->island) return 0;
   if (op->kind == HETCCL_OP_Reduce) return c->rank != op->root ? n : 0;
   if (op->kind == HETCCL_OP_ReduceScatter) return (size_t)c->nranks * n;
@@ -137,6 +139,16 @@ static void traced(form_t *f, const hetccl_op_t *p, uint64_t t0) {
   if (t0)
     hetccl_comm_trace_phase(f->comm, where_comm(f->comm, f->where), where_name(f->where), p,
                             f->step++, t0);
+}
+
+/* A slot's sends or receives inside the island, run in one group, as one
+ * phase of `count` elements in the trace. */
+void hetccl_hier_traced_p2p(form_t *f, hetccl_op_kind_t kind, size_t count, uint64_t t0) {
+  hetccl_op_t p = *f->op;
+  p.kind = kind;
+  p.count = count;
+  f->where = IN_ISLAND;
+  traced(f, &p, t0);
 }
 
 /* One phase in `slot`: op as `kind` on c (forwarded or engine), count
@@ -235,33 +247,36 @@ ncclResult_t hetccl_hier_broadcast_leaders(form_t *f, size_t first, size_t count
   return ncclSuccess;
 }
 
-static ncclResult_t reduce(form_t *f) {
+/* Through the leaders: `count` elements from element `first` on. A
+ * leader that is not the root keeps its island's partial result at
+ * `partial` (NULL: the form's partials). */
+ncclResult_t hetccl_hier_reduce_leaders(form_t *f, size_t first, size_t count, void *partial) {
   const hetccl_op_t *op = f->op;
   ncclComm_t c = f->comm;
   int to = f->map->of[op->root], root_leads = f->map->first[to] == op->root;
+  const void *send = form_at(op->sendbuf, first, f->elem);
+  void *recv = op->recvbuf ? form_at(op->recvbuf, first, f->elem) : NULL;
   if (!c->leaders) { /* inside an island only; the root may be here */
-    HETCCL_CHECK(hetccl_hier_phase(f, 0, IN_ISLAND, HETCCL_OP_Reduce, op->sendbuf, op->recvbuf,
-                                   op->count, 0));
+    HETCCL_CHECK(hetccl_hier_phase(f, 0, IN_ISLAND, HETCCL_OP_Reduce, send, recv, count, 0));
     if (c->rank == op->root && !root_leads && !form_skip(f, 2))
-      HETCCL_CHECK(hetccl_hier_p2p(f, HETCCL_OP_Recv, op->recvbuf, op->count, 0));
+      HETCCL_CHECK(hetccl_hier_p2p(f, HETCCL_OP_Recv, recv, count, 0));
     return ncclSuccess;
   }
   /* A leader: its island's partial result in `acc`, the root's own buffer
    * where it is the root; then, at the root's leader, the whole result. */
-  void *acc = op->recvbuf;
-  if (c->rank != op->root && c->island)
-    HETCCL_CHECK(hetccl_hier_partials(f, op->count * f->elem, &acc));
-  const void *across = op->sendbuf;
+  void *acc = recv;
+  if (c->rank != op->root && c->island) {
+    acc = partial;
+    if (!acc) HETCCL_CHECK(hetccl_hier_partials(f, count * f->elem, &acc));
+  }
+  const void *across = send;
   if (c->island) {
-    HETCCL_CHECK(hetccl_hier_phase(f, 0, IN_ISLAND, HETCCL_OP_Reduce, op->sendbuf, acc, op->count,
-                                   0));
+    HETCCL_CHECK(hetccl_hier_phase(f, 0, IN_ISLAND, HETCCL_OP_Reduce, send, acc, count, 0));
     across = acc;
   }
-  HETCCL_CHECK(hetccl_hier_phase(f, 1, ACROSS_LEADERS, HETCCL_OP_Reduce, across, acc, op->count,
-                                 to));
+  HETCCL_CHECK(hetccl_hier_phase(f, 1, ACROSS_LEADERS, HETCCL_OP_Reduce, across, acc, count, to));
   if (f->mine == to && !root_leads && !form_skip(f, 2))
-    HETCCL_CHECK(hetccl_hier_p2p(f, HETCCL_OP_Send, acc, op->count,
-                                 f->map->index[op->root]));
+    HETCCL_CHECK(hetccl_hier_p2p(f, HETCCL_OP_Send, acc, count, f->map->index[op->root]));
   return ncclSuccess;
 }
 
@@ -347,12 +362,7 @@ static ncclResult_t reduce_scatter(form_t *f) {
     res = hetccl_hier_p2p(f, HETCCL_OP_Send, form_at(mine, t * n, f->elem), n, (int)t);
   if (res == ncclSuccess) res = hetccl_hier_p2p(f, HETCCL_OP_Recv, op->recvbuf, n, 0);
   ncclResult_t end = hetccl_GroupEnd();
-  if (t0) {
-    hetccl_op_t sends = *op;
-    sends.kind = HETCCL_OP_Send;
-    sends.count = size * n;
-    traced(f, &sends, t0);
-  }
+  if (t0) hetccl_hier_traced_p2p(f, HETCCL_OP_Send, size * n, t0);
   return res != ncclSuccess ? res : end;
 }
 
@@ -373,7 +383,7 @@ static ncclResult_t launch(ncclComm_t comm, const hetccl_op_t *op, int want, voi
     case HETCCL_OP_AllReduce: res = hetccl_hier_all_reduce(&f); break;
     case HETCCL_OP_Broadcast:
     case HETCCL_OP_Bcast: res = hetccl_hier_broadcast(&f); break;
-    case HETCCL_OP_Reduce: res = reduce(&f); break;
+    case HETCCL_OP_Reduce: res = hetccl_hier_reduce(&f); break;
     case HETCCL_OP_AllGather: res = all_gather(&f); break;
     case HETCCL_OP_ReduceScatter: res = reduce_scatter(&f); break;
     case HETCCL_OP_AlltoAll: res = hetccl_hier_all_to_all(&f); break;

@@ -10,6 +10,8 @@
  *   (HIER_RAILS_MIN)        to index j             on rail j              slices
  *   Broadcast               I: Broadcast from R    Broadcast of slice j   others: AllGather
  *   (HIER_RAILS_MIN)        (the whole buffer)     on rail j from I       of the slices
+ *   Reduce                  ReduceScatter: slice j Reduce of slice j on   I: each sends R its
+ *   (HIER_RAILS_MIN)        to index j             rail j to I            slice (grouped)
  *   AllGather                                      AllGather on rail j    AllGather of the
  *   (HIER_RAILS_MIN_GATHER)                        of index j's slices    rails' gathers,
  *                                                                         then copies out
@@ -17,7 +19,7 @@
  *   (HIER_RAILS_MIN_GATHER) then ReduceScatter:    rail j
  *                           chunk j to index j
  *
- * AllReduce and Broadcast send a count's last count % k elements (no
+ * AllReduce, Broadcast and Reduce send a count's last count % k elements (no
  * ReduceScatter takes uneven slices) through the leaders' form, its
  * phases in the same slots. Below HETCCL_HIER_RAILS_MIN (4 MiB) the
  * leaders' form runs: on 4 x H100 it took 117 us at 1 MiB where the rails
@@ -35,17 +37,22 @@
  * Thread: the API caller's. */
 #include <string.h>
 
+#include "core/group.h"
 #include "core/hier_forms.h"
+#include "core/trace_points.h"
 #include "runtime/runtime.h"
 #include "util/check.h"
 #include "util/knobs.h"
 #include "util/log.h"
 
-/* Whether AllReduce or Broadcast takes its rails' form: the islands have
- * rails, each slice holds an element, and the message is large enough. */
-static int rails_take(const form_t *f, size_t slice) {
-  return f->map->rails && slice > 0 &&
-         f->op->count * f->elem >= (size_t)hetccl_knob_int(HETCCL_KNOB_HIER_RAILS_MIN);
+/* Whether AllReduce, Broadcast or Reduce takes its rails' form: the
+ * islands have rails, each slice holds an element, and the message is
+ * large enough (the same answer on every rank). */
+int hetccl_hier_sliced_on_rails(ncclComm_t comm, const hetccl_op_t *op) {
+  const hetccl_hier_map_t *m = comm->hier_map;
+  if (!m->rails || op->count / (size_t)m->size[m->of[comm->rank]] == 0) return 0;
+  return op->count * hetccl_dtype_size(op->dtype) >=
+         (size_t)hetccl_knob_int(HETCCL_KNOB_HIER_RAILS_MIN);
 }
 
 /* On the rails: island rank j reduces slice j of its island's inputs
@@ -55,7 +62,7 @@ static int rails_take(const form_t *f, size_t slice) {
 ncclResult_t hetccl_hier_all_reduce(form_t *f) {
   const hetccl_op_t *op = f->op;
   size_t k = (size_t)f->map->size[f->mine], slice = op->count / k;
-  if (!rails_take(f, slice)) return hetccl_hier_all_reduce_leaders(f, 0, op->count);
+  if (!hetccl_hier_sliced_on_rails(f->comm, op)) return hetccl_hier_all_reduce_leaders(f, 0, op->count);
   ncclComm_t c = f->comm;
   size_t j = (size_t)f->map->index[c->rank], body = slice * k;
   void *mine = form_at(op->recvbuf, j * slice, f->elem);
@@ -75,7 +82,8 @@ ncclResult_t hetccl_hier_all_reduce(form_t *f) {
 ncclResult_t hetccl_hier_broadcast(form_t *f) {
   const hetccl_op_t *op = f->op;
   size_t k = (size_t)f->map->size[f->mine], slice = op->count / k;
-  if (!rails_take(f, slice)) return hetccl_hier_broadcast_leaders(f, 0, op->count, 1);
+  if (!hetccl_hier_sliced_on_rails(f->comm, op))
+    return hetccl_hier_broadcast_leaders(f, 0, op->count, 1);
   int from = f->map->of[op->root];
   size_t j = (size_t)f->map->index[f->comm->rank], body = slice * k;
   void *mine = form_at(op->recvbuf, j * slice, f->elem);
@@ -90,6 +98,56 @@ ncclResult_t hetccl_hier_broadcast(form_t *f) {
                                    HETCCL_NO_ROOT));
   if (body == op->count) return ncclSuccess;
   return hetccl_hier_broadcast_leaders(f, body, op->count - body, 0);
+}
+
+/* A rank other than the root keeps its slice (and, for the tail's
+ * leaders' form, the tail's partial result) in its partials. */
+size_t hetccl_hier_reduce_rails_partials(ncclComm_t comm, const hetccl_op_t *op) {
+  size_t k = (size_t)comm->hier_map->size[comm->hier_map->of[comm->rank]];
+  size_t elem = hetccl_dtype_size(op->dtype), slice = op->count / k;
+  return hetccl_hier_align(slice * elem) + (op->count - slice * k) * elem;
+}
+
+/* On the rails: island rank j reduces slice j of its island's inputs (as
+ * AllReduce's), rail j reduces it across the islands to the rank of
+ * index j in the root's island, and those send the root their slices;
+ * the last count % k elements through the leaders. */
+ncclResult_t hetccl_hier_reduce(form_t *f) {
+  const hetccl_op_t *op = f->op;
+  ncclComm_t c = f->comm;
+  if (!hetccl_hier_sliced_on_rails(c, op)) return hetccl_hier_reduce_leaders(f, 0, op->count, NULL);
+  size_t k = (size_t)f->map->size[f->mine], slice = op->count / k, body = slice * k;
+  size_t j = (size_t)f->map->index[c->rank];
+  int to = f->map->of[op->root], root = c->rank == op->root;
+  char *s = NULL;
+  void *mine;
+  if (root) {
+    mine = form_at(op->recvbuf, j * slice, f->elem);
+  } else {
+    HETCCL_CHECK(hetccl_hier_partials(f, hetccl_hier_reduce_rails_partials(c, op), (void **)&s));
+    mine = s;
+  }
+  HETCCL_CHECK(hetccl_hier_phase(f, 0, IN_ISLAND, HETCCL_OP_ReduceScatter, op->sendbuf, mine,
+                                 slice, HETCCL_NO_ROOT));
+  HETCCL_CHECK(hetccl_hier_phase(f, 1, ACROSS_RAIL, HETCCL_OP_Reduce, mine, mine, slice, to));
+  if (f->mine == to && !form_skip(f, 2)) {
+    /* One phase in the trace: the sends and receives run at the group's end. */
+    uint64_t t0 = HETCCL_TRACE_BEGIN();
+    int r = f->map->index[op->root];
+    ncclResult_t res = hetccl_GroupStart();
+    for (size_t t = 0; root && t < k && res == ncclSuccess; t++)
+      if (t != j)
+        res = hetccl_hier_p2p(f, HETCCL_OP_Recv, form_at(op->recvbuf, t * slice, f->elem), slice,
+                              (int)t);
+    if (!root && res == ncclSuccess) res = hetccl_hier_p2p(f, HETCCL_OP_Send, mine, slice, r);
+    ncclResult_t end = hetccl_GroupEnd();
+    HETCCL_CHECK(res != ncclSuccess ? res : end);
+    if (t0) hetccl_hier_traced_p2p(f, root ? HETCCL_OP_Recv : HETCCL_OP_Send,
+                                   root ? (k - 1) * slice : slice, t0);
+  }
+  if (body == op->count) return ncclSuccess;
+  void *partial = s ? s + hetccl_hier_align(slice * f->elem) : NULL;
+  return hetccl_hier_reduce_leaders(f, body, op->count - body, partial);
 }
 
 /* Whether AllGather or ReduceScatter (count per rank) takes its rails'

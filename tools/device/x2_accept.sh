@@ -56,7 +56,8 @@
 #             rails and through the leaders; all_reduce with a process per
 #             GPU (hetccl run). HIER_AR=0 leaves the all_reduce runs out.
 #   a2a       nccl-tests alltoall -g N (4 GPUs), two islands: its pairs as sends
-#             and receives (inside an island on NCCL) against HETCCL_HIER=0
+#             and receives (inside an island on NCCL) against HETCCL_HIER=0;
+#             A2A_COLLS="alltoall gather scatter" adds Gather and Scatter
 #   p2p       tools/device/p2p_islands.py (4 GPUs): send/recv inside an island
 #             (to its NCCL) and across, against HETCCL_HIER=0
 #   near      tools/../test_ib_near on this machine's /sys with every GPU's
@@ -198,14 +199,16 @@ ntg() { # ntg LABEL COLL ENV... : nccl-tests -g (every GPU), 1 MiB .. 1 GiB
 }
 do_p2p() { $PY tools/device/p2p_islands.py; }
 do_a2a() {
-  local n halves
+  local n halves c
   n=$(nvidia-smi -L | wc -l)
   halves=$($PY -c "print(','.join(str(2 * i // $n) for i in range($n)))")
-  ntg "hetccl alltoall ($halves)" alltoall LD_PRELOAD=$LIB HETCCL_ISLANDS=$halves || echo "FAIL: a2a"
-  ntg "hetccl alltoall HETCCL_HIER=0 ($halves)" alltoall LD_PRELOAD=$LIB HETCCL_ISLANDS=$halves HETCCL_HIER=0 || echo "FAIL: a2a flat"
-  ntg "hetccl alltoall again ($halves)" alltoall LD_PRELOAD=$LIB HETCCL_ISLANDS=$halves || echo "FAIL: a2a"
-  ntg "hetccl alltoall HETCCL_HIER=0 again ($halves)" alltoall LD_PRELOAD=$LIB HETCCL_ISLANDS=$halves HETCCL_HIER=0 || echo "FAIL: a2a flat"
-  ntg "nccl alltoall" alltoall || echo "FAIL: nccl a2a"
+  for c in ${A2A_COLLS-alltoall}; do
+    ntg "hetccl $c ($halves)" $c LD_PRELOAD=$LIB HETCCL_ISLANDS=$halves || echo "FAIL: $c"
+    ntg "hetccl $c HETCCL_HIER=0 ($halves)" $c LD_PRELOAD=$LIB HETCCL_ISLANDS=$halves HETCCL_HIER=0 || echo "FAIL: $c flat"
+    ntg "hetccl $c again ($halves)" $c LD_PRELOAD=$LIB HETCCL_ISLANDS=$halves || echo "FAIL: $c"
+    ntg "hetccl $c HETCCL_HIER=0 again ($halves)" $c LD_PRELOAD=$LIB HETCCL_ISLANDS=$halves HETCCL_HIER=0 || echo "FAIL: $c flat"
+    ntg "nccl $c" $c || echo "FAIL: nccl $c"
+  done
   ! grep -q "^FAIL" "$OUT/24-a2a.log"
 }
 do_near() {
@@ -266,7 +269,7 @@ do_train() {
   $PY tools/device/train_bench.py "$OUT/train.json" "${args[@]}" ${TRAIN_ARGS-}
 }
 
-export ROOT OUT PY LIB REAL_NCCL NT NTM MPICH COLLS HIER_COLLS HIER_AR TRAIN_VARIANTS TRAIN_ARGS NT_VARIANTS NT_VARIANT_MIN PERF_COLLS PYTEST_K MEMOP_ARGS
+export ROOT OUT PY LIB REAL_NCCL NT NTM MPICH COLLS HIER_COLLS A2A_COLLS HIER_AR TRAIN_VARIANTS TRAIN_ARGS NT_VARIANTS NT_VARIANT_MIN PERF_COLLS PYTEST_K MEMOP_ARGS
 export -f note bounded nt nt_table nt_make mpi_home ntm do_ntmpibuild do_ntmpi do_profile do_host do_build do_ntbuild do_limit do_nt do_perf do_train do_big do_readpath \
   do_variants do_numa ntg do_hier do_near do_p2p do_a2a do_memop do_cupy do_torch3 do_torch3trace do_torch3san do_pytest
 export PYTHONPATH=$ROOT/python:/tmp/site${PYTHONPATH:+:$PYTHONPATH}
