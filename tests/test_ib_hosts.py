@@ -108,7 +108,8 @@ def test_ib_hosts_sweep(nranks: int, plane: bool) -> None:
 @pytest.mark.timeout(1800)
 def test_ib_hosts_rails() -> None:
     """4 ranks, 2 + 2, each host an island (HETCCL_ISLANDS=0,0,1,1): the
-    hierarchical forms with shm inside each host and ib across, AllReduce
+    hierarchical forms with shm inside each host and ib across, the
+    rails' forms (AllReduce, Broadcast, Reduce, AllGather, ReduceScatter)
     on both rails at once (ranks 0 and 2, 1 and 3; core/hier.h) at every
     size."""
     spec = Sweep("hosts-n4-rails", 4, counts=(7, 1031), large=LARGE_SET)

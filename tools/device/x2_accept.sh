@@ -198,17 +198,22 @@ ntg() { # ntg LABEL COLL ENV... : nccl-tests -g (every GPU), 1 MiB .. 1 GiB
     $NT/"$2"_perf -g "$(nvidia-smi -L | wc -l)" -b 1M -e 1G -f 4 -n 20 -w 5 -c 1
 }
 do_p2p() { $PY tools/device/p2p_islands.py; }
-do_a2a() {
-  local n halves c
-  n=$(nvidia-smi -L | wc -l)
-  halves=$($PY -c "print(','.join(str(2 * i // $n) for i in range($n)))")
-  for c in ${A2A_COLLS-alltoall}; do
-    ntg "hetccl $c ($halves)" $c LD_PRELOAD=$LIB HETCCL_ISLANDS=$halves || echo "FAIL: $c"
-    ntg "hetccl $c HETCCL_HIER=0 ($halves)" $c LD_PRELOAD=$LIB HETCCL_ISLANDS=$halves HETCCL_HIER=0 || echo "FAIL: $c flat"
-    ntg "hetccl $c again ($halves)" $c LD_PRELOAD=$LIB HETCCL_ISLANDS=$halves || echo "FAIL: $c"
-    ntg "hetccl $c HETCCL_HIER=0 again ($halves)" $c LD_PRELOAD=$LIB HETCCL_ISLANDS=$halves HETCCL_HIER=0 || echo "FAIL: $c flat"
-    ntg "nccl $c" $c || echo "FAIL: nccl $c"
+halves() { $PY -c "print(','.join(str(2 * i // $1) for i in range($1)))"; }
+# ntg_turns COLL ISLANDS NAME VAR=VALUE: COLL on hetccl with ISLANDS as it
+# is and with VAR=VALUE (NAME), twice each in turns, then on NCCL alone
+ntg_turns() {
+  local c=$1 isl=$2 name=$3 var=$4 again
+  for again in "" " again"; do
+    ntg "hetccl $c$again ($isl)" "$c" LD_PRELOAD="$LIB" HETCCL_ISLANDS="$isl" || echo "FAIL: $c"
+    ntg "hetccl $c $name$again ($isl)" "$c" LD_PRELOAD="$LIB" HETCCL_ISLANDS="$isl" "$var" ||
+      echo "FAIL: $c $name"
   done
+  ntg "nccl $c" "$c" || echo "FAIL: nccl $c"
+}
+do_a2a() {
+  local c isl
+  isl=$(halves "$(nvidia-smi -L | wc -l)")
+  for c in ${A2A_COLLS-alltoall}; do ntg_turns "$c" "$isl" "HETCCL_HIER=0" HETCCL_HIER=0; done
   ! grep -q "^FAIL" "$OUT/24-a2a.log"
 }
 do_near() {
@@ -219,7 +224,7 @@ do_hier() {
   local n halves flat c
   n=$(nvidia-smi -L | wc -l)
   [ "$n" -ge 4 ] || { echo "FAIL: $n GPUs, the stage needs 4 or more"; return 1; }
-  halves=$($PY -c "print(','.join(str(2 * i // $n) for i in range($n)))")
+  halves=$(halves "$n")
   flat=$($PY -c "print(','.join(str(i) for i in range($n)))")
   if [ "${HIER_AR-1}" = 1 ]; then
     ntg "hetccl all_reduce rails ($halves)" all_reduce LD_PRELOAD=$LIB HETCCL_ISLANDS=$halves || echo "FAIL: rails"
@@ -231,11 +236,7 @@ do_hier() {
     ntg "hetccl all_reduce leaders again ($halves)" all_reduce LD_PRELOAD=$LIB HETCCL_ISLANDS=$halves HETCCL_HIER_RAILS=0 || echo "FAIL: leaders"
   fi
   for c in ${HIER_COLLS-all_gather reduce_scatter broadcast}; do
-    ntg "hetccl $c rails ($halves)" $c LD_PRELOAD=$LIB HETCCL_ISLANDS=$halves || echo "FAIL: $c"
-    ntg "hetccl $c leaders ($halves)" $c LD_PRELOAD=$LIB HETCCL_ISLANDS=$halves HETCCL_HIER_RAILS=0 || echo "FAIL: $c"
-    ntg "hetccl $c rails again ($halves)" $c LD_PRELOAD=$LIB HETCCL_ISLANDS=$halves || echo "FAIL: $c"
-    ntg "hetccl $c leaders again ($halves)" $c LD_PRELOAD=$LIB HETCCL_ISLANDS=$halves HETCCL_HIER_RAILS=0 || echo "FAIL: $c"
-    ntg "nccl $c" $c || echo "FAIL: nccl $c"
+    ntg_turns "$c" "$halves" leaders HETCCL_HIER_RAILS=0
   done
   if [ "${HIER_AR-1}" = 1 ]; then
     echo "--- a process per GPU: hetccl-perf all_reduce, rails ($halves)"
@@ -270,7 +271,7 @@ do_train() {
 }
 
 export ROOT OUT PY LIB REAL_NCCL NT NTM MPICH COLLS HIER_COLLS A2A_COLLS HIER_AR TRAIN_VARIANTS TRAIN_ARGS NT_VARIANTS NT_VARIANT_MIN PERF_COLLS PYTEST_K MEMOP_ARGS
-export -f note bounded nt nt_table nt_make mpi_home ntm do_ntmpibuild do_ntmpi do_profile do_host do_build do_ntbuild do_limit do_nt do_perf do_train do_big do_readpath \
+export -f note bounded halves ntg_turns nt nt_table nt_make mpi_home ntm do_ntmpibuild do_ntmpi do_profile do_host do_build do_ntbuild do_limit do_nt do_perf do_train do_big do_readpath \
   do_variants do_numa ntg do_hier do_near do_p2p do_a2a do_memop do_cupy do_torch3 do_torch3trace do_torch3san do_pytest
 export PYTHONPATH=$ROOT/python:/tmp/site${PYTHONPATH:+:$PYTHONPATH}
 STAGES=${STAGES:-ntbuild limit nt pytest train variants perf big readpath cupy torch3}
