@@ -94,6 +94,8 @@
     "ib messages of at least this many bytes whose source is registered (ncclMemAlloc, ncclCommRegister) go by RDMA WRITE into the receiver's buffer when it is registered too, without CPU copies; smaller ones, and others, through the staging slots") \
   X(IB_OFFER, "HETCCL_IB_OFFER", INT, "1", 0, 1,                              \
     "1: an ib receiver that can take a rendezvous message by RDMA WRITE says so as soon as the receive is next, before the sender asks; 0: only when asked") \
+  X(IB_STAGED_WRITE, "HETCCL_IB_STAGED_WRITE", INT, "1", 0, 1,                \
+    "1: an ib message of at least HETCCL_IB_ZCOPY_THRESHOLD bytes from memory that is not registered, whose receiver has already offered its registered buffer, is copied into a registered staging ring and RDMA-written from there into that buffer (one CPU copy, the sender's, where eager pieces cost one on each side); 0: such messages go eager") \
   X(IB_BOUNCE, "HETCCL_IB_BOUNCE", INT, "4M", 0, 1073741824,                 \
     "largest rendezvous message an ib receiver that reduces it, or whose buffer is not registered, takes by RDMA WRITE into a registered bounce buffer of its own (made on first need, one per peer) instead of declining; 0: decline them") \
   X(IB_REG_CACHE, "HETCCL_IB_REG_CACHE", INT, "64G", 0, 4611686018427387904,   \

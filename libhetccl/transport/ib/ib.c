@@ -333,6 +333,7 @@ static ncclResult_t ib_ctx_create(const hetccl_transport_args_t *args, hetccl_tc
   ctx->qp_retry = (uint8_t)hetccl_knob_int(HETCCL_KNOB_IB_RETRY_CNT);
   ctx->zcopy_min = (size_t)hetccl_knob_int(HETCCL_KNOB_IB_ZCOPY_THRESHOLD);
   ctx->offer = (int)hetccl_knob_int(HETCCL_KNOB_IB_OFFER);
+  ctx->staged_write = (int)hetccl_knob_int(HETCCL_KNOB_IB_STAGED_WRITE);
   ctx->bounce_max = (size_t)hetccl_knob_int(HETCCL_KNOB_IB_BOUNCE);
   HETCCL_CHECK_GOTO(hetccl_ib_verbs_load(&ctx->v), res, fail);
   /* A pair opens qps queue pairs per rail, IB_QPS_MAX in all at most. */

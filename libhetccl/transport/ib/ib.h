@@ -175,6 +175,10 @@ _Static_assert(sizeof(ib_piece_t) == IB_PIECE_HDR, "piece header is one cache li
 #define IB_PIECE_RDV UINT64_MAX
 #define IB_RDV_MAY 0
 #define IB_RDV_MUST 1
+/* A source that is not registered, written from the sender's staging ring
+ * (ib_rdv.c, "Staged writes"): sent only to take an accepting offer into
+ * the receiver's own buffer. */
+#define IB_RDV_STAGED 2
 
 /* GPUDirect branches (ib_devmem.c) */
 enum { IB_GDR_NONE = 0, IB_GDR_DMABUF = 1, IB_GDR_PEERMEM = 2 };
@@ -191,7 +195,8 @@ typedef struct ib_cts {
   uint32_t rkey;       /* rail 0's */
   uint32_t accept;     /* 1: RDMA WRITE to addr/rkey; 0: send it as eager pieces */
   uint32_t xrkey[IB_RAILS_MAX - 1]; /* rails 1..: the same destination's key there */
-  uint32_t pad[6 - (IB_RAILS_MAX - 1)];
+  uint32_t direct;     /* accept: addr is the receive's own buffer (not its bounce buffer) */
+  uint32_t pad[5 - (IB_RAILS_MAX - 1)];
   volatile uint64_t tail;
 } ib_cts_t;
 _Static_assert(sizeof(ib_cts_t) == 64, "a clear-to-send record is one cache line");
@@ -259,6 +264,7 @@ struct hetccl_tctx {
   int qps;                 /* HETCCL_IB_QPS: queue pairs per connection and rail */
   size_t zcopy_min;        /* HETCCL_IB_ZCOPY_THRESHOLD: smallest rendezvous message */
   int offer;               /* HETCCL_IB_OFFER: receivers clear to send before asked */
+  int staged_write;        /* HETCCL_IB_STAGED_WRITE: unregistered sources take offers */
   uint8_t qp_timeout;      /* NCCL_IB_TIMEOUT, NCCL_IB_RETRY_CNT (ib.c) */
   uint8_t qp_retry;
   int gdr;                 /* IB_GDR_*: how device memory reaches this device (ib_devmem.c) */
@@ -321,6 +327,11 @@ struct hetccl_ep {
   uint64_t srdv_addr;       /* its destination, once accepted */
   uint32_t srdv_rkey[IB_RAILS_MAX]; /* the destination's key on each rail */
   uint32_t srdv_lkey[IB_RAILS_MAX]; /* the source's */
+  uint8_t *wstage;          /* staged writes' ring: `slots` chunks, registered on rail 0;
+                             * NULL until needed (ib_rdv.c) */
+  struct ibv_mr *wstage_mr;
+  int wstage_failed;        /* making it failed once (INFO): eager from now on */
+  uint64_t stposted, stdone; /* staged writes posted / completed (all on queue pair 0) */
 
   /* receive side */
   ib_req_queue_t rq;
@@ -366,6 +377,8 @@ typedef struct ib_req_priv {
 #define IB_REQ_OFFERED (1ull << 61) /* receive: cleared to send before the sender asked */
 #define IB_REQ_NO_OFFER (1ull << 60) /* receive: would decline, so no offer is made */
 #define IB_REQ_MUST (1ull << 59) /* receive: its sender asked with IB_RDV_MUST */
+#define IB_REQ_STAGED (1ull << 58) /* both: the writes come from the sender's staging ring,
+                                    * on queue pair 0 alone (IB_RDV_STAGED) */
 _Static_assert(sizeof(ib_req_priv_t) <= sizeof(((hetccl_req_t *)0)->priv), "request private");
 
 static inline ib_req_priv_t *ib_req_priv(hetccl_req_t *r) { return (ib_req_priv_t *)r->priv; }
@@ -374,7 +387,9 @@ static inline ib_req_priv_t *ib_req_priv(hetccl_req_t *r) { return (ib_req_priv_
  * rendezvous writes and IB_WR_XRECV) and its slot (the message's seq for
  * IB_WR_WRITE_IMM on an extra queue pair). */
 enum { IB_WR_SEND = 1, IB_WR_RECV = 2, IB_WR_CREDIT = 3, IB_WR_WRITE = 4, IB_WR_WRITE_IMM = 5,
-       IB_WR_CTS = 6, IB_WR_XRECV = 7 /* zero-byte receive on an extra queue pair */ };
+       IB_WR_CTS = 6, IB_WR_XRECV = 7 /* zero-byte receive on an extra queue pair */,
+       IB_WR_STAGED = 8, IB_WR_STAGED_IMM = 9 /* staged writes (queue pair 0); the last
+                                                 takes a receive slot: a piece */ };
 /* Send WRs a queue pair holds at most: a SEND per slot, as many
  * rendezvous writes, the credit write, the clear-to-send writes. */
 #define IB_SEND_WRS(slots) (2 * (slots) + 1 + IB_CTS_RING)
@@ -445,6 +460,10 @@ ncclResult_t hetccl_ib_progress(hetccl_ep_t *ep, int *idle);
  * device source (r->device_src) always does; one not registered on every
  * rail of the pair is ncclInvalidUsage. */
 ncclResult_t hetccl_ib_rdv_choose(hetccl_ep_t *ep, hetccl_req_t *r);
+/* When eager message r is about to start: does it take the receiver's
+ * accepting offer into its own buffer, written from the staging ring?
+ * Sets its priv lkey if so (then it is a rendezvous message). */
+int hetccl_ib_rdv_staged(hetccl_ep_t *ep, hetccl_req_t *r);
 /* ctx_reaches (transport.h): a GPUDirect branch was taken (ctx->gdr) and
  * [buf, buf + bytes) is registered on every rail of the context. */
 int hetccl_ib_ctx_reaches(const hetccl_tctx_t *ctx, const void *buf, size_t bytes);
@@ -470,7 +489,8 @@ ncclResult_t hetccl_ib_rdv_landed(hetccl_ep_t *ep, hetccl_req_t *r, uint32_t imm
 /* Send side: have the writes of r (accepted) on every extra queue pair
  * completed? */
 int hetccl_ib_rdv_xdone(const hetccl_ep_t *ep, hetccl_req_t *r);
-/* At ep_close, before the domain goes: the bounce buffer, if one was made. */
+/* At ep_close, before the domain goes: the bounce buffer and the staging
+ * ring, if made. */
 void hetccl_ib_rdv_free(hetccl_ep_t *ep);
 
 /* ib_devmem.c: how a device rank's buffers reach the NIC */

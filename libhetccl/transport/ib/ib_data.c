@@ -45,7 +45,8 @@ static const char *wr_kind_str(int kind) {
   case IB_WR_SEND: return "send";
   case IB_WR_RECV: case IB_WR_XRECV: return "receive";
   case IB_WR_CREDIT: return "credit write";
-  case IB_WR_WRITE: case IB_WR_WRITE_IMM: return "rendezvous write";
+  case IB_WR_WRITE: case IB_WR_WRITE_IMM: case IB_WR_STAGED: case IB_WR_STAGED_IMM:
+    return "rendezvous write";
   case IB_WR_CTS: return "clear-to-send write";
   default: return "work request";
   }
@@ -172,6 +173,8 @@ static ncclResult_t cq_drain_rail(hetccl_ep_t *ep, int rail, size_t *moved) {
         if (IB_WR_QP(wc[i].wr_id) == 0) ep->sdone++;
         else ep->xdone[IB_WR_QP(wc[i].wr_id)] = IB_WR_SLOT(wc[i].wr_id);
         break;
+      case IB_WR_STAGED: ep->stdone++; break;
+      case IB_WR_STAGED_IMM: ep->stdone++, ep->sdone++; break; /* a piece, as above */
       case IB_WR_XRECV: HETCCL_CHECK(xrecv_landed(ep, &wc[i])); break;
       case IB_WR_CTS: ep->cts_done++; break;
       case IB_WR_CREDIT: ep->credit_busy = 0; break;
@@ -220,8 +223,11 @@ static ncclResult_t piece_check(hetccl_ep_t *ep, hetccl_req_t *r, const ib_piece
   if (res != ncclSuccess) return hetccl_ib_ep_error(ep, res);
   if (pc->offset == IB_PIECE_RDV) {
     int answered = (p->lkey & IB_REQ_OFFERED) != 0; /* its answer went before it came */
+    /* A staged sender only takes an offer into this receive's own buffer. */
+    int staged_ok = pc->len == IB_RDV_STAGED && answered && ep->rrdv == IB_RDV_LANDING &&
+                    !ep->rbounce;
     if ((ep->rrdv == IB_RDV_NONE || answered) && p->pieces == 0 &&
-        (pc->len == IB_RDV_MAY || pc->len == IB_RDV_MUST) && r->bytes > 0 &&
+        (pc->len == IB_RDV_MAY || pc->len == IB_RDV_MUST || staged_ok) && r->bytes > 0 &&
         landed == IB_PIECE_HDR)
       return ncclSuccess;
     WARN("ib: corrupt rendezvous request from rank %d in message %" PRIu64 " (%u bytes landed, "
@@ -279,6 +285,7 @@ static ncclResult_t slot_deliver(hetccl_ep_t *ep, hetccl_req_t *r, uint32_t slot
   HETCCL_CHECK(piece_check(ep, r, pc, l->len));
   if (pc->offset == IB_PIECE_RDV) {
     int taken;
+    if (pc->len == IB_RDV_STAGED) p->lkey |= IB_REQ_STAGED; /* its writes on QP 0 alone */
     if (p->lkey & IB_REQ_OFFERED) return ncclSuccess; /* answered before it was asked */
     if (pc->len == IB_RDV_MUST) p->lkey |= IB_REQ_MUST;
     HETCCL_CHECK(hetccl_ib_rdv_answer(ep, r, &taken));
@@ -333,7 +340,7 @@ static ncclResult_t send_place(hetccl_ep_t *ep, size_t *moved) {
   while (ep->splace && !ep->broken) {
     hetccl_req_t *r = ep->splace;
     ib_req_priv_t *p = ib_req_priv(r);
-    if ((p->lkey & IB_REQ_RDV) && ep->srdv != IB_RDV_EAGER) {
+    if (((p->lkey & IB_REQ_RDV) || hetccl_ib_rdv_staged(ep, r)) && ep->srdv != IB_RDV_EAGER) {
       int placed;
       HETCCL_CHECK(hetccl_ib_rdv_send(ep, r, credits, moved, &placed));
       if (!placed && ep->srdv != IB_RDV_EAGER) break;

@@ -66,6 +66,22 @@
  * clear-to-send per direction is outstanding when the sender reads it
  * (the ring has room for the receiver's writes still completing).
  *
+ * Staged writes (HETCCL_IB_STAGED_WRITE). A message of at least the
+ * threshold from memory that is not registered goes eager, but if, when
+ * it is about to start, the receiver's accepting offer into its own
+ * buffer (the record says `direct`) is already in the ring, the sender
+ * takes it (hetccl_ib_rdv_staged): its request piece says IB_RDV_STAGED,
+ * and each chunk is copied into the next chunk of a registered staging
+ * ring (`slots` chunks, made on first need) and RDMA-written from there,
+ * `slots` in flight, the last with immediate. So the message costs the
+ * sender's one CPU copy where eager pieces cost one on each side. All of
+ * it goes on queue pair 0, whose completions come in order (so a ring
+ * chunk is free once stdone has passed it), and the receiver, told by
+ * the request, expects that one immediate. An offer into a bounce buffer
+ * is not taken (the receiver would copy it out again), and none is waited
+ * for: a send that finds no offer goes eager, as before, and voids the
+ * offer that comes later.
+ *
  * Several queue pairs (HETCCL_IB_QPS * rails = N > 1, ib.h). Write k of a
  * message (bytes k*chunk..) goes on queue pair k % N, with the source's and
  * the destination's keys on that queue pair's rail (a message goes by
@@ -96,7 +112,8 @@
  * a record of an earlier message, or one still being placed, is never
  * taken. CPU copies: none on either side for a message accepted into its
  * destination (the copied-bytes counter stays 0), the copy out of the
- * bounce buffer for a plain destination; a declined one counts as eager. */
+ * bounce buffer for a plain destination, the sender's copy into its ring
+ * for a staged one; a declined one counts as eager. */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <stdlib.h>
@@ -153,7 +170,7 @@ static ncclResult_t request_post(hetccl_ep_t *ep, hetccl_req_t *r) {
   ib_piece_t *pc = (ib_piece_t *)(ep->buf + (size_t)(ep->sposted % slots) * ep->stride);
   hetccl_frame_fill(&pc->frame, ctx->args.comm_id, ctx->args.rank, p->seq, r->tag, r->bytes);
   pc->offset = IB_PIECE_RDV;
-  pc->len = r->device_src ? IB_RDV_MUST : IB_RDV_MAY;
+  pc->len = r->device_src ? IB_RDV_MUST : (p->lkey & IB_REQ_STAGED) ? IB_RDV_STAGED : IB_RDV_MAY;
   HETCCL_CHECK(hetccl_ib_ep_send_slot(ep, pc, IB_PIECE_HDR, "rendezvous request"));
   ep->srdv = IB_RDV_ASKED;
   return ncclSuccess;
@@ -178,6 +195,10 @@ static ncclResult_t cts_take(hetccl_ep_t *ep, hetccl_req_t *r, int *took) {
     WARN("ib: rank %d: rank %d cleared %" PRIu64 " bytes of message %" PRIu64 " to it, which "
          "has %zu", ep->ctx->rank_user, ep->peer_user, c->bytes, p->seq, r->bytes);
     return hetccl_ib_ep_error(ep, ncclSystemError);
+  } else if (p->lkey & IB_REQ_STAGED) { /* taken as it stood (hetccl_ib_rdv_staged) */
+    ep->srdv_addr = c->addr;
+    ep->srdv_rkey[0] = c->rkey;
+    ep->srdv = IB_RDV_WRITING;
   } else {
     /* Registered on every rail at isend (hetccl_ib_rdv_choose), and the
      * caller keeps it so until the send is done. */
@@ -203,15 +224,93 @@ static int qps_used(const hetccl_ep_t *ep, uint64_t npieces) {
 
 int hetccl_ib_rdv_xdone(const hetccl_ep_t *ep, hetccl_req_t *r) {
   ib_req_priv_t *p = ib_req_priv(r);
+  if (p->lkey & IB_REQ_STAGED) return 1; /* queue pair 0 alone */
   for (int q = 1; q < qps_used(ep, p->npieces); q++)
     if ((int32_t)(ep->xdone[q] - (uint32_t)p->seq) < 0) return 0;
   return 1;
 }
 
+/* ---- staged writes -------------------------------------------------------- */
+
+/* The staging ring: `slots` chunks, registered on rail 0, made on first
+ * need: 1 if it is there. A failure only keeps messages eager (INFO once). */
+static int wstage_ready(hetccl_ep_t *ep) {
+  size_t bytes = (size_t)ep->slots * ep->chunk;
+  if (ep->wstage) return 1;
+  if (ep->wstage_failed) return 0;
+  ep->wstage = malloc(bytes);
+  if (ep->wstage)
+    ep->wstage_mr = ep->v->reg_mr(ep->ctx->rail[0].pd, ep->wstage, bytes, IBV_ACCESS_LOCAL_WRITE);
+  if (ep->wstage_mr) return 1;
+  INFO(HETCCL_NET, "ib rank %d: no staging ring of %zu bytes for rank %d (%s): messages from "
+       "unregistered memory stay eager", ep->ctx->rank_user, bytes, ep->peer_user,
+       ep->wstage ? strerror(errno) : "out of memory");
+  free(ep->wstage);
+  ep->wstage = NULL;
+  ep->wstage_failed = 1;
+  return 0;
+}
+
+int hetccl_ib_rdv_staged(hetccl_ep_t *ep, hetccl_req_t *r) {
+  ib_req_priv_t *p = ib_req_priv(r);
+  if (!ep->ctx->staged_write || r->device_src || p->lkey || p->pieces > 0 ||
+      ep->srdv != IB_RDV_NONE || r->bytes == 0 || r->bytes < ep->ctx->zcopy_min)
+    return 0;
+  const ib_cts_t *c = &ep->credit->cts_in[p->seq % IB_CTS_RING];
+  uint64_t want = p->seq + 1;
+  if (__atomic_load_n(&c->head, __ATOMIC_ACQUIRE) != want ||
+      __atomic_load_n(&c->tail, __ATOMIC_ACQUIRE) != want || !c->accept || !c->direct ||
+      c->bytes != r->bytes || !wstage_ready(ep))
+    return 0; /* no offer (yet), or into a bounce buffer: eager, which voids it */
+  p->lkey = IB_REQ_RDV | IB_REQ_STAGED;
+  return 1;
+}
+
+/* A staged message's writes, all on queue pair 0, where the receiver
+ * looks for its one immediate: each chunk copied into the ring's next
+ * chunk (the CPU's one copy of it) and written from there, `slots` in
+ * flight; the last with immediate, taking a receive slot like a piece.
+ * Completions on one queue pair come in posting order, so a chunk is free
+ * again once stdone has passed it. */
+static ncclResult_t staged_writes_post(hetccl_ep_t *ep, hetccl_req_t *r, uint64_t credits,
+                                       size_t *moved) {
+  ib_req_priv_t *p = ib_req_priv(r);
+  while (p->offset < r->bytes && ep->stposted - ep->stdone < (uint64_t)ep->slots) {
+    size_t len = r->bytes - (size_t)p->offset;
+    if (len > ep->chunk) len = ep->chunk;
+    int last = p->offset + len == r->bytes;
+    if (last && !hetccl_ib_ep_piece_room(ep, credits)) break;
+    uint8_t *at = ep->wstage + (size_t)(ep->stposted % (uint64_t)ep->slots) * ep->chunk;
+    memcpy(at, (const char *)r->buf + p->offset, len);
+    hetccl_copied_add(&ep->ctx->args, len);
+    struct ibv_sge sge = {.addr = (uintptr_t)at, .length = (uint32_t)len,
+                          .lkey = ep->wstage_mr->lkey};
+    struct ibv_send_wr wr;
+    memset(&wr, 0, sizeof(wr));
+    wr.wr_id = IB_WR_ID(last ? IB_WR_STAGED_IMM : IB_WR_STAGED, 0);
+    wr.sg_list = &sge;
+    wr.num_sge = 1;
+    wr.opcode = last ? IBV_WR_RDMA_WRITE_WITH_IMM : IBV_WR_RDMA_WRITE;
+    wr.send_flags = IBV_SEND_SIGNALED;
+    wr.imm_data = htonl((uint32_t)p->seq);
+    wr.wr.rdma.remote_addr = ep->srdv_addr + p->offset;
+    wr.wr.rdma.rkey = ep->srdv_rkey[0];
+    HETCCL_CHECK(hetccl_ib_ep_post_send(ep, 0, &wr, "staged write"));
+    ep->stposted++;
+    if (last) ep->sposted++;
+    p->offset += len;
+    *moved += len;
+  }
+  return ncclSuccess;
+}
+
+/* ---- writes from registered sources -------------------------------------- */
+
 static ncclResult_t writes_post(hetccl_ep_t *ep, hetccl_req_t *r, uint64_t credits,
                                 size_t *moved) {
   ib_req_priv_t *p = ib_req_priv(r);
   uint64_t nq = (uint64_t)ep->qps;
+  if (p->lkey & IB_REQ_STAGED) return staged_writes_post(ep, r, credits, moved);
   while (p->offset < r->bytes && ep->wposted - ep->wdone < (uint64_t)ep->slots) {
     size_t len = r->bytes - (size_t)p->offset;
     if (len > ep->chunk) len = ep->chunk;
@@ -303,6 +402,10 @@ static int once_register(hetccl_ep_t *ep, hetccl_req_t *r, uint32_t *rkeys) {
 
 void hetccl_ib_rdv_free(hetccl_ep_t *ep) {
   once_drop(ep);
+  if (ep->wstage_mr) ep->v->dereg_mr(ep->wstage_mr);
+  ep->wstage_mr = NULL;
+  free(ep->wstage);
+  ep->wstage = NULL;
   for (int rail = 0; rail < IB_RAILS_MAX; rail++) {
     if (ep->bounce_mr[rail]) ep->v->dereg_mr(ep->bounce_mr[rail]);
     ep->bounce_mr[rail] = NULL;
@@ -360,6 +463,7 @@ static ncclResult_t cts_post(hetccl_ep_t *ep, hetccl_req_t *r, int offer, int *t
   memset(c, 0, sizeof(*c));
   c->head = c->tail = p->seq + 1;
   c->accept = (uint32_t)accept;
+  c->direct = (uint32_t)direct;
   c->bytes = r->bytes;
   if (bounce)
     for (int rail = 0; rail < ep->rails; rail++) rkeys[rail] = ep->bounce_mr[rail]->rkey;
@@ -423,7 +527,7 @@ void hetccl_ib_rdv_offer_unused(hetccl_ep_t *ep, hetccl_req_t *r) {
  * names an extra queue pair whose immediate is not r's (0: none). */
 static int xin_complete(hetccl_ep_t *ep, hetccl_req_t *r, int *bad) {
   ib_req_priv_t *p = ib_req_priv(r);
-  int used = qps_used(ep, p->npieces);
+  int used = (p->lkey & IB_REQ_STAGED) ? 1 : qps_used(ep, p->npieces);
   uint32_t want = ((1u << used) - 1) & ~1u;
   *bad = 0;
   for (int q = 1; q < ep->qps; q++)
