@@ -230,6 +230,27 @@ int hetccl_ib_rdv_xdone(const hetccl_ep_t *ep, hetccl_req_t *r) {
   return 1;
 }
 
+/* One RDMA WRITE of r's next `len` bytes (at its offset in the
+ * destination) from `src` on queue pair q, with immediate (the message's
+ * seq) if `last`. */
+static ncclResult_t write_post(hetccl_ep_t *ep, hetccl_req_t *r, int q, uint64_t id,
+                               const void *src, uint32_t lkey, size_t len, int last,
+                               const char *what) {
+  ib_req_priv_t *p = ib_req_priv(r);
+  struct ibv_sge sge = {.addr = (uintptr_t)src, .length = (uint32_t)len, .lkey = lkey};
+  struct ibv_send_wr wr;
+  memset(&wr, 0, sizeof(wr));
+  wr.wr_id = id;
+  wr.sg_list = &sge;
+  wr.num_sge = 1;
+  wr.opcode = last ? IBV_WR_RDMA_WRITE_WITH_IMM : IBV_WR_RDMA_WRITE;
+  wr.send_flags = IBV_SEND_SIGNALED;
+  wr.imm_data = htonl((uint32_t)p->seq);
+  wr.wr.rdma.remote_addr = ep->srdv_addr + p->offset;
+  wr.wr.rdma.rkey = ep->srdv_rkey[IB_QP_RAIL(ep, q)];
+  return hetccl_ib_ep_post_send(ep, q, &wr, what);
+}
+
 /* ---- staged writes -------------------------------------------------------- */
 
 /* The staging ring: `slots` chunks, registered on rail 0, made on first
@@ -283,19 +304,8 @@ static ncclResult_t staged_writes_post(hetccl_ep_t *ep, hetccl_req_t *r, uint64_
     uint8_t *at = ep->wstage + (size_t)(ep->stposted % (uint64_t)ep->slots) * ep->chunk;
     memcpy(at, (const char *)r->buf + p->offset, len);
     hetccl_copied_add(&ep->ctx->args, len);
-    struct ibv_sge sge = {.addr = (uintptr_t)at, .length = (uint32_t)len,
-                          .lkey = ep->wstage_mr->lkey};
-    struct ibv_send_wr wr;
-    memset(&wr, 0, sizeof(wr));
-    wr.wr_id = IB_WR_ID(last ? IB_WR_STAGED_IMM : IB_WR_STAGED, 0);
-    wr.sg_list = &sge;
-    wr.num_sge = 1;
-    wr.opcode = last ? IBV_WR_RDMA_WRITE_WITH_IMM : IBV_WR_RDMA_WRITE;
-    wr.send_flags = IBV_SEND_SIGNALED;
-    wr.imm_data = htonl((uint32_t)p->seq);
-    wr.wr.rdma.remote_addr = ep->srdv_addr + p->offset;
-    wr.wr.rdma.rkey = ep->srdv_rkey[0];
-    HETCCL_CHECK(hetccl_ib_ep_post_send(ep, 0, &wr, "staged write"));
+    HETCCL_CHECK(write_post(ep, r, 0, IB_WR_ID(last ? IB_WR_STAGED_IMM : IB_WR_STAGED, 0), at,
+                            ep->wstage_mr->lkey, len, last, "staged write"));
     ep->stposted++;
     if (last) ep->sposted++;
     p->offset += len;
@@ -319,21 +329,10 @@ static ncclResult_t writes_post(hetccl_ep_t *ep, hetccl_req_t *r, uint64_t credi
     int last = k + nq >= p->npieces; /* the last write on queue pair q */
     /* On QP 0 it takes a receive slot; elsewhere a receive WR always posted. */
     if (last && q == 0 && !hetccl_ib_ep_piece_room(ep, credits)) break;
-    int rail = IB_QP_RAIL(ep, q);
-    struct ibv_sge sge = {.addr = (uintptr_t)r->buf + p->offset, .length = (uint32_t)len,
-                          .lkey = ep->srdv_lkey[rail]};
-    struct ibv_send_wr wr;
-    memset(&wr, 0, sizeof(wr));
-    wr.wr_id = IB_WR_ID_QP(last ? IB_WR_WRITE_IMM : IB_WR_WRITE, q,
-                           last && q > 0 ? (uint32_t)p->seq : 0);
-    wr.sg_list = &sge;
-    wr.num_sge = 1;
-    wr.opcode = last ? IBV_WR_RDMA_WRITE_WITH_IMM : IBV_WR_RDMA_WRITE;
-    wr.send_flags = IBV_SEND_SIGNALED;
-    wr.imm_data = htonl((uint32_t)p->seq);
-    wr.wr.rdma.remote_addr = ep->srdv_addr + p->offset;
-    wr.wr.rdma.rkey = ep->srdv_rkey[rail];
-    HETCCL_CHECK(hetccl_ib_ep_post_send(ep, q, &wr, "rendezvous write"));
+    uint64_t id = IB_WR_ID_QP(last ? IB_WR_WRITE_IMM : IB_WR_WRITE, q,
+                              last && q > 0 ? (uint32_t)p->seq : 0);
+    HETCCL_CHECK(write_post(ep, r, q, id, (const char *)r->buf + p->offset,
+                            ep->srdv_lkey[IB_QP_RAIL(ep, q)], len, last, "rendezvous write"));
     ep->wposted++;
     if (last && q == 0) ep->sposted++;
     p->offset += len;
