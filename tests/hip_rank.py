@@ -15,7 +15,11 @@ T_IBDEV=1 (instead of the allreduce: sendrecv, broadcast,
 allgather and allreduce of T_BYTES bytes per rank, then a 1 KiB sendrecv, on the stand-in's device
 memory, each checked; the result adds "wrong", "plane_copied" (the data
 plane's host copies, all of them) and "copied": the ib
-transport's CPU-copied bytes per collective), T_P2P=1 (instead of the allreduce: one group, a ring of 4-float send/recv
+transport's CPU-copied bytes per collective), T_HOST_SENDS=1 (instead of
+the allreduce: rank 0, a host rank, sends T_BYTES from plain host memory
+to rank 1, a HIP rank, four times, each 0.5 s after the receive was
+posted; rank 1 receives into device memory, which it stages; the result
+adds "wrong" and "copied", ib's CPU-copied bytes over the last three), T_P2P=1 (instead of the allreduce: one group, a ring of 4-float send/recv
 on host buffers, rank r sending 10 * (r + 1); the result adds "p2p_recv"
 (what arrived) and what the stand-in vendor library saw: "vendor_sends",
 "vendor_recvs", "vendor_send_peer", "vendor_recv_peer"), T_CONFIG=1 (also an ncclAllReduceConfig with a config through
@@ -67,6 +71,8 @@ def main() -> dict:
         out.update(_device_collectives(comm))
     elif os.environ.get("T_INPLACE") == "1":
         out.update(_sends_in_place(comm))
+    elif os.environ.get("T_HOST_SENDS") == "1":
+        out.update(_host_sends(comm))
     elif os.environ.get("T_DEVBUF") == "1":
         out.update(_device_allreduce(comm, x))
     elif os.environ.get("T_P2P") == "1":
@@ -133,6 +139,34 @@ def _device_allreduce(comm: nccl.NcclCommunicator, x: np.ndarray) -> dict:
     ctypes.memmove(x.ctypes.data, dev.value, x.nbytes)
     counts = {k: ctypes.c_int.in_dll(hip, "fake_" + k).value for k in ("copies", "writes", "waits")}
     return {"sum": float(x[0]), **counts}
+
+
+def _host_sends(comm: nccl.NcclCommunicator) -> dict:
+    """Rank 0 (host, plain numpy) sends rank 1 (HIP, device memory) four
+    messages, each after a 0.5 s wait, so that rank 1's receive (into its
+    registered staging) is posted, and its offer made, before the send; the
+    first, which connects the pair, is not counted."""
+    count = int(os.environ.get("T_BYTES", str(256 << 10))) // 4
+    f32, wrong, before = nccl.NCCL_FLOAT32, [], 0
+    if RANK == 1:
+        hip = ctypes.CDLL(os.environ["T_PRELOAD"].split(":")[0])
+        buf = ctypes.c_void_p()
+        assert hip.hipMalloc(ctypes.byref(buf), ctypes.c_size_t(4 * count)) == 0
+        got = np.empty(count, dtype=np.float32)
+    x = np.empty(count, dtype=np.float32)
+    for i in range(-1, 3):  # -1: not counted (the pair connects on its first message)
+        if i == 0:
+            before = comm.copied_bytes()["ib"]
+        if RANK == 0:
+            x[:] = np.arange(count, dtype=np.float32) + i
+            time.sleep(0.5)
+            comm.send(x.ctypes.data, count, f32, 1)
+        else:
+            comm.recv(buf.value, count, f32, 0)
+            ctypes.memmove(got.ctypes.data, buf.value, got.nbytes)
+            if not np.array_equal(got, np.arange(count, dtype=np.float32) + i):
+                wrong.append(i)
+    return {"wrong": wrong, "copied": comm.copied_bytes()["ib"] - before}
 
 
 def _device_collectives(comm: nccl.NcclCommunicator) -> dict:

@@ -202,3 +202,28 @@ def test_registered_device_sends_to_a_host_rank(tmp_path: Path,
                              "HETCCL_IB_BOUNCE": str(64 << 10)}, host_ranks=(1,))
     check_in_place(results, {name: 0 for name in SENDS},
                    {"registered": 0, "registered 1 KiB": 1024})
+
+
+@pytest.mark.timeout(TIMEOUT)
+@pytest.mark.parametrize("staged", ["1", "0"], ids=["staged-writes", "no-staged-writes"])
+def test_host_rank_plain_memory_to_a_device_rank(staged: str, tmp_path: Path,
+                                                  hip_fakes: Dict[str, Path]) -> None:
+    """A host rank sends 256 KiB from plain memory to a HIP rank, whose
+    receive is staged through a registered block: with staged writes
+    (docs/transports.md) the sender copies each message into its staging
+    ring and RDMA-writes it into that block, so the HIP rank's CPU copies
+    nothing; without, the eager pieces are copied on both sides."""
+    nbytes = 256 << 10
+    results = run_hip_ranks(tmp_path, hip_fakes["6"],
+                            {"T_HOST_SENDS": "1", "T_BYTES": str(nbytes),
+                             "HETCCL_IB_STAGED_WRITE": staged}, host_ranks=(0,))
+    for rank, res in enumerate(results):
+        assert "error" not in res, res
+        assert res["wrong"] == [], (rank, res["wrong"])
+        print(f"\n[host to device rank] staged writes {staged}: rank {rank} copied "
+              f"{res['copied']} bytes")
+    assert results[0]["copied"] == 3 * nbytes, results[0]["copied"]
+    # the receive is posted 0.5 s before each send; allow one late offer
+    assert results[1]["copied"] <= (nbytes if staged == "1" else 3 * nbytes), results[1]["copied"]
+    if staged == "0":
+        assert results[1]["copied"] == 3 * nbytes, results[1]["copied"]
