@@ -62,7 +62,8 @@ int hetccl_hier_sliced_on_rails(ncclComm_t comm, const hetccl_op_t *op) {
 ncclResult_t hetccl_hier_all_reduce(form_t *f) {
   const hetccl_op_t *op = f->op;
   size_t k = (size_t)f->map->size[f->mine], slice = op->count / k;
-  if (!hetccl_hier_sliced_on_rails(f->comm, op)) return hetccl_hier_all_reduce_leaders(f, 0, op->count);
+  if (!hetccl_hier_sliced_on_rails(f->comm, op))
+    return hetccl_hier_all_reduce_leaders(f, 0, op->count);
   ncclComm_t c = f->comm;
   size_t j = (size_t)f->map->index[c->rank], body = slice * k;
   void *mine = form_at(op->recvbuf, j * slice, f->elem);

@@ -176,15 +176,23 @@ static ncclResult_t request_post(hetccl_ep_t *ep, hetccl_req_t *r) {
   return ncclSuccess;
 }
 
+/* Message seq's clear-to-send record, if it is in the ring whole (head
+ * and tail both say seq + 1), else NULL. */
+static const ib_cts_t *cts_here(const hetccl_ep_t *ep, uint64_t seq) {
+  const ib_cts_t *c = &ep->credit->cts_in[seq % IB_CTS_RING];
+  uint64_t want = seq + 1;
+  if (__atomic_load_n(&c->head, __ATOMIC_ACQUIRE) != want ||
+      __atomic_load_n(&c->tail, __ATOMIC_ACQUIRE) != want)
+    return NULL;
+  return c;
+}
+
 /* The clear-to-send of r, if it is here: 1 and ep->srdv moves on. */
 static ncclResult_t cts_take(hetccl_ep_t *ep, hetccl_req_t *r, int *took) {
   ib_req_priv_t *p = ib_req_priv(r);
-  const ib_cts_t *c = &ep->credit->cts_in[p->seq % IB_CTS_RING];
-  uint64_t want = p->seq + 1;
+  const ib_cts_t *c = cts_here(ep, p->seq);
   *took = 0;
-  if (__atomic_load_n(&c->head, __ATOMIC_ACQUIRE) != want ||
-      __atomic_load_n(&c->tail, __ATOMIC_ACQUIRE) != want)
-    return ncclSuccess;
+  if (c == NULL) return ncclSuccess;
   if (!c->accept && r->device_src) {
     WARN("ib: rank %d: rank %d declined message %" PRIu64 ", whose source is device memory "
          "that only the NIC may read", ep->ctx->rank_user, ep->peer_user, p->seq);
@@ -277,11 +285,8 @@ int hetccl_ib_rdv_staged(hetccl_ep_t *ep, hetccl_req_t *r) {
   if (!ep->ctx->staged_write || r->device_src || p->lkey || p->pieces > 0 ||
       ep->srdv != IB_RDV_NONE || r->bytes == 0 || r->bytes < ep->ctx->zcopy_min)
     return 0;
-  const ib_cts_t *c = &ep->credit->cts_in[p->seq % IB_CTS_RING];
-  uint64_t want = p->seq + 1;
-  if (__atomic_load_n(&c->head, __ATOMIC_ACQUIRE) != want ||
-      __atomic_load_n(&c->tail, __ATOMIC_ACQUIRE) != want || !c->accept || !c->direct ||
-      c->bytes != r->bytes || !wstage_ready(ep))
+  const ib_cts_t *c = cts_here(ep, p->seq);
+  if (c == NULL || !c->accept || !c->direct || c->bytes != r->bytes || !wstage_ready(ep))
     return 0; /* no offer (yet), or into a bounce buffer: eager, which voids it */
   p->lkey = IB_REQ_RDV | IB_REQ_STAGED;
   return 1;
