@@ -504,6 +504,12 @@ SOCKET = (("HETCCL_TRANSPORT", "socket"),)
 
 PLANE = (("HETCCL_PLANE", "on"),)
 PLANE_SMALL = (("HETCCL_PLANE_PIECE", "4096"), ("HETCCL_PLANE_SLOTS", "2"))
+# Wide pieces (two slots each) from 8 KiB per channel: counts of 1031 and
+# 6000 give messages under it, wide ones ending in a narrow piece, and
+# ones ending in a wide piece cut short; pieces start at every slot, so
+# some run on past the last slot.
+PLANE_WIDE = (("HETCCL_PLANE_PIECE", "4096"), ("HETCCL_PLANE_SLOTS", "4"),
+              ("HETCCL_PLANE_WIDE_MIN", "8192"))
 PLANE_HOSTS = PLANE + (("HETCCL_PLANE_HOSTS", "all"),)
 
 
@@ -569,6 +575,9 @@ SWEEPS = [
     Sweep("n3-plane-small", 3, PLANE + PLANE_SMALL, counts=(0, 7, 1031), large=LARGE_SET),
     Sweep("n4-plane-small", 4, PLANE + PLANE_SMALL, counts=(7, 1031)),
     Sweep("n4-plane", 4, PLANE, counts=(7, 1031), large=LARGE_SET),
+    Sweep("n2-plane-wide", 2, PLANE + PLANE_WIDE, counts=(7, 1031, 6000), large=LARGE_SET),
+    Sweep("n3-plane-wide", 3, PLANE + PLANE_WIDE, counts=(1031, 6000), large=LARGE_SET),
+    Sweep("n4-plane-wide", 4, PLANE + PLANE_WIDE, counts=(6000,)),
     Sweep("n4-plane-islands-hier", 4, PLANE + (("HETCCL_ISLANDS", "0,0,1,1"),),
           counts=(7, 1031)),
     # The plane across hosts (plane/bridge.c): a channel to a rank of

@@ -284,9 +284,10 @@ def test_hip_ranks_with_forced_islands_run_on_the_engine(tmp_path: Path,
 
 
 @pytest.mark.timeout(TIMEOUT)
-@pytest.mark.parametrize("streams,hosts", [("1", 1), ("2", 1), ("1", 2)])
+@pytest.mark.parametrize("streams,hosts,wide", [("1", 1, 0), ("2", 1, 0), ("1", 2, 0),
+                                                ("1", 1, 1), ("2", 1, 1)])
 def test_hip_device_buffers_on_the_data_plane(tmp_path: Path, fakes: Dict[str, Path],
-                                              streams: str, hosts: int) -> None:
+                                              streams: str, hosts: int, wide: int) -> None:
     """The data plane's stream executor (plane/exec_stream.c) over the hip
     table, the stand-in running each stream operation as it is enqueued:
     two HIP ranks in two islands move sendrecv, broadcast and allgather of
@@ -296,14 +297,17 @@ def test_hip_device_buffers_on_the_data_plane(tmp_path: Path, fakes: Dict[str, P
     result is checked. (The allreduce goes to the engine: the stand-in has
     no runtime compiler.) With two hosts (rank 1 in an IPC namespace of its
     own, HETCCL_PLANE_HOSTS=all) each channel is a segment on each side and
-    the pieces cross by socket (plane/bridge.c)."""
+    the pieces cross by socket (plane/bridge.c). `wide`: 272 KiB messages
+    move in wide pieces of two slots (32 KiB) and a narrow one, so that the
+    next starts at an odd slot and wide pieces run on past the last."""
     if hosts == 2 and not can_unshare_ipc():
         pytest.skip("needs `unshare --ipc` (util-linux, and the right) for a host of its own")
     env = {**hip_env(fakes), "HETCCL_ISLANDS": "rank", "HETCCL_VENDOR": "0", "T_IBDEV": "1",
-           "T_BYTES": str(256 << 10), "HETCCL_PLANE_PIECE": "16384", "HETCCL_PLANE_SLOTS": "4",
+           "T_BYTES": str((256 + 16 * wide) << 10), "HETCCL_PLANE_PIECE": "16384",
+           "HETCCL_PLANE_SLOTS": "4",
            "HETCCL_PLANE_LANE_STREAMS": streams, "HETCCL_DEBUG": "INFO",
            "HETCCL_DEBUG_SUBSYS": "INIT", "HETCCL_DEBUG_FILE": str(tmp_path / "log.%p"),
-           "HETCCL_PLANE_HOSTS": "all"}
+           "HETCCL_PLANE_HOSTS": "all", "HETCCL_PLANE_WIDE_MIN": "32K" if wide else "0"}
     results = start_ranks(tmp_path, [env, env], own_host=(1,) if hosts == 2 else ())
     for rank, res in enumerate(results):
         assert "error" not in res and res["kind"] == "hip", res
@@ -311,6 +315,7 @@ def test_hip_device_buffers_on_the_data_plane(tmp_path: Path, fakes: Dict[str, P
     logs = [f.read_text() for f in tmp_path.glob("log.*")]
     assert len(logs) == 2 and all("moved by this GPU's copy engines" in t for t in logs), logs
     assert all(f"data plane streams: {streams} per peer and direction" in t for t in logs), logs
+    assert all(("two a piece from 32768 bytes" in t) == bool(wide) for t in logs), logs
     if hosts == 2:
         assert all("(1 of other hosts, bridged" in t for t in logs), logs
     else:

@@ -116,6 +116,7 @@ ncclResult_t hetccl_dataplane_setup(ncclComm_t comm) {
                .declare = hetccl_ib_mem_register, .retract = wire_retract, .fail = wire_fail},
       .piece = (size_t)hetccl_knob_int(HETCCL_KNOB_PLANE_PIECE) & ~(size_t)4095,
       .slots = (int)hetccl_knob_int(HETCCL_KNOB_PLANE_SLOTS),
+      .wide_min = (size_t)hetccl_knob_int(HETCCL_KNOB_PLANE_WIDE_MIN),
       .timeout_ms = (int)hetccl_knob_int(HETCCL_KNOB_TIMEOUT) * 1000,
       .abort_flag = &comm->abort_flag, .device_reduce = reduces,
       .reduce_copy = !strcmp(hetccl_knob_str(HETCCL_KNOB_PLANE_REDUCE_READ), "copy"),

@@ -28,7 +28,7 @@
 #include "util/check.h"
 #include "util/log.h"
 
-#define PLANE_MAGIC 0x48455450414e4532ull /* "HETPANE2": a counter pair per slot */
+#define PLANE_MAGIC 0x48455450414e4533ull /* "HETPANE3": a counter pair per slot, wide pieces */
 
 /* --- this process's mappings ---------------------------------------------- */
 
@@ -121,6 +121,7 @@ ncclResult_t plane_chan_create(hetccl_plane_t *p, int dst, plane_chan_t *c) {
   h->dst = dst;
   h->slots = p->a.slots;
   h->piece = p->a.piece;
+  h->wide_min = p->wide_min;
   __atomic_store_n(&h->magic, PLANE_MAGIC, __ATOMIC_RELEASE);
   return ncclSuccess;
 }
@@ -141,10 +142,12 @@ ncclResult_t plane_chan_open(hetccl_plane_t *p, int src, plane_chan_t *c) {
   const plane_chan_hdr_t *h = c->hdr;
   if (__atomic_load_n(&h->magic, __ATOMIC_ACQUIRE) != PLANE_MAGIC || h->comm_id != p->a.comm_id ||
       h->src != src || h->dst != p->a.rank || h->slots != p->a.slots ||
-      h->piece != p->a.piece) {
-    WARN("plane: channel %s from rank %d does not fit (slots %d x %" PRIu64 " bytes, here "
-         "%d x %zu): ranks disagree on HETCCL_PLANE_SLOTS or HETCCL_PLANE_PIECE",
-         name, plane_user_rank(p, src), (int)h->slots, h->piece, p->a.slots, p->a.piece);
+      h->piece != p->a.piece || h->wide_min != p->wide_min) {
+    WARN("plane: channel %s from rank %d does not fit (slots %d x %" PRIu64 " bytes, wide "
+         "from %" PRIu64 "; here %d x %zu, wide from %zu): ranks disagree on "
+         "HETCCL_PLANE_SLOTS, HETCCL_PLANE_PIECE or HETCCL_PLANE_WIDE_MIN",
+         name, plane_user_rank(p, src), (int)h->slots, h->piece, h->wide_min, p->a.slots,
+         p->a.piece, p->wide_min);
     return ncclInvalidUsage;
   }
   return ncclSuccess;

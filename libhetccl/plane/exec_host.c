@@ -19,14 +19,16 @@
 
 #define SPIN_SWEEPS 2000
 
+/* The counters of step s's pieces, a wide one's too (plane_impl.h). */
 static int ready(const hetccl_plane_t *p, const plane_step_t *s) {
-  if (s->in >= 0 && __atomic_load_n(plane_produced(p, &p->in[s->in], s->in_q),
-                                    __ATOMIC_ACQUIRE) < s->in_q + 1)
+  uint64_t slots = (uint64_t)p->a.slots, span = s->span;
+  if (s->in >= 0 && __atomic_load_n(plane_produced(p, &p->in[s->in], s->in_q + span - 1),
+                                    __ATOMIC_ACQUIRE) < s->in_q + span)
     return 0;
-  if (s->out >= 0 && s->out_q + 1 > (uint64_t)p->a.slots &&
-      __atomic_load_n(plane_consumed(p, &p->out[s->out], s->out_q), __ATOMIC_ACQUIRE) <
-          s->out_q + 1 - (uint64_t)p->a.slots)
-    return 0;
+  for (uint64_t q = s->out_q; s->out >= 0 && q < s->out_q + span; q++)
+    if (q + 1 > slots &&
+        __atomic_load_n(plane_consumed(p, &p->out[s->out], q), __ATOMIC_ACQUIRE) < q + 1 - slots)
+      return 0;
   if (s->dep_out >= 0 && __atomic_load_n(plane_produced(p, &p->out[s->dep_out], s->dep_q - 1),
                                          __ATOMIC_ACQUIRE) < s->dep_q)
     return 0;
@@ -44,8 +46,8 @@ static void reduce(hetccl_plane_t *p, const plane_step_t *s, void *dst, const vo
     x = scratch;
   }
   if (op->premul && (flags & HETCCL_REDUCE_SCALE_B)) {
-    hetccl_reduce_prepare(op, scratch + p->a.piece, y, count);
-    y = scratch + p->a.piece;
+    hetccl_reduce_prepare(op, scratch + 2 * p->a.piece, y, count);
+    y = scratch + 2 * p->a.piece;
   }
   hetccl_reduce(op, dst, x, y, count);
   if (flags & HETCCL_REDUCE_FINISH) hetccl_reduce_finish(op, dst, count);
@@ -79,8 +81,11 @@ static void run_step(hetccl_plane_t *p, const plane_step_t *s) {
       break;
     }
   }
-  if (in) __atomic_store_n(plane_consumed(p, in, s->in_q), s->in_q + 1, __ATOMIC_RELEASE);
-  if (out) __atomic_store_n(plane_produced(p, out, s->out_q), s->out_q + 1, __ATOMIC_RELEASE);
+  for (uint64_t q = s->in_q; in && q < s->in_q + s->span; q++)
+    __atomic_store_n(plane_consumed(p, in, q), q + 1, __ATOMIC_RELEASE);
+  if (out)
+    __atomic_store_n(plane_produced(p, out, s->out_q + s->span - 1), s->out_q + s->span,
+                     __ATOMIC_RELEASE);
 }
 
 /* Until every step of ph has run and, with bridges, every piece queued

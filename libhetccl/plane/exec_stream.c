@@ -126,6 +126,37 @@ static ncclResult_t write_to(hetccl_plane_t *p, void *st, const plane_chan_t *c,
   return p->a.rt->stream_write_counter(st, counter, plane_counter_dev(c, counter), value);
 }
 
+/* The counters of step s's pieces, a wide one's too (plane_impl.h): its
+ * piece is in (the last slot's produced), its slots are free (each one's
+ * consumed), it has been read (each consumed set), it has been written
+ * (the last produced set). */
+static ncclResult_t wait_arrived(hetccl_plane_t *p, void *st, const plane_step_t *s) {
+  plane_chan_t *in = &p->in[s->in];
+  uint64_t last = s->in_q + s->span - 1;
+  return wait_on(p, st, in, plane_produced(p, in, last), last + 1);
+}
+
+static ncclResult_t wait_free(hetccl_plane_t *p, void *st, const plane_step_t *s) {
+  plane_chan_t *out = &p->out[s->out];
+  uint64_t slots = (uint64_t)p->a.slots;
+  for (uint64_t q = s->out_q; q < s->out_q + s->span; q++)
+    if (q + 1 > slots) HETCCL_CHECK(wait_on(p, st, out, plane_consumed(p, out, q), q + 1 - slots));
+  return ncclSuccess;
+}
+
+static ncclResult_t mark_read(hetccl_plane_t *p, void *st, const plane_step_t *s) {
+  plane_chan_t *in = &p->in[s->in];
+  for (uint64_t q = s->in_q; q < s->in_q + s->span; q++)
+    HETCCL_CHECK(write_to(p, st, in, plane_consumed(p, in, q), q + 1));
+  return ncclSuccess;
+}
+
+static ncclResult_t mark_written(hetccl_plane_t *p, void *st, const plane_step_t *s) {
+  plane_chan_t *out = &p->out[s->out];
+  uint64_t last = s->out_q + s->span - 1;
+  return write_to(p, st, out, plane_produced(p, out, last), last + 1);
+}
+
 /* This rank's split-path counters for channel `in` (plane_impl.h). */
 static ncclResult_t wait_local(hetccl_plane_t *p, void *st, volatile uint64_t *ctr,
                                uint64_t value) {
@@ -143,8 +174,9 @@ static ncclResult_t chan_stage(hetccl_plane_t *p, plane_chan_t *c, int split) {
   char **stage = split ? &c->split_stage : &c->stage;
   int pieces = split ? p->stage_pieces : p->a.slots;
   if (*stage || !p->a.reduce_copy || !pieces) return ncclSuccess;
-  void *mem = NULL;
-  ncclResult_t res = p->a.rt->mem_alloc(&mem, (size_t)pieces * p->a.piece);
+  void *mem = NULL; /* room for a wide piece past the last (plane_impl.h) */
+  size_t room = p->wide_min ? 1 : 0;
+  ncclResult_t res = p->a.rt->mem_alloc(&mem, ((size_t)pieces + room) * p->a.piece);
   if (res != ncclSuccess) {
     WARN("plane: rank %d: no device memory for a %sstage of %d pieces of %zu bytes%s",
          plane_user_rank(p, p->a.rank), split ? "split " : "", pieces, p->a.piece,
@@ -232,21 +264,25 @@ static ncclResult_t wait_dep(hetccl_plane_t *p, void *st, const plane_step_t *s)
   return wait_on(p, st, d, plane_produced(p, d, s->dep_q - 1), s->dep_q);
 }
 
+/* A wide step takes split numbers i and i + 1 (stage pieces i % S and the
+ * one after it, past the last into the stage's room), as it takes two
+ * slots; only the last one's staged counter is written and waited on. */
 static ncclResult_t enqueue_split(hetccl_plane_t *p, const plane_step_t *s, void *st,
                                   void *rst) {
   plane_chan_t *in = &p->in[s->in];
-  uint64_t depth = (uint64_t)p->stage_pieces, i = in->split_next++;
-  volatile uint64_t *staged = plane_staged(p, s->in, i), *reduced = plane_reduced(p, s->in);
+  uint64_t depth = (uint64_t)p->stage_pieces, i = in->split_next, end = i + s->span;
+  in->split_next = end;
+  volatile uint64_t *staged = plane_staged(p, s->in, end - 1), *reduced = plane_reduced(p, s->in);
   char *piece = in->split_stage + (i % depth) * p->a.piece;
-  HETCCL_CHECK(wait_on(p, st, in, plane_produced(p, in, s->in_q), s->in_q + 1));
-  if (i + 1 > depth) HETCCL_CHECK(wait_local(p, st, reduced, i + 1 - depth));
+  HETCCL_CHECK(wait_arrived(p, st, s));
+  if (end > depth) HETCCL_CHECK(wait_local(p, st, reduced, end - depth));
   HETCCL_CHECK(p->a.rt->memcpy_async(piece, plane_slot_host(p, in, s->in_q), s->bytes, st));
-  HETCCL_CHECK(write_to(p, st, in, plane_consumed(p, in, s->in_q), s->in_q + 1));
-  HETCCL_CHECK(write_local(p, st, staged, i + 1));
+  HETCCL_CHECK(mark_read(p, st, s));
+  HETCCL_CHECK(write_local(p, st, staged, end));
   HETCCL_CHECK(wait_dep(p, rst, s));
-  HETCCL_CHECK(wait_local(p, rst, staged, i + 1));
+  HETCCL_CHECK(wait_local(p, rst, staged, end));
   HETCCL_CHECK(reduce_with(p, s, piece, s->bytes / hetccl_dtype_size(s->op->dtype), rst));
-  return write_local(p, rst, reduced, i + 1);
+  return write_local(p, rst, reduced, end);
 }
 
 /* rst: the lane's reduction stream where the split path may be taken. */
@@ -255,10 +291,8 @@ static ncclResult_t enqueue_step(hetccl_plane_t *p, const plane_step_t *s, void 
   if (rst && split_path(p, s)) return enqueue_split(p, s, st, rst);
   plane_chan_t *in = s->in >= 0 ? &p->in[s->in] : NULL;
   plane_chan_t *out = s->out >= 0 ? &p->out[s->out] : NULL;
-  uint64_t slots = (uint64_t)p->a.slots;
-  if (in) HETCCL_CHECK(wait_on(p, st, in, plane_produced(p, in, s->in_q), s->in_q + 1));
-  if (out && s->out_q + 1 > slots)
-    HETCCL_CHECK(wait_on(p, st, out, plane_consumed(p, out, s->out_q), s->out_q + 1 - slots));
+  if (in) HETCCL_CHECK(wait_arrived(p, st, s));
+  if (out) HETCCL_CHECK(wait_free(p, st, s));
   HETCCL_CHECK(wait_dep(p, st, s));
   switch (s->kind) {
     case STEP_SEND:
@@ -277,8 +311,8 @@ static ncclResult_t enqueue_step(hetccl_plane_t *p, const plane_step_t *s, void 
       break;
     case STEP_REDUCE: HETCCL_CHECK(reduce_step(p, s, st, 0)); break;
   }
-  if (in) HETCCL_CHECK(write_to(p, st, in, plane_consumed(p, in, s->in_q), s->in_q + 1));
-  if (out) HETCCL_CHECK(write_to(p, st, out, plane_produced(p, out, s->out_q), s->out_q + 1));
+  if (in) HETCCL_CHECK(mark_read(p, st, s));
+  if (out) HETCCL_CHECK(mark_written(p, st, s));
   return ncclSuccess;
 }
 
@@ -353,7 +387,7 @@ static int phase_serial(const hetccl_plane_t *p, const plane_phase_t *ph) {
     for (int i = 0; i < ph->lanes[l].n; i++) {
       const plane_step_t *s = &ph->lanes[l].steps[i];
       bytes += s->bytes;
-      if (s->out >= 0 && ++per_out[s->out] > p->a.slots) return 0;
+      if (s->out >= 0 && (per_out[s->out] += s->span) > p->a.slots) return 0;
     }
   return bytes <= SERIAL_MAX_BYTES;
 }

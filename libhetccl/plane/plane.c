@@ -38,13 +38,17 @@ ncclResult_t hetccl_plane_create(const hetccl_plane_args_t *args, hetccl_plane_t
   p->nlanes = 1 + 2 * n;
   p->lane_streams = args->lane_streams > 0 ? args->lane_streams : 1;
   while (args->slots % p->lane_streams) p->lane_streams--;
-  p->seg_bytes = PLANE_HDR_BYTES + (size_t)args->slots * args->piece;
+  int multi_host = 0;
+  for (int q = 0; args->hosts && q < n; q++) multi_host |= args->hosts[q] != args->hosts[0];
+  p->wide_min = args->slots >= 4 && !multi_host ? args->wide_min : 0;
+  p->seg_bytes = PLANE_HDR_BYTES + (size_t)(args->slots + (p->wide_min ? 1 : 0)) * args->piece;
   p->gpu = args->rt != NULL;
   size_t stage = args->reduce_copy && args->device_reduce ? args->stage_bytes / args->piece : 0;
   p->stage_pieces = stage > PLANE_MAX_STAGE_PIECES ? PLANE_MAX_STAGE_PIECES : (int)stage;
+  if (p->wide_min && p->stage_pieces < 2) p->stage_pieces = 0; /* a wide piece needs two */
   p->out = calloc((size_t)n, sizeof(*p->out));
   p->in = calloc((size_t)n, sizeof(*p->in));
-  p->scratch = malloc(2 * args->piece);
+  p->scratch = malloc(4 * args->piece); /* two operands of a wide piece (exec_host.c) */
   ncclResult_t res = p->out && p->in && p->scratch ? ncclSuccess : ncclSystemError;
   if (res != ncclSuccess) WARN("plane: out of memory for %d ranks", n);
   for (int q = 0; q < n && res == ncclSuccess; q++) {
@@ -95,8 +99,11 @@ ncclResult_t hetccl_plane_create(const hetccl_plane_args_t *args, hetccl_plane_t
   if (p->bridges)
     snprintf(across, sizeof(across), " (%d of other hosts, bridged by the communicator's "
              "transports)", p->bridges);
-  INFO(HETCCL_INIT, "rank %d: data plane to %d ranks%s, %d slots of %zu bytes per channel, %s",
-       plane_user_rank(p, me), n - 1, across, args->slots, args->piece,
+  char wide[96] = "";
+  if (p->wide_min)
+    snprintf(wide, sizeof(wide), " (two a piece from %zu bytes per channel)", p->wide_min);
+  INFO(HETCCL_INIT, "rank %d: data plane to %d ranks%s, %d slots of %zu bytes per channel%s, %s",
+       plane_user_rank(p, me), n - 1, across, args->slots, args->piece, wide,
        p->gpu ? "moved by this GPU's copy engines" : "moved by this rank's CPU");
   if (p->gpu)
     INFO(HETCCL_INIT, "rank %d: data plane streams: %d per peer and direction%s%s",

@@ -93,6 +93,11 @@ typedef struct hetccl_plane_args {
   int dev;
   size_t piece;              /* bytes per slot (multiple of 4 KiB) */
   int slots;                 /* slots per channel (>= 2) */
+  /* Bytes per channel from which a message moves in wide pieces, each
+   * two slots' worth (program.c); 0: never. Ignored with fewer than 4
+   * slots, or with ranks of other hosts (their bridges move one slot a
+   * piece). */
+  size_t wide_min;
   int timeout_ms;
   volatile int *abort_flag;
   /* Every GPU rank of the communicator reduces on its device; else the

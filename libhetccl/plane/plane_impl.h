@@ -21,7 +21,16 @@
  * slot s say which piece last went through it (piece q lives in slot
  * q % slots). Per slot rather than per channel, so that pieces may move on
  * several streams and finish out of order (exec_stream.c): each slot's
- * pieces still pass it one after another. */
+ * pieces still pass it one after another.
+ *
+ * A wide piece (a step of span 2, program.c) is pieces q and q + 1 moved
+ * as one: its bytes run on from slot q % slots, into the room of one piece
+ * past the last slot where q % slots is the last (segments and stages have
+ * that room where the plane allows wide pieces). Writing it waits for both
+ * slots' consumed; the writer then sets produced of q + 1 alone, and its
+ * reader waits for that one; the reader sets consumed of both. So the
+ * counters keep their meaning slot by slot, and a wide piece is two
+ * pieces to every narrow one before or after it. */
 #define PLANE_MAX_SLOTS 64
 typedef struct plane_chan_hdr {
   uint64_t magic;
@@ -29,6 +38,7 @@ typedef struct plane_chan_hdr {
   int32_t src, dst;
   int32_t slots, pad;
   uint64_t piece;
+  uint64_t wide_min;       /* the plane's (0: no wide pieces, no room after the slots) */
   /* produced[s] = q + 1 once piece q is in slot s (src's stream or CPU) */
   _Alignas(128) volatile uint64_t produced[PLANE_MAX_SLOTS];
   /* consumed[s] = q + 1 once piece q has been read out of slot s (dst's) */
@@ -118,6 +128,9 @@ typedef enum {
 typedef struct plane_step {
   uint8_t kind;
   uint8_t swap;            /* REDUCE: the slot is the first operand */
+  /* Pieces this step numbers on each of its channels: 1, or 2 for a wide
+   * piece (in_q and in_q + 1, out_q and out_q + 1; program.c). */
+  uint8_t span;
   uint16_t flags;          /* REDUCE: HETCCL_REDUCE_SCALE_A / _B / FINISH */
   int32_t in, out;         /* peer rank of the channel read / written; -1: none */
   uint64_t in_q, out_q;
@@ -186,6 +199,9 @@ struct hetccl_plane {
   hetccl_plane_args_t a;
   plane_chan_t *out, *in;  /* nranks each; [rank] unused */
   size_t seg_bytes;
+  /* args.wide_min where wide pieces may be used, else 0. With it, every
+   * segment and stage holds one piece more than its slots (above). */
+  size_t wide_min;
   int gpu;                 /* this rank runs programs on streams */
   /* streams (exec_stream.c): lane_streams per lane, events to fork and
    * join; lane_streams divides the slot count */

@@ -22,7 +22,10 @@
  *
  * Pieces are numbered per channel in the order they are built here, which
  * is the order a lane moves them; the peer builds the same program and so
- * numbers the same pieces alike.
+ * numbers the same pieces alike. A message of at least the plane's
+ * wide_min bytes per channel moves in wide pieces (two slots each, two in
+ * flight of the default four; plane_impl.h): the same bytes in flight in
+ * half as many pieces, each paying its waits and signals once.
  *
  * Thread: the API caller's (build happens at launch). */
 #include <stdlib.h>
@@ -68,8 +71,9 @@ static plane_step_t *emit(builder_t *b, int l, const plane_step_t *s) {
   }
   plane_step_t *t = &lane->steps[lane->n++];
   *t = *s;
-  if (t->out >= 0) t->out_q = b->p->out[t->out].next++;
-  if (t->in >= 0) t->in_q = b->p->in[t->in].next++;
+  t->span = t->bytes > b->p->a.piece ? 2 : 1; /* a wide piece (plane_impl.h) */
+  if (t->out >= 0) t->out_q = b->p->out[t->out].next, b->p->out[t->out].next += t->span;
+  if (t->in >= 0) t->in_q = b->p->in[t->in].next, b->p->in[t->in].next += t->span;
   /* A piece that crosses to another host: its bridge learns its size. */
   if (t->out >= 0 && b->p->out[t->out].bridge &&
       plane_bridge_queue(b->p, &b->p->out[t->out], t->out_q, t->bytes) != ncclSuccess)
@@ -151,7 +155,7 @@ static ncclResult_t exchange_reduce(builder_t *b, const hetccl_coll_t *c, size_t
     EMIT(b, PLANE_LANE_IN(peer), .kind = STEP_REDUCE, .in = peer, .src = AT(s, ro),
          .dst = AT(r, dst_off), .bytes = bytes, .swap = b->rank > peer, .op = &c->op,
          .flags = HETCCL_REDUCE_SCALE_A | HETCCL_REDUCE_FINISH,
-         .dep_out = overlap ? peer : -1, .dep_q = snd->out_q + 1);
+         .dep_out = overlap ? peer : -1, .dep_q = snd->out_q + snd->span);
   }
   return ncclSuccess;
 }
@@ -330,13 +334,15 @@ static ncclResult_t send_to(builder_t *b, int peer, const void *src, size_t byte
 
 /* From peer into dst; `guard` in place: each piece waits until the send
  * lane to the same peer has copied out what it overwrites (the pieces of
- * the send that started at out piece `guard_q`). */
+ * the send that started at out piece `guard_q`, cut as these are: the
+ * send's steps up to this one's end number that many slots' pieces). */
 static ncclResult_t recv_from(builder_t *b, int peer, void *dst, size_t bytes, int guard,
                               uint64_t guard_q) {
-  for (size_t o = 0, k = 0; o < bytes; o += b->piece, k++) {
+  size_t slot = b->p->a.piece;
+  for (size_t o = 0; o < bytes; o += b->piece) {
     size_t n = bytes - o < b->piece ? bytes - o : b->piece;
     EMIT(b, PLANE_LANE_IN(peer), .kind = STEP_RECV, .in = peer, .dst = AT(dst, o), .bytes = n,
-         .dep_out = guard ? peer : -1, .dep_q = guard_q + k + 1);
+         .dep_out = guard ? peer : -1, .dep_q = guard_q + (o + n + slot - 1) / slot);
   }
   return ncclSuccess;
 }
@@ -380,9 +386,20 @@ static ncclResult_t direct_scatter(builder_t *b, const hetccl_coll_t *c) {
 
 /* --- programs ------------------------------------------------------------------- */
 
+/* The pieces of a message of `bytes` per channel: wide (two slots' worth,
+ * plane_impl.h) from the plane's wide_min, else a slot's worth. Fewer,
+ * larger pieces pay the per-piece waits and signals less often, at the
+ * same bytes in flight; small messages keep more pieces to overlap. */
+static void pieces_for(builder_t *b, size_t bytes) {
+  size_t slot = b->p->a.piece;
+  b->piece = b->p->wide_min && bytes >= b->p->wide_min ? 2 * slot : slot;
+}
+
 static ncclResult_t build_coll(builder_t *b, const hetccl_coll_t *c) {
   size_t elem = hetccl_dtype_size(c->dtype);
   int two = b->n == 2;
+  /* a ring AllReduce moves a chunk per step, everything else the count */
+  pieces_for(b, c->count * elem / (c->func == HETCCL_FUNC_ALLREDUCE && !two ? b->n : 1));
   switch (c->func) {
     case HETCCL_FUNC_ALLREDUCE:
       return two ? exchange_reduce(b, c, c->count, 0, 0, 0) : ring_allreduce(b, c);
@@ -420,6 +437,7 @@ static ncclResult_t build_p2p(builder_t *b, const hetccl_plane_task_t *tasks, in
     const hetccl_plane_task_t *t = &tasks[i];
     if (t->kind == HETCCL_PLANE_COLL || t->bytes == 0) continue;
     if (t->peer != b->rank) {
+      pieces_for(b, t->bytes);
       if (t->kind == HETCCL_PLANE_SEND) HETCCL_CHECK(send_to(b, t->peer, t->buf, t->bytes));
       else HETCCL_CHECK(recv_from(b, t->peer, t->buf, t->bytes, 0, 0));
       continue;

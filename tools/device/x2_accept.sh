@@ -30,7 +30,8 @@
 #             with HETCCL_PLANE_REDUCE_READ=mapped (the kernel reads the shared
 #             slot over the bus; nt has the default, copy): before and after
 #   variants  sendrecv, all_reduce and reduce_scatter -g 2 at 16 MiB..1 GiB
-#             in other configurations ($NT_VARIANTS; nt has the defaults)
+#             in other configurations ($NT_VARIANTS; nt has the defaults;
+#             NT_VARIANT_COLLS, NT_VARIANT_MIN, NT_VARIANT_FACTOR change it)
 #   cupy      tools/device/cupy_api_check.py: cupy.cuda.nccl, hetccl.nccl and
 #             hetccl.Communicator on CuPy arrays, same arguments, equal results
 #   torch3    tools/device/torch_backend_check.py with two GPU ranks and a CPU
@@ -158,20 +159,24 @@ do_readpath() {
   ! grep -q "^FAIL" "$OUT/08-readpath.log"
 }
 # NT_VARIANTS: space-separated LABEL:VAR=VALUE[,VAR=VALUE] configurations
-# in which sendrecv, all_reduce and reduce_scatter -g 2 run again from
-# NT_VARIANT_MIN (16M) to 1 GiB, beside nt's defaults (list a label twice,
-# or the defaults as a label, to see the spread between runs).
+# in which $NT_VARIANT_COLLS (sendrecv, all_reduce, reduce_scatter) -g 2 run
+# again from NT_VARIANT_MIN (16M) to 1 GiB, sizes NT_VARIANT_FACTOR (4)
+# apart, beside nt's defaults (list a label twice, or the defaults as a
+# label, to see the spread between runs).
 NT_VARIANTS=${NT_VARIANTS-piece8M:HETCCL_PLANE_PIECE=8M slots8:HETCCL_PLANE_SLOTS=8}
 NT_VARIANT_MIN=${NT_VARIANT_MIN-16M}
+NT_VARIANT_FACTOR=${NT_VARIANT_FACTOR-4}
+NT_VARIANT_COLLS=${NT_VARIANT_COLLS-sendrecv all_reduce reduce_scatter}
 do_variants() {
   local v label c vars
   for v in $NT_VARIANTS; do
     label=${v%%:*} vars=${v#*:}
-    for c in sendrecv all_reduce reduce_scatter; do
+    for c in $NT_VARIANT_COLLS; do
       echo "--- hetccl $c $label ($vars)"
       env LD_PRELOAD=$LIB HETCCL_ISLANDS=0,1 ${vars//,/ } \
         LD_LIBRARY_PATH="$(dirname "$REAL_NCCL")" timeout 60 \
-        $NT/${c}_perf -g 2 -b "$NT_VARIANT_MIN" -e 1G -f 4 -n 20 -w 5 -c 1 || echo "FAIL: $c $label"
+        $NT/${c}_perf -g 2 -b "$NT_VARIANT_MIN" -e 1G -f "$NT_VARIANT_FACTOR" -n 20 -w 5 -c 1 \
+        || echo "FAIL: $c $label"
     done
   done
   ! grep -q "^FAIL" "$OUT/09-variants.log"
@@ -258,9 +263,13 @@ do_torch3san() { # only where torch3trace ran and failed
   $PY tools/device/torch_backend_check.py --devices cuda:0,cuda:1,cpu --parts collectives \
     --sanitize 0 --timeout 180
 }
-# PYTEST_K: a pytest -k expression (default: all but the bandwidth reports)
+# PYTEST_K: a pytest -k expression (default: all but the bandwidth reports);
+# PYTEST_ENV: VAR=VALUE[,VAR=VALUE] for its ranks (e.g. HETCCL_PLANE_WIDE_MIN=1M)
 PYTEST_K=${PYTEST_K-not bandwidth}
-do_pytest() { $PY -m pytest -q tests/test_cuda_engine.py -p no:cacheprovider -rs -k "$PYTEST_K"; }
+do_pytest() {
+  local vars=${PYTEST_ENV-}
+  env ${vars//,/ } $PY -m pytest -q tests/test_cuda_engine.py -p no:cacheprovider -rs -k "$PYTEST_K"
+}
 # TRAIN_VARIANTS: space-separated NAME:VAR=VALUE[,VAR=VALUE] for train_bench's --variant;
 # TRAIN_ARGS: more of its arguments (e.g. "--alternate 2").
 TRAIN_VARIANTS=${TRAIN_VARIANTS-mapped:HETCCL_PLANE_REDUCE_READ=mapped maxconn:CUDA_DEVICE_MAX_CONNECTIONS=32}
@@ -270,7 +279,7 @@ do_train() {
   $PY tools/device/train_bench.py "$OUT/train.json" "${args[@]}" ${TRAIN_ARGS-}
 }
 
-export ROOT OUT PY LIB REAL_NCCL NT NTM MPICH COLLS HIER_COLLS A2A_COLLS HIER_AR TRAIN_VARIANTS TRAIN_ARGS NT_VARIANTS NT_VARIANT_MIN PERF_COLLS PYTEST_K MEMOP_ARGS
+export ROOT OUT PY LIB REAL_NCCL NT NTM MPICH COLLS HIER_COLLS A2A_COLLS HIER_AR TRAIN_VARIANTS TRAIN_ARGS NT_VARIANTS NT_VARIANT_MIN NT_VARIANT_FACTOR NT_VARIANT_COLLS PERF_COLLS PYTEST_K PYTEST_ENV MEMOP_ARGS
 export -f note bounded halves ntg_turns nt nt_table nt_make mpi_home ntm do_ntmpibuild do_ntmpi do_profile do_host do_build do_ntbuild do_limit do_nt do_perf do_train do_big do_readpath \
   do_variants do_numa ntg do_hier do_near do_p2p do_a2a do_memop do_cupy do_torch3 do_torch3trace do_torch3san do_pytest
 export PYTHONPATH=$ROOT/python:/tmp/site${PYTHONPATH:+:$PYTHONPATH}
