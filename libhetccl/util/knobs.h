@@ -146,7 +146,7 @@
     "bytes per data-plane slot (a multiple of 4096): the unit a copy engine or reduction moves at once") \
   X(PLANE_SLOTS, "HETCCL_PLANE_SLOTS", INT, "4", 2, 64,                        \
     "data-plane slots per channel (pieces in flight per direction and pair)") \
-  X(PLANE_WIDE_MIN, "HETCCL_PLANE_WIDE_MIN", INT, "64M", 0, INT64_MAX,          \
+  X(PLANE_WIDE_MIN, "HETCCL_PLANE_WIDE_MIN", INT, "256M", 0, INT64_MAX,          \
     "bytes per channel from which a data-plane message moves in wide pieces of two slots each (half as many pieces, the same bytes in flight; needs 4 slots or more, and one host); 0: never") \
   X(PLANE_REDUCE_READ, "HETCCL_PLANE_REDUCE_READ", ENUM("copy|mapped"), "copy", 0, 0, \
     "how a device reduction reads the peer's piece: copy (the copy engine moves it from the shared slot into device memory, then the kernel reduces in device memory) or mapped (the kernel reads the slot through its device mapping, over the bus)") \
