@@ -122,6 +122,7 @@ ncclResult_t hetccl_dataplane_setup(ncclComm_t comm) {
       .reduce_copy = !strcmp(hetccl_knob_str(HETCCL_KNOB_PLANE_REDUCE_READ), "copy"),
       .urgent_streams = !strcmp(hetccl_knob_str(HETCCL_KNOB_PLANE_PRIORITY), "high"),
       .stage_bytes = (size_t)hetccl_knob_int(HETCCL_KNOB_PLANE_STAGE),
+      .resident_blocks = (unsigned)hetccl_knob_int(HETCCL_KNOB_PLANE_RESIDENT),
       .lane_streams = (int)hetccl_knob_int(HETCCL_KNOB_PLANE_LANE_STREAMS),
       .copied = &comm->copied[HETCCL_COPIED_PLANE],
       .barrier = barrier,

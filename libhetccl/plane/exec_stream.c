@@ -170,15 +170,24 @@ static ncclResult_t write_local(hetccl_plane_t *p, void *st, volatile uint64_t *
   return p->a.rt->stream_write_counter(st, ctr, plane_ctr_dev(p, ctr), value);
 }
 
+/* Bytes after a split stage for its arrive words (plane_impl.h). */
+#define ARRIVE_BYTES 4096u
+
 /* Channel c's stage in device memory (plane_impl.h), or with `split` its
- * split stage, made on first use. */
-static ncclResult_t chan_stage(hetccl_plane_t *p, plane_chan_t *c, int split) {
+ * split stage (and arrive words, zeroed on `stream`), made on first use. */
+static ncclResult_t chan_stage(hetccl_plane_t *p, plane_chan_t *c, int split, void *stream) {
+  static const unsigned zeros[PLANE_MAX_STAGE_PIECES];
   char **stage = split ? &c->split_stage : &c->stage;
   int pieces = split ? p->stage_pieces : p->a.slots;
   if (*stage || !p->a.reduce_copy || !pieces) return ncclSuccess;
   void *mem = NULL; /* room for a wide piece past the last (plane_impl.h) */
-  size_t room = p->wide_min ? 1 : 0;
-  ncclResult_t res = p->a.rt->mem_alloc(&mem, ((size_t)pieces + room) * p->a.piece);
+  size_t room = p->wide_min ? 1 : 0, bytes = ((size_t)pieces + room) * p->a.piece;
+  ncclResult_t res = p->a.rt->mem_alloc(&mem, bytes + (split ? ARRIVE_BYTES : 0));
+  if (res == ncclSuccess && split) {
+    c->arrive = (unsigned *)((char *)mem + bytes);
+    res = p->a.rt->memcpy_async(c->arrive, zeros, sizeof(zeros), stream);
+    if (res != ncclSuccess) (void)p->a.rt->mem_free(mem);
+  }
   if (res != ncclSuccess) {
     WARN("plane: rank %d: no device memory for a %sstage of %d pieces of %zu bytes%s",
          plane_user_rank(p, p->a.rank), split ? "split " : "", pieces, p->a.piece,
@@ -201,6 +210,7 @@ void plane_stages_free(hetccl_plane_t *p) {
         (void)p->a.rt->set_device(p->a.dev);
       (void)p->a.rt->mem_free(*stages[i]);
       *stages[i] = NULL;
+      if (i == 1) p->in[q].arrive = NULL;
     }
   }
   if (saved >= 0 && saved != p->a.dev) (void)p->a.rt->set_device(saved);
@@ -268,7 +278,9 @@ static ncclResult_t wait_dep(hetccl_plane_t *p, void *st, const plane_step_t *s)
 
 /* A wide step takes split numbers i and i + 1 (stage pieces i % S and the
  * one after it, past the last into the stage's room), as it takes two
- * slots; only the last one's staged counter is written and waited on. */
+ * slots; only the last one's staged counter is written and waited on.
+ * rst NULL: the reduction is a resident kernel's (launch_runs), launched
+ * already; only the copy lane's part is enqueued here. */
 static ncclResult_t enqueue_split(hetccl_plane_t *p, const plane_step_t *s, void *st,
                                   void *rst) {
   plane_chan_t *in = &p->in[s->in];
@@ -281,16 +293,19 @@ static ncclResult_t enqueue_split(hetccl_plane_t *p, const plane_step_t *s, void
   HETCCL_CHECK(p->a.rt->memcpy_async(piece, plane_slot_host(p, in, s->in_q), s->bytes, st));
   HETCCL_CHECK(mark_read(p, st, s));
   HETCCL_CHECK(write_local(p, st, staged, end));
+  if (!rst) return ncclSuccess;
   HETCCL_CHECK(wait_dep(p, rst, s));
   HETCCL_CHECK(wait_local(p, rst, staged, end));
   HETCCL_CHECK(reduce_with(p, s, piece, s->bytes / hetccl_dtype_size(s->op->dtype), rst));
   return write_local(p, rst, reduced, end);
 }
 
-/* rst: the lane's reduction stream where the split path may be taken. */
-static ncclResult_t enqueue_step(hetccl_plane_t *p, const plane_step_t *s, void *st, void *rst) {
+/* rst: the lane's reduction stream where the split path may be taken;
+ * `resident`: its reductions are a resident kernel's, launched already. */
+static ncclResult_t enqueue_step(hetccl_plane_t *p, const plane_step_t *s, void *st, void *rst,
+                                 int resident) {
   const hetccl_runtime_t *rt = p->a.rt;
-  if (rst && split_path(p, s)) return enqueue_split(p, s, st, rst);
+  if (rst && split_path(p, s)) return enqueue_split(p, s, st, resident ? NULL : rst);
   plane_chan_t *in = s->in >= 0 ? &p->in[s->in] : NULL;
   plane_chan_t *out = s->out >= 0 ? &p->out[s->out] : NULL;
   if (in) HETCCL_CHECK(wait_arrived(p, st, s));
@@ -319,10 +334,86 @@ static ncclResult_t enqueue_step(hetccl_plane_t *p, const plane_step_t *s, void 
 }
 
 static ncclResult_t enqueue_lane(hetccl_plane_t *p, const plane_lane_t *lane, void *st) {
-  for (int i = 0; i < lane->n; i++) HETCCL_CHECK(enqueue_step(p, &lane->steps[i], st, NULL));
+  for (int i = 0; i < lane->n; i++) HETCCL_CHECK(enqueue_step(p, &lane->steps[i], st, NULL, 0));
   return ncclSuccess;
 }
 
+/* --- the resident path -------------------------------------------------------
+ * With args.resident_blocks, a receiving lane's split reductions are not a
+ * kernel per piece behind a stream wait: they are cut into runs (pieces
+ * of one reduction, one after another in the buffers and the stage ring),
+ * and each run is one launch of the resident kernel (runtime.h,
+ * hetccl_reduce_run_t) on the lane's reduction stream, before any of the
+ * lane's copies are enqueued. Its blocks stay on the device, wait for each
+ * piece's staged counter (and its dep) themselves, reduce it, and set
+ * `reduced`, so a piece is reduced as it lands, not when a new kernel finds
+ * SMs behind the application's; the copy lane is as on the split path. */
+
+/* Does step s (split number i) continue run r as its step k? */
+static int run_continues(const hetccl_reduce_run_t *r, const plane_step_t *first,
+                         const plane_step_t *s, uint64_t i) {
+  uint64_t k = r->steps, elem = hetccl_dtype_size(s->op->dtype), off = k * r->per * elem;
+  if (s->op != first->op || s->flags != first->flags || s->swap != first->swap ||
+      s->in != first->in || s->dep_out != first->dep_out || s->span > r->span ||
+      s->bytes / elem > r->per ||
+      r->last_span != r->span || r->count != k * r->per) /* the run's last step was cut short */
+    return 0;
+  if ((char *)s->dst != (char *)r->dst + off || (const char *)s->src != (const char *)r->local + off ||
+      i != r->first + k * r->span)
+    return 0;
+  return s->dep_out < 0 || s->dep_q == r->dep_first + k * r->span + s->span;
+}
+
+static ncclResult_t run_launch(hetccl_plane_t *p, const plane_step_t *first,
+                               const hetccl_reduce_run_t *r, void *rst) {
+  unsigned a = first->flags & HETCCL_REDUCE_SCALE_A, b = first->flags & HETCCL_REDUCE_SCALE_B;
+  unsigned flags = !first->swap ? first->flags
+                                : (first->flags & HETCCL_REDUCE_FINISH) |
+                                      (b ? HETCCL_REDUCE_SCALE_A : 0) |
+                                      (a ? HETCCL_REDUCE_SCALE_B : 0);
+  return p->a.rt->reduce_run_async(first->op, flags, r, rst);
+}
+
+/* Launch lane's split reductions as runs on rst; numbers them from the
+ * channel's split_next as enqueue_split will. */
+static ncclResult_t launch_runs(hetccl_plane_t *p, const plane_lane_t *lane, void *rst) {
+  hetccl_reduce_run_t r;
+  const plane_step_t *first = NULL;
+  uint64_t next = 0;
+  for (int n = 0; n <= lane->n; n++) {
+    const plane_step_t *s = n < lane->n ? &lane->steps[n] : NULL;
+    if (s && !split_path(p, s)) continue;
+    if (s && !first) next = p->in[s->in].split_next;
+    if (first && s && run_continues(&r, first, s, next)) {
+      uint64_t elem = hetccl_dtype_size(s->op->dtype);
+      r.count += s->bytes / elem;
+      r.last_span = s->span;
+      r.steps++;
+      next += s->span;
+      continue;
+    }
+    if (first) HETCCL_CHECK(run_launch(p, first, &r, rst));
+    if (!s) break;
+    plane_chan_t *in = &p->in[s->in];
+    uint64_t elem = hetccl_dtype_size(s->op->dtype);
+    r = (hetccl_reduce_run_t){
+        .dst = s->dst, .local = s->src, .stage = in->split_stage, .count = s->bytes / elem,
+        .per = s->bytes / elem, .steps = 1, .swap = s->swap, .first = next, .span = s->span,
+        .last_span = s->span, .depth = (uint64_t)p->stage_pieces, .slot_bytes = p->a.piece,
+        .staged = plane_ctr_dev(p, plane_staged(p, s->in, 0)),
+        .reduced = plane_ctr_dev(p, plane_reduced(p, s->in)), .arrive = in->arrive,
+        .blocks = p->a.resident_blocks};
+    if (s->dep_out >= 0) {
+      plane_chan_t *d = &p->out[s->dep_out];
+      r.dep = plane_counter_dev(d, &d->hdr->produced[0]);
+      r.dep_first = s->dep_q - s->span;
+      r.dep_slots = (uint64_t)p->a.slots;
+    }
+    first = s;
+    next += s->span;
+  }
+  return ncclSuccess;
+}
 
 /* Several lanes: each on its streams, forked from and joined to the
  * caller's. Their steps are enqueued round-robin (step i of every lane,
@@ -353,11 +444,14 @@ static ncclResult_t enqueue_lanes(hetccl_plane_t *p, const plane_phase_t *ph, vo
     }
     if (lane->n > longest) longest = lane->n;
   }
+  int resident = p->a.resident_blocks > 0;
+  for (int l = 0; l < nl && resident; l++)
+    if (rst[l]) HETCCL_CHECK(launch_runs(p, &ph->lanes[l], rst[l]));
   for (int i = 0; i < longest; i++)
     for (int l = 0; l < nl; l++)
       if (i < ph->lanes[l].n) {
         const plane_step_t *s = &ph->lanes[l].steps[i];
-        HETCCL_CHECK(enqueue_step(p, s, st[l * k + lane_sub(p, l, s)], rst[l]));
+        HETCCL_CHECK(enqueue_step(p, s, st[l * k + lane_sub(p, l, s)], rst[l], resident));
       }
   for (int i = 0; i < nl * k; i++) {
     if (!st[i]) continue;
@@ -441,7 +535,7 @@ static ncclResult_t load_kernels(hetccl_plane_t *p, const plane_prog_t *prog, vo
       for (int i = 0; i < ph->lanes[l].n; i++) {
         const plane_step_t *s = &ph->lanes[l].steps[i];
         if (s->kind == STEP_REDUCE)
-          HETCCL_CHECK(chan_stage(p, &p->in[s->in], lanes && split_path(p, s)));
+          HETCCL_CHECK(chan_stage(p, &p->in[s->in], lanes && split_path(p, s), stream));
         int kind = s->kind == STEP_REDUCE ? (int)s->flags * 2 + s->swap
                    : s->kind == STEP_SEND && s->op && s->op->premul ? -2
                                                                    : -1;

@@ -111,6 +111,9 @@ ncclResult_t hetccl_plane_create(const hetccl_plane_args_t *args, hetccl_plane_t
          p->lane_streams != args->lane_streams ? " (HETCCL_PLANE_LANE_STREAMS lowered to divide "
                                                  "HETCCL_PLANE_SLOTS)" : "",
          !args->device_reduce ? ""
+         : p->stage_pieces && args->resident_blocks
+             ? "; reductions into device memory off the copy lane, through a split stage of "
+               "HETCCL_PLANE_STAGE, by a resident kernel per run (HETCCL_PLANE_RESIDENT blocks)"
          : p->stage_pieces    ? "; reductions into device memory off the copy lane, through a "
                                 "split stage of HETCCL_PLANE_STAGE"
                               : "; reductions on the copy lane (HETCCL_PLANE_STAGE=0)");

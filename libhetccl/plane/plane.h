@@ -116,6 +116,10 @@ typedef struct hetccl_plane_args {
    * reduction off the copy lane (exec_stream.c, the split path); 0: none,
    * reductions hold their slot until their kernel has run. */
   size_t stage_bytes;
+  /* Blocks of a resident reduction kernel per run of split reductions
+   * (exec_stream.c): launched with the run, it reduces each piece as it
+   * lands; 0: a kernel per piece, launched behind a stream wait. */
+  unsigned resident_blocks;
   /* Payload bytes this rank's CPU copies into and out of slots (the host
    * executor's sends and receives) are added here; may be NULL. */
   uint64_t *copied;

@@ -640,5 +640,6 @@ const hetccl_runtime_t hetccl_runtime_cuda = {
     /* device kernels (NVRTC) are not built yet */
     .reduce_async = hetccl_cuda_reduce_async,
     .reduce_available = hetccl_cuda_reduce_available,
+    .reduce_run_async = hetccl_cuda_reduce_run_async,
     .dmabuf_export = cuda_dmabuf_export,
 };

@@ -71,6 +71,14 @@ ncclResult_t hetccl_cuda_reduce_async(const hetccl_redop_t *op, void *dst, const
  * the first call; cheap afterwards. */
 int hetccl_cuda_reduce_available(char *why, size_t len);
 
+/* runtime.h: hetccl_rt_reduce_run_async_fn (a resident kernel reducing
+ * pieces as they land). */
+struct hetccl_reduce_run;
+ncclResult_t hetccl_cuda_reduce_run_async(const hetccl_redop_t *op, unsigned flags,
+                                          const struct hetccl_reduce_run *run, void *stream);
+ncclResult_t hetccl_hip_reduce_run_async(const hetccl_redop_t *op, unsigned flags,
+                                         const struct hetccl_reduce_run *run, void *stream);
+
 ncclResult_t hetccl_hip_reduce_async(const hetccl_redop_t *op, void *dst, const void *a,
                                      const void *b, size_t count, unsigned flags, void *stream);
 int hetccl_hip_reduce_available(char *why, size_t len);

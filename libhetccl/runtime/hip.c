@@ -576,5 +576,6 @@ const hetccl_runtime_t hetccl_runtime_hip = {
     /* device kernels (hipRTC) are not built yet */
     .reduce_async = hetccl_hip_reduce_async,
     .reduce_available = hetccl_hip_reduce_available,
+    .reduce_run_async = hetccl_hip_reduce_run_async,
     .dmabuf_export = hip_dmabuf_export,
 };

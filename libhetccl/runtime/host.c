@@ -156,6 +156,7 @@ const hetccl_runtime_t hetccl_runtime_host = {
     .host_unregister = host_host_unregister,
     .reduce_async = hetccl_rt_reduce_async_none,
     .reduce_available = hetccl_rt_reduce_available_none,
+    .reduce_run_async = hetccl_rt_reduce_run_async_none,
     .dmabuf_export = hetccl_rt_dmabuf_export_none,
 };
 
@@ -170,6 +171,12 @@ ncclResult_t hetccl_rt_reduce_async_none(const hetccl_redop_t *op, void *dst, co
                                          const void *b, size_t count, unsigned flags,
                                          void *stream) {
   return ncclInvalidUsage; /* no WARN: the caller decides (the slot's contract) */
+}
+
+ncclResult_t hetccl_rt_reduce_run_async_none(const hetccl_redop_t *op, unsigned flags,
+                                             const hetccl_reduce_run_t *run, void *stream) {
+  (void)op, (void)flags, (void)run, (void)stream;
+  return ncclInvalidUsage; /* no WARN, as reduce_async */
 }
 
 int hetccl_rt_reduce_available_none(char *why, size_t len) {

@@ -25,6 +25,7 @@
 /* The kernel's text (reduce_kernel.c) and its entry point (extern "C"). */
 extern const char hetccl_rtc_kernel_source[];
 #define HETCCL_RTC_KERNEL_NAME "hetccl_reduce_kernel"
+#define HETCCL_RTC_RUN_KERNEL_NAME "hetccl_reduce_run_kernel" /* the resident one */
 #define HETCCL_RTC_THREADS 256    /* threads per block */
 #define HETCCL_RTC_UNROLL 4       /* the kernel's HK_UNROLL */
 #define HETCCL_RTC_BLOCKS_PER_UNIT 8
@@ -76,6 +77,32 @@ typedef struct hetccl_rtc_launch {
 void hetccl_rtc_plan(const hetccl_redop_t *op, void *dst, const void *a, const void *b,
                      size_t count, int units, hetccl_rtc_launch_t *l);
 
+/* One resident launch (runtime.h, hetccl_reduce_run_t): its parameters in
+ * the kernel's order. */
+struct hetccl_reduce_run;
+typedef struct hetccl_rtc_run_launch {
+  void *dst;
+  const void *local, *stage;
+  uint64_t count, per, steps;
+  int swap;
+  uint64_t first, span, last_span, depth, slot_bytes;
+  const volatile uint64_t *staged;
+  volatile uint64_t *reduced;
+  const volatile uint64_t *dep;
+  uint64_t dep_first, dep_slots;
+  unsigned *arrive;
+  double scalar_f;
+  uint64_t scalar_u;
+  const void *scalar_dev;
+  int nranks;
+  unsigned grid, block;
+  void *params[22];
+} hetccl_rtc_run_launch_t;
+
+/* Fill l for run; l must not move afterwards. */
+void hetccl_rtc_plan_run(const hetccl_redop_t *op, const struct hetccl_reduce_run *run,
+                         hetccl_rtc_run_launch_t *l);
+
 /* Compiled kernels of one vendor, keyed by where they were loaded (a
  * context id, a device) and variant. Entries are never removed: a module
  * lives as long as its context. */
@@ -84,6 +111,7 @@ typedef struct hetccl_rtc_entry {
   uint64_t where;
   hetccl_rtc_variant_t v;
   void *function; /* CUfunction / hipFunction_t */
+  void *run_function; /* the resident kernel of the same module */
   int units;      /* SMs / CUs of the device it was loaded on (0: unknown) */
 } hetccl_rtc_entry_t;
 

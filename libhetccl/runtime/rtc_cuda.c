@@ -39,6 +39,7 @@
 #include "runtime/devreduce.h"
 #include "runtime/gpu.h"
 #include "runtime/rtc.h"
+#include "runtime/runtime.h"
 #include "util/check.h"
 #include "util/knobs.h"
 #include "util/log.h"
@@ -391,6 +392,10 @@ static ncclResult_t kernel_build(void *ctx, uint64_t id, const hetccl_rtc_varian
   HETCCL_CHECK(res);
   res = cu_result(d, d->cuModuleGetFunction(&e->function, module, HETCCL_RTC_KERNEL_NAME),
                   "cuModuleGetFunction", v);
+  if (res == ncclSuccess)
+    res = cu_result(d, d->cuModuleGetFunction(&e->run_function, module,
+                                               HETCCL_RTC_RUN_KERNEL_NAME),
+                    "cuModuleGetFunction", v);
   if (res != ncclSuccess) {
     d->cuModuleUnload(module);
     return res;
@@ -434,6 +439,23 @@ ncclResult_t hetccl_cuda_reduce_async(const hetccl_redop_t *op, void *dst, const
   hetccl_rtc_launch_t l;
   hetccl_rtc_plan(op, dst, a, b, count, e->units, &l);
   return cu_result(d, d->cuLaunchKernel(e->function, l.grid, 1, 1, l.block, 1, 1, 0, stream,
+                                        l.params, NULL),
+                   "cuLaunchKernel", &v);
+}
+
+ncclResult_t hetccl_cuda_reduce_run_async(const hetccl_redop_t *op, unsigned flags,
+                                          const hetccl_reduce_run_t *run, void *stream) {
+  const nvrtc_lib_t *n = nvrtc_get();
+  const cu_driver_t *d = n ? driver_get() : NULL;
+  if (!n || !d) return ncclInvalidUsage; /* no WARN: as reduce_async */
+  hetccl_rtc_variant_t v;
+  HETCCL_CHECK(hetccl_rtc_variant_of(op, flags, 0, "hetccl_cuda_reduce_run_async", &v));
+  const hetccl_rtc_entry_t *e;
+  HETCCL_CHECK(kernel_get(n, d, &v, &e));
+  if (run->steps == 0) return ncclSuccess;
+  hetccl_rtc_run_launch_t l;
+  hetccl_rtc_plan_run(op, run, &l);
+  return cu_result(d, d->cuLaunchKernel(e->run_function, l.grid, 1, 1, l.block, 1, 1, 0, stream,
                                         l.params, NULL),
                    "cuLaunchKernel", &v);
 }

@@ -38,6 +38,7 @@
 #include "runtime/devreduce.h"
 #include "runtime/gpu.h"
 #include "runtime/rtc.h"
+#include "runtime/runtime.h"
 #include "util/check.h"
 #include "util/knobs.h"
 #include "util/log.h"
@@ -337,6 +338,10 @@ static ncclResult_t kernel_build(void *ctx, uint64_t dev, const hetccl_rtc_varia
   HETCCL_CHECK(res);
   res = hip_result(h, h->hipModuleGetFunction(&e->function, module, HETCCL_RTC_KERNEL_NAME),
                    "hipModuleGetFunction", v);
+  if (res == ncclSuccess)
+    res = hip_result(h, h->hipModuleGetFunction(&e->run_function, module,
+                                                 HETCCL_RTC_RUN_KERNEL_NAME),
+                     "hipModuleGetFunction", v);
   if (res != ncclSuccess) {
     h->hipModuleUnload(module);
     return res;
@@ -372,6 +377,23 @@ ncclResult_t hetccl_hip_reduce_async(const hetccl_redop_t *op, void *dst, const 
   hetccl_rtc_launch_t l;
   hetccl_rtc_plan(op, dst, a, b, count, e->units, &l);
   return hip_result(h, h->hipModuleLaunchKernel(e->function, l.grid, 1, 1, l.block, 1, 1, 0,
+                                                stream, l.params, NULL),
+                    "hipModuleLaunchKernel", &v);
+}
+
+ncclResult_t hetccl_hip_reduce_run_async(const hetccl_redop_t *op, unsigned flags,
+                                         const hetccl_reduce_run_t *run, void *stream) {
+  const hiprtc_lib_t *n = rtc_get();
+  const hip_lib_t *h = n ? hip_get() : NULL;
+  if (!n || !h) return ncclInvalidUsage; /* no WARN: as reduce_async */
+  hetccl_rtc_variant_t v;
+  HETCCL_CHECK(hetccl_rtc_variant_of(op, flags, 0, "hetccl_hip_reduce_run_async", &v));
+  const hetccl_rtc_entry_t *e;
+  HETCCL_CHECK(kernel_get(n, h, &v, &e));
+  if (run->steps == 0) return ncclSuccess;
+  hetccl_rtc_run_launch_t l;
+  hetccl_rtc_plan_run(op, run, &l);
+  return hip_result(h, h->hipModuleLaunchKernel(e->run_function, l.grid, 1, 1, l.block, 1, 1, 0,
                                                 stream, l.params, NULL),
                     "hipModuleLaunchKernel", &v);
 }

@@ -176,6 +176,37 @@ typedef ncclResult_t (*hetccl_rt_host_unregister_fn)(void *ptr);
 typedef ncclResult_t (*hetccl_rt_reduce_async_fn)(const hetccl_redop_t *op, void *dst,
                                                   const void *a, const void *b, size_t count,
                                                   unsigned flags, void *stream);
+/* A run of reductions for one resident kernel (the data plane's resident
+ * path, plane/exec_stream.c): step k of `steps` computes elements
+ * [k * per, min((k + 1) * per, count)) of dst = OP(local, piece) (the
+ * piece first with `swap`), where the piece is stage piece
+ * (first + k * span) % depth of `stage` (slot_bytes each; a step of span 2,
+ * the last one's span last_span, runs on into the next), once
+ * staged[(end - 1) % depth] >= end (end: that piece's split number plus its
+ * span) and, with dep, dep[(dq - 1) % dep_slots] >= dq for dq = dep_first +
+ * k * span + the step's span; after the step the kernel sets *reduced =
+ * end. staged, reduced and dep are device addresses of mapped host
+ * counters; arrive is device memory of `depth` words, zero, that the
+ * kernel leaves at zero. `blocks` blocks stay on the device for the whole
+ * run, waiting between steps. */
+typedef struct hetccl_reduce_run {
+  void *dst;
+  const void *local, *stage;
+  uint64_t count, per, steps;
+  int swap;
+  uint64_t first, span, last_span, depth, slot_bytes;
+  const volatile uint64_t *staged;
+  volatile uint64_t *reduced;
+  const volatile uint64_t *dep; /* NULL: no such wait */
+  uint64_t dep_first, dep_slots;
+  unsigned *arrive;
+  unsigned blocks;
+} hetccl_reduce_run_t;
+/* Enqueue one run (above) on `stream`; flags and errors as reduce_async
+ * (ncclInvalidUsage without a WARN where there is no device compiler). */
+typedef ncclResult_t (*hetccl_rt_reduce_run_async_fn)(const hetccl_redop_t *op, unsigned flags,
+                                                      const hetccl_reduce_run_t *run,
+                                                      void *stream);
 /* 1 if reduce_async can run here (a device compiler loaded and working);
  * else 0 and, in why (len bytes, may be NULL), one line saying why, for an
  * INFO. May load the compiler the first time; cheap afterwards. */
@@ -225,6 +256,7 @@ typedef struct hetccl_runtime {
   /* device reductions (ask reduce_available) */
   hetccl_rt_reduce_async_fn reduce_async;
   hetccl_rt_reduce_available_fn reduce_available;
+  hetccl_rt_reduce_run_async_fn reduce_run_async;
   /* device memory for a NIC (0 with why where it cannot) */
   hetccl_rt_dmabuf_export_fn dmabuf_export;
 } hetccl_runtime_t;
@@ -237,7 +269,7 @@ typedef struct hetccl_runtime {
   X(event_destroy) X(event_record) X(event_query) X(stream_wait_event)         \
   X(host_alloc_mapped) X(stream_wait_counter) X(stream_write_counter)          \
   X(stream_create) X(stream_destroy) X(host_register) X(host_unregister)       \
-  X(reduce_async) X(reduce_available) X(dmabuf_export)
+  X(reduce_async) X(reduce_available) X(reduce_run_async) X(dmabuf_export)
 
 /* --- shared stubs for slots a runtime lacks -------------------------------- */
 
@@ -256,6 +288,8 @@ ncclResult_t hetccl_rt_reduce_async_none(const hetccl_redop_t *op, void *dst,
                                          const void *a, const void *b, size_t count,
                                          unsigned flags, void *stream);
 int hetccl_rt_reduce_available_none(char *why, size_t len);
+ncclResult_t hetccl_rt_reduce_run_async_none(const hetccl_redop_t *op, unsigned flags,
+                                             const hetccl_reduce_run_t *run, void *stream);
 /* dmabuf_export of the host runtime: 0, "host memory is registered as it is". */
 int hetccl_rt_dmabuf_export_none(void *ptr, size_t bytes, int *fd, uint64_t *offset, char *why,
                                  size_t len);

@@ -19,10 +19,12 @@
 #endif
 #endif
 #define hetccl_reduce_kernel EMU_KERNEL(EMU_OP, EMU_MODE)
+#define hetccl_reduce_run_kernel EMU_RUN_KERNEL(EMU_OP, EMU_MODE)
 namespace EMU_CAT4(ns, EMU_TYPE, EMU_OP, EMU_MODE) {
 #include "reduce_kernel.inc"
 }
 #undef hetccl_reduce_kernel
+#undef hetccl_reduce_run_kernel
 #undef HK_OP_SUM
 #undef HK_OP_PROD
 #undef HK_OP_MAX
