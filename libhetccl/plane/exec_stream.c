@@ -170,13 +170,16 @@ static ncclResult_t write_local(hetccl_plane_t *p, void *st, volatile uint64_t *
   return p->a.rt->stream_write_counter(st, ctr, plane_ctr_dev(p, ctr), value);
 }
 
-/* Bytes after a split stage for its arrive words (plane_impl.h). */
+/* Bytes after a split stage for its arrive words and its seen word
+ * (plane_impl.h), and how many of them are zeroed. */
 #define ARRIVE_BYTES 4096u
+#define ARRIVE_SEEN (PLANE_MAX_STAGE_PIECES * sizeof(unsigned))
+#define ARRIVE_ZEROED (ARRIVE_SEEN + sizeof(uint64_t))
 
 /* Channel c's stage in device memory (plane_impl.h), or with `split` its
  * split stage (and arrive words, zeroed on `stream`), made on first use. */
 static ncclResult_t chan_stage(hetccl_plane_t *p, plane_chan_t *c, int split, void *stream) {
-  static const unsigned zeros[PLANE_MAX_STAGE_PIECES];
+  static const uint64_t zeros[ARRIVE_ZEROED / 8];
   char **stage = split ? &c->split_stage : &c->stage;
   int pieces = split ? p->stage_pieces : p->a.slots;
   if (*stage || !p->a.reduce_copy || !pieces) return ncclSuccess;
@@ -402,6 +405,7 @@ static ncclResult_t launch_runs(hetccl_plane_t *p, const plane_lane_t *lane, voi
         .last_span = s->span, .depth = (uint64_t)p->stage_pieces, .slot_bytes = p->a.piece,
         .staged = plane_ctr_dev(p, plane_staged(p, s->in, 0)),
         .reduced = plane_ctr_dev(p, plane_reduced(p, s->in)), .arrive = in->arrive,
+        .seen = (volatile uint64_t *)((char *)in->arrive + ARRIVE_SEEN),
         .blocks = p->a.resident_blocks};
     if (s->dep_out >= 0) {
       plane_chan_t *d = &p->out[s->dep_out];

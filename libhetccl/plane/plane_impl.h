@@ -86,9 +86,10 @@ typedef struct plane_chan {
    * enqueue); split reduction i uses piece i % stage_pieces. */
   char *split_stage;
   uint64_t split_next;
-  /* After the split stage (and its room), stage_pieces words of device
-   * memory that the resident kernel counts its blocks in (zeroed when the
-   * stage is made; the kernel leaves them at zero). */
+  /* After the split stage (and its room), PLANE_MAX_STAGE_PIECES words of
+   * device memory that the resident kernel counts its blocks in (the kernel
+   * leaves them at zero), then the word where it says which pieces have
+   * landed (only raised); zeroed when the stage is made. */
   unsigned *arrive;
   /* A channel to a rank of another host: its segment is this process's
    * own memory and this moves its pieces (bridge.c); NULL for a shared one. */

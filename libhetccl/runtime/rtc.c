@@ -158,17 +158,18 @@ void hetccl_rtc_plan_run(const hetccl_redop_t *op, const hetccl_reduce_run_t *ru
   l->dep_first = run->dep_first;
   l->dep_slots = run->dep_slots ? run->dep_slots : 1;
   l->arrive = run->arrive;
+  l->seen = run->seen;
   l->scalar_f = op->scalar_f;
   l->scalar_u = dtype_signed(op->dtype) ? (uint64_t)op->scalar_i : op->scalar_u;
   l->scalar_dev = op->scalar_dev;
   l->nranks = op->nranks;
   l->grid = run->blocks ? run->blocks : 1;
   l->block = HETCCL_RTC_THREADS;
-  void *p[22] = {&l->dst,       &l->local,    &l->stage,     &l->count,    &l->per,
-                 &l->steps,     &l->swap,     &l->first,     &l->span,     &l->last_span,
+  void *p[23] = {&l->dst,       &l->local,     &l->stage,    &l->count,    &l->per,
+                 &l->steps,     &l->swap,      &l->first,    &l->span,     &l->last_span,
                  &l->depth,     &l->slot_bytes, &l->staged,  &l->reduced,  &l->dep,
-                 &l->dep_first, &l->dep_slots, &l->arrive,   &l->scalar_f, &l->scalar_u,
-                 &l->scalar_dev, &l->nranks};
+                 &l->dep_first, &l->dep_slots, &l->arrive,   &l->seen,     &l->scalar_f,
+                 &l->scalar_u,  &l->scalar_dev, &l->nranks};
   memcpy(l->params, p, sizeof(p));
 }
 

@@ -91,12 +91,13 @@ typedef struct hetccl_rtc_run_launch {
   const volatile uint64_t *dep;
   uint64_t dep_first, dep_slots;
   unsigned *arrive;
+  volatile uint64_t *seen;
   double scalar_f;
   uint64_t scalar_u;
   const void *scalar_dev;
   int nranks;
   unsigned grid, block;
-  void *params[22];
+  void *params[23];
 } hetccl_rtc_run_launch_t;
 
 /* Fill l for run; l must not move afterwards. */

@@ -187,8 +187,10 @@ typedef ncclResult_t (*hetccl_rt_reduce_async_fn)(const hetccl_redop_t *op, void
  * k * span + the step's span; after the step the kernel sets *reduced =
  * end. staged, reduced and dep are device addresses of mapped host
  * counters; arrive is device memory of `depth` words, zero, that the
- * kernel leaves at zero. `blocks` blocks stay on the device for the whole
- * run, waiting between steps. */
+ * kernel leaves at zero; seen is a device-memory word, zero at first and
+ * then only raised, where one thread says which pieces have landed.
+ * `blocks` blocks stay on the device for the whole run, waiting between
+ * steps. */
 typedef struct hetccl_reduce_run {
   void *dst;
   const void *local, *stage;
@@ -200,6 +202,7 @@ typedef struct hetccl_reduce_run {
   const volatile uint64_t *dep; /* NULL: no such wait */
   uint64_t dep_first, dep_slots;
   unsigned *arrive;
+  volatile uint64_t *seen;
   unsigned blocks;
 } hetccl_reduce_run_t;
 /* Enqueue one run (above) on `stream`; flags and errors as reduce_async

@@ -19,7 +19,7 @@ typedef void (*emu_run_kernel_t)(void *, const void *, const char *, uint64_t, u
                                  int, uint64_t, uint64_t, uint64_t, uint64_t, uint64_t,
                                  const volatile uint64_t *, volatile uint64_t *,
                                  const volatile uint64_t *, uint64_t, uint64_t, unsigned *,
-                                 double, uint64_t, const void *, int);
+                                 volatile uint64_t *, double, uint64_t, const void *, int);
 }
 
 #define __global__

@@ -698,15 +698,15 @@ static size_t emu_case(bufs_t *B, size_t t, int kind, int mode, const layout_t *
  * short), its first piece at stage piece depth - 1 so that it runs on into
  * the stage's room; the stage holds one operand, `local` the other (with
  * swap the stage's is the first), the counters already past every wait.
- * Checks the result against the host's, that *reduced ends at the last
- * piece's end and that every arrive word is back at zero. */
+ * Checks the result against the host's, that *reduced and *seen end at
+ * the last piece's end and that every arrive word is back at zero. */
 #define EMU_RUN_S 64
 #define EMU_RUN_DEPTH 16
 typedef void (*emu_run_kernel_t)(void *, const void *, const char *, uint64_t, uint64_t, uint64_t,
                                  int, uint64_t, uint64_t, uint64_t, uint64_t, uint64_t,
                                  const volatile uint64_t *, volatile uint64_t *,
                                  const volatile uint64_t *, uint64_t, uint64_t, unsigned *,
-                                 double, uint64_t, const void *, int);
+                                 volatile uint64_t *, double, uint64_t, const void *, int);
 #define EMU_RUN_DECLARE(t) extern const emu_run_kernel_t emu_run_table_##t[4][4];
 EMU_TYPES(EMU_RUN_DECLARE)
 #define EMU_RUN_ENTRY(t) emu_run_table_##t,
@@ -725,7 +725,7 @@ static size_t emu_run_case(bufs_t *B, size_t t, int kind, int mode, int span, in
   /* stage pieces in use are never reused in one run here: every piece can
    * be in place before the launch */
   static _Alignas(16) uint8_t stage[(EMU_RUN_DEPTH + 1) * EMU_RUN_S * 8];
-  uint64_t staged[EMU_RUN_DEPTH] = {0}, dep[4], reduced = 0, end = 0;
+  uint64_t staged[EMU_RUN_DEPTH] = {0}, dep[4], reduced = 0, end = 0, seen = 0;
   unsigned arrive[EMU_RUN_DEPTH] = {0};
   for (int i = 0; i < 4; i++) dep[i] = UINT64_MAX >> 2;
   const uint8_t *in_stage = swap ? B->ha : B->hb, *in_local = swap ? B->hb : B->ha;
@@ -747,7 +747,7 @@ static size_t emu_run_case(bufs_t *B, size_t t, int kind, int mode, int span, in
                              .span = (uint64_t)span, .last_span = last_span,
                              .depth = EMU_RUN_DEPTH, .slot_bytes = slot, .staged = staged,
                              .reduced = &reduced, .dep = dep, .dep_first = 0, .dep_slots = 4,
-                             .arrive = arrive, .blocks = 2};
+                             .arrive = arrive, .seen = &seen, .blocks = 2};
   hetccl_rtc_run_launch_t l;
   hetccl_rtc_plan_run(&op, &run, &l);
   emu_run_kernel_t fn = emu_run_tables[t][kind][mode];
@@ -757,16 +757,16 @@ static size_t emu_run_case(bufs_t *B, size_t t, int kind, int mode, int span, in
     for (threadIdx.x = 0; threadIdx.x < l.block; threadIdx.x++)
       fn(l.dst, l.local, l.stage, l.count, l.per, l.steps, l.swap, l.first, l.span, l.last_span,
          l.depth, l.slot_bytes, l.staged, l.reduced, l.dep, l.dep_first, l.dep_slots, l.arrive,
-         l.scalar_f, l.scalar_u, l.scalar_dev, l.nranks);
+         l.seen, l.scalar_f, l.scalar_u, l.scalar_dev, l.nranks);
   memcpy(B->out, d, (n + 1) * size);
   char what[128];
   snprintf(what, sizeof(what), "emu run %s %s %s span %d%s%s", hetccl_dtype_name(dt),
            kind_names[kind], mode_names[mode], span, swap ? " swap" : "",
            inplace ? " in place" : "");
   size_t bad = compare(dt, kind, B, n, !inplace, what);
-  if (reduced != end) {
-    fprintf(stderr, "  %s: reduced %llu, want %llu\n", what, (unsigned long long)reduced,
-            (unsigned long long)end);
+  if (reduced != end || seen != end) {
+    fprintf(stderr, "  %s: reduced %llu, seen %llu, want %llu\n", what,
+            (unsigned long long)reduced, (unsigned long long)seen, (unsigned long long)end);
     bad++;
   }
   for (int i = 0; i < EMU_RUN_DEPTH; i++)
