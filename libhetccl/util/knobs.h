@@ -152,7 +152,7 @@
     "how a device reduction reads the peer's piece: copy (the copy engine moves it from the shared slot into device memory, then the kernel reduces in device memory) or mapped (the kernel reads the slot through its device mapping, over the bus)") \
   X(PLANE_STAGE, "HETCCL_PLANE_STAGE", INT, "64M", 0, 17179869184,            \
     "device memory per receiving channel of a GPU rank (made at its first reduction) where arriving pieces wait for their reduction, so that a reduction kernel held back by the application's compute holds back neither the copy engines nor the sender; 0: reductions hold their slot until their kernel has run (docs/dataplane.md)") \
-  X(PLANE_RESIDENT, "HETCCL_PLANE_RESIDENT", INT, "0", 0, 1024,                \
+  X(PLANE_RESIDENT, "HETCCL_PLANE_RESIDENT", INT, "16", 0, 1024,                \
     "blocks of a resident reduction kernel that a GPU rank launches with each run of reductions on the split path (HETCCL_PLANE_STAGE): it stays on the device for the operation and reduces each piece as its copy lands, instead of a kernel per piece started behind a stream wait; 0: a kernel per piece (docs/dataplane.md)") \
   X(PLANE_LANE_STREAMS, "HETCCL_PLANE_LANE_STREAMS", INT, "1", 1, 8,         \
     "streams a GPU rank spreads its pieces to or from one peer over (piece q on stream q mod N), so that one stream's copy fills the gap while another waits and signals; lowered to divide HETCCL_PLANE_SLOTS. 2 moves a long sendrecv faster but slowed DDP training (docs/dataplane.md)") \
