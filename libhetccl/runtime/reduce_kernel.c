@@ -446,6 +446,8 @@ const char hetccl_rtc_kernel_source[] =
 "  __builtin_amdgcn_s_sleep(8);\n"
 "#elif defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 700\n"
 "  __nanosleep(500);\n"
+"#elif defined(HK_PAUSE_HOOK)\n"
+"  HK_PAUSE_HOOK(); /* the CPU emulation's: a wait that never ends fails */\n"
 "#endif\n"
 "}\n"
 "\n"

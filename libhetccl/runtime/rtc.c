@@ -140,35 +140,19 @@ void hetccl_rtc_plan(const hetccl_redop_t *op, void *dst, const void *a, const v
 void hetccl_rtc_plan_run(const hetccl_redop_t *op, const hetccl_reduce_run_t *run,
                          hetccl_rtc_run_launch_t *l) {
   memset(l, 0, sizeof(*l));
-  l->dst = run->dst;
-  l->local = run->local;
-  l->stage = run->stage;
-  l->count = run->count;
-  l->per = run->per;
-  l->steps = run->steps;
-  l->swap = run->swap;
-  l->first = run->first;
-  l->span = run->span;
-  l->last_span = run->last_span;
-  l->depth = run->depth;
-  l->slot_bytes = run->slot_bytes;
-  l->staged = run->staged;
-  l->reduced = run->reduced;
-  l->dep = run->dep;
-  l->dep_first = run->dep_first;
-  l->dep_slots = run->dep_slots ? run->dep_slots : 1;
-  l->arrive = run->arrive;
-  l->seen = run->seen;
+  l->r = *run;
+  if (!l->r.dep_slots) l->r.dep_slots = 1;
   l->scalar_f = op->scalar_f;
   l->scalar_u = dtype_signed(op->dtype) ? (uint64_t)op->scalar_i : op->scalar_u;
   l->scalar_dev = op->scalar_dev;
   l->nranks = op->nranks;
   l->grid = run->blocks ? run->blocks : 1;
   l->block = HETCCL_RTC_THREADS;
-  void *p[23] = {&l->dst,       &l->local,     &l->stage,    &l->count,    &l->per,
-                 &l->steps,     &l->swap,      &l->first,    &l->span,     &l->last_span,
-                 &l->depth,     &l->slot_bytes, &l->staged,  &l->reduced,  &l->dep,
-                 &l->dep_first, &l->dep_slots, &l->arrive,   &l->seen,     &l->scalar_f,
+  hetccl_reduce_run_t *r = &l->r;
+  void *p[23] = {&r->dst,       &r->local,     &r->stage,    &r->count,    &r->per,
+                 &r->steps,     &r->swap,      &r->first,    &r->span,     &r->last_span,
+                 &r->depth,     &r->slot_bytes, &r->staged,  &r->reduced,  &r->dep,
+                 &r->dep_first, &r->dep_slots, &r->arrive,   &r->seen,     &l->scalar_f,
                  &l->scalar_u,  &l->scalar_dev, &l->nranks};
   memcpy(l->params, p, sizeof(p));
 }

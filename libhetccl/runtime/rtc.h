@@ -21,6 +21,7 @@
 #include "nccl.h"
 #include "runtime/devreduce.h"
 #include "runtime/reduce.h"
+#include "runtime/runtime.h"
 
 /* The kernel's text (reduce_kernel.c) and its entry point (extern "C"). */
 extern const char hetccl_rtc_kernel_source[];
@@ -77,21 +78,10 @@ typedef struct hetccl_rtc_launch {
 void hetccl_rtc_plan(const hetccl_redop_t *op, void *dst, const void *a, const void *b,
                      size_t count, int units, hetccl_rtc_launch_t *l);
 
-/* One resident launch (runtime.h, hetccl_reduce_run_t): its parameters in
- * the kernel's order. */
-struct hetccl_reduce_run;
+/* One resident launch: the run (runtime.h) and the op's scalars, with
+ * the kernel's parameters pointing into them in its order. */
 typedef struct hetccl_rtc_run_launch {
-  void *dst;
-  const void *local, *stage;
-  uint64_t count, per, steps;
-  int swap;
-  uint64_t first, span, last_span, depth, slot_bytes;
-  const volatile uint64_t *staged;
-  volatile uint64_t *reduced;
-  const volatile uint64_t *dep;
-  uint64_t dep_first, dep_slots;
-  unsigned *arrive;
-  volatile uint64_t *seen;
+  hetccl_reduce_run_t r; /* dep_slots at least 1 */
   double scalar_f;
   uint64_t scalar_u;
   const void *scalar_dev;
@@ -101,7 +91,7 @@ typedef struct hetccl_rtc_run_launch {
 } hetccl_rtc_run_launch_t;
 
 /* Fill l for run; l must not move afterwards. */
-void hetccl_rtc_plan_run(const hetccl_redop_t *op, const struct hetccl_reduce_run *run,
+void hetccl_rtc_plan_run(const hetccl_redop_t *op, const hetccl_reduce_run_t *run,
                          hetccl_rtc_run_launch_t *l);
 
 /* Compiled kernels of one vendor, keyed by where they were loaded (a

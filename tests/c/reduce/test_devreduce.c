@@ -751,13 +751,20 @@ static size_t emu_run_case(bufs_t *B, size_t t, int kind, int mode, int span, in
   hetccl_rtc_run_launch_t l;
   hetccl_rtc_plan_run(&op, &run, &l);
   emu_run_kernel_t fn = emu_run_tables[t][kind][mode];
+  void *const *P = l.params;
   gridDim.x = l.grid;
   blockDim.x = l.block;
   for (blockIdx.x = 0; blockIdx.x < l.grid; blockIdx.x++)
     for (threadIdx.x = 0; threadIdx.x < l.block; threadIdx.x++)
-      fn(l.dst, l.local, l.stage, l.count, l.per, l.steps, l.swap, l.first, l.span, l.last_span,
-         l.depth, l.slot_bytes, l.staged, l.reduced, l.dep, l.dep_first, l.dep_slots, l.arrive,
-         l.seen, l.scalar_f, l.scalar_u, l.scalar_dev, l.nranks);
+      /* through the launch's parameter list, as the driver reads it: its
+       * order and types are the kernel's */
+      fn(*(void **)P[0], *(const void **)P[1], *(const char **)P[2], *(uint64_t *)P[3],
+         *(uint64_t *)P[4], *(uint64_t *)P[5], *(int *)P[6], *(uint64_t *)P[7],
+         *(uint64_t *)P[8], *(uint64_t *)P[9], *(uint64_t *)P[10], *(uint64_t *)P[11],
+         *(const volatile uint64_t **)P[12], *(volatile uint64_t **)P[13],
+         *(const volatile uint64_t **)P[14], *(uint64_t *)P[15], *(uint64_t *)P[16],
+         *(unsigned **)P[17], *(volatile uint64_t **)P[18], *(double *)P[19],
+         *(uint64_t *)P[20], *(const void **)P[21], *(int *)P[22]);
   memcpy(B->out, d, (n + 1) * size);
   char what[128];
   snprintf(what, sizeof(what), "emu run %s %s %s span %d%s%s", hetccl_dtype_name(dt),
