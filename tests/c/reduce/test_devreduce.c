@@ -22,7 +22,7 @@
  *                          options, launch plans for every alignment.
  *   test_devreduce compile every variant compiled by NVRTC for sm_90 with no
  *                          device (skipped without NVRTC).
- *   test_devreduce_emu emu the kernel text compiled for the host
+ *   test_devreduce_emu emu (devreduce_emu.c) the kernel text compiled for the host
  *                          (kernel_emu.cpp) and run one emulated thread at
  *                          a time: every variant and layout against the
  *                          host, on 100,003 elements and small counts.
@@ -42,19 +42,12 @@
 #include "runtime/runtime.h"
 #include "util/log.h"
 
+#include "devreduce_cases.h"
+
 #define SKIP 77
 
-static int failures;
+int failures;
 
-#define EXPECT(cond, ...)                                                      \
-  do {                                                                         \
-    if (!(cond)) {                                                             \
-      fprintf(stderr, "FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond);          \
-      fprintf(stderr, __VA_ARGS__);                                            \
-      fprintf(stderr, "\n");                                                   \
-      failures++;                                                              \
-    }                                                                          \
-  } while (0)
 
 static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
 static uint64_t rnd(void) {
@@ -64,11 +57,10 @@ static uint64_t rnd(void) {
   return rng_state;
 }
 
-static const ncclDataType_t all_types[] = {
+const ncclDataType_t all_types[NTYPES] = {
     ncclInt8,    ncclUint8,   ncclInt32,    ncclUint32,     ncclInt64,     ncclUint64,
     ncclFloat16, ncclFloat32, ncclFloat64,  ncclBfloat16,   ncclFloat8e4m3, ncclFloat8e5m2};
-#define NTYPES (sizeof(all_types) / sizeof(all_types[0]))
-static const char *const kind_names[] = {"sum", "prod", "max", "min"};
+const char *const kind_names[] = {"sum", "prod", "max", "min"};
 
 /* --- nortc, search -------------------------------------------------------------- */
 
@@ -186,10 +178,8 @@ static void mode_plan(void) {
 
 /* --- compile ---------------------------------------------------------------------- */
 
-/* The four modes of the table: flags and what the op carries. */
-typedef enum { MODE_PLAIN, MODE_AVG, MODE_PREMUL, MODE_PREMUL_DEV, NMODES } mode_t_;
-static const char *const mode_names[] = {"plain", "avg", "premul", "premul-dev"};
-static const unsigned mode_flags[] = {
+const char *const mode_names[] = {"plain", "avg", "premul", "premul-dev"};
+const unsigned mode_flags[] = {
     0, HETCCL_REDUCE_FINISH, HETCCL_REDUCE_SCALE_A | HETCCL_REDUCE_SCALE_B,
     HETCCL_REDUCE_SCALE_A | HETCCL_REDUCE_SCALE_B};
 
@@ -303,7 +293,7 @@ static double random_double(void) {
 
 /* One element of type t: random bits, a moderate random value, or a
  * special (zeros, infinities, NaNs, denormals, the narrow formats' limits). */
-static void random_element(ncclDataType_t t, void *p) {
+void random_element(ncclDataType_t t, void *p) {
   uint64_t r = rnd(), pick = r % 8, bits = rnd();
   size_t size = hetccl_dtype_size(t);
   uint32_t special = f32_specials[(r >> 8) % (sizeof(f32_specials) / sizeof(f32_specials[0]))];
@@ -328,7 +318,7 @@ static void random_element(ncclDataType_t t, void *p) {
   memcpy(p, &bits, size); /* little-endian: the low bytes */
 }
 
-static int is_nan(ncclDataType_t t, const void *p) {
+int is_nan(ncclDataType_t t, const void *p) {
   uint64_t c = 0;
   memcpy(&c, p, hetccl_dtype_size(t));
   switch (t) {
@@ -343,7 +333,7 @@ static int is_nan(ncclDataType_t t, const void *p) {
 }
 
 /* The op of a case; scalars: host -1.7 (or -3, or a wide unsigned), device 2.5 (or 7). */
-static hetccl_redop_t case_op(ncclDataType_t t, int kind, int mode, const void *devscalar) {
+hetccl_redop_t case_op(ncclDataType_t t, int kind, int mode, const void *devscalar) {
   hetccl_redop_t op = {.dtype = t, .kind = (hetccl_red_kind_t)kind, .nranks = 3,
                        .average = mode == MODE_AVG, .premul = mode >= MODE_PREMUL,
                        .scalar_f = -1.7, .scalar_i = -3, .scalar_u = 0x9e3779b97f4a7c15ull};
@@ -357,7 +347,7 @@ static hetccl_redop_t case_op(ncclDataType_t t, int kind, int mode, const void *
 }
 
 /* The device scalar's bytes for t, and the same value as the host path takes it. */
-static void dev_scalar(ncclDataType_t t, uint64_t *bytes, hetccl_redop_t *host) {
+void dev_scalar(ncclDataType_t t, uint64_t *bytes, hetccl_redop_t *host) {
   float f = 2.5f;
   double d = 2.5;
   *bytes = 7;
@@ -374,27 +364,8 @@ static void dev_scalar(ncclDataType_t t, uint64_t *bytes, hetccl_redop_t *host) 
 
 /* --- the table ------------------------------------------------------------------ */
 
-#define BIG_N 1000003
-#define SLACK 16 /* spare elements around every buffer */
-
-typedef struct {
-  uint8_t *ha, *hb;           /* the inputs, host copies */
-  uint8_t *ta, *tb, *ref, *out;
-  uint8_t *da, *dd;           /* a and dst: device memory */
-  uint8_t *hb_pinned, *db;    /* b: mapped pinned host memory, and its device address */
-  void *dscalar;              /* the ncclScalarDevice scalar */
-  void *stream;
-} bufs_t;
-
-typedef struct {
-  const char *name;
-  size_t oa, ob, od; /* element offsets */
-  int inplace;       /* dst == a */
-} layout_t;
-
-static const layout_t layouts[] = {
+const layout_t layouts[NLAYOUTS] = {
     {"aligned", 0, 0, 0, 0}, {"offset1", 1, 1, 1, 0}, {"b+1", 0, 1, 0, 0}, {"inplace", 0, 0, 0, 1}};
-#define NLAYOUTS (sizeof(layouts) / sizeof(layouts[0]))
 
 static void bufs_init(bufs_t *B) {
   size_t bytes = (BIG_N + 2 * SLACK) * 8;
@@ -410,7 +381,7 @@ static void bufs_init(bufs_t *B) {
 }
 
 /* The host's answer: each scaled operand prepared, reduced, finished. */
-static void reference(const hetccl_redop_t *op, unsigned flags, bufs_t *B, size_t n) {
+void reference(const hetccl_redop_t *op, unsigned flags, bufs_t *B, size_t n) {
   const void *x = B->ha, *y = B->hb;
   if ((flags & HETCCL_REDUCE_SCALE_A) && op->premul) {
     hetccl_reduce_prepare(op, B->ta, B->ha, n);
@@ -436,11 +407,11 @@ static uint64_t element(const uint8_t *p, size_t i, size_t size) {
  * epilogue, and between its aliasing modes, so no device rule can match it
  * everywhere. The device takes a's (x86's first-operand rule); such
  * elements must be NaN on both sides and are counted here, not failed. */
-static size_t nan_pairs;
+size_t nan_pairs;
 
 /* Mismatches of out against ref (the first few printed), and a write past
  * the end when guard. */
-static size_t compare(ncclDataType_t t, int kind, const bufs_t *B, size_t n, int guard,
+size_t compare(ncclDataType_t t, int kind, const bufs_t *B, size_t n, int guard,
                       const char *what) {
   size_t size = hetccl_dtype_size(t), bad = 0;
   int arith = kind == HETCCL_RED_SUM || kind == HETCCL_RED_PROD;
@@ -637,187 +608,6 @@ static int mode_gpu(void) {
   return failures ? 1 : 0;
 }
 
-#ifdef HETCCL_TEST_EMU
-/* --- emu: the kernel text run on the CPU (kernel_emu.cpp) ---------------------- */
-
-typedef struct {
-  unsigned x, y, z;
-} emu_dim_t;
-emu_dim_t blockIdx, threadIdx, blockDim, gridDim;
-typedef void (*emu_kernel_t)(void *, const void *, const void *, uint64_t, uint64_t, uint64_t,
-                             double, uint64_t, const void *, int);
-#define EMU_TYPES(X) \
-  X(int8) X(uint8) X(int32) X(uint32) X(int64) X(uint64) X(float16) X(float32) X(float64) \
-  X(bfloat16) X(e4m3) X(e5m2)
-#define EMU_DECLARE(t) extern const emu_kernel_t emu_table_##t[4][4];
-EMU_TYPES(EMU_DECLARE)
-#define EMU_ENTRY(t) emu_table_##t,
-static const emu_kernel_t (*const emu_tables[NTYPES])[4] = {EMU_TYPES(EMU_ENTRY)};
-#define EMU_N 100003
-
-/* The launch, one emulated thread after another (threads share no state). */
-static void emu_launch(emu_kernel_t fn, const hetccl_rtc_launch_t *l) {
-  gridDim.x = l->grid;
-  blockDim.x = l->block;
-  for (blockIdx.x = 0; blockIdx.x < l->grid; blockIdx.x++)
-    for (threadIdx.x = 0; threadIdx.x < l->block; threadIdx.x++)
-      fn(l->dst, l->a, l->b, l->head, l->nvec, l->count, l->scalar_f, l->scalar_u, l->scalar_dev,
-         l->nranks);
-}
-
-static size_t emu_case(bufs_t *B, size_t t, int kind, int mode, const layout_t *L, size_t n) {
-  ncclDataType_t dt = all_types[t];
-  size_t size = hetccl_dtype_size(dt);
-  static _Alignas(16) uint64_t scalar[2];
-  hetccl_redop_t op = case_op(dt, kind, mode, scalar), host = op;
-  host.scalar_dev = NULL;
-  if (mode == MODE_PREMUL_DEV) dev_scalar(dt, scalar, &host);
-  uint8_t *a = B->da + L->oa * size, *d = L->inplace ? a : B->dd + L->od * size;
-  uint8_t *b = B->db + L->ob * size;
-  memcpy(a, B->ha, n * size);
-  memcpy(b, B->hb, n * size);
-  if (!L->inplace) memset(B->dd, 0xa5, (n + 2 * SLACK) * size);
-  reference(&host, mode_flags[mode], B, n);
-  hetccl_rtc_variant_t v;
-  EXPECT(hetccl_rtc_variant_of(&op, mode_flags[mode], 0, "emu", &v) == ncclSuccess &&
-             v.flags == mode_flags[mode] && v.scalar_dev == (mode == MODE_PREMUL_DEV), "variant");
-  hetccl_rtc_launch_t l;
-  hetccl_rtc_plan(&op, d, a, b, n, 2, &l); /* few blocks: many grid-stride rounds */
-  if (n) emu_launch(emu_tables[t][kind][mode], &l);
-  memcpy(B->out, d, (n + 1) * size);
-  char what[96];
-  snprintf(what, sizeof(what), "emu %s %s %s %s n=%zu", hetccl_dtype_name(dt), kind_names[kind],
-           mode_names[mode], L->name, n);
-  size_t bad = compare(dt, kind, B, n, !L->inplace, what);
-  failures += bad != 0;
-  return bad;
-}
-
-/* The resident kernel (hetccl_reduce_run_kernel) on a run of `steps`
- * pieces of `span` slots of S elements (the last of last_span, cut
- * short), its first piece at stage piece depth - 1 so that it runs on into
- * the stage's room; the stage holds one operand, `local` the other (with
- * swap the stage's is the first), the counters already past every wait.
- * Checks the result against the host's, that *reduced and *seen end at
- * the last piece's end and that every arrive word is back at zero. */
-#define EMU_RUN_S 64
-#define EMU_RUN_DEPTH 16
-typedef void (*emu_run_kernel_t)(void *, const void *, const char *, uint64_t, uint64_t, uint64_t,
-                                 int, uint64_t, uint64_t, uint64_t, uint64_t, uint64_t,
-                                 const volatile uint64_t *, volatile uint64_t *,
-                                 const volatile uint64_t *, uint64_t, uint64_t, unsigned *,
-                                 volatile uint64_t *, double, uint64_t, const void *, int);
-#define EMU_RUN_DECLARE(t) extern const emu_run_kernel_t emu_run_table_##t[4][4];
-EMU_TYPES(EMU_RUN_DECLARE)
-#define EMU_RUN_ENTRY(t) emu_run_table_##t,
-static const emu_run_kernel_t (*const emu_run_tables[NTYPES])[4] = {EMU_TYPES(EMU_RUN_ENTRY)};
-
-static size_t emu_run_case(bufs_t *B, size_t t, int kind, int mode, int span, int swap,
-                           int inplace) {
-  ncclDataType_t dt = all_types[t];
-  size_t size = hetccl_dtype_size(dt), slot = EMU_RUN_S * size;
-  uint64_t steps = 6, per = (uint64_t)span * EMU_RUN_S, first = EMU_RUN_DEPTH - 1;
-  uint64_t last_n = EMU_RUN_S / 2 + 3, n = (steps - 1) * per + last_n, last_span = 1;
-  static _Alignas(16) uint64_t scalar[2];
-  hetccl_redop_t op = case_op(dt, kind, mode, scalar), host = op;
-  host.scalar_dev = NULL;
-  if (mode == MODE_PREMUL_DEV) dev_scalar(dt, scalar, &host);
-  /* stage pieces in use are never reused in one run here: every piece can
-   * be in place before the launch */
-  static _Alignas(16) uint8_t stage[(EMU_RUN_DEPTH + 1) * EMU_RUN_S * 8];
-  uint64_t staged[EMU_RUN_DEPTH] = {0}, dep[4], reduced = 0, end = 0, seen = 0;
-  unsigned arrive[EMU_RUN_DEPTH] = {0};
-  for (int i = 0; i < 4; i++) dep[i] = UINT64_MAX >> 2;
-  const uint8_t *in_stage = swap ? B->ha : B->hb, *in_local = swap ? B->hb : B->ha;
-  for (uint64_t k = 0; k < steps; k++) {
-    uint64_t sp = k + 1 == steps ? last_span : (uint64_t)span, i = first + k * (uint64_t)span;
-    uint64_t cnt = k + 1 == steps ? last_n : per;
-    memcpy(stage + (i % EMU_RUN_DEPTH) * slot, in_stage + k * per * size, cnt * size);
-    end = i + sp;
-    staged[(end - 1) % EMU_RUN_DEPTH] = end;
-  }
-  uint8_t *local = B->da, *d = inplace ? local : B->dd;
-  memcpy(local, in_local, n * size);
-  if (!inplace) memset(B->dd, 0xa5, (n + 2 * SLACK) * size);
-  reference(&host, mode_flags[mode], B, n);
-  /* With swap the scaled operands would trade flags (exec_stream.c); these
-   * modes scale both or neither, so the variant is the mode's either way. */
-  hetccl_reduce_run_t run = {.dst = d, .local = local, .stage = stage, .count = n, .per = per,
-                             .steps = steps, .swap = swap, .first = first,
-                             .span = (uint64_t)span, .last_span = last_span,
-                             .depth = EMU_RUN_DEPTH, .slot_bytes = slot, .staged = staged,
-                             .reduced = &reduced, .dep = dep, .dep_first = 0, .dep_slots = 4,
-                             .arrive = arrive, .seen = &seen, .blocks = 2};
-  hetccl_rtc_run_launch_t l;
-  hetccl_rtc_plan_run(&op, &run, &l);
-  emu_run_kernel_t fn = emu_run_tables[t][kind][mode];
-  void *const *P = l.params;
-  gridDim.x = l.grid;
-  blockDim.x = l.block;
-  for (blockIdx.x = 0; blockIdx.x < l.grid; blockIdx.x++)
-    for (threadIdx.x = 0; threadIdx.x < l.block; threadIdx.x++)
-      /* through the launch's parameter list, as the driver reads it: its
-       * order and types are the kernel's */
-      fn(*(void **)P[0], *(const void **)P[1], *(const char **)P[2], *(uint64_t *)P[3],
-         *(uint64_t *)P[4], *(uint64_t *)P[5], *(int *)P[6], *(uint64_t *)P[7],
-         *(uint64_t *)P[8], *(uint64_t *)P[9], *(uint64_t *)P[10], *(uint64_t *)P[11],
-         *(const volatile uint64_t **)P[12], *(volatile uint64_t **)P[13],
-         *(const volatile uint64_t **)P[14], *(uint64_t *)P[15], *(uint64_t *)P[16],
-         *(unsigned **)P[17], *(volatile uint64_t **)P[18], *(double *)P[19],
-         *(uint64_t *)P[20], *(const void **)P[21], *(int *)P[22]);
-  memcpy(B->out, d, (n + 1) * size);
-  char what[128];
-  snprintf(what, sizeof(what), "emu run %s %s %s span %d%s%s", hetccl_dtype_name(dt),
-           kind_names[kind], mode_names[mode], span, swap ? " swap" : "",
-           inplace ? " in place" : "");
-  size_t bad = compare(dt, kind, B, n, !inplace, what);
-  if (reduced != end || seen != end) {
-    fprintf(stderr, "  %s: reduced %llu, seen %llu, want %llu\n", what,
-            (unsigned long long)reduced, (unsigned long long)seen, (unsigned long long)end);
-    bad++;
-  }
-  for (int i = 0; i < EMU_RUN_DEPTH; i++)
-    if (arrive[i]) {
-      fprintf(stderr, "  %s: arrive[%d] left at %u\n", what, i, arrive[i]);
-      bad++;
-    }
-  failures += bad != 0;
-  return bad;
-}
-
-static void mode_emu(void) {
-  bufs_t B;
-  size_t bytes = (EMU_N + 2 * SLACK) * 8;
-  uint8_t **all[] = {&B.ha, &B.hb, &B.ta, &B.tb, &B.ref, &B.out, &B.da, &B.dd, &B.db};
-  for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++)
-    if (!(*all[i] = aligned_alloc(16, (bytes + 15) & ~(size_t)15))) exit(1);
-  static const size_t small[] = {0, 1, 2, 15, 16, 17, 33, 1025};
-  for (size_t t = 0; t < NTYPES; t++) {
-    size_t size = hetccl_dtype_size(all_types[t]), bad = 0;
-    for (size_t i = 0; i < EMU_N; i++) {
-      random_element(all_types[t], B.ha + i * size);
-      random_element(all_types[t], B.hb + i * size);
-    }
-    for (int k = 0; k < 4; k++)
-      for (int m = 0; m < NMODES; m++)
-        for (size_t l = 0; l < NLAYOUTS; l++) {
-          bad += emu_case(&B, t, k, m, &layouts[l], EMU_N);
-          for (size_t c = 0; c < sizeof(small) / sizeof(small[0]); c++)
-            bad += emu_case(&B, t, k, m, &layouts[l], small[c]);
-        }
-    for (int k = 0; k < 4; k++)
-      for (int m = 0; m < NMODES; m++)
-        for (int span = 1; span <= 2; span++)
-          for (int swap = 0; swap < 2; swap++)
-            bad += emu_run_case(&B, t, k, m, span, swap, span == 2 && !swap);
-    printf("emu %-11s %s\n", hetccl_dtype_name(all_types[t]), bad ? "FAIL" : "ok");
-  }
-  printf("%zu results of NaN + NaN or NaN * NaN differ from the host's in NaN bits only\n",
-         nan_pairs);
-  for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++) free(*all[i]);
-}
-#endif
-
 int main(int argc, char **argv) {
   const char *mode = argc > 1 ? argv[1] : "gpu";
   int rc = 0;
@@ -827,7 +617,7 @@ int main(int argc, char **argv) {
   else if (strcmp(mode, "plan") == 0) mode_plan();
   else if (strcmp(mode, "compile") == 0) rc = mode_compile(argc > 2 ? atoi(argv[2]) : 90);
 #ifdef HETCCL_TEST_EMU
-  else if (strcmp(mode, "emu") == 0) mode_emu();
+  else if (strcmp(mode, "emu") == 0) mode_emu(); /* devreduce_emu.c */
 #endif
   else {
     fprintf(stderr, "usage: %s [gpu|nortc|search|plan|compile [CC]|emu]\n", argv[0]);
