@@ -161,7 +161,7 @@
   X(PLANE_HOSTS, "HETCCL_PLANE_HOSTS", ENUM("one|all"), "one", 0, 0,          \
     "one: the data plane joins ranks of one host only (a communicator over several hosts stages device buffers through host memory for its transports); all: it spans hosts too, each channel to a rank of another host a segment on each side whose pieces cross by the pair's transport (ib: RDMA WRITE from segment to segment; docs/dataplane.md)") \
   X(PLANE_MAX_RANKS, "HETCCL_PLANE_MAX_RANKS", INT, "8", 2, 64,                \
-    "largest communicator given a data plane (every pair of its ranks holds a channel of HETCCL_PLANE_SLOTS x HETCCL_PLANE_PIECE bytes)") \
+    "largest communicator given a data plane (every pair of its ranks holds a channel of HETCCL_PLANE_SLOTS x HETCCL_PLANE_PIECE bytes, one piece more with wide pieces)") \
   X(NVRTC_LIBRARY, "HETCCL_NVRTC_LIBRARY", STR, "", 0, 0,                       \
     "path or name of NVRTC for reductions on CUDA devices, or none to reduce on the host (default: a loaded libnvrtc, libnvrtc.so.13/.12/.11.2/.so, beside libcudart, its pip wheel's sibling, /usr/local/cuda/lib64)") \
   X(HIPRTC_LIBRARY, "HETCCL_HIPRTC_LIBRARY", STR, "", 0, 0,                     \
