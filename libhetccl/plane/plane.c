@@ -105,18 +105,22 @@ ncclResult_t hetccl_plane_create(const hetccl_plane_args_t *args, hetccl_plane_t
   INFO(HETCCL_INIT, "rank %d: data plane to %d ranks%s, %d slots of %zu bytes per channel%s, %s",
        plane_user_rank(p, me), n - 1, across, args->slots, args->piece, wide,
        p->gpu ? "moved by this GPU's copy engines" : "moved by this rank's CPU");
+  char reduce[192] = "";
+  if (p->gpu && args->device_reduce && !p->stage_pieces)
+    snprintf(reduce, sizeof(reduce), "; reductions on the copy lane (HETCCL_PLANE_STAGE=0)");
+  else if (p->gpu && args->device_reduce)
+    snprintf(reduce, sizeof(reduce), "; reductions into device memory off the copy lane, "
+             "through a split stage of %d pieces, %s", p->stage_pieces,
+             args->resident_blocks ? "by a resident kernel per run" : "a kernel per piece");
+  if (p->gpu && args->device_reduce && p->stage_pieces && args->resident_blocks)
+    snprintf(reduce + strlen(reduce), sizeof(reduce) - strlen(reduce), " of %u blocks",
+             args->resident_blocks);
   if (p->gpu)
     INFO(HETCCL_INIT, "rank %d: data plane streams: %d per peer and direction%s%s",
          plane_user_rank(p, me), p->lane_streams,
          p->lane_streams != args->lane_streams ? " (HETCCL_PLANE_LANE_STREAMS lowered to divide "
                                                  "HETCCL_PLANE_SLOTS)" : "",
-         !args->device_reduce ? ""
-         : p->stage_pieces && args->resident_blocks
-             ? "; reductions into device memory off the copy lane, through a split stage of "
-               "HETCCL_PLANE_STAGE, by a resident kernel per run (HETCCL_PLANE_RESIDENT blocks)"
-         : p->stage_pieces    ? "; reductions into device memory off the copy lane, through a "
-                                "split stage of HETCCL_PLANE_STAGE"
-                              : "; reductions on the copy lane (HETCCL_PLANE_STAGE=0)");
+         reduce);
   *out = p;
   return ncclSuccess;
 }
