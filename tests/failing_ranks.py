@@ -157,3 +157,34 @@ def _ptr(a: np.ndarray) -> int:
 
 def _names_rank(message: str, rank: int) -> bool:
     return re.search(rf"\brank {rank}\b", message) is not None
+
+
+def survivors_wrong(results: List[Tuple[str, Any]], survivors: Sequence[int], victim: int,
+                    label: str, again: bool = False,
+                    bound_s: float = DEAD_PEER_BOUND_S) -> List[str]:
+    """What the survivors of a killed `victim` got wrong, one line each: no
+    error, one other than ncclRemoteError / ncclSystemError, a message that
+    does not name the victim (a survivor may learn of the loss first from
+    another survivor that gave up on it: that one's failure note still
+    names the victim), an error later than bound_s, an abort
+    slower than ABORT_RETURN_S, and with `again` a next call that gave
+    another error. Prints each survivor's outcome after `label`."""
+    wrong = []
+    for r, got in zip(survivors, _ok_results(results, survivors)):
+        print(f"\n{label}: rank {r} -> {got.get('name')} after {got.get('s', 0):.3f} s, "
+              f"abort {got.get('abort_s', 0):.3f} s: {got.get('message')!r}")
+        if got["kind"] != "error":
+            wrong.append(f"rank {r}: no error: {got}")
+            continue
+        if got["name"] not in (REMOTE, SYSTEM):
+            wrong.append(f"rank {r}: {got['name']}, want {REMOTE} or {SYSTEM}")
+        if not _names_rank(got["message"], victim):
+            wrong.append(f"rank {r}: message does not name dead rank {victim}: "
+                         f"{got['message']!r}")
+        if got["s"] > bound_s:
+            wrong.append(f"rank {r}: error after {got['s']:.1f} s > {bound_s} s")
+        if again and got["again"] != got["name"]:
+            wrong.append(f"rank {r}: the next call gave {got['again']}, not {got['name']}")
+        if got["abort_s"] > ABORT_RETURN_S:
+            wrong.append(f"rank {r}: ncclCommAbort took {got['abort_s']:.1f} s")
+    return wrong

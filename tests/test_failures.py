@@ -16,9 +16,9 @@ from typing import Any, Dict, List, Optional, Tuple
 import numpy as np
 import pytest
 
-from failing_ranks import (ABORT_RETURN_S, DEAD_PEER_BOUND_S, F32, Outcome, REMOTE, SUM, SYSTEM,
+from failing_ranks import (DEAD_PEER_BOUND_S, F32, Outcome, REMOTE, SUM, SYSTEM,
                            TIMEOUT_ERR, _arrays, _die, _die_after, _error, _line_up, _names_rank,
-                           _ok_results, _ptr, _run_ranks)
+                           _ok_results, _ptr, _run_ranks, survivors_wrong)
 from hetccl import nccl
 from hetccl.errors import NcclError
 from hetccl.nccl import NcclCommunicator
@@ -192,28 +192,7 @@ def _check_dead_peer(case: str, n: int, victim: int, env: Dict[str, str], label:
     assert results[victim][0] == "died" and results[victim][1] == -signal.SIGKILL, \
         results[victim]
     survivors = [r for r in range(n) if r != victim]
-    wrong = []
-    for r, got in zip(survivors, _ok_results(results, survivors)):
-        print(f"\n[dead peer] {label}: rank {r} -> {got.get('name')} after "
-              f"{got.get('s', 0):.3f} s, abort {got.get('abort_s', 0):.3f} s: "
-              f"{got.get('message')!r}")
-        if got["kind"] != "error":
-            wrong.append(f"rank {r}: no error: {got}")
-            continue
-        if got["name"] not in (REMOTE, SYSTEM):
-            wrong.append(f"rank {r}: {got['name']}, want {REMOTE} or {SYSTEM}")
-        # A survivor may learn of the loss first from another survivor that
-        # gave up on the dead rank: that one's failure note still names the
-        # dead rank (both transports carry notes).
-        if not _names_rank(got["message"], victim):
-            wrong.append(f"rank {r}: message does not name dead rank {victim}: "
-                         f"{got['message']!r}")
-        if got["s"] > DEAD_PEER_BOUND_S:
-            wrong.append(f"rank {r}: error after {got['s']:.1f} s > {DEAD_PEER_BOUND_S} s")
-        if got["again"] != got["name"]:
-            wrong.append(f"rank {r}: the next call gave {got['again']}, not {got['name']}")
-        if got["abort_s"] > ABORT_RETURN_S:
-            wrong.append(f"rank {r}: ncclCommAbort took {got['abort_s']:.1f} s")
+    wrong = survivors_wrong(results, survivors, victim, f"[dead peer] {label}", again=True)
     assert not wrong, "\n".join(wrong)
 
 

@@ -55,7 +55,7 @@ from hetccl.errors import NcclError
 from hetccl.nccl import NcclCommunicator
 from test_collectives import LARGE_SET, MOVE, SMALL_CHUNKS, SUM, Sweep, rank_sweep
 from failing_ranks import (INVALID_USAGE, REMOTE, SYSTEM, Outcome, _die, _die_after, _error,
-                           _line_up, _names_rank, _ok_results, _run_ranks)
+                           _line_up, _names_rank, _ok_results, _run_ranks, survivors_wrong)
 from test_disagreements import (MISMATCH_CASES, SAME_ROOT_CASES, _describe, _learned,
                                 rank_mismatch)
 from test_leaks import RSS_BOUND_KIB, run_leak_script
@@ -252,22 +252,8 @@ def check_dead_peer(case: str, n: int, env: Dict[str, str]) -> None:
                          timeout=90)
     assert results[victim][0] == "died", results[victim]
     survivors = [r for r in range(n) if r != victim]
-    wrong = []
-    for r, got in zip(survivors, _ok_results(results, survivors)):
-        print(f"\n[ib dead peer] {case} n={n}: rank {r} -> {got.get('name')} after "
-              f"{got.get('s', 0):.3f} s: {got.get('message')!r}")
-        if got["kind"] != "error":
-            wrong.append(f"rank {r}: no error: {got}")
-            continue
-        if got["name"] not in (REMOTE, SYSTEM):
-            wrong.append(f"rank {r}: {got['name']}, want {REMOTE}")
-        if not _names_rank(got["message"], victim):
-            wrong.append(f"rank {r}: message does not name dead rank {victim}: "
-                         f"{got['message']!r}")
-        if got["s"] > DEAD_PEER_BOUND_S:
-            wrong.append(f"rank {r}: error after {got['s']:.1f} s > {DEAD_PEER_BOUND_S} s")
-        if got["abort_s"] > 2.0:
-            wrong.append(f"rank {r}: ncclCommAbort took {got['abort_s']:.1f} s")
+    wrong = survivors_wrong(results, survivors, victim, f"[ib dead peer] {case} n={n}",
+                            bound_s=DEAD_PEER_BOUND_S)
     assert not wrong, "\n".join(wrong)
 
 
