@@ -242,16 +242,21 @@ static ncclResult_t reduce_operand(hetccl_plane_t *p, const plane_step_t *s, voi
 /* The kernel of reduction step s, reading the peer's piece at `slot` (its
  * slot, or a stage piece); count 0 loads the kernel only (runtime.h,
  * reduce_async). */
+/* The kernel flags of reduction step s: with swap the slot is the first
+ * operand, and its scaling goes with it. */
+static unsigned reduce_flags(const plane_step_t *s) {
+  unsigned a = s->flags & HETCCL_REDUCE_SCALE_A, b = s->flags & HETCCL_REDUCE_SCALE_B;
+  if (!s->swap) return s->flags;
+  return (s->flags & HETCCL_REDUCE_FINISH) | (b ? HETCCL_REDUCE_SCALE_A : 0) |
+         (a ? HETCCL_REDUCE_SCALE_B : 0);
+}
+
 static ncclResult_t reduce_with(hetccl_plane_t *p, const plane_step_t *s, const void *slot,
                                 size_t count, void *st) {
   void *dst = s->dst ? s->dst : plane_slot_dev(p, &p->out[s->out], s->out_q);
-  unsigned a = s->flags & HETCCL_REDUCE_SCALE_A, b = s->flags & HETCCL_REDUCE_SCALE_B;
-  unsigned fin = s->flags & HETCCL_REDUCE_FINISH;
-  if (s->swap) /* the slot first: its scaling goes with it */
-    return p->a.rt->reduce_async(s->op, dst, slot, s->src, count,
-                                 fin | (b ? HETCCL_REDUCE_SCALE_A : 0) |
-                                     (a ? HETCCL_REDUCE_SCALE_B : 0), st);
-  return p->a.rt->reduce_async(s->op, dst, s->src, slot, count, s->flags, st);
+  if (s->swap)
+    return p->a.rt->reduce_async(s->op, dst, slot, s->src, count, reduce_flags(s), st);
+  return p->a.rt->reduce_async(s->op, dst, s->src, slot, count, reduce_flags(s), st);
 }
 
 /* ahead: load the kernel only. */
@@ -361,20 +366,10 @@ static int run_continues(const hetccl_reduce_run_t *r, const plane_step_t *first
       s->bytes / elem > r->per ||
       r->last_span != r->span || r->count != k * r->per) /* the run's last step was cut short */
     return 0;
-  if ((char *)s->dst != (char *)r->dst + off || (const char *)s->src != (const char *)r->local + off ||
-      i != r->first + k * r->span)
+  if ((char *)s->dst != (char *)r->dst + off ||
+      (const char *)s->src != (const char *)r->local + off || i != r->first + k * r->span)
     return 0;
   return s->dep_out < 0 || s->dep_q == r->dep_first + k * r->span + s->span;
-}
-
-static ncclResult_t run_launch(hetccl_plane_t *p, const plane_step_t *first,
-                               const hetccl_reduce_run_t *r, void *rst) {
-  unsigned a = first->flags & HETCCL_REDUCE_SCALE_A, b = first->flags & HETCCL_REDUCE_SCALE_B;
-  unsigned flags = !first->swap ? first->flags
-                                : (first->flags & HETCCL_REDUCE_FINISH) |
-                                      (b ? HETCCL_REDUCE_SCALE_A : 0) |
-                                      (a ? HETCCL_REDUCE_SCALE_B : 0);
-  return p->a.rt->reduce_run_async(first->op, flags, r, rst);
 }
 
 /* Launch lane's split reductions as runs on rst; numbers them from the
@@ -395,7 +390,7 @@ static ncclResult_t launch_runs(hetccl_plane_t *p, const plane_lane_t *lane, voi
       next += s->span;
       continue;
     }
-    if (first) HETCCL_CHECK(run_launch(p, first, &r, rst));
+    if (first) HETCCL_CHECK(p->a.rt->reduce_run_async(first->op, reduce_flags(first), &r, rst));
     if (!s) break;
     plane_chan_t *in = &p->in[s->in];
     uint64_t elem = hetccl_dtype_size(s->op->dtype);

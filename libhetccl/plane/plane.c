@@ -105,16 +105,15 @@ ncclResult_t hetccl_plane_create(const hetccl_plane_args_t *args, hetccl_plane_t
   INFO(HETCCL_INIT, "rank %d: data plane to %d ranks%s, %d slots of %zu bytes per channel%s, %s",
        plane_user_rank(p, me), n - 1, across, args->slots, args->piece, wide,
        p->gpu ? "moved by this GPU's copy engines" : "moved by this rank's CPU");
-  char reduce[192] = "";
-  if (p->gpu && args->device_reduce && !p->stage_pieces)
-    snprintf(reduce, sizeof(reduce), "; reductions on the copy lane (HETCCL_PLANE_STAGE=0)");
-  else if (p->gpu && args->device_reduce)
-    snprintf(reduce, sizeof(reduce), "; reductions into device memory off the copy lane, "
-             "through a split stage of %d pieces, %s", p->stage_pieces,
-             args->resident_blocks ? "by a resident kernel per run" : "a kernel per piece");
-  if (p->gpu && args->device_reduce && p->stage_pieces && args->resident_blocks)
-    snprintf(reduce + strlen(reduce), sizeof(reduce) - strlen(reduce), " of %u blocks",
+  char reduce[192] = "", resident[64] = "a kernel per piece";
+  if (args->resident_blocks)
+    snprintf(resident, sizeof(resident), "by a resident kernel per run of %u blocks",
              args->resident_blocks);
+  if (p->gpu && args->device_reduce && p->stage_pieces)
+    snprintf(reduce, sizeof(reduce), "; reductions into device memory off the copy lane, "
+             "through a split stage of %d pieces, %s", p->stage_pieces, resident);
+  else if (p->gpu && args->device_reduce)
+    snprintf(reduce, sizeof(reduce), "; reductions on the copy lane (HETCCL_PLANE_STAGE=0)");
   if (p->gpu)
     INFO(HETCCL_INIT, "rank %d: data plane streams: %d per peer and direction%s%s",
          plane_user_rank(p, me), p->lane_streams,
