@@ -18,8 +18,12 @@ plane's host copies, all of them) and "copied": the ib
 transport's CPU-copied bytes per collective), T_HOST_SENDS=1 (instead of
 the allreduce: rank 0, a host rank, sends T_BYTES from plain host memory
 to rank 1, a HIP rank, four times, each 0.5 s after the receive was
-posted; rank 1 receives into device memory, which it stages; the result
-adds "wrong" and "copied", ib's CPU-copied bytes over the last three), T_P2P=1 (instead of the allreduce: one group, a ring of 4-float send/recv
+posted (T_SEND_FIRST=1: rank 1 waits 0.5 s before each receive instead);
+rank 1 receives into device memory, which it stages; the result adds
+"wrong", "copied", ib's CPU-copied bytes over the last three, and "copies",
+the stand-in's hipMemcpyAsync calls over them), T_RECV_REG=1 (with
+T_INPLACE or T_HOST_SENDS: the receiving HIP rank registers its device
+buffer with ncclCommRegister, so that the NIC may write into it), T_P2P=1 (instead of the allreduce: one group, a ring of 4-float send/recv
 on host buffers, rank r sending 10 * (r + 1); the result adds "p2p_recv"
 (what arrived) and what the stand-in vendor library saw: "vendor_sends",
 "vendor_recvs", "vendor_send_peer", "vendor_recv_peer"), T_CONFIG=1 (also an ncclAllReduceConfig with a config through
@@ -144,29 +148,44 @@ def _device_allreduce(comm: nccl.NcclCommunicator, x: np.ndarray) -> dict:
 def _host_sends(comm: nccl.NcclCommunicator) -> dict:
     """Rank 0 (host, plain numpy) sends rank 1 (HIP, device memory) four
     messages, each after a 0.5 s wait, so that rank 1's receive (into its
-    registered staging) is posted, and its offer made, before the send; the
-    first, which connects the pair, is not counted."""
+    registered staging, or with T_RECV_REG its registered device buffer) is
+    posted, and its offer made, before the send (T_SEND_FIRST: the other
+    way round); the first, which connects the pair, is not counted."""
     count = int(os.environ.get("T_BYTES", str(256 << 10))) // 4
-    f32, wrong, before = nccl.NCCL_FLOAT32, [], 0
+    f32, wrong, before, calls = nccl.NCCL_FLOAT32, [], 0, 0
+    send_first = os.environ.get("T_SEND_FIRST") == "1"
+    hip = ctypes.CDLL(os.environ["T_PRELOAD"].split(":")[0]) if RANK == 1 else None
+
+    def hip_copies() -> int:
+        return ctypes.c_int.in_dll(hip, "fake_copies").value if hip else 0
+
     if RANK == 1:
-        hip = ctypes.CDLL(os.environ["T_PRELOAD"].split(":")[0])
         buf = ctypes.c_void_p()
         assert hip.hipMalloc(ctypes.byref(buf), ctypes.c_size_t(4 * count)) == 0
         got = np.empty(count, dtype=np.float32)
+        if os.environ.get("T_RECV_REG") == "1":
+            lib = ctypes.CDLL(str(_lib.loaded_path()))
+            handle = ctypes.c_void_p()
+            assert lib.ncclCommRegister(ctypes.c_void_p(comm.comm), buf,
+                                        ctypes.c_size_t(4 * count), ctypes.byref(handle)) == 0
     x = np.empty(count, dtype=np.float32)
     for i in range(-1, 3):  # -1: not counted (the pair connects on its first message)
         if i == 0:
-            before = comm.copied_bytes()["ib"]
+            before, calls = comm.copied_bytes()["ib"], hip_copies()
         if RANK == 0:
             x[:] = np.arange(count, dtype=np.float32) + i
-            time.sleep(0.5)
+            if not send_first:
+                time.sleep(0.5)
             comm.send(x.ctypes.data, count, f32, 1)
         else:
+            if send_first:
+                time.sleep(0.5)
             comm.recv(buf.value, count, f32, 0)
             ctypes.memmove(got.ctypes.data, buf.value, got.nbytes)
             if not np.array_equal(got, np.arange(count, dtype=np.float32) + i):
                 wrong.append(i)
-    return {"wrong": wrong, "copied": comm.copied_bytes()["ib"] - before}
+    return {"wrong": wrong, "copied": comm.copied_bytes()["ib"] - before,
+            "copies": hip_copies() - calls}
 
 
 def _device_collectives(comm: nccl.NcclCommunicator) -> dict:
@@ -264,6 +283,10 @@ def _sends_in_place(comm: nccl.NcclCommunicator) -> dict:
                                     ctypes.c_size_t(4 * count), ctypes.byref(handle)) == 0
     elif hip:
         dst = device(4 * count)
+        if os.environ.get("T_RECV_REG") == "1":  # the NIC may write into it
+            handle = ctypes.c_void_p()
+            assert lib.ncclCommRegister(ctypes.c_void_p(comm.comm), ctypes.c_void_p(dst),
+                                        ctypes.c_size_t(4 * count), ctypes.byref(handle)) == 0
     else:
         host = np.zeros(count, dtype=np.float32)
         keep.append(host)

@@ -27,7 +27,14 @@ islands of their own and onto ib:
   the stand-in's "copy engine" on the sender, none by either CPU, to a
   HIP rank (staged receive) and to a host rank (its plain buffer
   registered for the one message when it exceeds HETCCL_IB_BOUNCE); the
-  same sends from unregistered, or deregistered, memory are staged.
+  same sends from unregistered, or deregistered, memory are staged;
+- receives into device memory registered with ncclCommRegister, of at
+  least the threshold, go unstaged too: the NIC writes them (RDMA WRITE
+  from the sender's registered memory, staging or, for a host rank's plain
+  buffer, staging ring), since every peer asks such a rank first: no copy
+  by the stand-in's "copy engine" on the receiver, none by its CPU,
+  whether the receive or the send came first; with HETCCL_IB_GDR_RECV=0
+  they are staged.
 """
 from __future__ import annotations
 
@@ -204,6 +211,58 @@ def test_registered_device_sends_to_a_host_rank(tmp_path: Path,
                    {"registered": 0, "registered 1 KiB": 1024})
 
 
+RECEIVES_LINE = (f"and receives of {THRESHOLD} bytes and more into registered device memory are "
+                 "written there by the NIC (its peers ask first)")
+
+
+@pytest.mark.timeout(TIMEOUT)
+@pytest.mark.parametrize("gdr_recv", ["1", "0"], ids=["nic-writes", "staged"])
+def test_registered_device_receives_land_unstaged(gdr_recv: str, tmp_path: Path,
+                                                  hip_fakes: Dict[str, Path]) -> None:
+    """HIP rank 0 sends HIP rank 1 the four sends of T_INPLACE, and rank 1
+    receives each into device memory it registered: the NIC writes every
+    message of the threshold or more straight into it (no stand-in copy on
+    the receiver, no CPU copy on either side); the 1 KiB one, below the
+    threshold, is staged. With HETCCL_IB_GDR_RECV=0 every receive is staged."""
+    results = run_hip_ranks(tmp_path, hip_fakes["6"],
+                            {"T_INPLACE": "1", "T_RECV_REG": "1", "T_BYTES": str(256 << 10),
+                             "HETCCL_IB_GDR_RECV": gdr_recv})
+    direct = gdr_recv == "1"
+    check_in_place(results,
+                   {"registered": 1 - direct, "registered 1 KiB": 1, "plain": 1 - direct,
+                    "deregistered": 1 - direct},
+                   {name: 0 for name in SENDS})
+    assert results[0]["copied"] == {name: 0 for name in SENDS}, results[0]["copied"]
+    for res in results:
+        assert (RECEIVES_LINE in res["log"]) == direct, res["log"][-2000:]
+        if not direct:
+            assert "receives into device memory are staged (HETCCL_IB_GDR_RECV=0)" in res["log"]
+
+
+@pytest.mark.timeout(TIMEOUT)
+@pytest.mark.parametrize("first", ["receive", "send"])
+def test_host_rank_plain_memory_into_registered_device_memory(first: str, tmp_path: Path,
+                                                               hip_fakes: Dict[str, Path]) -> None:
+    """A host rank sends 256 KiB from plain memory into a HIP rank's
+    registered device buffer: the HIP rank asked to be asked, so the host
+    rank copies each message into its registered staging ring and the NIC
+    writes it from there into device memory, whether the receive's offer
+    came first or the send's request: the HIP rank neither copies (CPU) nor
+    stages (stand-in copies), every message of three, no slack."""
+    nbytes = 256 << 10
+    results = run_hip_ranks(tmp_path, hip_fakes["6"],
+                            {"T_HOST_SENDS": "1", "T_RECV_REG": "1", "T_BYTES": str(nbytes),
+                             "T_SEND_FIRST": "1" if first == "send" else "0"}, host_ranks=(0,))
+    for rank, res in enumerate(results):
+        assert "error" not in res, res
+        assert res["wrong"] == [], (rank, res["wrong"])
+        print(f"\n[host to registered device memory] {first} first: rank {rank} copied "
+              f"{res['copied']} bytes, stand-in copies {res['copies']}")
+    assert results[0]["copied"] == 3 * nbytes, results[0]["copied"]
+    assert results[1]["copied"] == 0 and results[1]["copies"] == 0, results[1]
+    assert RECEIVES_LINE in results[1]["log"], results[1]["log"][-2000:]
+
+
 @pytest.mark.timeout(TIMEOUT)
 @pytest.mark.parametrize("staged", ["1", "0"], ids=["staged-writes", "no-staged-writes"])
 def test_host_rank_plain_memory_to_a_device_rank(staged: str, tmp_path: Path,
@@ -212,11 +271,14 @@ def test_host_rank_plain_memory_to_a_device_rank(staged: str, tmp_path: Path,
     receive is staged through a registered block: with staged writes
     (docs/transports.md) the sender copies each message into its staging
     ring and RDMA-writes it into that block, so the HIP rank's CPU copies
-    nothing; without, the eager pieces are copied on both sides."""
+    nothing; without, the eager pieces are copied on both sides. (The HIP
+    rank does not ask to be asked here, HETCCL_IB_GDR_RECV=0: with it, the
+    sender asks first and always writes; the test above.)"""
     nbytes = 256 << 10
     results = run_hip_ranks(tmp_path, hip_fakes["6"],
                             {"T_HOST_SENDS": "1", "T_BYTES": str(nbytes),
-                             "HETCCL_IB_STAGED_WRITE": staged}, host_ranks=(0,))
+                             "HETCCL_IB_STAGED_WRITE": staged, "HETCCL_IB_GDR_RECV": "0"},
+                            host_ranks=(0,))
     for rank, res in enumerate(results):
         assert "error" not in res, res
         assert res["wrong"] == [], (rank, res["wrong"])

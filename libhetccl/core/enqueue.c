@@ -114,14 +114,16 @@ static ncclResult_t classify_buffers(ncclComm_t comm, const char *fn, const void
     if (bufs[i]) HETCCL_CHECK(rt->mem_kind(bufs[i], &kind, &dev));
     *staged[i] = kind != HETCCL_MEM_HOST;
   }
-  /* A send the NIC reads straight from device memory needs no staging
+  /* A send the NIC reads straight from device memory, or a receive it
+   * writes straight into device memory, needs no staging
    * (docs/transports.md, "Device buffers over ib"). */
-  if (t->kind == HETCCL_TASK_SEND && t->stage_send && t->bytes && comm->engine && !comm->plane &&
-      hetccl_engine_reaches(comm->engine, t->peer, t->buf, t->bytes)) {
-    t->stage_send = 0;
-    t->send_in_place = 1;
+  int is_send = t->kind == HETCCL_TASK_SEND, is_recv = t->kind == HETCCL_TASK_RECV;
+  if (((is_send && t->stage_send) || (is_recv && t->stage_recv)) && t->bytes && comm->engine &&
+      !comm->plane && hetccl_engine_reaches(comm->engine, t->peer, t->buf, t->bytes, is_recv)) {
+    t->stage_send = t->stage_recv = 0;
+    t->device_direct = 1;
   }
-  if (!t->stage_send && !t->stage_recv && !t->send_in_place) return ncclSuccess;
+  if (!t->stage_send && !t->stage_recv && !t->device_direct) return ncclSuccess;
   int capturing = 0;
   HETCCL_CHECK(rt->stream_capturing(stream, &capturing));
   if (capturing) {

@@ -70,10 +70,12 @@ static ncclResult_t run_p2p(ncclComm_t comm, hetccl_task_t *tasks, int nreq) {
     }
     hetccl_engine_set_tag(comm->engine, t->tag);
     hetccl_engine_set_pull_ok(comm->engine, 1); /* ncclRecv copies */
-    if (t->kind == HETCCL_TASK_SEND && t->send_in_place)
+    if (t->kind == HETCCL_TASK_SEND && t->device_direct)
       res = hetccl_engine_isend_device(comm->engine, t->peer, t->buf, t->bytes, &reqs[n]);
     else if (t->kind == HETCCL_TASK_SEND)
       res = hetccl_engine_isend(comm->engine, t->peer, t->buf, t->bytes, &reqs[n]);
+    else if (t->device_direct)
+      res = hetccl_engine_irecv_device(comm->engine, t->peer, t->buf, t->bytes, &reqs[n]);
     else
       res = hetccl_engine_irecv(comm->engine, t->peer, t->buf, t->bytes, NULL, NULL, &reqs[n]);
     if (res != ncclSuccess) goto out;
@@ -285,7 +287,7 @@ static ncclResult_t run_group(hetccl_task_t *head) {
     if (!lists[i]) continue;
     int staged = 0;
     for (hetccl_task_t *t = lists[i]; t && !staged; t = t->next)
-      staged = t->stage_send || t->stage_recv || t->send_in_place;
+      staged = t->stage_send || t->stage_recv || t->device_direct;
     if (staged) {
       ncclResult_t r = hetccl_devpath_launch(comms[i], lists[i]);
       if (res == ncclSuccess) res = r;

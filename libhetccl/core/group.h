@@ -34,11 +34,12 @@ typedef struct hetccl_task {
    * buffer (api/coll.c, from the function's buffer sizes). */
   void *stream;
   uint8_t stage_send, stage_recv;
-  /* A send whose device buffer the pair's transport reads itself
-   * (GPUDirect: hetccl_engine_reaches): not staged, still ordered on
-   * `stream` with the staged batch, and posted with
-   * hetccl_engine_isend_device. */
-  uint8_t send_in_place;
+  /* A send whose device buffer the pair's transport reads itself, or a
+   * receive whose device buffer it writes itself (GPUDirect:
+   * hetccl_engine_reaches): not staged, still ordered on `stream` with the
+   * staged batch, and posted with hetccl_engine_isend_device or
+   * hetccl_engine_irecv_device. */
+  uint8_t device_direct;
   size_t in_bytes, out_bytes;
   uint32_t trace_seq; /* the call's number in the trace (trace/trace.h), when tracing */
   struct hetccl_task *next;

@@ -249,17 +249,18 @@ ncclResult_t hetccl_engine_isend_device(hetccl_engine_t *e, int peer, const void
   return isend(e, peer, buf, bytes, 1, req);
 }
 
-int hetccl_engine_reaches(const hetccl_engine_t *e, int peer, const void *buf, size_t bytes) {
+int hetccl_engine_reaches(const hetccl_engine_t *e, int peer, const void *buf, size_t bytes,
+                          int recv) {
   if (peer < 0 || peer >= e->nranks || peer == e->rank || !e->tp[peer] ||
       !e->tp[peer]->ctx_reaches)
     return 0;
   const hetccl_tctx_t *ctx = e->ctxs[hetccl_engine_tid(e, peer)];
-  return ctx && e->tp[peer]->ctx_reaches(ctx, buf, bytes);
+  return ctx && e->tp[peer]->ctx_reaches(ctx, buf, bytes, recv);
 }
 
-ncclResult_t hetccl_engine_irecv(hetccl_engine_t *e, int peer, void *buf, size_t bytes,
-                                 hetccl_consume_fn consume, void *consume_ctx,
-                                 hetccl_req_t *req) {
+static ncclResult_t irecv(hetccl_engine_t *e, int peer, void *buf, size_t bytes,
+                          hetccl_consume_fn consume, void *consume_ctx, int device_dst,
+                          hetccl_req_t *req) {
   int queue;
   HETCCL_CHECK(peer_check(e, peer, "receive from", &queue));
   memset(req, 0, sizeof(*req));
@@ -268,10 +269,22 @@ ncclResult_t hetccl_engine_irecv(hetccl_engine_t *e, int peer, void *buf, size_t
   req->tag = e->tag;
   req->consume = consume;
   req->consume_ctx = consume_ctx;
+  req->device_dst = device_dst;
   if (HETCCL_TRACE_ON()) trace_posted(req, peer, 0);
   ncclResult_t res = queue ? hetccl_engine_conn_queue(e, peer, req, 0)
                            : e->tp[peer]->irecv(e->eps[peer], req);
   return res == ncclSuccess ? res : engine_fail_call(e, res);
+}
+
+ncclResult_t hetccl_engine_irecv(hetccl_engine_t *e, int peer, void *buf, size_t bytes,
+                                 hetccl_consume_fn consume, void *consume_ctx,
+                                 hetccl_req_t *req) {
+  return irecv(e, peer, buf, bytes, consume, consume_ctx, 0, req);
+}
+
+ncclResult_t hetccl_engine_irecv_device(hetccl_engine_t *e, int peer, void *buf, size_t bytes,
+                                        hetccl_req_t *req) {
+  return irecv(e, peer, buf, bytes, NULL, NULL, 1, req);
 }
 
 static int64_t now_ns(void) {

@@ -30,14 +30,21 @@ ncclResult_t hetccl_engine_isend(hetccl_engine_t *e, int peer, const void *buf, 
  * itself (hetccl_engine_reaches said so for these bytes): no CPU reads it. */
 ncclResult_t hetccl_engine_isend_device(hetccl_engine_t *e, int peer, const void *buf,
                                         size_t bytes, hetccl_req_t *req);
-/* 1 if the transport of the pair (me, peer) reads [buf, buf + bytes) of
- * device memory itself (transport.h: ctx_reaches), so that a send from it
- * needs no staging. Any thread. */
-int hetccl_engine_reaches(const hetccl_engine_t *e, int peer, const void *buf, size_t bytes);
+/* 1 if the transport of the pair (me, peer) reads (recv 0) or writes
+ * (recv 1) [buf, buf + bytes) of device memory itself (transport.h:
+ * ctx_reaches), so that a send from it, or a receive into it, needs no
+ * staging. Any thread. */
+int hetccl_engine_reaches(const hetccl_engine_t *e, int peer, const void *buf, size_t bytes,
+                          int recv);
 /* Post a receive; consume NULL = copy into buf, else consume(ctx, dst, src, n)
  * per received piece (e.g. hetccl_reduce_consume to reduce into buf). */
 ncclResult_t hetccl_engine_irecv(hetccl_engine_t *e, int peer, void *buf, size_t bytes,
                                  hetccl_consume_fn consume, void *consume_ctx, hetccl_req_t *req);
+/* A plain receive into device memory that the pair's transport writes
+ * itself (hetccl_engine_reaches with recv 1 said so for these bytes): no
+ * CPU writes it. */
+ncclResult_t hetccl_engine_irecv_device(hetccl_engine_t *e, int peer, void *buf, size_t bytes,
+                                        hetccl_req_t *req);
 
 /* Progress everything until all n requests are done. Bounded by the
  * communicator timeout and abort flag; spins HETCCL_SPIN polls, then yields,

@@ -77,6 +77,9 @@ typedef struct hetccl_req {
   int device_src;            /* send only: buf is device memory that ctx_reaches said this
                               * transport's hardware reads itself; no CPU may read it, so the
                               * transport moves it that way whatever its size, or fails */
+  int device_dst;            /* receive only: buf is device memory that ctx_reaches said this
+                              * transport's hardware writes itself for this size; no CPU may
+                              * write it, so the bytes land that way, or the receive fails */
   /* set by the transport */
   volatile int done;         /* 1 when the buffer may be reused / holds the data */
   size_t progress;           /* bytes moved so far */
@@ -117,7 +120,8 @@ typedef struct hetccl_transport_args {
    * hand device memory to its hardware (ib: GPUDirect) asks it at
    * ctx_create. Transports move host bytes, which is what core hands them
    * (it stages device buffers through pinned host memory), except a send
-   * whose source ctx_reaches accepted (req->device_src). */
+   * whose source, or a receive whose destination, ctx_reaches accepted
+   * (req->device_src, req->device_dst). */
   const struct hetccl_runtime *device;
   /* This rank's GPU's PCI bus id ("0000:1b:00.0"), "" for a host rank:
    * where it sits, for a transport that picks the hardware nearest it
@@ -205,15 +209,18 @@ typedef void (*hetccl_transport_ep_fail_fn)(hetccl_ep_t *ep, const hetccl_fail_n
  * connected. Optional: a transport without it never pulls. */
 typedef size_t (*hetccl_transport_pull_min_fn)(const hetccl_ep_t *ep);
 
-/* Does this context's hardware read [buf, buf + bytes) of device memory
- * itself, for a send to any peer it serves (ib: GPUDirect RDMA, the range
- * registered on every device of the context)? Then core hands the send to
- * the transport unstaged, with req->device_src set. Any thread (core asks
- * on the caller's at enqueue while another drives the context): reads only
- * what ctx_create fixed and tables with locks of their own. Optional: a
- * transport without it is given host memory only. */
+/* Does this context's hardware read (recv 0: for a send) or write (recv
+ * 1: for a receive of exactly `bytes`) [buf, buf + bytes) of device
+ * memory itself, whichever peer it serves (ib: GPUDirect RDMA, the range
+ * registered on every device of the context; a receive also needs a size
+ * its senders are bound to ask about first)? Then core hands the send or
+ * receive to the transport unstaged, with req->device_src or
+ * req->device_dst set. Any thread (core asks on the caller's at enqueue
+ * while another drives the context): reads only what ctx_create fixed and
+ * tables with locks of their own. Optional: a transport without it is
+ * given host memory only. */
 typedef int (*hetccl_transport_ctx_reaches_fn)(const hetccl_tctx_t *ctx, const void *buf,
-                                               size_t bytes);
+                                               size_t bytes, int recv);
 
 /* --- connections on first use (optional; docs/scale.md) -------------------
  *

@@ -12,6 +12,12 @@ and beside a D2H copy: the reason the data plane's reductions copy the
 peer's piece into device memory first (HETCCL_PLANE_REDUCE_READ=copy). Two ranks on ONE GPU share its one PCIe link: an
 AllReduce or SendRecv between them moves 2 x the message each way over it,
 so their busbw ceiling there is half the concurrent figure.
+
+With several GPUs it then runs the same both-ways copies on every GPU at
+once, each against pinned host memory of its own: what host memory gives
+all copy engines together, the ceiling of a cross-island collective in
+which every GPU sends and receives (a SendRecv or AllReduce between two
+GPUs moves this, not the one-GPU figure, through host memory).
 """
 from __future__ import annotations
 
@@ -87,6 +93,40 @@ def main() -> None:
           f"copy {gb / t_kread_both:.1f} GB/s each way (against the copy engine's "
           f"{gb / t_h2d:.1f} / {gb / t_both:.1f})")
     print(f"  two ranks on this one GPU: staged busbw ceiling about {gb / t_both / 2:.1f} GB/s")
+    gpus = cp.cuda.runtime.getDeviceCount()
+    if gpus > 1:
+        t_all = all_gpus_both_ways(n, gpus)
+        print(f"  every GPU at once ({gpus}), both ways on each: {gb / t_all:.1f} GB/s each way "
+              f"per GPU (the ceiling of a cross-island SendRecv or AllReduce on them all)")
+
+
+def all_gpus_both_ways(n: int, gpus: int, reps: int = 3) -> float:
+    """Seconds for every GPU to copy n bytes D2H and n bytes H2D at once, best of reps."""
+    rigs = []
+    for g in range(gpus):
+        with cp.cuda.Device(g):
+            dev = [cp.empty(n, dtype=cp.uint8) for _ in range(2)]
+            host = [cupyx.empty_pinned(n, dtype=cp.uint8) for _ in range(2)]
+            for h in host:
+                h[:] = 1
+            streams = [cp.cuda.Stream(non_blocking=True) for _ in range(2)]
+            rigs.append((g, dev, host, streams))
+
+    def sync_all() -> None:
+        for g, *_ in rigs:
+            cp.cuda.Device(g).synchronize()
+
+    best = float("inf")
+    for _ in range(reps):
+        sync_all()
+        t0 = time.perf_counter()
+        for g, dev, host, streams in rigs:
+            with cp.cuda.Device(g):
+                dev[0].get(out=host[0], stream=streams[0], blocking=False)
+                dev[1].set(host[1], stream=streams[1])
+        sync_all()
+        best = min(best, time.perf_counter() - t0)
+    return best
 
 
 if __name__ == "__main__":

@@ -27,7 +27,7 @@
 #include "util/knobs.h"
 #include "util/log.h"
 
-#define IB_ADDR_MAGIC 0x4942414444523031ull  /* "IBADDR01" */
+#define IB_ADDR_MAGIC 0x4942414444523032ull  /* "IBADDR02" */
 #define IB_NOTE_WAIT_MS 200 /* how long a lost connection waits for the note behind it */
 #define IB_LIVENESS_MS 50   /* how often a waiting endpoint looks at its TCP line */
 /* RC retransmission: NCCL_IB_TIMEOUT (default 20, NCCL's: 4.096 us * 2^20
@@ -373,6 +373,7 @@ static ncclResult_t ib_ctx_create(const hetccl_transport_args_t *args, hetccl_tc
   b.chunk = (uint32_t)ctx->chunk;
   b.slots = (uint32_t)ctx->slots;
   b.qps = (uint16_t)ctx->qps;
+  b.ask_min = ctx->ask_min;
   snprintf(b.dev, sizeof(b.dev), "%.*s", (int)sizeof(b.dev) - 1, ctx->rail[0].dev.name);
   memset(addr, 0, HETCCL_TRANSPORT_ADDR_BYTES);
   memcpy(addr, &b, sizeof(b));

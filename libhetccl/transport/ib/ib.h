@@ -179,6 +179,11 @@ _Static_assert(sizeof(ib_piece_t) == IB_PIECE_HDR, "piece header is one cache li
  * (ib_rdv.c, "Staged writes"): sent only to take an accepting offer into
  * the receiver's own buffer. */
 #define IB_RDV_STAGED 2
+/* A source that is not registered, to a receiver that asked to be asked
+ * (its ask_min, ib_rdv.c "Receives into device memory"): written from the
+ * sender's staging ring wherever the receiver accepts, eager pieces if it
+ * declines. */
+#define IB_RDV_ASK 3
 
 /* GPUDirect branches (ib_devmem.c) */
 enum { IB_GDR_NONE = 0, IB_GDR_DMABUF = 1, IB_GDR_PEERMEM = 2 };
@@ -248,6 +253,10 @@ typedef struct ib_addr {
   uint8_t pad;
   uint32_t chunk, slots;      /* must match between peers */
   char dev[32];               /* rail 0's, for messages */
+  /* 0, or: this rank may take a receive of at least ask_min bytes into
+   * device memory by RDMA WRITE, so its peers ask first (a rendezvous
+   * request) for every such message, whatever its source (ib_rdv.c) */
+  uint64_t ask_min;
 } ib_addr_t;
 _Static_assert(sizeof(ib_addr_t) <= HETCCL_TRANSPORT_ADDR_BYTES, "address blob");
 
@@ -269,6 +278,8 @@ struct hetccl_tctx {
   uint8_t qp_retry;
   int gdr;                 /* IB_GDR_*: how device memory reaches this device (ib_devmem.c) */
   size_t bounce_max;       /* HETCCL_IB_BOUNCE: largest message landed in a bounce buffer */
+  size_t ask_min;          /* published (ib_addr_t): receives of at least this many bytes may
+                            * land in device memory; 0: none (ib_devmem.c decides) */
   /* connecting (ib_connect.c) */
   const uint8_t *use;      /* connect: the lower ranks that may come; NULL: any */
   hetccl_inbox_t *inbox;   /* arrivals on lfd, made by the first ctx_poll */
@@ -378,7 +389,9 @@ typedef struct ib_req_priv {
 #define IB_REQ_NO_OFFER (1ull << 60) /* receive: would decline, so no offer is made */
 #define IB_REQ_MUST (1ull << 59) /* receive: its sender asked with IB_RDV_MUST */
 #define IB_REQ_STAGED (1ull << 58) /* both: the writes come from the sender's staging ring,
-                                    * on queue pair 0 alone (IB_RDV_STAGED) */
+                                    * on queue pair 0 alone (IB_RDV_STAGED, IB_RDV_ASK) */
+#define IB_REQ_ASK (1ull << 57) /* send: staged, and asked first because the receiver said
+                                 * so (IB_RDV_ASK): it may decline */
 _Static_assert(sizeof(ib_req_priv_t) <= sizeof(((hetccl_req_t *)0)->priv), "request private");
 
 static inline ib_req_priv_t *ib_req_priv(hetccl_req_t *r) { return (ib_req_priv_t *)r->priv; }
@@ -464,9 +477,10 @@ ncclResult_t hetccl_ib_rdv_choose(hetccl_ep_t *ep, hetccl_req_t *r);
  * accepting offer into its own buffer, written from the staging ring?
  * Sets its priv lkey if so (then it is a rendezvous message). */
 int hetccl_ib_rdv_staged(hetccl_ep_t *ep, hetccl_req_t *r);
-/* ctx_reaches (transport.h): a GPUDirect branch was taken (ctx->gdr) and
- * [buf, buf + bytes) is registered on every rail of the context. */
-int hetccl_ib_ctx_reaches(const hetccl_tctx_t *ctx, const void *buf, size_t bytes);
+/* ctx_reaches (transport.h): a GPUDirect branch was taken (ctx->gdr),
+ * [buf, buf + bytes) is registered on every rail of the context, and for a
+ * receive the peers ask first at this size (ctx->ask_min). */
+int hetccl_ib_ctx_reaches(const hetccl_tctx_t *ctx, const void *buf, size_t bytes, int recv);
 /* Send side, for splace (a rendezvous message): post its request piece,
  * take the clear-to-send, post its writes, as far as room allows. *placed
  * = 1 once nothing of it is left to post (then or through eager pieces,
@@ -496,8 +510,9 @@ void hetccl_ib_rdv_free(hetccl_ep_t *ep);
 /* ib_devmem.c: how a device rank's buffers reach the NIC */
 /* At ctx_create of a device rank (args.device), once its protection
  * domains exist and before they join the registration table: decide, log
- * once at INFO, and keep in ctx->gdr how device memory reaches the NIC.
- * Never fails the context: every answer leaves at least the staged path. */
+ * once at INFO, and keep in ctx->gdr how device memory reaches the NIC
+ * and in ctx->ask_min from what size receives may land there. Never fails
+ * the context: every answer leaves at least the staged path. */
 void hetccl_ib_devmem_decide(hetccl_tctx_t *ctx);
 
 /* ib_reg.c: the registration table (ib_mem.h is the user's side) */

@@ -227,7 +227,8 @@ static ncclResult_t piece_check(hetccl_ep_t *ep, hetccl_req_t *r, const ib_piece
     int staged_ok = pc->len == IB_RDV_STAGED && answered && ep->rrdv == IB_RDV_LANDING &&
                     !ep->rbounce;
     if ((ep->rrdv == IB_RDV_NONE || answered) && p->pieces == 0 &&
-        (pc->len == IB_RDV_MAY || pc->len == IB_RDV_MUST || staged_ok) && r->bytes > 0 &&
+        (pc->len == IB_RDV_MAY || pc->len == IB_RDV_MUST || pc->len == IB_RDV_ASK ||
+         staged_ok) && r->bytes > 0 &&
         landed == IB_PIECE_HDR)
       return ncclSuccess;
     WARN("ib: corrupt rendezvous request from rank %d in message %" PRIu64 " (%u bytes landed, "
@@ -237,6 +238,12 @@ static ncclResult_t piece_check(hetccl_ep_t *ep, hetccl_req_t *r, const ib_piece
   if (ep->rrdv == IB_RDV_LANDING) {
     WARN("ib: rank %d sent a piece of message %" PRIu64 ", which this rank had cleared for "
          "RDMA WRITE", ep->peer_user, p->seq);
+    return hetccl_ib_ep_error(ep, ncclSystemError);
+  }
+  if (r->device_dst) { /* no CPU may write it; its sender had to ask (ib_rdv.c) */
+    WARN("ib: rank %d sent message %" PRIu64 " (%zu bytes) as eager pieces to a receive into "
+         "device memory, which only the NIC may write: it did not ask first", ep->peer_user,
+         p->seq, r->bytes);
     return hetccl_ib_ep_error(ep, ncclSystemError);
   }
   if (pc->offset != p->offset || pc->len != piece_len(ep, r->bytes, p->offset) ||
@@ -285,7 +292,8 @@ static ncclResult_t slot_deliver(hetccl_ep_t *ep, hetccl_req_t *r, uint32_t slot
   HETCCL_CHECK(piece_check(ep, r, pc, l->len));
   if (pc->offset == IB_PIECE_RDV) {
     int taken;
-    if (pc->len == IB_RDV_STAGED) p->lkey |= IB_REQ_STAGED; /* its writes on QP 0 alone */
+    if (pc->len == IB_RDV_STAGED || pc->len == IB_RDV_ASK)
+      p->lkey |= IB_REQ_STAGED; /* its writes on QP 0 alone */
     if (p->lkey & IB_REQ_OFFERED) return ncclSuccess; /* answered before it was asked */
     if (pc->len == IB_RDV_MUST) p->lkey |= IB_REQ_MUST;
     HETCCL_CHECK(hetccl_ib_rdv_answer(ep, r, &taken));

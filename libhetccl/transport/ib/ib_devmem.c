@@ -19,7 +19,12 @@
  *     memory            memory by its address (ibv_reg_mr:     unstaged, by RDMA WRITE at any
  *                       a peer-memory client such as            size (req->device_src); the
  *                       nvidia-peermem or amdgpu's is           receiver takes them by RDMA
- *                       loaded)                                 into registered memory
+ *                       loaded)                                 into registered memory; and
+ *                                                              receives into registered
+ *                                                              device memory of at least
+ *                                                              ctx->ask_min bytes go
+ *                                                              unstaged (req->device_dst),
+ *                                                              the NIC writing them
  *
  * Each GPUDirect trial is real, not a version check: PROBE_BYTES of device
  * memory from the runtime, registered with this context's first protection
@@ -28,9 +33,13 @@
  * refuses, the NIC driver refuses the import, HETCCL_IB_DMABUF=0,
  * HETCCL_IB_GDR=0). ctx->gdr keeps the branch: ib_reg.c registers device
  * ranges that way (ib_reg_attach's dma-buf runtime), and ctx_reaches
- * (ib.c) answers core from it. Receives into device memory stay staged: a
- * receiver cannot make its sender use RDMA WRITE (the sender chooses eager
- * below its threshold, and eager pieces are copied by the CPU).
+ * (ib_rdv.c) answers core from it. A receive can go unstaged only if its
+ * sender never sends it eager pieces (a CPU copies those, and no CPU may
+ * write device memory): with a GPUDirect branch and HETCCL_IB_GDR_RECV,
+ * ctx->ask_min (published to the peers) is this rank's
+ * HETCCL_IB_ZCOPY_THRESHOLD, and every peer asks first for a message of
+ * that size or more (ib_rdv.c, "Receives into device memory"); smaller
+ * receives stay staged.
  *
  * Threads: the thread that creates the context (the device is the one
  * current there, as at every other runtime call of init). */
@@ -53,6 +62,8 @@ static int dmabuf_wanted(void) {
 }
 
 static int gdr_wanted(void) { return (int)hetccl_knob_int(HETCCL_KNOB_IB_GDR); }
+
+static int gdr_recv_wanted(void) { return (int)hetccl_knob_int(HETCCL_KNOB_IB_GDR_RECV); }
 
 /* 1 if device memory registers through dma-buf on ctx's domain; else 0 and
  * why. */
@@ -112,16 +123,24 @@ void hetccl_ib_devmem_decide(hetccl_tctx_t *ctx) {
     ctx->gdr = IB_GDR_PEERMEM;
   }
   if (mem) rt->mem_free(mem);
+  ctx->ask_min = ctx->gdr != IB_GDR_NONE && gdr_recv_wanted() ? ctx->zcopy_min : 0;
+  char recv[192] = "";
+  if (ctx->ask_min)
+    snprintf(recv, sizeof(recv), ", and receives of %zu bytes and more into registered device "
+             "memory are written there by the NIC (its peers ask first)", ctx->ask_min);
+  else if (ctx->gdr)
+    snprintf(recv, sizeof(recv), "; receives into device memory are staged (HETCCL_IB_GDR_RECV=0)");
   const char *how = ctx->gdr == IB_GDR_DMABUF    ? "through dma-buf"
                     : ctx->gdr == IB_GDR_PEERMEM ? "by peer memory (ibv_reg_mr of device memory)"
                                                  : "off";
   INFO(HETCCL_INIT | HETCCL_NET, "ib rank %d: GPUDirect RDMA %s: %s device buffers reach %s "
        "through registered pinned staging (the GPU's copy engine, then RDMA WRITE without a CPU "
-       "copy for messages of %zu bytes and more)%s; dma-buf: %s%s%s",
+       "copy for messages of %zu bytes and more)%s%s; dma-buf: %s%s%s",
        ctx->rank_user, how, rt->name, ctx->rail[0].dev.name, ctx->zcopy_min,
        ctx->gdr ? ", but sends from registered device memory (ncclCommRegister) go unstaged, "
                   "the NIC reading them"
                 : "",
+       recv,
        ctx->gdr == IB_GDR_DMABUF ? "works" : dmabuf_why,
        peer_why[0] ? "; peer memory: " : "", peer_why);
 }

@@ -82,6 +82,22 @@
  * for: a send that finds no offer goes eager, as before, and voids the
  * offer that comes later.
  *
+ * Receives into device memory (HETCCL_IB_GDR_RECV). A receive the NIC
+ * writes straight into device memory (req->device_dst: registered device
+ * memory of a rank whose context took a GPUDirect branch, ib_devmem.c)
+ * can take no eager piece, since a CPU copies those. So such a rank
+ * publishes ask_min (its threshold; ib_addr_t), core hands the transport
+ * only receives of at least ask_min bytes that way (ctx_reaches), and a
+ * sender to it asks first for every message of that size or more: from a
+ * registered source (or device memory) as above; from any other with
+ * IB_RDV_ASK, taking whatever the receiver accepts (its own buffer or its
+ * bounce buffer) as a staged write, or going eager if it declines. The
+ * receiver accepts a device destination only into that buffer, never
+ * declines it, and fails the message if an eager piece reaches it
+ * anyway. The sender's wait is the request's round trip, which an offer
+ * (above) hides when the receive was posted first: NCCL's network
+ * protocol waits for the receiver's buffer every time.
+ *
  * Several queue pairs (HETCCL_IB_QPS * rails = N > 1, ib.h). Write k of a
  * message (bytes k*chunk..) goes on queue pair k % N, with the source's and
  * the destination's keys on that queue pair's rail (a message goes by
@@ -137,24 +153,41 @@ static int keys_find(const hetccl_ep_t *ep, const void *buf, size_t bytes, uint3
   return 1;
 }
 
+static int wstage_ready(hetccl_ep_t *ep);
+
 ncclResult_t hetccl_ib_rdv_choose(hetccl_ep_t *ep, hetccl_req_t *r) {
   uint32_t lkeys[IB_RAILS_MAX];
   ib_req_priv_t *p = ib_req_priv(r);
   if (r->bytes == 0) return ncclSuccess;
-  if (!r->device_src && r->bytes < ep->ctx->zcopy_min) return ncclSuccess;
-  if (!keys_find(ep, r->buf, r->bytes, lkeys, NULL)) {
-    if (!r->device_src) return ncclSuccess;
+  /* The receiver may land it in device memory: it must be asked. */
+  int ask = ep->pub.ask_min && r->bytes >= ep->pub.ask_min;
+  if (!r->device_src && !ask && r->bytes < ep->ctx->zcopy_min) return ncclSuccess;
+  if (keys_find(ep, r->buf, r->bytes, lkeys, NULL)) {
+    p->lkey = IB_REQ_RDV | lkeys[0];
+    return ncclSuccess;
+  }
+  if (r->device_src) {
     WARN("ib: rank %d: a send of %zu bytes of device memory at %p to rank %d is not registered "
          "on every rail of the pair (deregistered after the call was made?)", ep->ctx->rank_user,
          r->bytes, r->buf, ep->peer_user);
     return ncclInvalidUsage;
   }
-  p->lkey = IB_REQ_RDV | lkeys[0];
+  if (!ask) return ncclSuccess;
+  if (!wstage_ready(ep)) {
+    WARN("ib: rank %d cannot send %zu bytes from unregistered memory to rank %d, which may take "
+         "them into device memory and so must be asked first: no registered staging ring to "
+         "write them from (raise RLIMIT_MEMLOCK, register the buffer with ncclCommRegister, or "
+         "set HETCCL_IB_GDR_RECV=0 on rank %d)", ep->ctx->rank_user, r->bytes, ep->peer_user,
+         ep->peer_user);
+    return ncclSystemError;
+  }
+  p->lkey = IB_REQ_RDV | IB_REQ_STAGED | IB_REQ_ASK;
   return ncclSuccess;
 }
 
-int hetccl_ib_ctx_reaches(const hetccl_tctx_t *ctx, const void *buf, size_t bytes) {
+int hetccl_ib_ctx_reaches(const hetccl_tctx_t *ctx, const void *buf, size_t bytes, int recv) {
   if (ctx->gdr == IB_GDR_NONE || bytes == 0) return 0;
+  if (recv && (ctx->ask_min == 0 || bytes < ctx->ask_min)) return 0;
   uint32_t lkey, rkey;
   for (int rail = 0; rail < ctx->rails; rail++)
     if (!hetccl_ib_reg_find(ctx->rail[rail].pd, buf, bytes, &lkey, &rkey)) return 0;
@@ -170,7 +203,10 @@ static ncclResult_t request_post(hetccl_ep_t *ep, hetccl_req_t *r) {
   ib_piece_t *pc = (ib_piece_t *)(ep->buf + (size_t)(ep->sposted % slots) * ep->stride);
   hetccl_frame_fill(&pc->frame, ctx->args.comm_id, ctx->args.rank, p->seq, r->tag, r->bytes);
   pc->offset = IB_PIECE_RDV;
-  pc->len = r->device_src ? IB_RDV_MUST : (p->lkey & IB_REQ_STAGED) ? IB_RDV_STAGED : IB_RDV_MAY;
+  pc->len = r->device_src            ? IB_RDV_MUST
+            : (p->lkey & IB_REQ_ASK)    ? IB_RDV_ASK
+            : (p->lkey & IB_REQ_STAGED) ? IB_RDV_STAGED
+                                        : IB_RDV_MAY;
   HETCCL_CHECK(hetccl_ib_ep_send_slot(ep, pc, IB_PIECE_HDR, "rendezvous request"));
   ep->srdv = IB_RDV_ASKED;
   return ncclSuccess;
@@ -203,7 +239,7 @@ static ncclResult_t cts_take(hetccl_ep_t *ep, hetccl_req_t *r, int *took) {
     WARN("ib: rank %d: rank %d cleared %" PRIu64 " bytes of message %" PRIu64 " to it, which "
          "has %zu", ep->ctx->rank_user, ep->peer_user, c->bytes, p->seq, r->bytes);
     return hetccl_ib_ep_error(ep, ncclSystemError);
-  } else if (p->lkey & IB_REQ_STAGED) { /* taken as it stood (hetccl_ib_rdv_staged) */
+  } else if (p->lkey & IB_REQ_STAGED) { /* hetccl_ib_rdv_staged's offer, or IB_RDV_ASK's answer */
     ep->srdv_addr = c->addr;
     ep->srdv_rkey[0] = c->rkey;
     ep->srdv = IB_RDV_WRITING;
@@ -452,6 +488,12 @@ static ncclResult_t cts_post(hetccl_ep_t *ep, hetccl_req_t *r, int offer, int *t
   *taken = *declined = 0;
   if (ep->cts_posted - ep->cts_done >= IB_CTS_RING) return ncclSuccess;
   int direct = r->consume == NULL && keys_find(ep, r->buf, r->bytes, NULL, rkeys);
+  if (r->device_dst && !direct) { /* registered when core posted it (ctx_reaches) */
+    WARN("ib: rank %d: its receive of message %" PRIu64 " (%zu bytes) from rank %d into device "
+         "memory at %p is no longer registered on every rail (deregistered while the receive "
+         "was posted?)", ep->ctx->rank_user, p->seq, r->bytes, ep->peer_user, r->buf);
+    return hetccl_ib_ep_error(ep, ncclInvalidUsage);
+  }
   int bounce = !direct && r->bytes <= ep->ctx->bounce_max && bounce_ready(ep);
   int accept = direct || bounce;
   if (offer && !accept) {
