@@ -260,8 +260,12 @@ static ncclResult_t devpath_job(ncclComm_t comm, void *arg) {
     }
     /* With the communicator failed, this only frees the tasks. */
     hetccl_task_t *tasks = st->tasks;
+    int landed = 0; /* a NIC wrote into device memory (GPUDirect receives) */
+    for (const hetccl_task_t *t = tasks; t; t = t->next)
+      landed |= t->kind == HETCCL_TASK_RECV && t->device_direct;
     st->tasks = NULL;
     ncclResult_t run = hetccl_group_run_tasks(comm, tasks);
+    if (run == ncclSuccess && landed) run = j->dp->rt->flush_nic_writes();
     if (res == ncclSuccess) res = run;
     __atomic_store_n(&j->dp->counters[COUNTER_DONE], st->number, __ATOMIC_RELEASE);
     TRACE(HETCCL_COLL, "rank %d: stage %llu waited %.0f us for its inputs, ran %.0f us",

@@ -117,6 +117,8 @@ typedef struct {
   CUresult (*cuDeviceGetAttribute)(int *value, int attribute, CUdevice dev);
   CUresult (*cuMemGetHandleForAddressRange)(void *handle, CUdeviceptr ptr, size_t bytes,
                                             int type, unsigned long long flags);
+  /* Optional (CUDA 11.3 on). */
+  CUresult (*cuFlushGPUDirectRDMAWrites)(int target, int scope);
 } cuda_driver_t;
 
 typedef struct {
@@ -158,6 +160,7 @@ static int driver_fill(void *h, const char *name) {
   if (!drv.cuStreamWriteValue64) *(void **)&drv.cuStreamWriteValue64 = dlsym(h, "cuStreamWriteValue64");
   *(void **)&drv.cuDeviceGetAttribute = dlsym(h, "cuDeviceGetAttribute");
   *(void **)&drv.cuMemGetHandleForAddressRange = dlsym(h, "cuMemGetHandleForAddressRange");
+  *(void **)&drv.cuFlushGPUDirectRDMAWrites = dlsym(h, "cuFlushGPUDirectRDMAWrites");
   drv.handle = h;
   hetccl_gpu_where_loaded((void *)drv.cuInit, drv.path, sizeof(drv.path), name);
   return 1;
@@ -438,6 +441,33 @@ static int cuda_dmabuf_export(void *ptr, size_t bytes, int *fd, uint64_t *offset
   return 1;
 }
 
+/* cuFlushGPUDirectRDMAWrites: the current context, until the writes are
+ * visible to it (CU_FLUSH_GPU_DIRECT_RDMA_WRITES_TARGET_CURRENT_CTX,
+ * ..._TO_OWNER). */
+#define FLUSH_TARGET_CURRENT_CTX 0
+#define FLUSH_TO_OWNER 100
+#define CUDA_ERROR_NOT_SUPPORTED_ 801
+
+static ncclResult_t cuda_flush_nic_writes(void) {
+  static int told;
+  const cuda_driver_t *d = driver_get(1);
+  CUresult err = d && d->cuFlushGPUDirectRDMAWrites
+                     ? d->cuFlushGPUDirectRDMAWrites(FLUSH_TARGET_CURRENT_CTX, FLUSH_TO_OWNER)
+                     : CUDA_ERROR_NOT_SUPPORTED_;
+  if (err == CUDA_SUCCESS) return ncclSuccess;
+  if (err == CUDA_ERROR_NOT_SUPPORTED_) { /* nothing to flush here, or no call to do it */
+    if (!__atomic_exchange_n(&told, 1, __ATOMIC_RELAXED))
+      INFO(HETCCL_RUNTIME, "cuda: %s: a NIC's writes into device memory are not flushed",
+           d && d->cuFlushGPUDirectRDMAWrites ? "cuFlushGPUDirectRDMAWrites is not supported here"
+                                              : "the driver has no cuFlushGPUDirectRDMAWrites");
+    return ncclSuccess;
+  }
+  const char *text = NULL;
+  d->cuGetErrorString(err, &text);
+  WARN("cuda: cuFlushGPUDirectRDMAWrites failed: %s (error %d)", text ? text : "?", err);
+  return ncclUnhandledCudaError;
+}
+
 static ncclResult_t cuda_host_alloc(void **ptr, size_t bytes) {
   const cuda_runtime_lib_t *r;
   HETCCL_CHECK(runtime_need(&r, "host_alloc"));
@@ -642,4 +672,5 @@ const hetccl_runtime_t hetccl_runtime_cuda = {
     .reduce_available = hetccl_cuda_reduce_available,
     .reduce_run_async = hetccl_cuda_reduce_run_async,
     .dmabuf_export = cuda_dmabuf_export,
+    .flush_nic_writes = cuda_flush_nic_writes,
 };

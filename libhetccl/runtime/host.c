@@ -158,6 +158,7 @@ const hetccl_runtime_t hetccl_runtime_host = {
     .reduce_available = hetccl_rt_reduce_available_none,
     .reduce_run_async = hetccl_rt_reduce_run_async_none,
     .dmabuf_export = hetccl_rt_dmabuf_export_none,
+    .flush_nic_writes = hetccl_rt_flush_nic_writes_none,
 };
 
 /* --- shared stubs ------------------------------------------------------------ */
@@ -183,6 +184,8 @@ int hetccl_rt_reduce_available_none(char *why, size_t len) {
   if (why && len) snprintf(why, len, "no device reduction kernels in this build");
   return 0;
 }
+
+ncclResult_t hetccl_rt_flush_nic_writes_none(void) { return ncclSuccess; }
 
 int hetccl_rt_dmabuf_export_none(void *ptr, size_t bytes, int *fd, uint64_t *offset, char *why,
                                  size_t len) {

@@ -225,6 +225,14 @@ typedef int (*hetccl_rt_reduce_available_fn)(char *why, size_t len);
 typedef int (*hetccl_rt_dmabuf_export_fn)(void *ptr, size_t bytes, int *fd, uint64_t *offset,
                                           char *why, size_t len);
 
+/* GPUDirect RDMA receives: make what a NIC has written into the current
+ * device's memory (its writes completed) visible to that device before
+ * anything on it reads them; blocks until then. Called on the thread that
+ * saw the completions, with the device current. Where the platform orders
+ * a NIC's writes before its completions anyway, or the runtime has no such
+ * call, it does nothing (INFO once for the latter). */
+typedef ncclResult_t (*hetccl_rt_flush_nic_writes_fn)(void);
+
 typedef struct hetccl_runtime {
   hetccl_dev_kind_t kind;
   const char *name;
@@ -262,6 +270,7 @@ typedef struct hetccl_runtime {
   hetccl_rt_reduce_run_async_fn reduce_run_async;
   /* device memory for a NIC (0 with why where it cannot) */
   hetccl_rt_dmabuf_export_fn dmabuf_export;
+  hetccl_rt_flush_nic_writes_fn flush_nic_writes;
 } hetccl_runtime_t;
 
 /* Every slot, for the check at registration (host.c): none may be NULL. */
@@ -272,7 +281,8 @@ typedef struct hetccl_runtime {
   X(event_destroy) X(event_record) X(event_query) X(stream_wait_event)         \
   X(host_alloc_mapped) X(stream_wait_counter) X(stream_write_counter)          \
   X(stream_create) X(stream_destroy) X(host_register) X(host_unregister)       \
-  X(reduce_async) X(reduce_available) X(reduce_run_async) X(dmabuf_export)
+  X(reduce_async) X(reduce_available) X(reduce_run_async) X(dmabuf_export)    \
+  X(flush_nic_writes)
 
 /* --- shared stubs for slots a runtime lacks -------------------------------- */
 
@@ -293,6 +303,8 @@ ncclResult_t hetccl_rt_reduce_async_none(const hetccl_redop_t *op, void *dst,
 int hetccl_rt_reduce_available_none(char *why, size_t len);
 ncclResult_t hetccl_rt_reduce_run_async_none(const hetccl_redop_t *op, unsigned flags,
                                              const hetccl_reduce_run_t *run, void *stream);
+/* flush_nic_writes of a runtime with nothing to flush (host memory). */
+ncclResult_t hetccl_rt_flush_nic_writes_none(void);
 /* dmabuf_export of the host runtime: 0, "host memory is registered as it is". */
 int hetccl_rt_dmabuf_export_none(void *ptr, size_t bytes, int *fd, uint64_t *offset, char *why,
                                  size_t len);

@@ -32,7 +32,8 @@
 #             against gloo, then DDP
 #   dmabuf    tests/c/vendor/test_runtime gpu: the cuda entry exports device
 #             memory as a dma-buf (what GPUDirect RDMA through dma-buf
-#             imports), or says why it cannot
+#             imports), or says why it cannot; the flush of a NIC's writes
+#             into device memory (cuFlushGPUDirectRDMAWrites) succeeds
 #   cupy      tools/device/cupy_api_check.py with NRANKS ranks: hetccl's two
 #             Python APIs against numpy, then again with libhetccl in
 #             LD_PRELOAD so that cupy.cuda.nccl's own calls reach hetccl

@@ -343,7 +343,8 @@ static void mode_hipfake(const char *lib) {
 
 /* The real CUDA runtime and driver on a GPU machine (tools/device): device
  * memory exports as a dma-buf where the device says it can, and otherwise
- * the answer says why. */
+ * the answer says why; the flush of a NIC's writes into device memory
+ * succeeds. */
 static void mode_gpu(void) {
   const hetccl_runtime_t *rt = &hetccl_runtime_cuda;
   if (!rt->available()) {
@@ -368,6 +369,10 @@ static void mode_gpu(void) {
     printf("gpu: no dma-buf export here: %s\n", why);
     EXPECT(why[0] != 0, "a refusal without a reason");
   }
+  /* The flush a GPUDirect receive ends with: succeeds, or does nothing
+   * where the platform has nothing to flush (INFO once). */
+  EXPECT(rt->flush_nic_writes() == ncclSuccess, "flush_nic_writes");
+  printf("gpu: flush_nic_writes: ok\n");
   EXPECT(rt->mem_free(mem) == ncclSuccess, "cudaFree");
 }
 
