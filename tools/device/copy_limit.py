@@ -14,10 +14,12 @@ AllReduce or SendRecv between them moves 2 x the message each way over it,
 so their busbw ceiling there is half the concurrent figure.
 
 With several GPUs it then runs the same both-ways copies on every GPU at
-once, each against pinned host memory of its own: what host memory gives
-all copy engines together, the ceiling of a cross-island collective in
-which every GPU sends and receives (a SendRecv or AllReduce between two
-GPUs moves this, not the one-GPU figure, through host memory).
+once, each against 1 GiB of pinned host memory of its own: what host DRAM
+gives all copy engines together. It is not the ceiling of a cross-island
+SendRecv: the data plane's ring of a few MiB of slots per direction is
+written and read back while it is likely still in the CPU's last-level
+cache, and moved more than this on 2 x H200 (42.3-42.7 GB/s each way per
+GPU against 35.9 here, 2026-11-28, docs/dataplane-measured.md).
 """
 from __future__ import annotations
 
@@ -96,8 +98,8 @@ def main() -> None:
     gpus = cp.cuda.runtime.getDeviceCount()
     if gpus > 1:
         t_all = all_gpus_both_ways(n, gpus)
-        print(f"  every GPU at once ({gpus}), both ways on each: {gb / t_all:.1f} GB/s each way "
-              f"per GPU (the ceiling of a cross-island SendRecv or AllReduce on them all)")
+        print(f"  every GPU at once ({gpus}), both ways on each, 1 GiB host buffers: "
+              f"{gb / t_all:.1f} GB/s each way per GPU (host DRAM under four copy streams)")
 
 
 def all_gpus_both_ways(n: int, gpus: int, reps: int = 3) -> float:
