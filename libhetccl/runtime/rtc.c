@@ -110,6 +110,14 @@ static void plan_split(size_t size, const void *dst, const void *a, const void *
   *nvec = (count - h) / (16 / size);
 }
 
+static hetccl_rtc_scalars_t scalars_of(const hetccl_redop_t *op) {
+  return (hetccl_rtc_scalars_t){
+      .f = op->scalar_f,
+      .u = dtype_signed(op->dtype) ? (uint64_t)op->scalar_i : op->scalar_u,
+      .dev = op->scalar_dev,
+      .nranks = op->nranks};
+}
+
 void hetccl_rtc_plan(const hetccl_redop_t *op, void *dst, const void *a, const void *b,
                      size_t count, int units, hetccl_rtc_launch_t *l) {
   size_t size = hetccl_dtype_size(op->dtype);
@@ -128,12 +136,9 @@ void hetccl_rtc_plan(const hetccl_redop_t *op, void *dst, const void *a, const v
   uint64_t cap = units > 0 ? (uint64_t)units * HETCCL_RTC_BLOCKS_PER_UNIT : HETCCL_RTC_MAX_BLOCKS;
   l->grid = (unsigned)(blocks < 1 ? 1 : blocks > cap ? cap : blocks);
   l->block = HETCCL_RTC_THREADS;
-  l->scalar_f = op->scalar_f;
-  l->scalar_u = dtype_signed(op->dtype) ? (uint64_t)op->scalar_i : op->scalar_u;
-  l->scalar_dev = op->scalar_dev;
-  l->nranks = op->nranks;
-  void *p[10] = {&l->dst,   &l->a,        &l->b,        &l->head,       &l->nvec,
-                 &l->count, &l->scalar_f, &l->scalar_u, &l->scalar_dev, &l->nranks};
+  l->s = scalars_of(op);
+  void *p[10] = {&l->dst,   &l->a,   &l->b,   &l->head,  &l->nvec,
+                 &l->count, &l->s.f, &l->s.u, &l->s.dev, &l->s.nranks};
   memcpy(l->params, p, sizeof(p));
 }
 
@@ -142,18 +147,15 @@ void hetccl_rtc_plan_run(const hetccl_redop_t *op, const hetccl_reduce_run_t *ru
   memset(l, 0, sizeof(*l));
   l->r = *run;
   if (!l->r.dep_slots) l->r.dep_slots = 1;
-  l->scalar_f = op->scalar_f;
-  l->scalar_u = dtype_signed(op->dtype) ? (uint64_t)op->scalar_i : op->scalar_u;
-  l->scalar_dev = op->scalar_dev;
-  l->nranks = op->nranks;
+  l->s = scalars_of(op);
   l->grid = run->blocks ? run->blocks : 1;
   l->block = HETCCL_RTC_THREADS;
   hetccl_reduce_run_t *r = &l->r;
   void *p[23] = {&r->dst,       &r->local,     &r->stage,    &r->count,    &r->per,
                  &r->steps,     &r->swap,      &r->first,    &r->span,     &r->last_span,
                  &r->depth,     &r->slot_bytes, &r->staged,  &r->reduced,  &r->dep,
-                 &r->dep_first, &r->dep_slots, &r->arrive,   &r->seen,     &l->scalar_f,
-                 &l->scalar_u,  &l->scalar_dev, &l->nranks};
+                 &r->dep_first, &r->dep_slots, &r->arrive,   &r->seen,     &l->s.f,
+                 &l->s.u,       &l->s.dev,      &l->s.nranks};
   memcpy(l->params, p, sizeof(p));
 }
 

@@ -58,6 +58,16 @@ void hetccl_rtc_variant_name(const hetccl_rtc_variant_t *v, char *out, size_t le
 #define HETCCL_RTC_MAX_DEFINES 8
 size_t hetccl_rtc_defines(const hetccl_rtc_variant_t *v, const char **out);
 
+/* The op's scalars, the last four parameters of both kernel entries
+ * (hk_scalar_init): scalar_u is the integer scalar, signed ones as their
+ * two's complement. */
+typedef struct hetccl_rtc_scalars {
+  double f;
+  uint64_t u;
+  const void *dev;
+  int nranks;
+} hetccl_rtc_scalars_t;
+
 /* One launch: the kernel's parameters (in its order) and the grid. */
 typedef struct hetccl_rtc_launch {
   void *dst;
@@ -65,10 +75,7 @@ typedef struct hetccl_rtc_launch {
   uint64_t head;  /* elements before the first 16-byte aligned one */
   uint64_t nvec;  /* 16-byte vectors from there; 0 when a, b, dst disagree on alignment */
   uint64_t count;
-  double scalar_f;
-  uint64_t scalar_u;
-  const void *scalar_dev;
-  int nranks;
+  hetccl_rtc_scalars_t s;
   unsigned grid, block;
   void *params[10]; /* pointers to the fields above, for cuLaunchKernel/hipModuleLaunchKernel */
 } hetccl_rtc_launch_t;
@@ -82,10 +89,7 @@ void hetccl_rtc_plan(const hetccl_redop_t *op, void *dst, const void *a, const v
  * the kernel's parameters pointing into them in its order. */
 typedef struct hetccl_rtc_run_launch {
   hetccl_reduce_run_t r; /* dep_slots at least 1 */
-  double scalar_f;
-  uint64_t scalar_u;
-  const void *scalar_dev;
-  int nranks;
+  hetccl_rtc_scalars_t s;
   unsigned grid, block;
   void *params[23];
 } hetccl_rtc_run_launch_t;

@@ -35,8 +35,7 @@ static void emu_launch(emu_kernel_t fn, const hetccl_rtc_launch_t *l) {
   blockDim.x = l->block;
   for (blockIdx.x = 0; blockIdx.x < l->grid; blockIdx.x++)
     for (threadIdx.x = 0; threadIdx.x < l->block; threadIdx.x++)
-      fn(l->dst, l->a, l->b, l->head, l->nvec, l->count, l->scalar_f, l->scalar_u, l->scalar_dev,
-         l->nranks);
+      fn(l->dst, l->a, l->b, l->head, l->nvec, l->count, l->s.f, l->s.u, l->s.dev, l->s.nranks);
 }
 
 static size_t emu_case(bufs_t *B, size_t t, int kind, int mode, const layout_t *L, size_t n) {

@@ -153,9 +153,9 @@ static void plan_check(ncclDataType_t t, size_t oa, size_t ob, size_t od, size_t
   }
   if (!same) EXPECT(l.nvec == 0 && l.head == 0, "misaligned: all scalar");
   EXPECT(l.grid >= 1 && l.grid <= 132 * HETCCL_RTC_BLOCKS_PER_UNIT && l.block == HETCCL_RTC_THREADS, "grid");
-  EXPECT(l.params[0] == &l.dst && l.params[9] == &l.nranks && l.nranks == 5, "params");
+  EXPECT(l.params[0] == &l.dst && l.params[9] == &l.s.nranks && l.s.nranks == 5, "params");
   int sgn = t == ncclInt8 || t == ncclInt32 || t == ncclInt64;
-  EXPECT(l.scalar_u == (sgn ? (uint64_t)-2 : 0), "scalar of %s", hetccl_dtype_name(t));
+  EXPECT(l.s.u == (sgn ? (uint64_t)-2 : 0), "scalar of %s", hetccl_dtype_name(t));
 }
 
 static void mode_plan(void) {
