@@ -23,7 +23,10 @@ rank 1 receives into device memory, which it stages; the result adds
 "wrong", "copied", ib's CPU-copied bytes over the last three, and "copies",
 the stand-in's hipMemcpyAsync calls over them), T_RECV_REG=1 (with
 T_INPLACE or T_HOST_SENDS: the receiving HIP rank registers its device
-buffer with ncclCommRegister, so that the NIC may write into it), T_P2P=1 (instead of the allreduce: one group, a ring of 4-float send/recv
+buffer with ncclCommRegister, so that the NIC may write into it); with
+T_INPLACE, T_IBDEV and T_HOST_SENDS the result also has "device_copies",
+those of the stand-in's copies from device memory to device memory (staging
+in device memory), T_P2P=1 (instead of the allreduce: one group, a ring of 4-float send/recv
 on host buffers, rank r sending 10 * (r + 1); the result adds "p2p_recv"
 (what arrived) and what the stand-in vendor library saw: "vendor_sends",
 "vendor_recvs", "vendor_send_peer", "vendor_recv_peer"), T_CONFIG=1 (also an ncclAllReduceConfig with a config through
@@ -152,12 +155,15 @@ def _host_sends(comm: nccl.NcclCommunicator) -> dict:
     posted, and its offer made, before the send (T_SEND_FIRST: the other
     way round); the first, which connects the pair, is not counted."""
     count = int(os.environ.get("T_BYTES", str(256 << 10))) // 4
-    f32, wrong, before, calls = nccl.NCCL_FLOAT32, [], 0, 0
+    f32, wrong, before, calls, dcalls = nccl.NCCL_FLOAT32, [], 0, 0, 0
     send_first = os.environ.get("T_SEND_FIRST") == "1"
     hip = ctypes.CDLL(os.environ["T_PRELOAD"].split(":")[0]) if RANK == 1 else None
 
     def hip_copies() -> int:
         return ctypes.c_int.in_dll(hip, "fake_copies").value if hip else 0
+
+    def hip_device_copies() -> int:
+        return ctypes.c_int.in_dll(hip, "fake_device_copies").value if hip else 0
 
     if RANK == 1:
         buf = ctypes.c_void_p()
@@ -171,7 +177,7 @@ def _host_sends(comm: nccl.NcclCommunicator) -> dict:
     x = np.empty(count, dtype=np.float32)
     for i in range(-1, 3):  # -1: not counted (the pair connects on its first message)
         if i == 0:
-            before, calls = comm.copied_bytes()["ib"], hip_copies()
+            before, calls, dcalls = comm.copied_bytes()["ib"], hip_copies(), hip_device_copies()
         if RANK == 0:
             x[:] = np.arange(count, dtype=np.float32) + i
             if not send_first:
@@ -185,7 +191,7 @@ def _host_sends(comm: nccl.NcclCommunicator) -> dict:
             if not np.array_equal(got, np.arange(count, dtype=np.float32) + i):
                 wrong.append(i)
     return {"wrong": wrong, "copied": comm.copied_bytes()["ib"] - before,
-            "copies": hip_copies() - calls}
+            "copies": hip_copies() - calls, "device_copies": hip_device_copies() - dcalls}
 
 
 def _device_collectives(comm: nccl.NcclCommunicator) -> dict:
@@ -209,7 +215,10 @@ def _device_collectives(comm: nccl.NcclCommunicator) -> dict:
     def mine(rank: int) -> np.ndarray:
         return (np.arange(count, dtype=np.float32) % 251) + 1000 * rank
 
-    f32, wrong, copied = nccl.NCCL_FLOAT32, [], {}
+    f32, wrong, copied, device_copies = nccl.NCCL_FLOAT32, [], {}, {}
+
+    def hip_device_copies() -> int:
+        return ctypes.c_int.in_dll(hip, "fake_device_copies").value
 
     def settled() -> int:
         """ib's copied bytes once they stop moving: a call returns when its
@@ -226,9 +235,10 @@ def _device_collectives(comm: nccl.NcclCommunicator) -> dict:
         return last
 
     def run(name: str, call, want: np.ndarray, at: int) -> None:
-        before = settled()
+        before, dbefore = settled(), hip_device_copies()
         call()
         copied[name] = settled() - before
+        device_copies[name] = hip_device_copies() - dbefore
         if not np.array_equal(get(at, want.size), want):
             wrong.append(name)
 
@@ -254,7 +264,8 @@ def _device_collectives(comm: nccl.NcclCommunicator) -> dict:
         comm.recv(big.value, 256, f32, peer_from)
         nccl.groupEnd()
     run("sendrecv 1 KiB", sendrecv_1k, mine(peer_from)[:256], big.value)
-    return {"wrong": wrong, "copied": copied, "plane_copied": comm.copied_bytes()["plane"]}
+    return {"wrong": wrong, "copied": copied, "device_copies": device_copies,
+            "plane_copied": comm.copied_bytes()["plane"]}
 
 
 def _sends_in_place(comm: nccl.NcclCommunicator) -> dict:
@@ -263,6 +274,7 @@ def _sends_in_place(comm: nccl.NcclCommunicator) -> dict:
     hip = ctypes.CDLL(preload.split(":")[0]) if preload else None
     count = int(os.environ.get("T_BYTES", str(256 << 10))) // 4
     f32, wrong, copied, copies = nccl.NCCL_FLOAT32, [], {}, {}
+    device_copies: dict = {}
 
     def device(nbytes: int) -> int:
         p = ctypes.c_void_p()
@@ -271,6 +283,9 @@ def _sends_in_place(comm: nccl.NcclCommunicator) -> dict:
 
     def hip_copies() -> int:
         return ctypes.c_int.in_dll(hip, "fake_copies").value if hip else 0
+
+    def hip_device_copies() -> int:
+        return ctypes.c_int.in_dll(hip, "fake_device_copies").value if hip else 0
 
     want = (np.arange(count, dtype=np.float32) % 251) + 7
     keep = []
@@ -293,7 +308,7 @@ def _sends_in_place(comm: nccl.NcclCommunicator) -> dict:
         dst = host.ctypes.data
 
     def one(name: str, src: int, n: int) -> None:
-        before, calls = comm.copied_bytes()["ib"], hip_copies()
+        before, calls, dcalls = comm.copied_bytes()["ib"], hip_copies(), hip_device_copies()
         if RANK == 0:
             comm.send(src, n, f32, 1)
         else:
@@ -305,17 +320,20 @@ def _sends_in_place(comm: nccl.NcclCommunicator) -> dict:
                 wrong.append(name)
         copied[name] = comm.copied_bytes()["ib"] - before
         copies[name] = hip_copies() - calls
+        device_copies[name] = hip_device_copies() - dcalls
 
     one("registered", registered if RANK == 0 else 0, count)
     one("registered 1 KiB", registered if RANK == 0 else 0, 256)
     one("plain", plain if RANK == 0 else 0, count)
     if os.environ.get("T_BOTHWAYS") == "1":  # both HIP: each sends from its own registered memory
+        before = hip_device_copies()
         _both_ways(comm, lib, device, hip_copies, count, want, wrong, copied, copies,
                    registered if RANK == 0 else None)
+        device_copies["both ways"] = hip_device_copies() - before
     if RANK == 0:
         assert lib.ncclCommDeregister(ctypes.c_void_p(comm.comm), handle) == 0
     one("deregistered", registered if RANK == 0 else 0, count)
-    return {"wrong": wrong, "copied": copied, "copies": copies}
+    return {"wrong": wrong, "copied": copied, "copies": copies, "device_copies": device_copies}
 
 
 def _both_ways(comm, lib, device, hip_copies, count, want, wrong, copied, copies, mine) -> None:

@@ -34,7 +34,12 @@ islands of their own and onto ib:
   buffer, staging ring), since every peer asks such a rank first: no copy
   by the stand-in's "copy engine" on the receiver, none by its CPU,
   whether the receive or the send came first; with HETCCL_IB_GDR_RECV=0
-  they are staged.
+  they are staged;
+- sends and receives of at least the threshold in unregistered device
+  memory (PyTorch's buffers) are staged in device memory that core
+  registers with the NIC, not in pinned host memory: one copy on the
+  "GPU" (the stand-in counts those from device to device memory apart),
+  then RDMA; with HETCCL_IB_GDR_STAGING=0 through pinned host memory.
 """
 from __future__ import annotations
 
@@ -51,8 +56,8 @@ from test_hip import RANK_PY, _cc, build_hip
 pytestmark = [pytest.mark.rdma, pytest.mark.usefixtures("hetccl_library")]
 
 TIMEOUT = 240
-THRESHOLD = 16 << 10  # HETCCL_IB_ZCOPY_THRESHOLD here: the stand-in's arena is 1 MiB, and
-# a broadcast of 256 KiB goes in pieces of about 64 KiB
+THRESHOLD = 16 << 10  # HETCCL_IB_ZCOPY_THRESHOLD here: a broadcast of 256 KiB goes in
+# pieces of about 64 KiB
 DECISION = re.compile(r"ib rank (\d+): GPUDirect RDMA (through dma-buf|by peer memory|off)[^:]*: "
                       r"hip device buffers reach (\S+) through registered pinned staging .*?; "
                       r"dma-buf: (.*?)(?:; peer memory: (.*))?$", re.M)
@@ -112,6 +117,11 @@ def test_device_buffers_cross_ib_without_cpu_copies(tmp_path: Path,
             assert c[coll] == 0, f"rank {rank}: {coll} copied {c[coll]} bytes"
         # the contrast: below the threshold, into the slots and out
         assert c["sendrecv 1 KiB"] == 2 * 1024, c
+        # the sendrecv is staged in device memory registered with the NIC (one
+        # copy on the "GPU" each way), the collectives in pinned host memory
+        assert res["device_copies"] == {"sendrecv": 2, "broadcast": 0, "allgather": 0,
+                                        "allreduce": 0, "sendrecv 1 KiB": 0}, res["device_copies"]
+        assert STAGING_LINE in res["log"], res["log"][-2000:]
         how, why, _ = decision(res)
         assert why.startswith("ibv_reg_dmabuf_mr on ") and "refused hip memory" in why, why
         assert how == "by peer memory", how
@@ -137,22 +147,33 @@ def test_gpudirect_decision_names_what_stops_it(case: str, tmp_path: Path,
 
 
 SENDS = ("registered", "registered 1 KiB", "plain", "deregistered")
+STAGING_LINE = (f"unregistered device memory: sends and receives of {THRESHOLD} bytes and more "
+                "staged in registered device memory (a copy on the GPU)")
 
 
 def check_in_place(results: List[dict], receiver_copies: Dict[str, int],
-                   receiver_copied: Dict[str, int]) -> None:
+                   receiver_copied: Dict[str, int], receiver_device: Dict[str, int],
+                   staging: bool = True) -> None:
+    """receiver_device: which of the receiver's copies are device to
+    device (staged in registered device memory). The sender's unregistered
+    256 KiB sends are staged there too, unless staging is False."""
     for rank, res in enumerate(results):
         assert "error" not in res, res
         assert res["wrong"] == [], f"rank {rank}: wrong data in {res['wrong']}"
         print(f"\n[device sends in place] rank {rank}: ib bytes copied by the CPU "
-              f"{res['copied']}, stand-in copies {res['copies']}")
+              f"{res['copied']}, stand-in copies {res['copies']}, of them device to device "
+              f"{res['device_copies']}")
     sender, receiver = results
     assert decision(sender)[0] == "by peer memory"
     # registered: no staging copy on the sender, no CPU copy on either side, at any size
     sent = {k: v for k, v in sender["copies"].items() if k != "both ways"}
     assert sent == {"registered": 0, "registered 1 KiB": 0, "plain": 1, "deregistered": 1}, sent
+    sent = {k: v for k, v in sender["device_copies"].items() if k != "both ways"}
+    assert sent == {"registered": 0, "registered 1 KiB": 0, "plain": int(staging),
+                    "deregistered": int(staging)}, sent
     assert sender["copied"]["registered"] == 0 and sender["copied"]["registered 1 KiB"] == 0
     assert receiver["copies"] == receiver_copies, receiver["copies"]
+    assert receiver["device_copies"] == receiver_device, receiver["device_copies"]
     for name, want in receiver_copied.items():
         assert receiver["copied"][name] == want, (name, receiver["copied"])
 
@@ -187,16 +208,30 @@ def test_plane_across_hosts_moves_device_buffers_by_copy_engine_and_nic(
 
 
 @pytest.mark.timeout(TIMEOUT)
-def test_registered_device_sends_go_unstaged(tmp_path: Path, hip_fakes: Dict[str, Path]) -> None:
-    results = run_hip_ranks(tmp_path, hip_fakes["6"], {"T_INPLACE": "1", "T_BOTHWAYS": "1",
-                                                       "T_BYTES": str(256 << 10)})
-    # the receiver stages (its buffer is not registered): one copy in per send;
-    # the 1 KiB send lands by RDMA WRITE in its staging all the same
+@pytest.mark.parametrize("staging", ["1", "0"], ids=["device-staging", "host-staging"])
+def test_registered_device_sends_go_unstaged(staging: str, tmp_path: Path,
+                                             hip_fakes: Dict[str, Path]) -> None:
+    results = run_hip_ranks(tmp_path, hip_fakes["6"],
+                            {"T_INPLACE": "1", "T_BOTHWAYS": "1", "T_BYTES": str(256 << 10),
+                             "HETCCL_IB_GDR_STAGING": staging})
+    # the receiver stages (its buffer is not registered): one copy in per
+    # send, device to device from the registered device-memory block the NIC
+    # wrote for the 256 KiB ones (with HETCCL_IB_GDR_STAGING=0, out of pinned
+    # host memory); the 1 KiB send, below the threshold, lands by RDMA WRITE
+    # in its pinned host staging all the same
+    on = staging == "1"
     check_in_place(results, {name: 1 for name in SENDS + ("both ways",)},
-                   {"registered": 0, "registered 1 KiB": 0, "plain": 0})
+                   {"registered": 0, "registered 1 KiB": 0, "plain": 0},
+                   {"registered": int(on), "registered 1 KiB": 0, "plain": int(on),
+                    "deregistered": int(on), "both ways": int(on)}, staging=on)
     # both ways in one group: each rank's send unstaged, its receive staged
     for res in results:
         assert res["copies"]["both ways"] == 1 and res["copied"]["both ways"] == 0, res
+        assert res["device_copies"]["both ways"] == int(on), res
+        assert (STAGING_LINE in res["log"]) == on, res["log"][-2000:]
+        if not on:
+            assert "unregistered device memory staged in host memory (HETCCL_IB_GDR_STAGING=0)" \
+                in res["log"], res["log"][-2000:]
 
 
 @pytest.mark.timeout(TIMEOUT)
@@ -208,7 +243,7 @@ def test_registered_device_sends_to_a_host_rank(tmp_path: Path,
                             {"T_INPLACE": "1", "T_BYTES": str(256 << 10),
                              "HETCCL_IB_BOUNCE": str(64 << 10)}, host_ranks=(1,))
     check_in_place(results, {name: 0 for name in SENDS},
-                   {"registered": 0, "registered 1 KiB": 1024})
+                   {"registered": 0, "registered 1 KiB": 1024}, {name: 0 for name in SENDS})
 
 
 RECEIVES_LINE = (f"and receives of {THRESHOLD} bytes and more into registered device memory are "
@@ -228,10 +263,12 @@ def test_registered_device_receives_land_unstaged(gdr_recv: str, tmp_path: Path,
                             {"T_INPLACE": "1", "T_RECV_REG": "1", "T_BYTES": str(256 << 10),
                              "HETCCL_IB_GDR_RECV": gdr_recv})
     direct = gdr_recv == "1"
+    # staged (HETCCL_IB_GDR_RECV=0): through pinned host memory, since device
+    # staging of a receive needs its sender to ask first as well
     check_in_place(results,
                    {"registered": 1 - direct, "registered 1 KiB": 1, "plain": 1 - direct,
                     "deregistered": 1 - direct},
-                   {name: 0 for name in SENDS})
+                   {name: 0 for name in SENDS}, {name: 0 for name in SENDS})
     assert results[0]["copied"] == {name: 0 for name in SENDS}, results[0]["copied"]
     for res in results:
         assert (RECEIVES_LINE in res["log"]) == direct, res["log"][-2000:]
@@ -289,3 +326,30 @@ def test_host_rank_plain_memory_to_a_device_rank(staged: str, tmp_path: Path,
     assert results[1]["copied"] <= (nbytes if staged == "1" else 3 * nbytes), results[1]["copied"]
     if staged == "0":
         assert results[1]["copied"] == 3 * nbytes, results[1]["copied"]
+
+
+@pytest.mark.timeout(TIMEOUT)
+def test_host_rank_plain_memory_into_unregistered_device_memory(
+        tmp_path: Path, hip_fakes: Dict[str, Path]) -> None:
+    """A host rank sends 256 KiB from plain memory into a HIP rank's device
+    buffer that is not registered (PyTorch's case): the HIP rank stages
+    the receive in device memory registered with the NIC, its peer asks
+    first and writes from its staging ring, and the HIP rank's "GPU" copies
+    each message out of the block (a device-to-device copy); its CPU copies
+    nothing, no pinned host memory in between."""
+    nbytes = 256 << 10
+    results = run_hip_ranks(tmp_path, hip_fakes["6"],
+                            {"T_HOST_SENDS": "1", "T_BYTES": str(nbytes),
+                             "HETCCL_DEBUG_SUBSYS": "INIT,NET,ALLOC"}, host_ranks=(0,))
+    for rank, res in enumerate(results):
+        assert "error" not in res, res
+        assert res["wrong"] == [], (rank, res["wrong"])
+        print(f"\n[host to unregistered device memory] rank {rank} copied {res['copied']} "
+              f"bytes, stand-in copies {res.get('copies')}, device to device "
+              f"{res.get('device_copies')}")
+    assert results[0]["copied"] == 3 * nbytes, results[0]["copied"]
+    hip = results[1]
+    assert hip["copied"] == 0 and hip["copies"] == 3 and hip["device_copies"] == 3, hip
+    assert STAGING_LINE in hip["log"], hip["log"][-2000:]
+    assert re.search(r"staging block of \d+ bytes of device memory", hip["log"]), hip["log"][-2000:]
+    assert "bytes of pinned host memory" not in hip["log"], hip["log"][-2000:]

@@ -9,28 +9,13 @@
 #include "core/comm.h"
 #include "core/proxy.h"
 #include "core/trace_points.h"
-#include "transport/ib/ib_mem.h"
+#include "core/stage_pool.h"
+#include "p2p/engine.h"
 #include "util/check.h"
 #include "util/log.h"
 
-#define STAGE_ALIGN 256                 /* device copies like aligned host addresses */
-#define STAGE_MIN_BLOCK (1u << 20)      /* smallest staging block allocated */
+#define SLICE_ALIGN 256                 /* device copies like aligned addresses; so do NICs */
 #define DESTROY_WAIT_MS 10000           /* how long destroy waits for a stream */
-/* Blocks in the pool at most. Pinning memory costs about as much as
- * moving it, so once this many are busy the next launch waits for the
- * oldest to come back (the stream to pass its last copy) instead of
- * pinning another: the caller runs at most this many batches ahead. */
-#define STAGE_MAX_BLOCKS 3
-
-typedef struct stage_block {
-  void *host;
-  size_t bytes;
-  void *rdma;         /* the block's declaration to the ib transport (ib_mem.h) */
-  void *free_event;   /* recorded after the batch's last copy out of the block */
-  int busy;           /* free_event recorded and maybe not reached yet */
-  uint64_t last_use;  /* the launch that last recorded free_event */
-  struct stage_block *next;
-} stage_block_t;
 
 /* Two counters in one pinned page mapped into the device, a cache line
  * apart: `ready` (batches whose inputs are staged; written by the stream)
@@ -40,30 +25,25 @@ typedef struct stage_block {
  * call of the API thread holds, while that call waits for a stream that
  * waits for the proxy. */
 #define COUNTER_DONE 0
-#define COUNTER_READY 8 /* uint64_t slots: 64 bytes on */
+#define COUNTER_READY 8   /* uint64_t slots: 64 bytes on */
+#define COUNTER_BYTES 256 /* the page as allocated */
 
 struct hetccl_devpath {
   const hetccl_runtime_t *rt;
   volatile uint64_t *counters; /* host view */
   char *counters_dev;          /* device view of the same page */
   uint64_t issued;             /* stage numbers handed out (API thread) */
-  uint64_t launches;           /* launches with a staging block */
-  stage_block_t *blocks;
-  int nblocks;
-  /* Blocks replaced by larger ones, freed at destroy: freeing pinned
-   * memory waits for the whole device, and a thread that drives several
-   * ranks would wait there for a stream that needs a launch of another of
-   * its ranks, which it has not made yet. Sizes at least double on each
-   * replacement, so these add up to less than the largest block. */
-  stage_block_t *retired;
+  hetccl_stage_pool_t pools[2]; /* by hetccl_stage_kind_t */
+  int device_refused;          /* a device block could not be made or reached: said once */
 };
 
 /* What one task moves through staging. */
 typedef struct stage_plan {
   const void *dsend;  /* device input, NULL if not staged */
   void *drecv;        /* device output, NULL if not staged */
-  void *hsend, *hrecv;
+  void *ssend, *srecv; /* their slices of the staging block */
   size_t in, out;     /* bytes this rank reads / writes */
+  hetccl_stage_kind_t kind; /* the block its slices lie in */
 } stage_plan_t;
 
 /* A batch runs as stages, in order: stage i's inputs are copied in, then
@@ -87,7 +67,7 @@ typedef struct devpath_job {
  * in the last stage. */
 #define STAGE_MIN_BYTES (256u << 10)
 
-static size_t align_up(size_t n) { return (n + STAGE_ALIGN - 1) & ~(size_t)(STAGE_ALIGN - 1); }
+static size_t align_up(size_t n) { return (n + SLICE_ALIGN - 1) & ~(size_t)(SLICE_ALIGN - 1); }
 
 static const void **task_send(hetccl_task_t *t) {
   return t->kind == HETCCL_TASK_COLL ? &t->coll.sendbuf : (const void **)&t->buf;
@@ -96,7 +76,7 @@ static void **task_recv(hetccl_task_t *t) {
   return t->kind == HETCCL_TASK_COLL ? &t->coll.recvbuf : &t->buf;
 }
 
-/* --- the pool ---------------------------------------------------------------- */
+/* --- the counters' page and the pools ------------------------------------------ */
 
 static ncclResult_t devpath_get(ncclComm_t comm, hetccl_devpath_t **out) {
   if (comm->devpath) {
@@ -116,111 +96,19 @@ static ncclResult_t devpath_get(ncclComm_t comm, hetccl_devpath_t **out) {
   }
   dp->rt = rt;
   void *host = NULL, *dev = NULL;
-  ncclResult_t res = rt->host_alloc_mapped(&host, &dev, STAGE_ALIGN);
+  ncclResult_t res = rt->host_alloc_mapped(&host, &dev, COUNTER_BYTES);
   if (res != ncclSuccess) {
     free(dp);
     return res;
   }
   dp->counters = host;
   dp->counters_dev = dev;
-  memset(host, 0, STAGE_ALIGN);
+  for (int k = 0; k < 2; k++) dp->pools[k] = (hetccl_stage_pool_t){.rt = rt, .kind = k};
+  memset(host, 0, COUNTER_BYTES);
   comm->devpath = dp;
-  INFO(HETCCL_INIT, "rank %d: device buffers staged through pinned host memory (%s)",
-       comm->rank, rt->name);
+  INFO(HETCCL_INIT, "rank %d: device buffers staged through pinned host memory, or device "
+       "memory the NIC reaches (%s)", comm->rank, rt->name);
   *out = dp;
-  return ncclSuccess;
-}
-
-static int block_idle(hetccl_devpath_t *dp, stage_block_t *b) {
-  if (!b->busy) return 1;
-  int done = 0;
-  if (dp->rt->event_query(b->free_event, &done) != ncclSuccess) return 0;
-  if (done) b->busy = 0;
-  return done;
-}
-
-static void block_free(hetccl_devpath_t *dp, stage_block_t *b) {
-  if (b->rdma) hetccl_ib_mem_deregister(b->rdma); /* before the memory goes */
-  if (b->free_event) dp->rt->event_destroy(b->free_event);
-  if (b->host) dp->rt->host_free(b->host);
-  free(b);
-}
-
-/* Wait (bounded by the abort flag) until the block the stream has held
- * longest is idle, and return it. */
-static ncclResult_t block_wait_oldest(ncclComm_t comm, hetccl_devpath_t *dp,
-                                      stage_block_t ***out) {
-  stage_block_t **oldest = &dp->blocks;
-  for (stage_block_t **pb = &dp->blocks; *pb; pb = &(*pb)->next)
-    if ((*pb)->last_use < (*oldest)->last_use) oldest = pb;
-  struct timespec nap = {0, 20000};
-  while (!block_idle(dp, *oldest)) {
-    if (__atomic_load_n(&comm->abort_flag, __ATOMIC_ACQUIRE)) {
-      WARN("rank %d: aborted while waiting for a staging block", comm->rank);
-      return ncclInvalidUsage;
-    }
-    nanosleep(&nap, NULL);
-  }
-  *out = oldest;
-  return ncclSuccess;
-}
-
-/* An idle block of at least `bytes`: reuse one, else replace an idle one
- * that is too small, else allocate one; with the pool full, the oldest
- * busy block once it is idle (reused, or replaced if too small). */
-static ncclResult_t block_acquire(ncclComm_t comm, hetccl_devpath_t *dp, size_t bytes,
-                                  stage_block_t **out) {
-  stage_block_t **small = NULL;
-  for (stage_block_t **pb = &dp->blocks; *pb; pb = &(*pb)->next) {
-    if (!block_idle(dp, *pb)) continue;
-    if ((*pb)->bytes >= bytes) {
-      *out = *pb;
-      return ncclSuccess;
-    }
-    if (!small) small = pb;
-  }
-  if (!small && dp->nblocks >= STAGE_MAX_BLOCKS) {
-    HETCCL_CHECK(block_wait_oldest(comm, dp, &small));
-    if ((*small)->bytes >= bytes) {
-      *out = *small;
-      return ncclSuccess;
-    }
-  }
-  size_t at_least = STAGE_MIN_BLOCK;
-  if (small) { /* keep the pool from growing with every larger size */
-    stage_block_t *b = *small;
-    *small = b->next;
-    b->next = dp->retired;
-    dp->retired = b;
-    dp->nblocks--;
-    at_least = 2 * b->bytes;
-  }
-  stage_block_t *b = calloc(1, sizeof(*b));
-  if (!b) {
-    WARN("devpath: out of memory");
-    return ncclSystemError;
-  }
-  b->bytes = bytes < at_least ? at_least : align_up(bytes);
-  ncclResult_t res = dp->rt->host_alloc(&b->host, b->bytes);
-  if (res == ncclSuccess) res = dp->rt->event_create(&b->free_event);
-  if (res != ncclSuccess) {
-    WARN("devpath: cannot allocate %zu bytes of pinned staging memory", b->bytes);
-    block_free(dp, b);
-    return res;
-  }
-  /* Declared as RDMA memory, as ncclCommRegister would: the ib transport
-   * then sends from the block and lands in it by RDMA WRITE, so the bytes
-   * of a device buffer are moved by the GPU's copy engine and the NIC, and
-   * by no CPU (docs/transports.md, "Device buffers"). Where no ib context
-   * is open this only records the range; a refused registration leaves the
-   * block on ib's copy path. */
-  if (hetccl_ib_mem_register(b->host, b->bytes, &b->rdma) != ncclSuccess) b->rdma = NULL;
-  b->next = dp->blocks;
-  dp->blocks = b;
-  dp->nblocks++;
-  INFO(HETCCL_ALLOC, "rank %d: staging block of %zu bytes pinned (%d in the pool)", comm->rank,
-       b->bytes, dp->nblocks);
-  *out = b;
   return ncclSuccess;
 }
 
@@ -296,52 +184,92 @@ static int other_streams(const hetccl_task_t *tasks, void *launch, void **out, i
   return n;
 }
 
-/* Lay the batch out in one block: each staged output, and each staged input
- * that does not lie inside its own task's output (in place), gets a slice.
- * Returns the bytes needed; fills plans[i] except host pointers. */
-static size_t plan_batch(hetccl_task_t *tasks, stage_plan_t *plans) {
-  size_t need = 0;
+/* Lay the batch out in its blocks: each staged output, and each staged
+ * input that does not lie inside its own task's output (in place), gets a
+ * slice of the block of its task's kind (device memory for the sends and
+ * receives enqueue marked stage_device, else pinned host memory).
+ * need[kind]: the bytes of each block; fills plans[i] except the slices. */
+static void plan_batch(hetccl_task_t *tasks, stage_plan_t *plans, size_t need[2]) {
+  need[HETCCL_STAGE_HOST] = need[HETCCL_STAGE_DEVICE] = 0;
   int i = 0;
   for (hetccl_task_t *t = tasks; t; t = t->next, i++) {
     stage_plan_t *p = &plans[i];
     memset(p, 0, sizeof(*p));
     p->in = t->in_bytes, p->out = t->out_bytes;
+    p->kind = t->stage_device ? HETCCL_STAGE_DEVICE : HETCCL_STAGE_HOST;
     if (t->stage_recv) {
       p->drecv = *task_recv(t);
-      need += align_up(p->out);
+      need[p->kind] += align_up(p->out);
     }
     if (t->stage_send) {
       p->dsend = *task_send(t);
       const char *s = p->dsend, *r = p->drecv;
       int inside = r && s >= r && s + p->in <= r + p->out;
-      if (!inside) need += align_up(p->in);
+      if (!inside) need[p->kind] += align_up(p->in);
     }
   }
-  return need;
 }
 
-static void plan_place(hetccl_task_t *tasks, stage_plan_t *plans, char *base) {
-  if (!base) return; /* nothing to move: every staged buffer is empty */
-  size_t off = 0;
+static void plan_place(hetccl_task_t *tasks, stage_plan_t *plans, char *const base[2]) {
+  size_t off[2] = {0, 0};
   int i = 0;
   for (hetccl_task_t *t = tasks; t; t = t->next, i++) {
     stage_plan_t *p = &plans[i];
+    char *b = base[p->kind];
+    size_t *o = &off[p->kind];
+    if (!b) continue; /* nothing to move: every staged buffer of the kind is empty */
     if (p->drecv) {
-      p->hrecv = base + off;
-      off += align_up(p->out);
-      *task_recv(t) = p->hrecv;
+      p->srecv = b + *o;
+      *o += align_up(p->out);
+      *task_recv(t) = p->srecv;
     }
     if (p->dsend) {
       const char *s = p->dsend, *r = p->drecv;
       if (r && s >= r && s + p->in <= r + p->out) {
-        p->hsend = (char *)p->hrecv + (s - r);
+        p->ssend = (char *)p->srecv + (s - r);
       } else {
-        p->hsend = base + off;
-        off += align_up(p->in);
+        p->ssend = b + *o;
+        *o += align_up(p->in);
       }
-      *task_send(t) = p->hsend;
+      *task_send(t) = p->ssend;
     }
+    /* The transport reaches the slice itself (GPUDirect): no CPU touches it. */
+    if (p->kind == HETCCL_STAGE_DEVICE) t->device_direct = 1;
   }
+}
+
+/* The device block for the batch's sends and receives marked stage_device,
+ * or NULL. A task whose slice the pair's transport would not reach (the
+ * block could not be made, or its registration was refused or did not fit
+ * the registration cache) goes back to pinned host staging, and need[] is
+ * laid out again; one INFO line says why, and from then on the
+ * communicator stages every device buffer through host memory. */
+static hetccl_stage_block_t *device_block(ncclComm_t comm, hetccl_devpath_t *dp,
+                                          hetccl_task_t *tasks, stage_plan_t *plans,
+                                          size_t need[2]) {
+  hetccl_stage_block_t *b = NULL;
+  const char *why = "it could not be allocated";
+  if (!dp->device_refused && hetccl_stage_pool_acquire(comm, &dp->pools[HETCCL_STAGE_DEVICE], need[HETCCL_STAGE_DEVICE],
+                                &b) != ncclSuccess)
+    b = NULL;
+  int back = 0, i = 0;
+  for (hetccl_task_t *t = tasks; t; t = t->next, i++) {
+    if (plans[i].kind != HETCCL_STAGE_DEVICE) continue;
+    if (b && hetccl_engine_reaches(comm->engine, t->peer, b->mem, t->bytes,
+                                   t->kind == HETCCL_TASK_RECV))
+      continue;
+    if (b) why = "the NIC does not reach it (its registration was refused, or exceeds "
+                 "HETCCL_IB_REG_CACHE)";
+    t->stage_device = 0;
+    back = 1;
+  }
+  if (!back) return b;
+  if (!dp->device_refused)
+    INFO(HETCCL_INIT | HETCCL_NET, "rank %d: device buffers go through pinned host staging "
+         "from now on, not a device-memory staging block: %s", comm->rank, why);
+  dp->device_refused = 1;
+  plan_batch(tasks, plans, need);
+  return need[HETCCL_STAGE_DEVICE] ? b : NULL;
 }
 
 /* Collectives first, then sends and receives, each in call order: the
@@ -393,7 +321,7 @@ ncclResult_t hetccl_devpath_launch(ncclComm_t comm, hetccl_task_t *tasks) {
   hetccl_devpath_t *dp = NULL;
   stage_plan_t *plans = NULL;
   int *stage_of = NULL;
-  stage_block_t *block = NULL;
+  hetccl_stage_block_t *blocks[2] = {NULL, NULL}; /* by hetccl_stage_kind_t */
   devpath_job_t *job = NULL;
   void *others[16];
   void *launch = tasks->stream;
@@ -411,7 +339,8 @@ ncclResult_t hetccl_devpath_launch(ncclComm_t comm, hetccl_task_t *tasks) {
     res = ncclSystemError;
     goto fail;
   }
-  size_t need = plan_batch(tasks, plans);
+  size_t need[2];
+  plan_batch(tasks, plans, need);
   nstages = plan_stages(tasks, plans, stage_of);
   job = calloc(1, sizeof(*job) + (size_t)nstages * sizeof(job->stages[0]));
   if (!job) {
@@ -419,8 +348,14 @@ ncclResult_t hetccl_devpath_launch(ncclComm_t comm, hetccl_task_t *tasks) {
     res = ncclSystemError;
     goto fail;
   }
-  if (need) HETCCL_CHECK_GOTO(block_acquire(comm, dp, need, &block), res, fail);
-  plan_place(tasks, plans, block ? block->host : NULL);
+  if (need[HETCCL_STAGE_DEVICE]) blocks[HETCCL_STAGE_DEVICE] = device_block(comm, dp, tasks, plans, need);
+  if (need[HETCCL_STAGE_HOST])
+    HETCCL_CHECK_GOTO(hetccl_stage_pool_acquire(comm, &dp->pools[HETCCL_STAGE_HOST],
+                                                need[HETCCL_STAGE_HOST], &blocks[HETCCL_STAGE_HOST]),
+                      res, fail);
+  char *bases[2];
+  for (int k = 0; k < 2; k++) bases[k] = blocks[k] ? blocks[k]->mem : NULL;
+  plan_place(tasks, plans, bases);
 
   nothers = other_streams(tasks, launch, others, 16);
   if (nothers == 16) {
@@ -434,7 +369,7 @@ ncclResult_t hetccl_devpath_launch(ncclComm_t comm, hetccl_task_t *tasks) {
   for (int s = 0, i = 0; s < nstages; s++) {
     for (; i < ntasks && stage_of[i] == s; i++)
       if (plans[i].dsend && plans[i].in)
-        HETCCL_CHECK_GOTO(rt->memcpy_async(plans[i].hsend, plans[i].dsend, plans[i].in, launch),
+        HETCCL_CHECK_GOTO(rt->memcpy_async(plans[i].ssend, plans[i].dsend, plans[i].in, launch),
                           res, copied);
     HETCCL_CHECK_GOTO(rt->stream_write_counter(launch, &dp->counters[COUNTER_READY],
                                                dp->counters_dev + COUNTER_READY * 8, first + s),
@@ -446,8 +381,9 @@ ncclResult_t hetccl_devpath_launch(ncclComm_t comm, hetccl_task_t *tasks) {
   split_stages(tasks, stage_of, job);
   tasks = NULL;
   dp->issued += nstages;
-  TRACE(HETCCL_COLL, "rank %d: staged batch of %d task(s) in %d stage(s) from %llu, %zu bytes",
-        comm->rank, ntasks, nstages, (unsigned long long)first, need);
+  TRACE(HETCCL_COLL, "rank %d: staged batch of %d task(s) in %d stage(s) from %llu, %zu bytes "
+        "in host memory, %zu in device memory", comm->rank, ntasks, nstages,
+        (unsigned long long)first, need[HETCCL_STAGE_HOST], need[HETCCL_STAGE_DEVICE]);
   res = hetccl_proxy_post(comm, devpath_job, job, devpath_job_release, NULL);
   job = NULL; /* the proxy's now, or released if posting failed */
   if (res != ncclSuccess) goto copied;
@@ -459,15 +395,13 @@ ncclResult_t hetccl_devpath_launch(ncclComm_t comm, hetccl_task_t *tasks) {
                       res, copied);
     for (; i < ntasks && stage_of[i] == s; i++)
       if (plans[i].drecv && plans[i].out)
-        HETCCL_CHECK_GOTO(rt->memcpy_async(plans[i].drecv, plans[i].hrecv, plans[i].out, launch),
+        HETCCL_CHECK_GOTO(rt->memcpy_async(plans[i].drecv, plans[i].srecv, plans[i].out, launch),
                           res, copied);
   }
 copied:
-  /* The block is busy until the stream has passed everything enqueued. */
-  if (block && rt->event_record(block->free_event, launch) == ncclSuccess) {
-    block->busy = 1;
-    block->last_use = ++dp->launches;
-  }
+  /* The blocks are busy until the stream has passed everything enqueued. */
+  for (int k = 0; k < 2; k++)
+    if (blocks[k]) hetccl_stage_pool_release(&dp->pools[k], blocks[k], launch);
   for (int i = 0; res == ncclSuccess && i < nothers; i++) res = hetccl_runtime_stream_join(rt, others[i], launch);
 fail:
   if (tasks) hetccl_group_free_tasks(tasks);
@@ -484,30 +418,16 @@ void hetccl_devpath_destroy(ncclComm_t comm) {
   comm->devpath = NULL;
   /* Jobs the stopped proxy dropped never stored their numbers. */
   __atomic_store_n(&dp->counters[COUNTER_DONE], UINT64_MAX, __ATOMIC_RELEASE);
-  struct timespec nap = {0, 1000000};
-  int waited_ms = 0, stuck = 0;
-  stage_block_t *lists[2] = {dp->blocks, dp->retired};
-  for (int i = 0; i < 2; i++)
-    for (stage_block_t *b = lists[i]; b; b = b->next) {
-      while (!block_idle(dp, b) && waited_ms < DESTROY_WAIT_MS) {
-        nanosleep(&nap, NULL);
-        waited_ms++;
-      }
-      stuck |= b->busy;
-    }
+  int left_ms = DESTROY_WAIT_MS, stuck = 0;
+  for (int k = 0; k < 2; k++) stuck |= hetccl_stage_pool_drain(&dp->pools[k], &left_ms);
   if (stuck) {
     /* A stream still holds work that reads our memory: leak it, never free it under the GPU. */
-    WARN("rank %d: a stream still had staged copies pending after %d s; their pinned memory "
+    WARN("rank %d: a stream still had staged copies pending after %d s; their staging memory "
          "is left allocated", comm->rank, DESTROY_WAIT_MS / 1000);
     free(dp);
     return;
   }
-  for (int i = 0; i < 2; i++)
-    while (lists[i]) {
-      stage_block_t *b = lists[i];
-      lists[i] = b->next;
-      block_free(dp, b);
-    }
+  for (int k = 0; k < 2; k++) hetccl_stage_pool_free(&dp->pools[k]);
   dp->rt->host_free((void *)dp->counters);
   free(dp);
 }

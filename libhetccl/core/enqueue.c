@@ -115,13 +115,17 @@ static ncclResult_t classify_buffers(ncclComm_t comm, const char *fn, const void
     *staged[i] = kind != HETCCL_MEM_HOST;
   }
   /* A send the NIC reads straight from device memory, or a receive it
-   * writes straight into device memory, needs no staging
-   * (docs/transports.md, "Device buffers over ib"). */
+   * writes straight into device memory, needs no staging; one it would
+   * reach in device memory registered for it is staged there, by a copy on
+   * the GPU (docs/transports.md, "Device buffers over ib"). */
   int is_send = t->kind == HETCCL_TASK_SEND, is_recv = t->kind == HETCCL_TASK_RECV;
-  if (((is_send && t->stage_send) || (is_recv && t->stage_recv)) && t->bytes && comm->engine &&
-      !comm->plane && hetccl_engine_reaches(comm->engine, t->peer, t->buf, t->bytes, is_recv)) {
+  int p2p = ((is_send && t->stage_send) || (is_recv && t->stage_recv)) && t->bytes &&
+            comm->engine && !comm->plane;
+  if (p2p && hetccl_engine_reaches(comm->engine, t->peer, t->buf, t->bytes, is_recv)) {
     t->stage_send = t->stage_recv = 0;
     t->device_direct = 1;
+  } else if (p2p && hetccl_engine_reaches(comm->engine, t->peer, NULL, t->bytes, is_recv)) {
+    t->stage_device = 1;
   }
   if (!t->stage_send && !t->stage_recv && !t->device_direct) return ncclSuccess;
   int capturing = 0;

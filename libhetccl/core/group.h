@@ -40,6 +40,13 @@ typedef struct hetccl_task {
    * staged batch, and posted with hetccl_engine_isend_device or
    * hetccl_engine_irecv_device. */
   uint8_t device_direct;
+  /* A staged send or receive whose staging may be device memory that the
+   * pair's transport reaches (hetccl_engine_reaches with buf NULL): a copy
+   * on the GPU into or out of a registered device-memory block, and the
+   * NIC for the rest (core/devpath.c sets device_direct once it is placed;
+   * or puts it back on host staging, clearing this, if the block is not
+   * reached). */
+  uint8_t stage_device;
   size_t in_bytes, out_bytes;
   uint32_t trace_seq; /* the call's number in the trace (trace/trace.h), when tracing */
   struct hetccl_task *next;

@@ -33,7 +33,8 @@ ncclResult_t hetccl_engine_isend_device(hetccl_engine_t *e, int peer, const void
 /* 1 if the transport of the pair (me, peer) reads (recv 0) or writes
  * (recv 1) [buf, buf + bytes) of device memory itself (transport.h:
  * ctx_reaches), so that a send from it, or a receive into it, needs no
- * staging. Any thread. */
+ * staging; buf NULL: whether it would, for device memory registered for
+ * it (a staging block). Any thread. */
 int hetccl_engine_reaches(const hetccl_engine_t *e, int peer, const void *buf, size_t bytes,
                           int recv);
 /* Post a receive; consume NULL = copy into buf, else consume(ctx, dst, src, n)

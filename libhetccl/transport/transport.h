@@ -215,7 +215,11 @@ typedef size_t (*hetccl_transport_pull_min_fn)(const hetccl_ep_t *ep);
  * registered on every device of the context; a receive also needs a size
  * its senders are bound to ask about first)? Then core hands the send or
  * receive to the transport unstaged, with req->device_src or
- * req->device_dst set. Any thread (core asks on the caller's at enqueue
+ * req->device_dst set. buf NULL asks whether it would for device memory
+ * declared for RDMA (ib_mem.h) and whether core should stage a message of
+ * that size there rather than in host memory (ib: from
+ * HETCCL_IB_ZCOPY_THRESHOLD bytes, unless HETCCL_IB_GDR_STAGING=0); core
+ * then asks again with the staging block's address. Any thread (core asks on the caller's at enqueue
  * while another drives the context): reads only what ctx_create fixed and
  * tables with locks of their own. Optional: a transport without it is
  * given host memory only. */

@@ -280,6 +280,8 @@ struct hetccl_tctx {
   size_t bounce_max;       /* HETCCL_IB_BOUNCE: largest message landed in a bounce buffer */
   size_t ask_min;          /* published (ib_addr_t): receives of at least this many bytes may
                             * land in device memory; 0: none (ib_devmem.c decides) */
+  int gdr_staging;         /* core may stage device buffers in registered device memory
+                            * (HETCCL_IB_GDR_STAGING, with a GPUDirect branch) */
   /* connecting (ib_connect.c) */
   const uint8_t *use;      /* connect: the lower ranks that may come; NULL: any */
   hetccl_inbox_t *inbox;   /* arrivals on lfd, made by the first ctx_poll */
@@ -479,7 +481,9 @@ ncclResult_t hetccl_ib_rdv_choose(hetccl_ep_t *ep, hetccl_req_t *r);
 int hetccl_ib_rdv_staged(hetccl_ep_t *ep, hetccl_req_t *r);
 /* ctx_reaches (transport.h): a GPUDirect branch was taken (ctx->gdr),
  * [buf, buf + bytes) is registered on every rail of the context, and for a
- * receive the peers ask first at this size (ctx->ask_min). */
+ * receive the peers ask first at this size (ctx->ask_min); buf NULL: the
+ * same but for the registration, from ctx->zcopy_min bytes, if
+ * ctx->gdr_staging. */
 int hetccl_ib_ctx_reaches(const hetccl_tctx_t *ctx, const void *buf, size_t bytes, int recv);
 /* Send side, for splace (a rendezvous message): post its request piece,
  * take the clear-to-send, post its writes, as far as room allows. *placed

@@ -65,6 +65,8 @@ static int gdr_wanted(void) { return (int)hetccl_knob_int(HETCCL_KNOB_IB_GDR); }
 
 static int gdr_recv_wanted(void) { return (int)hetccl_knob_int(HETCCL_KNOB_IB_GDR_RECV); }
 
+static int gdr_staging_wanted(void) { return (int)hetccl_knob_int(HETCCL_KNOB_IB_GDR_STAGING); }
+
 /* 1 if device memory registers through dma-buf on ctx's domain; else 0 and
  * why. */
 static int dmabuf_probe(hetccl_tctx_t *ctx, void *mem, char *why, size_t len) {
@@ -124,23 +126,31 @@ void hetccl_ib_devmem_decide(hetccl_tctx_t *ctx) {
   }
   if (mem) rt->mem_free(mem);
   ctx->ask_min = ctx->gdr != IB_GDR_NONE && gdr_recv_wanted() ? ctx->zcopy_min : 0;
-  char recv[192] = "";
+  ctx->gdr_staging = ctx->gdr != IB_GDR_NONE && gdr_staging_wanted();
+  char recv[192] = "", staging[256] = "";
   if (ctx->ask_min)
     snprintf(recv, sizeof(recv), ", and receives of %zu bytes and more into registered device "
              "memory are written there by the NIC (its peers ask first)", ctx->ask_min);
   else if (ctx->gdr)
     snprintf(recv, sizeof(recv), "; receives into device memory are staged (HETCCL_IB_GDR_RECV=0)");
+  if (ctx->gdr_staging)
+    snprintf(staging, sizeof(staging), "; unregistered device memory: %s of %zu bytes and more "
+             "staged in registered device memory (a copy on the GPU)",
+             ctx->ask_min ? "sends and receives" : "sends", ctx->zcopy_min);
+  else if (ctx->gdr)
+    snprintf(staging, sizeof(staging), "; unregistered device memory staged in host memory "
+             "(HETCCL_IB_GDR_STAGING=0)");
   const char *how = ctx->gdr == IB_GDR_DMABUF    ? "through dma-buf"
                     : ctx->gdr == IB_GDR_PEERMEM ? "by peer memory (ibv_reg_mr of device memory)"
                                                  : "off";
   INFO(HETCCL_INIT | HETCCL_NET, "ib rank %d: GPUDirect RDMA %s: %s device buffers reach %s "
        "through registered pinned staging (the GPU's copy engine, then RDMA WRITE without a CPU "
-       "copy for messages of %zu bytes and more)%s%s; dma-buf: %s%s%s",
+       "copy for messages of %zu bytes and more)%s%s%s; dma-buf: %s%s%s",
        ctx->rank_user, how, rt->name, ctx->rail[0].dev.name, ctx->zcopy_min,
        ctx->gdr ? ", but sends from registered device memory (ncclCommRegister) go unstaged, "
                   "the NIC reading them"
                 : "",
-       recv,
+       recv, staging,
        ctx->gdr == IB_GDR_DMABUF ? "works" : dmabuf_why,
        peer_why[0] ? "; peer memory: " : "", peer_why);
 }

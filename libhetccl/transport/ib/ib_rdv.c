@@ -188,6 +188,9 @@ ncclResult_t hetccl_ib_rdv_choose(hetccl_ep_t *ep, hetccl_req_t *r) {
 int hetccl_ib_ctx_reaches(const hetccl_tctx_t *ctx, const void *buf, size_t bytes, int recv) {
   if (ctx->gdr == IB_GDR_NONE || bytes == 0) return 0;
   if (recv && (ctx->ask_min == 0 || bytes < ctx->ask_min)) return 0;
+  /* A staging block: below the threshold, host staging and the slots
+   * cost less than a copy on the GPU and a rendezvous. */
+  if (!buf) return ctx->gdr_staging && bytes >= ctx->zcopy_min;
   uint32_t lkey, rkey;
   for (int rail = 0; rail < ctx->rails; rail++)
     if (!hetccl_ib_reg_find(ctx->rail[rail].pd, buf, bytes, &lkey, &rkey)) return 0;

@@ -23,13 +23,14 @@
 
 #define V6 (FAKE_HIP_VERSION >= 60000000)
 
-#define ARENA (1 << 20)
-#define PINNED_ARENA (16 << 20) /* hetccl stages through 1 MiB blocks */
+#define ARENA (16 << 20)        /* hetccl stages in blocks of 1 MiB and more, in device */
+#define PINNED_ARENA (16 << 20) /* memory too; freeing gives nothing back here */
 
 /* page-aligned, as device allocations are (a dma-buf export takes whole pages) */
 FAKE_EXPORT char fake_device_arena[ARENA] __attribute__((aligned(4096))), fake_managed_arena[4096],
     fake_pinned_arena[PINNED_ARENA];
 FAKE_EXPORT int fake_callbacks, fake_host_funcs, fake_waits, fake_writes, fake_copies;
+FAKE_EXPORT int fake_device_copies; /* those of fake_copies from device to device memory */
 
 static int current = 1;
 static size_t device_used, pinned_used;
@@ -95,7 +96,12 @@ FAKE_EXPORT int hipStreamCreateWithPriority(void **s, unsigned f, int prio) {
 }
 FAKE_EXPORT int hipStreamDestroy(void *s) { (void)s; fake_streams--; return 0; }
 FAKE_EXPORT int hipMemcpyAsync(void *d, const void *s, size_t n, int k, void *st) {
-  (void)k; (void)st; __atomic_add_fetch(&fake_copies, 1, __ATOMIC_RELAXED); memmove(d, s, n); return 0;
+  (void)k; (void)st;
+  __atomic_add_fetch(&fake_copies, 1, __ATOMIC_RELAXED);
+  if (inside(d, fake_device_arena, ARENA) && inside(s, fake_device_arena, ARENA))
+    __atomic_add_fetch(&fake_device_copies, 1, __ATOMIC_RELAXED);
+  memmove(d, s, n);
+  return 0;
 }
 FAKE_EXPORT int hipStreamSynchronize(void *s) { (void)s; return 0; }
 FAKE_EXPORT int hipStreamIsCapturing(void *s, int *st) { *st = s == (void *)0x1 ? 1 : 0; return 0; }
