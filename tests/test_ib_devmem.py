@@ -96,6 +96,20 @@ def run_hip_ranks(tmp_path: Path, hip: Path, extra: Dict[str, str], n: int = 2,
     return results
 
 
+FLUSHED = re.compile(r"ib rank \d+: (\d+) receives into device memory read back through the NIC "
+                     r"before done")
+READ_BACK_LINE = "the NIC's writes into device memory are read back through it"
+
+
+def flushed(res: dict) -> int:
+    """How many receives that landed in device memory the rank read back
+    (ib_flush.c: the stand-in HIP runtime has no flush call of its own);
+    -1 if it reads none back at all (no line)."""
+    found = FLUSHED.findall(res["log"])
+    assert len(found) <= 1, found
+    return int(found[0]) if found else -1
+
+
 def decision(res: dict) -> tuple:
     """(branch, why not dma-buf, why not peer memory) of the rank's one line."""
     found = DECISION.findall(res["log"])
@@ -224,6 +238,11 @@ def test_registered_device_sends_go_unstaged(staging: str, tmp_path: Path,
                    {"registered": 0, "registered 1 KiB": 0, "plain": 0},
                    {"registered": int(on), "registered 1 KiB": 0, "plain": int(on),
                     "deregistered": int(on), "both ways": int(on)}, staging=on)
+    # the receives that landed in device memory (the staging block) were read
+    # back through the NIC before done: the receiver's three 256 KiB ones and
+    # each rank's "both ways" one
+    assert [flushed(res) for res in results] == ([1, 4] if on else [0, 0]), \
+        [flushed(res) for res in results]
     # both ways in one group: each rank's send unstaged, its receive staged
     for res in results:
         assert res["copies"]["both ways"] == 1 and res["copied"]["both ways"] == 0, res
@@ -251,18 +270,26 @@ RECEIVES_LINE = (f"and receives of {THRESHOLD} bytes and more into registered de
 
 
 @pytest.mark.timeout(TIMEOUT)
-@pytest.mark.parametrize("gdr_recv", ["1", "0"], ids=["nic-writes", "staged"])
-def test_registered_device_receives_land_unstaged(gdr_recv: str, tmp_path: Path,
+@pytest.mark.parametrize("gdr_recv,flush", [("1", "auto"), ("1", "off"), ("0", "auto")],
+                         ids=["nic-writes", "nic-writes-no-read-back", "staged"])
+def test_registered_device_receives_land_unstaged(gdr_recv: str, flush: str, tmp_path: Path,
                                                   hip_fakes: Dict[str, Path]) -> None:
     """HIP rank 0 sends HIP rank 1 the four sends of T_INPLACE, and rank 1
     receives each into device memory it registered: the NIC writes every
     message of the threshold or more straight into it (no stand-in copy on
-    the receiver, no CPU copy on either side); the 1 KiB one, below the
+    the receiver, no CPU copy on either side), and the receiver reads each
+    back through the NIC before it is done (HIP has no flush call;
+    HETCCL_IB_GDR_FLUSH=off: none is); the 1 KiB one, below the
     threshold, is staged. With HETCCL_IB_GDR_RECV=0 every receive is staged."""
     results = run_hip_ranks(tmp_path, hip_fakes["6"],
                             {"T_INPLACE": "1", "T_RECV_REG": "1", "T_BYTES": str(256 << 10),
-                             "HETCCL_IB_GDR_RECV": gdr_recv})
+                             "HETCCL_IB_GDR_RECV": gdr_recv, "HETCCL_IB_GDR_FLUSH": flush})
     direct = gdr_recv == "1"
+    read_back = direct and flush == "auto"
+    assert flushed(results[1]) == (3 if read_back else -1), results[1]["log"][-2000:]
+    assert (READ_BACK_LINE in results[1]["log"]) == read_back, results[1]["log"][-2000:]
+    if direct and not read_back:
+        assert "into device memory are not flushed (HETCCL_IB_GDR_FLUSH=off)" in results[1]["log"]
     # staged (HETCCL_IB_GDR_RECV=0): through pinned host memory, since device
     # staging of a receive needs its sender to ask first as well
     check_in_place(results,
@@ -298,6 +325,7 @@ def test_host_rank_plain_memory_into_registered_device_memory(first: str, tmp_pa
     assert results[0]["copied"] == 3 * nbytes, results[0]["copied"]
     assert results[1]["copied"] == 0 and results[1]["copies"] == 0, results[1]
     assert RECEIVES_LINE in results[1]["log"], results[1]["log"][-2000:]
+    assert flushed(results[1]) == 4, results[1]["log"][-2000:]  # each read back
 
 
 @pytest.mark.timeout(TIMEOUT)
@@ -350,6 +378,7 @@ def test_host_rank_plain_memory_into_unregistered_device_memory(
     assert results[0]["copied"] == 3 * nbytes, results[0]["copied"]
     hip = results[1]
     assert hip["copied"] == 0 and hip["copies"] == 3 and hip["device_copies"] == 3, hip
+    assert flushed(hip) == 4, hip["log"][-2000:]  # the first message, not counted above, too
     assert STAGING_LINE in hip["log"], hip["log"][-2000:]
     assert re.search(r"staging block of \d+ bytes of device memory", hip["log"]), hip["log"][-2000:]
     assert "bytes of pinned host memory" not in hip["log"], hip["log"][-2000:]

@@ -117,7 +117,7 @@ static ncclResult_t classify_buffers(ncclComm_t comm, const char *fn, const void
   /* A send the NIC reads straight from device memory, or a receive it
    * writes straight into device memory, needs no staging; one it would
    * reach in device memory registered for it is staged there, by a copy on
-   * the GPU (docs/transports.md, "Device buffers over ib"). */
+   * the GPU (docs/gpudirect.md). */
   int is_send = t->kind == HETCCL_TASK_SEND, is_recv = t->kind == HETCCL_TASK_RECV;
   int p2p = ((is_send && t->stage_send) || (is_recv && t->stage_recv)) && t->bytes &&
             comm->engine && !comm->plane;

@@ -641,7 +641,7 @@ static ncclResult_t cuda_host_unregister(void *ptr) {
 const hetccl_runtime_t hetccl_runtime_cuda = {
     .kind = HETCCL_DEV_CUDA,
     .name = "cuda",
-    .caps = HETCCL_RT_CAP_STREAMS | HETCCL_RT_CAP_HOST_REGISTER,
+    .caps = HETCCL_RT_CAP_STREAMS | HETCCL_RT_CAP_HOST_REGISTER | HETCCL_RT_CAP_NIC_FLUSH,
     .available = cuda_available,
     .in_use = cuda_in_use,
     .describe = cuda_describe,

@@ -46,6 +46,9 @@ typedef enum { HETCCL_MEM_HOST = 0, HETCCL_MEM_DEVICE, HETCCL_MEM_MANAGED } hetc
                                           * counters, mapped host memory, streams
                                           * of our own */
 #define HETCCL_RT_CAP_HOST_REGISTER 0x2u /* host_register / host_unregister */
+#define HETCCL_RT_CAP_NIC_FLUSH 0x4u     /* flush_nic_writes calls the runtime (else
+                                          * it does nothing: the ib transport reads
+                                          * back instead, transport/ib/ib_flush.c) */
 
 /* reduce_async flags: which inputs are pre-multiplied, and whether the
  * final average is taken (see hetccl_rt_reduce_async_fn). */

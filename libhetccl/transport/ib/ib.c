@@ -80,6 +80,7 @@ void hetccl_ib_ep_close(hetccl_ep_t *ep) {
   const hetccl_ib_verbs_t *v = ep->v;
   hetccl_probe_stop(&ep->probe, &ep->ctx->probes_busy);
   /* QPs before CQ and memory: they may still reference both. */
+  hetccl_ib_flush_close(ep);
   for (int q = 0; q < ep->qps; q++)
     if (ep->qp[q] && v->destroy_qp(ep->qp[q]) != 0)
       INFO(HETCCL_NET, "ib: destroying QP %d to rank %d failed", q, ep->peer_user);
@@ -103,16 +104,15 @@ static void ib_ep_fail(hetccl_ep_t *ep, const hetccl_fail_note_t *why) {
   hetccl_ib_ep_close(ep);
 }
 
-static ncclResult_t ep_verbs_fail(hetccl_ep_t *ep, int rail, const char *call, int err) {
+ncclResult_t hetccl_ib_verbs_fail(hetccl_ep_t *ep, int rail, const char *call, int err) {
   WARN("ib: rank %d: %s for rank %d on %s: %s%s", ep->ctx->rank_user, call, ep->peer_user,
        ep->ctx->rail[rail].dev.name, strerror(err),
        err == ENOMEM || err == EPERM ? " (locked memory limit, ulimit -l?)" : "");
   return ncclSystemError;
 }
 
-/* Queue pair q of the endpoint, on its rail's CQ, in INIT. */
-static ncclResult_t qp_init(hetccl_ep_t *ep, int q, int send_wr, int recv_wr) {
-  int rail = IB_QP_RAIL(ep, q);
+ncclResult_t hetccl_ib_qp_create(hetccl_ep_t *ep, int rail, int send_wr, int recv_wr,
+                                 int access, struct ibv_qp **out) {
   const ib_rail_t *rl = &ep->ctx->rail[rail];
   const hetccl_ib_verbs_t *v = ep->v;
   struct ibv_qp_init_attr qa;
@@ -124,18 +124,24 @@ static ncclResult_t qp_init(hetccl_ep_t *ep, int q, int send_wr, int recv_wr) {
   qa.cap.max_recv_wr = (uint32_t)recv_wr;
   qa.cap.max_send_sge = 1;
   qa.cap.max_recv_sge = 1;
-  ep->qp[q] = v->create_qp(rl->pd, &qa);
-  if (ep->qp[q] == NULL) return ep_verbs_fail(ep, rail, "ibv_create_qp", errno);
+  *out = v->create_qp(rl->pd, &qa);
+  if (*out == NULL) return hetccl_ib_verbs_fail(ep, rail, "ibv_create_qp", errno);
   struct ibv_qp_attr a;
   memset(&a, 0, sizeof(a));
   a.qp_state = IBV_QPS_INIT;
   a.pkey_index = 0;
   a.port_num = rl->dev.port;
-  a.qp_access_flags = IBV_ACCESS_REMOTE_WRITE;
-  int rc = v->modify_qp(ep->qp[q], &a,
+  a.qp_access_flags = (unsigned)access;
+  int rc = v->modify_qp(*out, &a,
                         IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS);
-  if (rc != 0) return ep_verbs_fail(ep, rail, "ibv_modify_qp to INIT", rc);
+  if (rc != 0) return hetccl_ib_verbs_fail(ep, rail, "ibv_modify_qp to INIT", rc);
   return ncclSuccess;
+}
+
+/* Queue pair q of the endpoint, on its rail's CQ, in INIT. */
+static ncclResult_t qp_init(hetccl_ep_t *ep, int q, int send_wr, int recv_wr) {
+  return hetccl_ib_qp_create(ep, IB_QP_RAIL(ep, q), send_wr, recv_wr, IBV_ACCESS_REMOTE_WRITE,
+                             &ep->qp[q]);
 }
 
 static ncclResult_t ep_alloc(hetccl_ep_t *ep) {
@@ -152,19 +158,20 @@ static ncclResult_t ep_alloc(hetccl_ep_t *ep) {
   memset(ep->credit, 0, sizeof(*ep->credit));
   /* Staging and credits serve queue pair 0: rail 0. */
   ep->mr = v->reg_mr(ctx->rail[0].pd, ep->buf, bytes, IBV_ACCESS_LOCAL_WRITE);
-  if (ep->mr == NULL) return ep_verbs_fail(ep, 0, "ibv_reg_mr (staging)", errno);
+  if (ep->mr == NULL) return hetccl_ib_verbs_fail(ep, 0, "ibv_reg_mr (staging)", errno);
   ep->credit_mr = v->reg_mr(ctx->rail[0].pd, ep->credit, sizeof(ib_credit_t),
                             IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
-  if (ep->credit_mr == NULL) return ep_verbs_fail(ep, 0, "ibv_reg_mr (credits)", errno);
+  if (ep->credit_mr == NULL) return hetccl_ib_verbs_fail(ep, 0, "ibv_reg_mr (credits)", errno);
   /* An extra QP holds at most `slots` writes: that is the window of all. */
   int send_wr = IB_SEND_WRS(ep->slots), recv_wr = ep->slots;
   int xsend_wr = ep->slots, xrecv_wr = IB_XQP_RECVS;
   for (int r = 0; r < ep->rails; r++) {
     int xqps = ep->qps / ep->rails - (r == 0); /* extra queue pairs on rail r */
     ep->cq[r] = v->create_cq(ctx->rail[r].dev.vctx,
-                             (r == 0 ? send_wr + recv_wr : 0) + xqps * (xsend_wr + xrecv_wr),
+                             (r == 0 ? send_wr + recv_wr : 0) + xqps * (xsend_wr + xrecv_wr) +
+                                 hetccl_ib_flush_cqes(ctx),
                              NULL, NULL, 0);
-    if (ep->cq[r] == NULL) return ep_verbs_fail(ep, r, "ibv_create_cq", errno);
+    if (ep->cq[r] == NULL) return hetccl_ib_verbs_fail(ep, r, "ibv_create_cq", errno);
   }
   for (int q = 0; q < ep->qps; q++) {
     HETCCL_CHECK(qp_init(ep, q, q == 0 ? send_wr : xsend_wr, q == 0 ? recv_wr : xrecv_wr));
@@ -173,6 +180,7 @@ static ncclResult_t ep_alloc(hetccl_ep_t *ep) {
   for (int s = 0; s < ep->slots; s++) HETCCL_CHECK(hetccl_ib_ep_post_recv(ep, (uint32_t)s));
   for (int q = 1; q < ep->qps; q++)
     for (int k = 0; k < IB_XQP_RECVS; k++) HETCCL_CHECK(hetccl_ib_ep_post_xrecv(ep, q));
+  HETCCL_CHECK(hetccl_ib_flush_open(ep));
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
   ep->psn = ((uint32_t)ts.tv_nsec ^ ep->qp[0]->qp_num * 2654435761u) & 0xffffff;
@@ -235,18 +243,16 @@ fail:
   return res;
 }
 
-/* Queue pair q to RTR and RTS: rail r of this rank to rail r of the peer. */
-static ncclResult_t qp_up(hetccl_ep_t *ep, int q) {
-  int rail = IB_QP_RAIL(ep, q);
+ncclResult_t hetccl_ib_qp_connect(hetccl_ep_t *ep, struct ibv_qp *qp, int rail,
+                                  const ib_rail_addr_t *peer, uint32_t dest_qpn,
+                                  uint32_t rq_psn, uint32_t sq_psn) {
   const hetccl_ib_dev_t *dev = &ep->ctx->rail[rail].dev;
-  const ib_rail_addr_t *peer = &ep->peer_rail[rail];
-  struct ibv_qp *qp = ep->qp[q];
   struct ibv_qp_attr a;
   memset(&a, 0, sizeof(a));
   a.qp_state = IBV_QPS_RTR;
   a.path_mtu = (enum ibv_mtu)(dev->mtu < peer->mtu ? dev->mtu : peer->mtu);
-  a.dest_qp_num = ep->peer_qpn[q];
-  a.rq_psn = ep->peer_psn;
+  a.dest_qp_num = dest_qpn;
+  a.rq_psn = rq_psn;
   a.max_dest_rd_atomic = 1;
   a.min_rnr_timer = IB_QP_MIN_RNR;
   /* RoCE always routes by GID; InfiniBand by LID within a subnet. */
@@ -259,19 +265,26 @@ static ncclResult_t qp_up(hetccl_ep_t *ep, int q) {
   int rc = ep->v->modify_qp(qp, &a,
                             IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
                                 IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER);
-  if (rc != 0) return ep_verbs_fail(ep, rail, "ibv_modify_qp to RTR", rc);
+  if (rc != 0) return hetccl_ib_verbs_fail(ep, rail, "ibv_modify_qp to RTR", rc);
   memset(&a, 0, sizeof(a));
   a.qp_state = IBV_QPS_RTS;
   a.timeout = ep->ctx->qp_timeout;
   a.retry_cnt = ep->ctx->qp_retry;
   a.rnr_retry = IB_QP_RNR_RETRY;
-  a.sq_psn = ep->psn;
+  a.sq_psn = sq_psn;
   a.max_rd_atomic = 1;
   rc = ep->v->modify_qp(qp, &a,
                         IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY |
                             IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC);
-  if (rc != 0) return ep_verbs_fail(ep, rail, "ibv_modify_qp to RTS", rc);
+  if (rc != 0) return hetccl_ib_verbs_fail(ep, rail, "ibv_modify_qp to RTS", rc);
   return ncclSuccess;
+}
+
+/* Queue pair q to RTR and RTS: rail r of this rank to rail r of the peer. */
+static ncclResult_t qp_up(hetccl_ep_t *ep, int q) {
+  int rail = IB_QP_RAIL(ep, q);
+  return hetccl_ib_qp_connect(ep, ep->qp[q], rail, &ep->peer_rail[rail], ep->peer_qpn[q],
+                              ep->peer_psn, ep->psn);
 }
 
 ncclResult_t hetccl_ib_ep_qp_up(hetccl_ep_t *ep) {
@@ -299,6 +312,10 @@ static int ib_can_connect(const hetccl_peer_locality_t *me, const hetccl_peer_lo
 
 static void ib_ctx_destroy(hetccl_tctx_t *ctx) {
   if (ctx == NULL) return;
+  if (ctx->flush_read)
+    INFO(HETCCL_NET, "ib rank %d: %llu receives into device memory read back through the NIC "
+         "before done", ctx->rank_user,
+         (unsigned long long)__atomic_load_n(&ctx->flushes, __ATOMIC_RELAXED));
   hetccl_ib_ctx_release(ctx);
   for (int r = 0; r < IB_RAILS_MAX; r++) {
     ib_rail_t *rl = &ctx->rail[r];

@@ -282,6 +282,9 @@ struct hetccl_tctx {
                             * land in device memory; 0: none (ib_devmem.c decides) */
   int gdr_staging;         /* core may stage device buffers in registered device memory
                             * (HETCCL_IB_GDR_STAGING, with a GPUDirect branch) */
+  int flush_read;          /* receives into device memory are flushed by a read back
+                            * through the NIC (ib_flush.c, HETCCL_IB_GDR_FLUSH) */
+  uint64_t flushes;        /* such receives flushed so far (atomic: INFO at destroy) */
   /* connecting (ib_connect.c) */
   const uint8_t *use;      /* connect: the lower ranks that may come; NULL: any */
   hetccl_inbox_t *inbox;   /* arrivals on lfd, made by the first ctx_poll */
@@ -366,6 +369,14 @@ struct hetccl_ep {
   uint64_t cts_posted, cts_done; /* clear-to-send writes */
   uint32_t xin;                 /* extra queue pairs whose immediate is in (bit q)... */
   uint32_t ximm[IB_QPS_MAX];    /* ...and what it said (the message's seq) */
+  /* flushing the NIC's writes into device memory (ib_flush.c); flush_qp[0]
+   * NULL: this endpoint does not */
+  struct ibv_qp *flush_qp[IB_RAILS_MAX]; /* on each rail, connected to itself */
+  uint64_t *flush_sink;         /* where the reads land: a word per rail, registered... */
+  struct ibv_mr *flush_mr[IB_RAILS_MAX]; /* ...on each rail */
+  ib_req_queue_t flushq;        /* receives landed whose read back is in flight, in order */
+  uint64_t flush_posted;        /* reads posted per rail (one per receive on each rail)... */
+  uint64_t flush_done[IB_RAILS_MAX]; /* ...and completed, per rail */
 
   /* failure */
   ncclResult_t err;             /* sticky */
@@ -394,6 +405,8 @@ typedef struct ib_req_priv {
                                     * on queue pair 0 alone (IB_RDV_STAGED, IB_RDV_ASK) */
 #define IB_REQ_ASK (1ull << 57) /* send: staged, and asked first because the receiver said
                                  * so (IB_RDV_ASK): it may decline */
+#define IB_REQ_FLUSH (1ull << 56) /* receive: landed in device memory, done once the read
+                                   * back numbered priv->end has completed on every rail */
 _Static_assert(sizeof(ib_req_priv_t) <= sizeof(((hetccl_req_t *)0)->priv), "request private");
 
 static inline ib_req_priv_t *ib_req_priv(hetccl_req_t *r) { return (ib_req_priv_t *)r->priv; }
@@ -404,7 +417,8 @@ static inline ib_req_priv_t *ib_req_priv(hetccl_req_t *r) { return (ib_req_priv_
 enum { IB_WR_SEND = 1, IB_WR_RECV = 2, IB_WR_CREDIT = 3, IB_WR_WRITE = 4, IB_WR_WRITE_IMM = 5,
        IB_WR_CTS = 6, IB_WR_XRECV = 7 /* zero-byte receive on an extra queue pair */,
        IB_WR_STAGED = 8, IB_WR_STAGED_IMM = 9 /* staged writes (queue pair 0); the last
-                                                 takes a receive slot: a piece */ };
+                                                 takes a receive slot: a piece */,
+       IB_WR_FLUSH = 10 /* a read back through the loopback queue pair (ib_flush.c) */ };
 /* Send WRs a queue pair holds at most: a SEND per slot, as many
  * rendezvous writes, the credit write, the clear-to-send writes. */
 #define IB_SEND_WRS(slots) (2 * (slots) + 1 + IB_CTS_RING)
@@ -415,6 +429,20 @@ enum { IB_WR_SEND = 1, IB_WR_RECV = 2, IB_WR_CREDIT = 3, IB_WR_WRITE = 4, IB_WR_
 #define IB_WR_SLOT(id) ((uint32_t)(id))
 
 /* ib.c: endpoints and their queue pairs, liveness */
+/* A reliable-connected queue pair on rail `rail` (its domain, the
+ * endpoint's CQ of that rail), in INIT, granting `access` (IBV_ACCESS_*)
+ * to the queue pair it will be connected to. */
+ncclResult_t hetccl_ib_qp_create(hetccl_ep_t *ep, int rail, int send_wr, int recv_wr,
+                                 int access, struct ibv_qp **out);
+/* qp (on rail `rail`) to RTR and RTS, connected to queue pair dest_qpn at
+ * `peer`, whose first PSN is rq_psn; ours is sq_psn. */
+ncclResult_t hetccl_ib_qp_connect(hetccl_ep_t *ep, struct ibv_qp *qp, int rail,
+                                  const ib_rail_addr_t *peer, uint32_t dest_qpn,
+                                  uint32_t rq_psn, uint32_t sq_psn);
+/* WARN that `call` failed with err (an errno) for the endpoint on rail
+ * `rail`, naming the peer and the locked-memory limit where it may be
+ * why; ncclSystemError. */
+ncclResult_t hetccl_ib_verbs_fail(hetccl_ep_t *ep, int rail, const char *call, int err);
 /* What the peer needs of one of our rails. */
 void hetccl_ib_rail_addr(const hetccl_ib_dev_t *dev, ib_rail_addr_t *out);
 /* The endpoint to peer, from what it published (addr): QP in INIT with
@@ -518,6 +546,26 @@ void hetccl_ib_rdv_free(hetccl_ep_t *ep);
  * and in ctx->ask_min from what size receives may land there. Never fails
  * the context: every answer leaves at least the staged path. */
 void hetccl_ib_devmem_decide(hetccl_tctx_t *ctx);
+
+/* ib_flush.c: the NIC's writes into device memory made visible before a
+ * receive says done (its contract at the top of the file) */
+/* At ep_alloc, after the CQs: the loopback queue pairs and the sink, if
+ * ctx->flush_read. */
+ncclResult_t hetccl_ib_flush_open(hetccl_ep_t *ep);
+/* How many completions the flush adds to each rail's CQ (0 without it). */
+int hetccl_ib_flush_cqes(const hetccl_tctx_t *ctx);
+/* Receive r (device_dst) has landed: 1 if it must be read back first. */
+int hetccl_ib_flush_wanted(const hetccl_ep_t *ep, const hetccl_req_t *r);
+/* Room for one more read back now? */
+int hetccl_ib_flush_room(const hetccl_ep_t *ep);
+/* Post r's read back on every rail (r: landed, taken off the receive
+ * queue; it goes on ep->flushq and is marked done when its reads are). */
+ncclResult_t hetccl_ib_flush_post(hetccl_ep_t *ep, hetccl_req_t *r);
+/* A read back completed on `rail`: mark done every receive whose reads
+ * all have. */
+void hetccl_ib_flush_completed(hetccl_ep_t *ep, int rail);
+/* At ep_close, before the CQs go. */
+void hetccl_ib_flush_close(hetccl_ep_t *ep);
 
 /* ib_reg.c: the registration table (ib_mem.h is the user's side) */
 /* A context's domain joins the table: every declared range is registered

@@ -177,6 +177,7 @@ static ncclResult_t cq_drain_rail(hetccl_ep_t *ep, int rail, size_t *moved) {
       case IB_WR_STAGED_IMM: ep->stdone++, ep->sdone++; break; /* a piece, as above */
       case IB_WR_XRECV: HETCCL_CHECK(xrecv_landed(ep, &wc[i])); break;
       case IB_WR_CTS: ep->cts_done++; break;
+      case IB_WR_FLUSH: hetccl_ib_flush_completed(ep, rail); break;
       case IB_WR_CREDIT: ep->credit_busy = 0; break;
       case IB_WR_RECV: {
         uint32_t slot = IB_WR_SLOT(wc[i].wr_id);
@@ -330,6 +331,10 @@ static ncclResult_t recv_deliver(hetccl_ep_t *ep, size_t *moved) {
     ep->rrdv = IB_RDV_NONE; /* a declined rendezvous ends with its last piece */
     ep->rq.first = r->next;
     if (ep->rq.first == NULL) ep->rq.last = NULL;
+    if (hetccl_ib_flush_wanted(ep, r)) { /* done once read back (ib_flush.c) */
+      HETCCL_CHECK(hetccl_ib_flush_post(ep, r));
+      continue;
+    }
     __atomic_store_n(&r->done, 1, __ATOMIC_RELEASE); /* last: the caller may reuse r at once */
   }
   /* The receive now at the head (just posted, or next after one that

@@ -67,6 +67,21 @@ static int gdr_recv_wanted(void) { return (int)hetccl_knob_int(HETCCL_KNOB_IB_GD
 
 static int gdr_staging_wanted(void) { return (int)hetccl_knob_int(HETCCL_KNOB_IB_GDR_STAGING); }
 
+/* Whether receives that land in device memory are read back through the
+ * NIC before done (ib_flush.c), and how the line says it. */
+static int flush_read_wanted(const hetccl_runtime_t *rt, char *how, size_t len) {
+  const char *mode = hetccl_knob_str(HETCCL_KNOB_IB_GDR_FLUSH);
+  int native = (rt->caps & HETCCL_RT_CAP_NIC_FLUSH) != 0;
+  int read = !strcmp(mode, "read") || (!strcmp(mode, "auto") && !native);
+  snprintf(how, len, "; the NIC's writes into device memory are %s%s%s",
+           read ? "read back through it" : "", read && native ? " and " : "",
+           native ? "flushed by the runtime" : "");
+  if (!read && !native)
+    snprintf(how, len, "; the NIC's writes into device memory are not flushed "
+             "(HETCCL_IB_GDR_FLUSH=off)");
+  return read;
+}
+
 /* 1 if device memory registers through dma-buf on ctx's domain; else 0 and
  * why. */
 static int dmabuf_probe(hetccl_tctx_t *ctx, void *mem, char *why, size_t len) {
@@ -127,7 +142,8 @@ void hetccl_ib_devmem_decide(hetccl_tctx_t *ctx) {
   if (mem) rt->mem_free(mem);
   ctx->ask_min = ctx->gdr != IB_GDR_NONE && gdr_recv_wanted() ? ctx->zcopy_min : 0;
   ctx->gdr_staging = ctx->gdr != IB_GDR_NONE && gdr_staging_wanted();
-  char recv[192] = "", staging[256] = "";
+  char recv[192] = "", staging[256] = "", flush[128] = "";
+  ctx->flush_read = ctx->ask_min && flush_read_wanted(rt, flush, sizeof(flush));
   if (ctx->ask_min)
     snprintf(recv, sizeof(recv), ", and receives of %zu bytes and more into registered device "
              "memory are written there by the NIC (its peers ask first)", ctx->ask_min);
@@ -145,12 +161,12 @@ void hetccl_ib_devmem_decide(hetccl_tctx_t *ctx) {
                                                  : "off";
   INFO(HETCCL_INIT | HETCCL_NET, "ib rank %d: GPUDirect RDMA %s: %s device buffers reach %s "
        "through registered pinned staging (the GPU's copy engine, then RDMA WRITE without a CPU "
-       "copy for messages of %zu bytes and more)%s%s%s; dma-buf: %s%s%s",
+       "copy for messages of %zu bytes and more)%s%s%s%s; dma-buf: %s%s%s",
        ctx->rank_user, how, rt->name, ctx->rail[0].dev.name, ctx->zcopy_min,
        ctx->gdr ? ", but sends from registered device memory (ncclCommRegister) go unstaged, "
                   "the NIC reading them"
                 : "",
-       recv, staging,
+       recv, staging, ctx->ask_min ? flush : "",
        ctx->gdr == IB_GDR_DMABUF ? "works" : dmabuf_why,
        peer_why[0] ? "; peer memory: " : "", peer_why);
 }

@@ -586,6 +586,10 @@ static int xin_complete(hetccl_ep_t *ep, hetccl_req_t *r, int *bad) {
 
 ncclResult_t hetccl_ib_rdv_landed(hetccl_ep_t *ep, hetccl_req_t *r, uint32_t imm, int *wait) {
   ib_req_priv_t *p = ib_req_priv(r);
+  if (hetccl_ib_flush_wanted(ep, r) && !hetccl_ib_flush_room(ep)) {
+    *wait = 1; /* its read back would not fit: take it once one completes */
+    return ncclSuccess;
+  }
   int bad = 0, all = ep->rrdv == IB_RDV_LANDING && xin_complete(ep, r, &bad);
   *wait = 0;
   if (ep->rrdv != IB_RDV_LANDING || imm != (uint32_t)p->seq || bad) {

@@ -36,7 +36,8 @@
 #include "util/knobs.h"
 #include "util/log.h"
 
-#define REG_ACCESS (IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE)
+/* remote reads: the read back of a receive into device memory (ib_flush.c) */
+#define REG_ACCESS (IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ)
 
 typedef struct reg_domain {
   struct ibv_pd *pd;
