@@ -222,18 +222,23 @@ def test_plane_across_hosts_moves_device_buffers_by_copy_engine_and_nic(
 
 
 @pytest.mark.timeout(TIMEOUT)
-@pytest.mark.parametrize("staging", ["1", "0"], ids=["device-staging", "host-staging"])
-def test_registered_device_sends_go_unstaged(staging: str, tmp_path: Path,
+@pytest.mark.parametrize("staging,cap", [("1", "64M"), ("0", "64M"), ("1", "128K")],
+                         ids=["device-staging", "host-staging", "over-the-cap"])
+def test_registered_device_sends_go_unstaged(staging: str, cap: str, tmp_path: Path,
                                              hip_fakes: Dict[str, Path]) -> None:
+    """over-the-cap: a batch that needs more device memory than
+    HETCCL_IB_GDR_STAGING_MAX (here every 256 KiB one) is staged in pinned
+    host memory, as with staging off."""
     results = run_hip_ranks(tmp_path, hip_fakes["6"],
                             {"T_INPLACE": "1", "T_BOTHWAYS": "1", "T_BYTES": str(256 << 10),
-                             "HETCCL_IB_GDR_STAGING": staging})
+                             "HETCCL_IB_GDR_STAGING": staging,
+                             "HETCCL_IB_GDR_STAGING_MAX": cap})
     # the receiver stages (its buffer is not registered): one copy in per
     # send, device to device from the registered device-memory block the NIC
     # wrote for the 256 KiB ones (with HETCCL_IB_GDR_STAGING=0, out of pinned
     # host memory); the 1 KiB send, below the threshold, lands by RDMA WRITE
     # in its pinned host staging all the same
-    on = staging == "1"
+    on = staging == "1" and cap == "64M"
     check_in_place(results, {name: 1 for name in SENDS + ("both ways",)},
                    {"registered": 0, "registered 1 KiB": 0, "plain": 0},
                    {"registered": int(on), "registered 1 KiB": 0, "plain": int(on),
@@ -247,8 +252,8 @@ def test_registered_device_sends_go_unstaged(staging: str, tmp_path: Path,
     for res in results:
         assert res["copies"]["both ways"] == 1 and res["copied"]["both ways"] == 0, res
         assert res["device_copies"]["both ways"] == int(on), res
-        assert (STAGING_LINE in res["log"]) == on, res["log"][-2000:]
-        if not on:
+        assert (STAGING_LINE in res["log"]) == (staging == "1"), res["log"][-2000:]
+        if staging == "0":
             assert "unregistered device memory staged in host memory (HETCCL_IB_GDR_STAGING=0)" \
                 in res["log"], res["log"][-2000:]
 

@@ -11,6 +11,7 @@
 #include "core/trace_points.h"
 #include "core/stage_pool.h"
 #include "p2p/engine.h"
+#include "util/knobs.h"
 #include "util/check.h"
 #include "util/log.h"
 
@@ -104,6 +105,8 @@ static ncclResult_t devpath_get(ncclComm_t comm, hetccl_devpath_t **out) {
   dp->counters = host;
   dp->counters_dev = dev;
   for (int k = 0; k < 2; k++) dp->pools[k] = (hetccl_stage_pool_t){.rt = rt, .kind = k};
+  dp->pools[HETCCL_STAGE_DEVICE].max_block =
+      (size_t)hetccl_knob_int(HETCCL_KNOB_IB_GDR_STAGING_MAX);
   memset(host, 0, COUNTER_BYTES);
   comm->devpath = dp;
   INFO(HETCCL_INIT, "rank %d: device buffers staged through pinned host memory, or device "
@@ -249,6 +252,14 @@ static hetccl_stage_block_t *device_block(ncclComm_t comm, hetccl_devpath_t *dp,
                                           size_t need[2]) {
   hetccl_stage_block_t *b = NULL;
   const char *why = "it could not be allocated";
+  if (need[HETCCL_STAGE_DEVICE] > (size_t)hetccl_knob_int(HETCCL_KNOB_IB_GDR_STAGING_MAX)) {
+    /* Device memory is scarcer than pinned host memory: this batch only. */
+    TRACE(HETCCL_COLL, "rank %d: %zu bytes to stage exceed HETCCL_IB_GDR_STAGING_MAX: pinned "
+          "host memory for this batch", comm->rank, need[HETCCL_STAGE_DEVICE]);
+    for (hetccl_task_t *t = tasks; t; t = t->next) t->stage_device = 0;
+    plan_batch(tasks, plans, need);
+    return NULL;
+  }
   if (!dp->device_refused && hetccl_stage_pool_acquire(comm, &dp->pools[HETCCL_STAGE_DEVICE], need[HETCCL_STAGE_DEVICE],
                                 &b) != ncclSuccess)
     b = NULL;

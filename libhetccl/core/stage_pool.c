@@ -112,6 +112,8 @@ ncclResult_t hetccl_stage_pool_acquire(ncclComm_t comm, hetccl_stage_pool_t *poo
   }
   size_t aligned = (bytes + STAGE_ALIGN - 1) & ~(size_t)(STAGE_ALIGN - 1);
   b->bytes = aligned < at_least ? at_least : aligned;
+  if (pool->max_block && b->bytes > pool->max_block)
+    b->bytes = aligned > pool->max_block ? aligned : pool->max_block;
   ncclResult_t res = block_make(comm, pool, b);
   if (res != ncclSuccess) {
     WARN("rank %d: cannot allocate a staging block of %zu bytes of %s", comm->rank, b->bytes,

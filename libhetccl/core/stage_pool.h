@@ -57,6 +57,7 @@ typedef struct hetccl_stage_pool {
   int nblocks;
   hetccl_stage_block_t *retired; /* replaced by larger ones, freed with the pool */
   uint64_t releases;
+  size_t max_block; /* no block made larger than this unless asked for more; 0: no bound */
 } hetccl_stage_pool_t;
 
 /* An idle block of at least `bytes` (> 0) for comm (its device current

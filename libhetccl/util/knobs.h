@@ -106,6 +106,8 @@
     "1: where GPUDirect RDMA works (HETCCL_IB_GDR), a device rank's receives of at least HETCCL_IB_ZCOPY_THRESHOLD bytes into registered device memory (ncclCommRegister) are written there by the NIC, unstaged, and its peers ask before sending it such messages (from unregistered memory they write from a registered staging ring); 0: such receives are staged through pinned host memory") \
   X(IB_GDR_STAGING, "HETCCL_IB_GDR_STAGING", INT, "1", 0, 1,                  \
     "1: where GPUDirect RDMA works (HETCCL_IB_GDR), a device rank's sends of at least HETCCL_IB_ZCOPY_THRESHOLD bytes from unregistered device memory, and its receives of that size into it (with HETCCL_IB_GDR_RECV), are staged in device memory registered with the NIC (a copy on the GPU, then RDMA), as NCCL stages in its own device buffers; 0: through pinned host memory") \
+  X(IB_GDR_STAGING_MAX, "HETCCL_IB_GDR_STAGING_MAX", INT, "64M", 0, 1099511627776, \
+    "largest device-memory staging block of one batch (HETCCL_IB_GDR_STAGING): a batch of sends and receives that needs more is staged through pinned host memory; with at most three blocks, device memory held for staging stays under three times this") \
   X(IB_GDR_FLUSH, "HETCCL_IB_GDR_FLUSH", ENUM("auto|read|off"), "auto", 0, 0,  \
     "how a NIC's writes into device memory (HETCCL_IB_GDR_RECV) are made visible before the receive is done: auto: the device runtime's flush call where it has one (CUDA's cuFlushGPUDirectRDMAWrites), else an RDMA READ of the receive back through the NIC (HIP); read: the read back as well; off: no read back (for a platform that orders them; the runtime's call still runs)") \
   X(IB_DMABUF, "HETCCL_IB_DMABUF", INT, "1", 0, 1,                            \
