@@ -160,6 +160,41 @@ def test_gpudirect_decision_names_what_stops_it(case: str, tmp_path: Path,
         assert how == ("off" if case == "gdr-off" else "by peer memory"), (how, peer)
 
 
+def far_sysfs(root: Path) -> Path:
+    """A sysfs tree (HETCCL_SYSFS) in which the stand-in's GPU (device 1,
+    bus id 0000:C1:00.0) sits under one root complex and rxe0's "device"
+    under the other: NCCL's SYS."""
+    gpu = root / "devices/pci0000:80/0000:80:01.0/0000:c1:00.0"
+    nic = root / "devices/pci0000:00/0000:00:01.0/0000:17:00.0"
+    for d in (gpu, nic, root / "bus/pci/devices", root / "class/infiniband/rxe0"):
+        d.mkdir(parents=True, exist_ok=True)
+    (root / "bus/pci/devices/0000:c1:00.0").symlink_to(gpu)
+    (root / "class/infiniband/rxe0/device").symlink_to(nic)
+    return root
+
+
+@pytest.mark.timeout(TIMEOUT)
+@pytest.mark.parametrize("level", ["default", "SYS"])
+def test_gpudirect_level_keeps_a_far_nic_staged(level: str, tmp_path: Path,
+                                                 hip_fakes: Dict[str, Path]) -> None:
+    """A NIC across the CPU from the GPU (another socket, per the sysfs
+    tree) is not used for GPUDirect at NCCL's default level (PXB): the
+    trial is not even made, and every device buffer is staged; with
+    NCCL_NET_GDR_LEVEL=SYS it is, and the peer-memory branch is taken."""
+    extra = {"HETCCL_SYSFS": str(far_sysfs(tmp_path / "sys"))}
+    if level != "default":
+        extra["NCCL_NET_GDR_LEVEL"] = level
+    for res in run_hip_ranks(tmp_path, hip_fakes["6"], extra):
+        assert "error" not in res and res["sum"] == 3.0, res
+        how, why, _ = decision(res)
+        if level == "default":
+            assert how == "off", (how, why)
+            assert why == "not tried: rxe0 is SYS from the GPU, beyond HETCCL_IB_GDR_LEVEL=PXB", why
+        else:
+            assert how == "by peer memory", (how, why)
+            assert why.startswith("ibv_reg_dmabuf_mr on rxe0"), why
+
+
 SENDS = ("registered", "registered 1 KiB", "plain", "deregistered")
 STAGING_LINE = (f"unregistered device memory: sends and receives of {THRESHOLD} bytes and more "
                 "staged in registered device memory (a copy on the GPU)")

@@ -1,5 +1,9 @@
 /* Device buffers on an engine communicator: staged through pinned host
- * memory, in the order of the caller's stream, without blocking the caller.
+ * memory, in the order of the caller's stream, without blocking the caller;
+ * or, for the sends and receives enqueue marked stage_device (the NIC
+ * reaches registered device memory: docs/gpudirect.md), through a block of
+ * device memory, the copies then device to device (core/stage_pool.h has
+ * both pools).
  *
  * For one communicator's share of a group whose tasks name device memory
  * (task->stage_send / stage_recv), the API thread enqueues on the stream of
@@ -22,7 +26,7 @@
  * NCCL. Large elementwise collectives reach here already cut into pieces
  * (api/coll.c, comm->stage_piece), one stage each.
  *
- * The pool holds at most a few staging blocks: with all in use, a launch
+ * Each pool holds at most a few staging blocks: with all in use, a launch
  * waits (bounded by the abort flag) for the stream to finish with the
  * oldest rather than pinning more memory.
  *

@@ -110,6 +110,10 @@
     "largest device-memory staging block of one batch (HETCCL_IB_GDR_STAGING): a batch of sends and receives that needs more is staged through pinned host memory; with at most three blocks, device memory held for staging stays under three times this") \
   X(IB_GDR_FLUSH, "HETCCL_IB_GDR_FLUSH", ENUM("auto|read|off"), "auto", 0, 0,  \
     "how a NIC's writes into device memory (HETCCL_IB_GDR_RECV) are made visible before the receive is done: auto: the device runtime's flush call where it has one (CUDA's cuFlushGPUDirectRDMAWrites), else an RDMA READ of the receive back through the NIC (HIP); read: the read back as well; off: no read back (for a platform that orders them; the runtime's call still runs)") \
+  X(IB_GDR_LEVEL, "HETCCL_IB_GDR_LEVEL", ENUM_NOCASE("LOC|PIX|PXB|PHB|SYS"), "PXB", 0, 0, \
+    "the farthest path on the PCI tree between a device rank's GPU and its NICs over which GPUDirect RDMA is used (NCCL's words: PIX one switch between them, PXB several, PHB through the CPU's host bridge, SYS across sockets; LOC never): with a NIC farther away every device buffer is staged in pinned host memory; where sysfs places not both (a VM), the trial registration decides alone (default: NCCL_NET_GDR_LEVEL, else PXB)") \
+  X(NCCL_NET_GDR_LEVEL, "NCCL_NET_GDR_LEVEL", ENUM_NOCASE("LOC|PIX|PXB|PHB|SYS"), "PXB", 0, 0, \
+    "NCCL's, honoured when HETCCL_IB_GDR_LEVEL is unset")                       \
   X(IB_DMABUF, "HETCCL_IB_DMABUF", INT, "1", 0, 1,                            \
     "1: at init, try GPUDirect RDMA through dma-buf for a device rank's ib context and log whether it works; 0: do not try (default: NCCL_DMABUF_ENABLE, else 1)") \
   X(NCCL_DMABUF_ENABLE, "NCCL_DMABUF_ENABLE", INT, "1", 0, 1,                  \

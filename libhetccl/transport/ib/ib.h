@@ -118,6 +118,7 @@ typedef struct hetccl_ib_dev {
   int gid_index;
   union ibv_gid gid;
   int distance;             /* from the rank's GPU on the PCI tree (ib_near.c), -1 unknown */
+  int path;                 /* HETCCL_IB_PATH_* from the rank's GPU (ib_near.h), -1 unknown */
 } hetccl_ib_dev_t;
 
 /* Opens the devices NCCL_IB_HCA allows (HETCCL_IB_HCA wins; ib_hca.c),

@@ -146,6 +146,12 @@ static int dev_find(const hetccl_ib_verbs_t *v, const hetccl_ib_hca_t *hca, cons
     dev->vctx = c;
     dev->port = (uint8_t)port;
     dev->distance = near ? dist[i] : -1;
+    dev->path = -1;
+    if (gpu && gpu[0]) {
+      char nic[PATH_MAX];
+      hetccl_ib_pci_path_of_dev(hetccl_knob_str(HETCCL_KNOB_SYSFS), name, nic, sizeof(nic));
+      dev->path = hetccl_ib_pci_path_type(gpu, nic);
+    }
     if (found == 1) nearest = dev->distance;
     snprintf(dev->name, sizeof(dev->name), "%s", name);
   }

@@ -26,6 +26,13 @@
  *                                                              unstaged (req->device_dst),
  *                                                              the NIC writing them
  *
+ * No GPUDirect branch is tried where a rail's NIC lies farther from the GPU
+ * on the PCI tree than HETCCL_IB_GDR_LEVEL (else NCCL_NET_GDR_LEVEL; PXB,
+ * NCCL's default) allows, by NCCL's path types (ib_near.h): across the
+ * CPU's host bridge or another socket, peer-to-peer reads and writes of
+ * GPU memory are often slower than the copy engine through host memory.
+ * Where sysfs places not both (a VM's NIC), the trial decides alone.
+ *
  * Each GPUDirect trial is real, not a version check: PROBE_BYTES of device
  * memory from the runtime, registered with this context's first protection
  * domain the branch's way, then released. Each step that fails names
@@ -46,10 +53,12 @@
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
+#include <strings.h>
 #include <unistd.h>
 
 #include "runtime/runtime.h"
 #include "transport/ib/ib.h"
+#include "transport/ib/ib_near.h"
 #include "util/knobs.h"
 #include "util/log.h"
 
@@ -80,6 +89,33 @@ static int flush_read_wanted(const hetccl_runtime_t *rt, char *how, size_t len) 
     snprintf(how, len, "; the NIC's writes into device memory are not flushed "
              "(HETCCL_IB_GDR_FLUSH=off)");
   return read;
+}
+
+/* 1 if every rail's NIC is near enough the GPU for GPUDirect RDMA
+ * (HETCCL_IB_GDR_LEVEL, else NCCL_NET_GDR_LEVEL: NCCL's path types), or
+ * its place is unknown; else 0 and why. A NIC across the CPU's host bridge
+ * or another socket reads and writes GPU memory peer to peer through the
+ * CPU, often far slower than the copy engine and host memory. */
+static int level_allows(const hetccl_tctx_t *ctx, char *why, size_t len) {
+  hetccl_knob_t knob = hetccl_knob_or_nccl(HETCCL_KNOB_IB_GDR_LEVEL, HETCCL_KNOB_NCCL_NET_GDR_LEVEL);
+  const char *word = hetccl_knob_str(knob);
+  int level = HETCCL_IB_PATH_LOC;
+  while (level < HETCCL_IB_PATH_SYS && strcasecmp(word, hetccl_ib_path_name(level)) != 0)
+    level++;
+  if (level == HETCCL_IB_PATH_LOC) {
+    snprintf(why, len, "not tried (%s=LOC)", hetccl_knob_desc(knob)->env);
+    return 0;
+  }
+  for (int r = 0; r < ctx->rails; r++) {
+    const hetccl_ib_dev_t *d = &ctx->rail[r].dev;
+    if (d->path > level) {
+      snprintf(why, len, "not tried: %s is %s from the GPU, beyond %s=%s", d->name,
+               hetccl_ib_path_name(d->path), hetccl_knob_desc(knob)->env,
+               hetccl_ib_path_name(level));
+      return 0;
+    }
+  }
+  return 1;
 }
 
 /* 1 if device memory registers through dma-buf on ctx's domain; else 0 and
@@ -130,6 +166,8 @@ void hetccl_ib_devmem_decide(hetccl_tctx_t *ctx) {
   ctx->gdr = IB_GDR_NONE;
   if (!gdr_wanted()) {
     snprintf(dmabuf_why, sizeof(dmabuf_why), "not tried (HETCCL_IB_GDR=0)");
+  } else if (!level_allows(ctx, dmabuf_why, sizeof(dmabuf_why))) {
+    /* too far on the PCI tree: the staged path */
   } else if (rt->mem_alloc(&mem, PROBE_BYTES) != ncclSuccess) {
     snprintf(dmabuf_why, sizeof(dmabuf_why), "%s could not allocate %u bytes to try it",
              rt->name, PROBE_BYTES);

@@ -72,6 +72,23 @@ int hetccl_ib_pci_distance(const char *a, const char *b) {
   return (an - common) + (bn - common);
 }
 
+int hetccl_ib_pci_path_type(const char *a, const char *b) {
+  char abuf[PATH_MAX], bbuf[PATH_MAX];
+  char *ap[MAX_DEPTH], *bp[MAX_DEPTH];
+  int an = pci_parts(a, abuf, sizeof(abuf), ap), bn = pci_parts(b, bbuf, sizeof(bbuf), bp);
+  if (an == 0 || bn == 0) return -1;
+  if (strcmp(ap[0], bp[0]) != 0) return HETCCL_IB_PATH_SYS;
+  int common = 1;
+  while (common < an && common < bn && strcmp(ap[common], bp[common]) == 0) common++;
+  if (common == 1) return HETCCL_IB_PATH_PHB; /* only the root complex above both */
+  return an - common <= 2 && bn - common <= 2 ? HETCCL_IB_PATH_PIX : HETCCL_IB_PATH_PXB;
+}
+
+const char *hetccl_ib_path_name(int type) {
+  static const char *const names[] = {"LOC", "PIX", "PXB", "PHB", "SYS"};
+  return type >= 0 && type <= HETCCL_IB_PATH_SYS ? names[type] : "?";
+}
+
 static void resolve(const char *path, char *out, size_t len) {
   out[0] = '\0';
   char *real = realpath(path, NULL);

@@ -20,6 +20,22 @@
  * where either is empty or not under a PCI root ("pci" and a domain). */
 int hetccl_ib_pci_distance(const char *a, const char *b);
 
+/* NCCL's path types between a GPU and a NIC, nearest first (NCCL_NET_GDR_LEVEL's
+ * words; LOC, no path at all, is 0). */
+enum { HETCCL_IB_PATH_LOC = 0, HETCCL_IB_PATH_PIX = 1, HETCCL_IB_PATH_PXB = 2,
+       HETCCL_IB_PATH_PHB = 3, HETCCL_IB_PATH_SYS = 4 };
+
+/* The path type between two PCI functions given as resolved sysfs paths:
+ * SYS under different root complexes; PHB under one root complex with no
+ * bridge in common below it (the path goes through the host bridge: the
+ * CPU); else through the lowest bridge above both: PIX when each is at
+ * most two steps below it (one switch between them, or functions of one
+ * card), PXB when farther (several switches). -1 where either is empty or
+ * not under a PCI root. */
+int hetccl_ib_pci_path_type(const char *a, const char *b);
+/* "LOC", "PIX", "PXB", "PHB", "SYS"; "?" for anything else. */
+const char *hetccl_ib_path_name(int type);
+
 /* The resolved sysfs path of the PCI function with bus id `busid`
  * ("0000:1b:00.0"; any case) under sysfs root `sysfs` ("/sys"), into out;
  * "" where it cannot be resolved. */

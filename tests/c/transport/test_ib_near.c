@@ -134,6 +134,35 @@ int main(int argc, char **argv) {
                                "/sys/devices/pci0000:00/0000:00:01.0") == -1,
         "a path without a PCI root is unknown");
 
+  /* NCCL's path types (HETCCL_IB_GDR_LEVEL), on the tree drawn above. */
+  const char *gpu0 = "/sys/devices/pci0000:00/0000:00:01.0/0000:01:00.0/0000:02:08.0/0000:17:00.0";
+  struct {
+    const char *what, *nic;
+    int want;
+  } paths[] = {
+      {"mlx5_0, behind GPU 0's switch", "/sys/devices/pci0000:00/0000:00:01.0/0000:01:00.0/"
+                                        "0000:02:00.0/0000:18:00.0", HETCCL_IB_PATH_PIX},
+      {"a second function of GPU 0's card", "/sys/devices/pci0000:00/0000:00:01.0/0000:01:00.0/"
+                                            "0000:02:08.0/0000:17:00.1", HETCCL_IB_PATH_PIX},
+      {"a NIC behind a second switch under GPU 0's", "/sys/devices/pci0000:00/0000:00:01.0/"
+       "0000:01:00.0/0000:02:04.0/0000:05:00.0/0000:06:00.0/0000:07:00.0", HETCCL_IB_PATH_PXB},
+      {"mlx5_1, under another root port", "/sys/devices/pci0000:00/0000:00:03.0/0000:31:00.0/"
+                                          "0000:32:04.0/0000:34:00.0", HETCCL_IB_PATH_PHB},
+      {"mlx5_2, under the other root complex", "/sys/devices/pci0000:80/0000:80:01.0/0000:81:00.0",
+       HETCCL_IB_PATH_SYS},
+      {"a software device", "", -1},
+  };
+  for (size_t i = 0; i < sizeof(paths) / sizeof(paths[0]); i++) {
+    int got = hetccl_ib_pci_path_type(gpu0, paths[i].nic);
+    CHECK(got == paths[i].want, "GPU 0 to %s: %s, want %s", paths[i].what,
+          hetccl_ib_path_name(got), hetccl_ib_path_name(paths[i].want));
+    CHECK(hetccl_ib_pci_path_type(paths[i].nic, gpu0) == got, "%s: not symmetric",
+          paths[i].what);
+  }
+  CHECK(!strcmp(hetccl_ib_path_name(HETCCL_IB_PATH_PXB), "PXB") &&
+            !strcmp(hetccl_ib_path_name(-1), "?"),
+        "path names");
+
   snprintf(root, sizeof(root), "%s/hetccl-near-XXXXXX", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
   if (!mkdtemp(root)) {
     printf("FAIL: mkdtemp: %s\n", strerror(errno));
