@@ -14,7 +14,7 @@
  *
  * usage: test_ib_near   (exit status 0 on success; prints every failure)
  *        test_ib_near BUSID...   on this machine's /sys: each bus id's
- *        resolved path and the distance of every pair (exit status 1 if
+ *        resolved path and the distance and path type of every pair (exit status 1 if
  *        one does not resolve under a PCI root); the GPU machine's check
  *        that real GPUs' bus ids resolve as the tree above does. */
 #include <errno.h>
@@ -110,8 +110,9 @@ static int real_tree(int argc, char **argv) {
   }
   for (int i = 0; i < n; i++)
     for (int j = i + 1; j < n; j++)
-      printf("distance %s - %s: %d\n", argv[i + 1], argv[j + 1],
-             hetccl_ib_pci_distance(paths[i], paths[j]));
+      printf("distance %s - %s: %d (%s)\n", argv[i + 1], argv[j + 1],
+             hetccl_ib_pci_distance(paths[i], paths[j]),
+             hetccl_ib_path_name(hetccl_ib_pci_path_type(paths[i], paths[j])));
   return bad;
 }
 
