@@ -21,7 +21,9 @@ ranks reach each other only across devices is a two-host case.
   ranks whose GPU a sysfs tree of the test's own (HETCCL_SYSFS) places
   beside rxe1, rxe0 under another root complex, take rxe1 alone, which
   then carries their bytes; with HETCCL_IB_NEAR=0 they take both, in the
-  verbs list's order.
+  verbs list's order, and rxe0's place (SYS from the GPU) keeps GPUDirect
+  off at NCCL's default level (PXB); at NCCL_NET_GDR_LEVEL=SYS it is on,
+  and a receive staged in device memory is read back through both rails.
 """
 
 from __future__ import annotations
@@ -42,7 +44,7 @@ from hetccl.nccl import NcclCommunicator
 from failing_ranks import _ok_results, _run_ranks
 from test_ib import F32, IB_ENV, MAX_SHOWN, HostMemory, f32_at
 from test_ib_qps import CHUNK, rank_rdv_sweep
-from test_ib_devmem import hip_fakes, run_hip_ranks  # noqa: F401 (a fixture)
+from test_ib_devmem import decision, flushed, hip_fakes, run_hip_ranks  # noqa: F401 (a fixture)
 
 pytestmark = [pytest.mark.usefixtures("hetccl_library"), pytest.mark.rdma]
 
@@ -217,14 +219,20 @@ def fake_sysfs(root: Path) -> Path:
 
 
 @pytest.mark.timeout(300)
-@pytest.mark.parametrize("near", ["1", "0"])
-def test_ib_gpu_takes_the_nic_beside_it(near: str, tmp_path: Path,
+@pytest.mark.parametrize("near,level", [("1", "PXB"), ("0", "PXB"), ("0", "SYS")])
+def test_ib_gpu_takes_the_nic_beside_it(near: str, level: str, tmp_path: Path,
                                         hip_fakes: Dict[str, Path]) -> None:  # noqa: F811
+    """GPUDirect follows the rails (NCCL_NET_GDR_LEVEL): with affinity the
+    one rail, rxe1, is one switch from the GPU (PIX), and GPUDirect is
+    tried; without it rxe0, across the other root complex (SYS), keeps it
+    off at PXB; at SYS it is on over both rails, and the device sendrecv's
+    receive, staged in device memory, is read back through both NICs."""
     sysfs = fake_sysfs(tmp_path / "sys")
     before = rail1_sent()
     results = run_hip_ranks(tmp_path, hip_fakes["6"],
                             {"T_IBDEV": "1", "T_BYTES": str(256 << 10), "HETCCL_SYSFS": str(sysfs),
-                             "HETCCL_IB_NEAR": near, "HETCCL_IB_QPS": "1"})
+                             "HETCCL_IB_NEAR": near, "HETCCL_IB_QPS": "1",
+                             "NCCL_NET_GDR_LEVEL": level})
     sent = rail1_sent() - before
     print(f"\n[ib near={near}] rxe1 sent {sent} packets")
     for rank, res in enumerate(results):
@@ -241,6 +249,14 @@ def test_ib_gpu_takes_the_nic_beside_it(near: str, tmp_path: Path,
             assert "takes" not in log, log[-3000:]
             assert re.search(rf"ib rank {rank}: rail 0 of 2: rxe0 port 1", log), log[-3000:]
             assert re.search(rf"ib rank {rank}: rail 1 of 2: {RAIL1_DEV} port 1", log), log[-3000:]
+        how, why, _ = decision(res)
+        if near == "0" and level == "PXB":
+            assert (how, why) == ("off", "not tried: rxe0 is SYS from the GPU, beyond "
+                                         "NCCL_NET_GDR_LEVEL=PXB"), (how, why)
+            assert flushed(res) == -1, log[-3000:]
+        else:
+            assert how == "by peer memory", (how, why)
+            assert flushed(res) == 1, log[-3000:]  # the sendrecv's receive
     # With affinity the ranks' collectives (several 256 KiB ones) cross
     # rxe1 alone: about a packet per KiB each way. Without it rxe1 is rail
     # 1, which carries only a share of the RDMA WRITEs (260 packets when

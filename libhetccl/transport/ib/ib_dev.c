@@ -88,15 +88,16 @@ static int port_find(const hetccl_ib_verbs_t *v, struct ibv_context *c, const ch
 }
 
 /* Opens up to `max` devices that `hca` allows with an allowed active port:
- * fills each one's vctx, port and name, and attrs[i]. In the verbs list's
- * order, or, where `gpu` (the rank's GPU's resolved sysfs path) places
- * some of them (ib_near.c), nearest first and only those as near as the
- * first one opened. Returns how many (what it saw is in `seen`, with each
+ * fills each one's vctx, port, name and path type from `gpu` (the rank's
+ * GPU's resolved sysfs path, "" for none), and attrs[i]. In the verbs
+ * list's order, or, with near_wanted, where `gpu` places some of them
+ * (ib_near.c), nearest first and only those as near as the first one
+ * opened. Returns how many (what it saw is in `seen`, with each
  * device's distance when known), -1 if the devices cannot be listed.
  * *allowed counts the devices the list allows. */
 static int dev_find(const hetccl_ib_verbs_t *v, const hetccl_ib_hca_t *hca, const char *gpu,
-                    hetccl_ib_dev_t *devs, struct ibv_port_attr *attrs, int max, char *seen,
-                    size_t seen_len, int *allowed) {
+                    int near_wanted, hetccl_ib_dev_t *devs, struct ibv_port_attr *attrs, int max,
+                    char *seen, size_t seen_len, int *allowed) {
   int ndev = 0, found = 0;
   struct ibv_device **list = v->get_device_list(&ndev);
   if (list == NULL) return -1;
@@ -111,8 +112,8 @@ static int dev_find(const hetccl_ib_verbs_t *v, const hetccl_ib_hca_t *hca, cons
     names[(*allowed)++] = name;
   }
   int order[HETCCL_IB_NEAR_MAX], dist[HETCCL_IB_NEAR_MAX], nearest = -1;
-  int near = hetccl_ib_near_order(hetccl_knob_str(HETCCL_KNOB_SYSFS), gpu, names, *allowed,
-                                  order, dist);
+  int near = hetccl_ib_near_order(hetccl_knob_str(HETCCL_KNOB_SYSFS), near_wanted ? gpu : "",
+                                  names, *allowed, order, dist);
   for (int k = 0; k < *allowed; k++) {
     int i = order[k];
     const char *name = names[i];
@@ -168,7 +169,7 @@ int hetccl_ib_dev_usable(void) {
   hetccl_ib_dev_t dev;
   struct ibv_port_attr attr;
   int allowed;
-  int found = dev_find(v, &hca, "", &dev, &attr, 1, seen, sizeof(seen), &allowed);
+  int found = dev_find(v, &hca, "", 0, &dev, &attr, 1, seen, sizeof(seen), &allowed);
   TRACE(HETCCL_NET | HETCCL_INIT, "ib: %s active port%s%s%s%s (found:%s)",
         found > 0 ? "an" : "no", hca.n ? " allowed by " : "", hca.n ? hca.knob : "",
         hca.n ? "=" : "", hca.spec, seen[0] ? seen : " none");
@@ -201,9 +202,12 @@ ncclResult_t hetccl_ib_devs_open(const hetccl_ib_verbs_t *v, int rank, const cha
   struct ibv_port_attr attrs[IB_RAILS_MAX];
   int allowed;
   if (max > IB_RAILS_MAX) max = IB_RAILS_MAX;
-  if (busid && busid[0] && hetccl_knob_int(HETCCL_KNOB_IB_NEAR))
+  /* The GPU's place: for affinity (HETCCL_IB_NEAR) and for how far
+   * GPUDirect may reach (HETCCL_IB_GDR_LEVEL, ib_devmem.c). */
+  if (busid && busid[0])
     hetccl_ib_pci_path_of_busid(hetccl_knob_str(HETCCL_KNOB_SYSFS), busid, gpu, sizeof(gpu));
-  int found = dev_find(v, &hca, gpu, devs, attrs, max, seen, sizeof(seen), &allowed);
+  int found = dev_find(v, &hca, gpu, (int)hetccl_knob_int(HETCCL_KNOB_IB_NEAR), devs, attrs, max,
+                       seen, sizeof(seen), &allowed);
   if (found < 0) {
     WARN("ib: rank %d: cannot list verbs devices (no RDMA stack in this kernel?): %s", rank,
          strerror(errno));
