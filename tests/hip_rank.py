@@ -39,6 +39,7 @@ failed, else "backend", "kind" (the device kind this rank presented) and
 from __future__ import annotations
 
 import ctypes
+import functools
 import json
 import os
 import time
@@ -54,6 +55,12 @@ from hetccl import _lib, nccl  # noqa: E402
 from hetccl.errors import NcclError  # noqa: E402
 
 RANK, NRANKS = int(os.environ["T_RANK"]), int(os.environ["T_NRANKS"])
+
+
+def _fake_count(hip, name: str) -> int:
+    """One of the stand-in libamdhip64's counters (fake_copies,
+    fake_device_copies); 0 in a process without it (a host rank)."""
+    return ctypes.c_int.in_dll(hip, name).value if hip else 0
 
 
 def exchange_id() -> str:
@@ -159,11 +166,8 @@ def _host_sends(comm: nccl.NcclCommunicator) -> dict:
     send_first = os.environ.get("T_SEND_FIRST") == "1"
     hip = ctypes.CDLL(os.environ["T_PRELOAD"].split(":")[0]) if RANK == 1 else None
 
-    def hip_copies() -> int:
-        return ctypes.c_int.in_dll(hip, "fake_copies").value if hip else 0
-
-    def hip_device_copies() -> int:
-        return ctypes.c_int.in_dll(hip, "fake_device_copies").value if hip else 0
+    hip_copies = functools.partial(_fake_count, hip, "fake_copies")
+    hip_device_copies = functools.partial(_fake_count, hip, "fake_device_copies")
 
     if RANK == 1:
         buf = ctypes.c_void_p()
@@ -217,8 +221,7 @@ def _device_collectives(comm: nccl.NcclCommunicator) -> dict:
 
     f32, wrong, copied, device_copies = nccl.NCCL_FLOAT32, [], {}, {}
 
-    def hip_device_copies() -> int:
-        return ctypes.c_int.in_dll(hip, "fake_device_copies").value
+    hip_device_copies = functools.partial(_fake_count, hip, "fake_device_copies")
 
     def settled() -> int:
         """ib's copied bytes once they stop moving: a call returns when its
@@ -281,11 +284,8 @@ def _sends_in_place(comm: nccl.NcclCommunicator) -> dict:
         assert hip.hipMalloc(ctypes.byref(p), ctypes.c_size_t(nbytes)) == 0
         return p.value
 
-    def hip_copies() -> int:
-        return ctypes.c_int.in_dll(hip, "fake_copies").value if hip else 0
-
-    def hip_device_copies() -> int:
-        return ctypes.c_int.in_dll(hip, "fake_device_copies").value if hip else 0
+    hip_copies = functools.partial(_fake_count, hip, "fake_copies")
+    hip_device_copies = functools.partial(_fake_count, hip, "fake_device_copies")
 
     want = (np.arange(count, dtype=np.float32) % 251) + 7
     keep = []

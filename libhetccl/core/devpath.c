@@ -42,9 +42,8 @@ struct hetccl_devpath {
 typedef struct stage_plan {
   const void *dsend;  /* device input, NULL if not staged */
   void *drecv;        /* device output, NULL if not staged */
-  void *ssend, *srecv; /* their slices of the staging block */
+  void *ssend, *srecv; /* their slices of the staging block (stage_kind's) */
   size_t in, out;     /* bytes this rank reads / writes */
-  hetccl_stage_kind_t kind; /* the block its slices lie in */
 } stage_plan_t;
 
 /* A batch runs as stages, in order: stage i's inputs are copied in, then
@@ -69,6 +68,11 @@ typedef struct devpath_job {
 #define STAGE_MIN_BYTES (256u << 10)
 
 static size_t align_up(size_t n) { return (n + SLICE_ALIGN - 1) & ~(size_t)(SLICE_ALIGN - 1); }
+
+/* The staging block a task's slices lie in. */
+static hetccl_stage_kind_t stage_kind(const hetccl_task_t *t) {
+  return t->stage_device ? HETCCL_STAGE_DEVICE : HETCCL_STAGE_HOST;
+}
 
 static const void **task_send(hetccl_task_t *t) {
   return t->kind == HETCCL_TASK_COLL ? &t->coll.sendbuf : (const void **)&t->buf;
@@ -199,16 +203,16 @@ static void plan_batch(hetccl_task_t *tasks, stage_plan_t *plans, size_t need[2]
     stage_plan_t *p = &plans[i];
     memset(p, 0, sizeof(*p));
     p->in = t->in_bytes, p->out = t->out_bytes;
-    p->kind = t->stage_device ? HETCCL_STAGE_DEVICE : HETCCL_STAGE_HOST;
+    hetccl_stage_kind_t k = stage_kind(t);
     if (t->stage_recv) {
       p->drecv = *task_recv(t);
-      need[p->kind] += align_up(p->out);
+      need[k] += align_up(p->out);
     }
     if (t->stage_send) {
       p->dsend = *task_send(t);
       const char *s = p->dsend, *r = p->drecv;
       int inside = r && s >= r && s + p->in <= r + p->out;
-      if (!inside) need[p->kind] += align_up(p->in);
+      if (!inside) need[k] += align_up(p->in);
     }
   }
 }
@@ -218,8 +222,9 @@ static void plan_place(hetccl_task_t *tasks, stage_plan_t *plans, char *const ba
   int i = 0;
   for (hetccl_task_t *t = tasks; t; t = t->next, i++) {
     stage_plan_t *p = &plans[i];
-    char *b = base[p->kind];
-    size_t *o = &off[p->kind];
+    hetccl_stage_kind_t k = stage_kind(t);
+    char *b = base[k];
+    size_t *o = &off[k];
     if (!b) continue; /* nothing to move: every staged buffer of the kind is empty */
     if (p->drecv) {
       p->srecv = b + *o;
@@ -237,7 +242,7 @@ static void plan_place(hetccl_task_t *tasks, stage_plan_t *plans, char *const ba
       *task_send(t) = p->ssend;
     }
     /* The transport reaches the slice itself (GPUDirect): no CPU touches it. */
-    if (p->kind == HETCCL_STAGE_DEVICE) t->device_direct = 1;
+    if (k == HETCCL_STAGE_DEVICE) t->device_direct = 1;
   }
 }
 
@@ -260,12 +265,13 @@ static hetccl_stage_block_t *device_block(ncclComm_t comm, hetccl_devpath_t *dp,
     plan_batch(tasks, plans, need);
     return NULL;
   }
-  if (!dp->device_refused && hetccl_stage_pool_acquire(comm, &dp->pools[HETCCL_STAGE_DEVICE], need[HETCCL_STAGE_DEVICE],
-                                &b) != ncclSuccess)
+  if (!dp->device_refused &&
+      hetccl_stage_pool_acquire(comm, &dp->pools[HETCCL_STAGE_DEVICE],
+                                need[HETCCL_STAGE_DEVICE], &b) != ncclSuccess)
     b = NULL;
-  int back = 0, i = 0;
-  for (hetccl_task_t *t = tasks; t; t = t->next, i++) {
-    if (plans[i].kind != HETCCL_STAGE_DEVICE) continue;
+  int back = 0;
+  for (hetccl_task_t *t = tasks; t; t = t->next) {
+    if (!t->stage_device) continue;
     if (b && hetccl_engine_reaches(comm->engine, t->peer, b->mem, t->bytes,
                                    t->kind == HETCCL_TASK_RECV))
       continue;
@@ -359,10 +365,12 @@ ncclResult_t hetccl_devpath_launch(ncclComm_t comm, hetccl_task_t *tasks) {
     res = ncclSystemError;
     goto fail;
   }
-  if (need[HETCCL_STAGE_DEVICE]) blocks[HETCCL_STAGE_DEVICE] = device_block(comm, dp, tasks, plans, need);
+  if (need[HETCCL_STAGE_DEVICE])
+    blocks[HETCCL_STAGE_DEVICE] = device_block(comm, dp, tasks, plans, need);
   if (need[HETCCL_STAGE_HOST])
     HETCCL_CHECK_GOTO(hetccl_stage_pool_acquire(comm, &dp->pools[HETCCL_STAGE_HOST],
-                                                need[HETCCL_STAGE_HOST], &blocks[HETCCL_STAGE_HOST]),
+                                                need[HETCCL_STAGE_HOST],
+                                                &blocks[HETCCL_STAGE_HOST]),
                       res, fail);
   char *bases[2];
   for (int k = 0; k < 2; k++) bases[k] = blocks[k] ? blocks[k]->mem : NULL;

@@ -578,7 +578,7 @@ const hetccl_runtime_t hetccl_runtime_hip = {
     .reduce_available = hetccl_hip_reduce_available,
     .reduce_run_async = hetccl_hip_reduce_run_async,
     .dmabuf_export = hip_dmabuf_export,
-    /* HIP has no call that flushes a NIC's writes into device memory; a
-     * read back through the NIC is not built: nothing here. */
+    /* HIP has no call that flushes a NIC's writes into device memory: the
+     * ib transport reads them back instead (transport/ib/ib_flush.c). */
     .flush_nic_writes = hetccl_rt_flush_nic_writes_none,
 };

@@ -219,10 +219,10 @@ typedef size_t (*hetccl_transport_pull_min_fn)(const hetccl_ep_t *ep);
  * declared for RDMA (ib_mem.h) and whether core should stage a message of
  * that size there rather than in host memory (ib: from
  * HETCCL_IB_ZCOPY_THRESHOLD bytes, unless HETCCL_IB_GDR_STAGING=0); core
- * then asks again with the staging block's address. Any thread (core asks on the caller's at enqueue
- * while another drives the context): reads only what ctx_create fixed and
- * tables with locks of their own. Optional: a transport without it is
- * given host memory only. */
+ * then asks again with the staging block's address. Any thread (core asks
+ * on the caller's at enqueue while another drives the context): reads
+ * only what ctx_create fixed and tables with locks of their own.
+ * Optional: a transport without it is given host memory only. */
 typedef int (*hetccl_transport_ctx_reaches_fn)(const hetccl_tctx_t *ctx, const void *buf,
                                                size_t bytes, int recv);
 

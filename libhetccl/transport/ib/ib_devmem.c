@@ -82,12 +82,11 @@ static int flush_read_wanted(const hetccl_runtime_t *rt, char *how, size_t len) 
   const char *mode = hetccl_knob_str(HETCCL_KNOB_IB_GDR_FLUSH);
   int native = (rt->caps & HETCCL_RT_CAP_NIC_FLUSH) != 0;
   int read = !strcmp(mode, "read") || (!strcmp(mode, "auto") && !native);
-  snprintf(how, len, "; the NIC's writes into device memory are %s%s%s",
-           read ? "read back through it" : "", read && native ? " and " : "",
-           native ? "flushed by the runtime" : "");
-  if (!read && !native)
-    snprintf(how, len, "; the NIC's writes into device memory are not flushed "
-             "(HETCCL_IB_GDR_FLUSH=off)");
+  snprintf(how, len, "; the NIC's writes into device memory are %s",
+           read && native ? "read back through it and flushed by the runtime"
+           : read         ? "read back through it"
+           : native       ? "flushed by the runtime"
+                          : "not flushed (HETCCL_IB_GDR_FLUSH=off)");
   return read;
 }
 
@@ -97,7 +96,8 @@ static int flush_read_wanted(const hetccl_runtime_t *rt, char *how, size_t len) 
  * or another socket reads and writes GPU memory peer to peer through the
  * CPU, often far slower than the copy engine and host memory. */
 static int level_allows(const hetccl_tctx_t *ctx, char *why, size_t len) {
-  hetccl_knob_t knob = hetccl_knob_or_nccl(HETCCL_KNOB_IB_GDR_LEVEL, HETCCL_KNOB_NCCL_NET_GDR_LEVEL);
+  hetccl_knob_t knob =
+      hetccl_knob_or_nccl(HETCCL_KNOB_IB_GDR_LEVEL, HETCCL_KNOB_NCCL_NET_GDR_LEVEL);
   const char *word = hetccl_knob_str(knob);
   int level = HETCCL_IB_PATH_LOC;
   while (level < HETCCL_IB_PATH_SYS && strcasecmp(word, hetccl_ib_path_name(level)) != 0)
