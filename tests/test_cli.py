@@ -137,6 +137,32 @@ def test_run_sets_preload(hetccl_library: Path) -> None:
     assert lines == [f"{hetccl_library.resolve()} 0", f"{hetccl_library.resolve()} 1"]
 
 
+def test_core_binding_blocks(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each local rank gets an equal block of consecutive CPUs, disjoint
+    from the others' (the first ranks one more where they do not divide);
+    none when there are fewer CPUs than ranks."""
+    from hetccl import launcher
+    monkeypatch.setattr(os, "sched_getaffinity", lambda _pid: set(range(4, 20)))
+    assert launcher.core_binding(2) == [list(range(4, 12)), list(range(12, 20))]
+    blocks = launcher.core_binding(3)
+    assert [len(b) for b in blocks] == [6, 5, 5]
+    assert sorted(c for b in blocks for c in b) == list(range(4, 20))
+    assert launcher.core_binding(17) == [None] * 17
+
+
+@pytest.mark.timeout(TIMEOUT)
+def test_run_binds_each_rank_to_its_block() -> None:
+    cpus = sorted(os.sched_getaffinity(0))
+    proc = hetccl("run", "-n", "2", "--", sys.executable, "-c",
+                  "import os; os.write(1, (os.environ['HETCCL_LAUNCH_RANK'] + ' ' + "
+                  "' '.join(map(str, sorted(os.sched_getaffinity(0)))) + '\\n').encode())")
+    assert proc.returncode == 0, proc.stderr
+    got = dict(line.split(" ", 1) for line in proc.stdout.splitlines() if line)
+    half = len(cpus) // 2
+    assert got == {"0": " ".join(map(str, cpus[:len(cpus) - half])),
+                   "1": " ".join(map(str, cpus[len(cpus) - half:]))}
+
+
 @pytest.mark.timeout(TIMEOUT)
 def test_run_exit_status_and_kill() -> None:
     """A failing rank's status is the launcher's, and the others are killed."""

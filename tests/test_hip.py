@@ -307,7 +307,7 @@ def test_hip_device_buffers_on_the_data_plane(tmp_path: Path, fakes: Dict[str, P
            "HETCCL_PLANE_SLOTS": "4",
            "HETCCL_PLANE_LANE_STREAMS": streams, "HETCCL_DEBUG": "INFO",
            "HETCCL_DEBUG_SUBSYS": "INIT", "HETCCL_DEBUG_FILE": str(tmp_path / "log.%p"),
-           "HETCCL_PLANE_HOSTS": "all", "HETCCL_PLANE_WIDE_MIN": "32K" if wide else "0"}
+           "HETCCL_PLANE_WIDE_MIN": "32K" if wide else "0"}
     results = start_ranks(tmp_path, [env, env], own_host=(1,) if hosts == 2 else ())
     for rank, res in enumerate(results):
         assert "error" not in res and res["kind"] == "hip", res
@@ -320,3 +320,23 @@ def test_hip_device_buffers_on_the_data_plane(tmp_path: Path, fakes: Dict[str, P
         assert all("(1 of other hosts, bridged" in t for t in logs), logs
     else:
         assert not any("of other hosts" in t for t in logs), logs
+
+
+@pytest.mark.timeout(TIMEOUT)
+def test_hip_ranks_of_two_hosts_staged_with_plane_hosts_one(tmp_path: Path,
+                                                           fakes: Dict[str, Path]) -> None:
+    """HETCCL_PLANE_HOSTS=one keeps the data plane to one host: two HIP
+    ranks of two hosts (rank 1 in an IPC namespace of its own) get none,
+    and their device buffers are staged for the socket transport, right
+    all the same."""
+    if not can_unshare_ipc():
+        pytest.skip("needs `unshare --ipc` (util-linux, and the right) for a host of its own")
+    env = {**hip_env(fakes), "HETCCL_ISLANDS": "rank", "HETCCL_VENDOR": "0", "T_IBDEV": "1",
+           "T_BYTES": str(256 << 10), "HETCCL_PLANE_HOSTS": "one", "HETCCL_DEBUG": "INFO",
+           "HETCCL_DEBUG_SUBSYS": "INIT", "HETCCL_DEBUG_FILE": str(tmp_path / "log.%p")}
+    results = start_ranks(tmp_path, [env, env], own_host=(1,))
+    for rank, res in enumerate(results):
+        assert "error" not in res and res["kind"] == "hip", res
+        assert res["wrong"] == [], f"rank {rank}: wrong data in {res['wrong']}"
+    logs = [f.read_text() for f in tmp_path.glob("log.*")]
+    assert len(logs) == 2 and not any("moved by this GPU's copy engines" in t for t in logs), logs

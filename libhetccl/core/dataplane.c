@@ -17,8 +17,8 @@
 
 /* --- set-up ------------------------------------------------------------------ */
 
-/* *hosts: 1 if the ranks span several hosts (then only with
- * HETCCL_PLANE_HOSTS=all). */
+/* *hosts: 1 if the ranks span several hosts (then not with
+ * HETCCL_PLANE_HOSTS=one). */
 static int plane_applies(ncclComm_t comm, int *hosts) {
   int n = comm->nranks, stages = 0;
   *hosts = 0;
@@ -29,7 +29,7 @@ static int plane_applies(ncclComm_t comm, int *hosts) {
     *hosts |= comm->peers[r].host_hash != comm->peers[0].host_hash;
     stages |= comm->peers[r].stages;
   }
-  if (*hosts && strcmp(hetccl_knob_str(HETCCL_KNOB_PLANE_HOSTS), "all")) return 0;
+  if (*hosts && !strcmp(hetccl_knob_str(HETCCL_KNOB_PLANE_HOSTS), "one")) return 0;
   return stages || !strcmp(knob, "on");
 }
 

@@ -153,7 +153,7 @@
   X(HIER_RAILS_MIN_GATHER, "HETCCL_HIER_RAILS_MIN_GATHER", INT, "16M", 0, INT64_MAX, \
     "bytes of the whole buffer (count x ranks) from which AllGather and ReduceScatter take the rails (HETCCL_HIER_RAILS); smaller ones go through the leaders (where the islands are contiguous) or over every rank") \
   X(PLANE, "HETCCL_PLANE", ENUM("auto|on|off"), "auto", 0, 0,                  \
-    "cross-island data plane: auto (ranks of one host, or of several with HETCCL_PLANE_HOSTS=all, some with device buffers, move data through shared pinned segments with the devices' copy engines and reduce on the devices), on (also when no rank has device buffers: host ranks through the same segments, for tests), off (the engine, device buffers staged through host memory)") \
+    "cross-island data plane: auto (ranks of one host, or of several unless HETCCL_PLANE_HOSTS=one, some with device buffers, move data through shared pinned segments with the devices' copy engines and reduce on the devices), on (also when no rank has device buffers: host ranks through the same segments, for tests), off (the engine, device buffers staged through host memory)") \
   X(PLANE_PIECE, "HETCCL_PLANE_PIECE", INT, "4M", 4096, 1073741824,            \
     "bytes per data-plane slot (a multiple of 4096): the unit a copy engine or reduction moves at once") \
   X(PLANE_SLOTS, "HETCCL_PLANE_SLOTS", INT, "4", 2, 64,                        \
@@ -170,8 +170,8 @@
     "streams a GPU rank spreads its pieces to or from one peer over (piece q on stream q mod N), so that one stream's copy fills the gap while another waits and signals; lowered to divide HETCCL_PLANE_SLOTS. 2 moves a long sendrecv faster but slowed DDP training (docs/dataplane.md)") \
   X(PLANE_PRIORITY, "HETCCL_PLANE_PRIORITY", ENUM("high|normal"), "normal", 0, 0, \
     "priority of the data plane's own streams on a GPU: high (the device's greatest, so its reductions take SMs ahead of the application's compute) or normal") \
-  X(PLANE_HOSTS, "HETCCL_PLANE_HOSTS", ENUM("one|all"), "one", 0, 0,          \
-    "one: the data plane joins ranks of one host only (a communicator over several hosts stages device buffers through host memory for its transports); all: it spans hosts too, each channel to a rank of another host a segment on each side whose pieces cross by the pair's transport (ib: RDMA WRITE from segment to segment; docs/dataplane.md)") \
+  X(PLANE_HOSTS, "HETCCL_PLANE_HOSTS", ENUM("one|all"), "all", 0, 0,          \
+    "all: the data plane spans hosts, each channel to a rank of another host a segment on each side whose pieces cross by the pair's transport (ib: RDMA WRITE from segment to segment; docs/dataplane.md); one: it joins ranks of one host only, and a communicator over several hosts stages device buffers through host memory for its transports") \
   X(PLANE_MAX_RANKS, "HETCCL_PLANE_MAX_RANKS", INT, "8", 2, 64,                \
     "largest communicator given a data plane (every pair of its ranks holds a channel of HETCCL_PLANE_SLOTS x HETCCL_PLANE_PIECE bytes, one piece more with wide pieces)") \
   X(NVRTC_LIBRARY, "HETCCL_NVRTC_LIBRARY", STR, "", 0, 0,                       \

@@ -259,7 +259,7 @@ def parser() -> argparse.ArgumentParser:
     run.add_argument("--timeout", type=float, default=None,
                      help="seconds before every rank is killed (exit status 124)")
     run.add_argument("--no-bind", action="store_true",
-                     help="do not pin each process to its own CPU (pinned when there are enough)")
+                     help="do not pin each process to CPUs of its own (an equal block each, when there are enough)")
     run.add_argument("--no-preload", action="store_true",
                      help="do not put libhetccl.so in LD_PRELOAD")
     run.add_argument("cmd", nargs=argparse.REMAINDER, help="-- CMD ARGS...")

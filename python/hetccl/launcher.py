@@ -128,15 +128,25 @@ def _stop_all(procs: Sequence[subprocess.Popen]) -> None:
         p.wait()
 
 
-def core_binding(nranks: int) -> List[Optional[int]]:
-    """The CPU each local rank is bound to, as mpirun does by default: one
-    core each when there are enough, else none (the scheduler places them).
-    Unbound ranks that poll for each other can start on one core and spin
-    against each other until the kernel migrates one."""
+def core_binding(nranks: int) -> List[Optional[List[int]]]:
+    """The CPUs each local rank is bound to: an equal block of consecutive
+    ones each (the remainder to the first ranks), as mpirun's
+    `--map-by slot:PE=n` would; none when there are fewer CPUs than ranks
+    (the scheduler places them). Unbound ranks that poll for each other can
+    start on one core and spin against each other until the kernel migrates
+    one; a rank held to one core shares it with its own proxy thread, which
+    moves a cross-host pair's bytes (measured on 2 x H200:
+    docs/launcher.md)."""
     cpus = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
     if nranks > len(cpus):
         return [None] * nranks
-    return [cpus[i] for i in range(nranks)]
+    share, extra = divmod(len(cpus), nranks)
+    blocks, start = [], 0
+    for rank in range(nranks):
+        n = share + (1 if rank < extra else 0)
+        blocks.append(cpus[start:start + n])
+        start += n
+    return blocks
 
 
 def run_command(cmd: Sequence[str], nranks: int, timeout: Optional[float] = None,
@@ -144,7 +154,8 @@ def run_command(cmd: Sequence[str], nranks: int, timeout: Optional[float] = None
                 bind: bool = True) -> int:
     """Run N copies of `cmd`; the exit status of `hetccl run`: 0, the first
     non-zero status of a rank (128+signal when killed), or 124 on timeout.
-    With `bind`, each rank is pinned to its own CPU when there are enough.
+    With `bind`, each rank is pinned to a block of CPUs of its own when there
+    are enough (core_binding).
     A failing rank or the timeout is named on stderr before the other ranks
     are stopped: a rank that dies by a signal says nothing itself, and the
     output the others still buffer is lost with them."""
@@ -165,7 +176,7 @@ def run_command(cmd: Sequence[str], nranks: int, timeout: Optional[float] = None
         cpus = core_binding(nranks) if bind else [None] * nranks
         for rank in range(nranks):
             cpu = cpus[rank]
-            pin = (lambda c=cpu: os.sched_setaffinity(0, {c})) if cpu is not None else None
+            pin = (lambda c=cpu: os.sched_setaffinity(0, c)) if cpu is not None else None
             procs.append(subprocess.Popen(list(cmd), env={**base, **rank_env(rank, nranks,
                                                                                launch_id)},
                                           start_new_session=True, preexec_fn=pin))

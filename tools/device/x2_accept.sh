@@ -61,6 +61,12 @@
 #             A2A_COLLS="alltoall gather scatter" adds Gather and Scatter
 #   p2p       tools/device/p2p_islands.py (4 GPUs): send/recv inside an island
 #             (to its NCCL) and across, against HETCCL_HIER=0
+#   hosts     hetccl-perf, a process per GPU, each rank a host of its own
+#             (unshare --ipc), so the pair crosses by socket: device buffers on
+#             the data plane's bridges (HETCCL_PLANE_HOSTS=all) against staged
+#             for the engine (one), in turns, and host buffers (-m host: what
+#             the socket itself moves), 64 KiB to 256 MiB ($HOSTS_COLLS: all but
+#             alltoall, which two ranks make a sendrecv)
 #   near      tools/../test_ib_near on this machine's /sys with every GPU's
 #             bus id (nvidia-smi's spelling): the paths NIC affinity reads
 # STAGES="..." picks stages (build always runs). NCCL_NVLS_ENABLE=0.
@@ -203,6 +209,23 @@ ntg() { # ntg LABEL COLL ENV... : nccl-tests -g (every GPU), 1 MiB .. 1 GiB
     $NT/"$2"_perf -g "$(nvidia-smi -L | wc -l)" -b 1M -e 1G -f 4 -n 20 -w 5 -c 1
 }
 do_p2p() { $PY tools/device/p2p_islands.py; }
+HOSTS_COLLS=${HOSTS_COLLS-all_reduce sendrecv all_gather reduce_scatter broadcast}
+hosts_perf() { # hosts_perf LABEL COLL MEMORY ENV...: two ranks, two hosts, one GPU each
+  echo "--- $1"
+  env "${@:4}" HETCCL_ISLANDS=rank $PY -m hetccl run -n 2 -- unshare --ipc \
+    build-dev/tools/perf/hetccl-perf "$2" -m "$3" -c 1 -n 8 -w 2 -b 64K -e 256M -f 4
+}
+do_hosts() {
+  local c again
+  for c in $HOSTS_COLLS; do
+    for again in "" " again"; do
+      hosts_perf "hosts $c plane$again" "$c" cuda HETCCL_PLANE_HOSTS=all || echo "FAIL: $c plane"
+      hosts_perf "hosts $c staged$again" "$c" cuda HETCCL_PLANE_HOSTS=one || echo "FAIL: $c staged"
+    done
+    hosts_perf "hosts $c host memory" "$c" host || echo "FAIL: $c host"
+  done
+  ! grep -q "^FAIL" "$OUT/25-hosts.log"
+}
 halves() { $PY -c "print(','.join(str(2 * i // $1) for i in range($1)))"; }
 # ntg_turns COLL ISLANDS NAME VAR=VALUE: COLL on hetccl with ISLANDS as it
 # is and with VAR=VALUE (NAME), twice each in turns, then on NCCL alone
@@ -281,9 +304,9 @@ do_train() {
   $PY tools/device/train_bench.py "$OUT/train.json" "${args[@]}" ${TRAIN_ARGS-}
 }
 
-export ROOT OUT PY LIB REAL_NCCL NT NTM MPICH COLLS HIER_COLLS A2A_COLLS HIER_AR TRAIN_VARIANTS TRAIN_ARGS NT_VARIANTS NT_VARIANT_MIN NT_VARIANT_FACTOR NT_VARIANT_COLLS PERF_COLLS PYTEST_K PYTEST_ENV PYTEST_ARGS MEMOP_ARGS
+export ROOT OUT PY LIB REAL_NCCL NT NTM MPICH COLLS HIER_COLLS A2A_COLLS HIER_AR TRAIN_VARIANTS TRAIN_ARGS NT_VARIANTS NT_VARIANT_MIN NT_VARIANT_FACTOR NT_VARIANT_COLLS PERF_COLLS HOSTS_COLLS PYTEST_K PYTEST_ENV PYTEST_ARGS MEMOP_ARGS
 export -f note bounded halves ntg_turns nt nt_table nt_make mpi_home ntm do_ntmpibuild do_ntmpi do_profile do_host do_build do_ntbuild do_limit do_nt do_perf do_train do_big do_readpath \
-  do_variants do_numa ntg do_hier do_near do_p2p do_a2a do_memop do_cupy do_torch3 do_torch3trace do_torch3san do_pytest
+  do_variants do_numa ntg do_hier do_near do_p2p do_hosts hosts_perf do_a2a do_memop do_cupy do_torch3 do_torch3trace do_torch3san do_pytest
 export PYTHONPATH=$ROOT/python:/tmp/site${PYTHONPATH:+:$PYTHONPATH}
 STAGES=${STAGES:-ntbuild limit nt pytest train variants perf big readpath cupy torch3}
 stage 01 build 240 do_build
@@ -304,6 +327,7 @@ if [ -f "$LIB" ]; then
   want memop && stage 15 memop 200 do_memop
   want numa && stage 20 numa 120 do_numa
   want near && stage 22 near 20 do_near
+  want hosts && stage 25 hosts 500 do_hosts
   want p2p && stage 23 p2p 240 do_p2p
   want a2a && stage 24 a2a 300 do_a2a
   want hier && stage 21 hier 540 do_hier
