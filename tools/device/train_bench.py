@@ -39,7 +39,13 @@ so the library each loads follows the environment given to it:
                previous read path, or maxconn:CUDA_DEVICE_MAX_CONNECTIONS=32,
                or b100:T_BUCKET_MB=100 for DDP buckets of 100 MB instead
                of torch's 25), printed beside the others, not part of
-               PASS/FAIL
+               PASS/FAIL. T_HOSTS=2 in a variant runs the second half of
+               the ranks as a host of their own (an IPC namespace each
+               of their own, as `unshare --ipc`), so that their pairs with
+               the first half cross by hetccl's socket transport
+               (hosts:T_HOSTS=2 against
+               hostsone:T_HOSTS=2,HETCCL_PLANE_HOSTS=one: the data plane
+               across hosts against staging)
 
 The model: `--layers` blocks of Linear(4096, 4096) + GELU in bf16 (16
 blocks: 268 M parameters), mean-square loss against a fixed target, SGD;
@@ -62,6 +68,7 @@ native run. NCCL_NVLS_ENABLE=0 throughout.
 from __future__ import annotations
 
 import argparse
+import ctypes
 import json
 import os
 import socket
@@ -131,8 +138,18 @@ def run_single(args, q) -> None:
     q.put({"samples_per_s": BATCH * args.steps / secs, "losses": [float(l) for l in losses]})
 
 
+def become_another_host() -> None:
+    """This process into an IPC namespace of its own: to hetccl, a host of
+    its own (its host identity includes the namespace)."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.unshare(0x08000000) != 0:  # CLONE_NEWIPC
+        raise OSError(ctypes.get_errno(), "unshare(CLONE_NEWIPC)")
+
+
 def worker(rank: int, world: int, kind: str, args, port: int, env: dict, q) -> None:
     os.environ.update(env)
+    if env.get("T_HOSTS") == "2" and rank >= world // 2:
+        become_another_host()
     dev = torch.device("cuda", rank)
     torch.cuda.set_device(dev)
     dist.init_process_group("nccl", init_method=f"tcp://127.0.0.1:{port}", rank=rank,

@@ -317,7 +317,7 @@ if [ -f "$LIB" ]; then
   want ntmpi && stage 18 ntmpi 240 do_ntmpi
   want nt && stage 04 nt 200 do_nt
   want pytest && stage 12 pytest 240 do_pytest
-  want train && stage 06 train 300 do_train
+  want train && stage 06 train 420 do_train
   want perf && stage 05 perf 120 do_perf
   want big && stage 07 big 150 do_big
   want readpath && stage 08 readpath 90 do_readpath
