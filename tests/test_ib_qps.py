@@ -14,6 +14,11 @@ them and each queue pair's last write carries the immediate
   fewer writes than queue pairs, as many, and many more, straight into the
   destination (send/recv, allgather, broadcast) and through the bounce
   buffer (allreduce, reducescatter);
+- offers ahead (HETCCL_IB_OFFER): a group of eight messages, mostly into
+  registered buffers, with 1 and 3 queue pairs, three rounds (the ring of
+  4 clear-to-send records wraps): receives behind the head land on offers
+  made before they headed, with one into plain memory and one from plain
+  memory among them; with HETCCL_IB_OFFER=1 none does;
 - a peer killed while registered buffers go by RDMA WRITE over 2 queue
   pairs: the survivors name it;
 - ranks that disagree on the count fail init with a message naming both.
@@ -21,7 +26,9 @@ them and each queue pair's last write carries the immediate
 
 from __future__ import annotations
 
+import re
 import time
+from pathlib import Path
 from typing import Any, Dict, List
 
 import numpy as np
@@ -132,6 +139,90 @@ def test_ib_qps_rendezvous_sizes() -> None:
               f"destinations, wrong {got['wrong'][:5]}")
         assert got["wrong"] == [], (r, got["wrong"][:MAX_SHOWN])
         assert got["copied_direct"] == 0, (r, got)
+
+
+# Offers ahead: float32 counts of one group's messages (1, 2, 3 and many
+# writes of CHUNK bytes with 3 queue pairs); PLAIN_DST lands in plain
+# memory (not offered ahead: the head's own offer, into the bounce buffer,
+# or eager), PLAIN_SRC comes from plain memory (the sender copies it into
+# its staging ring when the offer is there, or goes eager).
+GROUP_COUNTS = (40 * CHUNK // 4 + 5, CHUNK // 4 + 1, 3 * CHUNK // 4, 65537, 1031,
+                3 * CHUNK // 4 + 1, 20 * CHUNK // 4, 2 * CHUNK // 4)
+PLAIN_DST, PLAIN_SRC = 3, 5
+ROUNDS = 3
+
+
+def rank_offers_ahead(rank: int, n: int, uid: str, barrier: Any) -> Dict[str, Any]:
+    """Rank 1 posts a group of receives from rank 0, which sends them a
+    moment later in a group of its own, three rounds; every message checked."""
+    comm = NcclCommunicator(n, uid, rank)
+    mem = HostMemory(comm)
+    offs = np.cumsum((0,) + GROUP_COUNTS)
+    total = int(offs[-1])
+    buf = mem.mem_alloc(4 * total)
+    reg = f32_at(buf, total)
+    plain = np.zeros(total, np.float32)
+    wrong: List[str] = []
+    try:
+        for rnd in range(ROUNDS):
+            if rank == 0:
+                for i, c in enumerate(GROUP_COUNTS):
+                    src = plain if i == PLAIN_SRC else reg
+                    src[offs[i]:offs[i] + c] = pattern(0, 10 * rnd + i, c)
+            else:
+                reg[:] = -1
+                plain[:] = -1
+            barrier.wait()
+            if rank == 0:
+                time.sleep(0.3)  # the receives are posted, and offered, first
+            nccl.groupStart()
+            for i, c in enumerate(GROUP_COUNTS):
+                if rank == 0:
+                    at = (int(plain.ctypes.data) if i == PLAIN_SRC else buf) + 4 * int(offs[i])
+                    comm.send(at, c, F32, 1)
+                else:
+                    at = (int(plain.ctypes.data) if i == PLAIN_DST else buf) + 4 * int(offs[i])
+                    comm.recv(at, c, F32, 0)
+            nccl.groupEnd()
+            if rank == 1:
+                for i, c in enumerate(GROUP_COUNTS):
+                    got = (plain if i == PLAIN_DST else reg)[offs[i]:offs[i] + c]
+                    if not np.array_equal(got, pattern(0, 10 * rnd + i, c)):
+                        wrong.append(f"round {rnd} message {i} ({c} floats)")
+    finally:
+        mem.mem_free(buf)
+        comm.destroy()
+    return {"wrong": wrong}
+
+
+OFFER_LINE = re.compile(r"(\d+) rendezvous receives landed on a clear-to-send made before the "
+                        r"sender asked, (\d+) of them behind the head")
+
+
+@pytest.mark.rdma
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize("qps", ["1", "3"])
+@pytest.mark.parametrize("offer", ["4", "1"])
+def test_ib_offers_ahead(tmp_path: Path, qps: str, offer: str) -> None:
+    env = {**IB_ENV, "HETCCL_IB_QPS": qps, "HETCCL_IB_CHUNK": str(CHUNK),
+           "HETCCL_IB_ZCOPY_THRESHOLD": "1", "HETCCL_IB_OFFER": offer, "HETCCL_DEBUG": "INFO",
+           "HETCCL_DEBUG_SUBSYS": "NET", "HETCCL_DEBUG_FILE": str(tmp_path / "log.%p")}
+    results = _ok_results(_run_ranks(rank_offers_ahead, 2, env=env, timeout=200), range(2))
+    assert results[1]["wrong"] == [], results[1]["wrong"]
+    found = [OFFER_LINE.search(f.read_text()) for f in tmp_path.glob("log.*")]
+    counts = [(int(m.group(1)), int(m.group(2))) for m in found if m]
+    print(f"\n[ib offers ahead] HETCCL_IB_QPS={qps} HETCCL_IB_OFFER={offer}: landed on "
+          f"offers, behind the head: {counts}")
+    # Only rank 1 receives. Behind the head: messages 1 and 2 of each round
+    # are offered before the sender starts (it waits 0.3 s), so they land on
+    # offers made ahead; 4 to 7 do where the offer outran the sender's
+    # request (message 3, into plain memory, is never offered ahead).
+    assert len(counts) == 1, counts
+    landed, ahead = counts[0]
+    if offer == "1":
+        assert ahead == 0 and landed >= ROUNDS, counts
+    else:
+        assert 2 * ROUNDS <= ahead <= 6 * ROUNDS and landed > ahead, counts
 
 
 @pytest.mark.rdma

@@ -92,8 +92,8 @@
     "NCCL's, honoured when HETCCL_IB_QPS is unset")                            \
   X(IB_ZCOPY_THRESHOLD, "HETCCL_IB_ZCOPY_THRESHOLD", INT, "1M", 1, 4611686018427387904, \
     "ib messages of at least this many bytes whose source is registered (ncclMemAlloc, ncclCommRegister) go by RDMA WRITE into the receiver's buffer when it is registered too, without CPU copies; smaller ones, and others, through the staging slots") \
-  X(IB_OFFER, "HETCCL_IB_OFFER", INT, "1", 0, 1,                              \
-    "1: an ib receiver that can take a rendezvous message by RDMA WRITE says so as soon as the receive is next, before the sender asks; 0: only when asked") \
+  X(IB_OFFER, "HETCCL_IB_OFFER", INT, "4", 0, 4,                              \
+    "how many receives, from the head of a direction on, an ib receiver clears to send before the sender asks, where it can take them by RDMA WRITE (the head into its buffer or its bounce buffer, those behind it into their own registered buffers), so that consecutive rendezvous messages stream without a round trip each; 0: only when asked; 1: the head alone") \
   X(IB_STAGED_WRITE, "HETCCL_IB_STAGED_WRITE", INT, "1", 0, 1,                \
     "1: an ib message of at least HETCCL_IB_ZCOPY_THRESHOLD bytes from memory that is not registered, whose receiver has already offered its registered buffer, is copied into a registered staging ring and RDMA-written from there into that buffer (one CPU copy, the sender's, where eager pieces cost one on each side); 0: such messages go eager") \
   X(IB_BOUNCE, "HETCCL_IB_BOUNCE", INT, "4M", 0, 1073741824,                 \

@@ -316,6 +316,12 @@ static void ib_ctx_destroy(hetccl_tctx_t *ctx) {
     INFO(HETCCL_NET, "ib rank %d: %llu receives into device memory read back through the NIC "
          "before done", ctx->rank_user,
          (unsigned long long)__atomic_load_n(&ctx->flushes, __ATOMIC_RELAXED));
+  uint64_t offered = __atomic_load_n(&ctx->offers_landed, __ATOMIC_RELAXED);
+  if (offered)
+    INFO(HETCCL_NET, "ib rank %d: %llu rendezvous receives landed on a clear-to-send made "
+         "before the sender asked, %llu of them behind the head of their direction",
+         ctx->rank_user, (unsigned long long)offered,
+         (unsigned long long)__atomic_load_n(&ctx->offers_ahead, __ATOMIC_RELAXED));
   hetccl_ib_ctx_release(ctx);
   for (int r = 0; r < IB_RAILS_MAX; r++) {
     ib_rail_t *rl = &ctx->rail[r];

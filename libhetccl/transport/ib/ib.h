@@ -235,11 +235,13 @@ enum {
 };
 
 /* Queue pairs per connection at most (HETCCL_IB_QPS), and the zero-byte
- * receive WRs each extra one keeps posted: a message takes at most one
- * on each, and the next message's writes wait for its clear-to-send, which
- * comes after the receiver saw every immediate of this one. */
+ * receive WRs each extra one keeps posted: a message takes at most one on
+ * each, and only messages cleared to send have writes in flight, which
+ * are at most the IB_CTS_RING receives from the head of the direction on
+ * (ib_rdv.c, "Offers"). */
 #define IB_QPS_MAX 16
 #define IB_XQP_RECVS 4
+_Static_assert(IB_XQP_RECVS >= IB_CTS_RING, "an immediate per extra queue pair per cleared message");
 
 /* The rail of queue pair q. */
 #define IB_QP_RAIL(ep, q) ((q) % (ep)->rails)
@@ -273,7 +275,8 @@ struct hetccl_tctx {
   int slots;
   int qps;                 /* HETCCL_IB_QPS: queue pairs per connection and rail */
   size_t zcopy_min;        /* HETCCL_IB_ZCOPY_THRESHOLD: smallest rendezvous message */
-  int offer;               /* HETCCL_IB_OFFER: receivers clear to send before asked */
+  int offer;               /* HETCCL_IB_OFFER: receives at the head of a direction that
+                            * are cleared to send before asked (ib_rdv.c, "Offers") */
   int staged_write;        /* HETCCL_IB_STAGED_WRITE: unregistered sources take offers */
   uint8_t qp_timeout;      /* NCCL_IB_TIMEOUT, NCCL_IB_RETRY_CNT (ib.c) */
   uint8_t qp_retry;
@@ -286,6 +289,9 @@ struct hetccl_tctx {
   int flush_read;          /* receives into device memory are flushed by a read back
                             * through the NIC (ib_flush.c, HETCCL_IB_GDR_FLUSH) */
   uint64_t flushes;        /* such receives flushed so far (atomic: INFO at destroy) */
+  uint64_t offers_landed;  /* rendezvous receives that landed on an offer (atomic: INFO at
+                            * destroy)... */
+  uint64_t offers_ahead;   /* ...of them offered before they headed their direction */
   /* connecting (ib_connect.c) */
   const uint8_t *use;      /* connect: the lower ranks that may come; NULL: any */
   hetccl_inbox_t *inbox;   /* arrivals on lfd, made by the first ctx_poll */
@@ -368,8 +374,10 @@ struct hetccl_ep {
    * when it has landed, or at ep_close */
   struct ibv_mr *once_mr[IB_RAILS_MAX];
   uint64_t cts_posted, cts_done; /* clear-to-send writes */
-  uint32_t xin;                 /* extra queue pairs whose immediate is in (bit q)... */
-  uint32_t ximm[IB_QPS_MAX];    /* ...and what it said (the message's seq) */
+  uint32_t cts_busy;            /* bit seq % IB_CTS_RING: that record's write is in flight */
+  uint32_t xin;                 /* extra queue pairs an immediate came on (bit q)... */
+  uint32_t ximm[IB_QPS_MAX];    /* ...and what the latest said (its message's seq: each
+                                 * queue pair's come in message order) */
   /* flushing the NIC's writes into device memory (ib_flush.c); flush_qp[0]
    * NULL: this endpoint does not */
   struct ibv_qp *flush_qp[IB_RAILS_MAX]; /* on each rail, connected to itself */
@@ -400,6 +408,8 @@ typedef struct ib_req_priv {
 #define IB_REQ_RDV (1ull << 63)
 #define IB_REQ_WROTE (1ull << 62) /* send: the rendezvous was accepted (its writes went) */
 #define IB_REQ_OFFERED (1ull << 61) /* receive: cleared to send before the sender asked */
+#define IB_REQ_AHEAD (1ull << 55) /* receive: OFFERED before it headed its direction, into
+                                   * its own buffer (ib_rdv.c, "Offers") */
 #define IB_REQ_NO_OFFER (1ull << 60) /* receive: would decline, so no offer is made */
 #define IB_REQ_MUST (1ull << 59) /* receive: its sender asked with IB_RDV_MUST */
 #define IB_REQ_STAGED (1ull << 58) /* both: the writes come from the sender's staging ring,
@@ -500,6 +510,8 @@ ncclResult_t hetccl_ib_irecv(hetccl_ep_t *ep, hetccl_req_t *req);
 ncclResult_t hetccl_ib_progress(hetccl_ep_t *ep, int *idle);
 
 /* ib_rdv.c: the rendezvous (its protocol at the top of the file) */
+/* rq.first changed: the rendezvous state of the receive now at the head. */
+void hetccl_ib_rdv_head(hetccl_ep_t *ep);
 /* At isend: does message r go by rendezvous? Sets its priv lkey if so. A
  * device source (r->device_src) always does; one not registered on every
  * rail of the pair is ncclInvalidUsage. */

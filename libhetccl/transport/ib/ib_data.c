@@ -130,19 +130,24 @@ static void wc_failed(hetccl_ep_t *ep, const struct ibv_wc *wc) {
            (int)wc->status, wc->vendor_err);
 }
 
-/* An immediate on extra queue pair q: kept until the message's own, on
- * QP 0, is delivered (hetccl_ib_rdv_landed); its receive WR goes back. */
+/* An immediate on extra queue pair q: the latest is kept, and a message
+ * has all of its on q once the latest is its own or a later message's
+ * (each queue pair's come in message order; hetccl_ib_rdv_landed); its
+ * receive WR goes back. */
 static ncclResult_t xrecv_landed(hetccl_ep_t *ep, const struct ibv_wc *wc) {
   int q = IB_WR_QP(wc->wr_id);
-  if (q < 1 || q >= ep->qps || wc->opcode != IBV_WC_RECV_RDMA_WITH_IMM ||
-      (ep->xin & (1u << q))) {
+  uint32_t imm = ntohl(wc->imm_data);
+  int again = (ep->xin & (1u << q)) && (int32_t)(imm - ep->ximm[q]) <= 0;
+  if (q < 1 || q >= ep->qps || wc->opcode != IBV_WC_RECV_RDMA_WITH_IMM || again) {
     WARN("ib: rank %d: unexpected %s on queue pair %d from rank %d", ep->ctx->rank_user,
-         wc->opcode == IBV_WC_RECV_RDMA_WITH_IMM ? "second immediate of one message" : "receive",
+         wc->opcode != IBV_WC_RECV_RDMA_WITH_IMM ? "receive"
+                                                 : "immediate (of a message already in, or "
+                                                   "out of order)",
          q, ep->peer_user);
     return hetccl_ib_ep_error(ep, ncclSystemError);
   }
   ep->xin |= 1u << q;
-  ep->ximm[q] = ntohl(wc->imm_data);
+  ep->ximm[q] = imm;
   return ep->broken ? ncclSuccess : hetccl_ib_ep_post_xrecv(ep, q);
 }
 
@@ -176,7 +181,10 @@ static ncclResult_t cq_drain_rail(hetccl_ep_t *ep, int rail, size_t *moved) {
       case IB_WR_STAGED: ep->stdone++; break;
       case IB_WR_STAGED_IMM: ep->stdone++, ep->sdone++; break; /* a piece, as above */
       case IB_WR_XRECV: HETCCL_CHECK(xrecv_landed(ep, &wc[i])); break;
-      case IB_WR_CTS: ep->cts_done++; break;
+      case IB_WR_CTS:
+        ep->cts_done++;
+        ep->cts_busy &= ~(1u << IB_WR_SLOT(wc[i].wr_id));
+        break;
       case IB_WR_FLUSH: hetccl_ib_flush_completed(ep, rail); break;
       case IB_WR_CREDIT: ep->credit_busy = 0; break;
       case IB_WR_RECV: {
@@ -328,17 +336,17 @@ static ncclResult_t recv_deliver(hetccl_ep_t *ep, size_t *moved) {
     ep->rconsumed++;
     (*moved)++;
     if (p->pieces < p->npieces) continue;
-    ep->rrdv = IB_RDV_NONE; /* a declined rendezvous ends with its last piece */
     ep->rq.first = r->next;
     if (ep->rq.first == NULL) ep->rq.last = NULL;
+    hetccl_ib_rdv_head(ep); /* a declined rendezvous ended with its last piece */
     if (hetccl_ib_flush_wanted(ep, r)) { /* done once read back (ib_flush.c) */
       HETCCL_CHECK(hetccl_ib_flush_post(ep, r));
       continue;
     }
     __atomic_store_n(&r->done, 1, __ATOMIC_RELEASE); /* last: the caller may reuse r at once */
   }
-  /* The receive now at the head (just posted, or next after one that
-   * completed) is cleared to send before its sender asks, if it can be. */
+  /* The receives now at the head (just posted, or next after one that
+   * completed) are cleared to send before their sender asks, if they can be. */
   HETCCL_CHECK(hetccl_ib_rdv_offer(ep, moved));
   return credit_return(ep);
 }

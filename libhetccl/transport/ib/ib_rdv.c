@@ -57,14 +57,28 @@
  * is received eager. One that would decline offers nothing
  * (IB_REQ_NO_OFFER) and answers the request as it comes.
  *
+ * Offers ahead: the receives behind the head, up to HETCCL_IB_OFFER of
+ * them from the head on (IB_CTS_RING at most), are offered too, but only
+ * into their own registered buffers (IB_REQ_AHEAD; the bounce buffer is
+ * the head's). So a sender with several messages queued (the data plane's
+ * bridges keep a receive per slot posted, a group posts many) writes each
+ * as soon as the last of the one before is posted, where an offer of the
+ * head alone cost a round trip per message: the next record was written
+ * only once this message had landed. When such a receive becomes the head
+ * it is LANDING (hetccl_ib_rdv_head), as if offered then. Its record's
+ * ring slot (seq % IB_CTS_RING) is free: every message before the head is
+ * complete here, so the sender read that message's record or never will;
+ * and a record is not written again while its source's write is in
+ * flight (cts_busy).
+ *
  * Ordering: RC places a queue pair's writes in posting order, so when the
  * immediate's receive WR completes every earlier write of the message has
  * landed. A send is done when its last write completed locally (the peer
  * acknowledged it), so the caller may reuse the source then. The sender
  * posts nothing of its next message before the last write of this one, so
- * the receiver sees the immediate before any later piece, and at most one
- * clear-to-send per direction is outstanding when the sender reads it
- * (the ring has room for the receiver's writes still completing).
+ * the receiver sees the immediate before any later piece; clear-to-send
+ * records outstanding per direction are at most the ring's
+ * IB_CTS_RING.
  *
  * Staged writes (HETCCL_IB_STAGED_WRITE). A message of at least the
  * threshold from memory that is not registered goes eager, but if, when
@@ -109,11 +123,14 @@
  * message when QP 0's immediate is delivered and every other expected one
  * (min(N, writes) - 1, from the size and chunk) is in, whichever came
  * first. The sender places nothing of its next message on QP 0 before
- * every write of this one is posted; its next writes wait for the next
- * clear-to-send, which the receiver sends only once this message is
- * complete, so at most one immediate per extra queue pair is ever
- * outstanding. A send is done once its writes completed on every queue
- * pair. With N = 1 all of this is the protocol above, byte for byte.
+ * every write of this one is posted, and each queue pair delivers its
+ * immediates in message order, so the receiver keeps only the latest per
+ * extra queue pair: a message has all of its there once that is its own
+ * or a later message's. Only messages cleared to send have writes in
+ * flight, at most IB_CTS_RING of them, and each extra queue pair keeps as
+ * many zero-byte receives posted (IB_XQP_RECVS). A send is done once its
+ * writes completed on every queue pair. With N = 1 all of this is the
+ * protocol above, byte for byte.
  *
  * Window: writes of HETCCL_IB_CHUNK bytes, HETCCL_IB_SLOTS of them in
  * flight, the bytes the eager path keeps in flight. Between two Soft-RoCE
@@ -482,15 +499,23 @@ static int bounce_ready(hetccl_ep_t *ep) {
 
 /* Write r's clear-to-send record into the sender's ring: accept (where
  * the bytes land) or decline. An offer (before the sender asked) is made
- * only to accept: *taken = 0 and *declined = 1 when it would decline.
- * *taken = 0 also while every record source is still in flight. */
-static ncclResult_t cts_post(hetccl_ep_t *ep, hetccl_req_t *r, int offer, int *taken,
-                             int *declined) {
+ * only to accept: *taken = 0 and *declined = 1 when it would decline; an
+ * offer `ahead` of the head only into r's own buffer, and it leaves the
+ * head's state alone. *taken = 0 also while the record's source is still
+ * in flight. */
+static ncclResult_t cts_post(hetccl_ep_t *ep, hetccl_req_t *r, int offer, int ahead,
+                             int *taken, int *declined) {
   ib_req_priv_t *p = ib_req_priv(r);
   uint32_t rkeys[IB_RAILS_MAX];
+  uint32_t at = (uint32_t)(p->seq % IB_CTS_RING);
   *taken = *declined = 0;
-  if (ep->cts_posted - ep->cts_done >= IB_CTS_RING) return ncclSuccess;
+  if (ep->cts_posted - ep->cts_done >= IB_CTS_RING || (ep->cts_busy & (1u << at)))
+    return ncclSuccess;
   int direct = r->consume == NULL && keys_find(ep, r->buf, r->bytes, NULL, rkeys);
+  if (ahead && !direct) {
+    *declined = 1;
+    return ncclSuccess;
+  }
   if (r->device_dst && !direct) { /* registered when core posted it (ctx_reaches) */
     WARN("ib: rank %d: its receive of message %" PRIu64 " (%zu bytes) from rank %d into device "
          "memory at %p is no longer registered on every rail (deregistered while the receive "
@@ -507,7 +532,6 @@ static ncclResult_t cts_post(hetccl_ep_t *ep, hetccl_req_t *r, int offer, int *t
     if (r->consume || !once_register(ep, r, rkeys)) return hetccl_ib_ep_error(ep, ncclSystemError);
     direct = accept = 1;
   }
-  uint32_t at = (uint32_t)(p->seq % IB_CTS_RING);
   ib_cts_t *c = &ep->credit->cts_out[at];
   memset(c, 0, sizeof(*c));
   c->head = c->tail = p->seq + 1;
@@ -534,33 +558,66 @@ static ncclResult_t cts_post(hetccl_ep_t *ep, hetccl_req_t *r, int offer, int *t
   wr.wr.rdma.rkey = ep->peer_credit_rkey;
   HETCCL_CHECK(hetccl_ib_ep_post_send(ep, 0, &wr, "clear to send"));
   ep->cts_posted++;
-  ep->rrdv = accept ? IB_RDV_LANDING : IB_RDV_EAGER;
-  ep->rbounce = bounce;
+  ep->cts_busy |= 1u << at;
+  if (!ahead) {
+    ep->rrdv = accept ? IB_RDV_LANDING : IB_RDV_EAGER;
+    ep->rbounce = bounce;
+  }
   *taken = 1;
   return ncclSuccess;
 }
 
 ncclResult_t hetccl_ib_rdv_answer(hetccl_ep_t *ep, hetccl_req_t *r, int *taken) {
   int declined;
-  return cts_post(ep, r, 0, taken, &declined);
+  return cts_post(ep, r, 0, 0, taken, &declined);
 }
 
-ncclResult_t hetccl_ib_rdv_offer(hetccl_ep_t *ep, size_t *moved) {
+void hetccl_ib_rdv_head(hetccl_ep_t *ep) {
   hetccl_req_t *r = ep->rq.first;
-  if (r == NULL || !ep->ctx->offer || ep->broken || ep->rrdv != IB_RDV_NONE ||
-      ep->rconsumed < ep->rarrived)
-    return ncclSuccess; /* none, or its first piece or request is here: answered as it comes */
+  /* Offered ahead: accepted into its own buffer, as if offered now. */
+  int landing = r && (ib_req_priv(r)->lkey & IB_REQ_AHEAD);
+  ep->rrdv = landing ? IB_RDV_LANDING : IB_RDV_NONE;
+  ep->rbounce = 0;
+}
+
+/* Offer r (not yet offered, nothing of it delivered): 1 if it was. */
+static ncclResult_t offer_one(hetccl_ep_t *ep, hetccl_req_t *r, int ahead, int *offered) {
   ib_req_priv_t *p = ib_req_priv(r);
+  int taken, declined;
+  *offered = 0;
   if ((p->lkey & (IB_REQ_OFFERED | IB_REQ_NO_OFFER)) || p->pieces > 0 || r->bytes == 0 ||
       r->bytes < ep->ctx->zcopy_min)
     return ncclSuccess;
-  int taken, declined;
-  HETCCL_CHECK(cts_post(ep, r, 1, &taken, &declined));
+  HETCCL_CHECK(cts_post(ep, r, 1, ahead, &taken, &declined));
   if (taken) {
-    p->lkey |= IB_REQ_OFFERED;
-    (*moved)++;
-  } else if (declined) {
+    p->lkey |= IB_REQ_OFFERED | (ahead ? IB_REQ_AHEAD : 0);
+    *offered = 1;
+  } else if (declined && !ahead) {
     p->lkey |= IB_REQ_NO_OFFER; /* a sender that asks is answered as it asks */
+  }
+  return ncclSuccess;
+}
+
+ncclResult_t hetccl_ib_rdv_offer(hetccl_ep_t *ep, size_t *moved) {
+  hetccl_req_t *head = ep->rq.first;
+  if (head == NULL || ep->ctx->offer == 0 || ep->broken) return ncclSuccess;
+  int offered;
+  /* The head: unless its first piece or request is here (answered as it
+   * comes) or it is under way. */
+  if (ep->rrdv == IB_RDV_NONE && ep->rconsumed == ep->rarrived) {
+    HETCCL_CHECK(offer_one(ep, head, 0, &offered));
+    *moved += (size_t)offered;
+  }
+  /* Those behind it, into their own buffers, up to HETCCL_IB_OFFER from
+   * the head: their records' ring slots are free, since every message
+   * before the head is complete (so its record was read, or never will
+   * be). Pieces of theirs may have landed: a request (the sender waits
+   * for this record) or eager pieces (the sender went eager, and the
+   * record is never read). */
+  uint64_t end = ib_req_priv(head)->seq + (uint64_t)ep->ctx->offer;
+  for (hetccl_req_t *r = head->next; r && ib_req_priv(r)->seq < end; r = r->next) {
+    HETCCL_CHECK(offer_one(ep, r, 1, &offered));
+    *moved += (size_t)offered;
   }
   return ncclSuccess;
 }
@@ -572,16 +629,21 @@ void hetccl_ib_rdv_offer_unused(hetccl_ep_t *ep, hetccl_req_t *r) {
   ep->rbounce = 0;
 }
 
-/* Are the immediates of r's writes on the extra queue pairs all in? *bad
- * names an extra queue pair whose immediate is not r's (0: none). */
+/* Are the immediates of r's writes on the extra queue pairs all in? Each
+ * queue pair's come in message order, so r's on q is in once the latest
+ * there is r's or a later message's. *bad names an extra queue pair that
+ * r does not use whose latest immediate is r's (0: none). */
 static int xin_complete(hetccl_ep_t *ep, hetccl_req_t *r, int *bad) {
   ib_req_priv_t *p = ib_req_priv(r);
   int used = (p->lkey & IB_REQ_STAGED) ? 1 : qps_used(ep, p->npieces);
-  uint32_t want = ((1u << used) - 1) & ~1u;
+  int all = 1;
   *bad = 0;
-  for (int q = 1; q < ep->qps; q++)
-    if ((ep->xin & (1u << q)) && (q >= used || ep->ximm[q] != (uint32_t)p->seq)) *bad = q;
-  return (ep->xin & want) == want;
+  for (int q = 1; q < ep->qps; q++) {
+    int in = (ep->xin & (1u << q)) != 0;
+    if (q < used) all &= in && (int32_t)(ep->ximm[q] - (uint32_t)p->seq) >= 0;
+    else if (in && ep->ximm[q] == (uint32_t)p->seq) *bad = q;
+  }
+  return all;
 }
 
 ncclResult_t hetccl_ib_rdv_landed(hetccl_ep_t *ep, hetccl_req_t *r, uint32_t imm, int *wait) {
@@ -603,7 +665,10 @@ ncclResult_t hetccl_ib_rdv_landed(hetccl_ep_t *ep, hetccl_req_t *r, uint32_t imm
     *wait = 1;
     return ncclSuccess;
   }
-  ep->xin = 0;
+  if (p->lkey & IB_REQ_OFFERED) {
+    __atomic_add_fetch(&ep->ctx->offers_landed, 1, __ATOMIC_RELAXED);
+    if (p->lkey & IB_REQ_AHEAD) __atomic_add_fetch(&ep->ctx->offers_ahead, 1, __ATOMIC_RELAXED);
+  }
   if (ep->rbounce && r->consume) {
     r->consume(r->consume_ctx, r->buf, ep->bounce, r->bytes);
   } else if (ep->rbounce) {
