@@ -410,6 +410,8 @@ typedef struct ib_req_priv {
 #define IB_REQ_OFFERED (1ull << 61) /* receive: cleared to send before the sender asked */
 #define IB_REQ_AHEAD (1ull << 55) /* receive: OFFERED before it headed its direction, into
                                    * its own buffer (ib_rdv.c, "Offers") */
+#define IB_REQ_NOT_AHEAD (1ull << 54) /* receive: its buffer is not registered: offered, if
+                                       * at all, only once it heads its direction */
 #define IB_REQ_NO_OFFER (1ull << 60) /* receive: would decline, so no offer is made */
 #define IB_REQ_MUST (1ull << 59) /* receive: its sender asked with IB_RDV_MUST */
 #define IB_REQ_STAGED (1ull << 58) /* both: the writes come from the sender's staging ring,

@@ -585,15 +585,15 @@ static ncclResult_t offer_one(hetccl_ep_t *ep, hetccl_req_t *r, int ahead, int *
   ib_req_priv_t *p = ib_req_priv(r);
   int taken, declined;
   *offered = 0;
-  if ((p->lkey & (IB_REQ_OFFERED | IB_REQ_NO_OFFER)) || p->pieces > 0 || r->bytes == 0 ||
-      r->bytes < ep->ctx->zcopy_min)
+  uint64_t skip = IB_REQ_OFFERED | IB_REQ_NO_OFFER | (ahead ? IB_REQ_NOT_AHEAD : 0);
+  if ((p->lkey & skip) || p->pieces > 0 || r->bytes == 0 || r->bytes < ep->ctx->zcopy_min)
     return ncclSuccess;
   HETCCL_CHECK(cts_post(ep, r, 1, ahead, &taken, &declined));
   if (taken) {
     p->lkey |= IB_REQ_OFFERED | (ahead ? IB_REQ_AHEAD : 0);
     *offered = 1;
-  } else if (declined && !ahead) {
-    p->lkey |= IB_REQ_NO_OFFER; /* a sender that asks is answered as it asks */
+  } else if (declined) { /* a sender that asks is answered as it asks */
+    p->lkey |= ahead ? IB_REQ_NOT_AHEAD : IB_REQ_NO_OFFER;
   }
   return ncclSuccess;
 }
