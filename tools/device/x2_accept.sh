@@ -67,6 +67,11 @@
 #             for the engine (one), in turns, and host buffers (-m host: what
 #             the socket itself moves), 64 KiB to 256 MiB ($HOSTS_COLLS: all but
 #             alltoall, which two ranks make a sendrecv)
+#   hosts4    on a machine of 4 GPUs: two processes of two GPUs each (-g 2),
+#             the second a host of its own (unshare --ipc), HETCCL_ISLANDS=0,0,1,1:
+#             NCCL inside each host's island, hetccl across by socket, on the
+#             plane's bridges against staged (HETCCL_PLANE_HOSTS=one), in turns,
+#             1 MiB to 256 MiB ($HOSTS4_COLLS)
 #   near      tools/../test_ib_near on this machine's /sys with every GPU's
 #             bus id (nvidia-smi's spelling): the paths NIC affinity reads
 # STAGES="..." picks stages (build always runs). NCCL_NVLS_ENABLE=0.
@@ -215,6 +220,21 @@ hosts_perf() { # hosts_perf LABEL COLL MEMORY ENV...: two ranks, two hosts, one 
   env "${@:4}" HETCCL_ISLANDS=rank $PY -m hetccl run -n 2 -- unshare --ipc \
     build-dev/tools/perf/hetccl-perf "$2" -m "$3" -c 1 -n 8 -w 2 -b 64K -e 256M -f 4
 }
+HOSTS4_COLLS=${HOSTS4_COLLS-all_reduce all_gather reduce_scatter broadcast}
+do_hosts4() {
+  local c h
+  [ "$(nvidia-smi -L | wc -l)" -ge 4 ] || { echo "FAIL: the stage needs 4 GPUs"; return 1; }
+  for c in $HOSTS4_COLLS; do
+    for h in all one; do
+      echo "--- hosts4 $c HETCCL_PLANE_HOSTS=$h"
+      HETCCL_ISLANDS=0,0,1,1 HETCCL_PLANE_HOSTS=$h $PY -m hetccl run -n 2 -- sh -c \
+        'if [ "$HETCCL_LAUNCH_RANK" = 1 ]; then exec unshare --ipc "$@"; fi; exec "$@"' sh \
+        build-dev/tools/perf/hetccl-perf "$c" -m cuda -g 2 -c 1 -n 8 -w 2 -b 1M -e 256M -f 4 ||
+        echo "FAIL: $c $h"
+    done
+  done
+  ! grep -q "^FAIL" "$OUT/26-hosts4.log"
+}
 do_hosts() {
   local c again
   for c in $HOSTS_COLLS; do
@@ -304,9 +324,9 @@ do_train() {
   $PY tools/device/train_bench.py "$OUT/train.json" "${args[@]}" ${TRAIN_ARGS-}
 }
 
-export ROOT OUT PY LIB REAL_NCCL NT NTM MPICH COLLS HIER_COLLS A2A_COLLS HIER_AR TRAIN_VARIANTS TRAIN_ARGS NT_VARIANTS NT_VARIANT_MIN NT_VARIANT_FACTOR NT_VARIANT_COLLS PERF_COLLS HOSTS_COLLS PYTEST_K PYTEST_ENV PYTEST_ARGS MEMOP_ARGS
+export ROOT OUT PY LIB REAL_NCCL NT NTM MPICH COLLS HIER_COLLS A2A_COLLS HIER_AR TRAIN_VARIANTS TRAIN_ARGS NT_VARIANTS NT_VARIANT_MIN NT_VARIANT_FACTOR NT_VARIANT_COLLS PERF_COLLS HOSTS_COLLS HOSTS4_COLLS PYTEST_K PYTEST_ENV PYTEST_ARGS MEMOP_ARGS
 export -f note bounded halves ntg_turns nt nt_table nt_make mpi_home ntm do_ntmpibuild do_ntmpi do_profile do_host do_build do_ntbuild do_limit do_nt do_perf do_train do_big do_readpath \
-  do_variants do_numa ntg do_hier do_near do_p2p do_hosts hosts_perf do_a2a do_memop do_cupy do_torch3 do_torch3trace do_torch3san do_pytest
+  do_variants do_numa ntg do_hier do_near do_p2p do_hosts do_hosts4 hosts_perf do_a2a do_memop do_cupy do_torch3 do_torch3trace do_torch3san do_pytest
 export PYTHONPATH=$ROOT/python:/tmp/site${PYTHONPATH:+:$PYTHONPATH}
 STAGES=${STAGES:-ntbuild limit nt pytest train variants perf big readpath cupy torch3}
 stage 01 build 240 do_build
@@ -328,6 +348,7 @@ if [ -f "$LIB" ]; then
   want numa && stage 20 numa 120 do_numa
   want near && stage 22 near 20 do_near
   want hosts && stage 25 hosts 500 do_hosts
+  want hosts4 && stage 26 hosts4 420 do_hosts4
   want p2p && stage 23 p2p 240 do_p2p
   want a2a && stage 24 a2a 300 do_a2a
   want hier && stage 21 hier 540 do_hier
