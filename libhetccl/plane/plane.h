@@ -1,7 +1,9 @@
-/* The cross-island data plane: collectives between ranks of one host whose
- * buffers live on different devices (or on the host), moved by the
- * devices' copy engines and reduced on the devices, with no CPU thread
- * touching device payload.
+/* The cross-island data plane: collectives between ranks whose buffers
+ * live on different devices (or on the host), moved by the devices' copy
+ * engines and reduced on the devices, with no CPU thread touching device
+ * payload. Ranks of one host share segments; a channel to a rank of
+ * another host is bridged by the pair's transport (bridge.c; by default,
+ * unless HETCCL_PLANE_HOSTS=one).
  *
  * The channels. Every ordered pair of ranks (src -> dst) has one channel:
  * a /dev/shm segment that both processes map and every GPU rank registers
