@@ -373,8 +373,8 @@ struct hetccl_ep {
    * not have declined (IB_RDV_MUST) that fits nowhere registered; dropped
    * when it has landed, or at ep_close */
   struct ibv_mr *once_mr[IB_RAILS_MAX];
-  uint64_t cts_posted, cts_done; /* clear-to-send writes */
-  uint32_t cts_busy;            /* bit seq % IB_CTS_RING: that record's write is in flight */
+  uint32_t cts_busy;            /* bit seq % IB_CTS_RING: that clear-to-send record's write
+                                 * is in flight (its source is not touched) */
   uint32_t xin;                 /* extra queue pairs an immediate came on (bit q)... */
   uint32_t ximm[IB_QPS_MAX];    /* ...and what the latest said (its message's seq: each
                                  * queue pair's come in message order) */
@@ -403,15 +403,11 @@ typedef struct ib_req_priv {
   uint64_t offset;   /* bytes posted / delivered so far */
   uint64_t end;      /* send: sposted after its last piece */
   uint64_t lkey;     /* send: IB_REQ_RDV | the source's lkey for a rendezvous; 0 eager;
-                      * receive: IB_REQ_OFFERED, IB_REQ_NO_OFFER or 0 */
+                      * receive: IB_REQ_* flags below (0: none) */
 } ib_req_priv_t;
 #define IB_REQ_RDV (1ull << 63)
 #define IB_REQ_WROTE (1ull << 62) /* send: the rendezvous was accepted (its writes went) */
 #define IB_REQ_OFFERED (1ull << 61) /* receive: cleared to send before the sender asked */
-#define IB_REQ_AHEAD (1ull << 55) /* receive: OFFERED before it headed its direction, into
-                                   * its own buffer (ib_rdv.c, "Offers") */
-#define IB_REQ_NOT_AHEAD (1ull << 54) /* receive: its buffer is not registered: offered, if
-                                       * at all, only once it heads its direction */
 #define IB_REQ_NO_OFFER (1ull << 60) /* receive: would decline, so no offer is made */
 #define IB_REQ_MUST (1ull << 59) /* receive: its sender asked with IB_RDV_MUST */
 #define IB_REQ_STAGED (1ull << 58) /* both: the writes come from the sender's staging ring,
@@ -420,6 +416,10 @@ typedef struct ib_req_priv {
                                  * so (IB_RDV_ASK): it may decline */
 #define IB_REQ_FLUSH (1ull << 56) /* receive: landed in device memory, done once the read
                                    * back numbered priv->end has completed on every rail */
+#define IB_REQ_AHEAD (1ull << 55) /* receive: OFFERED before it headed its direction, into
+                                   * its own buffer (ib_rdv.c, "Offers") */
+#define IB_REQ_NOT_AHEAD (1ull << 54) /* receive: its buffer is not registered: offered, if
+                                       * at all, only once it heads its direction */
 _Static_assert(sizeof(ib_req_priv_t) <= sizeof(((hetccl_req_t *)0)->priv), "request private");
 
 static inline ib_req_priv_t *ib_req_priv(hetccl_req_t *r) { return (ib_req_priv_t *)r->priv; }

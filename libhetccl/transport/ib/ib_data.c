@@ -181,10 +181,7 @@ static ncclResult_t cq_drain_rail(hetccl_ep_t *ep, int rail, size_t *moved) {
       case IB_WR_STAGED: ep->stdone++; break;
       case IB_WR_STAGED_IMM: ep->stdone++, ep->sdone++; break; /* a piece, as above */
       case IB_WR_XRECV: HETCCL_CHECK(xrecv_landed(ep, &wc[i])); break;
-      case IB_WR_CTS:
-        ep->cts_done++;
-        ep->cts_busy &= ~(1u << IB_WR_SLOT(wc[i].wr_id));
-        break;
+      case IB_WR_CTS: ep->cts_busy &= ~(1u << IB_WR_SLOT(wc[i].wr_id)); break;
       case IB_WR_FLUSH: hetccl_ib_flush_completed(ep, rail); break;
       case IB_WR_CREDIT: ep->credit_busy = 0; break;
       case IB_WR_RECV: {

@@ -509,8 +509,7 @@ static ncclResult_t cts_post(hetccl_ep_t *ep, hetccl_req_t *r, int offer, int ah
   uint32_t rkeys[IB_RAILS_MAX];
   uint32_t at = (uint32_t)(p->seq % IB_CTS_RING);
   *taken = *declined = 0;
-  if (ep->cts_posted - ep->cts_done >= IB_CTS_RING || (ep->cts_busy & (1u << at)))
-    return ncclSuccess;
+  if (ep->cts_busy & (1u << at)) return ncclSuccess;
   int direct = r->consume == NULL && keys_find(ep, r->buf, r->bytes, NULL, rkeys);
   if (ahead && !direct) {
     *declined = 1;
@@ -557,7 +556,6 @@ static ncclResult_t cts_post(hetccl_ep_t *ep, hetccl_req_t *r, int offer, int ah
   wr.wr.rdma.remote_addr = ep->peer_cts_addr + (uint64_t)at * sizeof(ib_cts_t);
   wr.wr.rdma.rkey = ep->peer_credit_rkey;
   HETCCL_CHECK(hetccl_ib_ep_post_send(ep, 0, &wr, "clear to send"));
-  ep->cts_posted++;
   ep->cts_busy |= 1u << at;
   if (!ahead) {
     ep->rrdv = accept ? IB_RDV_LANDING : IB_RDV_EAGER;
@@ -580,18 +578,17 @@ void hetccl_ib_rdv_head(hetccl_ep_t *ep) {
   ep->rbounce = 0;
 }
 
-/* Offer r (not yet offered, nothing of it delivered): 1 if it was. */
-static ncclResult_t offer_one(hetccl_ep_t *ep, hetccl_req_t *r, int ahead, int *offered) {
+/* Offer r (not yet offered, nothing of it delivered), if it can be. */
+static ncclResult_t offer_one(hetccl_ep_t *ep, hetccl_req_t *r, int ahead, size_t *moved) {
   ib_req_priv_t *p = ib_req_priv(r);
   int taken, declined;
-  *offered = 0;
   uint64_t skip = IB_REQ_OFFERED | IB_REQ_NO_OFFER | (ahead ? IB_REQ_NOT_AHEAD : 0);
   if ((p->lkey & skip) || p->pieces > 0 || r->bytes == 0 || r->bytes < ep->ctx->zcopy_min)
     return ncclSuccess;
   HETCCL_CHECK(cts_post(ep, r, 1, ahead, &taken, &declined));
   if (taken) {
     p->lkey |= IB_REQ_OFFERED | (ahead ? IB_REQ_AHEAD : 0);
-    *offered = 1;
+    (*moved)++;
   } else if (declined) { /* a sender that asks is answered as it asks */
     p->lkey |= ahead ? IB_REQ_NOT_AHEAD : IB_REQ_NO_OFFER;
   }
@@ -601,13 +598,10 @@ static ncclResult_t offer_one(hetccl_ep_t *ep, hetccl_req_t *r, int ahead, int *
 ncclResult_t hetccl_ib_rdv_offer(hetccl_ep_t *ep, size_t *moved) {
   hetccl_req_t *head = ep->rq.first;
   if (head == NULL || ep->ctx->offer == 0 || ep->broken) return ncclSuccess;
-  int offered;
   /* The head: unless its first piece or request is here (answered as it
    * comes) or it is under way. */
-  if (ep->rrdv == IB_RDV_NONE && ep->rconsumed == ep->rarrived) {
-    HETCCL_CHECK(offer_one(ep, head, 0, &offered));
-    *moved += (size_t)offered;
-  }
+  if (ep->rrdv == IB_RDV_NONE && ep->rconsumed == ep->rarrived)
+    HETCCL_CHECK(offer_one(ep, head, 0, moved));
   /* Those behind it, into their own buffers, up to HETCCL_IB_OFFER from
    * the head: their records' ring slots are free, since every message
    * before the head is complete (so its record was read, or never will
@@ -615,10 +609,8 @@ ncclResult_t hetccl_ib_rdv_offer(hetccl_ep_t *ep, size_t *moved) {
    * for this record) or eager pieces (the sender went eager, and the
    * record is never read). */
   uint64_t end = ib_req_priv(head)->seq + (uint64_t)ep->ctx->offer;
-  for (hetccl_req_t *r = head->next; r && ib_req_priv(r)->seq < end; r = r->next) {
-    HETCCL_CHECK(offer_one(ep, r, 1, &offered));
-    *moved += (size_t)offered;
-  }
+  for (hetccl_req_t *r = head->next; r && ib_req_priv(r)->seq < end; r = r->next)
+    HETCCL_CHECK(offer_one(ep, r, 1, moved));
   return ncclSuccess;
 }
 
@@ -679,7 +671,6 @@ ncclResult_t hetccl_ib_rdv_landed(hetccl_ep_t *ep, hetccl_req_t *r, uint32_t imm
   ep->rbounce = 0;
   p->pieces = p->npieces;
   p->offset = r->bytes;
-  r->progress = r->bytes;
-  ep->rrdv = IB_RDV_NONE;
+  r->progress = r->bytes; /* done: recv_deliver moves the head on (hetccl_ib_rdv_head) */
   return ncclSuccess;
 }
