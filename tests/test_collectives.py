@@ -228,34 +228,51 @@ class Rank:
             self.fail(label, "out-of-place send buffer was modified")
 
 
-def alloc(dt: DType, count: int) -> np.ndarray:
-    """An output buffer of `count` elements plus the guard, all SENTINEL."""
-    return np.full((count + GUARD) * dt.np.itemsize, SENTINEL, dtype=np.uint8).view(dt.np)
+def numpy_bytes(nbytes: int) -> np.ndarray:
+    return np.empty(nbytes, np.uint8)
 
 
 def ptr(a: np.ndarray, offset: int = 0) -> int:
     return int(a.ctypes.data) + offset * a.itemsize
 
 
+Check = Callable[[], None]
+
+
 @dataclass
 class Case:
     r: Rank
+    kind: str
     dt: DType
     op: int
     count: int
     inplace: bool
-    salt: int
+    salt: int       # with the rank, type, operator and count: the inputs
     root: int
+    # Where the case's buffers live: n bytes, anywhere (numpy by default; a
+    # registered arena in tests/test_programs.py).
+    mem: Callable[[int], np.ndarray] = numpy_bytes
 
     @property
     def label(self) -> str:
-        kind = KIND_NAMES[self.salt]
         place = "in-place" if self.inplace else "out-of-place"
-        root = f" root={self.root}" if kind in ROOTED else ""
-        return f"{kind} {self.dt.name} {OP_NAMES[self.op]} count={self.count} {place}{root}"
+        root = f" root={self.root}" if self.kind in ROOTED else ""
+        return f"{self.kind} {self.dt.name} {OP_NAMES[self.op]} count={self.count} {place}{root}"
 
     def inputs(self, count: int) -> List[np.ndarray]:
         return [inputs(self.dt, self.op, j, count, self.salt) for j in range(self.r.n)]
+
+    def output(self, count: int) -> np.ndarray:
+        """An output buffer of `count` elements plus the guard, all SENTINEL."""
+        buf = self.mem((count + GUARD) * self.dt.np.itemsize)
+        buf[:] = SENTINEL
+        return buf.view(self.dt.np)
+
+    def holding(self, x: np.ndarray) -> np.ndarray:
+        """A send buffer holding a copy of x."""
+        buf = self.mem(x.nbytes).view(x.dtype)
+        buf[:] = x
+        return buf
 
     def opcode(self) -> int:
         if self.op == PREMUL:
@@ -264,170 +281,212 @@ class Case:
         return self.op
 
     def release(self, opcode: int) -> None:
+        """Right after the call that used it: NCCL lets an operator go as
+        soon as the last call given it has returned, inside a group too."""
         if self.op == PREMUL:
             self.r.comm.destroyRedOp(opcode)
 
 
-def run_allreduce(c: Case) -> None:
+# Each runner issues its case's call and returns the check of its result,
+# to be run once the call is complete (at once, or after the group's end).
+
+def run_allreduce(c: Case) -> Check:
     r, count = c.r, c.count
     xs = c.inputs(count)
-    want, tol = reference(c.dt, c.op, xs)
-    out = alloc(c.dt, count)
+    out = c.output(count)
     if c.inplace:
         out[:count] = xs[r.rank]
-    send = out if c.inplace else xs[r.rank].copy()
+    send = out if c.inplace else c.holding(xs[r.rank])
     op = c.opcode()
     r.comm.allReduce(ptr(send), ptr(out), count, c.dt.code, op)
     c.release(op)
-    r.compare(c.label, c.dt, out[:count], want, tol)
-    r.guard(c.label, out, count)
-    if not c.inplace:
-        r.unchanged(c.label, send, xs[r.rank])
+
+    def check() -> None:
+        want, tol = reference(c.dt, c.op, xs)
+        r.compare(c.label, c.dt, out[:count], want, tol)
+        r.guard(c.label, out, count)
+        if not c.inplace:
+            r.unchanged(c.label, send, xs[r.rank])
+    return check
 
 
-def run_reduce(c: Case) -> None:
+def run_reduce(c: Case) -> Check:
     r, count = c.r, c.count
     xs = c.inputs(count)
-    out = alloc(c.dt, count)
+    out = c.output(count)
     if c.inplace:
         out[:count] = xs[r.rank]
-    send = out if c.inplace else xs[r.rank].copy()
+    send = out if c.inplace else c.holding(xs[r.rank])
     op = c.opcode()
     r.comm.reduce(ptr(send), ptr(out), count, c.dt.code, op, c.root)
     c.release(op)
-    if r.rank == c.root:
-        want, tol = reference(c.dt, c.op, xs)
-        r.compare(c.label, c.dt, out[:count], want, tol)
-    r.guard(c.label, out, count)
-    if not c.inplace:
-        r.unchanged(c.label, send, xs[r.rank])
+
+    def check() -> None:
+        if r.rank == c.root:
+            want, tol = reference(c.dt, c.op, xs)
+            r.compare(c.label, c.dt, out[:count], want, tol)
+        r.guard(c.label, out, count)
+        if not c.inplace:
+            r.unchanged(c.label, send, xs[r.rank])
+    return check
 
 
-def run_reducescatter(c: Case) -> None:
+def run_reducescatter(c: Case) -> Check:
     r, n, count = c.r, c.r.n, c.count
     xs = c.inputs(n * count)
-    want, tol = reference(c.dt, c.op, xs)
     mine = slice(r.rank * count, (r.rank + 1) * count)
     op = c.opcode()
     if c.inplace:
-        buf = alloc(c.dt, n * count)
+        buf = c.output(n * count)
         buf[:n * count] = xs[r.rank]
         r.comm.reduceScatter(ptr(buf), ptr(buf, r.rank * count), count, c.dt.code, op)
-        got, guarded, used = buf[mine], buf, n * count
+        got, guarded, used, send = buf[mine], buf, n * count, None
     else:
-        send = xs[r.rank].copy()
-        out = alloc(c.dt, count)
+        send = c.holding(xs[r.rank])
+        out = c.output(count)
         r.comm.reduceScatter(ptr(send), ptr(out), count, c.dt.code, op)
         got, guarded, used = out[:count], out, count
-        r.unchanged(c.label, send, xs[r.rank])
     c.release(op)
-    r.compare(c.label, c.dt, got, want[mine], None if tol is None else tol[mine])
-    r.guard(c.label, guarded, used)
+
+    def check() -> None:
+        want, tol = reference(c.dt, c.op, xs)
+        if send is not None:
+            r.unchanged(c.label, send, xs[r.rank])
+        r.compare(c.label, c.dt, got, want[mine], None if tol is None else tol[mine])
+        r.guard(c.label, guarded, used)
+    return check
 
 
-def run_allgather(c: Case) -> None:
+def run_allgather(c: Case) -> Check:
     r, n, count = c.r, c.r.n, c.count
     xs = c.inputs(count)
-    out = alloc(c.dt, n * count)
+    out = c.output(n * count)
+    send = None
     if c.inplace:
         out[r.rank * count:(r.rank + 1) * count] = xs[r.rank]
         r.comm.allGather(ptr(out, r.rank * count), ptr(out), count, c.dt.code)
     else:
-        send = xs[r.rank].copy()
+        send = c.holding(xs[r.rank])
         r.comm.allGather(ptr(send), ptr(out), count, c.dt.code)
-        r.unchanged(c.label, send, xs[r.rank])
-    r.compare(c.label, c.dt, out[:n * count], np.concatenate(xs), None)
-    r.guard(c.label, out, n * count)
+
+    def check() -> None:
+        if send is not None:
+            r.unchanged(c.label, send, xs[r.rank])
+        r.compare(c.label, c.dt, out[:n * count], np.concatenate(xs), None)
+        r.guard(c.label, out, n * count)
+    return check
 
 
-def run_broadcast(c: Case) -> None:
+def run_broadcast(c: Case) -> Check:
     r, count = c.r, c.count
     xs = c.inputs(count)
-    out = alloc(c.dt, count)
+    out = c.output(count)
+    send = None
     if c.inplace:
         if r.rank == c.root:
             out[:count] = xs[r.rank]
         r.comm.broadcast(ptr(out), ptr(out), count, c.dt.code, c.root)
     else:
-        send = xs[r.rank].copy()
+        send = c.holding(xs[r.rank])
         r.comm.broadcast(ptr(send), ptr(out), count, c.dt.code, c.root)
-        r.unchanged(c.label, send, xs[r.rank])
-    r.compare(c.label, c.dt, out[:count], xs[c.root], None)
-    r.guard(c.label, out, count)
+
+    def check() -> None:
+        if send is not None:
+            r.unchanged(c.label, send, xs[r.rank])
+        r.compare(c.label, c.dt, out[:count], xs[c.root], None)
+        r.guard(c.label, out, count)
+    return check
 
 
-def run_bcast(c: Case) -> None:
+def run_bcast(c: Case) -> Check:
     r, count = c.r, c.count
     xs = c.inputs(count)
-    out = alloc(c.dt, count)
+    out = c.output(count)
     if r.rank == c.root:
         out[:count] = xs[r.rank]
     r.comm.bcast(ptr(out), count, c.dt.code, c.root)
-    r.compare(c.label, c.dt, out[:count], xs[c.root], None)
-    r.guard(c.label, out, count)
+
+    def check() -> None:
+        r.compare(c.label, c.dt, out[:count], xs[c.root], None)
+        r.guard(c.label, out, count)
+    return check
 
 
-def run_alltoall(c: Case) -> None:
+def run_alltoall(c: Case) -> Check:
     r, n, count = c.r, c.r.n, c.count
     xs = c.inputs(n * count)
-    send = xs[r.rank].copy()
-    out = alloc(c.dt, n * count)
+    send = c.holding(xs[r.rank])
+    out = c.output(n * count)
     r.comm.alltoall(ptr(send), ptr(out), count, c.dt.code)
-    mine = slice(r.rank * count, (r.rank + 1) * count)
-    r.compare(c.label, c.dt, out[:n * count], np.concatenate([x[mine] for x in xs]), None)
-    r.guard(c.label, out, n * count)
-    r.unchanged(c.label, send, xs[r.rank])
+
+    def check() -> None:
+        mine = slice(r.rank * count, (r.rank + 1) * count)
+        r.compare(c.label, c.dt, out[:n * count], np.concatenate([x[mine] for x in xs]), None)
+        r.guard(c.label, out, n * count)
+        r.unchanged(c.label, send, xs[r.rank])
+    return check
 
 
-def run_gather(c: Case) -> None:
+def run_gather(c: Case) -> Check:
     r, n, count = c.r, c.r.n, c.count
     xs = c.inputs(count)
-    out = alloc(c.dt, n * count)
-    send = xs[r.rank].copy()
+    out = c.output(n * count)
+    send = None
     if c.inplace and r.rank == c.root:
         out[r.rank * count:(r.rank + 1) * count] = xs[r.rank]
         r.comm.gather(ptr(out, r.rank * count), ptr(out), count, c.dt.code, c.root)
     else:
+        send = c.holding(xs[r.rank])
         r.comm.gather(ptr(send), ptr(out), count, c.dt.code, c.root)
-        r.unchanged(c.label, send, xs[r.rank])
-    if r.rank == c.root:
-        r.compare(c.label, c.dt, out[:n * count], np.concatenate(xs), None)
-    r.guard(c.label, out, n * count)
+
+    def check() -> None:
+        if send is not None:
+            r.unchanged(c.label, send, xs[r.rank])
+        if r.rank == c.root:
+            r.compare(c.label, c.dt, out[:n * count], np.concatenate(xs), None)
+        r.guard(c.label, out, n * count)
+    return check
 
 
-def run_scatter(c: Case) -> None:
+def run_scatter(c: Case) -> Check:
     r, n, count = c.r, c.r.n, c.count
     xs = c.inputs(n * count)
     mine = slice(r.rank * count, (r.rank + 1) * count)
-    send = xs[r.rank].copy()
+    send = c.holding(xs[r.rank])
     if c.inplace and r.rank == c.root:
         r.comm.scatter(ptr(send), ptr(send, r.rank * count), count, c.dt.code, c.root)
-        r.compare(c.label, c.dt, send[mine], xs[c.root][mine], None)
-        return
-    out = alloc(c.dt, count)
+        return lambda: r.compare(c.label, c.dt, send[mine], xs[c.root][mine], None)
+    out = c.output(count)
     r.comm.scatter(ptr(send), ptr(out), count, c.dt.code, c.root)
-    r.compare(c.label, c.dt, out[:count], xs[c.root][mine], None)
-    r.guard(c.label, out, count)
-    r.unchanged(c.label, send, xs[r.rank])
+
+    def check() -> None:
+        r.compare(c.label, c.dt, out[:count], xs[c.root][mine], None)
+        r.guard(c.label, out, count)
+        r.unchanged(c.label, send, xs[r.rank])
+    return check
 
 
-def run_sendrecv(c: Case) -> None:
-    """A ring: send to rank+1, receive from rank-1, in one group."""
+def run_sendrecv(c: Case) -> Check:
+    """A ring: send to rank+1, receive from rank-1, in one group (nested
+    in the caller's, if any)."""
     r, n, count = c.r, c.r.n, c.count
     xs = c.inputs(count)
-    send = xs[r.rank].copy()
-    out = alloc(c.dt, count)
+    send = c.holding(xs[r.rank])
+    out = c.output(count)
     nccl.groupStart()
     r.comm.send(ptr(send), count, c.dt.code, (r.rank + 1) % n)
     r.comm.recv(ptr(out), count, c.dt.code, (r.rank - 1) % n)
     nccl.groupEnd()
-    r.compare(c.label, c.dt, out[:count], xs[(r.rank - 1) % n], None)
-    r.guard(c.label, out, count)
-    r.unchanged(c.label, send, xs[r.rank])
+
+    def check() -> None:
+        r.compare(c.label, c.dt, out[:count], xs[(r.rank - 1) % n], None)
+        r.guard(c.label, out, count)
+        r.unchanged(c.label, send, xs[r.rank])
+    return check
 
 
 # name -> (runner, reduces?, placements)
-KINDS: Dict[str, Tuple[Callable[[Case], None], bool, Tuple[bool, ...]]] = {
+KINDS: Dict[str, Tuple[Callable[[Case], Check], bool, Tuple[bool, ...]]] = {
     "allreduce": (run_allreduce, True, (False, True)),
     "reduce": (run_reduce, True, (False, True)),
     "reducescatter": (run_reducescatter, True, (False, True)),
@@ -468,8 +527,9 @@ LARGE_SET = (("allreduce", "float32", SUM), ("allreduce", "bfloat16", SUM),
 
 def run_case(r: Rank, kind: str, dt: DType, op: int, count: int, inplace: bool) -> None:
     r.case += 1
-    fn = KINDS[kind][0]
-    fn(Case(r, dt, op, count, inplace, KIND_NAMES.index(kind), r.case % r.n))
+    check = KINDS[kind][0](Case(r, kind, dt, op, count, inplace, KIND_NAMES.index(kind),
+                                r.case % r.n))
+    check()
 
 
 def rank_sweep(spec: Sweep) -> Tuple[int, List[str]]:

@@ -1,0 +1,372 @@
+"""Random programs of collectives and point-to-point messages on real
+processes, checked against numpy.
+
+test_collectives.py runs each (collective, type, operator, count) alone, one
+after the other. Here a seed that every rank shares draws a program: steps,
+each a single call or a group (ncclGroupStart/End) of up to GROUP_MAX calls,
+collectives and messages between random pairs (a rank to itself included)
+mixed. A call runs on the world communicator or on the half a rank shares
+with the ranks of its parity (ncclCommSplit), and within a group each rank
+merges the two communicators' calls in an order of its own (each
+communicator's calls keep the program's order, which is all that NCCL asks).
+Each call draws its collective, type, operator, count (from empty to past
+the pieces and slots of the configuration), placement and root, and each
+rank draws on its own where its buffers of that call live: numpy's memory,
+or an arena from ncclMemAlloc (which a transport may register: on ib, the
+rendezvous path). So a receiver in registered memory meets a sender in
+plain memory, messages queue behind each other in one direction, PreMulSum
+operators are destroyed as soon as the call that used them returns (which
+NCCL allows, inside a group too), and the pieces, slots and sequence
+numbers of every channel wrap many times.
+
+The checks are test_collectives.py's (numpy references, guard elements
+after every output, send buffers unchanged), made once the step's group has
+ended. A failure names the seed and the step; HETCCL_PROGRAM_SEED replays a
+seed, HETCCL_PROGRAM_STEPS sets the length of every program.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import random
+import time
+from dataclasses import dataclass
+from typing import Callable, List, Optional, Sequence, Tuple, Union
+
+import numpy as np
+import pytest
+
+import hetccl
+from hetccl import nccl
+from rank_procs import become_another_host, can_unshare_ipc
+from test_collectives import (DTYPES, GUARD, KINDS, MOVE, PLANE, PLANE_HOSTS, PLANE_SMALL,
+                              RAILS, REDUCE_OPS, ROOTED, SENTINEL, SHM, SMALL_CHUNKS, SOCKET,
+                              Case, Check, DType, Rank, inputs, numpy_bytes, ptr)
+
+pytestmark = pytest.mark.usefixtures("hetccl_library")
+
+SEED = os.environ.get("HETCCL_PROGRAM_SEED")
+STEPS = os.environ.get("HETCCL_PROGRAM_STEPS")
+GROUP_MAX = 6
+ARENA_BYTES = 48 << 20
+MAX_SHOWN = 40
+
+
+# -- the program: the same on every rank ------------------------------------------------
+
+# Communicators a call may run on: the world, or the half a rank shares with
+# the ranks of its parity (ncclCommSplit, color rank % 2).
+WORLD, HALF = 0, 1
+
+
+@dataclass(frozen=True)
+class Coll:
+    """A collective, issued by every rank of its communicator."""
+    comm: int
+    kind: str
+    dtype: int      # index in DTYPES
+    op: int
+    count: int
+    inplace: bool
+    root: int       # modulo the communicator's size, as src and dst below
+    salt: int
+
+
+@dataclass(frozen=True)
+class Msg:
+    """A message from src to dst: a send on src, a receive on dst."""
+    comm: int
+    src: int
+    dst: int
+    dtype: int
+    count: int
+    salt: int
+
+
+Call = Union[Coll, Msg]
+
+
+@dataclass(frozen=True)
+class Step:
+    grouped: bool
+    calls: Tuple[Call, ...]
+
+
+def draw_count(rng: random.Random, largest: int) -> int:
+    """Empty, tiny, around a few pieces, or (rarely) up to `largest`."""
+    pick = rng.random()
+    if pick < 0.06:
+        return 0
+    for chance, top in ((0.3, 16), (0.75, 5000), (0.93, largest // 4)):
+        if pick < chance:
+            return rng.randint(1, max(1, min(top, largest)))
+    return rng.randint(1, largest)
+
+
+def draw_program(seed: int, n: int, steps: int, largest: int) -> List[Step]:
+    """Ranks and roots are drawn below 12 (a multiple of every size up to
+    4) and taken modulo the size of the call's communicator."""
+    rng = random.Random(seed)
+    salt = 1000
+    program = []
+    for _ in range(steps):
+        grouped = rng.random() < 0.6
+        calls: List[Call] = []
+        for _ in range(rng.randint(2, GROUP_MAX) if grouped else 1):
+            salt += 1
+            dtype = rng.randrange(len(DTYPES))
+            comm = HALF if rng.random() < 0.3 else WORLD
+            if grouped and rng.random() < 0.45:
+                calls.append(Msg(comm, rng.randrange(12), rng.randrange(12), dtype,
+                                 draw_count(rng, largest), salt))
+                continue
+            kind = rng.choice(list(KINDS))
+            _fn, reduces, placements = KINDS[kind]
+            # Collectives whose buffers are n counts long draw a smaller count.
+            count = draw_count(rng, largest)
+            if kind in ("reducescatter", "alltoall", "scatter", "allgather", "gather"):
+                count //= n
+            calls.append(Coll(comm, kind, dtype, rng.choice(REDUCE_OPS) if reduces else MOVE,
+                              count, rng.choice(placements), rng.randrange(12), salt))
+        program.append(Step(grouped, tuple(calls)))
+    return program
+
+
+def describe(call: Call, n: int) -> str:
+    where = "half" if call.comm == HALF else "world"
+    if isinstance(call, Msg):
+        return (f"{where} message {call.src % n}->{call.dst % n} {DTYPES[call.dtype].name} "
+                f"count={call.count}")
+    return f"{where} {call.kind} {DTYPES[call.dtype].name} count={call.count}"
+
+
+# -- where a rank's buffers live ------------------------------------------------------------
+
+class Arena:
+    """An ncclMemAlloc block handed out front to back and emptied after
+    each step. Offsets are 64-byte aligned, some shifted by 8 bytes."""
+
+    def __init__(self, nbytes: int) -> None:
+        from hetccl import _lib
+        self.L = ctypes.CDLL(str(_lib.loaded_path()))
+        p = ctypes.c_void_p()
+        assert self.L.ncclMemAlloc(ctypes.byref(p), ctypes.c_size_t(nbytes)) == 0
+        self.base, self.size, self.used = int(p.value), nbytes, 0
+
+    def take(self, nbytes: int, shift: bool) -> Optional[np.ndarray]:
+        at = (self.used + 63) // 64 * 64 + (8 if shift else 0)
+        if at + nbytes > self.size:
+            return None
+        self.used = at + nbytes
+        if nbytes == 0:
+            return np.empty(0, np.uint8)
+        return np.ctypeslib.as_array((ctypes.c_uint8 * nbytes).from_address(self.base + at))
+
+    def empty(self) -> None:
+        self.used = 0
+
+    def free(self) -> None:
+        assert self.L.ncclMemFree(ctypes.c_void_p(self.base)) == 0
+
+
+def memory_of(arena: Optional[Arena], rng: random.Random) -> Callable[[int], np.ndarray]:
+    """A call's allocator on this rank: the arena for about half the calls."""
+    if arena is None or rng.random() < 0.5:
+        return numpy_bytes
+    shift = rng.random() < 0.3
+
+    def take(nbytes: int) -> np.ndarray:
+        got = arena.take(nbytes, shift)
+        return numpy_bytes(nbytes) if got is None else got
+    return take
+
+
+# -- one rank ------------------------------------------------------------------------------------
+
+def issue_message(r: Rank, m: Msg, mem: Callable[[int], np.ndarray]) -> List[Check]:
+    dt: DType = DTYPES[m.dtype]
+    src, dst, label = m.src % r.n, m.dst % r.n, describe(m, r.n)
+    data = inputs(dt, MOVE, src, m.count, m.salt)
+    checks: List[Check] = []
+    if r.rank == src:
+        send = mem(data.nbytes).view(dt.np)
+        send[:] = data
+        r.comm.send(ptr(send), m.count, dt.code, dst)
+        checks.append(lambda: r.unchanged(label, send, data))
+    if r.rank == dst:
+        out = mem((m.count + GUARD) * dt.np.itemsize)
+        out[:] = SENTINEL
+        out = out.view(dt.np)
+        r.comm.recv(ptr(out), m.count, dt.code, src)
+
+        def check() -> None:
+            r.compare(label, dt, out[:m.count], data, None)
+            r.guard(label, out, m.count)
+        checks.append(check)
+    return checks
+
+
+def rank_order(step: Step, rng: random.Random) -> List[Call]:
+    """This rank's order of a group's calls: each communicator's calls in
+    the program's order (which NCCL asks of its collectives and of the
+    messages between two ranks), the two communicators' merged at random,
+    so that ranks interleave them differently."""
+    if not step.grouped:
+        return list(step.calls)
+    queues = [[c for c in step.calls if c.comm == k] for k in (WORLD, HALF)]
+    order: List[Call] = []
+    while queues[0] or queues[1]:
+        k = rng.randrange(2) if queues[0] and queues[1] else (0 if queues[0] else 1)
+        order.append(queues[k].pop(0))
+    return order
+
+
+def rank_program(config: "Config", seed: int, steps: int) -> Tuple[int, int, List[str]]:
+    """Runs in every rank; returns (calls issued, checks made, failure lines)."""
+    info = hetccl.launcher.launch_info()
+    if info is not None and info.rank in config.own_host:
+        become_another_host()
+    world = hetccl.communicator()
+    me = world.rank_id()
+    half = world.commSplit(me % 2, me)
+    assert half is not None
+    failures: List[str] = []
+    ranks = [Rank(world, me, world.size(), config.name, failures=failures),
+             Rank(half, half.rank_id(), half.size(), config.name + " half", failures=failures)]
+    arena = Arena(ARENA_BYTES) if config.arena else None
+    mine = random.Random(seed * 64 + me)      # this rank's memory and order of calls
+    issued = 0
+    try:
+        for i, step in enumerate(draw_program(seed, ranks[WORLD].n, steps, config.largest)):
+            checks: List[Check] = []
+            if step.grouped:
+                nccl.groupStart()
+            for call in rank_order(step, mine):
+                r, mem = ranks[call.comm], memory_of(arena, mine)
+                if isinstance(call, Msg):
+                    checks += issue_message(r, call, mem)
+                    issued += r.rank in (call.src % r.n, call.dst % r.n)
+                    continue
+                case = Case(r, call.kind, DTYPES[call.dtype], call.op, call.count, call.inplace,
+                            call.salt, call.root % r.n, mem)
+                checks.append(KINDS[call.kind][0](case))
+                issued += 1
+            if step.grouped:
+                nccl.groupEnd()
+            before = len(failures)
+            for check in checks:
+                check()
+            # The labels name the call, not the step: add it.
+            where = f"seed {seed} step {i} ({'a group' if step.grouped else 'alone'})"
+            failures[before:] = [f"{where}: {line}" for line in failures[before:]]
+            if arena is not None:
+                arena.empty()
+    finally:
+        half.destroy()
+        world.destroy()
+        if arena is not None:
+            arena.free()
+    return issued, sum(r.checks for r in ranks), failures
+
+
+# -- configurations ------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Config:
+    name: str
+    nranks: int
+    env: Tuple[Tuple[str, str], ...] = ()
+    steps: int = 150
+    largest: int = 250000       # elements of the largest count drawn
+    arena: bool = True
+    own_host: Tuple[int, ...] = ()
+    seeds: int = 2
+
+
+CONFIGS = [
+    Config("n3-shm", 3, SHM),
+    Config("n4-shm-ring", 4, SHM + (("HETCCL_ALGO", "ring"),)),
+    Config("n3-shm-pull", 3, SHM + (("HETCCL_SHM_CMA", "1"),)),
+    Config("n4-socket-small-chunks", 4, SOCKET + SMALL_CHUNKS, largest=20000),
+    Config("n3-socket-direct", 3, SOCKET + (("HETCCL_ALGO", "direct"),
+                                            ("HETCCL_SOCKET_NSTREAMS", "3"))),
+    Config("n2-plane-small", 2, PLANE + PLANE_SMALL),
+    Config("n3-plane-small", 3, PLANE + PLANE_SMALL, largest=60000),
+    Config("n3-plane-hosts-small", 3, PLANE_HOSTS + PLANE_SMALL, own_host=(2,), largest=60000),
+    Config("n4-islands-hier", 4, SHM + RAILS + (("HETCCL_ISLANDS", "0,0,1,1"),)),
+    Config("n4-plane-islands", 4, PLANE + PLANE_SMALL + (("HETCCL_ISLANDS", "0,1,1,0"),),
+           largest=60000),
+]
+
+# ib (in the Soft-RoCE VM: tools/rdma/run_vm.sh): a low zero-copy threshold
+# and small pieces, so that most messages from the arena go by rendezvous
+# (offered ahead of the head where receives queue), the rest eager.
+IB_PROGRAMS = (("HETCCL_TRANSPORT", "ib"), ("HETCCL_IB_ZCOPY_THRESHOLD", "4096"),
+               ("HETCCL_IB_CHUNK", "16384"))
+IB_CONFIGS = [
+    Config("n3-ib", 3, IB_PROGRAMS, steps=40, largest=60000),
+    Config("n2-ib-qps3", 2, IB_PROGRAMS + (("HETCCL_IB_QPS", "3"),), steps=40, largest=60000),
+]
+
+
+def seeds_of(config: Config) -> Sequence[int]:
+    if SEED is not None:
+        return [int(SEED)]
+    return [random.SystemRandom().getrandbits(31) for _ in range(config.seeds)]
+
+
+def run_config(config: Config, timeout: float) -> str:
+    """Every seed of a configuration; returns a line of what ran."""
+    if config.own_host and not can_unshare_ipc():
+        pytest.skip("a rank of another host needs root (unshare of an IPC namespace)")
+    steps = int(STEPS) if STEPS else config.steps
+    said = []
+    for seed in seeds_of(config):
+        t0 = time.monotonic()
+        results = hetccl.launch(rank_program, config.nranks, config, seed, steps,
+                                env=dict(config.env), timeout=timeout)
+        failures = [line for _issued, _checks, lines in results for line in lines]
+        checks = sum(c for _issued, c, _lines in results)
+        assert checks > 0
+        shown = "\n".join(failures[:MAX_SHOWN])
+        more = f"\n... and {len(failures) - MAX_SHOWN} more" if len(failures) > MAX_SHOWN else ""
+        assert not failures, (f"{config.name}, HETCCL_PROGRAM_SEED={seed}: {len(failures)} of "
+                              f"{checks} checks failed:\n{shown}{more}")
+        said.append(f"seed {seed}: {sum(i for i, _c, _l in results)} calls, {checks} checks "
+                    f"in {time.monotonic() - t0:.1f} s")
+    return f"[programs] {config.name}, {steps} steps: " + "; ".join(said)
+
+
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize("config", CONFIGS, ids=[c.name for c in CONFIGS])
+def test_program(config: Config) -> None:
+    print("\n" + run_config(config, timeout=270))
+
+
+@pytest.mark.rdma
+@pytest.mark.timeout(900)
+@pytest.mark.parametrize("config", IB_CONFIGS, ids=[c.name for c in IB_CONFIGS])
+def test_program_ib(config: Config) -> None:
+    print("\n" + run_config(config, timeout=420))
+
+
+def test_programs_agree_across_ranks() -> None:
+    """Every rank draws the same program from a seed, and the drawing uses
+    the whole of it: collectives of every kind, groups, messages to self."""
+    a = draw_program(7, 3, 200, 250000)
+    assert a == draw_program(7, 3, 200, 250000)
+    assert a != draw_program(8, 3, 200, 250000)
+    calls = [c for s in a for c in s.calls]
+    assert {c.kind for c in calls if isinstance(c, Coll)} == set(KINDS)
+    assert any(isinstance(c, Msg) and c.src % 3 == c.dst % 3 for c in calls)
+    assert any(s.grouped for s in a) and any(not s.grouped for s in a)
+    assert {c.root % 3 for c in calls if isinstance(c, Coll) and c.kind in ROOTED} == {0, 1, 2}
+    assert any(s.grouped and {c.comm for c in s.calls} == {WORLD, HALF} for s in a)
+    # A rank's order keeps each communicator's calls in the program's order.
+    rng = random.Random(1)
+    for step in a:
+        order = rank_order(step, rng)
+        assert sorted(order, key=step.calls.index) == list(step.calls)
+        for k in (WORLD, HALF):
+            assert [c for c in order if c.comm == k] == [c for c in step.calls if c.comm == k]
