@@ -39,7 +39,8 @@
 #   torch3trace  the same with T_TRACE=1 (every rank names the check and the
 #             device that fault) and 5 DDP steps
 #   torch3san the same collectives with rank 0 under compute-sanitizer
-#   pytest    tests/test_cuda_engine.py (the two-GPU cases run here)
+#   pytest    tests/test_cuda_engine.py (the two-GPU cases run here), or
+#             $PYTEST_FILES (tests/test_programs.py -k cuda: random programs)
 #   host      the host's huge-page settings, NUMA nodes and GPU topology
 #   profile   tools/device/ddp_profile.py: where a DDP step's time goes,
 #             across the islands and on NCCL
@@ -306,13 +307,16 @@ do_torch3san() { # only where torch3trace ran and failed
   $PY tools/device/torch_backend_check.py --devices cuda:0,cuda:1,cpu --parts collectives \
     --sanitize 0 --timeout 180
 }
+# PYTEST_FILES: the test files (default tests/test_cuda_engine.py; the GPU
+# programs: PYTEST_FILES=tests/test_programs.py PYTEST_K=cuda);
 # PYTEST_K: a pytest -k expression (default: all but the bandwidth reports);
 # PYTEST_ENV: VAR=VALUE[,VAR=VALUE] for its ranks (e.g. HETCCL_PLANE_WIDE_MIN=1M);
 # PYTEST_ARGS: more pytest arguments (-s: the bandwidth reports' figures)
 PYTEST_K=${PYTEST_K-not bandwidth}
+PYTEST_FILES=${PYTEST_FILES-tests/test_cuda_engine.py}
 do_pytest() {
   local vars=${PYTEST_ENV-}
-  env ${vars//,/ } $PY -m pytest -q tests/test_cuda_engine.py -p no:cacheprovider -rs -k "$PYTEST_K" \
+  env ${vars//,/ } $PY -m pytest -q $PYTEST_FILES -p no:cacheprovider -rs -k "$PYTEST_K" \
     ${PYTEST_ARGS-}
 }
 # TRAIN_VARIANTS: space-separated NAME:VAR=VALUE[,VAR=VALUE] for train_bench's --variant;
@@ -324,7 +328,7 @@ do_train() {
   $PY tools/device/train_bench.py "$OUT/train.json" "${args[@]}" ${TRAIN_ARGS-}
 }
 
-export ROOT OUT PY LIB REAL_NCCL NT NTM MPICH COLLS HIER_COLLS A2A_COLLS HIER_AR TRAIN_VARIANTS TRAIN_ARGS NT_VARIANTS NT_VARIANT_MIN NT_VARIANT_FACTOR NT_VARIANT_COLLS PERF_COLLS HOSTS_COLLS HOSTS4_COLLS PYTEST_K PYTEST_ENV PYTEST_ARGS MEMOP_ARGS
+export ROOT OUT PY LIB REAL_NCCL NT NTM MPICH COLLS HIER_COLLS A2A_COLLS HIER_AR TRAIN_VARIANTS TRAIN_ARGS NT_VARIANTS NT_VARIANT_MIN NT_VARIANT_FACTOR NT_VARIANT_COLLS PERF_COLLS HOSTS_COLLS HOSTS4_COLLS PYTEST_K PYTEST_FILES PYTEST_ENV PYTEST_ARGS MEMOP_ARGS
 export -f note bounded halves ntg_turns nt nt_table nt_make mpi_home ntm do_ntmpibuild do_ntmpi do_profile do_host do_build do_ntbuild do_limit do_nt do_perf do_train do_big do_readpath \
   do_variants do_numa ntg do_hier do_near do_p2p do_hosts do_hosts4 hosts_perf do_a2a do_memop do_cupy do_torch3 do_torch3trace do_torch3san do_pytest
 export PYTHONPATH=$ROOT/python:/tmp/site${PYTHONPATH:+:$PYTHONPATH}
