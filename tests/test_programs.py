@@ -413,6 +413,10 @@ IB_PROGRAMS = (("HETCCL_TRANSPORT", "ib"), ("HETCCL_IB_ZCOPY_THRESHOLD", "4096")
 IB_CONFIGS = [
     Config("n3-ib", 3, IB_PROGRAMS, steps=40, largest=60000),
     Config("n2-ib-qps3", 2, IB_PROGRAMS + (("HETCCL_IB_QPS", "3"),), steps=40, largest=60000),
+    # The data plane across hosts over ib: rank 2 a host of its own, its
+    # channels bridged, each bridge keeping a receive per slot posted.
+    Config("n3-ib-plane-hosts", 3, IB_PROGRAMS + PLANE_HOSTS + PLANE_SMALL, own_host=(2,),
+           steps=40, largest=60000),
 ]
 
 
