@@ -6,9 +6,11 @@ after the other. Here a seed that every rank shares draws a program: steps,
 each a single call or a group (ncclGroupStart/End) of up to GROUP_MAX calls,
 collectives and messages between random pairs (a rank to itself included)
 mixed. A call runs on the world communicator or on the half a rank shares
-with the ranks of its parity (ncclCommSplit), and within a group each rank
-merges the two communicators' calls in an order of its own (each
-communicator's calls keep the program's order, which is all that NCCL asks).
+with the ranks of its parity (ncclCommSplit; now and then a step destroys
+the halves and splits the world again, by parity or into a lower and an
+upper block), and within a group each rank merges the two communicators'
+calls in an order of its own (each communicator's calls keep the
+program's order, which is all that NCCL asks).
 Each call draws its collective, type, operator, count (from empty to past
 the pieces and slots of the configuration), placement and root, and each
 rank draws on its own where its buffers of that call live: numpy's memory,
@@ -93,6 +95,14 @@ Call = Union[Coll, Msg]
 class Step:
     grouped: bool
     calls: Tuple[Call, ...]
+    # >= 0: no calls; every rank destroys its half and splits the world
+    # again, by SPLITS[resplit].
+    resplit: int = -1
+
+
+# How the world splits into halves: by parity, or into a lower and an upper
+# block. Programs start with the first.
+SPLITS = (lambda rank, n: rank % 2, lambda rank, n: int(rank >= (n + 1) // 2))
 
 
 def draw_count(rng: random.Random, largest: int) -> int:
@@ -116,6 +126,9 @@ def draw_program(seed: int, n: int, steps: int, largest: int,
     salt = 1000
     program = []
     for _ in range(steps):
+        if rng.random() < 0.04:
+            program.append(Step(False, (), resplit=rng.randrange(len(SPLITS))))
+            continue
         grouped = rng.random() < 0.6
         calls: List[Call] = []
         for _ in range(rng.randint(2, GROUP_MAX) if grouped else 1):
@@ -319,22 +332,30 @@ def rank_program(config: "Config", seed: int, steps: int) -> Tuple[int, int, Lis
         os.environ["HETCCL_DEVICE"] = "host"
     world = hetccl.communicator()
     me = world.rank_id()
-    half = world.commSplit(me % 2, me)
-    assert half is not None
     failures: List[str] = []
 
     def facing(comm: nccl.NcclCommunicator) -> Any:
         return comm if twins is None else OnDevice(comm, twins)
-    ranks = [Rank(facing(world), me, world.size(), config.name, failures=failures),
-             Rank(facing(half), half.rank_id(), half.size(), config.name + " half",
-                  failures=failures)]
+
+    def split(how: int) -> Tuple[nccl.NcclCommunicator, Rank]:
+        half = world.commSplit(SPLITS[how](me, world.size()), me)
+        assert half is not None
+        return half, Rank(facing(half), half.rank_id(), half.size(), f"{config.name} half",
+                          failures=failures)
+    half, half_rank = split(0)
+    ranks = [Rank(facing(world), me, world.size(), config.name, failures=failures), half_rank]
     arena = Arena(ARENA_BYTES) if config.arena and twins is None else None
     mine = random.Random(seed * 64 + me)      # this rank's memory and order of calls
-    issued = 0
+    issued = checks_made = 0
     try:
         program = draw_program(seed, ranks[WORLD].n, steps, config.largest,
                                plain_reductions_on_half=config.gpus > 0)
         for i, step in enumerate(program):
+            if step.resplit >= 0:
+                checks_made += ranks[HALF].checks
+                half.destroy()
+                half, ranks[HALF] = split(step.resplit)
+                continue
             checks: List[Check] = []
             if step.grouped:
                 nccl.groupStart()
@@ -372,7 +393,7 @@ def rank_program(config: "Config", seed: int, steps: int) -> Tuple[int, int, Lis
         world.destroy()
         if arena is not None:
             arena.free()
-    return issued, sum(r.checks for r in ranks), failures
+    return issued, checks_made + sum(r.checks for r in ranks), failures
 
 
 # -- configurations ------------------------------------------------------------------------------
@@ -513,6 +534,7 @@ def test_programs_agree_across_ranks() -> None:
     assert any(s.grouped for s in a) and any(not s.grouped for s in a)
     assert {c.root % 3 for c in calls if isinstance(c, Coll) and c.kind in ROOTED} == {0, 1, 2}
     assert any(s.grouped and {c.comm for c in s.calls} == {WORLD, HALF} for s in a)
+    assert {s.resplit for s in a} == {-1, 0, 1}
     # A rank's order keeps each communicator's calls in the program's order.
     rng = random.Random(1)
     for step in a:
