@@ -239,6 +239,20 @@ def ptr(a: np.ndarray, offset: int = 0) -> int:
 Check = Callable[[], None]
 
 
+def output_buffer(mem: Callable[[int], np.ndarray], dt: DType, count: int) -> np.ndarray:
+    """An output buffer from `mem`: `count` elements plus the guard, all SENTINEL."""
+    buf = mem((count + GUARD) * dt.np.itemsize)
+    buf[:] = SENTINEL
+    return buf.view(dt.np)
+
+
+def holding(mem: Callable[[int], np.ndarray], x: np.ndarray) -> np.ndarray:
+    """A send buffer from `mem` holding a copy of x."""
+    buf = mem(x.nbytes).view(x.dtype)
+    buf[:] = x
+    return buf
+
+
 @dataclass
 class Case:
     r: Rank
@@ -263,16 +277,10 @@ class Case:
         return [inputs(self.dt, self.op, j, count, self.salt) for j in range(self.r.n)]
 
     def output(self, count: int) -> np.ndarray:
-        """An output buffer of `count` elements plus the guard, all SENTINEL."""
-        buf = self.mem((count + GUARD) * self.dt.np.itemsize)
-        buf[:] = SENTINEL
-        return buf.view(self.dt.np)
+        return output_buffer(self.mem, self.dt, count)
 
     def holding(self, x: np.ndarray) -> np.ndarray:
-        """A send buffer holding a copy of x."""
-        buf = self.mem(x.nbytes).view(x.dtype)
-        buf[:] = x
-        return buf
+        return holding(self.mem, x)
 
     def opcode(self) -> int:
         if self.op == PREMUL:
@@ -290,7 +298,9 @@ class Case:
 # Each runner issues its case's call and returns the check of its result,
 # to be run once the call is complete (at once, or after the group's end).
 
-def run_allreduce(c: Case) -> Check:
+def reduce_to(c: Case, root: Optional[int]) -> Check:
+    """AllReduce (root None) or Reduce to `root`: the result on every rank,
+    or on the root alone."""
     r, count = c.r, c.count
     xs = c.inputs(count)
     out = c.output(count)
@@ -298,37 +308,28 @@ def run_allreduce(c: Case) -> Check:
         out[:count] = xs[r.rank]
     send = out if c.inplace else c.holding(xs[r.rank])
     op = c.opcode()
-    r.comm.allReduce(ptr(send), ptr(out), count, c.dt.code, op)
+    if root is None:
+        r.comm.allReduce(ptr(send), ptr(out), count, c.dt.code, op)
+    else:
+        r.comm.reduce(ptr(send), ptr(out), count, c.dt.code, op, root)
     c.release(op)
 
     def check() -> None:
-        want, tol = reference(c.dt, c.op, xs)
-        r.compare(c.label, c.dt, out[:count], want, tol)
-        r.guard(c.label, out, count)
-        if not c.inplace:
-            r.unchanged(c.label, send, xs[r.rank])
-    return check
-
-
-def run_reduce(c: Case) -> Check:
-    r, count = c.r, c.count
-    xs = c.inputs(count)
-    out = c.output(count)
-    if c.inplace:
-        out[:count] = xs[r.rank]
-    send = out if c.inplace else c.holding(xs[r.rank])
-    op = c.opcode()
-    r.comm.reduce(ptr(send), ptr(out), count, c.dt.code, op, c.root)
-    c.release(op)
-
-    def check() -> None:
-        if r.rank == c.root:
+        if root is None or r.rank == root:
             want, tol = reference(c.dt, c.op, xs)
             r.compare(c.label, c.dt, out[:count], want, tol)
         r.guard(c.label, out, count)
         if not c.inplace:
             r.unchanged(c.label, send, xs[r.rank])
     return check
+
+
+def run_allreduce(c: Case) -> Check:
+    return reduce_to(c, None)
+
+
+def run_reduce(c: Case) -> Check:
+    return reduce_to(c, c.root)
 
 
 def run_reducescatter(c: Case) -> Check:

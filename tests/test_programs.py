@@ -43,10 +43,10 @@ import hetccl
 from hetccl import nccl
 from hetccl.errors import NcclError
 from rank_procs import become_another_host, can_unshare_ipc
-from test_collectives import (DTYPES, GUARD, KINDS, MAX, MIN, MOVE, OP_NAMES, PLANE,
-                              PLANE_HOSTS, PLANE_SMALL, PROD, RAILS, REDUCE_OPS, ROOTED,
-                              SENTINEL, SHM, SMALL_CHUNKS, SOCKET, SUM, Case, Check, DType,
-                              Rank, inputs, numpy_bytes, ptr)
+from test_collectives import (DTYPES, KINDS, MAX, MIN, MOVE, OP_NAMES, PLANE, PLANE_HOSTS,
+                              PLANE_SMALL, PROD, RAILS, REDUCE_OPS, ROOTED, SHM, SMALL_CHUNKS,
+                              SOCKET, SUM, Case, Check, DType, Rank, holding, inputs,
+                              numpy_bytes, output_buffer, ptr)
 
 pytestmark = pytest.mark.usefixtures("hetccl_library")
 
@@ -206,6 +206,22 @@ def memory_of(arena: Optional[Arena], rng: random.Random) -> Callable[[int], np.
     return take
 
 
+@dataclass
+class Twin:
+    """A host buffer of a GPU rank and its copy in device memory."""
+    host: np.ndarray
+    device: Any         # a torch tensor of at least one byte
+    up: bool = False    # the host bytes have been copied up
+
+    @property
+    def base(self) -> int:
+        return ptr(self.host)
+
+    @property
+    def nbytes(self) -> int:
+        return self.host.nbytes
+
+
 class DeviceTwins:
     """A GPU rank's buffers. Every host buffer a call is given has a twin in
     device memory of the same size: the call gets the twin's address (at
@@ -220,33 +236,32 @@ class DeviceTwins:
         torch.cuda.set_device(device)
         self.device = torch.device("cuda", device)
         self.stream = torch.cuda.Stream()
-        self.spans: List[list] = []     # [host address, bytes, host array, twin, copied up]
+        self.twins: List[Twin] = []
 
     def wrap(self, mem: Callable[[int], np.ndarray]) -> Callable[[int], np.ndarray]:
         def take(nbytes: int) -> np.ndarray:
             host = mem(nbytes)
-            twin = self.torch.empty(max(nbytes, 1), dtype=self.torch.uint8, device=self.device)
-            self.spans.append([ptr(host), nbytes, host, twin, False])
+            device = self.torch.empty(max(nbytes, 1), dtype=self.torch.uint8, device=self.device)
+            self.twins.append(Twin(host, device))
             return host
         return take
 
     def address(self, at: int) -> int:
-        for span in reversed(self.spans):
-            base, nbytes, host, twin, up = span
-            if base <= at <= base + nbytes:
-                if not up and nbytes:
+        for t in reversed(self.twins):
+            if t.base <= at <= t.base + t.nbytes:
+                if not t.up and t.nbytes:
                     with self.torch.cuda.stream(self.stream):
-                        twin[:nbytes].copy_(self.torch.from_numpy(host.view(np.uint8)))
-                span[4] = True
-                return twin.data_ptr() + (at - base)
+                        t.device[:t.nbytes].copy_(self.torch.from_numpy(t.host.view(np.uint8)))
+                t.up = True
+                return t.device.data_ptr() + (at - t.base)
         raise AssertionError(f"address {at:#x} is not a buffer of this step")
 
     def bring_back(self) -> None:
         self.stream.synchronize()
-        for _base, nbytes, host, twin, _up in self.spans:
-            if nbytes:
-                host.view(np.uint8)[:] = twin[:nbytes].cpu().numpy()
-        self.spans.clear()
+        for t in self.twins:
+            if t.nbytes:
+                t.host.view(np.uint8)[:] = t.device[:t.nbytes].cpu().numpy()
+        self.twins.clear()
 
 
 class OnDevice:
@@ -287,14 +302,11 @@ def issue_message(r: Rank, m: Msg, mem: Callable[[int], np.ndarray]) -> List[Che
     data = inputs(dt, MOVE, src, m.count, m.salt)
     checks: List[Check] = []
     if r.rank == src:
-        send = mem(data.nbytes).view(dt.np)
-        send[:] = data
+        send = holding(mem, data)
         r.comm.send(ptr(send), m.count, dt.code, dst)
         checks.append(lambda: r.unchanged(label, send, data))
     if r.rank == dst:
-        out = mem((m.count + GUARD) * dt.np.itemsize)
-        out[:] = SENTINEL
-        out = out.view(dt.np)
+        out = output_buffer(mem, dt, m.count)
         r.comm.recv(ptr(out), m.count, dt.code, src)
 
         def check() -> None:
