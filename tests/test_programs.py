@@ -24,7 +24,10 @@ numbers of every channel wrap many times.
 The checks are test_collectives.py's (numpy references, guard elements
 after every output, send buffers unchanged), made once the step's group has
 ended. A failure names the seed and the step; HETCCL_PROGRAM_SEED replays a
-seed, HETCCL_PROGRAM_STEPS sets the length of every program.
+seed, HETCCL_PROGRAM_STEPS sets the length of every program, and
+HETCCL_PROGRAM_WATCH=S has every rank that is still in its program after S
+seconds (and every S after) print the step it is on and its Python stack
+(where a program hangs, that names the call and the rank).
 """
 
 from __future__ import annotations
@@ -32,7 +35,10 @@ from __future__ import annotations
 import ctypes
 import os
 import random
+import sys
+import threading
 import time
+import traceback
 from dataclasses import dataclass
 from typing import Any, Callable, List, Optional, Sequence, Tuple, Union
 
@@ -52,6 +58,7 @@ pytestmark = pytest.mark.usefixtures("hetccl_library")
 
 SEED = os.environ.get("HETCCL_PROGRAM_SEED")
 STEPS = os.environ.get("HETCCL_PROGRAM_STEPS")
+WATCH = float(os.environ.get("HETCCL_PROGRAM_WATCH", "0"))
 GROUP_MAX = 6
 ARENA_BYTES = 48 << 20
 MAX_SHOWN = 40
@@ -331,6 +338,28 @@ def rank_order(step: Step, rng: random.Random) -> List[Call]:
     return order
 
 
+class Watch:
+    """HETCCL_PROGRAM_WATCH: a thread that, every WATCH seconds until the
+    program ends, prints where this rank is (the step and its Python
+    stack) to stderr."""
+
+    def __init__(self, rank: int, seed: int) -> None:
+        self.where = "init"
+        self.done = threading.Event()
+        self.rank, self.seed, self.main = rank, seed, threading.get_ident()
+        if WATCH > 0:
+            threading.Thread(target=self._watch, daemon=True).start()
+
+    def _watch(self) -> None:
+        t0 = time.monotonic()
+        while not self.done.wait(WATCH):
+            frame = sys._current_frames().get(self.main)
+            stack = "".join(traceback.format_stack(frame)[-6:]) if frame else ""
+            print(f"[watch] rank {self.rank}, seed {self.seed}, after "
+                  f"{time.monotonic() - t0:.0f} s: {self.where}\n{stack}", file=sys.stderr,
+                  flush=True)
+
+
 def rank_program(config: "Config", seed: int, steps: int) -> Tuple[int, int, List[str]]:
     """Runs in every rank; returns (calls issued, checks made, failure lines)."""
     info = hetccl.launcher.launch_info()
@@ -342,6 +371,7 @@ def rank_program(config: "Config", seed: int, steps: int) -> Tuple[int, int, Lis
     twins = DeviceTwins(info.rank) if info.rank < config.gpus else None
     if config.gpus and twins is None:
         os.environ["HETCCL_DEVICE"] = "host"
+    watch = Watch(info.rank, seed)
     world = hetccl.communicator()
     me = world.rank_id()
     failures: List[str] = []
@@ -363,6 +393,9 @@ def rank_program(config: "Config", seed: int, steps: int) -> Tuple[int, int, Lis
         program = draw_program(seed, ranks[WORLD].n, steps, config.largest,
                                plain_reductions_on_half=config.gpus > 0)
         for i, step in enumerate(program):
+            watch.where = f"step {i}: " + (f"resplit {step.resplit}" if step.resplit >= 0 else
+                                           "; ".join(describe(c, ranks[c.comm].n)
+                                                     for c in step.calls))
             if step.resplit >= 0:
                 checks_made += ranks[HALF].checks
                 half.destroy()
@@ -401,8 +434,10 @@ def rank_program(config: "Config", seed: int, steps: int) -> Tuple[int, int, Lis
             if arena is not None:
                 arena.empty()
     finally:
+        watch.where = "destroying the communicators"
         half.destroy()
         world.destroy()
+        watch.done.set()
         if arena is not None:
             arena.free()
     return issued, checks_made + sum(r.checks for r in ranks), failures

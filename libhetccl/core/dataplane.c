@@ -1,7 +1,6 @@
 /* The core's side of the cross-island data plane (dataplane.h). */
 #include "core/dataplane.h"
 
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -281,88 +280,6 @@ ncclResult_t hetccl_dataplane_launch(ncclComm_t comm, hetccl_task_t *tasks) {
     hetccl_plane_fail(comm->plane, res);
     hetccl_comm_set_error(comm, res);
   }
-  return res;
-}
-
-/* dataplane.h: shares this large go to threads of their own. */
-#define LAUNCH_INLINE_PIECES 16
-
-typedef struct launch_job {
-  ncclComm_t comm;
-  hetccl_task_t *tasks;
-  pthread_t thread;
-  int started;
-  ncclResult_t res;
-  char error[256];
-} launch_job_t;
-
-struct hetccl_dataplane_launches {
-  int n;
-  launch_job_t jobs[];
-};
-
-static void *launch_thread(void *arg) {
-  launch_job_t *j = arg;
-  /* A new thread has no current context: a runtime's current device reads
-   * as 0 without one being bound, so hetccl_dataplane_launch would not
-   * switch to device 0 and the kernels' driver calls would find none. */
-  const hetccl_runtime_t *rt = hetccl_runtime_get(j->comm->ptr_kind);
-  j->res = j->comm->dev >= 0 && rt ? rt->set_device(j->comm->dev) : ncclSuccess;
-  if (j->res == ncclSuccess) {
-    j->res = hetccl_dataplane_launch(j->comm, j->tasks);
-  } else { /* the peers numbered these pieces too: fail them, as a failed launch does */
-    hetccl_group_free_tasks(j->tasks);
-    hetccl_plane_fail(j->comm->plane, j->res);
-    hetccl_comm_set_error(j->comm, j->res);
-  }
-  if (j->res != ncclSuccess) snprintf(j->error, sizeof(j->error), "%s", hetccl_last_error());
-  return NULL;
-}
-
-static int share_is_large(const hetccl_task_t *tasks) {
-  size_t bytes = 0, piece = (size_t)hetccl_knob_int(HETCCL_KNOB_PLANE_PIECE);
-  for (const hetccl_task_t *t = tasks; t; t = t->next)
-    bytes += t->in_bytes > t->out_bytes ? t->in_bytes : t->out_bytes;
-  return bytes > LAUNCH_INLINE_PIECES * piece;
-}
-
-ncclResult_t hetccl_dataplane_launch_start(ncclComm_t *comms, hetccl_task_t **shares, int n,
-                                           int others, hetccl_dataplane_launches_t **out) {
-  *out = NULL;
-  int large = 0;
-  for (int i = 0; i < n && (n > 1 || others) && !large; i++) large = share_is_large(shares[i]);
-  hetccl_dataplane_launches_t *l = NULL;
-  if (large) l = calloc(1, sizeof(*l) + (size_t)n * sizeof(launch_job_t));
-  ncclResult_t res = ncclSuccess;
-  for (int i = 0; i < n; i++) {
-    if (l) {
-      launch_job_t *j = &l->jobs[l->n++];
-      *j = (launch_job_t){.comm = comms[i], .tasks = shares[i]};
-      j->started = pthread_create(&j->thread, NULL, launch_thread, j) == 0;
-      if (j->started) continue;
-      /* No thread: inline, as a small share (it may block; it is all there is). */
-      INFO(HETCCL_COLL, "rank %d: no thread for a large launch; enqueueing it inline",
-           comms[i]->rank);
-    }
-    ncclResult_t r = hetccl_dataplane_launch(comms[i], shares[i]);
-    if (res == ncclSuccess) res = r;
-  }
-  *out = l;
-  return res;
-}
-
-ncclResult_t hetccl_dataplane_launch_finish(hetccl_dataplane_launches_t *l) {
-  ncclResult_t res = ncclSuccess;
-  for (int i = 0; l && i < l->n; i++) {
-    launch_job_t *j = &l->jobs[i];
-    if (!j->started) continue;
-    pthread_join(j->thread, NULL);
-    if (res == ncclSuccess && j->res != ncclSuccess) {
-      res = j->res;
-      hetccl_last_error_set(j->error);
-    }
-  }
-  free(l);
   return res;
 }
 

@@ -38,24 +38,10 @@ hetccl_task_t *hetccl_dataplane_split(ncclComm_t comm, hetccl_task_t **tasks);
  * to the proxy. Takes ownership of tasks. */
 ncclResult_t hetccl_dataplane_launch(ncclComm_t comm, hetccl_task_t *tasks);
 
-/* The device shares of a group (several communicators when one thread
- * drives several ranks: ncclCommInitAll, nccl-tests -g N), launched as
- * hetccl_dataplane_launch each. Every rank's stream waits on its peers'
- * pieces, so a launch that blocks in the runtime before this thread has
- * made the peers' launches, or run a host rank's share of the same group,
- * would wait for ever: a stream's queue is finite, and a share of
- * hundreds of pieces fills it. Shares of more than LAUNCH_INLINE_PIECES
- * pieces are therefore enqueued by a thread each, started here, when the
- * group holds anything else (another device share, or `others`: shares
- * this thread runs after); small ones here, in order, a thread costing
- * more than they take. _finish joins the threads; call it once this
- * thread has run the group's other shares. Ownership of every list passes
- * here; the first error is returned (its message made this thread's last
- * error). */
-typedef struct hetccl_dataplane_launches hetccl_dataplane_launches_t;
-ncclResult_t hetccl_dataplane_launch_start(ncclComm_t *comms, hetccl_task_t **shares, int n,
-                                           int others, hetccl_dataplane_launches_t **out);
-ncclResult_t hetccl_dataplane_launch_finish(hetccl_dataplane_launches_t *l);
+/* A group's device shares of several communicators (one thread driving
+ * several ranks: ncclCommInitAll, nccl-tests -g N; or one rank in several
+ * communicators) are launched by core/group_streams.h, which calls
+ * hetccl_dataplane_launch for each in an order every rank agrees on. */
 
 /* Plane tasks with host buffers: run them here. Takes ownership. */
 ncclResult_t hetccl_dataplane_run(ncclComm_t comm, hetccl_task_t *tasks);

@@ -6,6 +6,7 @@
 
 #include "core/dataplane.h"
 #include "core/devpath.h"
+#include "core/group_streams.h"
 #include "core/init.h"
 #include "core/proxy.h"
 #include "core/trace_points.h"
@@ -264,37 +265,29 @@ static ncclResult_t run_group(hetccl_task_t *head) {
   }
   /* Shares with device buffers go to their stream: the data plane's
    * (dataplane.h), and what stays on the engine through staging
-   * (devpath.h); the caller never waits for them. The others run as
-   * before. Large data-plane launches may be enqueued by threads of their
-   * own while this one runs the rest (hetccl_dataplane_launch_start); they
-   * are joined before the group returns. */
+   * (devpath.h); the caller never waits for them. They are enqueued in an
+   * order every rank agrees on, by threads of their own where large
+   * (group_streams.h); the threads are joined before the group returns.
+   * The others run as before. */
   ncclResult_t res = ncclSuccess;
-  int kept = 0, nplane = 0;
-  ncclComm_t plane_comms[64];
-  hetccl_task_t *plane_shares[64];
+  int kept = 0, ndev = 0;
+  hetccl_device_share_t dev[128];
   for (int i = 0; i < ncomm; i++) {
-    if (!comms[i]->plane || !hetccl_dataplane_on_device(lists[i])) continue;
-    hetccl_task_t *plane = hetccl_dataplane_split(comms[i], &lists[i]);
-    if (plane) plane_comms[nplane] = comms[i], plane_shares[nplane++] = plane;
-  }
-  int others = 0;
-  for (int i = 0; i < ncomm; i++) others |= lists[i] != NULL;
-  hetccl_dataplane_launches_t *launches = NULL;
-  if (nplane)
-    res = hetccl_dataplane_launch_start(plane_comms, plane_shares, nplane, others || rest,
-                                        &launches);
-  for (int i = 0; i < ncomm; i++) {
+    if (comms[i]->plane && hetccl_dataplane_on_device(lists[i])) {
+      hetccl_task_t *plane = hetccl_dataplane_split(comms[i], &lists[i]);
+      if (plane) dev[ndev++] = (hetccl_device_share_t){comms[i], plane, HETCCL_SHARE_PLANE};
+    }
     if (!lists[i]) continue;
     int staged = 0;
     for (hetccl_task_t *t = lists[i]; t && !staged; t = t->next)
       staged = t->stage_send || t->stage_recv || t->device_direct;
-    if (staged) {
-      ncclResult_t r = hetccl_devpath_launch(comms[i], lists[i]);
-      if (res == ncclSuccess) res = r;
-    } else {
+    if (staged)
+      dev[ndev++] = (hetccl_device_share_t){comms[i], lists[i], HETCCL_SHARE_STAGED};
+    else
       comms[kept] = comms[i], lists[kept] = lists[i], kept++;
-    }
   }
+  hetccl_group_streams_t *launches = NULL;
+  res = hetccl_group_streams_start(dev, ndev, kept > 0 || rest, &launches);
   ncclResult_t r = run_host_shares(comms, lists, kept);
   if (res == ncclSuccess) res = r;
   if (rest) {
@@ -309,7 +302,7 @@ static ncclResult_t run_group(hetccl_task_t *head) {
     ncclResult_t r = run_group(rev);
     if (res == ncclSuccess) res = r;
   }
-  r = hetccl_dataplane_launch_finish(launches);
+  r = hetccl_group_streams_finish(launches);
   if (res == ncclSuccess) res = r;
   return res;
 }

@@ -312,6 +312,7 @@ do_torch3san() { # only where torch3trace ran and failed
 # PYTEST_K: a pytest -k expression (default: all but the bandwidth reports);
 # PYTEST_ENV: VAR=VALUE[,VAR=VALUE] for its ranks (e.g. HETCCL_PLANE_WIDE_MIN=1M);
 # PYTEST_ARGS: more pytest arguments (-s: the bandwidth reports' figures)
+# PYTEST_LIMIT: the stage's bound in seconds (default 240)
 PYTEST_K=${PYTEST_K-not bandwidth}
 PYTEST_FILES=${PYTEST_FILES-tests/test_cuda_engine.py}
 do_pytest() {
@@ -340,7 +341,7 @@ if [ -f "$LIB" ]; then
   want limit && stage 03 limit 40 do_limit
   want ntmpi && stage 18 ntmpi 240 do_ntmpi
   want nt && stage 04 nt 200 do_nt
-  want pytest && stage 12 pytest 240 do_pytest
+  want pytest && stage 12 pytest "${PYTEST_LIMIT:-240}" do_pytest
   want train && stage 06 train 420 do_train
   want perf && stage 05 perf 120 do_perf
   want big && stage 07 big 150 do_big
