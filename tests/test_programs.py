@@ -507,6 +507,10 @@ CUDA_CONFIGS = [
     Config("cuda2-small-pieces", 2, (("HETCCL_ISLANDS", "0,1"),) + PLANE + PLANE_SMALL,
            gpus=2, largest=60000),
     Config("cuda2-host1", 3, CUDA_ISLANDS, gpus=2),
+    # Two GPUs and two host ranks: halves by parity are a GPU and a host
+    # rank each, by blocks the two GPUs and the two host ranks, so that both
+    # halves of a step can be plane communicators with a GPU in them.
+    Config("cuda2-host2", 4, (("HETCCL_ISLANDS", "0,1,2,3"), ("HETCCL_PLANE", "on")), gpus=2),
     Config("cuda2-hosts", 2, PLANE_HOSTS + (("HETCCL_ISLANDS", "0,1"),), gpus=2, own_host=(1,)),
 ]
 
