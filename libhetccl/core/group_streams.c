@@ -17,6 +17,10 @@
 #define LAUNCH_INLINE_PIECES 16
 
 typedef struct stream_job {
+  /* The stream: a pointer is one stream only on one device of one
+   * runtime (the null stream is every device's own). */
+  hetccl_dev_kind_t runtime;
+  int dev;
   void *stream;
   hetccl_device_share_t *shares; /* into the sorted array */
   int n;
@@ -44,6 +48,10 @@ static int share_is_large(const hetccl_device_share_t *s) {
   for (const hetccl_task_t *t = s->tasks; t; t = t->next)
     bytes += t->in_bytes > t->out_bytes ? t->in_bytes : t->out_bytes;
   return bytes > LAUNCH_INLINE_PIECES * piece;
+}
+
+static int on_job(const hetccl_device_share_t *s, const stream_job_t *j) {
+  return s->tasks->stream == j->stream && s->comm->dev == j->dev && s->comm->ptr_kind == j->runtime;
 }
 
 static ncclResult_t share_launch(hetccl_device_share_t *s) {
@@ -118,10 +126,12 @@ ncclResult_t hetccl_group_streams_start(hetccl_device_share_t *shares, int n, in
   for (int i = 0; i < n; i++) {
     if (!sorted[i].tasks) continue; /* gathered already */
     stream_job_t *j = &g->jobs[g->njobs++];
+    j->runtime = sorted[i].comm->ptr_kind;
+    j->dev = sorted[i].comm->dev;
     j->stream = sorted[i].tasks->stream;
     j->shares = &byjob[k];
     for (int m = i; m < n; m++) {
-      if (!sorted[m].tasks || sorted[m].tasks->stream != j->stream) continue;
+      if (!sorted[m].tasks || !on_job(&sorted[m], j)) continue;
       byjob[k++] = sorted[m];
       j->n++;
       sorted[m].tasks = NULL;

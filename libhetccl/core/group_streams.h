@@ -20,6 +20,10 @@
  *   other streams (ranks    their own jobs, the same way     (their own)
  *     of other devices)
  *
+ * A stream is a stream pointer on one device of one runtime: the null
+ * stream that two GPUs' ranks driven by one thread may both be given is
+ * two streams, two jobs.
+ *
  * Why threads: every rank's stream waits on its peers' pieces, so a launch
  * that blocks in the runtime (a stream's queue is finite, and a share of
  * hundreds of pieces fills it) before this thread has made the other

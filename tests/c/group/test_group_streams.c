@@ -9,6 +9,8 @@
  *   threads   one large share: each stream's shares come from one thread
  *             of its own, in the same order; a single stream with a large
  *             share gets a thread only when the group holds host shares
+ *   devices   one thread driving two GPUs' ranks, each given the null
+ *             stream: two streams (one per device), a thread each
  *   errors    a failed launch is the group's error, from this thread or
  *             from a job's (its message this thread's last error), and the
  *             other shares are still launched
@@ -217,6 +219,34 @@ static void test_threads(void) {
   }
 }
 
+static void test_devices(void) {
+  /* Two ranks of one communicator (one id), on devices 0 and 1, both on
+   * the null stream, both large: as ncclCommInitAll's ranks driven by one
+   * thread. */
+  struct ncclComm ranks[2];
+  memset(ranks, 0, sizeof(ranks));
+  size_t piece = (size_t)hetccl_knob_int(HETCCL_KNOB_PLANE_PIECE);
+  hetccl_device_share_t shares[2];
+  for (int r = 0; r < 2; r++) {
+    ranks[r].comm_id = 7, ranks[r].rank = r, ranks[r].nranks = 2, ranks[r].dev = r;
+    hetccl_task_t *t = calloc(1, sizeof(*t));
+    t->comm = &ranks[r];
+    t->stream = NULL;
+    t->in_bytes = t->out_bytes = 17 * piece;
+    shares[r] = (hetccl_device_share_t){&ranks[r], t, HETCCL_SHARE_PLANE};
+  }
+  reset();
+  hetccl_group_streams_t *g = NULL;
+  CHECK(hetccl_group_streams_start(shares, 2, 0, &g) == ncclSuccess, "devices: status");
+  CHECK(hetccl_group_streams_finish(g) == ncclSuccess, "devices: status at finish");
+  CHECK(nseen == 2, "devices: %d launches, not 2", nseen);
+  if (nseen == 2)
+    CHECK(!pthread_equal(seen[0].thread, seen[1].thread) &&
+              !pthread_equal(seen[0].thread, pthread_self()) &&
+              !pthread_equal(seen[1].thread, pthread_self()),
+          "devices: two devices' null streams launched as one stream");
+}
+
 static void test_errors(void) {
   spec_t specs[4];
   memcpy(specs, SPECS, sizeof(specs));
@@ -239,11 +269,12 @@ int main(void) {
   for (int i = 0; i < 3; i++) comms[i].dev = -1, comms[i].rank = 0, comms[i].nranks = 2;
   test_order();
   test_threads();
+  test_devices();
   test_errors();
   if (failures) {
     fprintf(stderr, "test_group_streams: %d failures\n", failures);
     return 1;
   }
-  printf("test_group_streams: order, threads and errors right\n");
+  printf("test_group_streams: order, threads, devices and errors right\n");
   return 0;
 }
