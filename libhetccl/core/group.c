@@ -269,9 +269,8 @@ static ncclResult_t run_group(hetccl_task_t *head) {
    * order every rank agrees on, by threads of their own where large
    * (group_streams.h); the threads are joined before the group returns.
    * The others run as before. */
-  ncclResult_t res = ncclSuccess;
   int kept = 0, ndev = 0;
-  hetccl_device_share_t dev[128];
+  hetccl_device_share_t dev[128]; /* lives until hetccl_group_streams_finish */
   for (int i = 0; i < ncomm; i++) {
     if (comms[i]->plane && hetccl_dataplane_on_device(lists[i])) {
       hetccl_task_t *plane = hetccl_dataplane_split(comms[i], &lists[i]);
@@ -287,7 +286,7 @@ static ncclResult_t run_group(hetccl_task_t *head) {
       comms[kept] = comms[i], lists[kept] = lists[i], kept++;
   }
   hetccl_group_streams_t *launches = NULL;
-  res = hetccl_group_streams_start(dev, ndev, kept > 0 || rest, &launches);
+  ncclResult_t res = hetccl_group_streams_start(dev, ndev, kept > 0 || rest, &launches);
   ncclResult_t r = run_host_shares(comms, lists, kept);
   if (res == ncclSuccess) res = r;
   if (rest) {

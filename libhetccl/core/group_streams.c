@@ -3,8 +3,8 @@
 
 #include <pthread.h>
 #include <stdio.h>
+#include <stdint.h>
 #include <stdlib.h>
-#include <string.h>
 
 #include "core/dataplane.h"
 #include "core/devpath.h"
@@ -17,12 +17,7 @@
 #define LAUNCH_INLINE_PIECES 16
 
 typedef struct stream_job {
-  /* The stream: a pointer is one stream only on one device of one
-   * runtime (the null stream is every device's own). */
-  hetccl_dev_kind_t runtime;
-  int dev;
-  void *stream;
-  hetccl_device_share_t *shares; /* into the sorted array */
+  hetccl_device_share_t *shares; /* a run of the sorted array: one stream's */
   int n;
   pthread_t thread;
   int started;
@@ -32,12 +27,26 @@ typedef struct stream_job {
 
 struct hetccl_group_streams {
   int njobs;
-  hetccl_device_share_t *sorted;
   stream_job_t jobs[];
 };
 
+/* A stream is a pointer on one device of one runtime (the null stream is
+ * every device's own). */
+static int same_stream(const hetccl_device_share_t *x, const hetccl_device_share_t *y) {
+  return x->tasks->stream == y->tasks->stream && x->comm->dev == y->comm->dev &&
+         x->comm->ptr_kind == y->comm->ptr_kind;
+}
+
+/* By stream (any order of streams: they are independent), then, within
+ * one stream, the order every rank agrees on: comm_id, plane before
+ * staged. */
 static int share_order(const void *a, const void *b) {
   const hetccl_device_share_t *x = a, *y = b;
+  if (!same_stream(x, y)) {
+    if (x->comm->ptr_kind != y->comm->ptr_kind) return x->comm->ptr_kind < y->comm->ptr_kind ? -1 : 1;
+    if (x->comm->dev != y->comm->dev) return x->comm->dev < y->comm->dev ? -1 : 1;
+    return (uintptr_t)x->tasks->stream < (uintptr_t)y->tasks->stream ? -1 : 1;
+  }
   if (x->comm->comm_id != y->comm->comm_id) return x->comm->comm_id < y->comm->comm_id ? -1 : 1;
   return (int)x->kind - (int)y->kind;
 }
@@ -48,10 +57,6 @@ static int share_is_large(const hetccl_device_share_t *s) {
   for (const hetccl_task_t *t = s->tasks; t; t = t->next)
     bytes += t->in_bytes > t->out_bytes ? t->in_bytes : t->out_bytes;
   return bytes > LAUNCH_INLINE_PIECES * piece;
-}
-
-static int on_job(const hetccl_device_share_t *s, const stream_job_t *j) {
-  return s->tasks->stream == j->stream && s->comm->dev == j->dev && s->comm->ptr_kind == j->runtime;
 }
 
 static ncclResult_t share_launch(hetccl_device_share_t *s) {
@@ -102,45 +107,20 @@ ncclResult_t hetccl_group_streams_start(hetccl_device_share_t *shares, int n, in
   *out = NULL;
   if (n == 0) return ncclSuccess;
   hetccl_group_streams_t *g = calloc(1, sizeof(*g) + (size_t)n * sizeof(stream_job_t));
-  hetccl_device_share_t *sorted = malloc((size_t)n * sizeof(*sorted));
-  if (!g || !sorted) {
-    free(g);
-    free(sorted);
+  if (!g) {
     WARN("group: out of memory for %d device shares", n);
     for (int i = 0; i < n; i++) share_fail(&shares[i], ncclSystemError);
     return ncclSystemError;
   }
-  memcpy(sorted, shares, (size_t)n * sizeof(*sorted));
-  qsort(sorted, (size_t)n, sizeof(*sorted), share_order);
-  /* Jobs by stream; shares stay in sorted order within a job, as they are
-   * gathered together here (a stable pass over the sorted array). */
-  hetccl_device_share_t *byjob = malloc((size_t)n * sizeof(*byjob));
-  if (!byjob) {
-    free(g);
-    WARN("group: out of memory for %d device shares", n);
-    for (int i = 0; i < n; i++) share_fail(&sorted[i], ncclSystemError);
-    free(sorted);
-    return ncclSystemError;
-  }
-  int k = 0;
-  for (int i = 0; i < n; i++) {
-    if (!sorted[i].tasks) continue; /* gathered already */
-    stream_job_t *j = &g->jobs[g->njobs++];
-    j->runtime = sorted[i].comm->ptr_kind;
-    j->dev = sorted[i].comm->dev;
-    j->stream = sorted[i].tasks->stream;
-    j->shares = &byjob[k];
-    for (int m = i; m < n; m++) {
-      if (!sorted[m].tasks || !on_job(&sorted[m], j)) continue;
-      byjob[k++] = sorted[m];
-      j->n++;
-      sorted[m].tasks = NULL;
-    }
-  }
-  free(sorted);
-  g->sorted = byjob;
+  qsort(shares, (size_t)n, sizeof(*shares), share_order);
   int large = 0;
-  for (int i = 0; i < k && (g->njobs > 1 || others) && !large; i++) large = share_is_large(&byjob[i]);
+  for (int i = 0; i < n; i++) {
+    if (i == 0 || !same_stream(&shares[i - 1], &shares[i]))
+      g->jobs[g->njobs++].shares = &shares[i];
+    g->jobs[g->njobs - 1].n++;
+    large |= share_is_large(&shares[i]);
+  }
+  large &= g->njobs > 1 || others;
   ncclResult_t res = ncclSuccess;
   for (int i = 0; i < g->njobs; i++) {
     stream_job_t *j = &g->jobs[i];
@@ -169,7 +149,6 @@ ncclResult_t hetccl_group_streams_finish(hetccl_group_streams_t *g) {
       hetccl_last_error_set(j->error);
     }
   }
-  if (g) free(g->sorted);
   free(g);
   return res;
 }

@@ -50,9 +50,10 @@ typedef struct hetccl_device_share {
 
 typedef struct hetccl_group_streams hetccl_group_streams_t;
 
-/* Launch n shares (any order: sorted here). `others`: the group holds
- * shares this thread runs after (host shares). Ownership of every list
- * passes here; the first error is returned (its message made this thread's
+/* Launch n shares (any order: the array is sorted in place, and the jobs
+ * point into it, so it must live until _finish). `others`: the group
+ * holds shares this thread runs after (host shares). Ownership of every
+ * list passes here; the first error is returned (its message made this thread's
  * last error). Call _finish once this thread has run the group's other
  * shares: it joins the jobs' threads. */
 ncclResult_t hetccl_group_streams_start(hetccl_device_share_t *shares, int n, int others,
