@@ -28,6 +28,15 @@ if _LIBRARY is None or _LIBRARY != _from_package():
     os.environ["PYTHONPATH"] = os.pathsep.join(
         filter(None, [str(PYTHON_DIR), os.environ.get("PYTHONPATH")]))
 
+# Ranks of hetccl.launch (and of failing_ranks) fork from a server that has
+# imported numpy, hetccl and the first launched test module, rather than
+# each starting Python and importing them: 5-10 s a rank in CI's emulated
+# VMs (HETCCL_LAUNCH_START=spawn runs the suite the other way). The server
+# finds the test modules through PYTHONPATH, as the ranks do.
+os.environ.setdefault("HETCCL_LAUNCH_START", "forkserver")
+os.environ["PYTHONPATH"] = os.pathsep.join(
+    filter(None, [os.environ.get("PYTHONPATH"), str(Path(__file__).resolve().parent)]))
+
 
 def _have_gpu() -> bool:
     smi = shutil.which("nvidia-smi")

@@ -1,8 +1,9 @@
 """Ranks that may fail, for the failure tests (test_failures.py,
 test_disagreements.py, and the ib ones that reuse them).
 
-Every rank is a real process (multiprocessing "spawn", so each reads its own
-HETCCL_* knobs). hetccl.launch gives up on the others 2 s after one rank
+Every rank is a real process that reads its own HETCCL_* knobs, started as
+hetccl.launch starts ranks (hetccl.launcher.start_context: spawned, or forked
+from a server that never loaded the library). hetccl.launch gives up on the others 2 s after one rank
 fails, and here ranks die on purpose, so `_run_ranks` waits for every rank
 up to its own deadline and reports each one as ok / raised / died / hung.
 Each rank measures its own times and sends them back; `pytest -s` prints
@@ -26,6 +27,7 @@ import numpy as np
 
 from hetccl import nccl
 from hetccl.errors import NcclError
+from hetccl.launcher import enter_rank_env, rank_process_env, start_context
 from rank_procs import become_another_host
 
 F32 = nccl.NCCL_FLOAT32
@@ -43,7 +45,7 @@ Outcome = Dict[str, Any]   # what a rank sends back: always has "kind"
 
 def _rank_entry(fn: Callable[..., Any], rank: int, nranks: int, uid: Optional[str],
                 env: Dict[str, str], barrier: Any, conn: Any, args: Sequence[Any]) -> None:
-    os.environ.update(env)  # before the library reads its knobs
+    enter_rank_env(env)  # before the library reads its knobs
     try:
         if str(rank) in env.get("T_OWN_HOST", "").split(","):
             become_another_host()  # a host of its own (rank_procs)
@@ -68,14 +70,14 @@ def _run_ranks(fn: Callable[..., Any], nranks: int, *args: Any,
     nranks) for the ranks to line up without the library. Returns one
     (kind, value) per rank: ("ok", result), ("raised", traceback),
     ("died", exitcode) or ("hung", None) when it outlived `timeout`."""
-    ctx = multiprocessing.get_context("spawn")
+    ctx = start_context(preload=[fn.__module__])
     uid_hex = nccl.unique_id_to_hex(nccl.get_unique_id()) if uid == "new" else uid
     barrier = ctx.Barrier(survivors or nranks)
     procs, conns = [], []
     for rank in range(nranks):
         reader, writer = ctx.Pipe(duplex=False)
         p = ctx.Process(target=_rank_entry, name=f"failure-rank{rank}",
-                        args=(fn, rank, nranks, uid_hex, dict(env or {}), barrier, writer,
+                        args=(fn, rank, nranks, uid_hex, rank_process_env(env or {}), barrier, writer,
                               args))
         p.start()
         writer.close()

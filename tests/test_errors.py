@@ -259,6 +259,38 @@ def test_launcher_reports_the_failing_rank() -> None:
     assert "fails on purpose" in str(err.value) and "ValueError" in str(err.value)
 
 
+def _rank_sees(names: Tuple[str, ...]) -> Tuple[Dict[str, Optional[str]], str]:
+    """A launched rank's view: the variables `names` and the pipeline-chunk
+    knob as its library read it."""
+    from hetccl.cli import knobs
+
+    value = {k[0]: k[3] for k in knobs()}["HETCCL_PIPELINE_CHUNK"]
+    return {n: os.environ.get(n) for n in names}, value
+
+
+@pytest.mark.timeout(TIMEOUT)
+@pytest.mark.parametrize("method", ["spawn", "forkserver"])
+def test_launch_gives_each_rank_the_environment_of_the_launch(
+        method: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Either start method gives a rank this process's environment as it is
+    at the launch (a forkserver's own is from when it started, at the first
+    launch here or earlier) and a library of its own that reads its knobs
+    from it."""
+    names = ("T_GONE", "T_LATE")
+    monkeypatch.setenv("T_GONE", "1")
+    assert hetccl.launch(_rank_sees, 1, names, start_method=method, timeout=60) == [
+        ({"T_GONE": "1", "T_LATE": None}, str(1 << 20))]  # the knob's default
+    monkeypatch.delenv("T_GONE")
+    monkeypatch.setenv("T_LATE", "yes")
+    got = hetccl.launch(_rank_sees, 2, names, start_method=method, timeout=60,
+                        env={"HETCCL_PIPELINE_CHUNK": "2M"})
+    assert got == [({"T_GONE": None, "T_LATE": "yes"}, str(2 << 20))] * 2
+    assert hetccl.launch(_rank_sees, 1, (), start_method=method, timeout=60) == [
+        ({}, str(1 << 20))]
+    with pytest.raises(ValueError, match="'fork'.*spawn, forkserver"):
+        hetccl.launch(_rank_sees, 1, (), start_method="fork")
+
+
 def rank_last_error() -> Dict[str, str]:
     """ncclGetLastError(comm) follows the communicator's last call: the
     message of the last failure, "" once a call succeeds. Through the C ABI

@@ -20,7 +20,6 @@ test_ib.py's two-host cases). By hand:
 """
 from __future__ import annotations
 
-import multiprocessing
 import os
 import time
 from typing import Any, Callable, Dict, List, Sequence
@@ -54,13 +53,15 @@ def _run_here(fn: Callable[..., Any], nranks: int, name: str, args: Sequence[Any
     made (test_ib._shared_uid), each a process with the HETCCL_LAUNCH_*
     environment as hetccl.launch gives it; {rank: result}."""
     uid = _shared_uid(name)
-    ctx = multiprocessing.get_context("spawn")
+    ctx = launcher.start_context(preload=[fn.__module__])
     procs = []
     for rank in _here(nranks):
         reader, writer = ctx.Pipe(duplex=False)
         p = ctx.Process(target=launcher._rank_main, name=f"hosts-rank{rank}",
                         args=(fn, tuple(args),
-                              {**env, **launcher.rank_env(rank, nranks, uid)}, writer))
+                              launcher.rank_process_env({**env, **launcher.rank_env(rank, nranks,
+                                                                                   uid)}),
+                              writer))
         p.start()
         writer.close()
         procs.append((rank, p, reader))

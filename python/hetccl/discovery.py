@@ -66,6 +66,9 @@ KNOBS: Tuple[Tuple[str, str, str], ...] = (
     ("HETCCL_ROOT_TIMEOUT", f"{DEFAULT_ROOT_TIMEOUT_S:g}",
      "seconds a rank waits to serve or fetch the unique id"),
     ("HETCCL_WORLD_SIZE", "", "number of ranks where the launcher does not say (PMIx)"),
+    ("HETCCL_LAUNCH_START", "spawn", "how hetccl.launch starts rank processes: spawn, or "
+                                     "forkserver (forks of a server that imported numpy and "
+                                     "hetccl once)"),
 )
 
 

@@ -5,10 +5,18 @@ Two front ends share the environment each rank receives:
 - `run_command(cmd, nranks, ...)`: N processes of a command (`hetccl run`),
   with libhetccl.so preloaded so that unmodified NCCL programs use it.
 - `launch(fn, nranks, *args, ...)`: a picklable function in N fresh Python
-  processes (multiprocessing "spawn": the library reads its HETCCL_* knobs
-  once per process, so every rank starts clean with its own environment);
-  returns the per-rank results or raises LaunchError with the failing
-  rank's traceback.
+  processes (the library reads its HETCCL_* knobs once per process, so
+  every rank starts clean with its own environment); returns the per-rank
+  results or raises LaunchError with the failing rank's traceback.
+
+How `launch` starts a rank (`start_method`, else $HETCCL_LAUNCH_START):
+"spawn" (the default) starts an interpreter per rank, which then imports
+the function's module; "forkserver" forks each rank from one server
+process that imported numpy, hetccl and the first launched function's
+module once, and never loaded the library. Both give a rank this
+process's environment as it is at the launch, plus the rank's variables.
+Forks start in a fraction of the time where starting Python is slow (an
+emulated machine: 5-10 s per rank in the Soft-RoCE VMs of CI).
 
 This process creates the unique id, so it serves the bootstrap of the
 ranks' communicator and must outlive their init (it waits for them).
@@ -34,6 +42,8 @@ ENV_RANK = "HETCCL_LAUNCH_RANK"
 ENV_NRANKS = "HETCCL_LAUNCH_NRANKS"
 ENV_LOCAL_RANK = "HETCCL_LAUNCH_LOCAL_RANK"
 ENV_ID = "HETCCL_LAUNCH_ID"
+ENV_START = "HETCCL_LAUNCH_START"
+START_METHODS = ("spawn", "forkserver")
 
 TIMEOUT_STATUS = 124   # exit status of `hetccl run` when --timeout expires
 KILL_GRACE_S = 3.0     # SIGTERM, then SIGKILL after this long
@@ -68,6 +78,39 @@ def rank_env(rank: int, nranks: int, launch_id: str) -> Dict[str, str]:
     """The HETCCL_LAUNCH_* variables of one rank (one host: local = rank)."""
     return {ENV_RANK: str(rank), ENV_NRANKS: str(nranks), ENV_LOCAL_RANK: str(rank),
             ENV_ID: launch_id}
+
+
+def start_context(method: Optional[str] = None,
+                  preload: Sequence[str] = ()) -> multiprocessing.context.BaseContext:
+    """The multiprocessing context that starts rank processes: `method`, else
+    $HETCCL_LAUNCH_START, else "spawn". For "forkserver", `preload` (module
+    names) joins numpy and hetccl.nccl among what the server imports when
+    it starts, that is at the first launch from this process; a module it
+    cannot import is left to the ranks. Their processes must take their
+    environment from `rank_process_env` (the server's is from when it
+    started) through `enter_rank_env`."""
+    name = method or os.environ.get(ENV_START) or "spawn"
+    if name not in START_METHODS:
+        raise ValueError(f"start method {name!r} (from {'start_method' if method else ENV_START}):"
+                         f" not one of {', '.join(START_METHODS)}")
+    ctx = multiprocessing.get_context(name)
+    if name == "forkserver":
+        ctx.set_forkserver_preload(["numpy", "hetccl.nccl", *preload])
+    return ctx
+
+
+def rank_process_env(extra: Mapping[str, str]) -> Dict[str, str]:
+    """The whole environment of a rank process: this process's now, plus
+    `extra`."""
+    return {**os.environ, **extra}
+
+
+def enter_rank_env(env: Mapping[str, str]) -> None:
+    """In a rank process, before anything reads a knob: make `env`
+    (rank_process_env's) the environment, whatever the process started
+    with."""
+    os.environ.clear()
+    os.environ.update(env)
 
 
 def launch_info() -> Optional[LaunchInfo]:
@@ -207,7 +250,7 @@ def run_command(cmd: Sequence[str], nranks: int, timeout: Optional[float] = None
 
 def _rank_main(fn: Callable[..., Any], args: Sequence[Any], env: Dict[str, str],
                conn: multiprocessing.connection.Connection) -> None:
-    os.environ.update(env)  # before the first library call reads the knobs
+    enter_rank_env(env)  # before the first library call reads the knobs
     try:
         reply = (True, fn(*args))
     except BaseException:  # noqa: B902 - every failure goes back to the parent
@@ -231,13 +274,15 @@ def _describe_exit(code: Optional[int]) -> str:
 
 
 def launch(fn: Callable[..., Any], nranks: int, *args: Any, timeout: float = 300.0,
-           env: Optional[Mapping[str, str]] = None, start_method: str = "spawn") -> List[Any]:
+           env: Optional[Mapping[str, str]] = None,
+           start_method: Optional[str] = None) -> List[Any]:
     """fn(*args) on `nranks` processes with the HETCCL_LAUNCH_* environment
     (plus `env`); returns [result of rank 0, ...]. `fn`, `args` and the
-    results must pickle."""
+    results must pickle. start_method: "spawn" or "forkserver" (the module
+    docstring), default $HETCCL_LAUNCH_START, else "spawn"."""
     if nranks < 1:
         raise ValueError("nranks must be at least 1")
-    ctx = multiprocessing.get_context(start_method)
+    ctx = start_context(start_method, [fn.__module__])
     launch_id = new_launch_id()
     extra = dict(env or {})
     readers: Dict[Any, int] = {}
@@ -245,7 +290,8 @@ def launch(fn: Callable[..., Any], nranks: int, *args: Any, timeout: float = 300
     for rank in range(nranks):
         reader, writer = ctx.Pipe(duplex=False)
         p = ctx.Process(target=_rank_main, name=f"hetccl-rank{rank}",
-                        args=(fn, args, {**extra, **rank_env(rank, nranks, launch_id)},
+                        args=(fn, args,
+                              rank_process_env({**extra, **rank_env(rank, nranks, launch_id)}),
                               writer))
         p.start()
         writer.close()
