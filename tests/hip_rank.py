@@ -31,7 +31,11 @@ on host buffers, rank r sending 10 * (r + 1); the result adds "p2p_recv"
 (what arrived) and what the stand-in vendor library saw: "vendor_sends",
 "vendor_recvs", "vendor_send_peer", "vendor_recv_peer"), T_CONFIG=1 (also an ncclAllReduceConfig with a config through
 the C ABI; the result adds what the stand-in vendor library saw:
-"config_calls", "config_magic", and "plain_calls"). The result:
+"config_calls", "config_magic", and "plain_calls"), T_LATE_HIP=PATH
+(instead of the allreduce: this host rank loads the stand-in libamdhip64 at
+PATH after its communicator was made and passes it that library's device
+memory; the result adds "late_error" and "late_message", then "sum" of an
+allreduce on host memory after). The result:
 "error"/"message" when init
 failed, else "backend", "kind" (the device kind this rank presented) and
 "sum"; always "hip_mapped" and "cudart_mapped" (what the process loaded).
@@ -91,12 +95,32 @@ def main() -> dict:
         out.update(_device_allreduce(comm, x))
     elif os.environ.get("T_P2P") == "1":
         out.update(_ring(comm))
+    elif os.environ.get("T_LATE_HIP"):
+        out.update(_late_device_buffer(comm, x))
     else:
         comm.allReduce(x.ctypes.data, x.ctypes.data, 4, nccl.NCCL_FLOAT32, nccl.NCCL_SUM)
         out["sum"] = float(x[0])
     if os.environ.get("T_CONFIG") == "1":
         out.update(_config_allreduce(comm))
     comm.destroy()
+    return out
+
+
+def _late_device_buffer(comm: nccl.NcclCommunicator, x: np.ndarray) -> dict:
+    """This host rank's process loads the stand-in libamdhip64 (T_LATE_HIP,
+    its path) only now, after its communicator was made, and passes it
+    'device' memory: the error it gets. Then host buffers, which still
+    work."""
+    hip = ctypes.CDLL(os.environ["T_LATE_HIP"], mode=ctypes.RTLD_GLOBAL)
+    dev = ctypes.c_void_p()
+    assert hip.hipMalloc(ctypes.byref(dev), ctypes.c_size_t(x.nbytes)) == 0
+    out: dict = {"late_error": None}
+    try:
+        comm.allReduce(dev.value, dev.value, x.size, nccl.NCCL_FLOAT32, nccl.NCCL_SUM)
+    except NcclError as e:
+        out.update(late_error=e.name, late_message=e.message)
+    comm.allReduce(x.ctypes.data, x.ctypes.data, 4, nccl.NCCL_FLOAT32, nccl.NCCL_SUM)
+    out["sum"] = float(x[0])
     return out
 
 

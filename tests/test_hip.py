@@ -276,6 +276,23 @@ def test_hip_device_buffers_are_staged_through_the_hip_runtime(tmp_path: Path,
 
 
 @pytest.mark.timeout(TIMEOUT)
+def test_device_memory_of_a_runtime_loaded_after_init_is_refused(
+        tmp_path: Path, fakes: Dict[str, Path]) -> None:
+    """Two host ranks: each process loads the stand-in libamdhip64 only after
+    its communicator was made (as a CuPy program may, at its first device
+    call), then passes its 'device' memory. The CPU would read it (a real
+    device buffer would fault): the call is refused, naming the way out,
+    and the communicator still reduces host buffers."""
+    late = {"T_LATE_HIP": str(fakes["hip"])}
+    for res in start_ranks(tmp_path, [late, late]):
+        assert res.get("kind") == "host" and res.get("late_error") == "ncclInvalidArgument", res
+        msg = res["late_message"]
+        assert "is hip device memory" in msg and "is a host rank" in msg, msg
+        assert "HETCCL_DEVICE=hip" in msg, msg
+        assert res.get("sum") == 3.0, res
+
+
+@pytest.mark.timeout(TIMEOUT)
 def test_hip_ranks_with_forced_islands_run_on_the_engine(tmp_path: Path,
                                                          fakes: Dict[str, Path]) -> None:
     env = {**hip_env(fakes), "HETCCL_ISLANDS": "rank"}

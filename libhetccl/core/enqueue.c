@@ -97,12 +97,37 @@ ncclResult_t hetccl_op_validate(ncclComm_t comm, const hetccl_op_t *op) {
   return ncclSuccess;
 }
 
+/* A communicator made where no GPU runtime was in use reads and writes its
+ * buffers with the CPU. If the process has come to use one since (CuPy
+ * loads CUDA at its first device call), a device buffer may still reach
+ * it: refuse that, where the CPU would fault on it. */
+static ncclResult_t refuse_late_device_buffers(ncclComm_t comm, const char *fn,
+                                               const void *send, const void *recv) {
+  hetccl_dev_kind_t kind = hetccl_late_pointer_kind();
+  const hetccl_runtime_t *rt = kind == HETCCL_DEV_HOST ? NULL : hetccl_runtime_get(kind);
+  if (!rt) return ncclSuccess;
+  const void *bufs[2] = {send, recv};
+  static const char *const names[2] = {"sendbuff", "recvbuff"};
+  for (int i = 0; i < 2; i++) {
+    hetccl_mem_kind_t mem = HETCCL_MEM_HOST;
+    int dev;
+    if (!bufs[i] || rt->mem_kind(bufs[i], &mem, &dev) != ncclSuccess || mem != HETCCL_MEM_DEVICE)
+      continue;
+    WARN("%s: %s %p is %s device memory, but rank %d of this communicator is a host rank: no "
+         "GPU runtime was in use in this process when the communicator was made (use the "
+         "device before ncclCommInitRank, or set HETCCL_DEVICE=%s)",
+         fn, names[i], bufs[i], rt->name, comm->rank, rt->name);
+    return ncclInvalidArgument;
+  }
+  return ncclSuccess;
+}
+
 /* Which of the buffers are device memory. On an engine communicator those
  * are staged through pinned host memory in the order of `stream`
  * (core/devpath.h); a process with no GPU runtime in use has none. */
 static ncclResult_t classify_buffers(ncclComm_t comm, const char *fn, const void *send,
                                      const void *recv, void *stream, hetccl_task_t *t) {
-  if (comm->ptr_kind == HETCCL_DEV_HOST) return ncclSuccess;
+  if (comm->ptr_kind == HETCCL_DEV_HOST) return refuse_late_device_buffers(comm, fn, send, recv);
   t->stream = stream; /* a staged batch orders every task of it on its stream */
   const hetccl_runtime_t *rt = hetccl_runtime_get(comm->ptr_kind);
   if (!rt) return ncclSuccess;

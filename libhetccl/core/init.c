@@ -8,7 +8,11 @@
 #include "core/init.h"
 
 #include <fcntl.h>
+#include <limits.h>
+#include <link.h>
+#include <pthread.h>
 #include <sched.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -164,6 +168,30 @@ static hetccl_dev_kind_t host_pointer_kind(void) {
       return gpu_kinds[i];
   }
   return HETCCL_DEV_HOST;
+}
+
+/* How many shared objects the process has loaded so far: the loader keeps
+ * the count on every entry it reports, so the first one says. */
+static int first_entry_loads(struct dl_phdr_info *info, size_t size, void *out) {
+  if (size >= offsetof(struct dl_phdr_info, dlpi_adds) + sizeof(info->dlpi_adds))
+    *(unsigned long long *)out = info->dlpi_adds;
+  return 1;
+}
+
+hetccl_dev_kind_t hetccl_late_pointer_kind(void) {
+  static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+  static unsigned long long asked_at = ULLONG_MAX; /* the loads when last asked */
+  static hetccl_dev_kind_t answer = HETCCL_DEV_HOST;
+  unsigned long long loads = 0;
+  dl_iterate_phdr(first_entry_loads, &loads);
+  pthread_mutex_lock(&lock);
+  if (loads == 0 || loads != asked_at) {
+    answer = host_pointer_kind();
+    asked_at = loads;
+  }
+  hetccl_dev_kind_t k = answer;
+  pthread_mutex_unlock(&lock);
+  return k;
 }
 
 /* --- create / free ------------------------------------------------------ */

@@ -16,6 +16,14 @@
  * a process that links a real RCCL and can use HIP is a HIP process. */
 hetccl_dev_kind_t hetccl_process_dev_kind(void);
 
+/* The runtime that tells device pointers from host ones for a host rank
+ * whose communicator found none at init (ptr_kind host): one the process
+ * has come to use since, or HETCCL_DEV_HOST. Asked again only when the
+ * process has loaded a shared object since the last answer (a runtime
+ * comes into use by being loaded), so a host rank's call pays one look at
+ * the loader's count. Threads: any. */
+hetccl_dev_kind_t hetccl_late_pointer_kind(void);
+
 /* The vendor library that serves ranks of a device kind (cuda: NCCL,
  * hip: RCCL): 1 and *id, or 0 for kinds without one (host). */
 int hetccl_dev_vendor(hetccl_dev_kind_t kind, hetccl_vendor_id_t *id);
