@@ -2,10 +2,11 @@
 test_disagreements.py, and the ib ones that reuse them).
 
 Every rank is a real process that reads its own HETCCL_* knobs, started as
-hetccl.launch starts ranks (hetccl.launcher.start_context: spawned, or forked
-from a server that never loaded the library). hetccl.launch gives up on the others 2 s after one rank
-fails, and here ranks die on purpose, so `_run_ranks` waits for every rank
-up to its own deadline and reports each one as ok / raised / died / hung.
+hetccl.launch starts ranks (hetccl.launcher.start_context: spawned, or
+forked from a server that never loaded the library). hetccl.launch gives
+up on the others 2 s after one rank fails, and here ranks die on purpose,
+so `_run_ranks` waits for every rank up to its own deadline and reports
+each one as ok / raised / died / hung.
 Each rank measures its own times and sends them back; `pytest -s` prints
 them ("time to error"). A rank listed in its environment's T_OWN_HOST runs
 as a host of its own (rank_procs.become_another_host).
@@ -77,8 +78,8 @@ def _run_ranks(fn: Callable[..., Any], nranks: int, *args: Any,
     for rank in range(nranks):
         reader, writer = ctx.Pipe(duplex=False)
         p = ctx.Process(target=_rank_entry, name=f"failure-rank{rank}",
-                        args=(fn, rank, nranks, uid_hex, rank_process_env(env or {}), barrier, writer,
-                              args))
+                        args=(fn, rank, nranks, uid_hex, rank_process_env(env or {}), barrier,
+                              writer, args))
         p.start()
         writer.close()
         procs.append(p)

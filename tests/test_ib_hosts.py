@@ -57,11 +57,9 @@ def _run_here(fn: Callable[..., Any], nranks: int, name: str, args: Sequence[Any
     procs = []
     for rank in _here(nranks):
         reader, writer = ctx.Pipe(duplex=False)
+        rank_env = launcher.rank_process_env({**env, **launcher.rank_env(rank, nranks, uid)})
         p = ctx.Process(target=launcher._rank_main, name=f"hosts-rank{rank}",
-                        args=(fn, tuple(args),
-                              launcher.rank_process_env({**env, **launcher.rank_env(rank, nranks,
-                                                                                   uid)}),
-                              writer))
+                        args=(fn, tuple(args), rank_env, writer))
         p.start()
         writer.close()
         procs.append((rank, p, reader))

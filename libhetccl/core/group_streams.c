@@ -37,18 +37,18 @@ static int same_stream(const hetccl_device_share_t *x, const hetccl_device_share
          x->comm->ptr_kind == y->comm->ptr_kind;
 }
 
-/* By stream (any order of streams: they are independent), then, within
- * one stream, the order every rank agrees on: comm_id, plane before
- * staged. */
+#define THREE_WAY(a, b) ((a) < (b) ? -1 : (a) > (b))
+
+/* By stream (runtime, device, pointer: any order of streams, they are
+ * independent), then, within one stream, the order every rank agrees on:
+ * comm_id, plane before staged. */
 static int share_order(const void *a, const void *b) {
   const hetccl_device_share_t *x = a, *y = b;
-  if (!same_stream(x, y)) {
-    if (x->comm->ptr_kind != y->comm->ptr_kind) return x->comm->ptr_kind < y->comm->ptr_kind ? -1 : 1;
-    if (x->comm->dev != y->comm->dev) return x->comm->dev < y->comm->dev ? -1 : 1;
-    return (uintptr_t)x->tasks->stream < (uintptr_t)y->tasks->stream ? -1 : 1;
-  }
-  if (x->comm->comm_id != y->comm->comm_id) return x->comm->comm_id < y->comm->comm_id ? -1 : 1;
-  return (int)x->kind - (int)y->kind;
+  int c = THREE_WAY(x->comm->ptr_kind, y->comm->ptr_kind);
+  if (!c) c = THREE_WAY(x->comm->dev, y->comm->dev);
+  if (!c) c = THREE_WAY((uintptr_t)x->tasks->stream, (uintptr_t)y->tasks->stream);
+  if (!c) c = THREE_WAY(x->comm->comm_id, y->comm->comm_id);
+  return c ? c : (int)x->kind - (int)y->kind;
 }
 
 static int share_is_large(const hetccl_device_share_t *s) {
