@@ -4,7 +4,12 @@
 # checkout), against the library built in BUILD (default build-ib; configured
 # with -Dtests=true it also holds the C ib conformance test).
 #
-#   tools/rdma/run_vm.sh [--hosts 1|2] [--build DIR] [-- CMD ARGS...]
+#   tools/rdma/run_vm.sh [--hosts 1|2] [--cpus N] [--build DIR] [-- CMD ARGS...]
+#
+# --cpus: each VM's virtual CPUs (rxe-vm's default, 2, where not given).
+# qemu emulates each on a thread of its own: two VMs of two on a 2-core
+# machine thrash (the two cross-host tests took 150-230 s that way, 55 s
+# with one each), while one VM's multi-rank tests want both.
 #
 # Default CMD: python3 -m pytest -q -m rdma tests/test_ib.py (with -s for the
 # figures). With --hosts 2 both VMs run CMD; the tests then add the
@@ -15,13 +20,14 @@
 set -euo pipefail
 
 top="$(cd "$(dirname "$0")/../.." && pwd)"
-hosts=1 build="$top/build-ib"
+hosts=1 build="$top/build-ib" cpus=()
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --hosts) hosts="$2"; shift 2 ;;
+    --cpus) cpus=(--cpus "$2"); shift 2 ;;
     --build) build="$(cd "$2" && pwd)"; shift 2 ;;
     --) shift; break ;;
-    -h|--help) sed -n '2,14p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,19p' "$0"; exit 0 ;;
     *) echo "run_vm.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -52,4 +58,4 @@ cmd="{ [ -d /dev/shm ] || { mkdir -p /dev/shm && mount -t tmpfs tmpfs /dev/shm; 
 HETCCL_RDMA_RUN='$run' HETCCL_RDMA_BUILD='$build' && $(printf '%q ' "$@")"
 cd "$top"
 trap 'rm -rf "$wrap"; rm -f "$top"/.rdma-uid-"$run"-*' EXIT
-"${RXE_VM:-$top/../shared/tools/rxe-vm}" --hosts "$hosts" -- sh -c "$cmd"
+"${RXE_VM:-$top/../shared/tools/rxe-vm}" --hosts "$hosts" "${cpus[@]}" -- sh -c "$cmd"
