@@ -95,12 +95,10 @@ def _run_forked(script: Path, envs: List[Dict[str, str]], timeout: float,
         for p in procs:
             p.start()
         deadline = time.monotonic() + timeout
-        late = []
         try:
             for p in procs:
                 p.join(max(0.0, deadline - time.monotonic()))
-                if p.exitcode is None:
-                    late.append(p)
+            late = [p for p in procs if p.exitcode is None]
         finally:
             for p in procs:
                 if p.exitcode is None:
@@ -121,12 +119,12 @@ def _script_rank(script: str, env: Dict[str, str], arg: List[str], own_host: boo
     """In a forked rank: output to `log`, `env` as the environment, then
     the script as __main__ with `arg` as its arguments."""
     import runpy
+    from hetccl.launcher import enter_rank_env
     fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     os.dup2(fd, 1)
     os.dup2(fd, 2)
     os.close(fd)
-    os.environ.clear()
-    os.environ.update(env)
+    enter_rank_env(env)
     if own_host:
         become_another_host()
     sys.argv = [script, *arg]
