@@ -44,6 +44,26 @@ int hetcclVendorCount(void);
 ncclResult_t hetcclVendorInfo(int index, const char **name, int *version,
                               const char **detail);
 
+/* What kind of rank the caller of hetcclCommInitRankAs is. */
+typedef enum {
+  hetcclDeviceAuto = 0, /* as ncclCommInitRank: HETCCL_DEVICE, else the GPU runtime the
+                           process already uses (docs/islands.md) */
+  hetcclDeviceHost = 1, /* a host rank: its buffers are host memory (device buffers are
+                           staged through host memory where the process uses a GPU) */
+  hetcclDeviceCuda = 2, /* a CUDA rank on the calling thread's current CUDA device */
+  hetcclDeviceHip = 3   /* a HIP rank on the calling thread's current HIP device */
+} hetcclDevice_t;
+
+/* ncclCommInitRankConfig (config may be NULL) for a rank whose kind the
+ * caller knows: a framework that serves CPU tensors on a machine where its
+ * process also loaded CUDA makes that rank a host rank, whatever the
+ * process has loaded. hetcclDeviceAuto behaves as ncclCommInitRankConfig;
+ * any other value wins over HETCCL_DEVICE. A GPU kind with no usable
+ * runtime fails naming what is missing. Splits of the communicator keep
+ * its kind. */
+ncclResult_t hetcclCommInitRankAs(ncclComm_t *newcomm, int nranks, ncclUniqueId commId, int rank,
+                                  ncclConfig_t *config, hetcclDevice_t device);
+
 /* How a communicator is served: "vendor:nccl", "vendor:rccl", "engine", ... (static string;
  * NULL comm gives "invalid"). */
 const char *hetcclCommBackend(ncclComm_t comm);

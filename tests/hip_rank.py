@@ -3,7 +3,9 @@ host buffers, prints one line "RESULT {json}".
 
 Environment: T_RANK, T_NRANKS, T_ID_FILE (rank 0 writes the unique id
 there), T_PRELOAD (colon list of libraries to load first, RTLD_GLOBAL, as a
-program linking them would have), T_DEVBUF=1 (the allreduce runs on a
+program linking them would have), T_GPU (the stand-in device the rank
+selects before init; unset: the stand-in's default, which every process
+shares), T_DEVBUF=1 (the allreduce runs on a
 buffer from the stand-in libamdhip64's hipMalloc, the first preloaded
 library, and the result adds what its counters saw: "copies", "writes",
 "waits"), T_INPLACE=1 (instead of the allreduce: rank 0, a HIP rank, sends to
@@ -51,7 +53,12 @@ import time
 from rank_procs import publish, wait_for
 
 for path in filter(None, os.environ.get("T_PRELOAD", "").split(":")):
-    ctypes.CDLL(path, mode=ctypes.RTLD_GLOBAL)
+    _loaded = ctypes.CDLL(path, mode=ctypes.RTLD_GLOBAL)
+    # T_GPU=N: the rank selects device N before init, as a program of one
+    # GPU per rank does (hipSetDevice / cudaSetDevice of the stand-in).
+    for _set in ("hipSetDevice", "cudaSetDevice"):
+        if os.environ.get("T_GPU") and hasattr(_loaded, _set):
+            assert getattr(_loaded, _set)(int(os.environ["T_GPU"])) == 0
 
 import numpy as np  # noqa: E402
 

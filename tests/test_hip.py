@@ -56,14 +56,23 @@ def real_hip() -> Optional[str]:
 
 
 def start_ranks(tmp_path: Path, envs: List[Dict[str, str]],
-                own_host: tuple = ()) -> List[dict]:
+                own_host: tuple = (), share_gpu: bool = False) -> List[dict]:
     """One process per entry of envs (added to this environment); each
     returns the dict hip_rank.py prints. Ranks in own_host run as hosts of
-    their own (`unshare --ipc`: hetccl's host identity differs)."""
+    their own (`unshare --ipc`: hetccl's host identity differs). Ranks
+    that load the same stand-in runtimes select a device each, in rank
+    order (T_GPU), as a job of one GPU per rank does; `share_gpu`: they
+    all stay on the stand-in's default device."""
     tmp_path.mkdir(parents=True, exist_ok=True)
+    seen: Dict[str, int] = {}
+    gpus = []
+    for extra in envs:
+        preload = extra.get("T_PRELOAD", "")
+        gpus.append({} if share_gpu or not preload else {"T_GPU": str(seen.get(preload, 0))})
+        seen[preload] = seen.get(preload, 0) + 1
     full = [{**os.environ, "T_RANK": str(rank), "T_NRANKS": str(len(envs)),
-             "T_ID_FILE": str(tmp_path / "id"), "HETCCL_CONNECT_TIMEOUT": "30", **extra}
-            for rank, extra in enumerate(envs)]
+             "T_ID_FILE": str(tmp_path / "id"), "HETCCL_CONNECT_TIMEOUT": "30", **gpu, **extra}
+            for rank, (gpu, extra) in enumerate(zip(gpus, envs))]
     prefixes = [["unshare", "--ipc"] if r in own_host else [] for r in range(len(envs))]
     return run_ranks(RANK_PY, full, TIMEOUT, prefixes=prefixes)
 
@@ -168,6 +177,36 @@ def test_hip_ranks_with_one_rccl_forward_to_it(tmp_path: Path, fakes: Dict[str, 
     for res in results:
         assert res.get("backend") == "vendor:rccl", res
         assert res["kind"] == "hip" and res["hip_mapped"] and not res["cudart_mapped"], res
+
+
+@pytest.mark.timeout(TIMEOUT)
+@pytest.mark.parametrize("kind", ["hip", "cuda"])
+def test_ranks_sharing_a_gpu_are_never_one_vendor_island(tmp_path: Path, fakes: Dict[str, Path],
+                                                         kind: str) -> None:
+    """Two processes on one GPU, each able to load the vendor library, and
+    no knob set: NCCL and RCCL refuse two ranks on one device, so they run
+    on hetccl's engine (one INFO line says why) and reduce right. A third
+    rank on the other GPU of the same kind is an island with neither."""
+    if kind == "hip":
+        env = hip_env(fakes)
+    else:
+        env = {"T_PRELOAD": f"{fakes['cuda']}:{fakes['cudart']}",
+               "HETCCL_NCCL_LIBRARY": str(fakes["nccl"])}
+    log = {"HETCCL_DEBUG": "INFO", "HETCCL_DEBUG_SUBSYS": "INIT",
+           "HETCCL_DEBUG_FILE": str(tmp_path / "log.%p")}
+    results = start_ranks(tmp_path, [{**env, **log}] * 2, share_gpu=True)
+    for res in results:
+        assert res.get("backend") == "engine" and res.get("sum") == 3.0, res
+        assert res["kind"] == kind, res
+    lines = [ln for f in tmp_path.glob("log.*") for ln in f.read_text().splitlines()
+             if "share a GPU with another rank" in ln]
+    assert len(lines) == 1 and "2 of its 2 ranks" in lines[0], lines
+    # Three ranks, 0 and 2 on one device, 1 on the other: nobody shares
+    # an island, and every sum is right.
+    three = [{**env, "T_GPU": "1"}, {**env, "T_GPU": "0"}, {**env, "T_GPU": "1"}]
+    results = start_ranks(tmp_path / "three", three)
+    assert [r.get("sum") for r in results] == [6.0, 6.0, 6.0], results
+    assert {r.get("backend") for r in results} == {"engine"}, results
 
 
 @pytest.mark.timeout(TIMEOUT)

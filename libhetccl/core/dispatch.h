@@ -28,6 +28,7 @@
 #include <stdint.h>
 
 #include "entries.h"
+#include "hetccl.h"
 #include "nccl.h"
 #include "nccl_device_host.h"
 #include "vendor_ccl/vendor.h"
@@ -84,6 +85,11 @@ HETCCL_API_VALUES(HETCCL_CORE_VALUE_PROTO)
 /* Without a result code: ncclParamDumpAll, ncclResetDebugInit(Internal). */
 void hetccl_ParamDumpAll(void);
 void hetccl_ResetDebugInit(void);
+
+/* hetcclCommInitRankAs, whose arguments api/own.c checks as
+ * ncclCommInitRankConfig's. */
+ncclResult_t hetccl_CommInitRankAs(ncclComm_t *newcomm, int nranks, ncclUniqueId commId, int rank,
+                                   ncclConfig_t *config, hetcclDevice_t device);
 
 /* hetccl's own entry points (include/hetccl.h): hetcclName (api/own.c)
  * calls hetccl_own_Name (core/entry_process.c). X(ret, Name, params, args) */

@@ -29,12 +29,12 @@ ncclResult_t hetccl_GetUniqueId(ncclUniqueId *uniqueId) {
 /* Shared by every init entry point (newcomm, nranks and rank checked). */
 static ncclResult_t init_rank_ids(ncclComm_t *newcomm, int nranks, const ncclUniqueId *ids,
                                   int nids, int rank, const ncclConfig_t *config,
-                                  const char *fn) {
+                                  hetccl_dev_kind_t kind, const char *fn) {
   const ncclUniqueId *id = &ids[0];
   *newcomm = NULL;
   for (int i = 0; i < nids; i++) HETCCL_CHECK(hetccl_bootstrap_id_check(&ids[i]));
   ncclComm_t comm = NULL;
-  HETCCL_CHECK(hetccl_comm_create(nranks, rank, config, &comm));
+  HETCCL_CHECK(hetccl_comm_create(nranks, rank, config, kind, &comm));
   ncclResult_t res;
   if (nids > 1) { /* the ids past the first wait on the communicator (init.c) */
     comm->boot_ids = malloc((size_t)(nids - 1) * sizeof(*ids));
@@ -81,7 +81,7 @@ fail:
 
 static ncclResult_t init_rank(ncclComm_t *newcomm, int nranks, const ncclUniqueId *id, int rank,
                               const ncclConfig_t *config, const char *fn) {
-  return init_rank_ids(newcomm, nranks, id, 1, rank, config, fn);
+  return init_rank_ids(newcomm, nranks, id, 1, rank, config, HETCCL_DEV_AUTO, fn);
 }
 
 ncclResult_t hetccl_CommInitRank(ncclComm_t *comm, int nranks, ncclUniqueId commId, int rank) {
@@ -93,6 +93,20 @@ ncclResult_t hetccl_CommInitRankConfig(ncclComm_t *comm, int nranks, ncclUniqueI
   return init_rank(comm, nranks, &commId, rank, config, "ncclCommInitRankConfig");
 }
 
+ncclResult_t hetccl_CommInitRankAs(ncclComm_t *newcomm, int nranks, ncclUniqueId commId, int rank,
+                                   ncclConfig_t *config, hetcclDevice_t device) {
+  static const hetccl_dev_kind_t kinds[] = {
+      [hetcclDeviceAuto] = HETCCL_DEV_AUTO, [hetcclDeviceHost] = HETCCL_DEV_HOST,
+      [hetcclDeviceCuda] = HETCCL_DEV_CUDA, [hetcclDeviceHip] = HETCCL_DEV_HIP};
+  if ((unsigned)device >= sizeof(kinds) / sizeof(kinds[0])) {
+    WARN("hetcclCommInitRankAs: device %d is none of hetcclDeviceAuto (0), Host (1), Cuda (2) "
+         "and Hip (3)", (int)device);
+    return ncclInvalidArgument;
+  }
+  return init_rank_ids(newcomm, nranks, &commId, 1, rank, config, kinds[device],
+                       "hetcclCommInitRankAs");
+}
+
 ncclResult_t hetccl_CommInitRankScalable(ncclComm_t *newcomm, int nranks, int myrank, int nId,
                                       ncclUniqueId *commIds, ncclConfig_t *config) {
   /* Each id's root serves one group of ranks (core/bootstrap.h). */
@@ -101,7 +115,7 @@ ncclResult_t hetccl_CommInitRankScalable(ncclComm_t *newcomm, int nranks, int my
          "not NULL)", nId, nranks);
     return ncclInvalidArgument;
   }
-  return init_rank_ids(newcomm, nranks, commIds, nId, myrank, config,
+  return init_rank_ids(newcomm, nranks, commIds, nId, myrank, config, HETCCL_DEV_AUTO,
                        "ncclCommInitRankScalable");
 }
 

@@ -255,7 +255,7 @@ void hetccl_comm_release(ncclComm_t comm) {
 }
 
 ncclResult_t hetccl_comm_create(int nranks, int rank, const ncclConfig_t *config,
-                                ncclComm_t *out) {
+                                hetccl_dev_kind_t kind, ncclComm_t *out) {
   ncclResult_t res = hetccl_knobs_check();
   if (res == ncclSuccess) res = hetccl_trace_setup();
   if (res != ncclSuccess) return res;
@@ -270,7 +270,7 @@ ncclResult_t hetccl_comm_create(int nranks, int rank, const ncclConfig_t *config
   comm->nranks = nranks;
   comm->dev = -1;
   HETCCL_CHECK_GOTO(config_resolve(comm, config), res, fail);
-  comm->dev_kind = hetccl_process_dev_kind();
+  comm->dev_kind = kind == HETCCL_DEV_AUTO ? hetccl_process_dev_kind() : kind;
   comm->ptr_kind = comm->dev_kind;
   if (comm->ptr_kind == HETCCL_DEV_HOST) comm->ptr_kind = host_pointer_kind();
   if (comm->dev_kind != HETCCL_DEV_HOST) {
@@ -358,6 +358,59 @@ static int is_homogeneous(const hetccl_peer_info_t *peers, int n) {
     if (peers[r].island != peers[0].island) return 0;
   }
   return 1;
+}
+
+/* Ranks that share a GPU are never one vendor island: NCCL and RCCL refuse
+ * two ranks on one device. Each rank on a shared GPU becomes an island of
+ * its own, as under HETCCL_ISLANDS=rank, so that the engine or the data
+ * plane serves them. Every rank reaches the same answer from the same
+ * table; sorting keeps it O(n log n) at scale. */
+static int gpu_order(const void *a, const void *b, void *arg) {
+  const hetccl_peer_info_t *p = arg, *x = &p[*(const int *)a], *y = &p[*(const int *)b];
+  if (x->host_hash != y->host_hash) return x->host_hash < y->host_hash ? -1 : 1;
+  if (x->dev_kind != y->dev_kind) return x->dev_kind < y->dev_kind ? -1 : 1;
+  int c = strncmp(x->bus_id, y->bus_id, sizeof(x->bus_id));
+  return c ? c : *(const int *)a - *(const int *)b;
+}
+
+static int same_gpu(const hetccl_peer_info_t *x, const hetccl_peer_info_t *y) {
+  return x->dev_kind != HETCCL_DEV_HOST && x->host_hash == y->host_hash &&
+         x->dev_kind == y->dev_kind && !strncmp(x->bus_id, y->bus_id, sizeof(x->bus_id));
+}
+
+/* An island id no forced list (>= 0), default (-1) or earlier split gives
+ * to another rank of this communicator's GPU. */
+#define SHARED_GPU_ISLAND(rank) (INT32_MIN + 1 + (rank))
+
+static ncclResult_t separate_shared_gpus(ncclComm_t comm) {
+  int n = comm->nranks, shared = 0, example = -1;
+  hetccl_peer_info_t *p = comm->peers;
+  int *order = malloc((size_t)n * sizeof(*order));
+  if (!order) {
+    WARN("ncclCommInitRank: out of memory for %d ranks' devices", n);
+    return ncclSystemError;
+  }
+  for (int r = 0; r < n; r++) order[r] = r;
+  qsort_r(order, (size_t)n, sizeof(*order), gpu_order, p);
+  for (int i = 0; i < n;) {
+    int j = i + 1;
+    while (j < n && same_gpu(&p[order[i]], &p[order[j]])) j++;
+    if (j - i > 1) {
+      for (int k = i; k < j; k++) p[order[k]].island = SHARED_GPU_ISLAND(order[k]);
+      shared += j - i;
+      if (example < 0) example = order[i];
+    }
+    i = j;
+  }
+  free(order);
+  if (shared && comm->rank == 0)
+    INFO(HETCCL_INIT, "comm %016llx: %d of its %d ranks share a GPU with another rank (rank %d: "
+         "%s %s on %s, among others); a vendor library refuses two ranks on one device, so "
+         "each of them is an island of its own, served by hetccl's engine and data plane",
+         (unsigned long long)comm->comm_id, shared, n, hetccl_user_rank(comm->user_ranks, example),
+         hetccl_dev_kind_name((hetccl_dev_kind_t)p[example].dev_kind), p[example].bus_id,
+         p[example].hostname);
+  return ncclSuccess;
 }
 
 static ncclResult_t init_vendor(ncclComm_t comm) {
@@ -657,6 +710,7 @@ ncclResult_t hetccl_comm_init(ncclComm_t comm, const ncclUniqueId *id) {
     }
   }
   if (comm->island_forced) HETCCL_CHECK(user_ranks_from_peers(comm));
+  HETCCL_CHECK(separate_shared_gpus(comm));
   if (is_homogeneous(comm->peers, n)) {
     HETCCL_CHECK(init_vendor(comm));
     /* The vendor has its own bootstrap from here on. */

@@ -28,10 +28,14 @@ hetccl_dev_kind_t hetccl_late_pointer_kind(void);
  * hip: RCCL): 1 and *id, or 0 for kinds without one (host). */
 int hetccl_dev_vendor(hetccl_dev_kind_t kind, hetccl_vendor_id_t *id);
 
+/* No device kind given: the process's (hetccl_process_dev_kind). */
+#define HETCCL_DEV_AUTO HETCCL_DEV_COUNT
+
 /* Allocate and register a communicator for (rank, nranks); config may be
- * NULL. Validates config. Captures the calling thread's device. */
+ * NULL. Validates config. kind: what the rank is (HETCCL_DEV_AUTO: the
+ * process's kind). Captures the calling thread's device of that kind. */
 ncclResult_t hetccl_comm_create(int nranks, int rank, const ncclConfig_t *config,
-                                ncclComm_t *out);
+                                hetccl_dev_kind_t kind, ncclComm_t *out);
 
 /* Join the communicator described by id: bootstrap, islands, then vendor
  * communicator or engine transports. Blocking; bounded by timeouts. */

@@ -74,7 +74,10 @@ static ncclResult_t join_new_as(ncclComm_t parent, int newrank, int newn, const 
                                 const ncclConfig_t *config, int forced, int32_t island,
                                 ncclComm_t *out) {
   ncclComm_t comm = NULL;
-  HETCCL_CHECK(hetccl_comm_create(newn, newrank, config ? config : &parent->config, &comm));
+  /* A split's ranks are the parent's: the same kind, whatever the process
+   * has loaded since (hetcclCommInitRankAs may have chosen it). */
+  HETCCL_CHECK(hetccl_comm_create(newn, newrank, config ? config : &parent->config,
+                                  parent->dev_kind, &comm));
   comm->island_forced = forced;
   comm->island_force_id = island;
   if (!forced) { /* a user's split: its ranks keep the islands they have in the parent */
