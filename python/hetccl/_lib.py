@@ -143,6 +143,8 @@ ncclResult_t hetcclKnobInfo(int index, const char **name, const char **type,
                             const char **help);
 ncclResult_t hetcclKnobsCheck(void);
 const char *hetcclCommBackend(ncclComm_t comm);
+ncclResult_t hetcclCommInitRankAs(ncclComm_t *newcomm, int nranks, ncclUniqueId commId, int rank,
+                                  ncclConfig_t *config, int device);
 int hetcclTransportCount(void);
 ncclResult_t hetcclCommCopiedBytes(ncclComm_t comm, int index, const char **transport,
                                    unsigned long long *bytes);
