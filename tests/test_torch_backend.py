@@ -1,8 +1,12 @@
 """The PyTorch backend "hetccl" (python/hetccl/torch_backend.py) on CPU
 ranks: one job of three real processes (tests/torch_ranks.py) runs every
 collective torch's DDP and FSDP use on a hetccl group and on a gloo group
-with the same inputs, then a 100-step DDP training on each. Skipped where
-torch is not installed (it is not a test dependency: too large for CI).
+with the same inputs, then a 100-step DDP training on each. A second job
+runs them as on a GPU machine: every rank has loaded a CUDA runtime (the
+stand-ins of tests/c/vendor, one device that all processes share) and can
+load an NCCL, and no HETCCL_* variable is set; CPU tensors make host
+ranks, which the engine serves. Skipped where torch is not installed (CI
+installs its CPU build).
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ import pytest
 
 from libpath import REPO_ROOT
 from rank_procs import run_ranks
+from test_hip import FAKES, _build, _cc
 
 NRANKS = 3  # odd, and within what two cores run in a few seconds
 RANK_SCRIPT = Path(__file__).resolve().parent / "torch_ranks.py"
@@ -30,23 +35,48 @@ def _torch_or_skip() -> None:
         pytest.skip("torch.distributed with gloo is not available")
 
 
-@pytest.fixture(scope="module")
-def job(hetccl_library: Path, tmp_path_factory: pytest.TempPathFactory) -> List[dict]:
-    """Every rank's RESULT of one CPU job: the checks and the DDP losses."""
-    _torch_or_skip()
-    store = tmp_path_factory.mktemp("torch") / "store"
+def _cpu_job(library: Path, workdir: Path, extra: Dict[str, str], parts: str,
+             steps: int) -> List[dict]:
+    """Every rank's RESULT of a job of CPU tensors (tests/torch_ranks.py)."""
     envs = []
     for rank in range(NRANKS):
-        env = dict(os.environ, T_RANK=str(rank), T_NRANKS=str(NRANKS), T_STORE=str(store),
-                   T_DEVICES=",".join(["cpu"] * NRANKS), T_PARTS="collectives,ddp",
-                   T_STEPS="100", OMP_NUM_THREADS="1", HETCCL_LIBRARY=str(hetccl_library))
+        env = {k: v for k, v in os.environ.items() if not k.startswith("HETCCL_")}
+        env.update(T_RANK=str(rank), T_NRANKS=str(NRANKS), T_STORE=str(workdir / "store"),
+                   T_DEVICES=",".join(["cpu"] * NRANKS), T_PARTS=parts, T_STEPS=str(steps),
+                   OMP_NUM_THREADS="1", HETCCL_LIBRARY=str(library), **extra)
         env["PYTHONPATH"] = os.pathsep.join(
             filter(None, [str(REPO_ROOT / "python"), str(RANK_SCRIPT.parent),
                           os.environ.get("PYTHONPATH")]))
         envs.append(env)
-    # On a machine with no GPU driver, PyPI's torch still loads the CUDA
-    # runtime: the ranks' buffers must be host memory all the same.
     return run_ranks(RANK_SCRIPT, envs, timeout=240)
+
+
+@pytest.fixture(scope="module")
+def job(hetccl_library: Path, tmp_path_factory: pytest.TempPathFactory) -> List[dict]:
+    """Every rank's RESULT of one CPU job: the checks and the DDP losses."""
+    _torch_or_skip()
+    return _cpu_job(hetccl_library, tmp_path_factory.mktemp("torch"), {}, "collectives,ddp", 100)
+
+
+@pytest.fixture(scope="module")
+def gpu_host_job(hetccl_library: Path, tmp_path_factory: pytest.TempPathFactory) -> List[dict]:
+    """The same CPU job as on a GPU machine: each rank has loaded a CUDA
+    runtime whose one device every process shares, and finds an NCCL
+    (stand-ins); no HETCCL_* variable. Ranks that became CUDA ranks of one
+    island would be forwarded to that NCCL, which moves no data."""
+    _torch_or_skip()
+    cc = _cc()
+    if cc is None:
+        pytest.skip("no C compiler for the stand-in CUDA runtime")
+    d = tmp_path_factory.mktemp("gpuhost")
+    cudart = _build(cc, d / "cuda" / "libcudart.so.13", FAKES / "fakes" / "fake_cuda.c",
+                    "libcudart.so.13", "-DFAKE_CUDART")
+    driver = _build(cc, d / "cuda" / "libcuda.so.1", FAKES / "fakes" / "fake_cuda.c",
+                    "libcuda.so.1", "-DFAKE_DRIVER")
+    nccl = _build(cc, d / "nccl" / "libnccl.so.2", FAKES / "fake_nccl.c", "libnccl.so.2",
+                  "-Wno-unused-parameter")
+    extra = {"T_PRELOAD": f"{driver}:{cudart}:{nccl}"}
+    return _cpu_job(hetccl_library, d, extra, "collectives,ddp", 20)
 
 
 @pytest.mark.timeout(300)
@@ -61,12 +91,28 @@ def test_collectives_match_gloo(job: List[dict]) -> None:
 
 
 @pytest.mark.timeout(300)
+def test_cpu_tensors_on_a_gpu_host_make_host_ranks(gpu_host_job: List[dict]) -> None:
+    """No knob, a CUDA runtime and an NCCL in every process, one GPU for
+    all: every check right, host ranks on the engine, and DDP's loss as
+    gloo's."""
+    failed = {f"rank {res['rank']} {name}": c["detail"] for res in gpu_host_job
+              for name, c in res["checks"].items() if not c["ok"]}
+    assert not failed, "\n".join(f"{k}: {v}" for k, v in failed.items())
+    for res in gpu_host_job:
+        assert (res["comm_backend"], res["comm_device"]) == ("engine", -1), res["comm_backend"]
+        ddp = res["ddp"]
+        rel = max(abs(a - b) / abs(b) for a, b in zip(ddp["hetccl"], ddp["gloo"]))
+        assert ddp["steps"] == 20 and rel <= 1e-6, (rel, ddp)
+
+
+@pytest.mark.timeout(300)
 def test_every_listed_collective_is_checked(job: List[dict]) -> None:
     """The job covers every collective and operator of the backend's
     contract, and most checks had gloo itself as the reference."""
     names = set(job[0]["checks"])
     wanted = ["all_reduce/sum/", "all_reduce/product/", "all_reduce/min/", "all_reduce/max/",
               "all_reduce/avg/", "all_reduce/premul_sum/", "all_reduce/async_work",
+              "all_reduce/async_goes_on",
               "broadcast/", "all_gather/float32", "all_gather/uneven",
               "all_gather_into_tensor/", "reduce_scatter/sum/", "reduce_scatter/uneven",
               "reduce_scatter_tensor/", "all_to_all/uneven", "all_to_all_single/even",

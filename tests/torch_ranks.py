@@ -3,7 +3,9 @@ against gloo on the same inputs (tests/test_torch_backend.py on CPU ranks,
 tools/device/torch_backend_check.py with GPU and CPU ranks mixed).
 
 Environment: T_RANK, T_NRANKS, T_STORE (a FileStore path, new per job),
-T_DEVICES (comma list, one per rank: "cpu" or "cuda:N"), T_PARTS (comma
+T_DEVICES (comma list, one per rank: "cpu" or "cuda:N"), T_PRELOAD (colon list
+of libraries each rank loads before torch, as a CUDA build of torch loads
+its runtime), T_PARTS (comma
 list of "collectives", "ddp"), T_STEPS (DDP steps, default 100), T_TRACE
 (set: each check's name on stderr before it runs, and a GPU rank waits for
 its device after each, so an asynchronous device fault names its check).
@@ -19,6 +21,7 @@ ok/ref/detail, and per-step DDP losses of both backends.
 """
 from __future__ import annotations
 
+import ctypes
 import json
 import math
 import os
@@ -35,9 +38,11 @@ DEVICES = os.environ.get("T_DEVICES", ",".join(["cpu"] * N)).split(",")
 PARTS = os.environ.get("T_PARTS", "collectives,ddp").split(",")
 STEPS = int(os.environ.get("T_STEPS", "100"))
 TRACE = bool(os.environ.get("T_TRACE"))
-if DEVICES[RANK] == "cpu":
-    # A CPU rank in a process with torch's CUDA runtime loaded
-    os.environ.setdefault("HETCCL_DEVICE", "host")
+# T_PRELOAD: libraries loaded first, as a GPU build of torch loads its CUDA
+# runtime (tests/c/vendor's stand-ins: a machine where every process sees
+# one GPU). No HETCCL_* variable is set: a rank's kind follows its tensors.
+for _path in filter(None, os.environ.get("T_PRELOAD", "").split(":")):
+    ctypes.CDLL(_path, mode=ctypes.RTLD_GLOBAL)
 
 import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
@@ -215,6 +220,28 @@ def _async() -> Tuple[bool, str, str]:
     good = ok and vok and waited is True and fut.done()
     return good, "gloo", (f"wait()={waited} future.done()={fut.done()} "
                           f"is_completed()={work.is_completed()} {why} {vwhy}").strip()
+
+
+@check("all_reduce/async_goes_on")
+def _goes_on() -> Tuple[bool, str, str]:
+    """An async all_reduce returns before its peers have made theirs: rank
+    0 publishes that its call returned, and only then do the others call.
+    A call that waited for its peers would never return (the store's wait
+    times out)."""
+    x = data("goes_on", RANK, (1 << 16,))
+    mine = on_dev(x)
+    store = dist.distributed_c10d._get_default_store()
+    if RANK == 0:
+        work = dist.all_reduce(mine, async_op=True)
+        store.set("goes_on/returned", "1")
+        work.wait()
+    else:
+        store.wait(["goes_on/returned"], timedelta(seconds=60))
+        dist.all_reduce(mine)
+    ref = x.clone()
+    dist.all_reduce(ref, group=GLOO)
+    ok, why = same(mine, ref)
+    return ok, "gloo", why
 
 
 @check("all_reduce/coalesced")
@@ -597,13 +624,13 @@ def main() -> None:
     trace_devices("init")
     GLOO = dist.new_group(backend="gloo")
     trace_devices("new_group")
-    out: Dict[str, Any] = {"rank": RANK, "device": str(DEV),
-                           "comm_backend": hetccl_comm_backend()}
+    out: Dict[str, Any] = {"rank": RANK, "device": str(DEV)}
     t0 = time.monotonic()
     if "collectives" in PARTS:
         out["checks"] = run_collectives()
         trace_devices("collectives")
     t1 = time.monotonic()
+    out["comm_backend"], out["comm_device"] = hetccl_comm_backend()
     if "ddp" in PARTS:
         out["ddp"] = run_ddp()
     out["seconds"] = {"collectives": round(t1 - t0, 2), "ddp": round(time.monotonic() - t1, 2)}
@@ -612,12 +639,13 @@ def main() -> None:
     print("RESULT " + json.dumps(out), flush=True)
 
 
-def hetccl_comm_backend() -> str:
-    """How the library serves the default group ("engine", "vendor:nccl")."""
+def hetccl_comm_backend() -> Tuple[str, int]:
+    """How the library serves the default group ("engine", "vendor:nccl")
+    and the communicator's device (ncclCommCuDevice: -1 for a host rank)."""
     backend = dist.distributed_c10d._get_default_group()._get_backend(
         torch.device("cuda" if DEV.type == "cuda" else "cpu"))
     comm = getattr(backend, "communicator", None)
-    return comm.backend() if comm is not None else "?"
+    return (comm.backend(), comm.device_id()) if comm is not None else ("?", -2)
 
 
 if __name__ == "__main__":

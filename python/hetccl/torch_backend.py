@@ -17,24 +17,29 @@ Contract:
   takes as the group itself, as it does for any Python process group; it
   answers `_get_backend(device)` with itself. A probe at import decides
   (SUBCLASSES_BACKEND); the collectives are the same code either way.
-- **Rendezvous.** The backend is created by `init_process_group("hetccl")`
-  and `new_group(backend="hetccl")` with the store torch hands it: the
-  group's rank 0 calls ncclGetUniqueId and sets the id in that store, the
-  others get it from there, and every rank calls ncclCommInitRank at once,
-  under the group's bound device (`device_id=`) or the current CUDA device.
-  Call `torch.cuda.set_device` before `init_process_group` on GPU ranks, as
-  with NCCL's eager init: torch versions that do not hand the group to the
-  creator (2.11) do not tell the backend the `device_id`, and a
-  `device_id=` other than the current device is then a ValueError. Which
-  kind of rank a process is (host or CUDA) is the library's rule
-  (docs/islands.md): a process that uses CUDA is a CUDA rank;
-  `HETCCL_DEVICE=host` makes a CPU rank of a process on a GPU machine that
-  has torch's CUDA runtime loaded.
+- **Rendezvous and the rank's kind.** The backend is created by
+  `init_process_group("hetccl")` and `new_group(backend="hetccl")` with the
+  store torch hands it. Its communicator is made at the group's first
+  operation (at creation when the group is bound to a CUDA device,
+  `device_id=`): the group's rank 0 calls ncclGetUniqueId and sets the id
+  in that store, the others get it from there, and every rank calls
+  hetcclCommInitRankAs, its kind following that operation's tensors: CPU
+  tensors make a host rank, CUDA tensors a CUDA rank on their device,
+  whatever libraries the process has loaded (a GPU build of torch loads
+  CUDA in every process). So no variable is needed for a CPU job on a GPU
+  machine, or for a job that mixes CPU and GPU ranks; ranks that share a
+  GPU are never handed to NCCL as one island (the library's rule,
+  docs/islands.md). A barrier before the first operation meets through the
+  store. torch versions that do not hand the group to the creator (2.11)
+  do not tell the backend the `device_id`: call `torch.cuda.set_device`
+  first there.
 - **Tensors.** Each operation takes tensors of one device: CPU tensors are
-  host buffers, CUDA tensors device buffers on the rank's device. On a
-  communicator the library forwards to NCCL (every rank a GPU of one
-  island) CPU tensors are staged through the GPU, since NCCL takes device
-  memory only. Non-contiguous tensors go through contiguous copies.
+  host buffers, CUDA tensors device buffers. A rank may pass both kinds
+  over its life: CUDA tensors on a host rank are staged through host
+  memory by the library, on their stream; CPU tensors on a communicator the
+  library forwards to NCCL (every rank a GPU of one island) are staged
+  through the GPU here, since NCCL takes device memory only.
+  Non-contiguous tensors go through contiguous copies.
 - **Types.** Reductions map float16, bfloat16, float32, float64, int8,
   uint8, int32, int64, uint32, uint64 and the two float8 types to the NCCL
   type of the same name; complex64/128 reduce as pairs of reals (SUM, AVG);
@@ -45,33 +50,40 @@ Contract:
 - **Operators.** SUM, PRODUCT, MIN, MAX, AVG (floating types), PREMUL_SUM
   (`dist._make_nccl_premul_sum(factor)`; a tensor factor is read on the
   host). BAND, BOR and BXOR have no NCCL operator: ValueError.
-- **Work objects and streams.** CUDA operations are enqueued on the current
+- **Work objects, streams and threads** (how an operation runs:
+  hetccl/torch_work.py). CUDA operations are enqueued on the current
   stream of the tensors' device (`torch.cuda.current_stream().cuda_stream`
-  is the cudaStream_t); the returned work's `wait()` makes the stream that
-  is current at that time wait for them (a CUDA-aware torch Future), without
-  blocking the host, and `is_completed()` is true once they are enqueued,
-  as for torch's CUDA futures. Operations on CPU tensors complete before
-  the call returns (the library blocks on host buffers), so their work is
-  complete at once. `get_future()` gives the output tensors (DDP's
-  communication hooks use it). barrier blocks the host until every rank
-  has reached it.
-- **Send/recv.** Each send and recv is a separate library call; on CPU
-  tensors it blocks until the peer has taken (or, for small messages, the
-  transport has buffered) the data, so two ranks that both send a large
-  message to each other before receiving wait for each other: order such
-  exchanges (one side receives first); batch_isend_irecv issues its
-  operations one by one too. Tags are ignored, as NCCL's are;
-  receiving from any source is not supported.
+  is the cudaStream_t) from the calling thread; the returned work's
+  `wait()` makes the stream that is current at that time wait for them (a
+  CUDA-aware torch Future), without blocking the host, and
+  `is_completed()` is true once they are enqueued, as for torch's CUDA
+  futures. Operations on CPU tensors are asynchronous as gloo's are: the
+  call returns at once, a worker thread of the backend makes the library
+  call (which blocks on host buffers), and the work completes when it has
+  run; `wait()` blocks until then and raises the operation's error. DDP's
+  gradient all-reduces thus overlap its backward pass. Calls reach the
+  library in the order they were made. `get_future()` gives the output
+  tensors (DDP's communication hooks use it). barrier blocks the host
+  until every rank has reached it.
+- **Send/recv.** Each send and recv is a separate library call, run in
+  call order; on CPU tensors a large send completes when the peer has
+  taken it, so two ranks that both send a large message to each other
+  before receiving wait for each other: order such exchanges (one side
+  receives first); batch_isend_irecv issues its operations one by one
+  too. Tags are ignored, as NCCL's are; receiving from any source is not
+  supported.
 - **Failures.** A library error raises NcclError (the ncclResult_t and the
-  library's message); bad arguments raise ValueError or TypeError before
-  the library is called.
+  library's message), from the call or, for CPU work, from `wait()`; bad
+  arguments raise ValueError or TypeError in the call, before the library
+  is called.
 """
 
 from __future__ import annotations
 
 import contextlib
+import threading
 from datetime import timedelta
-from typing import Any, Callable, Iterator, List, Optional, Sequence, Tuple
+from typing import Any, Iterator, List, Optional, Sequence, Tuple
 
 import torch
 import torch.distributed as dist
@@ -79,12 +91,15 @@ from torch._C._distributed_c10d import Backend as _C10dBackend
 
 from . import _lib
 from . import nccl as _nccl
-from .nccl import NcclCommunicator, get_unique_id, groupEnd, groupStart
+from .errors import check
+from .nccl import NcclCommunicator, _uid_struct, get_unique_id
+from .torch_work import Stage, Worker, future_work, operation_device
 
 __all__ = ["BACKEND_NAME", "HetcclBackend", "nccl_dtype", "register"]
 
 BACKEND_NAME = "hetccl"
 STORE_KEY = "hetccl/unique_id"
+DEVICE_HOST, DEVICE_CUDA = 1, 2  # hetcclDevice_t (include/hetccl.h)
 
 _NCCL_DTYPE = {
     torch.int8: _nccl.NCCL_INT8, torch.uint8: _nccl.NCCL_UINT8,
@@ -116,10 +131,6 @@ def nccl_dtype(dtype: torch.dtype) -> int:
     return _NCCL_DTYPE[dtype]
 
 
-def _ptr(t: Optional[torch.Tensor]) -> int:
-    return 0 if t is None or t.numel() == 0 else int(t.data_ptr())
-
-
 def _bytes(t: torch.Tensor) -> torch.Tensor:
     """A contiguous tensor's storage as a flat uint8 tensor."""
     return t.reshape(-1).view(torch.uint8)
@@ -134,54 +145,6 @@ def _one(tensors: Sequence[torch.Tensor], what: str) -> torch.Tensor:
     if len(tensors) != 1:
         raise ValueError(f"hetccl backend: {what} takes one tensor per rank, not {len(tensors)}")
     return tensors[0]
-
-
-class _Stage:
-    """One operation's tensors as the library takes them: contiguous, on the
-    device the communicator serves, outputs copied back by finish().
-
-    All tensors of an operation are on one device; `stream` is that
-    device's current stream (0 for host buffers)."""
-
-    def __init__(self, backend: "HetcclBackend", tensors: Sequence[torch.Tensor]) -> None:
-        devices = {t.device for t in tensors}
-        if len(devices) > 1:
-            raise ValueError(f"hetccl backend: one operation's tensors must be on one device, "
-                             f"not {sorted(map(str, devices))}")
-        self.device = devices.pop() if devices else torch.device("cpu")
-        if self.device.type not in ("cpu", "cuda"):
-            raise ValueError(f"hetccl backend: {self.device.type} tensors are not supported "
-                             "(cpu and cuda are)")
-        self.work_device = self.device
-        if self.device.type == "cpu" and backend._forwarded:
-            self.work_device = backend._device  # NCCL takes device memory only
-        self.cuda = self.work_device.type == "cuda"
-        self.stream = torch.cuda.current_stream(self.work_device).cuda_stream if self.cuda else 0
-        self._back: List[Tuple[torch.Tensor, torch.Tensor]] = []
-
-    def input(self, t: torch.Tensor) -> torch.Tensor:
-        return t.to(self.work_device).contiguous()
-
-    def output(self, t: torch.Tensor, keep: bool = False) -> torch.Tensor:
-        """Where the library writes t's result; `keep`: it starts as t's
-        data (in-place operations)."""
-        if t.device == self.work_device and t.is_contiguous():
-            return t
-        buf = (t.to(self.work_device).contiguous() if keep
-               else torch.empty(t.shape, dtype=t.dtype, device=self.work_device))
-        self._back.append((t, buf))
-        return buf
-
-    def scratch(self, like: torch.Tensor, numel: int) -> torch.Tensor:
-        return torch.empty(numel, dtype=like.dtype, device=self.work_device)
-
-    def copy_out(self, t: torch.Tensor, src: torch.Tensor) -> None:
-        """t gets src's elements (src: a flat piece of the same dtype)."""
-        self._back.append((t, src.view(t.shape)))
-
-    def finish(self) -> None:
-        for dst, src in self._back:
-            dst.copy_(src)  # stream-ordered on a GPU; a GPU -> CPU copy waits for it
 
 
 def _python_backends() -> bool:
@@ -216,26 +179,37 @@ class HetcclBackend(_BASE):  # type: ignore[misc,valid-type]
                  device: Optional[torch.device] = None) -> None:
         super().__init__(rank, size)
         self._rank, self._size = rank, size
-        self._timeout = timeout
-        self._comm = self._rendezvous(store, rank, size, device)
-        # Forwarded to NCCL: every rank is a GPU and CPU tensors go through
-        # this device (_Stage); on the engine, host memory is served as is.
-        self._forwarded = self._comm.backend().startswith("vendor")
-        self._device = (torch.device("cuda", self._comm.device_id()) if self._forwarded
-                        else torch.device("cpu"))
+        self._store, self._timeout = store, timeout
+        self._comm: Optional[NcclCommunicator] = None
+        # Forwarded to NCCL: every rank is a GPU of one island, and CPU
+        # tensors go through this GPU (torch_work.Stage); on the engine,
+        # host memory is served as it is.
+        self._forwarded = False
+        self._device = torch.device("cpu")
+        self._barriers = 0
+        self._lock = threading.Lock()
+        self._worker = Worker(f"hetccl-pg-rank{rank}")
+        if device is not None and torch.device(device).type == "cuda":
+            self._join(torch.device(device))  # a bound device: eager, as NCCL's
 
-    @staticmethod
-    def _rendezvous(store: Any, rank: int, size: int,
-                    device: Optional[torch.device]) -> NcclCommunicator:
-        if rank == 0:
+    def _join(self, device: torch.device) -> None:
+        """Make the communicator, this rank's kind following `device`: a
+        host rank for CPU tensors, a CUDA rank on that GPU for CUDA ones
+        (hetcclCommInitRankAs), whatever else the process has loaded."""
+        if self._rank == 0:
             uid = bytes(b & 0xFF for b in get_unique_id())
-            store.set(STORE_KEY, uid)
+            self._store.set(STORE_KEY, uid)
         else:
-            uid = bytes(store.get(STORE_KEY))
-        ctx = (torch.cuda.device(device) if device is not None and device.type == "cuda"
-               else contextlib.nullcontext())
-        with ctx:
-            return NcclCommunicator(size, uid, rank)
+            uid = bytes(self._store.get(STORE_KEY))
+        if device.type == "cuda":
+            with torch.cuda.device(device):
+                comm = _init_as(self._size, uid, self._rank, DEVICE_CUDA)
+        else:
+            comm = _init_as(self._size, uid, self._rank, DEVICE_HOST)
+        self._comm = comm
+        self._forwarded = comm.backend().startswith("vendor")
+        self._device = (torch.device("cuda", comm.device_id()) if device.type == "cuda"
+                        else torch.device("cpu"))
 
     def getBackendName(self) -> str:  # noqa: N802 (torch's name)
         return BACKEND_NAME
@@ -254,8 +228,8 @@ class HetcclBackend(_BASE):  # type: ignore[misc,valid-type]
             if device.type not in ("cpu", "cuda"):
                 raise RuntimeError(f"hetccl backend: no backend for {device.type} "
                                    "(cpu and cuda)")
-            comm_dev = self._comm.device_id()
-            if device.type == "cuda" and device.index is not None and comm_dev >= 0 \
+            comm_dev = self._device.index if self._device.type == "cuda" else None
+            if device.type == "cuda" and device.index is not None and comm_dev is not None \
                     and device.index != comm_dev:
                 raise ValueError(
                     f"hetccl backend: the communicator is on cuda:{comm_dev}, not {device}: "
@@ -268,33 +242,60 @@ class HetcclBackend(_BASE):  # type: ignore[misc,valid-type]
             return False
 
     @property
-    def communicator(self) -> NcclCommunicator:
-        """The hetccl communicator this backend drives."""
+    def communicator(self) -> Optional[NcclCommunicator]:
+        """The hetccl communicator this backend drives (None until its
+        first operation, unless the group was bound to a device)."""
         return self._comm
 
-    def __del__(self) -> None:
-        comm = getattr(self, "_comm", None)
+    def shutdown(self) -> None:
+        """Run what is queued, stop the worker, destroy the communicator."""
+        worker = getattr(self, "_worker", None)
+        if worker is not None:
+            worker.drain()
+            worker.stop()
+        comm, self._comm = getattr(self, "_comm", None), None
         if comm is not None and comm.comm:
-            try:
-                comm.destroy()
-            except Exception:  # interpreter shutdown: the library may be gone
-                pass
+            comm.destroy()
+
+    def __del__(self) -> None:
+        try:
+            self.shutdown()
+        except Exception:  # interpreter shutdown: the library may be gone
+            pass
 
     # -- plumbing --------------------------------------------------------------
     @contextlib.contextmanager
-    def _op(self, tensors: Sequence[torch.Tensor]) -> Iterator[_Stage]:
-        stage = _Stage(self, tensors)
-        yield stage
-        stage.finish()
+    def _prepare(self, tensors: Sequence[torch.Tensor]) -> Iterator[Stage]:
+        """An operation on `tensors`: the communicator (made at the first
+        operation, the rank's kind following its tensors), and a Stage
+        recording its calls (torch_work.py); _launch runs them."""
+        device = operation_device(tensors)
+        with self._lock:
+            if self._comm is None:
+                self._join(device)
+        st = Stage(self._comm, tensors, self._device if self._forwarded else None)
+        try:
+            yield st
+        except BaseException:
+            st.cleanup()
+            raise
 
-    @staticmethod
-    def _work(result: Any, tensors: Sequence[torch.Tensor]) -> Any:
-        """A completed-at-enqueue work: CUDA-aware futures record an event
-        on the current streams now and make wait() join them."""
-        cuda = sorted({t.device for t in tensors if t.is_cuda}, key=str)
-        fut = torch.futures.Future(devices=cuda) if cuda else torch.futures.Future()
-        fut.set_result(result)
-        return _future_work(fut)
+    def _launch(self, st: Stage, result: Any, tensors: Sequence[torch.Tensor]) -> Any:
+        """Run a prepared operation: device work at once on the caller's
+        stream (the returned work is complete when enqueued: a CUDA-aware
+        future records events on the current streams and wait() joins
+        them), host work on the worker (the work completes when it has
+        run)."""
+        if st.cuda:
+            self._worker.drain()  # the library takes the calls in call order
+            st.steps()
+            cuda = sorted({t.device for t in tensors if t.is_cuda}, key=str)
+            fut = torch.futures.Future(devices=cuda) if cuda else torch.futures.Future()
+            fut.set_result(result)
+            return future_work(fut)
+        fut = torch.futures.Future()
+        self._worker.submit(lambda: (st.steps(), result)[1], fut)
+        return future_work(fut)
 
     def _per_rank(self, tensors: List[torch.Tensor], what: str) -> List[torch.Tensor]:
         """tensors, checked to be one per rank."""
@@ -302,14 +303,6 @@ class HetcclBackend(_BASE):  # type: ignore[misc,valid-type]
             raise ValueError(f"hetccl backend: {what} need one tensor per rank ({self._size}), "
                              f"not {len(tensors)}")
         return tensors
-
-    @contextlib.contextmanager
-    def _group(self) -> Iterator[None]:
-        groupStart()
-        try:
-            yield
-        finally:
-            groupEnd()
 
     @staticmethod
     def _view(kind: Any, t: torch.Tensor) -> Tuple[torch.Tensor, int]:
@@ -334,7 +327,7 @@ class HetcclBackend(_BASE):  # type: ignore[misc,valid-type]
         return t.reshape(-1), datatype
 
     @contextlib.contextmanager
-    def _redop(self, op: Any, t: torch.Tensor) -> Iterator[Tuple[torch.Tensor, int, int]]:
+    def _redop(self, st: Stage, op: Any, t: torch.Tensor) -> Iterator[Tuple[torch.Tensor, int, int]]:
         """(flat view, datatype, ncclRedOp_t) for reducing t by op; a
         PREMUL_SUM operator lives as long as the block."""
         kind = op.op if isinstance(op, dist.ReduceOp) else op
@@ -346,166 +339,154 @@ class HetcclBackend(_BASE):  # type: ignore[misc,valid-type]
         value = float(factor.item() if isinstance(factor, torch.Tensor) else factor)
         scalar = _bytes(torch.tensor([value], dtype=view.dtype)).numpy().tobytes()
         redop = self._comm.createPreMulSum(scalar, datatype)
-        try:
-            yield view, datatype, redop
-        finally:
-            self._comm.destroyRedOp(redop)
+        st.after(self._comm.destroyRedOp, redop)  # once the calls have run
+        yield view, datatype, redop
 
-    def _allreduce_into(self, st: _Stage, t: torch.Tensor, op: Any) -> None:
-        with self._redop(op, st.output(t, keep=True)) as (view, datatype, redop):
-            self._comm.allReduce(_ptr(view), _ptr(view), view.numel(), datatype, redop,
-                                 st.stream)
+    def _allreduce_into(self, st: Stage, t: torch.Tensor, op: Any) -> None:
+        with self._redop(st, op, st.output(t, keep=True)) as (view, datatype, redop):
+            st.lib.allReduce(view, view, view.numel(), datatype, redop, st.stream)
 
     # -- collectives (torch's Backend method names) ---------------------------
     def allreduce(self, tensors: List[torch.Tensor], opts: Any) -> Any:
         t = _one(tensors, "allreduce")
-        with self._op(tensors) as st:
+        with self._prepare(tensors) as st:
             self._allreduce_into(st, t, opts.reduceOp)
-        return self._work(tensors, tensors)
+        return self._launch(st, tensors, tensors)
 
     def allreduce_coalesced(self, tensors: List[torch.Tensor], opts: Any) -> Any:
-        with self._op(tensors) as st, self._group():
+        with self._prepare(tensors) as st, st.group():
             for t in tensors:
                 self._allreduce_into(st, t, opts.reduceOp)
-        return self._work(tensors, tensors)
+        return self._launch(st, tensors, tensors)
 
     def broadcast(self, tensors: List[torch.Tensor], opts: Any) -> Any:
         t = _one(tensors, "broadcast")
-        with self._op(tensors) as st:
+        with self._prepare(tensors) as st:
             buf = _bytes(st.output(t, keep=True))
-            self._comm.broadcast(_ptr(buf), _ptr(buf), buf.numel(), _nccl.NCCL_UINT8,
-                                 opts.rootRank, st.stream)
-        return self._work(tensors, tensors)
+            st.lib.broadcast(buf, buf, buf.numel(), _nccl.NCCL_UINT8, opts.rootRank, st.stream)
+        return self._launch(st, tensors, tensors)
 
     def reduce(self, tensors: List[torch.Tensor], opts: Any) -> Any:
         t = _one(tensors, "reduce")
-        with self._op(tensors) as st, \
-                self._redop(opts.reduceOp, st.output(t, keep=True)) as (view, datatype, redop):
-            self._comm.reduce(_ptr(view), _ptr(view), view.numel(), datatype, redop,
-                              opts.rootRank, st.stream)
-        return self._work(tensors, tensors)
+        with self._prepare(tensors) as st, \
+                self._redop(st, opts.reduceOp, st.output(t, keep=True)) as (view, datatype, redop):
+            st.lib.reduce(view, view, view.numel(), datatype, redop, opts.rootRank, st.stream)
+        return self._launch(st, tensors, tensors)
 
     def allgather(self, output_lists: List[List[torch.Tensor]], inputs: List[torch.Tensor],
                   opts: Any) -> Any:
         t = _one(inputs, "allgather")
         outs = self._per_rank(_one(output_lists, "allgather"), "allgather outputs")
-        with self._op([t, *outs]) as st:
+        with self._prepare([t, *outs]) as st:
             src = _bytes(st.input(t))
             if all(o.numel() * o.element_size() == src.numel() for o in outs):
                 flat = st.scratch(src, src.numel() * self._size)
-                self._comm.allGather(_ptr(src), _ptr(flat), src.numel(), _nccl.NCCL_UINT8,
-                                     st.stream)
+                st.lib.allGather(src, flat, src.numel(), _nccl.NCCL_UINT8, st.stream)
                 for r, o in enumerate(outs):
                     st.copy_out(o, flat[r * src.numel():(r + 1) * src.numel()].view(o.dtype))
             else:  # sizes differ by rank: each rank broadcasts its own
                 bufs = [_bytes(st.output(o)) for o in outs]
-                with self._group():
+                with st.group():
                     for r, buf in enumerate(bufs):
                         send = src if r == self._rank else buf
-                        self._comm.broadcast(_ptr(send), _ptr(buf), buf.numel(),
-                                             _nccl.NCCL_UINT8, r, st.stream)
-        return self._work(output_lists, [t, *outs])
+                        st.lib.broadcast(send, buf, buf.numel(), _nccl.NCCL_UINT8, r, st.stream)
+        return self._launch(st, output_lists, [t, *outs])
 
-    def _gather_single(self, st: _Stage, out: torch.Tensor, t: torch.Tensor) -> None:
+    def _gather_single(self, st: Stage, out: torch.Tensor, t: torch.Tensor) -> None:
         src = _bytes(st.input(t))
         dst = _bytes(st.output(out))
         if dst.numel() != src.numel() * self._size:
             raise ValueError(f"hetccl backend: all_gather_into_tensor output has "
                              f"{dst.numel()} bytes, not {self._size} x {src.numel()}")
-        self._comm.allGather(_ptr(src), _ptr(dst), src.numel(), _nccl.NCCL_UINT8, st.stream)
+        st.lib.allGather(src, dst, src.numel(), _nccl.NCCL_UINT8, st.stream)
 
     def all_gather_single(self, out: torch.Tensor, t: torch.Tensor, opts: Any) -> Any:
-        with self._op([out, t]) as st:
+        with self._prepare([out, t]) as st:
             self._gather_single(st, out, t)
-        return self._work([out], [out, t])
+        return self._launch(st, [out], [out, t])
 
     def all_gather_single_coalesced(self, outs: List[torch.Tensor], ins: List[torch.Tensor],
                                     opts: Any = None) -> Any:
         """opts: torch's coalescing manager passes none."""
-        with self._op([*outs, *ins]) as st, self._group():
+        with self._prepare([*outs, *ins]) as st, st.group():
             for out, t in zip(outs, ins):
                 self._gather_single(st, out, t)
-        return self._work(outs, [*outs, *ins])
+        return self._launch(st, outs, [*outs, *ins])
 
-    def _scatter_single(self, st: _Stage, out: torch.Tensor, t: torch.Tensor, op: Any) -> None:
+    def _scatter_single(self, st: Stage, out: torch.Tensor, t: torch.Tensor, op: Any) -> None:
         if t.numel() != out.numel() * self._size:
             raise ValueError(f"hetccl backend: reduce_scatter_tensor input has {t.numel()} "
                              f"elements, not {self._size} x {out.numel()}")
         kind = op.op if isinstance(op, dist.ReduceOp) else op
         dst = self._view(kind, st.output(out))[0]
-        with self._redop(op, st.input(t)) as (src, datatype, redop):
-            self._comm.reduceScatter(_ptr(src), _ptr(dst), dst.numel(), datatype, redop,
-                                     st.stream)
+        with self._redop(st, op, st.input(t)) as (src, datatype, redop):
+            st.lib.reduceScatter(src, dst, dst.numel(), datatype, redop, st.stream)
 
     def reduce_scatter_single(self, out: torch.Tensor, t: torch.Tensor, opts: Any) -> Any:
-        with self._op([out, t]) as st:
+        with self._prepare([out, t]) as st:
             self._scatter_single(st, out, t, opts.reduceOp)
-        return self._work([out], [out, t])
+        return self._launch(st, [out], [out, t])
 
     def reduce_scatter_single_coalesced(self, outs: List[torch.Tensor],
                                         ins: List[torch.Tensor], opts: Any) -> Any:
-        with self._op([*outs, *ins]) as st, self._group():
+        with self._prepare([*outs, *ins]) as st, st.group():
             for out, t in zip(outs, ins):
                 self._scatter_single(st, out, t, opts.reduceOp)
-        return self._work(outs, [*outs, *ins])
+        return self._launch(st, outs, [*outs, *ins])
 
     def reduce_scatter(self, outputs: List[torch.Tensor], input_lists: List[List[torch.Tensor]],
                        opts: Any) -> Any:
         out = _one(outputs, "reduce_scatter")
         ins = self._per_rank(_one(input_lists, "reduce_scatter"), "reduce_scatter inputs")
-        with self._op([out, *ins]) as st:
+        with self._prepare([out, *ins]) as st:
             if all(i.numel() == out.numel() for i in ins):
                 flat = torch.cat([st.input(i).reshape(-1) for i in ins])
                 self._scatter_single(st, out, flat, opts.reduceOp)
             else:  # sizes differ by rank: a reduce to each rank
                 op = opts.reduceOp
                 kind = op.op if isinstance(op, dist.ReduceOp) else op
-                with self._redop(op, st.output(out)) as (dst, datatype, redop), self._group():
+                with self._redop(st, op, st.output(out)) as (dst, datatype, redop), st.group():
                     for r, i in enumerate(ins):
                         src = self._view(kind, st.input(i))[0]
                         recv = dst if r == self._rank else torch.empty_like(src)
-                        self._comm.reduce(_ptr(src), _ptr(recv), src.numel(), datatype,
-                                          redop, r, st.stream)
-        return self._work(outputs, [out, *ins])
+                        st.lib.reduce(src, recv, src.numel(), datatype, redop, r, st.stream)
+        return self._launch(st, outputs, [out, *ins])
 
-    def _exchange(self, st: _Stage, sends: List[torch.Tensor], recvs: List[torch.Tensor]) -> None:
+    def _exchange(self, st: Stage, sends: List[torch.Tensor], recvs: List[torch.Tensor]) -> None:
         """Rank r's piece of sends goes to rank r, recvs[r] comes from it
         (byte tensors); this rank's own piece is a local copy."""
-        with self._group():
+        with st.group():
             for r in range(self._size):
                 if r == self._rank:
                     continue
                 if sends[r].numel():
-                    self._comm.send(_ptr(sends[r]), sends[r].numel(), _nccl.NCCL_UINT8, r,
-                                    st.stream)
+                    st.lib.send(sends[r], sends[r].numel(), _nccl.NCCL_UINT8, r, st.stream)
                 if recvs[r].numel():
-                    self._comm.recv(_ptr(recvs[r]), recvs[r].numel(), _nccl.NCCL_UINT8, r,
-                                    st.stream)
+                    st.lib.recv(recvs[r], recvs[r].numel(), _nccl.NCCL_UINT8, r, st.stream)
         recvs[self._rank].copy_(sends[self._rank])
 
     def alltoall(self, outputs: List[torch.Tensor], inputs: List[torch.Tensor],
                  opts: Any) -> Any:
         self._per_rank(inputs, "all_to_all inputs")
         self._per_rank(outputs, "all_to_all outputs")
-        with self._op([*outputs, *inputs]) as st:
+        with self._prepare([*outputs, *inputs]) as st:
             self._exchange(st, [_bytes(st.input(t)) for t in inputs],
                            [_bytes(st.output(t)) for t in outputs])
-        return self._work(outputs, [*outputs, *inputs])
+        return self._launch(st, outputs, [*outputs, *inputs])
 
     def all_to_all_single(self, out: torch.Tensor, t: torch.Tensor, out_splits: List[int],
                           in_splits: List[int], opts: Any) -> Any:
-        with self._op([out, t]) as st:
+        with self._prepare([out, t]) as st:
             src, dst = _bytes(st.input(t)), _bytes(st.output(out))
             if not out_splits and not in_splits:
                 if src.numel() % self._size or dst.numel() != src.numel():
                     raise ValueError("hetccl backend: all_to_all_single without splits needs "
                                      f"equal input and output sizes divisible by {self._size}")
-                self._comm.alltoall(_ptr(src), _ptr(dst), src.numel() // self._size,
-                                    _nccl.NCCL_UINT8, st.stream)
+                st.lib.alltoall(src, dst, src.numel() // self._size, _nccl.NCCL_UINT8, st.stream)
             else:
                 self._exchange(st, self._split(src, t, in_splits, "input"),
                                self._split(dst, out, out_splits, "output"))
-        return self._work([out], [out, t])
+        return self._launch(st, [out], [out, t])
 
     def _split(self, flat: torch.Tensor, t: torch.Tensor, splits: List[int],
                what: str) -> List[torch.Tensor]:
@@ -530,58 +511,71 @@ class HetcclBackend(_BASE):  # type: ignore[misc,valid-type]
         t = _one(inputs, "gather")
         root = opts.rootRank
         outs = _one(output_lists, "gather") if self._rank == root else []
-        with self._op([t, *outs]) as st:
+        with self._prepare([t, *outs]) as st:
             src = _bytes(st.input(t))
             if self._rank == root:
                 bufs = [_bytes(st.output(o)) for o in outs]
                 self._exchange(st, [src if r == root else src[:0] for r in range(self._size)],
                                bufs)
             else:
-                self._comm.send(_ptr(src), src.numel(), _nccl.NCCL_UINT8, root, st.stream)
-        return self._work(output_lists, [t, *outs])
+                st.lib.send(src, src.numel(), _nccl.NCCL_UINT8, root, st.stream)
+        return self._launch(st, output_lists, [t, *outs])
 
     def scatter(self, outputs: List[torch.Tensor], input_lists: List[List[torch.Tensor]],
                 opts: Any) -> Any:
         out = _one(outputs, "scatter")
         root = opts.rootRank
         ins = _one(input_lists, "scatter") if self._rank == root else []
-        with self._op([out, *ins]) as st:
+        with self._prepare([out, *ins]) as st:
             dst = _bytes(st.output(out))
             if self._rank == root:
                 self._exchange(st, [_bytes(st.input(i)) for i in ins],
                                [dst if r == root else dst[:0] for r in range(self._size)])
             else:
-                self._comm.recv(_ptr(dst), dst.numel(), _nccl.NCCL_UINT8, root, st.stream)
-        return self._work(outputs, [out, *ins])
+                st.lib.recv(dst, dst.numel(), _nccl.NCCL_UINT8, root, st.stream)
+        return self._launch(st, outputs, [out, *ins])
 
     def send(self, tensors: List[torch.Tensor], dst: int, tag: int) -> Any:
         t = _one(tensors, "send")
-        with self._op(tensors) as st:
+        with self._prepare(tensors) as st:
             buf = _bytes(st.input(t))
-            self._comm.send(_ptr(buf), buf.numel(), _nccl.NCCL_UINT8, dst, st.stream)
-        return self._work(tensors, tensors)
+            st.lib.send(buf, buf.numel(), _nccl.NCCL_UINT8, dst, st.stream)
+        return self._launch(st, tensors, tensors)
 
     def recv(self, tensors: List[torch.Tensor], src: int, tag: int) -> Any:
         t = _one(tensors, "recv")
-        with self._op(tensors) as st:
+        with self._prepare(tensors) as st:
             buf = _bytes(st.output(t))
-            self._comm.recv(_ptr(buf), buf.numel(), _nccl.NCCL_UINT8, src, st.stream)
-        return self._work(tensors, tensors)
+            st.lib.recv(buf, buf.numel(), _nccl.NCCL_UINT8, src, st.stream)
+        return self._launch(st, tensors, tensors)
 
     def recv_anysource(self, tensors: List[torch.Tensor], tag: int) -> Any:
         raise ValueError("hetccl backend: recv from any source is not supported "
                          "(NCCL has no such receive); name the source rank")
 
     def barrier(self, opts: Any) -> Any:
-        """Every rank has reached it when it returns (the host waits)."""
+        """Every rank has reached it when it returns (the host waits).
+        Before the group's first operation it meets through the store, so
+        that the communicator's kind is still the first operation's."""
+        if self._comm is None:
+            self._store_barrier()
+            return future_work(_done([]))
         device = self._device if self._forwarded else torch.device("cpu")
         token = torch.zeros(1, dtype=torch.int32, device=device)
-        with self._op([token]) as st:
-            self._comm.allReduce(_ptr(token), _ptr(token), 1, _nccl.NCCL_INT32,
-                                 _nccl.NCCL_SUM, st.stream)
+        with self._prepare([token]) as st:
+            st.lib.allReduce(token, token, 1, _nccl.NCCL_INT32, _nccl.NCCL_SUM, st.stream)
+        work = self._launch(st, [], [])
+        work.wait()
         if token.is_cuda:
             torch.cuda.current_stream(token.device).synchronize()
-        return self._work([], [])
+        return work
+
+    def _store_barrier(self) -> None:
+        self._barriers += 1
+        key = f"hetccl/barrier/{self._barriers}"
+        if self._store.add(key, 1) == self._size:
+            self._store.set(key + "/done", b"1")
+        self._store.wait([key + "/done"], self._timeout)
 
     # Names older torch 2.x releases call (before the *_single renames).
     _allgather_base = all_gather_single
@@ -600,25 +594,19 @@ def _premul_factor(op: Any) -> Any:
     return op.__getstate__()[1]
 
 
-def _future_work(fut: torch.futures.Future) -> Any:
-    """A torch Work that is the future (is_completed, wait, get_future)."""
-    make = getattr(torch._C._distributed_c10d, "_create_work_from_future", None)
-    if make is not None:
-        return make(fut)
-    return _FutureWork(fut)  # pragma: no cover (torch without the helper)
+def _done(result: Any) -> torch.futures.Future:
+    fut = torch.futures.Future()
+    fut.set_result(result)
+    return fut
 
 
-class _FutureWork(dist.Work):  # type: ignore[misc]
-    def __init__(self, fut: torch.futures.Future) -> None:
-        super().__init__()
-        self._fut = fut
-
-    def wait(self, timeout: Optional[timedelta] = None) -> bool:
-        self._fut.wait()
-        return True
-
-    def get_future(self) -> torch.futures.Future:
-        return self._fut
+def _init_as(size: int, uid: bytes, rank: int, device: int) -> NcclCommunicator:
+    """hetcclCommInitRankAs: rank of size, of the given hetcclDevice_t."""
+    ffi = _lib.ffi
+    handle = ffi.new("ncclComm_t *")
+    check(_lib.lib().hetcclCommInitRankAs(handle, size, _uid_struct(uid)[0], rank, ffi.NULL,
+                                          device), "hetcclCommInitRankAs")
+    return NcclCommunicator.from_handle(int(ffi.cast("uintptr_t", handle[0])))
 
 
 def _create(opts: Any, backend_options: Any = None) -> HetcclBackend:
