@@ -3,9 +3,11 @@ include/nccl.h, buffer conversion, unique ids, the launcher API."""
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -177,3 +179,170 @@ def test_every_module_is_installed() -> None:
     present = {p.name for p in (REPO_ROOT / "python" / "hetccl").glob("*.py")}
     assert present - listed == set(), f"not installed: {sorted(present - listed)}"
     assert listed - present == set(), f"listed but absent: {sorted(listed - present)}"
+
+
+# -- CuPy's shape: errors, availability, pointers, ownership, nonblocking init ----------------
+
+@pytest.mark.usefixtures("hetccl_library")
+def test_errors_name_the_function_once() -> None:
+    """The library's text names the function (ncclGetLastError), and
+    NcclError names it once: before, the exception read "ncclAllReduce:
+    ncclInvalidArgument: ncclAllReduce: invalid datatype 99", and a bad
+    operator's text named no function."""
+    from hetccl.errors import NcclError, last_error
+
+    comms = nccl.NcclCommunicator.initAll(2)
+    x = np.zeros(4, np.float32)
+    p = x.ctypes.data
+    cases = [
+        ("ncclAllReduce", lambda: comms[0].allReduce(p, p, 4, 99, nccl.NCCL_SUM),
+         "invalid datatype 99"),
+        ("ncclAllReduce", lambda: comms[0].allReduce(p, p, 4, nccl.NCCL_FLOAT32, 99),
+         "invalid reduction operator 99"),
+        ("ncclBroadcast", lambda: comms[0].broadcast(p, p, 4, nccl.NCCL_FLOAT32, 5),
+         "root 5 out of range"),
+        ("ncclSend", lambda: comms[0].send(p, 4, nccl.NCCL_FLOAT32, 5), "peer 5 out of range"),
+        ("ncclCommInitRank", lambda: nccl.NcclCommunicator(2, nccl.get_unique_id(), 5),
+         "rank 5 out of range"),
+    ]
+    try:
+        for fn, call, cause in cases:
+            with pytest.raises(NcclError) as err:
+                call()
+            text = str(err.value)
+            assert text.startswith(f"{fn}: ncclInvalidArgument: {cause}"), text
+            assert text.count(fn) == 1, text
+            assert err.value.message.startswith(f"{fn}: {cause}"), err.value.message
+            assert last_error().count(fn) == 1, last_error()
+        # a C caller's view: ncclCommCount with no place for the answer
+        assert _lib.lib().ncclCommCount(comms[0]._comm, _lib.ffi.NULL) == 4
+        assert last_error() == "ncclCommCount: count is NULL"
+    finally:
+        for c in comms:
+            c.destroy()
+
+
+def test_cupy_names() -> None:
+    from hetccl.errors import NcclError
+
+    e = NcclError(nccl.NCCL_INVALID_USAGE, "ncclGroupEnd: no group", "ncclGroupEnd")
+    assert e.status == e.result == nccl.NCCL_INVALID_USAGE
+    assert str(e) == "ncclGroupEnd: ncclInvalidUsage: no group"
+    assert nccl.available is (_lib.library_path().is_file())
+
+
+def test_available_is_false_without_the_library(tmp_path: Path) -> None:
+    code = "from hetccl import nccl; print(nccl.available)"
+    env = {**os.environ, "HETCCL_LIBRARY": str(tmp_path / "absent.so")}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
+                         timeout=60)
+    assert out.stdout.strip() == "False", out.stderr
+
+
+def test_pointer_api_names_an_array_argument() -> None:
+    """An array where the CuPy-style API takes an address: a TypeError that
+    names the argument and the array API (not numpy's "only 0-dimensional
+    arrays can be converted to Python scalars")."""
+    comm = nccl.NcclCommunicator.from_handle(0)
+    a = np.zeros(3, np.float32)
+    with pytest.raises(TypeError, match=r"allReduce: sendbuf is a numpy.ndarray, not an "
+                                        r"address.*as_buffer.*Communicator.*all_reduce"):
+        comm.allReduce(a, a.ctypes.data, 3, nccl.NCCL_FLOAT32, nccl.NCCL_SUM)
+    with pytest.raises(TypeError, match="recv: recvbuf"):
+        comm.recv(a, 3, nccl.NCCL_FLOAT32, 0)
+    with pytest.raises(TypeError, match="stream must be an address"):
+        comm.send(a.ctypes.data, 3, nccl.NCCL_FLOAT32, 0, stream="s")
+
+
+def test_array_api_names_the_collective_of_a_strided_array() -> None:
+    import hetccl
+
+    comm = hetccl.Communicator.wrap(nccl.NcclCommunicator.from_handle(0))
+    strided = np.zeros((4, 4), np.float32)[:, 1]
+    with pytest.raises(ValueError, match=r"all_reduce: send: ndarray buffer must be "
+                                         r"C-contiguous.*np\.ascontiguousarray"):
+        comm.all_reduce(strided)
+    with pytest.raises(ValueError, match=r"all_gather: recv: .*C-contiguous"):
+        comm.all_gather(np.zeros(2, np.float32), np.zeros((4, 4), np.float32)[:, 0])
+    with pytest.raises(ValueError, match=r"send: array: .*C-contiguous"):
+        comm.send(strided, 1)
+
+
+def _dropped_communicators(rounds: int) -> list:
+    """Descriptors and threads after 2 rounds and after `rounds` of an
+    initAll(2) the program drops without destroy()."""
+    import gc
+
+    from hetccl import nccl as n
+
+    def counts() -> tuple:
+        return len(os.listdir("/proc/self/fd")), len(os.listdir("/proc/self/task"))
+
+    seen = []
+    for i in range(rounds):
+        if i in (2, rounds - 1):
+            seen.append(counts())
+        n.NcclCommunicator.initAll(2)
+        gc.collect()
+    return seen
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.usefixtures("hetccl_library")
+def test_dropped_communicators_are_destroyed() -> None:
+    """Each initAll(2) took 8 descriptors and 2 threads for good when its
+    communicators were dropped; now the collector destroys them."""
+    import hetccl
+
+    (after_two, after_all), = hetccl.launch(_dropped_communicators, 1, 20, timeout=100)
+    assert after_all[0] <= after_two[0] + 2, (after_two, after_all)
+    assert after_all[1] <= after_two[1] + 1, (after_two, after_all)
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.usefixtures("hetccl_library")
+def test_exit_with_live_communicators() -> None:
+    """Communicators still referenced at exit are destroyed then, quietly."""
+    code = ("from hetccl import nccl\nkeep = nccl.NcclCommunicator.initAll(3)\n"
+            "print(keep[2].size())\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=100)
+    assert out.returncode == 0 and out.stdout == "3\n", out.stderr
+    assert out.stderr == ""
+
+
+def _nonblocking_rank() -> list:
+    import hetccl
+    from hetccl import nccl as n
+    from hetccl.launcher import launch_info
+
+    info = launch_info()
+    first, _ = hetccl.init_from_env(blocking=False)   # HETCCL_LAUNCH_ID's communicator
+    pending = first.nccl.in_progress
+    x = np.full(5, info.rank + 1.0, np.float32)
+    first.all_reduce(x)                                # waits for init, then for the sum
+    first.wait()
+    second, _ = hetccl.init_from_env(blocking=False)  # an id from rank 0's server
+    second.wait(timeout=60)
+    done = second.poll()
+    y = np.full(3, 2.0 * (info.rank + 1), np.float64)
+    second.nccl.allReduce(y.ctypes.data, y.ctypes.data, 3, n.NCCL_FLOAT64, n.NCCL_SUM)
+    second.wait()
+    first.destroy()
+    second.destroy()
+    return [pending, x.tolist(), done, y.tolist()]
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.usefixtures("hetccl_library")
+def test_nonblocking_communicators_are_returned() -> None:
+    """blocking=False gave `NcclError: ncclCommInitRankConfig: ncclInProgress`
+    and lost the handle; now the object comes back, init runs on, and the
+    object's calls wait for it."""
+    import hetccl
+
+    results = hetccl.launch(_nonblocking_rank, 2, timeout=100)
+    for pending, x, done, y in results:
+        assert pending in ("ncclCommInitRankConfig", None)
+        assert x == [3.0] * 5 and done is True and y == [6.0] * 3
+    assert any(r[0] == "ncclCommInitRankConfig" for r in results), results

@@ -1,6 +1,8 @@
 /* Argument checks that need no communicator (checks.h). */
 #include "api/checks.h"
 
+#include <string.h>
+
 #include "util/log.h"
 
 ncclResult_t check_null(const char *fn, const char *name) {
@@ -116,4 +118,11 @@ ncclResult_t check_op(const hetccl_op_t *op) {
     if (needs_everywhere(op, 0) && !op->recvbuf) return check_null(op->fn, "recvbuff");
   }
   return check_config(op);
+}
+
+ncclResult_t check_named(const char *fn, ncclResult_t res) {
+  if (res != ncclInvalidArgument && res != ncclInvalidUsage) return res;
+  const char *last = hetccl_last_error();
+  if (last[0] && !strstr(last, fn)) hetccl_last_error_prefix("%s", fn);
+  return res;
 }

@@ -24,4 +24,11 @@ ncclResult_t check_param_out(const void *out, int max_len);
 /* A collective or point-to-point call (core/dispatch.h). */
 ncclResult_t check_op(const hetccl_op_t *op);
 
+/* After an argument the core refused (ncclInvalidArgument or
+ * ncclInvalidUsage): the last error names `fn` once. The core checks what
+ * needs the communicator (an operator created on it, a root against its
+ * size) where the exported name may be unknown to it; the entry adds it
+ * when the text lacks it. Returns res. */
+ncclResult_t check_named(const char *fn, ncclResult_t res);
+
 #endif

@@ -34,7 +34,7 @@
     hetccl_call_begin();                                                       \
     ncclResult_t res = ncclSuccess;                                            \
     checks                                                                     \
-    if (res == ncclSuccess) res = hetccl_##name args;                          \
+    if (res == ncclSuccess) res = check_named(__func__, hetccl_##name args);    \
     return hetccl_call_end(COMM_##kind, res);                                  \
   }
 HETCCL_API_CALLS(ENTRY_CALL)
@@ -54,7 +54,7 @@ HETCCL_API_CALLS(ENTRY_CALL)
     hetccl_call_begin();                                                       \
     const hetccl_op_t call_op = op;                                            \
     ncclResult_t res = check_op(&call_op);                                     \
-    if (res == ncclSuccess) res = hetccl_dispatch(comm, &call_op);             \
+    if (res == ncclSuccess) res = check_named(__func__, hetccl_dispatch(comm, &call_op)); \
     return hetccl_call_end(comm, res);                                         \
   }
 HETCCL_API_OPS(ENTRY_OP)

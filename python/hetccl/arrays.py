@@ -16,9 +16,14 @@ Contract:
   differ (TypeError), non-contiguous arrays, read-only outputs, send and
   receive memory of different devices, and sizes that do not fit the
   collective (ValueError).
+- An array the buffers layer cannot take (not C-contiguous, an element
+  type NCCL has not) is refused with the collective and the argument named
+  ("all_reduce: send: ndarray buffer must be C-contiguous ...: pass
+  np.ascontiguousarray(a) ...").
 - Host arrays run with no stream: the call returns when the operation is
-  complete. Device arrays are enqueued on their stream and the call returns
-  at once, as NCCL does.
+  complete, on a nonblocking communicator too (it waits for the library's
+  ncclInProgress to clear). Device arrays are enqueued on their stream and
+  the call returns at once, as NCCL does.
 - Each method returns its output array (the input for in-place forms), so
   that `y = comm.all_reduce(x)` reads naturally.
 """
@@ -72,6 +77,15 @@ class Communicator:
     def backend(self) -> str:
         return self.nccl.backend()
 
+    def poll(self) -> bool:
+        """False while a nonblocking init (or call) is in progress; raises
+        its error if it failed (NcclCommunicator.poll)."""
+        return self.nccl.poll()
+
+    def wait(self, timeout: Optional[float] = None) -> None:
+        """Wait for a nonblocking init (or call) to finish (NcclCommunicator.wait)."""
+        self.nccl.wait(timeout)
+
     def destroy(self) -> None:
         self.nccl.destroy()
 
@@ -86,10 +100,17 @@ class Communicator:
             self.nccl.destroy()
 
     # -- checks -------------------------------------------------------------------
+    @staticmethod
+    def _describe(name: str, what: str, obj: Any, stream: Optional[int]) -> ArrayRef:
+        try:
+            return describe(obj, stream)
+        except (TypeError, ValueError) as e:
+            raise type(e)(f"{name}: {what}: {e}") from None
+
     def _pair(self, name: str, send: Any, recv: Any, stream: Optional[int]
               ) -> "tuple[ArrayRef, ArrayRef]":
-        s = describe(send, stream)
-        r = s if recv is None or recv is send else describe(recv, stream)
+        s = self._describe(name, "send", send, stream)
+        r = s if recv is None or recv is send else self._describe(name, "recv", recv, stream)
         if not r.writable:
             raise ValueError(f"{name}: the output array is read-only")
         if r is not s:
@@ -102,10 +123,17 @@ class Communicator:
         return s, r
 
     def _one(self, name: str, buf: Any, stream: Optional[int], write: bool) -> ArrayRef:
-        b = describe(buf, stream)
+        b = self._describe(name, "array", buf, stream)
         if write and not b.writable:
             raise ValueError(f"{name}: the output array is read-only")
         return b
+
+    def _done(self, ref: ArrayRef, result: Any) -> Any:
+        """`result`, once a host operation is complete (a nonblocking
+        communicator answers ncclInProgress; device work stays enqueued)."""
+        if ref.device == "host" and self.nccl.in_progress is not None:
+            self.nccl.wait()
+        return result
 
     @staticmethod
     def _sizes(name: str, what: str, got: int, want: int) -> None:
@@ -119,7 +147,7 @@ class Communicator:
         s, r = self._pair("all_reduce", send, recv, stream)
         self._sizes("all_reduce", "the output", r.count, s.count)
         self.nccl.allReduce(s.ptr, r.ptr, s.count, s.dtype, _op(op), s.stream)
-        return send if recv is None else recv
+        return self._done(s, send if recv is None else recv)
 
     def reduce(self, send: Any, recv: Any = None, op: Op = "sum", root: int = 0,
                stream: Optional[int] = None) -> Any:
@@ -127,7 +155,7 @@ class Communicator:
         s, r = self._pair("reduce", send, recv, stream)
         self._sizes("reduce", "the output", r.count, s.count)
         self.nccl.reduce(s.ptr, r.ptr, s.count, s.dtype, _op(op), root, s.stream)
-        return send if recv is None else recv
+        return self._done(s, send if recv is None else recv)
 
     def broadcast(self, send: Any, recv: Any = None, root: int = 0,
                   stream: Optional[int] = None) -> Any:
@@ -137,14 +165,14 @@ class Communicator:
         s, r = self._pair("broadcast", send, recv, stream)
         self._sizes("broadcast", "the output", r.count, s.count)
         self.nccl.broadcast(s.ptr, r.ptr, s.count, s.dtype, root, s.stream)
-        return send if recv is None else recv
+        return self._done(s, send if recv is None else recv)
 
     def all_gather(self, send: Any, recv: Any, stream: Optional[int] = None) -> Any:
         """recv = every rank's send, in rank order (recv has size x send's count)."""
         s, r = self._pair("all_gather", send, recv, stream)
         self._sizes("all_gather", "the output", r.count, s.count * self.size)
         self.nccl.allGather(s.ptr, r.ptr, s.count, s.dtype, s.stream)
-        return recv
+        return self._done(s, recv)
 
     def reduce_scatter(self, send: Any, recv: Any, op: Op = "sum",
                        stream: Optional[int] = None) -> Any:
@@ -153,7 +181,7 @@ class Communicator:
         s, r = self._pair("reduce_scatter", send, recv, stream)
         self._sizes("reduce_scatter", "the input", s.count, r.count * self.size)
         self.nccl.reduceScatter(s.ptr, r.ptr, r.count, s.dtype, _op(op), s.stream)
-        return recv
+        return self._done(s, recv)
 
     def all_to_all(self, send: Any, recv: Any, stream: Optional[int] = None) -> Any:
         """Block j of send to rank j; block i of recv from rank i (equal blocks)."""
@@ -163,12 +191,12 @@ class Communicator:
         if s.count % n:
             raise ValueError(f"all_to_all: {s.count} elements do not split into {n} blocks")
         self.nccl.alltoall(s.ptr, r.ptr, s.count // n, s.dtype, s.stream)
-        return recv
+        return self._done(s, recv)
 
     def gather(self, send: Any, recv: Any = None, root: int = 0,
                stream: Optional[int] = None) -> Any:
         """recv on `root` = every rank's send in rank order; others pass no recv."""
-        s = describe(send, stream)
+        s = self._describe("gather", "send", send, stream)
         if recv is not None:
             _, r = self._pair("gather", send, recv, stream)
             self._sizes("gather", "the output", r.count, s.count * self.size)
@@ -178,7 +206,7 @@ class Communicator:
         else:
             ptr = 0
         self.nccl.gather(s.ptr, ptr, s.count, s.dtype, root, s.stream)
-        return recv
+        return self._done(s, recv)
 
     def scatter(self, send: Any, recv: Any, root: int = 0,
                 stream: Optional[int] = None) -> Any:
@@ -193,20 +221,20 @@ class Communicator:
         else:
             ptr = 0
         self.nccl.scatter(ptr, r.ptr, r.count, r.dtype, root, r.stream)
-        return recv
+        return self._done(r, recv)
 
     def send(self, array: Any, peer: int, stream: Optional[int] = None) -> Any:
         """ncclSend of the whole array to `peer` (pair with recv; group
         several with hetccl.groupStart/groupEnd)."""
         b = self._one("send", array, stream, write=False)
         self.nccl.send(b.ptr, b.count, b.dtype, peer, b.stream)
-        return array
+        return self._done(b, array)
 
     def recv(self, array: Any, peer: int, stream: Optional[int] = None) -> Any:
         """ncclRecv into the whole array from `peer`."""
         b = self._one("recv", array, stream, write=True)
         self.nccl.recv(b.ptr, b.count, b.dtype, peer, b.stream)
-        return array
+        return self._done(b, array)
 
 
 def _tname(ref: ArrayRef) -> str:

@@ -82,7 +82,12 @@ def numpy_dtype(datatype: int) -> np.dtype:
 
 
 def _contiguous_error(obj: Any) -> ValueError:
-    return ValueError(f"{type(obj).__name__} buffer must be C-contiguous")
+    kind = type(obj).__name__
+    copy = ("t.contiguous()" if hasattr(obj, "is_contiguous")
+            else "np.ascontiguousarray(a)" if kind == "ndarray" and type(obj).__module__ == "numpy"
+            else "a contiguous copy (cupy.ascontiguousarray(a), ...)")
+    return ValueError(f"{kind} buffer must be C-contiguous (a slice or transpose is not): "
+                      f"pass {copy}, and copy the result back where the output was a view")
 
 
 def _from_torch(t: Any) -> Buffer:

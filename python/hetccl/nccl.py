@@ -7,20 +7,32 @@ for CuPy runs here by changing the import. Buffers and streams are raw
 addresses (int); `hetccl.buffers` turns numpy / CuPy / torch arrays into
 (ptr, count, dtype). Host buffers take stream 0.
 
+A communicator the program drops without destroy() is destroyed when it
+is collected (or at interpreter exit), as CuPy's is; one made with
+`blocking=False` is returned while its init runs on: `poll()` says
+whether it is done, `wait()` waits for it, and every call on the object
+waits for it first (raising the init's error, if it failed).
+
+`available` is True when libhetccl.so can be found (as
+cupy.cuda.nccl.available says whether NCCL can be used).
+
 hetccl extensions, not in CuPy: alltoall, gather, scatter, commGrow, commSplit,
-createPreMulSum / destroyRedOp, finalize, backend.
+createPreMulSum / destroyRedOp, finalize, backend, poll, wait.
 """
 
 from __future__ import annotations
 
+import operator
+import time
+import weakref
 from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 from . import _lib
-from .errors import NcclError, check
+from .errors import IN_PROGRESS, NcclError, check, last_error
 
 __all__ = [
-    "NcclCommunicator", "NcclError", "get_build_version", "get_version", "get_unique_id",
-    "groupStart", "groupEnd", "unique_id_to_hex", "unique_id_from_hex",
+    "NcclCommunicator", "NcclError", "available", "get_build_version", "get_version",
+    "get_unique_id", "groupStart", "groupEnd", "unique_id_to_hex", "unique_id_from_hex",
 ]
 
 # ncclDataType_t
@@ -67,12 +79,41 @@ UniqueId = Union[Sequence[int], bytes, bytearray, str]
 _ffi = _lib.ffi
 
 
-def _void(ptr: int) -> Any:
-    return _ffi.cast("void *", int(ptr))
+def _available() -> bool:
+    try:
+        return _lib.library_path().is_file()
+    except OSError:
+        return False
 
 
-def _stream(stream: int) -> Any:
-    return _ffi.cast("cudaStream_t", int(stream))
+available: bool = _available()
+
+
+def _address(value: Any, what: str, method: str) -> int:
+    """An address argument of the pointer API as an int. An array here is
+    the common slip: name the argument and the array API that takes it."""
+    try:
+        return operator.index(value)
+    except TypeError:
+        pass
+    cls = type(value)
+    kind = cls.__name__ if cls.__module__ == "builtins" else f"{cls.__module__}.{cls.__name__}"
+    if hasattr(value, "__array_interface__") or hasattr(value, "__cuda_array_interface__") \
+            or hasattr(value, "__dlpack__"):
+        raise TypeError(
+            f"NcclCommunicator.{method}: {what} is a {kind}, not an address: this API takes "
+            f"pointers (int), as CuPy's does; pass hetccl.as_buffer(array).ptr, or use the "
+            f"array API, hetccl.Communicator (e.g. comm.all_reduce(send, recv))") from None
+    raise TypeError(f"NcclCommunicator.{method}: {what} must be an address (int), "
+                    f"not {kind}") from None
+
+
+def _void(ptr: Any, what: str, method: str) -> Any:
+    return _ffi.cast("void *", _address(ptr, what, method))
+
+
+def _stream(stream: Any, method: str) -> Any:
+    return _ffi.cast("cudaStream_t", _address(stream, "stream", method))
 
 
 def get_build_version() -> int:
@@ -141,7 +182,23 @@ def groupEnd() -> None:
 
 
 class NcclCommunicator:
-    """One rank of a communicator (ncclComm_t)."""
+    """One rank of a communicator (ncclComm_t).
+
+    Ownership: a communicator this class made (init, initAll, commSplit,
+    commShrink, commGrow, joinGrow) is destroyed when the object is
+    collected or the interpreter exits, unless destroy() or abort() came
+    first; one wrapped with from_handle belongs to whoever made it.
+
+    Nonblocking (`blocking=False`): the library returns ncclInProgress and
+    goes on in the background. The object records what is in progress;
+    `poll()` asks, `wait()` waits, and any later call on the object waits
+    first, so a collective issued right after init runs once init is done,
+    or raises init's error."""
+
+    _comm: Any = _ffi.NULL
+    _nonblocking = False
+    _in_progress: Optional[str] = None  # the call whose ncclInProgress is outstanding
+    _finalizer: Optional[weakref.finalize] = None
 
     def __init__(self, ndev: int, commId: UniqueId, rank: int,
                  blocking: Optional[bool] = None) -> None:
@@ -152,17 +209,36 @@ class NcclCommunicator:
         uid = _uid_struct(commId)[0]
         L = _lib.lib()
         if blocking is None:
-            check(L.ncclCommInitRank(handle, int(ndev), uid, int(rank)), "ncclCommInitRank")
+            fn = "ncclCommInitRank"
+            res = L.ncclCommInitRank(handle, int(ndev), uid, int(rank))
         else:
+            fn = "ncclCommInitRankConfig"
             cfg = _lib.new_config(blocking=blocking)
-            check(L.ncclCommInitRankConfig(handle, int(ndev), uid, int(rank), cfg),
-                  "ncclCommInitRankConfig")
-        self._comm = handle[0]
+            res = L.ncclCommInitRankConfig(handle, int(ndev), uid, int(rank), cfg)
+        self._adopt(handle[0], res, fn, blocking is False)
+
+    def _adopt(self, handle: Any, res: int, fn: str, nonblocking: bool) -> None:
+        """Own `handle`, which `fn` returned with `res`."""
+        self._nonblocking = nonblocking
+        if not (nonblocking and res == IN_PROGRESS and handle != _ffi.NULL):
+            check(res, fn)
+        self._comm = handle
+        self._in_progress = fn if res == IN_PROGRESS else None
+        if handle != _ffi.NULL:
+            self._finalizer = weakref.finalize(self, _drop, int(_ffi.cast("uintptr_t", handle)))
+
+    @classmethod
+    def _made(cls, handle: Any, res: int, fn: str, nonblocking: bool
+              ) -> "NcclCommunicator":
+        self = cls.__new__(cls)
+        self._adopt(handle, res, fn, nonblocking)
+        return self
 
     @classmethod
     def from_handle(cls, handle: int) -> "NcclCommunicator":
         """Wrap an ncclComm_t given as an address (no check that it is live:
-        the library checks every handle it is given)."""
+        the library checks every handle it is given). The object does not
+        own it: collecting the object leaves the communicator alone."""
         self = cls.__new__(cls)
         self._comm = _ffi.cast("ncclComm_t", int(handle))
         return self
@@ -177,8 +253,61 @@ class NcclCommunicator:
             n, devlist = len(devices), _ffi.new("int[]", [int(d) for d in devices])
         comms = _ffi.new("ncclComm_t[]", max(n, 1))
         check(_lib.lib().ncclCommInitAll(comms, n, devlist), "ncclCommInitAll")
-        return [NcclCommunicator.from_handle(int(_ffi.cast("uintptr_t", comms[i])))
-                for i in range(n)]
+        return [NcclCommunicator._made(comms[i], 0, "ncclCommInitAll", False) for i in range(n)]
+
+    # -- nonblocking ---------------------------------------------------------
+    def poll(self) -> bool:
+        """True once nothing is in progress (init, or a call that returned
+        ncclInProgress); False while it is; NcclError if it failed
+        (ncclCommGetAsyncError). Always True for a blocking communicator."""
+        if self._comm == _ffi.NULL:
+            return True
+        out = _ffi.new("ncclResult_t *")
+        check(_lib.lib().ncclCommGetAsyncError(self._comm, out), "ncclCommGetAsyncError")
+        if out[0] == IN_PROGRESS:
+            return False
+        what, self._in_progress = self._in_progress, None
+        if out[0] != 0:
+            raise NcclError(int(out[0]), last_error(self._comm),
+                            what or "ncclCommGetAsyncError")
+        return True
+
+    @property
+    def in_progress(self) -> Optional[str]:
+        """The function whose ncclInProgress is outstanding, else None (as
+        this object last saw it: poll() asks the library)."""
+        return self._in_progress
+
+    def wait(self, timeout: Optional[float] = None) -> None:
+        """Wait until poll() is True (TimeoutError after `timeout` seconds)."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        pause = 0.0001
+        while not self.poll():
+            if deadline is not None and time.monotonic() > deadline:
+                raise TimeoutError(f"{self._in_progress or 'communicator'}: still in progress "
+                                   f"after {timeout:g} s")
+            time.sleep(pause)
+            pause = min(pause * 2, 0.01)
+
+    def _ready(self) -> Any:
+        """The handle, once what was in progress is done."""
+        if self._in_progress is not None:
+            self.wait()
+        return self._comm
+
+    def _call(self, fn: str, *args: Any) -> None:
+        """fn(*args) with this communicator's handle among args (placed by
+        the caller through _ready); ncclInProgress is an answer on a
+        nonblocking communicator."""
+        res = getattr(_lib.lib(), fn)(*args)
+        if res == IN_PROGRESS and self._nonblocking:
+            self._in_progress = fn
+            return
+        check(res, fn)
+
+    def _made_by(self, fn: str, res: int, out: Any, blocking: Optional[bool]
+                 ) -> "NcclCommunicator":
+        return NcclCommunicator._made(out[0], res, fn, blocking is False)
 
     # -- handle and queries --------------------------------------------------
     @property
@@ -188,7 +317,7 @@ class NcclCommunicator:
 
     def _query(self, fn: str) -> int:
         out = _ffi.new("int *")
-        check(getattr(_lib.lib(), fn)(self._comm, out), fn)
+        check(getattr(_lib.lib(), fn)(self._ready(), out), fn)
         return int(out[0])
 
     def rank_id(self) -> int:
@@ -204,7 +333,7 @@ class NcclCommunicator:
 
     def backend(self) -> str:
         """How the library serves this communicator ("engine", "vendor:nccl")."""
-        return _ffi.string(_lib.lib().hetcclCommBackend(self._comm)).decode()
+        return _ffi.string(_lib.lib().hetcclCommBackend(self._ready())).decode()
 
     def copied_bytes(self) -> Dict[str, int]:
         """Payload bytes this rank's CPU copied for the communicator, per
@@ -214,8 +343,9 @@ class NcclCommunicator:
         name = _ffi.new("const char **")
         got = _ffi.new("unsigned long long *")
         out: Dict[str, int] = {}
+        comm = self._ready()
         for i in range(lib.hetcclTransportCount() + 1):  # the last: "plane"
-            check(lib.hetcclCommCopiedBytes(self._comm, i, name, got), "hetcclCommCopiedBytes")
+            check(lib.hetcclCommCopiedBytes(comm, i, name, got), "hetcclCommCopiedBytes")
             out[_ffi.string(name[0]).decode()] = int(got[0])
         return out
 
@@ -227,12 +357,26 @@ class NcclCommunicator:
     # -- lifetime ------------------------------------------------------------
     def _release(self, fn: str) -> None:
         comm, self._comm = self._comm, _ffi.NULL
-        check(getattr(_lib.lib(), fn)(comm), fn)
+        self._in_progress = None
+        if self._finalizer is not None:
+            self._finalizer.detach()
+            self._finalizer = None
+        res = getattr(_lib.lib(), fn)(comm)
+        if res != IN_PROGRESS:  # a nonblocking destroy goes on by itself
+            check(res, fn)
 
     def finalize(self) -> None:
-        check(_lib.lib().ncclCommFinalize(self._comm), "ncclCommFinalize")
+        self._call("ncclCommFinalize", self._ready())
 
     def destroy(self) -> None:
+        """ncclCommDestroy, after what is in progress; if that failed, the
+        communicator is aborted instead and the failure raised."""
+        if self._in_progress is not None and self._comm != _ffi.NULL:
+            try:
+                self.wait()
+            except NcclError:
+                self._release("ncclCommAbort")
+                raise
         self._release("ncclCommDestroy")
 
     def abort(self) -> None:
@@ -250,11 +394,11 @@ class NcclCommunicator:
         """ncclCommSplit; None for the ranks that pass NCCL_SPLIT_NOCOLOR."""
         out = _ffi.new("ncclComm_t *")
         cfg = _ffi.NULL if blocking is None else _lib.new_config(blocking=blocking)
-        check(_lib.lib().ncclCommSplit(self._comm, int(color), int(key), out, cfg),
-              "ncclCommSplit")
-        if out[0] == _ffi.NULL:
+        res = _lib.lib().ncclCommSplit(self._ready(), int(color), int(key), out, cfg)
+        answered = res == 0 or (res == IN_PROGRESS and blocking is False)
+        if answered and out[0] == _ffi.NULL:
             return None
-        return NcclCommunicator.from_handle(int(_ffi.cast("uintptr_t", out[0])))
+        return self._made_by("ncclCommSplit", res, out, blocking)
 
     def commShrink(self, exclude: Sequence[int], abort: bool = False,
                    blocking: Optional[bool] = None) -> "NcclCommunicator":
@@ -265,16 +409,17 @@ class NcclCommunicator:
         out = _ffi.new("ncclComm_t *")
         cfg = _ffi.NULL if blocking is None else _lib.new_config(blocking=blocking)
         flags = NCCL_SHRINK_ABORT if abort else NCCL_SHRINK_DEFAULT
-        check(_lib.lib().ncclCommShrink(self._comm, ranks, len(exclude), out, cfg, flags),
-              "ncclCommShrink")
-        return NcclCommunicator.from_handle(int(_ffi.cast("uintptr_t", out[0])))
+        # A shrink with abort is for a parent that may hang: do not wait on it.
+        comm = self._comm if abort else self._ready()
+        res = _lib.lib().ncclCommShrink(comm, ranks, len(exclude), out, cfg, flags)
+        return self._made_by("ncclCommShrink", res, out, blocking)
 
     def commGetUniqueId(self) -> Tuple[int, ...]:
         """ncclCommGetUniqueId: the id for growing this communicator, in
         get_unique_id's form. This rank serves the grown communicator's
         bootstrap, so it must take part in the grow."""
         uid = _ffi.new("ncclUniqueId *")
-        check(_lib.lib().ncclCommGetUniqueId(self._comm, uid), "ncclCommGetUniqueId")
+        check(_lib.lib().ncclCommGetUniqueId(self._ready(), uid), "ncclCommGetUniqueId")
         raw = bytes(_ffi.buffer(uid.internal))
         return tuple(b - 256 if b > 127 else b for b in raw)
 
@@ -286,9 +431,8 @@ class NcclCommunicator:
         out = _ffi.new("ncclComm_t *")
         uid = _ffi.NULL if commId is None else _uid_struct(commId)
         cfg = _ffi.NULL if blocking is None else _lib.new_config(blocking=blocking)
-        check(_lib.lib().ncclCommGrow(self._comm, int(nranks), uid, -1, out, cfg),
-              "ncclCommGrow")
-        return NcclCommunicator.from_handle(int(_ffi.cast("uintptr_t", out[0])))
+        res = _lib.lib().ncclCommGrow(self._ready(), int(nranks), uid, -1, out, cfg)
+        return self._made_by("ncclCommGrow", res, out, blocking)
 
     @staticmethod
     def joinGrow(nranks: int, commId: Optional[UniqueId], rank: int,
@@ -299,9 +443,8 @@ class NcclCommunicator:
         out = _ffi.new("ncclComm_t *")
         cfg = _ffi.NULL if blocking is None else _lib.new_config(blocking=blocking)
         uid = _ffi.NULL if commId is None else _uid_struct(commId)
-        check(_lib.lib().ncclCommGrow(_ffi.NULL, int(nranks), uid, int(rank), out, cfg),
-              "ncclCommGrow")
-        return NcclCommunicator.from_handle(int(_ffi.cast("uintptr_t", out[0])))
+        res = _lib.lib().ncclCommGrow(_ffi.NULL, int(nranks), uid, int(rank), out, cfg)
+        return NcclCommunicator._made(out[0], res, "ncclCommGrow", blocking is False)
 
     # -- reduction operators -------------------------------------------------
     def createPreMulSum(self, scalar: bytes, datatype: int) -> int:
@@ -309,65 +452,91 @@ class NcclCommunicator:
         of one element of `datatype` (buffers.scalar_bytes makes them)."""
         op = _ffi.new("ncclRedOp_t *")
         buf = _ffi.new("char[]", bytes(scalar))
-        check(_lib.lib().ncclRedOpCreatePreMulSum(op, buf, int(datatype), 1, self._comm),
+        check(_lib.lib().ncclRedOpCreatePreMulSum(op, buf, int(datatype), 1, self._ready()),
               "ncclRedOpCreatePreMulSum")
         return int(op[0])
 
     def destroyRedOp(self, op: int) -> None:
-        check(_lib.lib().ncclRedOpDestroy(int(op), self._comm), "ncclRedOpDestroy")
+        check(_lib.lib().ncclRedOpDestroy(int(op), self._ready()), "ncclRedOpDestroy")
 
     # -- collectives (CuPy's argument order) ---------------------------------
     def allReduce(self, sendbuf: int, recvbuf: int, count: int, datatype: int, op: int,
                   stream: int = 0) -> None:
-        check(_lib.lib().ncclAllReduce(_void(sendbuf), _void(recvbuf), count, datatype, op,
-                                       self._comm, _stream(stream)), "ncclAllReduce")
+        m = "allReduce"
+        self._call("ncclAllReduce", _void(sendbuf, "sendbuf", m), _void(recvbuf, "recvbuf", m),
+                   count, datatype, op, self._ready(), _stream(stream, m))
 
     def reduce(self, sendbuf: int, recvbuf: int, count: int, datatype: int, op: int,
                root: int, stream: int = 0) -> None:
-        check(_lib.lib().ncclReduce(_void(sendbuf), _void(recvbuf), count, datatype, op, root,
-                                    self._comm, _stream(stream)), "ncclReduce")
+        m = "reduce"
+        self._call("ncclReduce", _void(sendbuf, "sendbuf", m), _void(recvbuf, "recvbuf", m),
+                   count, datatype, op, root, self._ready(), _stream(stream, m))
 
     def broadcast(self, sendbuff: int, recvbuff: int, count: int, datatype: int, root: int,
                   stream: int = 0) -> None:
-        check(_lib.lib().ncclBroadcast(_void(sendbuff), _void(recvbuff), count, datatype,
-                                       root, self._comm, _stream(stream)), "ncclBroadcast")
+        m = "broadcast"
+        self._call("ncclBroadcast", _void(sendbuff, "sendbuff", m),
+                   _void(recvbuff, "recvbuff", m), count, datatype, root, self._ready(),
+                   _stream(stream, m))
 
     def bcast(self, buff: int, count: int, datatype: int, root: int, stream: int = 0) -> None:
-        check(_lib.lib().ncclBcast(_void(buff), count, datatype, root, self._comm,
-                                   _stream(stream)), "ncclBcast")
+        m = "bcast"
+        self._call("ncclBcast", _void(buff, "buff", m), count, datatype, root, self._ready(),
+                   _stream(stream, m))
 
     def reduceScatter(self, sendbuf: int, recvbuf: int, recvcount: int, datatype: int,
                       op: int, stream: int = 0) -> None:
-        check(_lib.lib().ncclReduceScatter(_void(sendbuf), _void(recvbuf), recvcount, datatype,
-                                           op, self._comm, _stream(stream)),
-              "ncclReduceScatter")
+        m = "reduceScatter"
+        self._call("ncclReduceScatter", _void(sendbuf, "sendbuf", m),
+                   _void(recvbuf, "recvbuf", m), recvcount, datatype, op, self._ready(),
+                   _stream(stream, m))
 
     def allGather(self, sendbuf: int, recvbuf: int, count: int, datatype: int,
                   stream: int = 0) -> None:
-        check(_lib.lib().ncclAllGather(_void(sendbuf), _void(recvbuf), count, datatype,
-                                       self._comm, _stream(stream)), "ncclAllGather")
+        m = "allGather"
+        self._call("ncclAllGather", _void(sendbuf, "sendbuf", m), _void(recvbuf, "recvbuf", m),
+                   count, datatype, self._ready(), _stream(stream, m))
 
     def alltoall(self, sendbuf: int, recvbuf: int, count: int, datatype: int,
                  stream: int = 0) -> None:
         """ncclAlltoAll: `count` elements to and from each rank."""
-        check(_lib.lib().ncclAlltoAll(_void(sendbuf), _void(recvbuf), count, datatype,
-                                      self._comm, _stream(stream)), "ncclAlltoAll")
+        m = "alltoall"
+        self._call("ncclAlltoAll", _void(sendbuf, "sendbuf", m), _void(recvbuf, "recvbuf", m),
+                   count, datatype, self._ready(), _stream(stream, m))
 
     def gather(self, sendbuf: int, recvbuf: int, count: int, datatype: int, root: int,
                stream: int = 0) -> None:
-        check(_lib.lib().ncclGather(_void(sendbuf), _void(recvbuf), count, datatype, root,
-                                    self._comm, _stream(stream)), "ncclGather")
+        m = "gather"
+        self._call("ncclGather", _void(sendbuf, "sendbuf", m), _void(recvbuf, "recvbuf", m),
+                   count, datatype, root, self._ready(), _stream(stream, m))
 
     def scatter(self, sendbuf: int, recvbuf: int, count: int, datatype: int, root: int,
                 stream: int = 0) -> None:
-        check(_lib.lib().ncclScatter(_void(sendbuf), _void(recvbuf), count, datatype, root,
-                                     self._comm, _stream(stream)), "ncclScatter")
+        m = "scatter"
+        self._call("ncclScatter", _void(sendbuf, "sendbuf", m), _void(recvbuf, "recvbuf", m),
+                   count, datatype, root, self._ready(), _stream(stream, m))
 
     def send(self, sendbuf: int, count: int, datatype: int, peer: int, stream: int = 0) -> None:
-        check(_lib.lib().ncclSend(_void(sendbuf), count, datatype, peer, self._comm,
-                                  _stream(stream)), "ncclSend")
+        m = "send"
+        self._call("ncclSend", _void(sendbuf, "sendbuf", m), count, datatype, peer,
+                   self._ready(), _stream(stream, m))
 
     def recv(self, recvbuf: int, count: int, datatype: int, peer: int, stream: int = 0) -> None:
-        check(_lib.lib().ncclRecv(_void(recvbuf), count, datatype, peer, self._comm,
-                                  _stream(stream)), "ncclRecv")
+        m = "recv"
+        self._call("ncclRecv", _void(recvbuf, "recvbuf", m), count, datatype, peer,
+                   self._ready(), _stream(stream, m))
 
+
+def _drop(handle: int) -> None:
+    """The finalizer of an owned communicator the program never destroyed:
+    ncclCommDestroy, or ncclCommAbort where something is still in progress
+    or failed (destroy would wait on peers that may be gone). Never raises:
+    it runs from the garbage collector or at exit."""
+    try:
+        L = _lib.lib()
+        comm = _ffi.cast("ncclComm_t", handle)
+        state = _ffi.new("ncclResult_t *")
+        healthy = L.ncclCommGetAsyncError(comm, state) == 0 and state[0] == 0
+        (L.ncclCommDestroy if healthy else L.ncclCommAbort)(comm)
+    except Exception:  # noqa: BLE001 - interpreter shutdown may have torn things down
+        pass
