@@ -196,11 +196,170 @@ def test_run_timeout() -> None:
                   "import time; time.sleep(100)")
     assert proc.returncode == 124
     assert time.monotonic() - start < 30
-    assert "hetccl run: timeout after 2 s; stopping every rank" in proc.stderr
+    assert "hetccl run: timeout after 2 s with ranks 0, 1 of 2 still running; stopping every " \
+        "rank" in proc.stderr, proc.stderr
+
+
+@pytest.mark.timeout(TIMEOUT)
+def test_run_timeout_names_the_ranks_still_running() -> None:
+    proc = hetccl("run", "-n", "3", "--timeout", "3", "--", sys.executable, "-c",
+                  "import os, time; time.sleep(100 if os.environ['RANK'] == '1' else 0)")
+    assert proc.returncode == 124
+    assert "timeout after 3 s with rank 1 of 3 still running" in proc.stderr, proc.stderr
 
 
 def test_run_without_command() -> None:
     assert hetccl("run", "-n", "2").returncode == 2
+
+
+@pytest.mark.parametrize("args,complaint", [
+    (["run", "-n", "0", "--", "true"], "argument -n: 0 must be at least 1"),
+    (["demo", "-n", "0"], "argument -n: 0 must be at least 1"),
+    (["run", "--timeout", "0", "--", "true"], "argument --timeout: 0 must be a positive"),
+    (["run", "--timeout", "-1", "--", "true"], "argument --timeout: -1 must be a positive"),
+    (["demo", "--timeout", "0"], "argument --timeout: 0 must be a positive"),
+])
+def test_bad_counts_and_timeouts_are_usage_errors(args: List[str], complaint: str) -> None:
+    """-n 0 ended in a traceback; --timeout 0 and -1 killed the job at once."""
+    proc = hetccl(*args)
+    assert proc.returncode == 2, proc.stderr
+    assert complaint in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
+
+
+@pytest.mark.timeout(TIMEOUT)
+def test_info_flags_a_refused_knob() -> None:
+    """A value init refuses is flagged, named with the words allowed, and
+    the status is 1 (it was shown unflagged, status 0)."""
+    proc = subprocess.run([sys.executable, "-m", "hetccl", "info"], capture_output=True,
+                          text=True, timeout=TIMEOUT, env={**os.environ, "HETCCL_ALGO": "bogus"})
+    assert proc.returncode == 1, proc.stderr
+    assert re.search(r"^  HETCCL_ALGO\s+enum\s+default='auto'\s+value='bogus'  <- INVALID$",
+                     proc.stdout, re.M), proc.stdout
+    assert "hetccl info: invalid knob: HETCCL_ALGO=bogus" in proc.stderr, proc.stderr
+    assert "auto|ring|rd|direct" in proc.stderr, proc.stderr
+
+
+SPLICE_SCRIPT = """
+import os, sys, time
+r = os.environ['HETCCL_LAUNCH_RANK']
+# Half a line, a pause while the other rank writes its half, the rest.
+os.write(1, f'rank {r} begins '.encode())
+time.sleep(0.3)
+os.write(1, f'rank {r} ends\\n'.encode())
+os.write(2, f'rank {r} complains\\n'.encode())
+sys.stdout.write(f'rank {r} has no newline')
+"""
+
+
+@pytest.mark.timeout(TIMEOUT)
+def test_run_tag_output() -> None:
+    """Each line behind its rank's tag, as mpirun --tag-output writes it,
+    and whole: without pipes, the two ranks' halves splice."""
+    proc = hetccl("run", "-n", "2", "--tag-output", "--", sys.executable, "-c", SPLICE_SCRIPT)
+    assert proc.returncode == 0, proc.stderr
+    out = proc.stdout.splitlines()
+    for r in (0, 1):
+        assert f"[1,{r}]<stdout>:rank {r} begins rank {r} ends" in out, proc.stdout
+        assert f"[1,{r}]<stdout>:rank {r} has no newline" in out, proc.stdout
+        assert f"[1,{r}]<stderr>:rank {r} complains" in proc.stderr.splitlines(), proc.stderr
+    assert len(out) == 4, proc.stdout
+
+
+TORCH_VARS_SCRIPT = """
+import os
+names = ['RANK', 'WORLD_SIZE', 'LOCAL_RANK', 'LOCAL_WORLD_SIZE', 'MASTER_ADDR', 'MASTER_PORT']
+os.write(1, (' '.join(os.environ.get(n, '-') for n in names) + '\\n').encode())
+"""
+
+
+@pytest.mark.timeout(TIMEOUT)
+def test_run_gives_torch_its_variables() -> None:
+    """torch.distributed's env:// variables on every rank (torch said
+    "environment variable RANK expected, but not set"), one free port."""
+    proc = hetccl("run", "-n", "3", "--", sys.executable, "-c", TORCH_VARS_SCRIPT)
+    assert proc.returncode == 0, proc.stderr
+    rows = sorted(line.split() for line in proc.stdout.splitlines())
+    ports = {row[5] for row in rows}
+    assert [row[:5] for row in rows] == [[str(r), "3", str(r), "3", "127.0.0.1"]
+                                         for r in range(3)], rows
+    assert len(ports) == 1 and 0 < int(ports.pop()) < 65536, rows
+
+
+@pytest.mark.timeout(TIMEOUT)
+def test_run_keeps_the_callers_torch_variables() -> None:
+    env = {**os.environ, "MASTER_PORT": "23456", "MASTER_ADDR": "10.9.8.7"}
+    proc = subprocess.run([sys.executable, "-m", "hetccl", "run", "-n", "2", "--",
+                           sys.executable, "-c", TORCH_VARS_SCRIPT], capture_output=True,
+                          text=True, timeout=TIMEOUT, env=env)
+    assert proc.returncode == 0, proc.stderr
+    for line in proc.stdout.splitlines():
+        assert line.split()[4:] == ["10.9.8.7", "23456"], line
+
+
+TORCH_JOB = """
+import torch, torch.distributed as dist
+dist.init_process_group("gloo", init_method="env://")
+t = torch.full((3,), float(dist.get_rank() + 1))
+dist.all_reduce(t)
+print(f"rank {dist.get_rank()} of {dist.get_world_size()} sum {t[0].item():g}", flush=True)
+dist.destroy_process_group()
+"""
+
+
+@pytest.mark.timeout(TIMEOUT)
+def test_run_an_unchanged_torch_script() -> None:
+    pytest.importorskip("torch")
+    proc = hetccl("run", "-n", "2", "--", sys.executable, "-c", TORCH_JOB)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert sorted(proc.stdout.splitlines()) == ["rank 0 of 2 sum 3", "rank 1 of 2 sum 3"]
+
+
+THREE_COMMUNICATORS = """
+import os, numpy as np, hetccl
+for i in range(3):
+    comm, info = hetccl.init_from_env()
+    x = np.full(3, info.rank + 1.0)
+    comm.all_reduce(x)
+    os.write(1, f"rank {info.rank} communicator {i} sum {x[0]:g}\\n".encode())
+    comm.destroy()
+"""
+
+
+@pytest.mark.timeout(TIMEOUT)
+def test_run_repeated_init_from_env() -> None:
+    """A second init_from_env under `hetccl run` waited out the connect
+    timeout on the launch id, which serves one communicator."""
+    env = {**os.environ, "HETCCL_CONNECT_TIMEOUT": "10"}
+    proc = subprocess.run([sys.executable, "-m", "hetccl", "run", "-n", "3", "--timeout", "90",
+                           "--", sys.executable, "-c", THREE_COMMUNICATORS],
+                          capture_output=True, text=True, timeout=TIMEOUT, env=env)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert sorted(proc.stdout.splitlines()) == sorted(
+        f"rank {r} communicator {i} sum 6" for r in range(3) for i in range(3))
+
+
+def test_info_build_flags_compile_a_c_program(tmp_path: Path, hetccl_library: Path) -> None:
+    """`hetccl info --cflags --libs`: what a C build needs, from the
+    installed package or the checkout (the headers were in the repository
+    only)."""
+    cc = shutil.which("cc") or shutil.which("gcc")
+    if cc is None:
+        pytest.skip("no C compiler")
+    cflags = hetccl("info", "--cflags")
+    libs = hetccl("info", "--libs")
+    assert cflags.returncode == 0 and libs.returncode == 0, cflags.stderr + libs.stderr
+    assert cflags.stdout.startswith("-I") and "-lhetccl" in libs.stdout
+    src = tmp_path / "version.c"
+    src.write_text('#include <stdio.h>\n#include "nccl.h"\n#include "hetccl.h"\n'
+                   "int main(void) {\n  int v = 0;\n"
+                   "  if (ncclGetVersion(&v) != ncclSuccess) return 1;\n"
+                   '  printf("%d %s\\n", v, hetcclVersionString());\n  return 0;\n}\n')
+    exe = tmp_path / "version"
+    subprocess.run([cc, str(src), "-o", str(exe), *cflags.stdout.split(), *libs.stdout.split()],
+                   check=True, timeout=TIMEOUT)
+    run = subprocess.run([str(exe)], capture_output=True, text=True, timeout=TIMEOUT,
+                         env={k: v for k, v in os.environ.items() if k != "LD_LIBRARY_PATH"})
+    assert run.returncode == 0 and re.fullmatch(r"\d{5} \d+\.\d+\.\d+.*\n", run.stdout), run
 
 
 @pytest.mark.timeout(TIMEOUT)
@@ -212,6 +371,19 @@ def test_demo(n: int) -> None:
         for coll in ("allreduce", "allgather", "broadcast"):
             assert re.search(rf"^rank {rank}/{n} {coll}\s.* ok: ", proc.stdout, re.M), \
                 proc.stdout
+
+
+@pytest.mark.timeout(TIMEOUT)
+def test_demo_under_a_launcher_is_one_job() -> None:
+    """`hetccl run -n 2 -- hetccl demo` ran a separate 2-rank demo per rank
+    (every line twice); now each launched rank is one rank of one job."""
+    proc = hetccl("run", "-n", "2", "--", sys.executable, "-m", "hetccl", "demo", "--count",
+                  "100")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    lines = proc.stdout.splitlines()
+    assert len(lines) == 6 and all(" ok: " in line for line in lines), proc.stdout
+    for rank in range(2):
+        assert sum(line.startswith(f"rank {rank}/2 ") for line in lines) == 3, proc.stdout
 
 
 @pytest.mark.timeout(TIMEOUT)

@@ -188,3 +188,44 @@ def test_torchrun(cluster: Cluster, tmp_path: Path) -> None:
     check_job(cluster, tmp_path, procs, "torchrun", 2,
               ["RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"],
               source="MASTER_ADDR, MASTER_PORT+1")
+
+
+# -- on this host: repeated communicators and tagged output through a launcher -----------------
+
+THREE = """
+import os, numpy as np, hetccl
+for i in range(3):
+    comm, info = hetccl.init_from_env()
+    x = np.full(3, info.rank + 1.0)
+    comm.all_reduce(x)
+    os.write(1, f"{info.launcher} rank {info.rank} communicator {i} sum {x[0]:g}\\n".encode())
+    comm.destroy()
+"""
+
+
+@pytest.mark.skipif(shutil.which("mpirun") is None,
+                    reason="mpirun not installed (apt-get install openmpi-bin)")
+@pytest.mark.parametrize("wrap", [True, False])
+def test_mpirun_repeated_init_from_env(tmp_path: Path, wrap: bool) -> None:
+    """Three communicators in a row through `hetccl run --launcher mpirun`:
+    wrapped (`hetccl rank` hands CMD the launch id and the address its own
+    exchange used) and not (CMD exchanges every id itself)."""
+    env = {**clean_env(), "OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
+           "HETCCL_CONNECT_TIMEOUT": "10", "HETCCL_ROOT_TIMEOUT": "30"}
+    argv = [sys.executable, "-m", "hetccl", "run", "--launcher", "mpirun", "--mpi", "openmpi",
+            "-n", "2", "--launcher-args=--oversubscribe", "--timeout", "100",
+            *([] if wrap else ["--no-wrap"]), "--", sys.executable, "-c", THREE]
+    proc = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=150)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    launcher = "hetccl" if wrap else "openmpi"
+    assert sorted(proc.stdout.splitlines()) == sorted(
+        f"{launcher} rank {r} communicator {i} sum 3" for r in range(2) for i in range(3))
+
+
+@pytest.mark.parametrize("mpi,flag", [("openmpi", "--tag-output"), ("mpich", "-prepend-rank")])
+def test_tag_output_through_mpirun(mpi: str, flag: str) -> None:
+    proc = subprocess.run([sys.executable, "-m", "hetccl", "run", "--launcher", "mpirun",
+                           "--mpi", mpi, "-n", "2", "--tag-output", "--dry-run", "--", "prog"],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert f" {flag} " in proc.stdout, proc.stdout

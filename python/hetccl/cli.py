@@ -1,15 +1,20 @@
 """The `hetccl` command (also `python -m hetccl`).
 
   hetccl info                       library, versions, exported API, device runtimes
-                                    and vendor libraries found, every knob
-  hetccl run -n N [--timeout S] -- CMD ARGS...
+                                    and vendor libraries found, every knob (status 1
+                                    when a knob's value is refused)
+  hetccl info --cflags | --libs     compiler / linker flags for a C program using
+                                    nccl.h and hetccl.h with libhetccl.so
+  hetccl run -n N [--timeout S] [--tag-output] -- CMD ARGS...
                                     N ranks of CMD on this host, libhetccl.so preloaded
   hetccl run --launcher mpirun|srun|torchrun -n N [--hosts H1,H2] [--dry-run] -- CMD
                                     N ranks across hosts through that launcher
   hetccl rank -- CMD                one rank under a launcher: rank and unique id from
                                     its environment, then CMD as under `hetccl run`
-  hetccl demo [-n N]                a checked multi-rank job (hetccl.demo)
-  hetccl perf ARGS...               the hetccl-perf benchmark (tools/perf)
+  hetccl demo [-n N]                a checked multi-rank job (hetccl.demo); under a
+                                    launcher, one rank of the launched job
+  hetccl perf ARGS...               the hetccl-perf benchmark (tools/perf); also
+                                    installed as the command hetccl-perf
   hetccl plot FILE... -o PNG        busbw against size of hetccl-perf results
   hetccl trace OUT.json FILE|DIR|GLOB...
                                     merge HETCCL_TRACE's per-rank files into one Chrome
@@ -74,9 +79,40 @@ def vendors() -> List[Tuple[str, int, str]]:
     return _backends(L.hetcclVendorCount, L.hetcclVendorInfo)
 
 
-def cmd_info(_args: argparse.Namespace) -> int:
+def include_dir() -> Path:
+    """Where nccl.h and hetccl.h are: the package's include/ (installed),
+    else the source checkout's."""
+    pkg = Path(__file__).resolve().parent
+    inside = pkg / "include"
+    return inside if (inside / "nccl.h").is_file() else pkg.parent.parent / "include"
+
+
+def build_flags(cflags: bool, libs: bool) -> str:
+    """What a C build needs: -I for the headers; -L, -l and an rpath for
+    the library this package loads."""
+    out = []
+    if cflags:
+        out.append(f"-I{include_dir()}")
+    if libs:
+        lib = _lib.library_path()
+        name = lib.name[3:].split(".so")[0] if lib.name.startswith("lib") else "hetccl"
+        out += [f"-L{lib.parent}", f"-Wl,-rpath,{lib.parent}", f"-l{name}"]
+    return " ".join(out)
+
+
+def _knob_problem() -> str:
+    """hetcclKnobsCheck's complaint about the environment's knobs, or ""."""
+    from .errors import last_error
+
+    return last_error() if _lib.lib().hetcclKnobsCheck() != 0 else ""
+
+
+def cmd_info(args: argparse.Namespace) -> int:
     from .nccl import get_version
 
+    if args.cflags or args.libs:
+        print(build_flags(args.cflags, args.libs))
+        return 0
     path = _lib.loaded_path()
     L, ffi = _lib.lib(), _lib.ffi
     version = get_version()
@@ -94,14 +130,23 @@ def cmd_info(_args: argparse.Namespace) -> int:
         print(f"  {name:<5} {state:<12} {detail}")
     _print_launchers()
     table = knobs()
+    problem = _knob_problem()
+    bad = problem.split("=", 1)[0] if problem else ""
     print(f"knobs: {len(table)} (environment variables; value '' = unset)")
     width = max((len(k[0]) for k in table), default=0)
     for name, kind, default, value, help_text in table:
         kind, _, words = kind.partition(":")  # "enum:auto|shm|..." lists the allowed words
-        print(f"  {name:<{width}}  {kind.lower():<4}  default={default!r:<8} value={value!r}")
+        flag = "  <- INVALID" if name == bad else ""
+        print(f"  {name:<{width}}  {kind.lower():<4}  default={default!r:<8} "
+              f"value={value!r}{flag}")
         if words:
             print(f"  {'':<{width}}  one of: {', '.join(words.split('|'))}")
         print(f"  {'':<{width}}  {help_text}")
+    if problem:
+        sys.stdout.flush()
+        print(f"hetccl info: invalid knob: {problem}; a communicator's init refuses it",
+              file=sys.stderr)
+        return 1
     return 0
 
 
@@ -142,7 +187,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         print("hetccl run: no command (hetccl run -n N -- CMD ARGS...)", file=sys.stderr)
         return 2
     return run_command(cmd, args.n, timeout=args.timeout, preload=not args.no_preload,
-                       bind=not args.no_bind)
+                       bind=not args.no_bind, tag_output=args.tag_output)
 
 
 def _run_delegated(args: argparse.Namespace, cmd: List[str]) -> int:
@@ -170,10 +215,24 @@ def cmd_rank(args: argparse.Namespace) -> int:
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
+    """N ranks of hetccl.demo; under a launcher (its rank variables set),
+    this process is one rank of the launched job instead."""
+    from . import demo
+    from .discovery import LaunchEnvError, discover
     from .launcher import run_command
 
+    try:
+        info = discover()
+    except LaunchEnvError as e:
+        print(f"hetccl demo: {e}", file=sys.stderr)
+        return 2
+    if info is not None:
+        if args.n is not None and args.n != info.size:
+            print(f"hetccl demo: -n {args.n} ignored: this is rank {info.rank} of the "
+                  f"{info.size} that {info.launcher} launched", file=sys.stderr)
+        return demo.main(["--count", str(args.count)])
     cmd = [sys.executable, "-m", "hetccl.demo", "--count", str(args.count)]
-    return run_command(cmd, args.n, timeout=args.timeout)
+    return run_command(cmd, 2 if args.n is None else args.n, timeout=args.timeout)
 
 
 def find_perf() -> Optional[Path]:
@@ -192,18 +251,33 @@ def find_perf() -> Optional[Path]:
     return Path(found) if found else None
 
 
-def cmd_perf(args: argparse.Namespace) -> int:
+def exec_perf(args: Sequence[str], name: str = "hetccl perf") -> int:
+    """Replace this process with hetccl-perf ARGS, told which library to
+    load (this package's); 2 when the program is not there."""
     perf = find_perf()
     if perf is None:
-        print("hetccl perf: no hetccl-perf program found (build tools/perf with meson)",
+        print(f"{name}: no hetccl-perf program found (build tools/perf with meson)",
               file=sys.stderr)
         return 2
     env = dict(os.environ)
     env.setdefault("HETCCL_PERF_LIB", str(_lib.library_path()))
-    argv = [str(perf), *_split_command(args.args)]
     sys.stdout.flush()
-    os.execve(str(perf), argv, env)
+    os.execve(str(perf), [str(perf), *args], env)
     return 0  # not reached
+
+
+def cmd_perf(args: argparse.Namespace) -> int:
+    return exec_perf(_split_command(args.args))
+
+
+def perf_main() -> int:
+    """The `hetccl-perf` command pip installs: the program of this package
+    (which sits beside libhetccl.so, not on PATH)."""
+    try:
+        return exec_perf(sys.argv[1:], "hetccl-perf")
+    except OSError as e:
+        print(f"hetccl-perf: {e}", file=sys.stderr)
+        return 1
 
 
 def cmd_plot(args: argparse.Namespace) -> int:
@@ -245,19 +319,49 @@ def cmd_trace(args: argparse.Namespace) -> int:
     return 0
 
 
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value} must be at least 1")
+    return value
+
+
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not value > 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"{text} must be a positive number of seconds")
+    return value
+
+
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="hetccl", description="hetccl: the NCCL API for "
                                 "mixed-vendor and CPU ranks")
     p.add_argument("--version", action="version", version=f"hetccl {__version__}")
     sub = p.add_subparsers(dest="command", required=True)
 
-    sub.add_parser("info", help="library, versions and every knob").set_defaults(fn=cmd_info)
+    info = sub.add_parser("info", help="library, versions and every knob; status 1 when a "
+                          "knob's value is refused")
+    info.add_argument("--cflags", action="store_true",
+                      help="print the compiler flags for nccl.h and hetccl.h, and nothing else")
+    info.add_argument("--libs", action="store_true",
+                      help="print the linker flags for libhetccl.so, and nothing else")
+    info.set_defaults(fn=cmd_info)
 
     run = sub.add_parser("run", help="start N ranks of a command with libhetccl.so preloaded: "
                          "on this host, or across hosts through --launcher")
-    run.add_argument("-n", type=int, default=2, help="number of processes (default 2)")
-    run.add_argument("--timeout", type=float, default=None,
+    run.add_argument("-n", type=_positive_int, default=2, help="number of processes (default 2)")
+    run.add_argument("--timeout", type=_positive_float, default=None,
                      help="seconds before every rank is killed (exit status 124)")
+    run.add_argument("--tag-output", action="store_true",
+                     help="each line of the ranks' output behind its rank, as mpirun's "
+                          "--tag-output: [1,RANK]<stdout>: or [1,RANK]<stderr>:; lines are "
+                          "read through pipes and never spliced")
     run.add_argument("--no-bind", action="store_true",
                      help="do not pin each process to CPUs of its own (an equal block each, when there are enough)")
     run.add_argument("--no-preload", action="store_true",
@@ -274,9 +378,12 @@ def parser() -> argparse.ArgumentParser:
     rank.set_defaults(fn=cmd_rank)
 
     demo = sub.add_parser("demo", help="a checked allreduce/allgather/broadcast job on N ranks")
-    demo.add_argument("-n", type=int, default=2, help="number of ranks (default 2)")
-    demo.add_argument("--count", type=int, default=1 << 20, help="elements per buffer")
-    demo.add_argument("--timeout", type=float, default=300.0)
+    demo.add_argument("-n", type=_positive_int, default=None,
+                      help="number of ranks (default 2; under a launcher, its ranks)")
+    demo.add_argument("--count", type=_positive_int, default=1 << 20,
+                      help="elements per buffer")
+    demo.add_argument("--timeout", type=_positive_float, default=300.0,
+                      help="seconds before every rank is killed (default 300)")
     demo.set_defaults(fn=cmd_demo)
 
     perf = sub.add_parser("perf", help="run hetccl-perf (nccl-tests style benchmarks)",

@@ -13,7 +13,9 @@ Contract:
   (rank 0's wrapper makes and serves it), and runs CMD with the
   HETCCL_LAUNCH_* variables of docs/launcher.md and libhetccl.so preloaded
   (the library of the package on that host), so any program that runs
-  under the local `hetccl run` runs the same way here. Rank 0's wrapper
+  under the local `hetccl run` runs the same way here; HETCCL_ROOT_ADDR
+  becomes the address the wrapper's exchange used, where CMD's later
+  communicators (a second hetccl.init_from_env) exchange theirs. Rank 0's wrapper
   holds the bootstrap root, as the local launcher does, so it stays until
   its command ends; it exits with the command's status.
 - Rank 0 is on the first host given (`--hosts`): mpirun places ranks by
@@ -62,6 +64,7 @@ class Options:
     launcher_args: List[str] = field(default_factory=list)
     wrap: bool = True
     preload: bool = True
+    tag_output: bool = False             # the launcher's own rank tag on each line
 
 
 def _forwarded(env: Dict[str, str]) -> List[str]:
@@ -122,6 +125,8 @@ def _mpirun(o: Options, cmd: Sequence[str], env: Dict[str, str]) -> List[str]:
                 argv += ["-x", name]
         for name, value in extra.items():
             argv += ["-x", f"{name}={value}"]
+        if o.tag_output:
+            argv.append("--tag-output")
     elif flavor == "mpich":
         argv = ["mpiexec", "-n", str(o.nranks)]
         if o.hosts:
@@ -131,6 +136,8 @@ def _mpirun(o: Options, cmd: Sequence[str], env: Dict[str, str]) -> List[str]:
             argv += ["-genvlist", ",".join(names)]
         for name, value in extra.items():
             argv += ["-genv", name, value]
+        if o.tag_output:
+            argv.append("-prepend-rank")
     else:
         raise DelegateError(f"--mpi {flavor}: openmpi or mpich")
     return argv + o.launcher_args + _rank_cmd(o, cmd)
@@ -146,6 +153,8 @@ def _srun(o: Options, cmd: Sequence[str], env: Dict[str, str]) -> List[str]:
         extra["HETCCL_ROOT_ADDR"] = o.root_addr
     if extra:  # srun exports the whole environment by default; name the additions
         argv.append("--export=" + ",".join(["ALL"] + [f"{k}={v}" for k, v in extra.items()]))
+    if o.tag_output:
+        argv.append("--label")
     return argv + o.launcher_args + _rank_cmd(o, cmd)
 
 
@@ -164,6 +173,9 @@ def _free_local_port() -> int:
 
 
 def _torchrun(o: Options, cmd: Sequence[str], env: Dict[str, str]) -> List[str]:
+    if o.tag_output:
+        raise DelegateError("--tag-output: torchrun has no such option (its --tee and "
+                            "--log-dir keep each rank's output apart)")
     k = _per_host(o)
     argv = ["torchrun"]
     if len(o.hosts) > 1:
@@ -267,6 +279,10 @@ def rank_main(cmd: Sequence[str], preload: bool = True) -> int:
     env.update({ENV_RANK: str(info.rank), ENV_NRANKS: str(info.size),
                 ENV_LOCAL_RANK: str(info.local_rank), ENV_ID: uid,
                 "HETCCL_LAUNCH_SOURCE": info.describe()})
+    if info.root is not None:  # where CMD's later communicators exchange their ids
+        host, port = info.root
+        env["HETCCL_ROOT_ADDR"] = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+        env.pop("HETCCL_ROOT_PORT", None)
     try:
         p = subprocess.Popen(list(cmd), env=env)
     except OSError as e:
@@ -319,5 +335,5 @@ def options_from(args: argparse.Namespace) -> Options:
                    node_rank=args.node_rank, master_port=args.master_port,
                    root_addr=args.root_addr, mpi=args.mpi,
                    launcher_args=shlex.split(args.launcher_args), wrap=not args.no_wrap,
-                   preload=not args.no_preload)
+                   preload=not args.no_preload, tag_output=args.tag_output)
 

@@ -3,8 +3,9 @@
 
 Every rank runs allreduce, allgather and broadcast on numpy float32 buffers,
 checks the result against what it can compute alone, and prints one line
-per collective with its time. Exit status 1 if any check fails. Run without
-the launcher it is a one-rank job.
+per collective with its time. Exit status 1 if any check fails. The ranks
+are the job the process belongs to (hetccl.init_from_env: `hetccl run`,
+mpirun, srun, torchrun); run without a launcher it is a one-rank job.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from typing import Callable, List
 import numpy as np
 
 from .buffers import as_buffer
-from .launcher import communicator
+from .discovery import init_from_env
 from .nccl import NCCL_SUM, NcclCommunicator
 
 
@@ -83,7 +84,7 @@ def main(argv: List[str]) -> int:
     p.add_argument("--count", type=int, default=1 << 20, help="float32 elements per buffer")
     p.add_argument("--iters", type=int, default=5, help="timed runs (best is shown)")
     args = p.parse_args(argv)
-    comm = communicator()
+    comm = init_from_env()[0].nccl
     try:
         checks = run(comm, args.count, args.iters)
     finally:

@@ -12,9 +12,13 @@ Contract:
 - The result (`RankInfo`) says which launcher it detected and every
   variable it read with its value (`RankInfo.variables`), so a user (and
   the tests) can see where each number came from.
-- The unique id: under `hetccl run` it is in HETCCL_LAUNCH_ID. Otherwise
-  rank 0 calls ncclGetUniqueId and serves the id at the root address (port
-  on every interface); the other ranks connect there and fetch it. Where
+- The unique id: under `hetccl run` the first communicator's is in
+  HETCCL_LAUNCH_ID (one id serves one communicator); the later ones, and
+  every one under other launchers, rank 0 makes with ncclGetUniqueId and
+  serves at the root address (port on every interface); the other ranks
+  connect there and fetch it. `hetccl run` sets HETCCL_ROOT_ADDR for that
+  (127.0.0.1 and a port free at the launch), as `hetccl rank` passes on the
+  address its own exchange used. Where
   the root address comes from, first that applies: HETCCL_ROOT_ADDR
   (host[:port]); MASTER_ADDR (torchrun's convention, also honoured under
   other launchers); the first host of the Slurm step's node list; 127.0.0.1
@@ -451,15 +455,36 @@ def fetch_id(info: RankInfo, gen: int, timeout: float) -> str:
         time.sleep(RETRY_S)
 
 
-def exchange_id(info: RankInfo, timeout: Optional[float] = None
+def _served(info: RankInfo, env: Optional[Mapping[str, str]]) -> RankInfo:
+    """`info` of a `hetccl run` rank for an exchange over TCP: the root
+    from HETCCL_ROOT_ADDR (set by the launcher) and the rest of the
+    launcher table's rules, the job named by the launch id."""
+    env = os.environ if env is None else env
+    read = dict(info.variables)
+    try:
+        root, source = _root(env, BY_NAME["hetccl"], info.size, info.local_size, read)
+    except LaunchEnvError as e:
+        raise LaunchEnvError(f"{e} (HETCCL_LAUNCH_ID serves the first communicator only; "
+                             f"`hetccl run` sets HETCCL_ROOT_ADDR for the later ones)") from None
+    job = info.job or (info.unique_id or "")[:16]
+    return RankInfo(info.launcher, info.rank, info.size, info.local_rank, info.local_size, job,
+                    root, source, None, read)
+
+
+def exchange_id(info: RankInfo, timeout: Optional[float] = None,
+                env: Optional[Mapping[str, str]] = None
                 ) -> Tuple[str, Optional[IdServer]]:
-    """The job's unique id (hex) on every rank. Rank 0 makes it and returns
-    the running server too: keep it until the communicator is made, then
-    close() it. The id's bootstrap root lives in this process (rank 0)."""
-    if info.unique_id is not None:
-        return info.unique_id, None
-    timeout = root_timeout() if timeout is None else timeout
+    """The job's unique id (hex) on every rank, a new one per call (the
+    calls of every rank pair up by their order). Rank 0 makes it and
+    returns the running server too: keep it until the communicator is
+    made, then close() it. The id's bootstrap root lives in this process
+    (rank 0), or in the launcher's for HETCCL_LAUNCH_ID."""
     gen = next_generation()
+    if info.unique_id is not None:
+        if gen == 1:
+            return info.unique_id, None
+        info = _served(info, env)
+    timeout = root_timeout(env) if timeout is None else timeout
     if info.size == 1:
         return unique_id_to_hex(get_unique_id()), None
     if info.rank == 0:
@@ -480,7 +505,7 @@ def init_from_env(blocking: Optional[bool] = None, timeout: Optional[float] = No
     if info is None:
         info = RankInfo("none", 0, 1, 0, 1, "", None, "not launched", None, {})
         return Communicator(1, get_unique_id(), 0, blocking=blocking), info
-    uid, server = exchange_id(info, timeout)
+    uid, server = exchange_id(info, timeout, env)
     try:
         comm = Communicator(info.size, uid, info.rank, blocking=blocking)
     except BaseException:

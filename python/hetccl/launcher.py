@@ -19,7 +19,16 @@ Forks start in a fraction of the time where starting Python is slow (an
 emulated machine: 5-10 s per rank in the Soft-RoCE VMs of CI).
 
 This process creates the unique id, so it serves the bootstrap of the
-ranks' communicator and must outlive their init (it waits for them).
+ranks' first communicator and must outlive their init (it waits for them).
+A rank's later communicators (a second hetccl.init_from_env) take ids that
+rank 0 makes and serves at HETCCL_ROOT_ADDR, an address on 127.0.0.1 with
+a port free at the launch (hetccl.discovery).
+
+`run_command` also gives each rank torch.distributed's variables (RANK,
+WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR=127.0.0.1 and a
+MASTER_PORT free at the launch), so that `init_process_group(...,
+init_method="env://")` runs unchanged; none that the caller's environment
+already sets is replaced.
 """
 
 from __future__ import annotations
@@ -28,6 +37,7 @@ import multiprocessing
 import multiprocessing.connection
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -37,12 +47,16 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence
 
 from . import _lib
 from .nccl import NcclCommunicator, get_unique_id, unique_id_to_hex
+from .ranklines import RankLines
 
 ENV_RANK = "HETCCL_LAUNCH_RANK"
 ENV_NRANKS = "HETCCL_LAUNCH_NRANKS"
 ENV_LOCAL_RANK = "HETCCL_LAUNCH_LOCAL_RANK"
 ENV_ID = "HETCCL_LAUNCH_ID"
 ENV_START = "HETCCL_LAUNCH_START"
+ENV_ROOT = "HETCCL_ROOT_ADDR"
+TORCH_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR",
+              "MASTER_PORT")
 START_METHODS = ("spawn", "forkserver")
 
 TIMEOUT_STATUS = 124   # exit status of `hetccl run` when --timeout expires
@@ -78,6 +92,36 @@ def rank_env(rank: int, nranks: int, launch_id: str) -> Dict[str, str]:
     """The HETCCL_LAUNCH_* variables of one rank (one host: local = rank)."""
     return {ENV_RANK: str(rank), ENV_NRANKS: str(nranks), ENV_LOCAL_RANK: str(rank),
             ENV_ID: launch_id}
+
+
+def free_ports(count: int, host: str = "127.0.0.1") -> List[int]:
+    """`count` distinct ports nobody listens on at this moment."""
+    socks = []
+    try:
+        for _ in range(count):
+            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            socks.append(s)
+            s.bind((host, 0))
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()
+
+
+def job_env(base: Mapping[str, str], port: int) -> Dict[str, str]:
+    """What every rank of one local job shares, where `base` lacks it: the
+    address where rank 0 serves the ids of later communicators."""
+    return {} if ENV_ROOT in base else {ENV_ROOT: f"127.0.0.1:{port}"}
+
+
+def torch_env(rank: int, nranks: int, master_port: int,
+              base: Mapping[str, str]) -> Dict[str, str]:
+    """torch.distributed's env:// variables of one local rank, less those
+    `base` sets."""
+    values = {"RANK": rank, "WORLD_SIZE": nranks, "LOCAL_RANK": rank,
+              "LOCAL_WORLD_SIZE": nranks, "MASTER_ADDR": "127.0.0.1",
+              "MASTER_PORT": master_port}
+    return {k: str(v) for k, v in values.items() if k not in base}
 
 
 def start_context(method: Optional[str] = None,
@@ -124,11 +168,11 @@ def launch_info() -> Optional[LaunchInfo]:
 
 def communicator() -> NcclCommunicator:
     """This rank's communicator over every launched process; a one-rank
-    communicator when the process was not launched."""
-    info = launch_info()
-    if info is None:
-        return NcclCommunicator(1, get_unique_id(), 0)
-    return NcclCommunicator(info.nranks, info.unique_id, info.rank)
+    communicator when the process was not launched. Each call makes a new
+    one, as hetccl.init_from_env does (the two share the sequence of ids)."""
+    from .discovery import init_from_env
+
+    return init_from_env()[0].nccl
 
 
 # -- processes of a command ----------------------------------------------------
@@ -194,21 +238,30 @@ def core_binding(nranks: int) -> List[Optional[List[int]]]:
 
 def run_command(cmd: Sequence[str], nranks: int, timeout: Optional[float] = None,
                 env: Optional[Mapping[str, str]] = None, preload: bool = True,
-                bind: bool = True) -> int:
+                bind: bool = True, tag_output: bool = False) -> int:
     """Run N copies of `cmd`; the exit status of `hetccl run`: 0, the first
     non-zero status of a rank (128+signal when killed), or 124 on timeout.
     With `bind`, each rank is pinned to a block of CPUs of its own when there
-    are enough (core_binding).
-    A failing rank or the timeout is named on stderr before the other ranks
-    are stopped: a rank that dies by a signal says nothing itself, and the
-    output the others still buffer is lost with them."""
+    are enough (core_binding). With `tag_output`, the ranks' output comes
+    through pipes as whole lines behind a rank tag (hetccl.ranklines);
+    otherwise the ranks write to this process's stdout and stderr directly.
+    A failing rank or the timeout (with the ranks still running) is named on
+    stderr before the other ranks are stopped: a rank that dies by a signal
+    says nothing itself, and the output the others still buffer is lost
+    with them."""
     if nranks < 1:
-        raise ValueError("nranks must be at least 1")
+        raise ValueError(f"the number of ranks must be at least 1, not {nranks}")
+    if timeout is not None and not timeout > 0:
+        raise ValueError(f"the timeout must be a positive number of seconds, not {timeout:g}")
     base = dict(os.environ if env is None else env)
     base = preload_env(base) if preload else base
     launch_id = new_launch_id()
+    root_port, master_port = free_ports(2)
+    base.update(job_env(base, root_port))
     procs: List[subprocess.Popen] = []
     forwarded: List[int] = []
+    lines = RankLines() if tag_output else None
+    out = subprocess.PIPE if tag_output else None
 
     def forward(signum: int, _frame: Any) -> None:
         forwarded.append(signum)
@@ -220,9 +273,13 @@ def run_command(cmd: Sequence[str], nranks: int, timeout: Optional[float] = None
         for rank in range(nranks):
             cpu = cpus[rank]
             pin = (lambda c=cpu: os.sched_setaffinity(0, c)) if cpu is not None else None
-            procs.append(subprocess.Popen(list(cmd), env={**base, **rank_env(rank, nranks,
-                                                                               launch_id)},
-                                          start_new_session=True, preexec_fn=pin))
+            rank_vars = {**rank_env(rank, nranks, launch_id),
+                         **torch_env(rank, nranks, master_port, base)}
+            procs.append(subprocess.Popen(list(cmd), env={**base, **rank_vars},
+                                          start_new_session=True, preexec_fn=pin,
+                                          stdout=out, stderr=out))
+            if lines is not None:
+                lines.add(rank, procs[-1])
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
             codes = [p.poll() for p in procs]
@@ -235,13 +292,20 @@ def run_command(cmd: Sequence[str], nranks: int, timeout: Optional[float] = None
             if all(c == 0 for c in codes):
                 return 0
             if deadline is not None and time.monotonic() > deadline:
-                _say(f"timeout after {timeout:g} s; stopping every rank")
+                running = [str(r) for r, c in enumerate(codes) if c is None]
+                _say(f"timeout after {timeout:g} s with rank{'s' if len(running) > 1 else ''} "
+                     f"{', '.join(running)} of {nranks} still running; stopping every rank")
                 _stop_all(procs)
                 return TIMEOUT_STATUS
-            time.sleep(0.02)
+            if lines is not None:
+                lines.pump(0.02)
+            else:
+                time.sleep(0.02)
     finally:
         if any(p.poll() is None for p in procs):
             _stop_all(procs)
+        if lines is not None:
+            lines.drain()
         for s, handler in old.items():
             signal.signal(s, handler)
 
@@ -285,6 +349,7 @@ def launch(fn: Callable[..., Any], nranks: int, *args: Any, timeout: float = 300
     ctx = start_context(start_method, [fn.__module__])
     launch_id = new_launch_id()
     extra = dict(env or {})
+    extra.update(job_env({**os.environ, **extra}, free_ports(1)[0]))
     readers: Dict[Any, int] = {}
     procs = []
     for rank in range(nranks):
