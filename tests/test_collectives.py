@@ -560,6 +560,7 @@ SMALL_CHUNKS = (("HETCCL_PIPELINE_CHUNK", "64"), ("HETCCL_SMALL_BYTES", "0"),
                 ("HETCCL_SHM_CHUNK", "64"), ("HETCCL_SHM_SLOTS", "2"),
                 ("HETCCL_SOCKET_CHUNK", "512"))
 SHM = (("HETCCL_TRANSPORT", "shm"),)
+PULL_ALL = (("HETCCL_SHM_CMA", "1"), ("HETCCL_SHM_CMA_MIN", "0"), ("HETCCL_ALGO", "pull"))
 RAILS = (("HETCCL_HIER_RAILS_MIN", "0"), ("HETCCL_HIER_RAILS_MIN_GATHER", "0"))
 SOCKET = (("HETCCL_TRANSPORT", "socket"),)
 
@@ -604,6 +605,26 @@ SWEEPS = [
     Sweep("n2-socket-pieces", 2, SOCKET + pieces("64K"), counts=(1031,),
           large=(("allreduce", "float32", SUM), ("broadcast", "float64", MOVE))),
     Sweep("n3-shm-pull", 3, SHM + (("HETCCL_SHM_CMA", "1"),), counts=(7,), large=LARGE_SET),
+    # Every rank reads its share from its peers' buffers (algo/pull_*.c,
+    # docs/host-engine.md): forced at every size, single copy from the first
+    # byte, so that small counts reach the reads too; odd and even rank
+    # counts, in and out of place (the sweep's placements), every type and
+    # operator (PreMulSum falls back to the ring). With the default
+    # threshold only the large cases read; with reads off the same
+    # algorithms run over the ring.
+    Sweep("n3-shm-pull-all", 3, SHM + PULL_ALL, counts=(0, 1, 7, 1031), large=LARGE_SET),
+    Sweep("n4-shm-pull-all", 4, SHM + PULL_ALL, counts=(1, 13, 1031)),
+    Sweep("n5-shm-pull-all", 5, SHM + PULL_ALL, counts=(0, 2, 7, 1031), large=LARGE_SET,
+          ops=(SUM, MAX, MIN, PREMUL)),
+    Sweep("n2-shm-pull-all", 2, SHM + PULL_ALL, counts=(1, 1031), large=LARGE_SET),
+    Sweep("n5-shm-pull-threshold", 5, SHM + (("HETCCL_SHM_CMA", "1"),
+                                             ("HETCCL_SHM_CMA_MIN", "4096")),
+          counts=(7, 1031, 6007), ops=(SUM, MAX, MIN, PREMUL)),
+    Sweep("n3-shm-pull-ring", 3, SHM + SMALL_CHUNKS + (("HETCCL_SHM_CMA", "0"),
+                                                       ("HETCCL_ALGO", "pull")),
+          counts=(7, 1031), large=LARGE_SET),
+    Sweep("n5-socket-pull", 5, SOCKET + (("HETCCL_ALGO", "pull"),), counts=(1, 1031),
+          ops=(SUM, MAX, MIN, PREMUL)),
     # Forced islands holding several ranks: AllReduce, Broadcast, Reduce,
     # AllGather and ReduceScatter run hierarchically (inside each island,
     # across the leaders, back; core/hier_ops.c) where their form applies,

@@ -141,6 +141,7 @@ static ncclResult_t run_single(const hetccl_coll_t *c) {
 static ncclResult_t run_allreduce(hetccl_engine_t *e, const hetccl_coll_t *c, int algo,
                                   size_t bytes) {
   int n = hetccl_engine_nranks(e);
+  if (algo == HETCCL_ALGO_PULL && c->op.premul) algo = HETCCL_ALGO_RING; /* pull_rs.c */
   if (algo < 0) {
     if (bytes > hetccl_engine_small_bytes(e)) algo = HETCCL_ALGO_RING;
     else algo = (n <= 4 || bytes <= DIRECT_ALLREDUCE_BYTES) ? HETCCL_ALGO_DIRECT : HETCCL_ALGO_RD;
@@ -148,6 +149,7 @@ static ncclResult_t run_allreduce(hetccl_engine_t *e, const hetccl_coll_t *c, in
   switch (algo) {
     case HETCCL_ALGO_RING: return hetccl_ring_allreduce(e, c);
     case HETCCL_ALGO_RD: return hetccl_rd_allreduce(e, c);
+    case HETCCL_ALGO_PULL: return hetccl_pull_allreduce(e, c);
     default: return hetccl_direct_allreduce(e, c);
   }
 }
@@ -176,6 +178,9 @@ ncclResult_t hetccl_algo_run(hetccl_engine_t *e, const hetccl_coll_t *c) {
   int algo = algo_forced();
   int ring = algo == HETCCL_ALGO_RING || (algo < 0 && bytes * (size_t)n > small);
   int ring1 = algo == HETCCL_ALGO_RING || (algo < 0 && bytes > small);
+  /* Reads straight from the peers' buffers where every message of the
+   * collective would be pulled anyway (docs/host-engine.md). */
+  int pull = algo == HETCCL_ALGO_PULL || (algo < 0 && bytes > hetccl_engine_pull_min(e));
   TRACE(HETCCL_COLL, "%s: %zu x %s on %d ranks, algo %d", hetccl_func_name(c->func), c->count,
         hetccl_dtype_name(c->dtype), n, algo);
   ncclResult_t (*fn)(hetccl_engine_t *, const hetccl_coll_t *) = NULL;
@@ -183,14 +188,17 @@ ncclResult_t hetccl_algo_run(hetccl_engine_t *e, const hetccl_coll_t *c) {
   switch (c->func) {
     case HETCCL_FUNC_ALLREDUCE: return run_allreduce(e, c, algo, bytes);
     case HETCCL_FUNC_REDUCESCATTER:
+      if (pull && !c->op.premul) return hetccl_pull_reducescatter(e, c);
       return ring ? hetccl_ring_reducescatter(e, c) : hetccl_direct_reducescatter(e, c);
     case HETCCL_FUNC_ALLGATHER:
       /* Where every peer pulls, a ring's forwarding only adds steps: each
        * rank reads every block from its owner (one copy either way). */
-      if (algo < 0 && bytes > hetccl_engine_pull_min(e)) return hetccl_direct_allgather(e, c);
+      if (pull) return hetccl_direct_allgather(e, c);
       return ring ? hetccl_ring_allgather(e, c) : hetccl_direct_allgather(e, c);
     case HETCCL_FUNC_ALLTOALL: return hetccl_pairwise_alltoall(e, c);
-    case HETCCL_FUNC_BROADCAST: fn = ring1 ? hetccl_chain_broadcast : hetccl_tree_broadcast; break;
+    case HETCCL_FUNC_BROADCAST:
+      fn = pull ? hetccl_pull_broadcast : ring1 ? hetccl_chain_broadcast : hetccl_tree_broadcast;
+      break;
     case HETCCL_FUNC_REDUCE: fn = ring1 ? hetccl_ring_reduce : hetccl_tree_reduce; break;
     case HETCCL_FUNC_GATHER: fn = hetccl_linear_gather; break;
     case HETCCL_FUNC_SCATTER: fn = hetccl_linear_scatter; break;

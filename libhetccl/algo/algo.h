@@ -55,7 +55,8 @@ static inline int hetccl_func_rooted(hetccl_func_t f) {
 #define HETCCL_ALGOS(X)                                                        \
   X(RING, "ring")                                                              \
   X(RD, "rd")                                                                  \
-  X(DIRECT, "direct")
+  X(DIRECT, "direct")                                                          \
+  X(PULL, "pull")
 
 typedef enum {
 #define HETCCL_ALGO_ENUM(id, name) HETCCL_ALGO_##id,

@@ -141,6 +141,27 @@ size_t hetccl_ring_slots_bytes(int nsteps);
  * scratch aligned to 16. */
 ncclResult_t hetccl_ring_run(const ring_plan_t *pl, void *slots);
 
+/* --- reads from the peers' buffers (pull_rs.c) -------------------------------
+ *
+ * Rank r reduces block r of every rank's input into dst, reading each
+ * peer's block straight from its buffer where the transport pulls
+ * (engine.h: pull_min), in rank order. */
+typedef struct pull_plan {
+  hetccl_engine_t *e;
+  const hetccl_coll_t *c;
+  size_t blockcount; /* every block this many elements (ReduceScatter), or 0: */
+  size_t count;      /* count elements split by hetccl_algo_block (AllReduce) */
+  const char *in;    /* every rank's input (its sendbuf) */
+  char *dst;         /* where this rank's block of the result goes */
+} pull_plan_t;
+
+void hetccl_pull_block(const pull_plan_t *pl, int b, size_t *off, size_t *cnt);
+size_t hetccl_pull_scratch_bytes(const pull_plan_t *pl);
+/* Blocking; `mem` is hetccl_pull_scratch_bytes(pl) bytes of scratch, 16-aligned;
+ * the block is finished (average) on return. Not for PreMulSum. The caller
+ * sets the engine's pull_ok. */
+ncclResult_t hetccl_pull_reduce_own(const pull_plan_t *pl, void *mem);
+
 /* --- collectives, by family ------------------------------------------------- */
 
 /* ring.c: bandwidth-bound AllReduce / ReduceScatter / AllGather / Reduce */
@@ -160,6 +181,13 @@ ncclResult_t hetccl_direct_reducescatter(hetccl_engine_t *e, const hetccl_coll_t
 ncclResult_t hetccl_chain_broadcast(hetccl_engine_t *e, const hetccl_coll_t *c);
 ncclResult_t hetccl_tree_broadcast(hetccl_engine_t *e, const hetccl_coll_t *c);
 ncclResult_t hetccl_tree_reduce(hetccl_engine_t *e, const hetccl_coll_t *c);
+
+/* pull_rs.c, pull_ar.c, pull_bcast.c: every rank reads its share from its
+ * peers' buffers (docs/host-engine.md); AllGather and AlltoAll by reads are
+ * rd.c's direct and a2a.c's pairwise exchanges over a pulling transport. */
+ncclResult_t hetccl_pull_reducescatter(hetccl_engine_t *e, const hetccl_coll_t *c);
+ncclResult_t hetccl_pull_allreduce(hetccl_engine_t *e, const hetccl_coll_t *c);
+ncclResult_t hetccl_pull_broadcast(hetccl_engine_t *e, const hetccl_coll_t *c);
 
 /* a2a.c: pairwise AlltoAll, Gather, Scatter */
 ncclResult_t hetccl_pairwise_alltoall(hetccl_engine_t *e, const hetccl_coll_t *c);

@@ -59,7 +59,9 @@
   X(SHM_SLOTS, "HETCCL_SHM_SLOTS", INT, "8", 2, 1024,                          \
     "slots per shared-memory ring (chunks in flight per direction)")           \
   X(SHM_CMA, "HETCCL_SHM_CMA", INT, "0", 0, 1,                                 \
-    "1: large shm messages copy once with process_vm_readv when the kernel allows; 0: never. Unset: only when this host runs more ranks of the communicator than it has CPUs (then copying is what the CPUs wait on, and one copy beats two)") \
+    "1: shm messages above HETCCL_SHM_CMA_MIN whose receiver copies them (not reduces) move in one copy, the receiver reading the sender's buffer with process_vm_readv, where the kernel allows; 0: always through the ring. Unset: on where this host runs more ranks of the communicator than it has CPUs, or where its process_vm_readv keeps up with the ring's streaming copy (measured once per boot, docs/host-engine.md)") \
+  X(SHM_CMA_MIN, "HETCCL_SHM_CMA_MIN", INT, "256K", 0, 1099511627776,         \
+    "with single copy on (HETCCL_SHM_CMA), shm messages larger than this go by process_vm_readv; smaller ones through the ring") \
   X(SOCKET_NSTREAMS, "HETCCL_SOCKET_NSTREAMS", INT, "2", 1, 64,                \
     "TCP connections per peer pair; large messages are striped over them")     \
   X(SOCKET_CHUNK, "HETCCL_SOCKET_CHUNK", INT, "256K", 512, 1073741824,         \
@@ -118,8 +120,8 @@
     "1: at init, try GPUDirect RDMA through dma-buf for a device rank's ib context and log whether it works; 0: do not try (default: NCCL_DMABUF_ENABLE, else 1)") \
   X(NCCL_DMABUF_ENABLE, "NCCL_DMABUF_ENABLE", INT, "1", 0, 1,                  \
     "NCCL's, honoured when HETCCL_IB_DMABUF is unset")                         \
-  X(ALGO, "HETCCL_ALGO", ENUM("auto|ring|rd|direct"), "auto", 0, 0,           \
-    "host-engine algorithm (rd: recursive doubling); auto picks by size and rank count") \
+  X(ALGO, "HETCCL_ALGO", ENUM("auto|ring|rd|direct|pull"), "auto", 0, 0,      \
+    "host-engine algorithm (rd: recursive doubling; pull: every rank reads its share straight from its peers' buffers, docs/host-engine.md); auto picks by size, rank count and whether the ranks can read each other's memory") \
   X(SMALL_BYTES, "HETCCL_SMALL_BYTES", INT, "64K", 0, 1073741824,            \
     "messages up to this many bytes use latency-bound algorithms under HETCCL_ALGO=auto") \
   X(PIPELINE_CHUNK, "HETCCL_PIPELINE_CHUNK", INT, "1M", 64, 1073741824,        \

@@ -34,10 +34,11 @@
  *
  * Single copy (CMA). In connect every receiver tries process_vm_readv on a
  * known word of each sender (the probe); the outcome, ANDed with its
- * HETCCL_SHM_CMA, goes into the ring's cma_ok, and a sender with its own
- * HETCCL_SHM_CMA=1 then sends messages above two slots as a rendezvous. A
- * kernel that forbids it (Yama ptrace_scope, seccomp, no capability across
- * users) costs one INFO line and the ring path.
+ * HETCCL_SHM_CMA (unset: cma_default), goes into the ring's cma_ok, and a
+ * sender with single copy on then sends messages above HETCCL_SHM_CMA_MIN
+ * whose receiver copies as a rendezvous. A kernel that forbids it (Yama
+ * ptrace_scope, seccomp, no capability across users) costs one INFO line
+ * and the ring path.
  *
  * Liveness. A peer can die without a word; when an endpoint with pending
  * work has been idle for SHM_LIVENESS_NS, progress asks the kernel whether
@@ -87,6 +88,7 @@ struct hetccl_tctx {
   uint32_t slots;
   size_t chunk, stride, ring_bytes, hdr_bytes, seg_bytes;
   int cma_knob;     /* HETCCL_SHM_CMA resolved (shm_connect) */
+  size_t cma_min;   /* HETCCL_SHM_CMA_MIN */
 };
 
 int64_t hetccl_shm_now_ns(void) {
@@ -178,6 +180,27 @@ static ncclResult_t seg_reserve(int fd, const char *name, size_t off, size_t len
   return ncclSystemError;
 }
 
+/* Single copy (CMA) when HETCCL_SHM_CMA is unset. The copies are what the
+ * ranks wait on where there are more ranks than CPUs, and one copy beats
+ * two. Otherwise it depends on the machine (shm_host.c): where the kernel's
+ * copy keeps up with our streaming one (SHM_CMA_RATIO), one copy is half
+ * the CPU work for the same memory traffic; where it does not, the ring's
+ * two copies, one in cache, move bytes faster. Measured with
+ * tools/bench_cpu.py and tools/device/cpu_sweep.sh (docs/host-engine.md).
+ * Every rank of a host reads the same profile, so both sides of a pair
+ * agree. */
+static int cma_default(const hetccl_transport_args_t *args) {
+  if (args->oversubscribed) return 1;
+  hetccl_shm_host_t h;
+  hetccl_shm_host_profile(&h);
+  int on = h.cma_gbps > 0 && h.cma_gbps >= SHM_CMA_RATIO * h.stream_gbps;
+  INFO(HETCCL_SHM | HETCCL_INIT, "shm: single copy %s by default here: process_vm_readv %.1f "
+       "GB/s, streaming copy %.1f GB/s (ratio %.2f, threshold %.2f)", on ? "on" : "off",
+       h.cma_gbps, h.stream_gbps, h.stream_gbps > 0 ? h.cma_gbps / h.stream_gbps : 0.0,
+       SHM_CMA_RATIO);
+  return on;
+}
+
 static void ctx_free(hetccl_tctx_t *c) {
   if (c->fd >= 0) close(c->fd);
   if (c->name[0] && !c->unlinked) shm_unlink(c->name);
@@ -196,13 +219,9 @@ static ncclResult_t shm_ctx_create(const hetccl_transport_args_t *args, hetccl_t
   c->fd = -1;
   c->args = *args;
   c->rank_user = hetccl_user_rank(args->user_ranks, args->rank);
-  /* Measured with tools/bench_cpu.py on 2 cores: with a CPU per rank the
-   * ring's two copies (one each side, the slot staying in cache) run as
-   * fast as one process_vm_readv; with more ranks than CPUs the copies
-   * themselves are the bottleneck, and one copy beats two. Every rank of
-   * this host has the same answer, so both sides of a pair agree. */
   c->cma_knob = hetccl_knob_is_set(HETCCL_KNOB_SHM_CMA) ? (int)hetccl_knob_int(HETCCL_KNOB_SHM_CMA)
-                                                        : args->oversubscribed;
+                                                        : cma_default(args);
+  c->cma_min = (size_t)hetccl_knob_int(HETCCL_KNOB_SHM_CMA_MIN);
   size_t page = (size_t)sysconf(_SC_PAGESIZE);
   c->chunk = (size_t)hetccl_knob_int(HETCCL_KNOB_SHM_CHUNK) & ~(size_t)63;
   if (c->chunk < 64) c->chunk = 64;
@@ -407,6 +426,7 @@ static ncclResult_t ep_create(hetccl_tctx_t *c, int p, const uint8_t *addr,
   ep->peer_pid = loc->pid;
   ep->cma_min = SIZE_MAX;
   ep->cma_want = cma_knob;
+  ep->cma_want_min = c->cma_min;
 
   size_t off = c->hdr_bytes + ring_index(c->args.rank, p) * c->ring_bytes;
   HETCCL_CHECK_GOTO(seg_reserve(c->fd, c->name, off, c->ring_bytes), res, fail);
@@ -489,7 +509,7 @@ static ncclResult_t shm_connect(hetccl_tctx_t *c, const uint8_t *use, const uint
     hetccl_ep_t *ep = mine[p];
     if (!ep) continue;
     if (cma_knob && atomic_load_explicit(&ep->tx.ctrl->cma_ok, memory_order_relaxed))
-      ep->cma_min = ep->tx.chunk / 2;
+      ep->cma_min = c->cma_min;
     INFO(HETCCL_SHM | HETCCL_INIT, "shm: rank %d -> %d connected (%u x %zu byte slots, CMA %s)",
          c->rank_user, ep->peer_user, ep->tx.nslots, ep->tx.chunk,
          ep->cma_min == SIZE_MAX ? "off" : "on");
@@ -539,7 +559,7 @@ static ncclResult_t shm_ep_ready(hetccl_ep_t *ep, int *ready) {
   if (atomic_load_explicit(&ep->rx.ctrl->attached, memory_order_acquire) &&
       atomic_load_explicit(&ep->tx.ctrl->rx_ready, memory_order_acquire)) {
     if (ep->cma_want && atomic_load_explicit(&ep->tx.ctrl->cma_ok, memory_order_relaxed))
-      ep->cma_min = ep->tx.chunk / 2;
+      ep->cma_min = ep->cma_want_min;
     *ready = 1;
     return ncclSuccess;
   }
@@ -571,7 +591,7 @@ static void shm_ctx_fail(hetccl_tctx_t *c, const hetccl_fail_note_t *why) {
 }
 
 static size_t shm_ctx_pull_min(const hetccl_tctx_t *c) {
-  return c->cma_knob ? c->chunk / 2 : SIZE_MAX;
+  return c->cma_knob ? c->cma_min : SIZE_MAX;
 }
 
 const hetccl_transport_t hetccl_transport_shm = {

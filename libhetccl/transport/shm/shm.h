@@ -29,6 +29,9 @@
 #define SHM_NAME_MAX 96
 #define SHM_STREAM_MIN (1u << 20)             /* receives this large copy out with streaming stores */
 #define SHM_LIVENESS_NS 100000000LL           /* idle time before we look at the peer */
+/* Single copy by default where process_vm_readv moves at least this share
+ * of what our streaming copy does (shm.c: cma_default). */
+#define SHM_CMA_RATIO 0.8
 
 /* What the creator writes in page 0 before publishing the name. */
 typedef struct shm_seg_hdr {
@@ -110,6 +113,7 @@ struct hetccl_ep {
   uint64_t tx_seq;
   size_t cma_min;                /* messages above this go by CMA; SIZE_MAX = never */
   int cma_want;                  /* our HETCCL_SHM_CMA, resolved */
+  size_t cma_want_min;           /* HETCCL_SHM_CMA_MIN, for when the pair is ready */
   shm_req_queue_t sq;
   hetccl_req_t *sq_place;        /* first send not yet fully in the ring */
 
@@ -141,6 +145,14 @@ int64_t hetccl_shm_now_ns(void);
 /* ncclRemoteError (logged) if the peer process is gone or closed its end
  * while we still wait on it; ncclSuccess otherwise. */
 ncclResult_t hetccl_shm_ep_check_peer(hetccl_ep_t *ep);
+
+/* shm_host.c: this host's copy rates, measured once per boot and shared by
+ * its ranks (the file says how); 0 for what cannot run here. */
+typedef struct hetccl_shm_host {
+  double stream_gbps; /* one core, hetccl_shm_copy_stream, 8 MiB */
+  double cma_gbps;    /* one core, process_vm_readv of itself, 8 MiB */
+} hetccl_shm_host_t;
+void hetccl_shm_host_profile(hetccl_shm_host_t *out);
 
 /* shm_copy.c: memcpy with streaming stores where the ISA has them, for
  * destinations that will not be read soon (large messages). */
