@@ -498,7 +498,7 @@ def _kill_group(p: subprocess.Popen) -> None:
 # -- inside a host: the launcher ----------------------------------------------------
 
 def host_main(args: Dict[str, Any]) -> int:
-    """Start this host's ranks (HETCCL_LAUNCH_* as docs/launcher.md says)
+    """Start this host's ranks (HETCCL_LAUNCH_* as docs/launching.md says)
     and wait; with make_id, create the unique id first and print it: this
     process then serves the bootstrap root, inside the host's network."""
     launch_id = os.environ.get("HETCCL_LAUNCH_ID")

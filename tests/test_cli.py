@@ -1,5 +1,5 @@
 """The `hetccl` command: info, run (the launcher contract of
-docs/launcher.md), demo and perf; run as `python -m hetccl` on the package
+docs/launching.md), demo and perf; run as `python -m hetccl` on the package
 the tests use."""
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ ranks of one host, the socket transport between hosts, interfaces chosen by
 NCCL_SOCKET_IFNAME among the host's own (hnet0, the link, and decoy0, a dead
 end that comes first). Ranks are real processes started per host by a
 launcher inside the host, with the HETCCL_LAUNCH_* environment of
-docs/launcher.md; host 0's launcher creates the unique id, so the bootstrap
+docs/launching.md; host 0's launcher creates the unique id, so the bootstrap
 root listens inside the host network. Each rank checks every result against
 numpy; hetccl's TRACE log (INIT, NET, SHM, BOOTSTRAP) shows which transport
 and which addresses it used.

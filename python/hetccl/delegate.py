@@ -1,5 +1,5 @@
 """`hetccl run --launcher mpirun|srun|torchrun`: ranks across hosts by
-delegating to the launcher people already run (docs/launchers.md).
+delegating to the launcher people already run (docs/launching.md).
 
 Contract:
 
@@ -11,7 +11,7 @@ Contract:
 - Each rank runs `python -m hetccl rank -- CMD` (unless `--no-wrap`): the
   wrapper discovers its rank (hetccl.discovery), obtains the unique id
   (rank 0's wrapper makes and serves it), and runs CMD with the
-  HETCCL_LAUNCH_* variables of docs/launcher.md and libhetccl.so preloaded
+  HETCCL_LAUNCH_* variables of docs/launching.md and libhetccl.so preloaded
   (the library of the package on that host), so any program that runs
   under the local `hetccl run` runs the same way here; HETCCL_ROOT_ADDR
   becomes the address the wrapper's exchange used, where CMD's later
@@ -267,7 +267,7 @@ def rank_main(cmd: Sequence[str], preload: bool = True) -> int:
         info = discover()
         if info is None:
             print("hetccl rank: no launcher's variables in the environment (run it under "
-                  "mpirun, srun or torchrun; see docs/launchers.md)", file=sys.stderr)
+                  "mpirun, srun or torchrun; see docs/launching.md)", file=sys.stderr)
             return 2
         uid, server = exchange_id(info)
     except LaunchEnvError as e:
@@ -307,7 +307,7 @@ def rank_main(cmd: Sequence[str], preload: bool = True) -> int:
 
 def add_arguments(run: argparse.ArgumentParser) -> None:
     """The --launcher options of `hetccl run` (cli.py owns the rest)."""
-    g = run.add_argument_group("across hosts (delegated to a launcher; docs/launchers.md)")
+    g = run.add_argument_group("across hosts (delegated to a launcher; docs/launching.md)")
     g.add_argument("--launcher", choices=LAUNCHERS,
                    help="build and run this launcher's command line; -n is the total rank "
                         "count")

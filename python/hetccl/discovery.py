@@ -1,5 +1,5 @@
 """Rank discovery from the environment a launcher gives each process, and
-the unique id carried from rank 0 to the others over TCP (docs/launchers.md).
+the unique id carried from rank 0 to the others over TCP (docs/launching.md).
 
 Contract:
 

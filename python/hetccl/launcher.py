@@ -1,4 +1,4 @@
-"""Start N local ranks (docs/launcher.md is the contract).
+"""Start N local ranks (docs/launching.md is the contract).
 
 Two front ends share the environment each rank receives:
 
@@ -223,7 +223,7 @@ def core_binding(nranks: int) -> List[Optional[List[int]]]:
     start on one core and spin against each other until the kernel migrates
     one; a rank held to one core shares it with its own proxy thread, which
     moves a cross-host pair's bytes (measured on 2 x H200:
-    docs/launcher.md)."""
+    docs/launching.md)."""
     cpus = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
     if nranks > len(cpus):
         return [None] * nranks

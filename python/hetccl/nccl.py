@@ -151,7 +151,7 @@ def _uid_bytes(commId: UniqueId) -> bytes:
 
 
 def unique_id_to_hex(commId: UniqueId) -> str:
-    """The 256 lowercase hex digits of HETCCL_LAUNCH_ID (docs/launcher.md)."""
+    """The 256 lowercase hex digits of HETCCL_LAUNCH_ID (docs/launching.md)."""
     return _uid_bytes(commId).hex()
 
 

@@ -19,7 +19,7 @@ gives all copy engines together. It is not the ceiling of a cross-island
 SendRecv: the data plane's ring of a few MiB of slots per direction is
 written and read back while it is likely still in the CPU's last-level
 cache, and moved more than this on 2 x H200 (42.3-42.7 GB/s each way per
-GPU against 35.9 here, 2026-11-28, docs/dataplane-measured.md).
+GPU against 35.9 here, 2026-11-28, docs/measurements.md).
 """
 from __future__ import annotations
 

@@ -20,7 +20,7 @@
 static struct perf_options opt;
 static struct perf_nccl api;
 
-/* This process's place among the launched ones (docs/launcher.md). */
+/* This process's place among the launched ones (docs/launching.md). */
 static struct {
   int launched; /* HETCCL_LAUNCH_* present */
   int proc, nprocs, local;
@@ -96,7 +96,7 @@ static int world_from_env(void)
   if (env_int("HETCCL_LAUNCH_RANK", &world.proc) || env_int("HETCCL_LAUNCH_NRANKS", &world.nprocs)
       || world.proc >= world.nprocs || strlen(hex) != 2 * sizeof world.id.internal) {
     fprintf(stderr, "hetccl-perf: HETCCL_LAUNCH_ID is set but HETCCL_LAUNCH_RANK/NRANKS/ID "
-                    "are not valid (docs/launcher.md)\n");
+                    "are not valid (docs/launching.md)\n");
     return -1;
   }
   if (env_int("HETCCL_LAUNCH_LOCAL_RANK", &world.local))
