@@ -41,6 +41,7 @@
 #include "util/check.h"
 #include "util/knobs.h"
 #include "util/log.h"
+#include "util/proc.h"
 
 /* ---- unique id ----------------------------------------------------------- */
 
@@ -414,6 +415,7 @@ static void root_give_up(root_t *r, ncclResult_t res) {
 }
 
 static void *root_main(void *arg) {
+  hetccl_thread_name("hetccl-bootroot");
   root_t *r = arg;
   hetccl_net_hello_ops_t ops = {.hdr_bytes = sizeof(hello_t), .max_payload = 0,
                                 .on_header = root_on_header, .on_frame = root_on_frame,

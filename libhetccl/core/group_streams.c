@@ -12,6 +12,7 @@
 #include "runtime/runtime.h"
 #include "util/knobs.h"
 #include "util/log.h"
+#include "util/proc.h"
 
 /* group_streams.h: a job holding a plane share this large gets a thread. */
 #define LAUNCH_INLINE_PIECES 16
@@ -85,6 +86,7 @@ static ncclResult_t job_run(stream_job_t *j) {
 }
 
 static void *job_thread(void *arg) {
+  hetccl_thread_name("hetccl-streams");
   stream_job_t *j = arg;
   /* A new thread has no current context: a runtime's current device reads
    * as 0 without one being bound, so a launch would not switch to device 0

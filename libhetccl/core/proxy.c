@@ -14,6 +14,7 @@
 #include "trace/trace.h"
 #include "util/check.h"
 #include "util/log.h"
+#include "util/proc.h"
 
 typedef struct hetccl_job {
   hetccl_job_fn fn;
@@ -100,6 +101,7 @@ static ncclResult_t proxy_select_device(ncclComm_t comm, char *why, size_t len) 
 }
 
 static void *proxy_main(void *varg) {
+  hetccl_thread_name("hetccl-proxy");
   ncclComm_t comm = varg;
   struct hetccl_proxy *p = comm->proxy;
   if (HETCCL_TRACE_ON()) hetccl_trace_thread_name("proxy thread");

@@ -1,4 +1,4 @@
-/* Other processes of this host (proc.h). */
+/* Processes and threads as the kernel shows them (proc.h). */
 #include "util/proc.h"
 
 #include <errno.h>
@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <unistd.h>
 
 int hetccl_proc_stat(int pid, char *state, unsigned long long *start) {
@@ -38,4 +39,10 @@ int hetccl_proc_alive(int pid, unsigned long long start) {
   if (!hetccl_proc_stat(pid, &state, &now_start)) return 1;
   if (state == 'Z' || state == 'X') return 0;
   return start == 0 || now_start == start;
+}
+
+void hetccl_thread_name(const char *name) {
+  char shown[16];
+  snprintf(shown, sizeof(shown), "%s", name);
+  (void)prctl(PR_SET_NAME, shown, 0, 0, 0);
 }

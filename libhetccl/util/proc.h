@@ -1,6 +1,7 @@
-/* Other processes of this host, as /proc and kill(2) tell them: whether a
- * peer process still lives (liveness checks of the shm transport and of
- * connections on first use).
+/* Processes and threads as the kernel shows them: whether a peer process
+ * of this host still lives (liveness checks of the shm transport and of
+ * connections on first use), and the names of hetccl's own threads (what
+ * top -H, /proc/PID/task/TID/comm and profilers show).
  *
  * Pids mean something only within one pid namespace; callers compare them
  * only for ranks of this host. */
@@ -15,5 +16,9 @@ int hetccl_proc_stat(int pid, char *state, unsigned long long *start);
  * (start != 0) its pid now names a process started at another time; 1
  * otherwise, including when nothing can be told. */
 int hetccl_proc_alive(int pid, unsigned long long start);
+
+/* Name the calling thread (at most 15 characters are kept): every thread
+ * hetccl starts says so, "hetccl-proxy" and the like. Best effort. */
+void hetccl_thread_name(const char *name);
 
 #endif
