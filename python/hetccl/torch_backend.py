@@ -83,6 +83,7 @@ from __future__ import annotations
 import contextlib
 import threading
 from datetime import timedelta
+from types import SimpleNamespace
 from typing import Any, Iterator, List, Optional, Sequence, Tuple
 
 import torch
@@ -100,6 +101,7 @@ __all__ = ["BACKEND_NAME", "HetcclBackend", "nccl_dtype", "register"]
 BACKEND_NAME = "hetccl"
 STORE_KEY = "hetccl/unique_id"
 DEVICE_HOST, DEVICE_CUDA = 1, 2  # hetcclDevice_t (include/hetccl.h)
+_WAITED = SimpleNamespace(asyncOp=False)  # options of an operation the backend waits for
 
 _NCCL_DTYPE = {
     torch.int8: _nccl.NCCL_INT8, torch.uint8: _nccl.NCCL_UINT8,
@@ -188,7 +190,7 @@ class HetcclBackend(_BASE):  # type: ignore[misc,valid-type]
         self._device = torch.device("cpu")
         self._barriers = 0
         self._lock = threading.Lock()
-        self._worker = Worker(f"hetccl-pg-rank{rank}")
+        self._worker = Worker("hetccl-worker")
         if device is not None and torch.device(device).type == "cuda":
             self._join(torch.device(device))  # a bound device: eager, as NCCL's
 
@@ -280,13 +282,15 @@ class HetcclBackend(_BASE):  # type: ignore[misc,valid-type]
             st.cleanup()
             raise
 
-    def _launch(self, st: Stage, result: Any, tensors: Sequence[torch.Tensor]) -> Any:
+    def _launch(self, st: Stage, result: Any, tensors: Sequence[torch.Tensor],
+                opts: Any = None) -> Any:
         """Run a prepared operation: device work at once on the caller's
         stream (the returned work is complete when enqueued: a CUDA-aware
         future records events on the current streams and wait() joins
-        them), host work on the worker (the work completes when it has
-        run)."""
-        if st.cuda:
+        them); host work on the worker (the work completes when it has
+        run), or at once when the caller waits for it anyway (torch's
+        asyncOp False: a synchronous collective pays no handoff)."""
+        if st.cuda or not getattr(opts, "asyncOp", True):
             self._worker.drain()  # the library takes the calls in call order
             st.steps()
             cuda = sorted({t.device for t in tensors if t.is_cuda}, key=str)
@@ -351,27 +355,27 @@ class HetcclBackend(_BASE):  # type: ignore[misc,valid-type]
         t = _one(tensors, "allreduce")
         with self._prepare(tensors) as st:
             self._allreduce_into(st, t, opts.reduceOp)
-        return self._launch(st, tensors, tensors)
+        return self._launch(st, tensors, tensors, opts)
 
     def allreduce_coalesced(self, tensors: List[torch.Tensor], opts: Any) -> Any:
         with self._prepare(tensors) as st, st.group():
             for t in tensors:
                 self._allreduce_into(st, t, opts.reduceOp)
-        return self._launch(st, tensors, tensors)
+        return self._launch(st, tensors, tensors, opts)
 
     def broadcast(self, tensors: List[torch.Tensor], opts: Any) -> Any:
         t = _one(tensors, "broadcast")
         with self._prepare(tensors) as st:
             buf = _bytes(st.output(t, keep=True))
             st.lib.broadcast(buf, buf, buf.numel(), _nccl.NCCL_UINT8, opts.rootRank, st.stream)
-        return self._launch(st, tensors, tensors)
+        return self._launch(st, tensors, tensors, opts)
 
     def reduce(self, tensors: List[torch.Tensor], opts: Any) -> Any:
         t = _one(tensors, "reduce")
         with self._prepare(tensors) as st, \
                 self._redop(st, opts.reduceOp, st.output(t, keep=True)) as (view, datatype, redop):
             st.lib.reduce(view, view, view.numel(), datatype, redop, opts.rootRank, st.stream)
-        return self._launch(st, tensors, tensors)
+        return self._launch(st, tensors, tensors, opts)
 
     def allgather(self, output_lists: List[List[torch.Tensor]], inputs: List[torch.Tensor],
                   opts: Any) -> Any:
@@ -390,7 +394,7 @@ class HetcclBackend(_BASE):  # type: ignore[misc,valid-type]
                     for r, buf in enumerate(bufs):
                         send = src if r == self._rank else buf
                         st.lib.broadcast(send, buf, buf.numel(), _nccl.NCCL_UINT8, r, st.stream)
-        return self._launch(st, output_lists, [t, *outs])
+        return self._launch(st, output_lists, [t, *outs], opts)
 
     def _gather_single(self, st: Stage, out: torch.Tensor, t: torch.Tensor) -> None:
         src = _bytes(st.input(t))
@@ -403,7 +407,7 @@ class HetcclBackend(_BASE):  # type: ignore[misc,valid-type]
     def all_gather_single(self, out: torch.Tensor, t: torch.Tensor, opts: Any) -> Any:
         with self._prepare([out, t]) as st:
             self._gather_single(st, out, t)
-        return self._launch(st, [out], [out, t])
+        return self._launch(st, [out], [out, t], opts)
 
     def all_gather_single_coalesced(self, outs: List[torch.Tensor], ins: List[torch.Tensor],
                                     opts: Any = None) -> Any:
@@ -411,7 +415,7 @@ class HetcclBackend(_BASE):  # type: ignore[misc,valid-type]
         with self._prepare([*outs, *ins]) as st, st.group():
             for out, t in zip(outs, ins):
                 self._gather_single(st, out, t)
-        return self._launch(st, outs, [*outs, *ins])
+        return self._launch(st, outs, [*outs, *ins], opts)
 
     def _scatter_single(self, st: Stage, out: torch.Tensor, t: torch.Tensor, op: Any) -> None:
         if t.numel() != out.numel() * self._size:
@@ -425,14 +429,14 @@ class HetcclBackend(_BASE):  # type: ignore[misc,valid-type]
     def reduce_scatter_single(self, out: torch.Tensor, t: torch.Tensor, opts: Any) -> Any:
         with self._prepare([out, t]) as st:
             self._scatter_single(st, out, t, opts.reduceOp)
-        return self._launch(st, [out], [out, t])
+        return self._launch(st, [out], [out, t], opts)
 
     def reduce_scatter_single_coalesced(self, outs: List[torch.Tensor],
                                         ins: List[torch.Tensor], opts: Any) -> Any:
         with self._prepare([*outs, *ins]) as st, st.group():
             for out, t in zip(outs, ins):
                 self._scatter_single(st, out, t, opts.reduceOp)
-        return self._launch(st, outs, [*outs, *ins])
+        return self._launch(st, outs, [*outs, *ins], opts)
 
     def reduce_scatter(self, outputs: List[torch.Tensor], input_lists: List[List[torch.Tensor]],
                        opts: Any) -> Any:
@@ -450,7 +454,7 @@ class HetcclBackend(_BASE):  # type: ignore[misc,valid-type]
                         src = self._view(kind, st.input(i))[0]
                         recv = dst if r == self._rank else torch.empty_like(src)
                         st.lib.reduce(src, recv, src.numel(), datatype, redop, r, st.stream)
-        return self._launch(st, outputs, [out, *ins])
+        return self._launch(st, outputs, [out, *ins], opts)
 
     def _exchange(self, st: Stage, sends: List[torch.Tensor], recvs: List[torch.Tensor]) -> None:
         """Rank r's piece of sends goes to rank r, recvs[r] comes from it
@@ -472,7 +476,7 @@ class HetcclBackend(_BASE):  # type: ignore[misc,valid-type]
         with self._prepare([*outputs, *inputs]) as st:
             self._exchange(st, [_bytes(st.input(t)) for t in inputs],
                            [_bytes(st.output(t)) for t in outputs])
-        return self._launch(st, outputs, [*outputs, *inputs])
+        return self._launch(st, outputs, [*outputs, *inputs], opts)
 
     def all_to_all_single(self, out: torch.Tensor, t: torch.Tensor, out_splits: List[int],
                           in_splits: List[int], opts: Any) -> Any:
@@ -486,7 +490,7 @@ class HetcclBackend(_BASE):  # type: ignore[misc,valid-type]
             else:
                 self._exchange(st, self._split(src, t, in_splits, "input"),
                                self._split(dst, out, out_splits, "output"))
-        return self._launch(st, [out], [out, t])
+        return self._launch(st, [out], [out, t], opts)
 
     def _split(self, flat: torch.Tensor, t: torch.Tensor, splits: List[int],
                what: str) -> List[torch.Tensor]:
@@ -519,7 +523,7 @@ class HetcclBackend(_BASE):  # type: ignore[misc,valid-type]
                                bufs)
             else:
                 st.lib.send(src, src.numel(), _nccl.NCCL_UINT8, root, st.stream)
-        return self._launch(st, output_lists, [t, *outs])
+        return self._launch(st, output_lists, [t, *outs], opts)
 
     def scatter(self, outputs: List[torch.Tensor], input_lists: List[List[torch.Tensor]],
                 opts: Any) -> Any:
@@ -533,7 +537,7 @@ class HetcclBackend(_BASE):  # type: ignore[misc,valid-type]
                                [dst if r == root else dst[:0] for r in range(self._size)])
             else:
                 st.lib.recv(dst, dst.numel(), _nccl.NCCL_UINT8, root, st.stream)
-        return self._launch(st, outputs, [out, *ins])
+        return self._launch(st, outputs, [out, *ins], opts)
 
     def send(self, tensors: List[torch.Tensor], dst: int, tag: int) -> Any:
         t = _one(tensors, "send")
@@ -564,7 +568,7 @@ class HetcclBackend(_BASE):  # type: ignore[misc,valid-type]
         token = torch.zeros(1, dtype=torch.int32, device=device)
         with self._prepare([token]) as st:
             st.lib.allReduce(token, token, 1, _nccl.NCCL_INT32, _nccl.NCCL_SUM, st.stream)
-        work = self._launch(st, [], [])
+        work = self._launch(st, [], [], _WAITED)
         work.wait()
         if token.is_cuda:
             torch.cuda.current_stream(token.device).synchronize()

@@ -1,0 +1,376 @@
+#!/usr/bin/env python3
+"""torch.distributed on CPU tensors: the hetccl backend against gloo in one run.
+
+Each repetition launches the same job twice, once per backend, in
+alternating order: N rank processes on this host (env:// rendezvous, no
+HETCCL_* variable set), each timing every collective at every size, then
+a DDP training step. It prints, per (collective, size), both backends'
+median times, `ratio` (gloo's median over hetccl's: > 1 means hetccl is
+faster) and `paired` (the median over repetitions of each hetccl launch
+against the gloo launch beside it), and the same for the DDP step, with
+the loss of both after the last step:
+
+    python tools/bench_torch.py -n 4 --reps 5
+    python tools/bench_torch.py -n 8 --sizes 1K,1M,16M --json out.json --plot out.png
+
+Timing: per size, warmup iterations, then a barrier and `iters` calls
+each waited on; a rank's time is the mean per call, the point's time the
+slowest rank's. Every rank uses cores // N intra-op threads (torch's
+default would oversubscribe the host N times over).
+
+The DDP step (a 4-layer MLP of `--ddp-params`, batch 64, SGD) is also
+taken apart on every rank (`--profile`): compute alone (DDP's no_sync:
+the same forward and backward with no communication), the step with
+communication, and the CPU time of each named thread of the process
+during the steps (torch's autograd and OpenMP threads, the backend's
+worker `hetccl-pg-*`, the library's proxy threads).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Tuple
+
+REPO = Path(__file__).resolve().parent.parent
+KIB, MIB = 1 << 10, 1 << 20
+COLLS = ("all_reduce", "broadcast", "all_gather_into_tensor", "reduce_scatter_tensor",
+         "all_to_all_single", "send_recv")
+BACKENDS = ("gloo", "hetccl")
+
+
+def parse_size(text: str) -> int:
+    text = text.strip().upper().rstrip("B").rstrip("I")
+    mult = {"K": KIB, "M": MIB, "G": 1 << 30}.get(text[-1:], 1)
+    return int(float(text.rstrip("KMG")) * mult)
+
+
+def size_text(n: int) -> str:
+    for unit, m in (("GiB", 1 << 30), ("MiB", MIB), ("KiB", KIB)):
+        if n >= m and n % m == 0:
+            return f"{n // m} {unit}"
+    return f"{n} B"
+
+
+# -- one rank ---------------------------------------------------------------------
+def thread_cpu() -> Dict[str, float]:
+    """CPU seconds of each thread of this process, summed by thread name."""
+    out: Dict[str, float] = {}
+    tick = os.sysconf("SC_CLK_TCK")
+    for task in Path("/proc/self/task").iterdir():
+        try:
+            name = (task / "comm").read_text().strip()
+            fields = (task / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        # name groups: a thread pool's threads differ by a number only
+        key = name.rstrip("0123456789-_") or name
+        out[key] = out.get(key, 0.0) + (int(fields[11]) + int(fields[12])) / tick
+    return out
+
+
+def rank_main(args: argparse.Namespace) -> None:
+    import torch
+    import torch.distributed as dist
+
+    rank, n = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    torch.set_num_threads(max(1, (os.cpu_count() or 1) // n))
+    if args.backend == "hetccl":
+        import hetccl.torch_backend  # noqa: F401 (registers the backend)
+    dist.init_process_group(args.backend)
+    result: Dict[str, Any] = {"rank": rank, "points": {}, "ddp": {}}
+
+    def timed(fn, iters: int) -> float:
+        for _ in range(args.warmup):
+            fn()
+        dist.barrier()
+        t0 = time.perf_counter()
+        for _ in range(iters):
+            fn()
+        return (time.perf_counter() - t0) / iters
+
+    for size in args.sizes:
+        count = max(1, size // 4)
+        iters = max(3, min(200, int(args.budget / max(size / 2e9, 2e-5))))
+        for coll in args.colls:
+            op = make_op(coll, count, rank, n)
+            if op is None:
+                continue
+            result["points"][f"{coll}/{size}"] = timed(op, iters)
+    if args.ddp_steps:
+        result["ddp"] = ddp(args, rank, n)
+    dist.barrier()
+    dist.destroy_process_group()
+    print("RESULT " + json.dumps(result), flush=True)
+
+
+def make_op(coll: str, count: int, rank: int, n: int):
+    import torch
+    import torch.distributed as dist
+
+    if coll == "all_reduce":
+        t = torch.ones(count)
+        return lambda: dist.all_reduce(t)
+    if coll == "broadcast":
+        t = torch.ones(count)
+        return lambda: dist.broadcast(t, 0)
+    if coll == "all_gather_into_tensor":
+        per = max(1, count // n)
+        src, dst = torch.ones(per), torch.empty(per * n)
+        return lambda: dist.all_gather_into_tensor(dst, src)
+    if coll == "reduce_scatter_tensor":
+        per = max(1, count // n)
+        src, dst = torch.ones(per * n), torch.empty(per)
+        return lambda: dist.reduce_scatter_tensor(dst, src)
+    if coll == "all_to_all_single":
+        per = max(1, count // n)
+        src, dst = torch.ones(per * n), torch.empty(per * n)
+        return lambda: dist.all_to_all_single(dst, src)
+    if coll == "send_recv":  # pairs (0,1), (2,3), ...: each sends then receives, or the reverse
+        peer = rank ^ 1
+        if peer >= n:
+            return lambda: None
+        s, r = torch.ones(count), torch.empty(count)
+
+        def pair() -> None:
+            if rank % 2 == 0:
+                dist.send(s, peer)
+                dist.recv(r, peer)
+            else:
+                dist.recv(r, peer)
+                dist.send(s, peer)
+        return pair
+    raise ValueError(coll)
+
+
+def ddp(args: argparse.Namespace, rank: int, n: int) -> Dict[str, Any]:
+    import torch
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    torch.manual_seed(0)
+    width = int((args.ddp_params / 3) ** 0.5)  # three width x width layers, and the ends
+    model = torch.nn.Sequential(torch.nn.Linear(256, width), torch.nn.ReLU(),
+                                torch.nn.Linear(width, width), torch.nn.ReLU(),
+                                torch.nn.Linear(width, width), torch.nn.ReLU(),
+                                torch.nn.Linear(width, width), torch.nn.ReLU(),
+                                torch.nn.Linear(width, 16))
+    params = sum(p.numel() for p in model.parameters())
+    net = DDP(model)
+    opt = torch.optim.SGD(net.parameters(), lr=0.01)
+    gen = torch.Generator().manual_seed(1 + rank)
+    batches = [(torch.randn(64, 256, generator=gen), torch.randn(64, 16, generator=gen))
+               for _ in range(4)]
+
+    def step(i: int, sync: bool = True) -> float:
+        x, y = batches[i % len(batches)]
+        opt.zero_grad()
+        if sync:
+            loss = torch.nn.functional.mse_loss(net(x), y)
+            loss.backward()
+        else:
+            with net.no_sync():
+                loss = torch.nn.functional.mse_loss(net(x), y)
+                loss.backward()
+        opt.step()
+        return float(loss)
+
+    for i in range(3):
+        step(i)
+    out: Dict[str, Any] = {"params": params}
+    cpu0 = thread_cpu()
+    times, loss = [], 0.0
+    for i in range(args.ddp_steps):
+        t0 = time.perf_counter()
+        loss = step(i)
+        times.append(time.perf_counter() - t0)
+    cpu1 = thread_cpu()
+    out["step"] = statistics.median(times)
+    out["loss"] = loss
+    out["threads"] = {k: round(cpu1.get(k, 0) - cpu0.get(k, 0), 3) for k in cpu1
+                      if cpu1.get(k, 0) - cpu0.get(k, 0) > 0.005}
+    if args.profile:
+        # compute alone: the same steps with DDP's communication off; no
+        # optimizer step changes the model here, so losses stay comparable
+        ctimes = []
+        for i in range(min(args.ddp_steps, 10)):
+            t0 = time.perf_counter()
+            step(i, sync=False)
+            ctimes.append(time.perf_counter() - t0)
+        out["compute"] = statistics.median(ctimes)
+    return out
+
+
+# -- the driver -------------------------------------------------------------------
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def launch(backend: str, args: argparse.Namespace) -> List[Dict[str, Any]]:
+    port = free_port()
+    procs = []
+    base = {k: v for k, v in os.environ.items() if not k.startswith("HETCCL_")}
+    base["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO / "python"),
+                                                       base.get("PYTHONPATH")]))
+    for rank in range(args.n):
+        env = dict(base, RANK=str(rank), WORLD_SIZE=str(args.n), LOCAL_RANK=str(rank),
+                   MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), OMP_NUM_THREADS=str(
+                       max(1, (os.cpu_count() or 1) // args.n)))
+        cmd = [sys.executable, __file__, "--as-rank", "--backend", backend,
+               "--sizes", ",".join(map(str, args.sizes)), "--colls", ",".join(args.colls),
+               "--ddp-steps", str(args.ddp_steps), "--ddp-params", str(args.ddp_params),
+               "--warmup", str(args.warmup), "--budget", str(args.budget)]
+        if args.profile:
+            cmd.append("--profile")
+        procs.append(subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE,
+                                      stderr=subprocess.PIPE, text=True))
+    results = []
+    for rank, p in enumerate(procs):
+        try:
+            out, err = p.communicate(timeout=args.timeout)
+        except subprocess.TimeoutExpired:
+            for q in procs:
+                q.kill()
+            raise SystemExit(f"{backend} job: rank {rank} still running after {args.timeout} s")
+        lines = [ln for ln in out.splitlines() if ln.startswith("RESULT ")]
+        if p.returncode != 0 or not lines:
+            for q in procs:
+                q.kill()
+            raise SystemExit(f"{backend} job: rank {rank} failed ({p.returncode}):\n{err[-3000:]}")
+        results.append(json.loads(lines[-1][len("RESULT "):]))
+    return results
+
+
+def job_summary(results: List[Dict[str, Any]]) -> Dict[str, Any]:
+    """The slowest rank's time per point and DDP step; rank 0's profile."""
+    points = {k: max(r["points"][k] for r in results) for k in results[0]["points"]}
+    ddp = {}
+    if results[0]["ddp"]:
+        ddp = dict(results[0]["ddp"])
+        ddp["step"] = max(r["ddp"]["step"] for r in results)
+        if "compute" in ddp:
+            ddp["compute"] = max(r["ddp"]["compute"] for r in results)
+        ddp["losses"] = [r["ddp"]["loss"] for r in results]
+    return {"points": points, "ddp": ddp}
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("-n", type=int, default=4, help="ranks (processes) on this host")
+    ap.add_argument("--reps", type=int, default=5, help="alternating launches of each backend")
+    ap.add_argument("--sizes", default="1K,1M,16M,64M",
+                    help="bytes per rank's buffer (K, M, G suffixes)")
+    ap.add_argument("--colls", default=",".join(COLLS))
+    ap.add_argument("--ddp-steps", type=int, default=20, help="timed DDP steps (0: none)")
+    ap.add_argument("--ddp-params", type=float, default=18.8e6)
+    ap.add_argument("--profile", action="store_true",
+                    help="also time the DDP step's compute alone (no_sync)")
+    ap.add_argument("--warmup", type=int, default=3)
+    ap.add_argument("--budget", type=float, default=0.05,
+                    help="about this many seconds of calls per point")
+    ap.add_argument("--timeout", type=float, default=600)
+    ap.add_argument("--json", help="write every launch's summary here")
+    ap.add_argument("--plot", help="a PNG of the ratios (needs matplotlib)")
+    ap.add_argument("--as-rank", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--backend", choices=BACKENDS, help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+    if args.as_rank:
+        args.sizes = [int(s) for s in args.sizes.split(",")]
+        args.colls = args.colls.split(",")
+        rank_main(args)
+        return 0
+    args.sizes = [parse_size(s) for s in args.sizes.split(",")]
+    args.colls = [c for c in args.colls.split(",") if c]
+    bad = [c for c in args.colls if c not in COLLS]
+    if bad:
+        ap.error(f"unknown collectives {bad}: choose from {', '.join(COLLS)}")
+    runs: Dict[str, List[Dict[str, Any]]] = {b: [] for b in BACKENDS}
+    for rep in range(args.reps):
+        order = BACKENDS if rep % 2 == 0 else BACKENDS[::-1]
+        for backend in order:
+            t0 = time.monotonic()
+            runs[backend].append(job_summary(launch(backend, args)))
+            print(f"# rep {rep + 1}/{args.reps}: {backend} job {time.monotonic() - t0:.1f} s",
+                  file=sys.stderr, flush=True)
+    rows = table(args, runs)
+    if args.json:
+        Path(args.json).write_text(json.dumps({"n": args.n, "cpus": os.cpu_count(),
+                                               "rows": rows, "runs": runs}, indent=1))
+    if args.plot:
+        plot(rows, args, args.plot)
+    return 0
+
+
+def table(args: argparse.Namespace, runs: Dict[str, List[Dict[str, Any]]]) -> List[Dict[str, Any]]:
+    rows = []
+    print(f"# torch.distributed on CPU tensors, n={args.n} on {os.cpu_count()} CPUs, "
+          f"{args.reps} alternating launches each; times are the slowest rank's")
+    print(f"| op | size | gloo | hetccl | ratio | paired | wins |")
+    print("| --- | --- | --- | --- | --- | --- | --- |")
+    keys = list(runs["gloo"][0]["points"])
+    for key in keys:
+        g = [r["points"][key] for r in runs["gloo"]]
+        h = [r["points"][key] for r in runs["hetccl"]]
+        rows.append(row(key.split("/")[0], int(key.split("/")[1]), g, h))
+    if runs["gloo"][0]["ddp"]:
+        g = [r["ddp"]["step"] for r in runs["gloo"]]
+        h = [r["ddp"]["step"] for r in runs["hetccl"]]
+        rows.append(row("ddp_step", 0, g, h))
+    for r in rows:
+        size = size_text(r["size"]) if r["size"] else f"{runs['gloo'][0]['ddp']['params'] / 1e6:.1f} M params"
+        print(f"| {r['op']} | {size} | {fmt(r['gloo'])} | {fmt(r['hetccl'])} | "
+              f"{r['ratio']:.2f} | {r['paired']:.2f} | {r['wins']}/{len(r['pairs'])} |")
+    if runs["gloo"][0]["ddp"]:
+        lg = runs["gloo"][-1]["ddp"]["losses"]
+        lh = runs["hetccl"][-1]["ddp"]["losses"]
+        rel = max(abs(a - b) / max(abs(b), 1e-30) for a, b in zip(lh, lg))
+        print(f"# DDP loss after the last step, rank 0: gloo {lg[0]:.9g}, hetccl {lh[0]:.9g}; "
+              f"largest relative difference over ranks {rel:.2g}")
+        for b in BACKENDS:
+            d = runs[b][-1]["ddp"]
+            extra = (f"compute alone (no_sync) {d['compute'] * 1e3:.1f} ms, "
+                     if "compute" in d else "")
+            threads = ", ".join(f"{k} {v:.2f} s" for k, v in
+                                sorted(d["threads"].items(), key=lambda kv: -kv[1]))
+            print(f"# {b}: step {d['step'] * 1e3:.1f} ms, {extra}CPU time by thread over "
+                  f"{args.ddp_steps} steps on rank 0: {threads}")
+    return rows
+
+
+def row(op: str, size: int, g: List[float], h: List[float]) -> Dict[str, Any]:
+    pairs = [a / b for a, b in zip(g, h)]
+    return {"op": op, "size": size, "gloo": statistics.median(g), "hetccl": statistics.median(h),
+            "ratio": statistics.median(g) / statistics.median(h),
+            "paired": statistics.median(pairs), "wins": sum(p > 1 for p in pairs),
+            "pairs": pairs}
+
+
+def fmt(seconds: float) -> str:
+    return f"{seconds * 1e6:.1f} us" if seconds < 1e-3 else f"{seconds * 1e3:.2f} ms"
+
+
+def plot(rows: List[Dict[str, Any]], args: argparse.Namespace, path: str) -> None:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    labels = [f"{r['op']}\n{size_text(r['size']) if r['size'] else ''}" for r in rows]
+    fig, ax = plt.subplots(figsize=(max(6, 0.45 * len(rows)), 4))
+    ax.bar(range(len(rows)), [r["paired"] for r in rows], color="tab:blue")
+    ax.axhline(1.0, color="black", linewidth=0.8)
+    ax.set_xticks(range(len(rows)), labels, rotation=90, fontsize=7)
+    ax.set_ylabel("gloo time / hetccl time (paired median)")
+    ax.set_title(f"torch.distributed, CPU tensors, n={args.n}, {os.cpu_count()} CPUs")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
