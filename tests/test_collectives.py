@@ -620,6 +620,10 @@ SWEEPS = [
     Sweep("n5-shm-pull-threshold", 5, SHM + (("HETCCL_SHM_CMA", "1"),
                                              ("HETCCL_SHM_CMA_MIN", "4096")),
           counts=(7, 1031, 6007), ops=(SUM, MAX, MIN, PREMUL)),
+    # Pulled messages of 1 MiB or more land by streaming stores through a
+    # cache-sized buffer (HETCCL_SHM_CMA_STREAM): the large cases.
+    Sweep("n3-shm-pull-stream", 3, SHM + PULL_ALL + (("HETCCL_SHM_CMA_STREAM", "1"),),
+          counts=(1031,), large=LARGE_SET),
     Sweep("n3-shm-pull-ring", 3, SHM + SMALL_CHUNKS + (("HETCCL_SHM_CMA", "0"),
                                                        ("HETCCL_ALGO", "pull")),
           counts=(7, 1031), large=LARGE_SET),

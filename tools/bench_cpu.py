@@ -62,10 +62,11 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Dict, List, Optional, Tuple
+from typing import Callable, Dict, List, Optional, Tuple
 
 REPO = Path(__file__).resolve().parent.parent
-if importlib.util.find_spec("hetccl") is None:  # the source tree's package
+FROM_TREE = importlib.util.find_spec("hetccl") is None  # use the source tree's package
+if FROM_TREE:
     sys.path.insert(0, str(REPO / "python"))
 from hetccl.plot import parse_table  # noqa: E402 (the one reader of the tables)
 MPI_BENCH = REPO / "tools" / "peers" / "mpi_bench.py"
@@ -199,7 +200,7 @@ def find_perf(explicit: Optional[str]) -> Optional[Path]:
 
 def launcher_env(perf: Path) -> Dict[str, str]:
     env = dict(os.environ)
-    if importlib.util.find_spec("hetccl") is None:  # run from the source tree
+    if FROM_TREE:  # the launcher's ranks import it from there too
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO / "python"),
                                                           env.get("PYTHONPATH")]))
     lib = perf.parent.parent.parent / "libhetccl" / "libhetccl.so"  # build tree
@@ -351,8 +352,8 @@ def value(point: Point, row: dict) -> float:
 
 
 def run_all(runner: Runner, specs: List[Spec], ns: List[int],
-            variants: List[Tuple[str, Dict[str, str]]], reps: int,
-            progress: bool) -> List[Point]:
+            variants: List[Tuple[str, Dict[str, str]]], reps: int, progress: bool,
+            checkpoint: Optional[Callable[[List[Point]], None]] = None) -> List[Point]:
     points: Dict[Tuple[str, int, int, str], Point] = {}
     for n in ns:
         for spec in specs:
@@ -391,6 +392,8 @@ def run_all(runner: Runner, specs: List[Spec], ns: List[int],
                     sys.stderr.write(f"bench_cpu: [{time.time() - started:5.0f} s] rep {rep + 1}"
                                      f"/{reps} n={n} {spec.coll}: {text}\n")
                     sys.stderr.flush()
+        if checkpoint:  # a run cut short still leaves its finished alternations
+            checkpoint(list(points.values()))
     return list(points.values())
 
 
@@ -481,19 +484,26 @@ def main(argv: List[str]) -> int:
         info[f"variant {name}"] = " ".join(f"{k}={v}" for k, v in env.items()) or "(defaults)"
     runner = Runner(args, perf, peer)
     started = time.time()
-    points = run_all(runner, specs, [int(x) for x in args.n.split(",")], variants, args.reps,
-                     args.progress)
-    info.update(runner.info)
-    info["wall_seconds"] = f"{time.time() - started:.0f}"
 
-    results = {"info": info, "peer": args.peer, "reps": args.reps, "points": [
-        {"op": q.coll, "n": q.n, "bytes": q.size, "variant": q.variant, "metric": q.metric,
-         "env": dict(variants)[q.variant], "hetccl": q.hetccl, "peer": q.peer,
-         "hetccl_median": statistics.median(q.hetccl) if q.hetccl else None,
-         "peer_median": statistics.median(q.peer) if q.peer else None,
-         "ratio": q.ratio(), "paired_ratios": q.pairs, "paired_median": q.paired(),
-         "wins": q.wins(), "hetccl_rows": q.hetccl_rows, "peer_rows": q.peer_rows}
-        for q in points], "errors": runner.errors}
+    def document(points: List[Point]) -> dict:
+        info.update(runner.info)
+        info["wall_seconds"] = f"{time.time() - started:.0f}"
+        return {"info": info, "peer": args.peer, "reps": args.reps, "points": [
+            {"op": q.coll, "n": q.n, "bytes": q.size, "variant": q.variant, "metric": q.metric,
+             "env": dict(variants)[q.variant], "hetccl": q.hetccl, "peer": q.peer,
+             "hetccl_median": statistics.median(q.hetccl) if q.hetccl else None,
+             "peer_median": statistics.median(q.peer) if q.peer else None,
+             "ratio": q.ratio(), "paired_ratios": q.pairs, "paired_median": q.paired(),
+             "wins": q.wins(), "hetccl_rows": q.hetccl_rows, "peer_rows": q.peer_rows}
+            for q in points], "errors": runner.errors}
+
+    def checkpoint(points: List[Point]) -> None:
+        if args.json and args.json != "-":
+            Path(args.json).write_text(json.dumps(document(points), indent=2) + "\n")
+
+    points = run_all(runner, specs, [int(x) for x in args.n.split(",")], variants, args.reps,
+                     args.progress, checkpoint)
+    results = document(points)
     peer_name = {"openmpi": "OpenMPI", "mpich": "MPICH", "none": "no peer"}[args.peer]
     if args.json == "-":
         json.dump(results, sys.stdout, indent=2)

@@ -89,6 +89,7 @@ struct hetccl_tctx {
   size_t chunk, stride, ring_bytes, hdr_bytes, seg_bytes;
   int cma_knob;     /* HETCCL_SHM_CMA resolved (shm_connect) */
   size_t cma_min;   /* HETCCL_SHM_CMA_MIN */
+  int cma_stream;   /* HETCCL_SHM_CMA_STREAM */
 };
 
 int64_t hetccl_shm_now_ns(void) {
@@ -222,6 +223,7 @@ static ncclResult_t shm_ctx_create(const hetccl_transport_args_t *args, hetccl_t
   c->cma_knob = hetccl_knob_is_set(HETCCL_KNOB_SHM_CMA) ? (int)hetccl_knob_int(HETCCL_KNOB_SHM_CMA)
                                                         : cma_default(args);
   c->cma_min = (size_t)hetccl_knob_int(HETCCL_KNOB_SHM_CMA_MIN);
+  c->cma_stream = (int)hetccl_knob_int(HETCCL_KNOB_SHM_CMA_STREAM);
   size_t page = (size_t)sysconf(_SC_PAGESIZE);
   c->chunk = (size_t)hetccl_knob_int(HETCCL_KNOB_SHM_CHUNK) & ~(size_t)63;
   if (c->chunk < 64) c->chunk = 64;
@@ -427,6 +429,7 @@ static ncclResult_t ep_create(hetccl_tctx_t *c, int p, const uint8_t *addr,
   ep->cma_min = SIZE_MAX;
   ep->cma_want = cma_knob;
   ep->cma_want_min = c->cma_min;
+  ep->cma_stream = c->cma_stream;
 
   size_t off = c->hdr_bytes + ring_index(c->args.rank, p) * c->ring_bytes;
   HETCCL_CHECK_GOTO(seg_reserve(c->fd, c->name, off, c->ring_bytes), res, fail);

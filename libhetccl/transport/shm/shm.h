@@ -114,6 +114,7 @@ struct hetccl_ep {
   size_t cma_min;                /* messages above this go by CMA; SIZE_MAX = never */
   int cma_want;                  /* our HETCCL_SHM_CMA, resolved */
   size_t cma_want_min;           /* HETCCL_SHM_CMA_MIN, for when the pair is ready */
+  int cma_stream;                /* HETCCL_SHM_CMA_STREAM: pulls land by streaming stores */
   shm_req_queue_t sq;
   hetccl_req_t *sq_place;        /* first send not yet fully in the ring */
 

@@ -19,7 +19,9 @@
  * CMA on (shm.c), a message above two slots is one RNDV slot carrying the
  * sender's address: the receiver pulls it with process_vm_readv straight
  * into the destination (or into a bounce buffer, then consume) in pieces of
- * SHM_CMA_PIECE, and releases the slot only when it has everything; the
+ * SHM_CMA_PIECE (through an L2-sized bounce buffer when it reduces, or
+ * stores with streaming stores: HETCCL_SHM_CMA_STREAM), and releases the
+ * slot only when it has everything; the
  * sender's request completes when it sees head pass that slot, so its
  * buffer is never reused while being read.
  */
@@ -31,6 +33,7 @@
 #include "transport/shm/shm.h"
 #include "util/check.h"
 #include "util/log.h"
+#include "util/proc.h"
 
 #define SHM_CMA_PIECE (2u << 20)   /* bytes per process_vm_readv call */
 #define SHM_BOUNCE_BYTES (256u << 10) /* CMA then consume: L2-sized staging */
@@ -152,7 +155,12 @@ static ncclResult_t rx_cma(hetccl_ep_t *ep, hetccl_req_t *r, int *moved) {
   size_t left = r->bytes - r->progress;
   size_t n = min_size(left, SHM_CMA_PIECE);
   uint8_t *dst = (uint8_t *)r->buf + r->progress;
-  if (r->consume) {
+  /* Through the bounce buffer: to reduce from it, or (HETCCL_SHM_CMA_STREAM)
+   * to store a large message with streaming stores, which skip the read
+   * for ownership that the kernel's copy makes of every destination line
+   * (two passes over memory instead of three, where memory is the bound). */
+  int stream = !r->consume && ep->cma_stream && r->bytes >= SHM_STREAM_MIN;
+  if (r->consume || stream) {
     if (!ep->bounce && !(ep->bounce = malloc(SHM_BOUNCE_BYTES))) {
       WARN("shm: out of memory for a %u-byte receive buffer (from rank %d)", SHM_BOUNCE_BYTES,
            ep->peer_user);
@@ -165,8 +173,12 @@ static ncclResult_t rx_cma(hetccl_ep_t *ep, hetccl_req_t *r, int *moved) {
   struct iovec remote = {(void *)(uintptr_t)(pv->src_addr + r->progress), n};
   ssize_t got = process_vm_readv(ep->peer_pid, &local, 1, &remote, 1, 0);
   if (got < 0 && errno == EINTR) return ncclSuccess;
-  if (got < 0 && errno == ESRCH) {
-    WARN("shm: peer rank %d (pid %d) exited", ep->peer_user, ep->peer_pid);
+  /* A peer that dies while we read its buffer shows as ESRCH, or as a
+   * fault once its memory is being torn down: either way, it is gone. */
+  if (got < 0 && (errno == ESRCH ||
+                  (ep->peer_watch && !hetccl_proc_alive(ep->peer_pid, ep->peer_start)))) {
+    WARN("shm: peer rank %d (pid %d) exited while its send buffer was being read",
+         ep->peer_user, ep->peer_pid);
     return ncclRemoteError;
   }
   if (got <= 0) {
@@ -181,6 +193,8 @@ static ncclResult_t rx_cma(hetccl_ep_t *ep, hetccl_req_t *r, int *moved) {
     if (g < left) g &= ~(size_t)7; /* consume sees 8-byte multiples but for the tail */
     if (g == 0) return ncclSuccess;  /* read again next time, from the same offset */
     r->consume(r->consume_ctx, (uint8_t *)r->buf + r->progress, ep->bounce, g);
+  } else if (stream) {
+    hetccl_shm_copy_stream((uint8_t *)r->buf + r->progress, ep->bounce, g);
   }
   r->progress += g;
   *moved = 1;
