@@ -4,6 +4,7 @@ the tests use."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -408,3 +409,37 @@ def test_perf_help() -> None:
 def test_version() -> None:
     proc = hetccl("--version")
     assert proc.returncode == 0 and proc.stdout.startswith("hetccl ")
+
+
+def test_package_installs_headers_and_perf_command(hetccl_library: Path) -> None:
+    """The wheel carries nccl.h and hetccl.h (a C user had to find them in
+    the repository) and puts hetccl-perf on PATH ("command not found" after
+    pip install): the build's install plan and the package's scripts."""
+    import tomllib
+
+    scripts = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())["project"]["scripts"]
+    assert scripts["hetccl-perf"] == "hetccl.cli:perf_main"
+    build = hetccl_library.resolve().parents[1]
+    meson = shutil.which("meson") or str(Path(sys.executable).with_name("meson"))
+    if not (build / "meson-info").is_dir() or not Path(meson).exists():
+        pytest.skip("the library was not built by meson here")
+    plan = subprocess.run([meson, "introspect", "--installed", str(build)], check=True,
+                          capture_output=True, text=True, timeout=TIMEOUT).stdout
+    installed = {"/".join(Path(v).parts[-3:]) for v in json.loads(plan).values()}
+    for want in ("hetccl/include/nccl.h", "hetccl/include/hetccl.h"):
+        assert any(i.endswith(want) for i in installed), sorted(installed)
+    assert any(i.endswith("hetccl/hetccl-perf") for i in installed), sorted(installed)
+
+
+@pytest.mark.timeout(TIMEOUT)
+def test_perf_command_runs_the_package_program() -> None:
+    """hetccl.cli.perf_main, the hetccl-perf on PATH, runs the program
+    that `hetccl perf` runs."""
+    from hetccl.cli import find_perf
+
+    if find_perf() is None:
+        pytest.skip("hetccl-perf not built")
+    proc = subprocess.run([sys.executable, "-c", "import sys; from hetccl.cli import perf_main; "
+                           "sys.argv[0] = 'hetccl-perf'; sys.exit(perf_main())", "--help"],
+                          capture_output=True, text=True, timeout=TIMEOUT)
+    assert proc.returncode == 0 and "--agg_iters" in proc.stdout, proc.stdout + proc.stderr

@@ -302,7 +302,7 @@ def test_one_thread_drives_two_ranks_on_the_plane(coll):
         pytest.skip("no hetccl-perf beside the library (set HETCCL_PERF)")
     env = dict(os.environ, HETCCL_PERF_LIB=str(LIB), HETCCL_ISLANDS="rank",
                NCCL_NVLS_ENABLE="0", HETCCL_DEBUG="INFO", HETCCL_DEBUG_SUBSYS="INIT")
-    proc = subprocess.run([str(perf), coll, "-m", "cuda", "-g", "2", "-c", "1", "-n", "2",
+    proc = subprocess.run([str(perf), coll, "--mem_type", "cuda", "-g", "2", "-c", "1", "-n", "2",
                            "-w", "1", "-b", "1M", "-e", "256M", "-f", "256"],
                           capture_output=True, text=True, env=env, timeout=240)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]

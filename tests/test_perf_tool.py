@@ -156,11 +156,11 @@ def test_command_line(perf: Path, tmp_path: Path) -> None:
 
 
 def test_cuda_less_start(perf: Path) -> None:
-    """-m cuda where libcudart cannot be loaded (or has no device) is a clear
+    """--mem_type cuda where libcudart cannot be loaded (or has no device) is a clear
     error, never a crash; host memory never touches CUDA."""
     env = _env(perf, HETCCL_PERF_CUDART="/nonexistent/libcudart.so",
                LD_LIBRARY_PATH="/nonexistent")
-    proc = _run([str(perf), "all_reduce", "-m", "cuda", "-b", "8", "-e", "8"], env)
+    proc = _run([str(perf), "all_reduce", "--mem_type", "cuda", "-b", "8", "-e", "8"], env)
     if proc.returncode == 0:
         pytest.skip("this machine has a usable CUDA device")
     assert proc.returncode in (1, 2) and "hetccl-perf:" in proc.stderr, proc.stderr
@@ -170,6 +170,71 @@ def test_missing_library(perf: Path) -> None:
     proc = _run([str(perf), "all_reduce", "-b", "8", "-e", "8"],
                 _env(perf, HETCCL_PERF_LIB="/nonexistent/libnccl.so.2"))
     assert proc.returncode == 2 and "cannot load the NCCL library" in proc.stderr
+
+
+# --- nccl-tests' options, with nccl-tests' meanings ----------------------------
+
+@pytest.mark.timeout(TIMEOUT)
+def test_nccl_tests_options(perf: Path) -> None:
+    """-m is the aggregation count (it was the memory type), -N repeats the
+    sweep, -p makes the ranks in their threads, -c N checks N times; -z, -y,
+    -C, -S, -R 1, -u and -T are taken and the data stays right."""
+    sizes = ["-b", "8", "-e", "1000", "-f", "5", "-n", "2", "-w", "1"]  # 8, 40, 200, 1000
+    cmd = [str(perf), "all_reduce", *sizes, "-t", "2", "-p", "1", "-m", "3", "-N", "2", "-c", "2",
+           "-z", "3", "-y", "1", "-C", "1", "-R", "1", "-u", "1", "-T", "100"]
+    proc = _run(cmd, _env(perf))
+    _assert_clean(proc, 2 * 4)
+    assert "agg iters: 3" in proc.stdout and "cycles: 2" in proc.stdout, proc.stdout
+    assert "ncclCommInitRank in each thread (-p 1)" in proc.stdout, proc.stdout
+    proc = _run([str(perf), "all_reduce", *sizes, "-S", "1"], _env(perf))
+    rows = [line for line in proc.stdout.splitlines() if line and not line.startswith("#")]
+    assert proc.returncode == 0 and len(rows) == 4, proc.stdout + proc.stderr
+    assert all(re.search(r"  \d{4}-\d\d-\d\d \d\d:\d\d:\d\d$", r) for r in rows), rows
+    for flag in (["-z", "1"], ["-z", "2"], ["-g", "2", "-m", "2", "-u", "3", "-d", "half"]):
+        _assert_clean(_run([str(perf), "reduce_scatter", *sizes, *flag], _env(perf)), 4)
+
+
+@pytest.mark.parametrize("args,named", [
+    (["-G", "2"], "-G 2"), (["-R", "2"], "-R 2"), (["-x", "1"], "-x 1"), (["-D", "1"], "-D 1"),
+    (["-V", "16"], "-V 16"), (["-M", "1"], "-M 1"), (["-I", "1"], "-I 1"), (["-K", "3"], "-K 3"),
+    (["-o", "mulsum"], "-o mulsum"), (["-m", "cuda"], "--mem_type cuda"),
+])
+def test_options_it_cannot_honour(perf: Path, args: list[str], named: str) -> None:
+    """One line naming the option and status 2, never silently ignored (-m
+    host|cuda points to --mem_type)."""
+    proc = _run([str(perf), "all_reduce", "-b", "8", "-e", "8", *args], _env(perf))
+    assert proc.returncode == 2 and proc.stdout == "", proc.stdout + proc.stderr
+    assert proc.stderr.count("\n") == 1 and named in proc.stderr, proc.stderr
+
+
+def test_nccl_tests_split_is_refused(perf: Path) -> None:
+    proc = _run([str(perf), "all_reduce", "-b", "8", "-e", "8"],
+                _env(perf, NCCL_TESTS_SPLIT="MOD 2"))
+    assert proc.returncode == 2 and "NCCL_TESTS_SPLIT=MOD 2: not supported" in proc.stderr
+
+
+@pytest.mark.parametrize("floor,ok", [("0", True), ("1e9", False)])
+def test_nccl_tests_min_bw(perf: Path, floor: str, ok: bool) -> None:
+    """NCCL_TESTS_MIN_BW was ignored: below 0.9 x it the run fails."""
+    proc = _run([str(perf), "all_reduce", "-b", "64", "-e", "64", "-n", "1", "-w", "0"],
+                _env(perf, NCCL_TESTS_MIN_BW=floor))
+    assert proc.returncode == (0 if ok else 1), proc.stdout + proc.stderr
+    assert re.search(rf"^# Avg bus bandwidth    : \S+ {'OK' if ok else 'FAILED'}$", proc.stdout,
+                     re.M), proc.stdout
+
+
+@pytest.mark.timeout(TIMEOUT)
+@pytest.mark.usefixtures("hetccl_library")
+def test_timeout_ends_a_hung_run(perf: Path) -> None:
+    """-T: rank 0 of 2 with no rank 1 waits in init; the watchdog ends it."""
+    from hetccl import nccl
+
+    launch = {"HETCCL_LAUNCH_ID": nccl.unique_id_to_hex(nccl.get_unique_id()),
+              "HETCCL_LAUNCH_RANK": "0", "HETCCL_LAUNCH_NRANKS": "2"}
+    env = {**_env(perf), **launch}  # _env drops the HETCCL_LAUNCH_* of this process
+    proc = _run([str(perf), "all_reduce", "-b", "8", "-e", "8", "-T", "2"], env)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "test timeout (-T 2 s): the communicators' init did not finish" in proc.stderr
 
 
 # --- tools/device/paired_latency.c, on host ranks -----------------------------

@@ -3,7 +3,7 @@
 
     python3 tools/device/compare_nccl.py /path/to/libnccl.so.2 [--out $OUT]
 
-For each collective it runs `hetccl-perf COLL -m cuda -g 2 ...` with
+For each collective it runs `hetccl-perf COLL --mem_type cuda -g 2 ...` with
 HETCCL_PERF_LIB=<that NCCL>, then with hetccl's own library (which forwards
 to the same NCCL through HETCCL_NCCL_LIBRARY), alternately, and prints per
 size both times and bus bandwidths and the ratio hetccl/NCCL (busbw; > 1:
@@ -81,7 +81,7 @@ def main(argv: list[str]) -> int:
     if args.out:
         args.out.mkdir(parents=True, exist_ok=True)
     print(f"# hetccl-perf: {perf}\n# nccl: {args.nccl}\n# cudart: {cudart or '(loader path)'}")
-    print("# NCCL_NVLS_ENABLE=0; -m cuda -g %d; ratio = busbw(mode) / busbw(nccl), > 1: "
+    print("# NCCL_NVLS_ENABLE=0; --mem_type cuda -g %d; ratio = busbw(mode) / busbw(nccl), > 1: "
           "hetccl better; time in us, busbw in GB/s, out-of-place" % args.ngpus)
     failures = 0
     for coll in args.colls.split(","):
@@ -89,9 +89,9 @@ def main(argv: list[str]) -> int:
         # alternate which side runs first, collective by collective
         order = modes if COLLS.index(coll) % 2 == 0 else list(reversed(modes))
         for mode in order:
-            cmd = [str(perf), coll, "-m", "cuda", "-g", str(args.ngpus), "-b", args.minbytes,
-                   "-e", args.maxbytes, "-f", args.stepfactor, "-n", args.iters,
-                   "-w", args.warmup, "-c", args.check]
+            cmd = [str(perf), coll, "--mem_type", "cuda", "-g", str(args.ngpus),
+                   "-b", args.minbytes, "-e", args.maxbytes, "-f", args.stepfactor,
+                   "-n", args.iters, "-w", args.warmup, "-c", args.check]
             try:
                 proc = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout,
                                       env=mode_env(mode, args.nccl, base))

@@ -11,7 +11,7 @@
 #             forced islands (now on the data plane), a CUDA rank with a host
 #             rank, the call returning before the stream reaches it
 #   limit     tools/device/copy_limit.py: what the copy engines move, this run
-#   perf      hetccl-perf -m cuda under `hetccl run -n $NRANKS`, islands
+#   perf      hetccl-perf --mem_type cuda under `hetccl run -n $NRANKS`, islands
 #             forced one per rank, every collective 1 MiB..1 GiB with every
 #             result checked; then all_reduce and sendrecv with
 #             HETCCL_PLANE=off (the staged engine path) for comparison
@@ -64,13 +64,13 @@ do_limit() { $PY tools/device/copy_limit.py; }
 perf() { # perf LABEL COLL ARGS... (environment from the caller)
   echo "--- $1"
   HETCCL_ISLANDS=rank $PY -m hetccl run -n "$NRANKS" -- build-dev/tools/perf/hetccl-perf "$2" \
-    -m cuda -c 1 -n 10 -w 3 "${@:3}"
+    --mem_type cuda -c 1 -n 10 -w 3 "${@:3}"
 }
 # One process driving every rank (ncclCommInitAll, ranks sharing the GPUs
 # round-robin): no context switch between processes on one GPU.
 perf1() {
   echo "--- one process: $1"
-  HETCCL_ISLANDS=rank build-dev/tools/perf/hetccl-perf "$2" -m cuda -g "$NRANKS" -c 1 -n 10 -w 3 \
+  HETCCL_ISLANDS=rank build-dev/tools/perf/hetccl-perf "$2" --mem_type cuda -g "$NRANKS" -c 1 -n 10 -w 3 \
     "${@:3}"
 }
 do_perf1() {
@@ -133,7 +133,7 @@ do_cupy() {
 do_hang() {
   local log=$OUT/hang-debug.log
   HETCCL_ISLANDS=rank NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=ALL NCCL_DEBUG_FILE=$log \
-    build-dev/tools/perf/hetccl-perf all_reduce -b 1M -e 1M -m cuda -g "$NRANKS" -c 1 -n 5 -w 1 &
+    build-dev/tools/perf/hetccl-perf all_reduce -b 1M -e 1M --mem_type cuda -g "$NRANKS" -c 1 -n 5 -w 1 &
   bounded $! 60 "$log"
 }
 

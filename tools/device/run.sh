@@ -13,7 +13,7 @@
 #              shows the calls went through hetccl to the real NCCL
 #   4 cupy     tools/device/cupy_dropin.py, the same way
 #   5 perf     tools/device/compare_nccl.{sh,py}: hetccl-perf, real NCCL
-#              against hetccl forwarding to it, -m cuda -g 2 (if present)
+#              against hetccl forwarding to it, --mem_type cuda -g 2 (if present)
 #   6 broken   HETCCL_NCCL_LIBRARY=/nonexistent under PyTorch: a clean error
 #              that names it, no crash, no hang
 #   7 features tools/device/forward_features.sh: a C program built against

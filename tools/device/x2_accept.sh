@@ -65,7 +65,7 @@
 #   hosts     hetccl-perf, a process per GPU, each rank a host of its own
 #             (unshare --ipc), so the pair crosses by socket: device buffers on
 #             the data plane's bridges (HETCCL_PLANE_HOSTS=all) against staged
-#             for the engine (one), in turns, and host buffers (-m host: what
+#             for the engine (one), in turns, and host buffers (--mem_type host: what
 #             the socket itself moves), 64 KiB to 256 MiB ($HOSTS_COLLS: all but
 #             alltoall, which two ranks make a sendrecv)
 #   hosts4    on a machine of 4 GPUs: two processes of two GPUs each (-g 2),
@@ -150,7 +150,7 @@ do_perf() {
   for c in $PERF_COLLS; do
     echo "--- per process: $c"
     HETCCL_ISLANDS=rank $PY -m hetccl run -n 2 -- build-dev/tools/perf/hetccl-perf $c \
-      -m cuda -c 1 -n 20 -w 5 -b 1M -e 1G -f 32 || echo "FAIL: $c"
+      --mem_type cuda -c 1 -n 20 -w 5 -b 1M -e 1G -f 32 || echo "FAIL: $c"
   done
   ! grep -q "^FAIL" "$OUT/05-perf.log"
 }
@@ -230,7 +230,7 @@ do_hosts4() {
       echo "--- hosts4 $c HETCCL_PLANE_HOSTS=$h"
       HETCCL_ISLANDS=0,0,1,1 HETCCL_PLANE_HOSTS=$h $PY -m hetccl run -n 2 -- sh -c \
         'if [ "$HETCCL_LAUNCH_RANK" = 1 ]; then exec unshare --ipc "$@"; fi; exec "$@"' sh \
-        build-dev/tools/perf/hetccl-perf "$c" -m cuda -g 2 -c 1 -n 8 -w 2 -b 1M -e 256M -f 4 ||
+        build-dev/tools/perf/hetccl-perf "$c" --mem_type cuda -g 2 -c 1 -n 8 -w 2 -b 1M -e 256M -f 4 ||
         echo "FAIL: $c $h"
     done
   done
@@ -290,7 +290,7 @@ do_hier() {
   if [ "${HIER_AR-1}" = 1 ]; then
     echo "--- a process per GPU: hetccl-perf all_reduce, rails ($halves)"
     HETCCL_ISLANDS=$halves $PY -m hetccl run -n "$n" -- build-dev/tools/perf/hetccl-perf all_reduce \
-      -m cuda -c 1 -n 20 -w 5 -b 16M -e 1G -f 4 || echo "FAIL: per process"
+      --mem_type cuda -c 1 -n 20 -w 5 -b 16M -e 1G -f 4 || echo "FAIL: per process"
   fi
   ! grep -q "^FAIL" "$OUT/21-hier.log"
 }

@@ -48,7 +48,7 @@ static int cuda_load(void)
     if (names[i] && *names[i])
       cuda.handle = dlopen(names[i], RTLD_NOW | RTLD_GLOBAL);
   if (!cuda.handle) {
-    fprintf(stderr, "hetccl-perf: -m cuda needs libcudart.so (.13, .12) on the library "
+    fprintf(stderr, "hetccl-perf: --mem_type cuda needs libcudart.so (.13, .12) on the library "
                     "path or $HETCCL_PERF_CUDART: %s\n", dlerror());
     return -1;
   }

@@ -95,6 +95,8 @@ int perf_nccl_load(struct perf_nccl *api, const char *exe_dir)
   RESOLVE(api, AlltoAll, 0);
   RESOLVE(api, Gather, 0);
   RESOLVE(api, Scatter, 0);
+  RESOLVE(api, CommRegister, 0);
+  RESOLVE(api, CommDeregister, 0);
   if (api->GetVersion(&api->version) != ncclSuccess)
     api->version = 0;
   return 0;

@@ -53,6 +53,9 @@ struct perf_nccl {
                          cudaStream_t);
   ncclResult_t (*Scatter)(const void *, void *, size_t, ncclDataType_t, int, ncclComm_t,
                           cudaStream_t);
+  /* For -R 1; NULL when absent (the option is then refused). */
+  ncclResult_t (*CommRegister)(const ncclComm_t, void *, size_t, void **);
+  ncclResult_t (*CommDeregister)(const ncclComm_t, void *);
 };
 
 /* Loads the library named by $HETCCL_PERF_LIB, else libhetccl.so found
@@ -130,6 +133,8 @@ struct perf_rank {
   void *recv;
   void *stage;    /* host staging for fills and checks (CUDA memory only) */
   void *stats;    /* small device buffer for the cross-rank statistics */
+  void *send_base, *recv_base; /* as allocated; send and recv sit -u elements past them */
+  void *send_reg, *recv_reg;   /* -R 1: ncclCommRegister handles */
 };
 
 /* The shapes of one test size, in elements. */
@@ -182,7 +187,18 @@ struct perf_options {
   const struct perf_coll *coll;
   size_t min_bytes, max_bytes, step_bytes;
   double step_factor;
-  int iters, warmup, check, blocking;
+  int iters, warmup;
+  int agg_iters;     /* -m: operations per iteration, in one group */
+  int run_cycles;    /* -N: sweeps; 0 for ever */
+  int check;         /* -c: checked runs per size; 0 none */
+  int blocking;      /* -z: 0 none, 1 wait + barrier, 2 wait, 3 wait + barrier out of the time */
+  int parallel_init; /* -p: each thread makes its ranks with ncclCommInitRank */
+  int stream_null;   /* -y: the NULL stream for CUDA memory */
+  int timeout_s;     /* -T: seconds one size's test may take; 0 none */
+  int report_cputime, report_timestamps; /* -C, -S */
+  int local_register; /* -R 1: ncclCommRegister on the buffers */
+  int unalign;       /* -u: elements past an aligned start */
+  double min_bw;     /* NCCL_TESTS_MIN_BW in GB/s; < 0 unset */
   int threads, gpus;
   int root;
   int average; /* time reported: 0 rank 0, 1 mean, 2 min, 3 max over ranks */
