@@ -321,7 +321,7 @@ for i in range(3):
     comm, info = hetccl.init_from_env()
     x = np.full(3, info.rank + 1.0)
     comm.all_reduce(x)
-    os.write(1, f"rank {info.rank} communicator {i} sum {x[0]:g}\\n".encode())
+    os.write(1, f"{info.launcher} rank {info.rank} communicator {i} sum {x[0]:g}\\n".encode())
     comm.destroy()
 """
 
@@ -336,7 +336,7 @@ def test_run_repeated_init_from_env() -> None:
                           capture_output=True, text=True, timeout=TIMEOUT, env=env)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert sorted(proc.stdout.splitlines()) == sorted(
-        f"rank {r} communicator {i} sum 6" for r in range(3) for i in range(3))
+        f"hetccl rank {r} communicator {i} sum 6" for r in range(3) for i in range(3))
 
 
 def test_info_build_flags_compile_a_c_program(tmp_path: Path, hetccl_library: Path) -> None:

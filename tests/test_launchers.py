@@ -31,6 +31,7 @@ from typing import Dict, Iterator, List, Optional, Sequence
 import pytest
 
 from netns_util import LINK_IF, Cluster, Host, Unavailable, _die_with_parent, _kill_group
+from test_cli import THREE_COMMUNICATORS
 from test_discovery import JOB, clean_env, job_results
 
 pytestmark = [pytest.mark.usefixtures("hetccl_library"), pytest.mark.timeout(300)]
@@ -192,15 +193,6 @@ def test_torchrun(cluster: Cluster, tmp_path: Path) -> None:
 
 # -- on this host: repeated communicators and tagged output through a launcher -----------------
 
-THREE = """
-import os, numpy as np, hetccl
-for i in range(3):
-    comm, info = hetccl.init_from_env()
-    x = np.full(3, info.rank + 1.0)
-    comm.all_reduce(x)
-    os.write(1, f"{info.launcher} rank {info.rank} communicator {i} sum {x[0]:g}\\n".encode())
-    comm.destroy()
-"""
 
 
 @pytest.mark.skipif(shutil.which("mpirun") is None,
@@ -214,7 +206,7 @@ def test_mpirun_repeated_init_from_env(tmp_path: Path, wrap: bool) -> None:
            "HETCCL_CONNECT_TIMEOUT": "10", "HETCCL_ROOT_TIMEOUT": "30"}
     argv = [sys.executable, "-m", "hetccl", "run", "--launcher", "mpirun", "--mpi", "openmpi",
             "-n", "2", "--launcher-args=--oversubscribe", "--timeout", "100",
-            *([] if wrap else ["--no-wrap"]), "--", sys.executable, "-c", THREE]
+            *([] if wrap else ["--no-wrap"]), "--", sys.executable, "-c", THREE_COMMUNICATORS]
     proc = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=150)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     launcher = "hetccl" if wrap else "openmpi"
