@@ -22,10 +22,11 @@
 #           setting (--variant) against the same MPICH run of an alternation:
 #             colls   sendrecv, all_gather, reduce_scatter, alltoall, broadcast
 #                     of 16 MiB at n = 2,4,8,16: ring (HETCCL_SHM_CMA=0)
-#                     against reads (=1: the pull algorithms)
+#                     against reads (=1: the pull algorithms), and reads
+#                     stored by streaming stores (HETCCL_SHM_CMA_STREAM=1)
 #             small   all_reduce 1 KiB: the default against recursive doubling
 #             ar      all_reduce 1 MiB and 64 MiB: the default (ring)
-#                     against the pull AllReduce
+#                     against the pull AllReduce (reads from 16 KiB)
 #             thresh  sendrecv 64 KiB..4 MiB and all_gather 256 KiB..16 MiB at
 #                     n = 2 and 16, ring against reads from 32 KiB: where
 #                     single copy starts to pay (HETCCL_SHM_CMA_MIN)
@@ -108,11 +109,13 @@ group() {
 
 CMA0=cma0:HETCCL_SHM_CMA=0
 CMA1=cma1:HETCCL_SHM_CMA=1
-group colls 150 --n 2,4,8,16 --variant $CMA0 --variant $CMA1 \
+group colls 200 --n 2,4,8,16 --variant $CMA0 --variant $CMA1 \
+  --variant cma1s:HETCCL_SHM_CMA=1,HETCCL_SHM_CMA_STREAM=1 \
   --cases sendrecv:16M,all_gather:16M,reduce_scatter:16M,alltoall:16M,broadcast:16M
 group small 30 --n 2,8,16 --variant def: --variant rd:HETCCL_ALGO=rd --cases all_reduce:1K
 group ar 90 --n 2,4,8,16 --variant def: \
-  --variant pull:HETCCL_SHM_CMA=1,HETCCL_ALGO=pull --cases all_reduce:1M,all_reduce:64M
+  --variant pull:HETCCL_SHM_CMA=1,HETCCL_ALGO=pull,HETCCL_SHM_CMA_MIN=16K \
+  --cases all_reduce:1M,all_reduce:64M
 group thresh 50 --n 2,16 --variant $CMA0 --variant cma1m:HETCCL_SHM_CMA=1,HETCCL_SHM_CMA_MIN=32K \
   --cases sendrecv:64K..4M,all_gather:256K..16M
 group defaults 120 --n 2,4,8,16 --variant def: --cases all
