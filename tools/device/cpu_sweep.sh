@@ -49,6 +49,7 @@ PY=${SWEEP_PYTHON:-/opt/torch/.venv/bin/python3}
 VENV=/tmp/hetccl-peer
 BUILD=build-sweep
 export NCCL_NVLS_ENABLE=0 PYTHONUNBUFFERED=1
+[ -d /opt/torch/.venv/bin ] && export PATH=/opt/torch/.venv/bin:$PATH  # meson, ninja
 elapsed() { echo $(( $(date +%s) - START )); }
 log() { echo "[$(elapsed) s] $*" | tee -a "$OUT/log.txt"; }
 
