@@ -4,8 +4,10 @@ Names and argument orders follow CuPy's module (`NcclCommunicator(ndev,
 commId, rank)`, `allReduce(sendbuf, recvbuf, count, datatype, op, stream)`,
 `get_unique_id()`, `groupStart()`, the NCCL_* constants), so code written
 for CuPy runs here by changing the import. Buffers and streams are raw
-addresses (int); `hetccl.buffers` turns numpy / CuPy / torch arrays into
-(ptr, count, dtype). Host buffers take stream 0.
+addresses (int), as in CuPy; an array passed there is refused with a
+TypeError naming the argument: `hetccl.buffers` turns numpy / CuPy / torch
+arrays into (ptr, count, dtype), and `hetccl.Communicator` (hetccl.arrays)
+takes the arrays themselves. Host buffers take stream 0.
 
 A communicator the program drops without destroy() is destroyed when it
 is collected (or at interpreter exit), as CuPy's is; one made with
@@ -23,6 +25,7 @@ createPreMulSum / destroyRedOp, finalize, backend, poll, wait.
 from __future__ import annotations
 
 import operator
+import os
 import time
 import weakref
 from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
@@ -92,6 +95,8 @@ available: bool = _available()
 def _address(value: Any, what: str, method: str) -> int:
     """An address argument of the pointer API as an int. An array here is
     the common slip: name the argument and the array API that takes it."""
+    if isinstance(value, _ffi.CData):  # a cffi pointer, as the library's own calls give
+        return int(_ffi.cast("uintptr_t", value))
     try:
         return operator.index(value)
     except TypeError:
@@ -225,7 +230,8 @@ class NcclCommunicator:
         self._comm = handle
         self._in_progress = fn if res == IN_PROGRESS else None
         if handle != _ffi.NULL:
-            self._finalizer = weakref.finalize(self, _drop, int(_ffi.cast("uintptr_t", handle)))
+            self._finalizer = weakref.finalize(self, _drop, int(_ffi.cast("uintptr_t", handle)),
+                                               os.getpid())
 
     @classmethod
     def _made(cls, handle: Any, res: int, fn: str, nonblocking: bool
@@ -527,11 +533,15 @@ class NcclCommunicator:
                    self._ready(), _stream(stream, m))
 
 
-def _drop(handle: int) -> None:
+def _drop(handle: int, owner: int) -> None:
     """The finalizer of an owned communicator the program never destroyed:
     ncclCommDestroy, or ncclCommAbort where something is still in progress
     or failed (destroy would wait on peers that may be gone). Never raises:
-    it runs from the garbage collector or at exit."""
+    it runs from the garbage collector or at exit. A forked child's copy of
+    the object is not the communicator (its threads stayed in the parent):
+    only the process that made it destroys it."""
+    if os.getpid() != owner:
+        return
     try:
         L = _lib.lib()
         comm = _ffi.cast("ncclComm_t", handle)
