@@ -346,3 +346,41 @@ def test_nonblocking_communicators_are_returned() -> None:
         assert pending in ("ncclCommInitRankConfig", None)
         assert x == [3.0] * 5 and done is True and y == [6.0] * 3
     assert any(r[0] == "ncclCommInitRankConfig" for r in results), results
+
+
+def _forked_child_drops_a_copy() -> list:
+    """A child forked after init drops its copy of the communicators; the
+    parent's stay usable."""
+    import gc
+    import time
+
+    from hetccl import nccl as n
+
+    comms = n.NcclCommunicator.initAll(2)
+    pid = os.fork()
+    if pid == 0:
+        del comms
+        gc.collect()
+        os._exit(0)
+    deadline, status = time.monotonic() + 30, None
+    while status is None and time.monotonic() < deadline:
+        done, code = os.waitpid(pid, os.WNOHANG)
+        status = code if done else None
+        time.sleep(0.01)
+    if status is None:
+        os.kill(pid, 9)
+    sizes = [c.size() for c in comms]
+    for c in comms:
+        c.destroy()
+    return [status, sizes]
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.usefixtures("hetccl_library")
+def test_a_forked_copy_is_not_destroyed() -> None:
+    """The finalizer runs ncclCommDestroy only in the process that made the
+    communicator: in a fork its threads are absent and destroy would wait."""
+    import hetccl
+
+    status, sizes = hetccl.launch(_forked_child_drops_a_copy, 1, timeout=100)[0]
+    assert status == 0 and sizes == [2, 2]
