@@ -192,21 +192,15 @@ def test_run_names_a_rank_killed_by_a_signal() -> None:
 
 @pytest.mark.timeout(TIMEOUT)
 def test_run_timeout() -> None:
+    """Status 124, and the ranks still running named (it said only
+    "timeout"; which rank hung was left to guess)."""
     start = time.monotonic()
-    proc = hetccl("run", "-n", "2", "--timeout", "2", "--", sys.executable, "-c",
-                  "import time; time.sleep(100)")
+    proc = hetccl("run", "-n", "3", "--timeout", "2", "--", sys.executable, "-c",
+                  "import os, time; time.sleep(100 if os.environ['RANK'] != '0' else 0)")
     assert proc.returncode == 124
     assert time.monotonic() - start < 30
-    assert "hetccl run: timeout after 2 s with ranks 0, 1 of 2 still running; stopping every " \
+    assert "hetccl run: timeout after 2 s with ranks 1, 2 of 3 still running; stopping every " \
         "rank" in proc.stderr, proc.stderr
-
-
-@pytest.mark.timeout(TIMEOUT)
-def test_run_timeout_names_the_ranks_still_running() -> None:
-    proc = hetccl("run", "-n", "3", "--timeout", "3", "--", sys.executable, "-c",
-                  "import os, time; time.sleep(100 if os.environ['RANK'] == '1' else 0)")
-    assert proc.returncode == 124
-    assert "timeout after 3 s with rank 1 of 3 still running" in proc.stderr, proc.stderr
 
 
 def test_run_without_command() -> None:
