@@ -12,14 +12,16 @@
 #
 # What it does, printing progress, every table and JSON under $OUT:
 #   build   libhetccl and hetccl-perf (meson + ninja, release) in build-sweep
-#   peer    a venv (--system-site-packages: numpy is there) with MPICH's wheel,
-#           mpi4py and cffi from .whl/cp312; checks that mpiexec runs and
-#           that mpi4py loads MPICH (tools/bench_cpu.py checks every run too)
+#   peer    a venv with MPICH's wheel, mpi4py, cffi and numpy from .whl/cp312;
+#           checks that mpiexec runs, that mpi4py loads MPICH (bench_cpu.py
+#           checks every run too) and that hetccl's package imports
 #   host    CPUs, caches, NUMA, huge pages, ptrace scope, and the copy
 #           profile that the shm transport's single-copy default reads
 #           (transport/shm/shm_host.c), with the default it chose
 #   groups  tools/bench_cpu.py --peer mpich, paired medians, each hetccl
 #           setting (--variant) against the same MPICH run of an alternation:
+#             defaults  every case (--cases all) at n = 2,4,8,16 with no knob
+#                     set, 5 alternations: the acceptance table
 #             colls   sendrecv, all_gather, reduce_scatter, alltoall, broadcast
 #                     of 16 MiB at n = 2,4,8,16: ring (HETCCL_SHM_CMA=0)
 #                     against reads (=1: the pull algorithms), and reads
@@ -30,11 +32,10 @@
 #             thresh  sendrecv 64 KiB..4 MiB and all_gather 256 KiB..16 MiB at
 #                     n = 2 and 16, ring against reads from 32 KiB: where
 #                     single copy starts to pay (HETCCL_SHM_CMA_MIN)
-#             defaults  every case with no knob set, n = 2..16, as time allows
 #           A group starts only if the time left allows its estimate.
 # Knobs: SWEEP_LIMIT_S (default 500: seconds from the start after which no
 # group starts), SWEEP_REPS (3), SWEEP_GROUPS (default: all, in the order above),
-# SWEEP_PYTHON (/opt/torch/.venv/bin/python3), SWEEP_WHEELS (.whl/cp312).
+# SWEEP_PYTHON (/opt/torch/.venv/bin/python3), SWEEP_WHEELS (.whl/cp312), SWEEP_N.
 # $OUT gets log.txt, host.txt, tables.txt and one JSON per group (8 files at most).
 set -u
 START=$(date +%s)
@@ -42,10 +43,11 @@ OUT=${OUT:-/tmp/cpu_sweep_out}
 mkdir -p "$OUT"
 LIMIT=${SWEEP_LIMIT_S:-500}
 REPS=${SWEEP_REPS:-3}
-SET=${SWEEP_GROUPS:-colls small ar thresh defaults}
+SET=${SWEEP_GROUPS:-defaults colls small ar thresh}
 WHEELS=${SWEEP_WHEELS:-.whl/cp312}
 PY=${SWEEP_PYTHON:-/opt/torch/.venv/bin/python3}
 [ -x "$PY" ] || PY=python3
+NS=${SWEEP_N:+--n $SWEEP_N}  # SWEEP_N=2: every group at these n only (a quick check)
 VENV=/tmp/hetccl-peer
 BUILD=build-sweep
 export NCCL_NVLS_ENABLE=0 PYTHONUNBUFFERED=1
@@ -60,10 +62,13 @@ if ! { [ -f $BUILD/build.ninja ] || meson setup $BUILD --buildtype=release >/dev
 fi
 PERF=$BUILD/tools/perf/hetccl-perf
 
-log "peer: venv with MPICH, mpi4py, cffi from .whl/cp312"
+# The venv's own numpy too: --system-site-packages reaches the base
+# interpreter's packages, and /opt/torch/.venv is itself a venv whose numpy
+# it does not see (the first run of this script failed on that).
+log "peer: venv with MPICH, mpi4py, cffi, numpy from $WHEELS"
 if ! { $PY -m venv --system-site-packages $VENV &&
        $VENV/bin/pip install -q --no-index --find-links "$WHEELS" --ignore-installed \
-         mpich mpi4py cffi pycparser; } >>"$OUT/log.txt" 2>&1; then
+         mpich mpi4py cffi pycparser numpy; } >>"$OUT/log.txt" 2>&1; then
   log "FAIL: peer install"; exit 1
 fi
 VPY=$VENV/bin/python
@@ -71,6 +76,9 @@ LD_LIBRARY_PATH=$VENV/lib MPI4PY_LIBMPI=$VENV/lib/libmpi.so.12 MPI4PY_MPIABI=mpi
   "from mpi4py import MPI; print('mpi4py loads:', MPI.Get_library_version().splitlines()[0])" \
   2>&1 | tee -a "$OUT/log.txt"
 $VENV/bin/mpiexec --version 2>&1 | head -3 | tee -a "$OUT/log.txt"
+if ! PYTHONPATH=python $VPY -c "import numpy, cffi, hetccl.cli" >>"$OUT/log.txt" 2>&1; then
+  log "FAIL: hetccl's package does not import in $VENV"; exit 1
+fi
 
 log "host"
 {
@@ -102,7 +110,7 @@ group() {
   {
     echo "## $name: $*"
     timeout $(( left + 20 )) $VPY tools/bench_cpu.py --perf $PERF --peer mpich \
-      --peer-python $VPY --reps "$REPS" --progress --json "$OUT/$name.json" "$@" \
+      --peer-python $VPY --reps "$REPS" --progress --json "$OUT/$name.json" "$@" $NS \
       2>>"$OUT/log.txt"
     echo "## $name: exit $? at $(elapsed) s"
   } | tee -a "$OUT/tables.txt"
@@ -110,6 +118,7 @@ group() {
 
 CMA0=cma0:HETCCL_SHM_CMA=0
 CMA1=cma1:HETCCL_SHM_CMA=1
+group defaults 270 --n 2,4,8,16 --variant def: --cases all --reps 5
 group colls 200 --n 2,4,8,16 --variant $CMA0 --variant $CMA1 \
   --variant cma1s:HETCCL_SHM_CMA=1,HETCCL_SHM_CMA_STREAM=1 \
   --cases sendrecv:16M,all_gather:16M,reduce_scatter:16M,alltoall:16M,broadcast:16M
@@ -119,5 +128,4 @@ group ar 90 --n 2,4,8,16 --variant def: \
   --cases all_reduce:1M,all_reduce:64M
 group thresh 50 --n 2,16 --variant $CMA0 --variant cma1m:HETCCL_SHM_CMA=1,HETCCL_SHM_CMA_MIN=32K \
   --cases sendrecv:64K..4M,all_gather:256K..16M
-group defaults 120 --n 2,4,8,16 --variant def: --cases all
 log "done"

@@ -181,24 +181,40 @@ static ncclResult_t seg_reserve(int fd, const char *name, size_t off, size_t len
   return ncclSystemError;
 }
 
-/* Single copy (CMA) when HETCCL_SHM_CMA is unset. The copies are what the
- * ranks wait on where there are more ranks than CPUs, and one copy beats
- * two. Otherwise it depends on the machine (shm_host.c): where the kernel's
- * copy keeps up with our streaming one (SHM_CMA_RATIO), one copy is half
- * the CPU work for the same memory traffic; where it does not, the ring's
- * two copies, one in cache, move bytes faster. Measured with
- * tools/bench_cpu.py and tools/device/cpu_sweep.sh (docs/host-engine.md).
- * Every rank of a host reads the same profile, so both sides of a pair
- * agree. */
+/* Single copy (CMA) when HETCCL_SHM_CMA is unset (docs/host-engine.md).
+ *
+ * With more ranks than CPUs, the copies are what the ranks wait on, and
+ * one copy beats two. Otherwise it is a matter of what bounds a copy. On a
+ * host of many cores one core's copy is a small share of what the memory
+ * moves, so the CPU is the bound and one copy per byte (the receiver's)
+ * beats the ring's two (16-core machine, MPICH 5.0.2 beside it: sendrecv of
+ * 16 MiB at n = 2 went from 0.36-0.55 x MPICH through the ring to
+ * 1.11-1.36 x by process_vm_readv, allgather from 0.65-0.96 to 1.03-1.19).
+ * On a host of few cores (the 2-core development VM) two cores' copies
+ * already fill the memory, and the ring moves bytes in two passes over
+ * memory (the slot stays in cache, the receiver stores past the cache)
+ * where the kernel's copy makes three (it reads each destination line for
+ * ownership): the ring ran 10-30 % ahead there. Hence SHM_CMA_MIN_CPUS.
+ * The host's copy profile (shm_host.c, measured once per boot) keeps the
+ * ring where process_vm_readv is far slower than a copy (SHM_CMA_RATIO:
+ * a kernel or sandbox that makes it costly). Every rank of a host reads
+ * the same CPU count and profile, so both sides of a pair agree. */
 static int cma_default(const hetccl_transport_args_t *args) {
   if (args->oversubscribed) return 1;
+  long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+  if (ncpu < SHM_CMA_MIN_CPUS) {
+    INFO(HETCCL_SHM | HETCCL_INIT, "shm: single copy off by default here: %ld CPUs (fewer "
+         "than %d: the ring's copies are bound by memory, not by the CPUs)", ncpu,
+         SHM_CMA_MIN_CPUS);
+    return 0;
+  }
   hetccl_shm_host_t h;
   hetccl_shm_host_profile(&h);
   int on = h.cma_gbps > 0 && h.cma_gbps >= SHM_CMA_RATIO * h.stream_gbps;
-  INFO(HETCCL_SHM | HETCCL_INIT, "shm: single copy %s by default here: process_vm_readv %.1f "
-       "GB/s, streaming copy %.1f GB/s (ratio %.2f, threshold %.2f)", on ? "on" : "off",
-       h.cma_gbps, h.stream_gbps, h.stream_gbps > 0 ? h.cma_gbps / h.stream_gbps : 0.0,
-       SHM_CMA_RATIO);
+  INFO(HETCCL_SHM | HETCCL_INIT, "shm: single copy %s by default here: %ld CPUs, "
+       "process_vm_readv %.1f GB/s, streaming copy %.1f GB/s (ratio %.2f, at least %.2f wanted)",
+       on ? "on" : "off", ncpu, h.cma_gbps, h.stream_gbps,
+       h.stream_gbps > 0 ? h.cma_gbps / h.stream_gbps : 0.0, SHM_CMA_RATIO);
   return on;
 }
 

@@ -29,9 +29,11 @@
 #define SHM_NAME_MAX 96
 #define SHM_STREAM_MIN (1u << 20)             /* receives this large copy out with streaming stores */
 #define SHM_LIVENESS_NS 100000000LL           /* idle time before we look at the peer */
-/* Single copy by default where process_vm_readv moves at least this share
- * of what our streaming copy does (shm.c: cma_default). */
-#define SHM_CMA_RATIO 0.8
+/* Single copy by default on hosts of at least SHM_CMA_MIN_CPUS CPUs where
+ * process_vm_readv moves at least SHM_CMA_RATIO of what our streaming copy
+ * does (shm.c: cma_default). */
+#define SHM_CMA_MIN_CPUS 8
+#define SHM_CMA_RATIO 0.3
 
 /* What the creator writes in page 0 before publishing the name. */
 typedef struct shm_seg_hdr {
