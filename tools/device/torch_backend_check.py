@@ -10,8 +10,9 @@ then 100 DDP steps on each; prints PASS/FAIL per collective.
 
 --devices: one entry per rank, "cpu" or "cuda:N" (default: cuda:0,cuda:1,cpu
 with two GPUs, cuda:0,cuda:0,cpu with one: two processes then share the
-GPU). CPU ranks get HETCCL_DEVICE=host (torch's CUDA runtime is loaded in
-every rank, which would make it a CUDA rank). Library: $HETCCL_LIBRARY,
+GPU). No HETCCL_* variable reaches the ranks but HETCCL_LIBRARY (and those
+--env names): a rank's kind follows its tensors, as a user's job runs.
+Library: $HETCCL_LIBRARY,
 else what the package finds (a build*/ of this checkout). A collective
 passes when it passed on every rank; DDP passes when every rank's loss is
 within --ddp-rtol of gloo's at every step (the gloo run uses the same
@@ -56,6 +57,8 @@ def main() -> int:
     ap.add_argument("--timeout", type=float, default=300)
     ap.add_argument("--parts", default="collectives,ddp")
     ap.add_argument("--sanitize", type=int, default=None, metavar="RANK")
+    ap.add_argument("--env", action="append", default=[], metavar="VAR=VALUE",
+                    help="a variable every rank gets (repeatable), HETCCL_* ones included")
     args = ap.parse_args()
     devices = (args.devices or default_devices()).split(",")
     n = len(devices)
@@ -68,8 +71,11 @@ def main() -> int:
 
     with tempfile.TemporaryDirectory() as tmp:
         envs = []
+        base = {k: v for k, v in os.environ.items()
+                if not k.startswith("HETCCL_") or k == "HETCCL_LIBRARY"}
+        base.update(v.split("=", 1) for v in args.env)
         for rank in range(n):
-            env = dict(os.environ, T_RANK=str(rank), T_NRANKS=str(n),
+            env = dict(base, T_RANK=str(rank), T_NRANKS=str(n),
                        T_STORE=os.path.join(tmp, "store"), T_DEVICES=",".join(devices),
                        T_PARTS=args.parts, T_STEPS=str(args.steps),
                        NCCL_NVLS_ENABLE="0", TORCH_SYMM_MEM_DISABLE_MULTICAST="1",
