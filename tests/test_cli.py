@@ -304,9 +304,10 @@ dist.destroy_process_group()
 @pytest.mark.timeout(TIMEOUT)
 def test_run_an_unchanged_torch_script() -> None:
     pytest.importorskip("torch")
-    proc = hetccl("run", "-n", "2", "--", sys.executable, "-c", TORCH_JOB)
+    proc = hetccl("run", "-n", "2", "--tag-output", "--", sys.executable, "-c", TORCH_JOB)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert sorted(proc.stdout.splitlines()) == ["rank 0 of 2 sum 3", "rank 1 of 2 sum 3"]
+    assert sorted(proc.stdout.splitlines()) == ["[1,0]<stdout>:rank 0 of 2 sum 3",
+                                                "[1,1]<stdout>:rank 1 of 2 sum 3"]
 
 
 THREE_COMMUNICATORS = """
