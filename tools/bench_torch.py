@@ -12,6 +12,11 @@ the loss of both after the last step:
 
     python tools/bench_torch.py -n 4 --reps 5
     python tools/bench_torch.py -n 8 --sizes 1K,1M,16M --json out.json --plot out.png
+    python tools/bench_torch.py -n 8 --variant spin0:HETCCL_SPIN=0   # one more hetccl job
+
+A variant (`--variant LABEL:VAR=VALUE[,VAR=VALUE]`, repeatable) launches the
+hetccl job once more per repetition with those variables, in the same
+alternation; the table adds its time and its paired ratio against gloo.
 
 Timing: per size, warmup iterations, then a barrier and `iters` calls
 each waited on; a rank's time is the mean per call, the point's time the
@@ -36,7 +41,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional
 
 REPO = Path(__file__).resolve().parent.parent
 KIB, MIB = 1 << 10, 1 << 20
@@ -214,16 +219,20 @@ def free_port() -> int:
 
 
 def launch(backend: str, args: argparse.Namespace) -> List[Dict[str, Any]]:
+    """One job on `backend` ("gloo", "hetccl" or a variant's "hetccl:LABEL")."""
     port = free_port()
     procs = []
     base = {k: v for k, v in os.environ.items() if not k.startswith("HETCCL_")}
+    base.update(args.variant_env.get(backend, {}))
+    if "HETCCL_LIBRARY" in os.environ:
+        base["HETCCL_LIBRARY"] = os.environ["HETCCL_LIBRARY"]
     base["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO / "python"),
                                                        base.get("PYTHONPATH")]))
     for rank in range(args.n):
         env = dict(base, RANK=str(rank), WORLD_SIZE=str(args.n), LOCAL_RANK=str(rank),
                    MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), OMP_NUM_THREADS=str(
                        max(1, (os.cpu_count() or 1) // args.n)))
-        cmd = [sys.executable, __file__, "--as-rank", "--backend", backend,
+        cmd = [sys.executable, __file__, "--as-rank", "--backend", backend.split(":")[0],
                "--sizes", ",".join(map(str, args.sizes)), "--colls", ",".join(args.colls),
                "--ddp-steps", str(args.ddp_steps), "--ddp-params", str(args.ddp_params),
                "--warmup", str(args.warmup), "--budget", str(args.budget)]
@@ -276,6 +285,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     ap.add_argument("--budget", type=float, default=0.05,
                     help="about this many seconds of calls per point")
     ap.add_argument("--timeout", type=float, default=600)
+    ap.add_argument("--variant", action="append", default=[], metavar="LABEL:VAR=VALUE,...",
+                    help="one more hetccl job per repetition with these variables")
     ap.add_argument("--json", help="write every launch's summary here")
     ap.add_argument("--plot", help="a PNG of the ratios (needs matplotlib)")
     ap.add_argument("--as-rank", action="store_true", help=argparse.SUPPRESS)
@@ -291,9 +302,17 @@ def main(argv: Optional[List[str]] = None) -> int:
     bad = [c for c in args.colls if c not in COLLS]
     if bad:
         ap.error(f"unknown collectives {bad}: choose from {', '.join(COLLS)}")
-    runs: Dict[str, List[Dict[str, Any]]] = {b: [] for b in BACKENDS}
+    args.variant_env = {}
+    for v in args.variant:
+        label, _, assigns = v.partition(":")
+        pairs = [a.split("=", 1) for a in assigns.split(",") if a]
+        if not label or not pairs or any(len(p) != 2 for p in pairs):
+            ap.error(f"--variant {v!r}: LABEL:VAR=VALUE[,VAR=VALUE]")
+        args.variant_env[f"hetccl:{label}"] = dict(pairs)
+    backends = list(BACKENDS) + list(args.variant_env)
+    runs: Dict[str, List[Dict[str, Any]]] = {b: [] for b in backends}
     for rep in range(args.reps):
-        order = BACKENDS if rep % 2 == 0 else BACKENDS[::-1]
+        order = backends if rep % 2 == 0 else backends[::-1]
         for backend in order:
             t0 = time.monotonic()
             runs[backend].append(job_summary(launch(backend, args)))
@@ -310,30 +329,36 @@ def main(argv: Optional[List[str]] = None) -> int:
 
 def table(args: argparse.Namespace, runs: Dict[str, List[Dict[str, Any]]]) -> List[Dict[str, Any]]:
     rows = []
+    variants = [b for b in runs if b not in BACKENDS]
     print(f"# torch.distributed on CPU tensors, n={args.n} on {os.cpu_count()} CPUs, "
           f"{args.reps} alternating launches each; times are the slowest rank's")
-    print(f"| op | size | gloo | hetccl | ratio | paired | wins |")
-    print("| --- | --- | --- | --- | --- | --- | --- |")
-    keys = list(runs["gloo"][0]["points"])
+    extra = "".join(f" {v} | paired |" for v in variants)
+    print(f"| op | size | gloo | hetccl | ratio | paired | wins |{extra}")
+    print("| --- " * (7 + 2 * len(variants)) + "|")
+
+    def series(backend: str, key: str) -> List[float]:
+        return [r["ddp"]["step"] if key == "ddp" else r["points"][key] for r in runs[backend]]
+
+    keys = list(runs["gloo"][0]["points"]) + (["ddp"] if runs["gloo"][0]["ddp"] else [])
     for key in keys:
-        g = [r["points"][key] for r in runs["gloo"]]
-        h = [r["points"][key] for r in runs["hetccl"]]
-        rows.append(row(key.split("/")[0], int(key.split("/")[1]), g, h))
-    if runs["gloo"][0]["ddp"]:
-        g = [r["ddp"]["step"] for r in runs["gloo"]]
-        h = [r["ddp"]["step"] for r in runs["hetccl"]]
-        rows.append(row("ddp_step", 0, g, h))
+        g = series("gloo", key)
+        op, size = ("ddp_step", 0) if key == "ddp" else (key.split("/")[0], int(key.split("/")[1]))
+        r = row(op, size, g, series("hetccl", key))
+        r["variants"] = {v: row(op, size, g, series(v, key)) for v in variants}
+        rows.append(r)
     for r in rows:
         size = size_text(r["size"]) if r["size"] else f"{runs['gloo'][0]['ddp']['params'] / 1e6:.1f} M params"
+        cols = "".join(f" {fmt(r['variants'][v]['hetccl'])} | {r['variants'][v]['paired']:.2f} |"
+                       for v in variants)
         print(f"| {r['op']} | {size} | {fmt(r['gloo'])} | {fmt(r['hetccl'])} | "
-              f"{r['ratio']:.2f} | {r['paired']:.2f} | {r['wins']}/{len(r['pairs'])} |")
+              f"{r['ratio']:.2f} | {r['paired']:.2f} | {r['wins']}/{len(r['pairs'])} |{cols}")
     if runs["gloo"][0]["ddp"]:
         lg = runs["gloo"][-1]["ddp"]["losses"]
         lh = runs["hetccl"][-1]["ddp"]["losses"]
         rel = max(abs(a - b) / max(abs(b), 1e-30) for a, b in zip(lh, lg))
         print(f"# DDP loss after the last step, rank 0: gloo {lg[0]:.9g}, hetccl {lh[0]:.9g}; "
               f"largest relative difference over ranks {rel:.2g}")
-        for b in BACKENDS:
+        for b in runs:
             d = runs[b][-1]["ddp"]
             extra = (f"compute alone (no_sync) {d['compute'] * 1e3:.1f} ms, "
                      if "compute" in d else "")
