@@ -79,20 +79,12 @@ def vendors() -> List[Tuple[str, int, str]]:
     return _backends(L.hetcclVendorCount, L.hetcclVendorInfo)
 
 
-def include_dir() -> Path:
-    """Where nccl.h and hetccl.h are: the package's include/ (installed),
-    else the source checkout's."""
-    pkg = Path(__file__).resolve().parent
-    inside = pkg / "include"
-    return inside if (inside / "nccl.h").is_file() else pkg.parent.parent / "include"
-
-
 def build_flags(cflags: bool, libs: bool) -> str:
     """What a C build needs: -I for the headers; -L, -l and an rpath for
     the library this package loads."""
     out = []
     if cflags:
-        out.append(f"-I{include_dir()}")
+        out.append(f"-I{_lib.include_dir()}")
     if libs:
         lib = _lib.library_path()
         name = lib.name[3:].split(".so")[0] if lib.name.startswith("lib") else "hetccl"
