@@ -72,8 +72,9 @@ def _every_collective(count: int) -> List[Any]:
     comm.scatter(full[0] if r == 0 else None, sc, root=0)
     check("scatter", sc, full[0][r * count:(r + 1) * count])
     ring = np.zeros(count, np.float32)
+    out = rng(r, count)  # alive until groupEnd, when the send reads it
     hetccl.groupStart()
-    comm.send(rng(r, count), (r + 1) % n)
+    comm.send(out, (r + 1) % n)
     comm.recv(ring, (r - 1) % n)
     hetccl.groupEnd()
     check("send/recv", ring, rng((r - 1) % n, count))

@@ -24,6 +24,9 @@ Contract:
   complete, on a nonblocking communicator too (it waits for the library's
   ncclInProgress to clear). Device arrays are enqueued on their stream and
   the call returns at once, as NCCL does.
+- Inside groupStart() / groupEnd() the library reads and writes the
+  arrays at groupEnd, as NCCL does: keep every array alive until then (a
+  temporary passed to send is freed before groupEnd reads it).
 - Each method returns its output array (the input for in-place forms), so
   that `y = comm.all_reduce(x)` reads naturally.
 """
