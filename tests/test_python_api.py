@@ -53,6 +53,29 @@ def test_torch_buffers() -> None:
     assert buffers.as_buffer(t) == (t.data_ptr(), 6, nccl.NCCL_BFLOAT16)
 
 
+def test_one_dtype_table_for_numpy_and_torch() -> None:
+    """hetccl.dtypes serves buffers, arrays and the torch backend (each had
+    its own map): a torch dtype and the numpy dtype of the same name have
+    one NCCL type and one size."""
+    torch = pytest.importorskip("torch")
+    from hetccl import dtypes, torch_backend
+
+    for code, name in dtypes.NAME.items():
+        if not hasattr(torch, name):
+            continue
+        t = torch.zeros(3, dtype=getattr(torch, name))
+        assert torch_backend.nccl_dtype(t.dtype) == buffers.as_buffer(t).dtype == code, name
+        assert t.element_size() == dtypes.ITEMSIZE[code], name
+        if name not in ("bfloat16", "float8_e4m3fn", "float8_e5m2"):
+            assert dtypes.numpy_dtype(code).itemsize == dtypes.ITEMSIZE[code], name
+            assert buffers.nccl_dtype(np.dtype(name)) == code, name
+    assert torch_backend.nccl_dtype(torch.bool) == nccl.NCCL_UINT8
+    with pytest.raises(TypeError, match="int16 in a reduction .*reductions take int8"):
+        torch_backend.nccl_dtype(torch.int16)
+    with pytest.raises(TypeError, match="no NCCL data type for .*int16"):
+        buffers.nccl_dtype(np.int16)
+
+
 def test_scalar_bytes() -> None:
     assert buffers.scalar_bytes(3, nccl.NCCL_INT32) == (3).to_bytes(4, "little")
     assert buffers.scalar_bytes(0.5, nccl.NCCL_FLOAT16) == np.float16(0.5).tobytes()

@@ -7,6 +7,8 @@ replaces libnccl.so.2 under LD_PRELOAD:
 - `hetccl.arrays`: a Communicator whose collectives take numpy / CuPy /
   torch / DLPack arrays (dtype, count and stream read from them);
 - `hetccl.buffers`: numpy / CuPy / torch arrays as (ptr, count, dtype);
+- `hetccl.dtypes`: element types and their NCCL data types, one table for
+  numpy, ml_dtypes and torch (by name: torch is not imported);
 - `hetccl.discovery`: rank and unique id from torchrun, mpirun, srun or
   `hetccl run` (`init_from_env()`);
 - `hetccl.launcher`: N local ranks of a function or of a command;

@@ -37,6 +37,7 @@ from typing import Any, Optional, Union
 
 from . import nccl
 from .buffers import ArrayRef, describe
+from .dtypes import NAME
 from .nccl import NcclCommunicator, UniqueId
 
 OPS = {"sum": nccl.NCCL_SUM, "prod": nccl.NCCL_PROD, "max": nccl.NCCL_MAX,
@@ -241,6 +242,4 @@ class Communicator:
 
 
 def _tname(ref: ArrayRef) -> str:
-    from .buffers import _NUMPY_NAME
-
-    return _NUMPY_NAME.get(ref.dtype, str(ref.dtype))
+    return NAME.get(ref.dtype, str(ref.dtype))

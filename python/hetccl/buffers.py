@@ -21,64 +21,14 @@ from typing import Any, Dict, NamedTuple, Optional, Tuple
 
 import numpy as np
 
-from . import nccl
-
-# dtype name (numpy / ml_dtypes names, and torch's without "torch.") -> ncclDataType_t
-_BY_NAME: Dict[str, int] = {
-    "int8": nccl.NCCL_INT8, "uint8": nccl.NCCL_UINT8,
-    "int32": nccl.NCCL_INT32, "uint32": nccl.NCCL_UINT32,
-    "int64": nccl.NCCL_INT64, "uint64": nccl.NCCL_UINT64,
-    "float16": nccl.NCCL_FLOAT16, "half": nccl.NCCL_FLOAT16,
-    "float32": nccl.NCCL_FLOAT32, "float": nccl.NCCL_FLOAT32,
-    "float64": nccl.NCCL_FLOAT64, "double": nccl.NCCL_FLOAT64,
-    "bfloat16": nccl.NCCL_BFLOAT16,
-    "float8_e4m3fn": nccl.NCCL_FLOAT8E4M3, "float8_e5m2": nccl.NCCL_FLOAT8E5M2,
-    "bool": nccl.NCCL_UINT8,
-}
-
-_NUMPY_NAME: Dict[int, str] = {
-    nccl.NCCL_INT8: "int8", nccl.NCCL_UINT8: "uint8", nccl.NCCL_INT32: "int32",
-    nccl.NCCL_UINT32: "uint32", nccl.NCCL_INT64: "int64", nccl.NCCL_UINT64: "uint64",
-    nccl.NCCL_FLOAT16: "float16", nccl.NCCL_FLOAT32: "float32", nccl.NCCL_FLOAT64: "float64",
-    nccl.NCCL_BFLOAT16: "bfloat16", nccl.NCCL_FLOAT8E4M3: "float8_e4m3fn",
-    nccl.NCCL_FLOAT8E5M2: "float8_e5m2",
-}
-
-ITEMSIZE: Dict[int, int] = {
-    nccl.NCCL_INT8: 1, nccl.NCCL_UINT8: 1, nccl.NCCL_INT32: 4, nccl.NCCL_UINT32: 4,
-    nccl.NCCL_INT64: 8, nccl.NCCL_UINT64: 8, nccl.NCCL_FLOAT16: 2, nccl.NCCL_FLOAT32: 4,
-    nccl.NCCL_FLOAT64: 8, nccl.NCCL_BFLOAT16: 2, nccl.NCCL_FLOAT8E4M3: 1,
-    nccl.NCCL_FLOAT8E5M2: 1,
-}
+# nccl_dtype and numpy_dtype stay importable from here, where they were first.
+from .dtypes import ITEMSIZE, SUPPORTED, nccl_dtype, numpy_dtype  # noqa: F401
 
 
 class Buffer(NamedTuple):
     ptr: int
     count: int
     dtype: int  # ncclDataType_t
-
-
-def nccl_dtype(dtype: Any) -> int:
-    """ncclDataType_t of a numpy / ml_dtypes / torch dtype (or its name)."""
-    name = str(dtype).replace("torch.", "")
-    if not isinstance(dtype, str):
-        try:
-            name = np.dtype(dtype).name
-        except TypeError:
-            pass
-    if name not in _BY_NAME:
-        raise TypeError(f"no NCCL data type for {dtype!r}")
-    return _BY_NAME[name]
-
-
-def numpy_dtype(datatype: int) -> np.dtype:
-    """The numpy dtype of an ncclDataType_t (bfloat16 / fp8 need ml_dtypes)."""
-    name = _NUMPY_NAME[int(datatype)]
-    if name in ("bfloat16", "float8_e4m3fn", "float8_e5m2"):
-        import ml_dtypes  # optional dependency, only for these three
-
-        return np.dtype(getattr(ml_dtypes, name))
-    return np.dtype(name)
 
 
 def _contiguous_error(obj: Any) -> ValueError:
@@ -152,8 +102,7 @@ def _dtype_or_error(obj: Any, dtype: Any) -> int:
         return nccl_dtype(dtype)
     except TypeError:
         raise TypeError(f"{type(obj).__name__} of element type {dtype}: no NCCL data type "
-                        f"(supported: {', '.join(sorted(set(_NUMPY_NAME.values())))}, bool)") \
-            from None
+                        f"(supported: {SUPPORTED})") from None
 
 
 def _torch_ref(t: Any, stream: Optional[int]) -> ArrayRef:

@@ -92,6 +92,7 @@ import torch.distributed as dist
 from torch._C._distributed_c10d import Backend as _C10dBackend
 
 from . import _lib
+from . import dtypes as _dtypes
 from . import nccl as _nccl
 from .errors import check
 from .nccl import NcclCommunicator, _uid_struct, get_unique_id
@@ -104,19 +105,6 @@ STORE_KEY = "hetccl/unique_id"
 DEVICE_HOST, DEVICE_CUDA = 1, 2  # hetcclDevice_t (include/hetccl.h)
 _WAITED = SimpleNamespace(asyncOp=False)  # options of an operation the backend waits for
 
-_NCCL_DTYPE = {
-    torch.int8: _nccl.NCCL_INT8, torch.uint8: _nccl.NCCL_UINT8,
-    torch.int32: _nccl.NCCL_INT32, torch.int64: _nccl.NCCL_INT64,
-    torch.float16: _nccl.NCCL_FLOAT16, torch.bfloat16: _nccl.NCCL_BFLOAT16,
-    torch.float32: _nccl.NCCL_FLOAT32, torch.float64: _nccl.NCCL_FLOAT64,
-    torch.bool: _nccl.NCCL_UINT8,
-}
-for _name, _code in (("uint32", _nccl.NCCL_UINT32), ("uint64", _nccl.NCCL_UINT64),
-                     ("float8_e4m3fn", _nccl.NCCL_FLOAT8E4M3),
-                     ("float8_e5m2", _nccl.NCCL_FLOAT8E5M2)):
-    if hasattr(torch, _name):  # these dtypes are newer than some torch 2.x
-        _NCCL_DTYPE[getattr(torch, _name)] = _code
-
 _RedOp = dist.ReduceOp.RedOpType
 _NCCL_OP = {_RedOp.SUM: _nccl.NCCL_SUM, _RedOp.PRODUCT: _nccl.NCCL_PROD,
             _RedOp.MIN: _nccl.NCCL_MIN, _RedOp.MAX: _nccl.NCCL_MAX,
@@ -127,11 +115,12 @@ _BOOL_OP = {_RedOp.SUM: _nccl.NCCL_MAX, _RedOp.PRODUCT: _nccl.NCCL_MIN,
 
 def nccl_dtype(dtype: torch.dtype) -> int:
     """The ncclDataType_t a reduction of `dtype` runs in; TypeError if none."""
-    if dtype not in _NCCL_DTYPE:
-        names = ", ".join(str(d).replace("torch.", "") for d in _NCCL_DTYPE)
+    try:
+        return _dtypes.nccl_dtype(dtype)
+    except TypeError:
         raise TypeError(f"hetccl backend: no NCCL data type for {dtype} in a reduction "
-                        f"(reductions take {names}; complex64/128 for SUM and AVG)")
-    return _NCCL_DTYPE[dtype]
+                        f"(reductions take {_dtypes.SUPPORTED}; complex64/128 for SUM and "
+                        "AVG)") from None
 
 
 def _bytes(t: torch.Tensor) -> torch.Tensor:
