@@ -8,7 +8,7 @@
 #ifndef HETCCL_API_H
 #define HETCCL_API_H
 
-#include "core/dispatch.h"
+#include "entry/dispatch.h"
 #include "nccl.h"
 
 #define HETCCL_EXPORT __attribute__((visibility("default")))

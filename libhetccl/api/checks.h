@@ -8,7 +8,7 @@
 #ifndef HETCCL_API_CHECKS_H
 #define HETCCL_API_CHECKS_H
 
-#include "core/dispatch.h"
+#include "entry/dispatch.h"
 
 ncclResult_t check_null(const char *fn, const char *name);
 ncclResult_t check_dtype(const char *fn, ncclDataType_t dtype);

@@ -22,10 +22,10 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "core/comm.h"
-#include "core/dataplane.h"
-#include "core/devpath.h"
-#include "core/group_streams.h"
+#include "comm/comm.h"
+#include "exec/dataplane.h"
+#include "exec/devpath.h"
+#include "exec/group_streams.h"
 #include "plane/plane.h"
 #include "runtime/runtime.h"
 #include "util/knobs.h"

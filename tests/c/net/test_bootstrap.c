@@ -23,7 +23,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "core/bootstrap.h"
+#include "comm/bootstrap.h"
 #include "util/knobs.h"
 #include "util/log.h"
 #include "util/net.h"

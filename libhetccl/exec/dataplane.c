@@ -1,0 +1,309 @@
+/* The core's side of the cross-island data plane (dataplane.h). */
+#include "exec/dataplane.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "comm/proxy.h"
+#include "exec/trace_points.h"
+#include "p2p/engine.h"
+#include "plane/plane.h"
+#include "transport/ib/ib_mem.h"
+#include "util/check.h"
+#include "util/knobs.h"
+#include "util/log.h"
+
+/* --- set-up ------------------------------------------------------------------ */
+
+/* *hosts: 1 if the ranks span several hosts (then not with
+ * HETCCL_PLANE_HOSTS=one). */
+static int plane_applies(ncclComm_t comm, int *hosts) {
+  int n = comm->nranks, stages = 0;
+  *hosts = 0;
+  if (n < 2 || n > hetccl_knob_int(HETCCL_KNOB_PLANE_MAX_RANKS)) return 0;
+  const char *knob = hetccl_knob_str(HETCCL_KNOB_PLANE);
+  if (!strcmp(knob, "off")) return 0;
+  for (int r = 0; r < n; r++) {
+    *hosts |= comm->peers[r].host_hash != comm->peers[0].host_hash;
+    stages |= comm->peers[r].stages;
+  }
+  if (*hosts && !strcmp(hetccl_knob_str(HETCCL_KNOB_PLANE_HOSTS), "one")) return 0;
+  return stages || !strcmp(knob, "on");
+}
+
+/* --- the wire: how bridged channels cross hosts (plane.h) -------------------------- */
+
+/* The bridges' messages carry no operation signature (tag 0): their order
+ * is the plane's, and the core stamps its own before each operation it
+ * runs on the engine. */
+static ncclResult_t wire_isend(void *ctx, int peer, const void *buf, size_t bytes,
+                               hetccl_req_t *req) {
+  hetccl_engine_t *e = ((ncclComm_t)ctx)->engine;
+  hetccl_engine_set_tag(e, 0);
+  hetccl_engine_set_pull_ok(e, 0);
+  return hetccl_engine_isend(e, peer, buf, bytes, req);
+}
+
+static ncclResult_t wire_irecv(void *ctx, int peer, void *buf, size_t bytes, hetccl_req_t *req) {
+  hetccl_engine_t *e = ((ncclComm_t)ctx)->engine;
+  hetccl_engine_set_tag(e, 0);
+  return hetccl_engine_irecv(e, peer, buf, bytes, NULL, NULL, req);
+}
+
+static ncclResult_t wire_poll(void *ctx, int *idle) {
+  return hetccl_engine_progress(((ncclComm_t)ctx)->engine, idle);
+}
+
+static void wire_retract(void *handle) { (void)hetccl_ib_mem_deregister(handle); }
+
+static void wire_fail(void *ctx, ncclResult_t res) {
+  (void)hetccl_engine_fail(((ncclComm_t)ctx)->engine, res, NULL); /* its last error, as the note */
+}
+
+static ncclResult_t barrier(void *ctx) { return hetccl_bootstrap_barrier(ctx); }
+
+/* Whether every rank that passes device buffers can reduce on its device
+ * (asked here, not at every init: only a communicator with a plane loads a
+ * runtime compiler). *first is the first that cannot. */
+static ncclResult_t all_reduce_on_device(ncclComm_t comm, const hetccl_runtime_t *rt, int *all,
+                                         int *first) {
+  char why[256] = "";
+  int32_t mine = !rt || rt->reduce_available(why, sizeof(why));
+  if (!mine)
+    INFO(HETCCL_INIT, "rank %d: no device reductions here: %s", comm->rank, why);
+  int32_t *can = calloc((size_t)comm->nranks, sizeof(*can));
+  if (!can) {
+    WARN("ncclCommInitRank: out of memory for %d ranks", comm->nranks);
+    return ncclSystemError;
+  }
+  ncclResult_t res = hetccl_bootstrap_allgather(comm->bs, &mine, can, sizeof(mine));
+  *all = 1;
+  for (int r = 0; r < comm->nranks && res == ncclSuccess && *all; r++)
+    if (!can[r]) *all = 0, *first = r;
+  free(can);
+  return res;
+}
+
+ncclResult_t hetccl_dataplane_setup(ncclComm_t comm) {
+  int n = comm->nranks;
+  int hosts = 0;
+  if (!plane_applies(comm, &hosts)) return ncclSuccess;
+  comm->pids = malloc((size_t)n * sizeof(*comm->pids));
+  comm->plane_hosts = malloc((size_t)n * sizeof(*comm->plane_hosts));
+  if (!comm->pids || !comm->plane_hosts) {
+    WARN("ncclCommInitRank: out of memory for %d ranks", n);
+    return ncclSystemError;
+  }
+  for (int r = 0; r < n; r++) {
+    comm->pids[r] = comm->peers[r].pid;
+    comm->plane_hosts[r] = comm->peers[r].host_hash;
+  }
+  const hetccl_runtime_t *rt = NULL;
+  if (comm->ptr_kind != HETCCL_DEV_HOST) {
+    rt = hetccl_runtime_get(comm->ptr_kind);
+    unsigned need = HETCCL_RT_CAP_STREAMS | HETCCL_RT_CAP_HOST_REGISTER;
+    if (rt && (rt->caps & need) != need) rt = NULL;
+  }
+  int slow = -1, reduces = 0;
+  HETCCL_CHECK(all_reduce_on_device(comm, rt, &reduces, &slow));
+  hetccl_plane_args_t args = {
+      .rank = comm->rank, .nranks = n, .comm_id = comm->comm_id, .pids = comm->pids,
+      .user_ranks = comm->user_ranks, .rt = rt, .dev = comm->dev,
+      .hosts = hosts ? comm->plane_hosts : NULL,
+      .wire = {.ctx = comm, .isend = wire_isend, .irecv = wire_irecv, .poll = wire_poll,
+               .declare = hetccl_ib_mem_register, .retract = wire_retract, .fail = wire_fail},
+      .piece = (size_t)hetccl_knob_int(HETCCL_KNOB_PLANE_PIECE) & ~(size_t)4095,
+      .slots = (int)hetccl_knob_int(HETCCL_KNOB_PLANE_SLOTS),
+      .wide_min = (size_t)hetccl_knob_int(HETCCL_KNOB_PLANE_WIDE_MIN),
+      .timeout_ms = (int)hetccl_knob_int(HETCCL_KNOB_TIMEOUT) * 1000,
+      .abort_flag = &comm->abort_flag, .device_reduce = reduces,
+      .reduce_copy = !strcmp(hetccl_knob_str(HETCCL_KNOB_PLANE_REDUCE_READ), "copy"),
+      .urgent_streams = !strcmp(hetccl_knob_str(HETCCL_KNOB_PLANE_PRIORITY), "high"),
+      .stage_bytes = (size_t)hetccl_knob_int(HETCCL_KNOB_PLANE_STAGE),
+      .resident_blocks = (unsigned)hetccl_knob_int(HETCCL_KNOB_PLANE_RESIDENT),
+      .lane_streams = (int)hetccl_knob_int(HETCCL_KNOB_PLANE_LANE_STREAMS),
+      .copied = &comm->copied[HETCCL_COPIED_PLANE],
+      .barrier = barrier,
+      .barrier_ctx = comm->bs};
+  hetccl_plane_t *p = NULL;
+  ncclResult_t mine = hetccl_plane_create(&args, &p);
+  /* Everyone, or no one: a rank that could not make it says so. */
+  int32_t *all = calloc((size_t)n, sizeof(*all)), ok = mine == ncclSuccess;
+  ncclResult_t res = all ? hetccl_bootstrap_allgather(comm->bs, &ok, all, sizeof(ok))
+                         : ncclSystemError;
+  int failed = -1;
+  for (int r = 0; r < n && res == ncclSuccess && failed < 0; r++)
+    if (!all[r]) failed = r;
+  free(all);
+  if (res != ncclSuccess || failed >= 0) {
+    hetccl_plane_destroy(p);
+    if (res != ncclSuccess) return res;
+    INFO(HETCCL_INIT, "rank %d: no data plane (rank %d could not make it: see its log); device "
+         "buffers are staged through host memory", comm->rank, failed);
+    hetccl_last_error_clear();
+    return ncclSuccess;
+  }
+  comm->plane = p;
+  comm->plane_reduces = reduces;
+  if (!reduces)
+    INFO(HETCCL_INIT, "rank %d: rank %d cannot reduce on its device (see its log): reducing "
+         "collectives keep the engine, device buffers staged through host memory", comm->rank,
+         slow);
+  return ncclSuccess;
+}
+
+/* --- which tasks ----------------------------------------------------------------- */
+
+int hetccl_dataplane_takes(ncclComm_t comm, const hetccl_task_t *t) {
+  if (!comm->plane) return 0;
+  if (t->kind == HETCCL_TASK_COLL && hetccl_func_reduces(t->coll.func) && !comm->plane_reduces)
+    return 0;
+  return 1;
+}
+
+hetccl_task_t *hetccl_dataplane_split(ncclComm_t comm, hetccl_task_t **tasks) {
+  hetccl_task_t *taken = NULL, **ttail = &taken, **keep = tasks;
+  while (*keep) {
+    hetccl_task_t *t = *keep;
+    if (!hetccl_dataplane_takes(comm, t)) {
+      keep = &t->next;
+      continue;
+    }
+    *keep = t->next;
+    t->next = NULL;
+    *ttail = t;
+    ttail = &t->next;
+  }
+  return taken;
+}
+
+int hetccl_dataplane_on_device(const hetccl_task_t *tasks) {
+  for (const hetccl_task_t *t = tasks; t; t = t->next)
+    if (t->stage_send || t->stage_recv) return 1;
+  return 0;
+}
+
+/* Do all of tasks move their bytes through device buffers (device 1) or
+ * all through host buffers (device 0)? A WARN and ncclInvalidUsage if not. */
+static ncclResult_t one_kind(ncclComm_t comm, const hetccl_task_t *tasks, int device) {
+  for (const hetccl_task_t *t = tasks; t; t = t->next) {
+    int host = (t->in_bytes && !t->stage_send) || (t->out_bytes && !t->stage_recv);
+    int dev = t->stage_send || t->stage_recv;
+    if (device ? !host : !dev) continue;
+    WARN("rank %d: a group mixes device and host buffers on a communicator whose ranks are in "
+         "several islands; give each group buffers of one kind", comm->rank);
+    return ncclInvalidUsage;
+  }
+  return ncclSuccess;
+}
+
+/* The plane's view of tasks: an array, in call order. */
+static ncclResult_t to_plane(const hetccl_task_t *tasks, hetccl_plane_task_t **out, int *n) {
+  int k = 0;
+  for (const hetccl_task_t *t = tasks; t; t = t->next) k++;
+  hetccl_plane_task_t *a = calloc((size_t)(k ? k : 1), sizeof(*a));
+  if (!a) {
+    WARN("plane: out of memory for %d operations", k);
+    return ncclSystemError;
+  }
+  k = 0;
+  for (const hetccl_task_t *t = tasks; t; t = t->next, k++) {
+    a[k].kind = t->kind == HETCCL_TASK_COLL   ? HETCCL_PLANE_COLL
+                : t->kind == HETCCL_TASK_SEND ? HETCCL_PLANE_SEND
+                                              : HETCCL_PLANE_RECV;
+    a[k].coll = t->coll;
+    a[k].peer = t->peer;
+    a[k].buf = t->buf;
+    a[k].bytes = t->bytes;
+  }
+  *out = a;
+  *n = k;
+  return ncclSuccess;
+}
+
+/* --- running ----------------------------------------------------------------- */
+
+typedef struct watch_job {
+  hetccl_plane_ticket_t ticket;
+} watch_job_t;
+
+static ncclResult_t watch_job(ncclComm_t comm, void *arg) {
+  return hetccl_plane_watch(comm->plane, ((watch_job_t *)arg)->ticket);
+}
+
+static ncclResult_t watch_post(void *ctx, hetccl_plane_ticket_t ticket) {
+  ncclComm_t comm = ctx;
+  watch_job_t *w = malloc(sizeof(*w));
+  if (!w) {
+    WARN("plane: out of memory");
+    return ncclSystemError;
+  }
+  w->ticket = ticket;
+  return hetccl_proxy_post(comm, watch_job, w, NULL, NULL);
+}
+
+/* Enqueue on `stream` with comm's device current (a thread may drive ranks
+ * of several devices, ncclCommInitAll); other streams of the share wait
+ * for it at the start and it waits for them, as NCCL's group does. */
+static ncclResult_t launch_on(ncclComm_t comm, const hetccl_runtime_t *rt, hetccl_task_t *tasks,
+                              hetccl_plane_task_t *a, int n) {
+  void *stream = tasks->stream;
+  ncclResult_t res = ncclSuccess;
+  for (const hetccl_task_t *t = tasks->next; t && res == ncclSuccess; t = t->next)
+    if (t->stream != stream) res = hetccl_runtime_stream_join(rt, stream, t->stream);
+  if (res == ncclSuccess) res = hetccl_plane_launch(comm->plane, a, n, stream, watch_post, comm);
+  for (const hetccl_task_t *t = tasks->next; t && res == ncclSuccess; t = t->next)
+    if (t->stream != stream) res = hetccl_runtime_stream_join(rt, t->stream, stream);
+  return res;
+}
+
+ncclResult_t hetccl_dataplane_launch(ncclComm_t comm, hetccl_task_t *tasks) {
+  const hetccl_runtime_t *rt = hetccl_runtime_get(comm->ptr_kind);
+  hetccl_plane_task_t *a = NULL;
+  int n = 0, saved = -1;
+  ncclResult_t res = one_kind(comm, tasks, 1);
+  if (res == ncclSuccess) res = to_plane(tasks, &a, &n);
+  if (res == ncclSuccess && comm->dev >= 0) {
+    char busid[32];
+    res = rt->current_device(&saved, busid, sizeof(busid));
+    if (res == ncclSuccess && saved != comm->dev) res = rt->set_device(comm->dev);
+  }
+  /* Traced: the enqueue, on this thread (the streams' work is the device's). */
+  uint64_t traced = HETCCL_TRACE_ON() ? hetccl_comm_trace_task_begin(comm, tasks) : 0;
+  if (res == ncclSuccess) res = launch_on(comm, rt, tasks, a, n);
+  if (traced) hetccl_comm_trace_batch_end(tasks, HETCCL_TRACE_PLANE, traced);
+  if (saved >= 0 && saved != comm->dev) (void)rt->set_device(saved);
+  free(a);
+  hetccl_group_free_tasks(tasks);
+  if (res != ncclSuccess) {
+    hetccl_plane_fail(comm->plane, res);
+    hetccl_comm_set_error(comm, res);
+  }
+  return res;
+}
+
+ncclResult_t hetccl_dataplane_run(ncclComm_t comm, hetccl_task_t *tasks) {
+  hetccl_plane_task_t *a = NULL;
+  int n = 0;
+  ncclResult_t res = one_kind(comm, tasks, 0);
+  if (res == ncclSuccess) res = to_plane(tasks, &a, &n);
+  if (res == ncclSuccess) res = hetccl_plane_run_host(comm->plane, a, n);
+  free(a);
+  hetccl_group_free_tasks(tasks);
+  if (res != ncclSuccess) hetccl_comm_set_error(comm, res);
+  return res;
+}
+
+void hetccl_dataplane_abort(ncclComm_t comm) {
+  if (comm->plane) hetccl_plane_fail(comm->plane, ncclInvalidUsage);
+}
+
+void hetccl_dataplane_destroy(ncclComm_t comm) {
+  hetccl_plane_destroy(comm->plane);
+  comm->plane = NULL;
+  free(comm->pids);
+  comm->pids = NULL;
+  free(comm->plane_hosts);
+  comm->plane_hosts = NULL;
+}

@@ -1,0 +1,56 @@
+/* The core's side of the cross-island data plane (plane/plane.h): which
+ * communicators get one, which of their operations it runs, and how.
+ *
+ * A communicator run by the engine gets a plane at init when all its ranks
+ * are on one host, some of them pass device buffers (hetccl_peer_info_t
+ * .stages), it has at most HETCCL_PLANE_MAX_RANKS ranks and HETCCL_PLANE
+ * is not off. Every rank decides the same from the published peer table, and
+ * if making the plane fails anywhere, everywhere goes on without it.
+ *
+ * Its operations then go to the plane, except the reducing collectives
+ * when some GPU rank cannot reduce on its device (no runtime compiler):
+ * those keep the engine, device buffers staged through host memory
+ * (core/devpath.h), as one INFO line at init says. The choice depends on
+ * the operation alone, so every rank makes it alike.
+ *
+ * A share of a group whose plane operations have device buffers is
+ * enqueued on the caller's stream (the call returns at once) and watched
+ * by the proxy thread; one with host buffers runs where the engine's would
+ * (the caller's thread, or the proxy). A share may not mix the two.
+ *
+ * Thread: setup where init runs; the rest on the API thread, the host run
+ * where hetccl_group_run_tasks runs. */
+#ifndef HETCCL_CORE_DATAPLANE_H
+#define HETCCL_CORE_DATAPLANE_H
+
+#include "exec/group.h"
+
+/* After the engine is up (collective over comm). */
+ncclResult_t hetccl_dataplane_setup(ncclComm_t comm);
+
+/* Does task t (of comm) run on the plane? */
+int hetccl_dataplane_takes(ncclComm_t comm, const hetccl_task_t *t);
+
+/* Take the plane tasks out of *tasks (call order kept; the rest stay). */
+hetccl_task_t *hetccl_dataplane_split(ncclComm_t comm, hetccl_task_t **tasks);
+
+/* Plane tasks with device buffers: enqueue on their stream, post the watch
+ * to the proxy. Takes ownership of tasks. */
+ncclResult_t hetccl_dataplane_launch(ncclComm_t comm, hetccl_task_t *tasks);
+
+/* A group's device shares of several communicators (one thread driving
+ * several ranks: ncclCommInitAll, nccl-tests -g N; or one rank in several
+ * communicators) are launched by core/group_streams.h, which calls
+ * hetccl_dataplane_launch for each in an order every rank agrees on. */
+
+/* Plane tasks with host buffers: run them here. Takes ownership. */
+ncclResult_t hetccl_dataplane_run(ncclComm_t comm, hetccl_task_t *tasks);
+
+/* Do any of tasks have device buffers? */
+int hetccl_dataplane_on_device(const hetccl_task_t *tasks);
+
+/* Teardown: fail (abort) / destroy the plane after the proxy stopped. */
+void hetccl_dataplane_abort(ncclComm_t comm);
+void hetccl_dataplane_destroy(ncclComm_t comm);
+
+#endif

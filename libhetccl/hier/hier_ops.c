@@ -1,0 +1,554 @@
+/* The hierarchical forms of the collectives (core/hier.h).
+ *
+ * On a hierarchical communicator a collective runs as phases on the
+ * caller's stream: inside each island on the island communicator (the
+ * vendor library where it serves the island), across the islands' leaders
+ * on the leaders communicator (the data plane or the engine), and inside
+ * each island again. L is a rank's leader, R the root, I its island.
+ *
+ *   collective     inside, first           across the leaders        inside, last
+ *   AllReduce      Reduce to L             AllReduce                 Broadcast from L
+ *   Broadcast      I: Broadcast from R     Broadcast from I's L      others: Broadcast from L
+ *   Reduce         Reduce to L             Reduce to I's L           I: L sends to R (R != L)
+ *   AllGather *    AllGather into the      AllGather of the slices   Broadcast of the other
+ *                  island's slice          (unequal: a Broadcast     islands' slices from L
+ *                                          per island)
+ *   ReduceScatter* Reduce of everything    ReduceScatter of the      L sends each rank its
+ *                  to L (scratch)          slices (unequal: a        block (grouped send and
+ *                                          Reduce per island)        receive)
+ *
+ *   * only where every island's ranks are consecutive (hier.h, contiguous):
+ *     the island's slice of the receive buffer is then one block.
+ *
+ * Where every island holds as many ranks, AllReduce, Broadcast, Reduce,
+ * AllGather and ReduceScatter of large messages cross on every rank at once instead
+ * (the rails' forms: core/hier_rails.c, its table at its top). A send or
+ * receive inside a vendor island, and AlltoAll, Gather and Scatter, run as
+ * pairs, those inside a vendor island on the island (core/hier_pairs.c).
+ * What the three files share: core/hier_forms.h.
+ *
+ * ncclAvg and PreMulSum are not composable across phases (an average of
+ * averages is wrong for islands of different sizes) and run flat, over
+ * every rank on the engine, as do point-to-point between islands and the
+ * collectives above where no form applies; every rank decides alike from
+ * the same arguments and the map, which is NCCL's rule already.
+ *
+ * Buffers: phases work in the user's buffers where the result lands there;
+ * a leader that holds partial results no user buffer has room for (Reduce
+ * at a leader that is not the root, ReduceScatter at every leader) keeps
+ * them in the map's scratch block, of the user's kind of memory. Host
+ * buffers where a vendor serves the island are staged through device
+ * memory first, and the call then blocks as on the engine
+ * (core/hier_host.c): the forms see only memory the vendor can reach.
+ *
+ * Inside a group the phases cannot be grouped with the rest (the island's
+ * vendor call would only start at the vendor's group end, after the
+ * leaders' phase that needs its result): the operation is kept, checked,
+ * and runs at the outermost ncclGroupEnd, after the group's other work and
+ * the vendor's group have been launched (hetccl_hier_run_deferred). The
+ * kept forms then run in step: their phases fall in slots numbered alike
+ * on every rank (the table's columns: 0 inside first, 1 across, 2 and 3
+ * inside last), and slot k of all of them goes in one group before slot
+ * k + 1, so that one thread may drive several ranks of a vendor island;
+ * the staged ones finish after every kept form is launched.
+ *
+ * A failing phase fails the communicator and its siblings, and the
+ * message says which phase (inside the island, across the leaders or a
+ * rail).
+ *
+ * Thread: the API caller's. Deferred operations are kept per thread, as
+ * the group is. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "entry/dispatch.h"
+#include "exec/enqueue.h"
+#include "exec/group.h"
+#include "hier/hier.h"
+#include "hier/hier_forms.h"
+#include "comm/init.h"
+#include "exec/trace_points.h"
+#include "runtime/reduce.h"
+#include "runtime/runtime.h"
+#include "util/check.h"
+#include "util/log.h"
+
+/* --- which form ------------------------------------------------------------------- */
+
+static int composable(ncclRedOp_t op) { return (int)op >= (int)ncclSum && (int)op < (int)ncclAvg; }
+
+int hetccl_hier_applies(ncclComm_t comm, const hetccl_op_t *op) {
+  const hetccl_hier_map_t *m = comm->hier_map;
+  if (!comm->hier || !m) return 0;
+  if (op->kind == HETCCL_OP_Send || op->kind == HETCCL_OP_Recv) return hetccl_hier_p2p_inside(comm,
+                                                                                              op);
+  if (op->count == 0) return 0;
+  switch (op->kind) {
+    case HETCCL_OP_AllReduce:
+    case HETCCL_OP_Reduce: return composable(op->redop);
+    case HETCCL_OP_Broadcast:
+    case HETCCL_OP_Bcast: return 1;
+    case HETCCL_OP_AllGather: return m->contiguous || hetccl_hier_on_rails(comm, op);
+    case HETCCL_OP_ReduceScatter:
+      return composable(op->redop) && (m->contiguous || hetccl_hier_on_rails(comm, op));
+    case HETCCL_OP_AlltoAll:
+    case HETCCL_OP_Gather:
+    case HETCCL_OP_Scatter: return 1;
+    default: return 0;
+  }
+}
+
+/* --- phases ----------------------------------------------------------------------- */
+
+static ncclComm_t where_comm(ncclComm_t c, where_t where) {
+  return where == IN_ISLAND        ? c->island
+         : where == ACROSS_LEADERS ? c->leaders
+                                   : hetccl_hier_rail(c);
+}
+
+static const char *where_name(where_t where) {
+  return where == IN_ISLAND ? "island" : where == ACROSS_LEADERS ? "leaders" : "rail";
+}
+
+/* Where a leader keeps partial results no user buffer has room for. */
+ncclResult_t hetccl_hier_partials(form_t *f, size_t bytes, void **out) {
+  if (f->scratch) {
+    *out = f->scratch;
+    return ncclSuccess;
+  }
+  return hetccl_hier_scratch(f->comm, bytes, f->op->sendbuf, out);
+}
+
+/* The bytes of partial results op's form keeps here (its `partials`). */
+static size_t partials_bytes(ncclComm_t c, const hetccl_op_t *op) {
+  size_t n = op->count * hetccl_dtype_size(op->dtype), all = (size_t)c->nranks * n;
+  if (op->kind == HETCCL_OP_ReduceScatter && hetccl_hier_on_rails(c, op)) return all;
+  if (op->kind == HETCCL_OP_AllGather && hetccl_hier_on_rails(c, op))
+    return hetccl_hier_align((size_t)c->hier_map->islands * n) + all;
+  if (op->kind == HETCCL_OP_Reduce && hetccl_hier_sliced_on_rails(c, op))
+    return c->rank != op->root ? hetccl_hier_reduce_rails_partials(c, op) : 0;
+  if (!c->leaders || !c->island) return 0;
+  if (op->kind == HETCCL_OP_Reduce) return c->rank != op->root ? n : 0;
+  if (op->kind == HETCCL_OP_ReduceScatter) return (size_t)c->nranks * n;
+  return 0;
+}
+
+/* A phase's event, when tracing (t0 from HETCCL_TRACE_BEGIN()). */
+static void traced(form_t *f, const hetccl_op_t *p, uint64_t t0) {
+  if (t0)
+    hetccl_comm_trace_phase(f->comm, where_comm(f->comm, f->where), where_name(f->where), p,
+                            f->step++, t0);
+}
+
+/* A slot's sends or receives inside the island, run in one group, as one
+ * phase of `count` elements in the trace. */
+void hetccl_hier_traced_p2p(form_t *f, hetccl_op_kind_t kind, size_t count, uint64_t t0) {
+  hetccl_op_t p = *f->op;
+  p.kind = kind;
+  p.count = count;
+  f->where = IN_ISLAND;
+  traced(f, &p, t0);
+}
+
+/* One phase in `slot`: op as `kind` on c (forwarded or engine), count
+ * elements. */
+ncclResult_t hetccl_hier_phase(form_t *f, int slot, where_t where, hetccl_op_kind_t kind,
+                               const void *send, void *recv, size_t count, int root) {
+  if (form_skip(f, slot)) return ncclSuccess;
+  hetccl_op_t p = *f->op;
+  p.kind = kind;
+  p.sendbuf = send;
+  p.recvbuf = recv;
+  p.count = count;
+  p.root = root;
+  p.peer = HETCCL_NO_PEER;
+  p.config = NULL; /* the user's algorithm choice was for the whole collective */
+  if (kind != HETCCL_OP_AllReduce && kind != HETCCL_OP_Reduce &&
+      kind != HETCCL_OP_ReduceScatter)
+    p.redop = HETCCL_NO_REDOP;
+  f->where = where;
+  uint64_t t0 = HETCCL_TRACE_BEGIN();
+  ncclResult_t res = hetccl_dispatch(where_comm(f->comm, where), &p);
+  traced(f, &p, t0);
+  return res;
+}
+
+hetccl_op_t hetccl_hier_p2p_op(const form_t *f, hetccl_op_kind_t kind, void *buf, size_t count,
+                               int peer) {
+  hetccl_op_t p = *f->op;
+  p.kind = kind;
+  p.sendbuf = kind == HETCCL_OP_Send ? buf : NULL;
+  p.recvbuf = kind == HETCCL_OP_Recv ? buf : NULL;
+  p.count = count;
+  p.root = HETCCL_NO_ROOT;
+  p.peer = peer;
+  p.redop = HETCCL_NO_REDOP;
+  p.config = NULL;
+  return p;
+}
+
+/* A send or receive inside the island (its caller checks the slot). */
+ncclResult_t hetccl_hier_p2p(form_t *f, hetccl_op_kind_t kind, void *buf, size_t count, int peer) {
+  hetccl_op_t p = hetccl_hier_p2p_op(f, kind, buf, count, peer);
+  f->where = IN_ISLAND;
+  uint64_t t0 = HETCCL_TRACE_ON() && hetccl_group_depth() == 0 ? hetccl_trace_now() : 0;
+  ncclResult_t res = hetccl_dispatch(f->comm->island, &p);
+  traced(f, &p, t0);
+  return res;
+}
+
+/* --- the forms -------------------------------------------------------------------- */
+
+/* Through the leaders: `count` elements from element `from` on. */
+ncclResult_t hetccl_hier_all_reduce_leaders(form_t *f, size_t from, size_t count) {
+  const hetccl_op_t *op = f->op;
+  ncclComm_t c = f->comm;
+  const void *send = form_at(op->sendbuf, from, f->elem), *across = send;
+  void *recv = form_at(op->recvbuf, from, f->elem);
+  if (c->island) {
+    HETCCL_CHECK(hetccl_hier_phase(f, 0, IN_ISLAND, HETCCL_OP_Reduce, send, recv, count, 0));
+    across = recv;
+  }
+  if (c->leaders)
+    HETCCL_CHECK(
+        hetccl_hier_phase(f, 1, ACROSS_LEADERS, HETCCL_OP_AllReduce, across, recv, count,
+                          HETCCL_NO_ROOT));
+  if (c->island) HETCCL_CHECK(hetccl_hier_phase(f, 2, IN_ISLAND, HETCCL_OP_Broadcast, recv, recv,
+                                                count, 0));
+  return ncclSuccess;
+}
+
+/* Through the leaders: `count` elements from element `first` on; the
+ * root's island's phase only where `inside` (the rails' form has run it
+ * over the whole buffer). */
+ncclResult_t hetccl_hier_broadcast_leaders(form_t *f, size_t first, size_t count, int inside) {
+  const hetccl_op_t *op = f->op;
+  ncclComm_t c = f->comm;
+  int from = f->map->of[op->root];
+  const void *send = form_at(op->kind == HETCCL_OP_Bcast ? op->recvbuf : op->sendbuf, first,
+                             f->elem);
+  void *buf = form_at(op->recvbuf, first, f->elem);
+  if (f->mine == from) {
+    if (c->island && inside)
+      HETCCL_CHECK(hetccl_hier_phase(f, 0, IN_ISLAND, HETCCL_OP_Broadcast, send, buf, count,
+                                     f->map->index[op->root]));
+    /* A leader alone in its island is the root itself. */
+    if (c->leaders)
+      HETCCL_CHECK(hetccl_hier_phase(f, 1, ACROSS_LEADERS, HETCCL_OP_Broadcast,
+                                     c->island ? buf : send, buf, count, from));
+    return ncclSuccess;
+  }
+  if (c->leaders)
+    HETCCL_CHECK(hetccl_hier_phase(f, 1, ACROSS_LEADERS, HETCCL_OP_Broadcast, buf, buf, count,
+                                   from));
+  if (c->island) HETCCL_CHECK(hetccl_hier_phase(f, 2, IN_ISLAND, HETCCL_OP_Broadcast, buf, buf,
+                                                count, 0));
+  return ncclSuccess;
+}
+
+/* Through the leaders: `count` elements from element `first` on. A
+ * leader that is not the root keeps its island's partial result at
+ * `partial` (NULL: the form's partials). */
+ncclResult_t hetccl_hier_reduce_leaders(form_t *f, size_t first, size_t count, void *partial) {
+  const hetccl_op_t *op = f->op;
+  ncclComm_t c = f->comm;
+  int to = f->map->of[op->root], root_leads = f->map->first[to] == op->root;
+  const void *send = form_at(op->sendbuf, first, f->elem);
+  void *recv = op->recvbuf ? form_at(op->recvbuf, first, f->elem) : NULL;
+  if (!c->leaders) { /* inside an island only; the root may be here */
+    HETCCL_CHECK(hetccl_hier_phase(f, 0, IN_ISLAND, HETCCL_OP_Reduce, send, recv, count, 0));
+    if (c->rank == op->root && !root_leads && !form_skip(f, 2))
+      HETCCL_CHECK(hetccl_hier_p2p(f, HETCCL_OP_Recv, recv, count, 0));
+    return ncclSuccess;
+  }
+  /* A leader: its island's partial result in `acc`, the root's own buffer
+   * where it is the root; then, at the root's leader, the whole result. */
+  void *acc = recv;
+  if (c->rank != op->root && c->island) {
+    acc = partial;
+    if (!acc) HETCCL_CHECK(hetccl_hier_partials(f, count * f->elem, &acc));
+  }
+  const void *across = send;
+  if (c->island) {
+    HETCCL_CHECK(hetccl_hier_phase(f, 0, IN_ISLAND, HETCCL_OP_Reduce, send, acc, count, 0));
+    across = acc;
+  }
+  HETCCL_CHECK(hetccl_hier_phase(f, 1, ACROSS_LEADERS, HETCCL_OP_Reduce, across, acc, count, to));
+  if (f->mine == to && !root_leads && !form_skip(f, 2))
+    HETCCL_CHECK(hetccl_hier_p2p(f, HETCCL_OP_Send, acc, count, f->map->index[op->root]));
+  return ncclSuccess;
+}
+
+/* The islands' slices lie whole in the receive buffer (contiguous). */
+static ncclResult_t all_gather(form_t *f) {
+  if (hetccl_hier_on_rails(f->comm, f->op)) return hetccl_hier_all_gather_rails(f);
+  const hetccl_op_t *op = f->op;
+  const hetccl_hier_map_t *m = f->map;
+  ncclComm_t c = f->comm;
+  size_t n = op->count, first = (size_t)m->first[f->mine], size = (size_t)m->size[f->mine];
+  void *slice = form_at(op->recvbuf, first * n, f->elem);
+  if (c->island)
+    HETCCL_CHECK(hetccl_hier_phase(f, 0, IN_ISLAND, HETCCL_OP_AllGather, op->sendbuf, slice, n, 0));
+  if (c->leaders) {
+    if (m->equal) {
+      HETCCL_CHECK(hetccl_hier_phase(f, 1, ACROSS_LEADERS, HETCCL_OP_AllGather, slice, op->recvbuf,
+                                     size * n, HETCCL_NO_ROOT));
+    } else {
+      for (int i = 0; i < m->islands; i++) {
+        void *s = form_at(op->recvbuf, (size_t)m->first[i] * n, f->elem);
+        const void *from = i == f->mine && !c->island ? op->sendbuf : s;
+        HETCCL_CHECK(hetccl_hier_phase(f, 1, ACROSS_LEADERS, HETCCL_OP_Broadcast, from, s,
+                                       (size_t)m->size[i] * n, i));
+      }
+    }
+  }
+  if (c->island) { /* the other islands' slices: before this one's, and after */
+    size_t after = first + size, total = (size_t)c->nranks;
+    if (first > 0)
+      HETCCL_CHECK(hetccl_hier_phase(f, 2, IN_ISLAND, HETCCL_OP_Broadcast, op->recvbuf,
+                                     op->recvbuf, first * n, 0));
+    if (after < total) {
+      void *rest = form_at(op->recvbuf, after * n, f->elem);
+      HETCCL_CHECK(
+          hetccl_hier_phase(f, 3, IN_ISLAND, HETCCL_OP_Broadcast, rest, rest, (total - after) * n,
+                            0));
+    }
+  }
+  return ncclSuccess;
+}
+
+/* The leader reduces the whole input of its island into scratch, the
+ * leaders reduce-scatter island slices of it in place, and the leader
+ * hands each rank of its island its block. */
+static ncclResult_t reduce_scatter(form_t *f) {
+  if (hetccl_hier_on_rails(f->comm, f->op)) return hetccl_hier_reduce_scatter_rails(f);
+  const hetccl_op_t *op = f->op;
+  const hetccl_hier_map_t *m = f->map;
+  ncclComm_t c = f->comm;
+  size_t n = op->count, total = (size_t)c->nranks * n;
+  size_t first = (size_t)m->first[f->mine], size = (size_t)m->size[f->mine];
+  if (!c->leaders) {
+    HETCCL_CHECK(hetccl_hier_phase(f, 0, IN_ISLAND, HETCCL_OP_Reduce, op->sendbuf, op->recvbuf,
+                                   total, 0));
+    return form_skip(f, 2) ? ncclSuccess : hetccl_hier_p2p(f, HETCCL_OP_Recv, op->recvbuf, n, 0);
+  }
+  void *acc = NULL;
+  const void *in = op->sendbuf;
+  if (c->island) {
+    HETCCL_CHECK(hetccl_hier_partials(f, total * f->elem, &acc));
+    HETCCL_CHECK(hetccl_hier_phase(f, 0, IN_ISLAND, HETCCL_OP_Reduce, op->sendbuf, acc, total, 0));
+    in = acc;
+  }
+  /* Alone in its island, a leader's slice is its own block: recvbuf. */
+  void *mine = c->island ? form_at(acc, first * n, f->elem) : op->recvbuf;
+  if (m->equal) {
+    HETCCL_CHECK(hetccl_hier_phase(f, 1, ACROSS_LEADERS, HETCCL_OP_ReduceScatter, in, mine,
+                                   size * n, HETCCL_NO_ROOT));
+  } else {
+    for (int i = 0; i < m->islands; i++) {
+      const void *s = form_at(in, (size_t)m->first[i] * n, f->elem);
+      void *out = i == f->mine ? mine : (void *)s; /* read only where not the root */
+      HETCCL_CHECK(
+          hetccl_hier_phase(f, 1, ACROSS_LEADERS, HETCCL_OP_Reduce, s, out, (size_t)m->size[i] * n,
+                            i));
+    }
+  }
+  if (!c->island || form_skip(f, 2)) return ncclSuccess;
+  /* One phase in the trace: the sends and receives run at the group's end. */
+  uint64_t t0 = HETCCL_TRACE_BEGIN();
+  ncclResult_t res = hetccl_GroupStart();
+  for (size_t t = 0; t < size && res == ncclSuccess; t++)
+    res = hetccl_hier_p2p(f, HETCCL_OP_Send, form_at(mine, t * n, f->elem), n, (int)t);
+  if (res == ncclSuccess) res = hetccl_hier_p2p(f, HETCCL_OP_Recv, op->recvbuf, n, 0);
+  ncclResult_t end = hetccl_GroupEnd();
+  if (t0) hetccl_hier_traced_p2p(f, HETCCL_OP_Send, size * n, t0);
+  return res != ncclSuccess ? res : end;
+}
+
+/* --- running ---------------------------------------------------------------------- */
+
+/* Launch `want` (a slot, or ALL_SLOTS) of op's form on comm. A failure
+ * fails the communicator and its siblings, the message saying where. */
+static ncclResult_t launch(ncclComm_t comm, const hetccl_op_t *op, int want, void *scratch) {
+  form_t f = {.comm = comm, .op = op, .map = comm->hier_map,
+              .mine = comm->hier_map->of[comm->rank], .elem = hetccl_dtype_size(op->dtype),
+              .want = want, .scratch = scratch, .where = IN_ISLAND};
+  if (want == ALL_SLOTS || want == 0)
+    TRACE(HETCCL_COLL, "%s rank %d: hierarchical, %zu x %s, island %d of %d ranks%s", op->fn,
+          comm->rank, op->count, hetccl_dtype_name(op->dtype), f.mine, f.map->size[f.mine],
+          comm->leaders ? ", leader" : "");
+  ncclResult_t res;
+  switch (op->kind) {
+    case HETCCL_OP_AllReduce: res = hetccl_hier_all_reduce(&f); break;
+    case HETCCL_OP_Broadcast:
+    case HETCCL_OP_Bcast: res = hetccl_hier_broadcast(&f); break;
+    case HETCCL_OP_Reduce: res = hetccl_hier_reduce(&f); break;
+    case HETCCL_OP_AllGather: res = all_gather(&f); break;
+    case HETCCL_OP_ReduceScatter: res = reduce_scatter(&f); break;
+    case HETCCL_OP_AlltoAll: res = hetccl_hier_all_to_all(&f); break;
+    case HETCCL_OP_Gather: res = hetccl_hier_gather_scatter(&f, 1); break;
+    case HETCCL_OP_Scatter: res = hetccl_hier_gather_scatter(&f, 0); break;
+    case HETCCL_OP_Send:
+    case HETCCL_OP_Recv:
+      if (!form_skip(&f, 0)) {
+        void *buf = op->kind == HETCCL_OP_Send ? (void *)op->sendbuf : op->recvbuf;
+        res = hetccl_hier_p2p(&f, op->kind, buf, op->count,
+                              f.map->index[op->peer]);
+      } else {
+        res = ncclSuccess;
+      }
+      break;
+    default: WARN("%s: no hierarchical form", op->fn); return ncclInternalError;
+  }
+  if (res != ncclSuccess && res != ncclInProgress) {
+    /* The phase logged its cause, naming ranks as this communicator does
+     * (its engine and transports have the map); the message returned here
+     * adds where it ran, and goes to the siblings as why. */
+    char msg[HETCCL_ERRMSG_BYTES];
+    snprintf(msg, sizeof(msg), "%s: rank %d: hierarchical %s failed %s: %.900s", op->fn,
+             comm->rank, hetccl_func_name(hetccl_op_func(op->kind)),
+             f.where == ACROSS_LEADERS ? "across the islands' leaders"
+             : f.where == ACROSS_RAIL  ? "across the islands on its rail"
+                                       : "inside its island",
+             hetccl_last_error());
+    hetccl_last_error_set(msg);
+    hetccl_comm_set_error(comm, res);
+    if (!__atomic_load_n(&comm->abort_flag, __ATOMIC_ACQUIRE)) /* abort tears them down */
+      hetccl_hier_fail(comm, res, msg);
+  }
+  return res;
+}
+
+static int failed(ncclResult_t res) { return res != ncclSuccess && res != ncclInProgress; }
+
+/* The result of a staged call into the user's host buffer (blocking). */
+static ncclResult_t finish(ncclComm_t comm, const char *fn, hetccl_hier_stage_t *stage) {
+  ncclResult_t res = hetccl_hier_host_finish(comm, stage);
+  if (res != ncclSuccess) {
+    hetccl_comm_set_error(comm, res);
+    WARN("%s: rank %d: the hierarchical collective on host buffers failed on its stream", fn,
+         comm->rank);
+  }
+  return res;
+}
+
+ncclResult_t hetccl_hier_run(ncclComm_t comm, const hetccl_op_t *user) {
+  hetccl_op_t op = *user;
+  hetccl_hier_stage_t *stage = NULL;
+  ncclResult_t res = hetccl_hier_host_begin(comm, &op, &stage);
+  if (res == ncclSuccess) res = launch(comm, &op, ALL_SLOTS, NULL);
+  if (!failed(res) && stage) res = hetccl_hier_host_return(comm, stage);
+  if (!failed(res) && stage) res = finish(comm, op.fn, stage);
+  return res;
+}
+
+/* --- inside a group ----------------------------------------------------------------- */
+
+typedef struct deferred {
+  ncclComm_t comm;
+  hetccl_op_t op;
+  hetccl_hier_stage_t *stage; /* host buffers staged (hier_host.c) */
+  void *scratch;              /* its part of the partial results' block */
+  size_t partials;            /* bytes of it */
+  int on_device;              /* of which kind of memory (its sendbuf's) */
+  ncclResult_t res;
+  struct deferred *next;
+} deferred_t;
+
+static __thread deferred_t *deferred_head, *deferred_last;
+
+ncclResult_t hetccl_hier_defer(ncclComm_t comm, const hetccl_op_t *op) {
+  deferred_t *d = malloc(sizeof(*d));
+  if (!d) {
+    WARN("%s: out of memory", op->fn);
+    return ncclSystemError;
+  }
+  d->comm = comm;
+  d->op = *op;
+  d->op.config = NULL;
+  d->stage = NULL;
+  d->scratch = NULL;
+  d->partials = 0;
+  d->on_device = 0;
+  d->res = ncclSuccess;
+  d->next = NULL;
+  if (deferred_last) deferred_last->next = d;
+  else deferred_head = d;
+  deferred_last = d;
+  return ncclSuccess;
+}
+
+/* Each kept form that holds partial results gets a part of its
+ * communicator's block of their kind of memory, as they run in step. */
+static ncclResult_t share_partials(deferred_t *head) {
+  for (deferred_t *d = head; d; d = d->next) {
+    d->partials = d->res == ncclSuccess ? partials_bytes(d->comm, &d->op) : 0;
+    d->scratch = NULL;
+    if (d->partials) HETCCL_CHECK(hetccl_hier_on_device(d->comm, d->op.sendbuf, &d->on_device));
+  }
+  for (deferred_t *d = head; d; d = d->next) {
+    if (!d->partials || d->scratch) continue;
+    size_t total = 0;
+    for (deferred_t *e = d; e; e = e->next)
+      if (e->partials && e->comm == d->comm && e->on_device == d->on_device)
+        total += hetccl_hier_align(e->partials);
+    char *base;
+    HETCCL_CHECK(hetccl_hier_scratch(d->comm, total, d->op.sendbuf, (void **)&base));
+    for (deferred_t *e = d; e; e = e->next) {
+      if (!e->partials || e->comm != d->comm || e->on_device != d->on_device) continue;
+      e->scratch = base;
+      base += hetccl_hier_align(e->partials);
+    }
+  }
+  return ncclSuccess;
+}
+
+/* The kept forms move in step: slot k of every one of them in one group,
+ * then slot k + 1. One thread may drive several ranks of an island (as
+ * ncclCommInitAll's callers do), and the vendor then needs their calls of
+ * one phase in one group, as NCCL does for any calls of several ranks from
+ * one thread; slots are numbered alike on every rank, so each
+ * communicator still sees its calls in the same order on all its ranks.
+ * Staged host buffers are handed back once every form is launched. */
+ncclResult_t hetccl_hier_run_deferred(int drop) {
+  deferred_t *head = deferred_head;
+  deferred_head = deferred_last = NULL;
+  if (!head) return ncclSuccess; /* also the groups below, which end here again */
+  ncclResult_t first = ncclSuccess;
+  for (deferred_t *d = head; d && !drop; d = d->next) {
+    hetccl_comm_enter(d->comm);
+    d->res = hetccl_comm_usable(d->comm, d->op.fn);
+    if (d->res == ncclSuccess) d->res = hetccl_hier_host_begin(d->comm, &d->op, &d->stage);
+    hetccl_comm_leave(d->comm);
+    if (failed(d->res) && first == ncclSuccess) first = d->res;
+  }
+  if (!drop && first == ncclSuccess) first = share_partials(head);
+  for (int slot = 0; slot < HIER_SLOTS && !drop && first == ncclSuccess; slot++) {
+    ncclResult_t res = hetccl_GroupStart();
+    for (deferred_t *d = head; d && res == ncclSuccess; d = d->next) {
+      hetccl_comm_enter(d->comm);
+      d->res = launch(d->comm, &d->op, slot, d->scratch);
+      hetccl_comm_leave(d->comm);
+      if (failed(d->res)) res = d->res;
+    }
+    ncclResult_t end = hetccl_GroupEnd();
+    if (failed(res)) first = res;
+    else if (failed(end)) first = end;
+  }
+  for (deferred_t *d = head; d; d = d->next)
+    if (d->stage && first == ncclSuccess) first = hetccl_hier_host_return(d->comm, d->stage);
+  while (head) {
+    deferred_t *next = head->next;
+    /* A staged form that failed, or whose group did, keeps its blocks busy. */
+    if (head->stage && first == ncclSuccess) {
+      hetccl_comm_enter(head->comm);
+      ncclResult_t res = finish(head->comm, head->op.fn, head->stage);
+      hetccl_comm_leave(head->comm);
+      if (failed(res)) first = res;
+    }
+    free(head);
+    head = next;
+  }
+  return first;
+}
