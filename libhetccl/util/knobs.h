@@ -61,7 +61,7 @@
   X(SHM_CMA, "HETCCL_SHM_CMA", INT, "0", 0, 1,                                 \
     "1: shm messages above HETCCL_SHM_CMA_MIN whose receiver copies them (not reduces) move in one copy, the receiver reading the sender's buffer with process_vm_readv, where the kernel allows; 0: always through the ring. Unset: on where this host runs more ranks of the communicator than it has CPUs, or where its process_vm_readv keeps up with the ring's streaming copy (measured once per boot, docs/host-engine.md)") \
   X(SHM_CMA_MIN, "HETCCL_SHM_CMA_MIN", INT, "256K", 0, 1099511627776,         \
-    "with single copy on (HETCCL_SHM_CMA), shm messages larger than this go by process_vm_readv; smaller ones through the ring") \
+    "with single copy on (HETCCL_SHM_CMA), shm messages larger than this go by process_vm_readv, smaller ones through the ring (unset: half a slot, HETCCL_SHM_CHUNK / 2)") \
   X(SHM_CMA_STREAM, "HETCCL_SHM_CMA_STREAM", INT, "0", 0, 1,                  \
     "1: a message of 1 MiB or more that single copy pulls is read into a cache-sized buffer and stored with streaming stores (no read of the destination for ownership; two copies by the receiver, one of them in cache); 0: process_vm_readv writes the destination itself") \
   X(SOCKET_NSTREAMS, "HETCCL_SOCKET_NSTREAMS", INT, "2", 1, 64,                \

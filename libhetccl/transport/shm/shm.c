@@ -238,11 +238,13 @@ static ncclResult_t shm_ctx_create(const hetccl_transport_args_t *args, hetccl_t
   c->rank_user = hetccl_user_rank(args->user_ranks, args->rank);
   c->cma_knob = hetccl_knob_is_set(HETCCL_KNOB_SHM_CMA) ? (int)hetccl_knob_int(HETCCL_KNOB_SHM_CMA)
                                                         : cma_default(args);
-  c->cma_min = (size_t)hetccl_knob_int(HETCCL_KNOB_SHM_CMA_MIN);
   c->cma_stream = (int)hetccl_knob_int(HETCCL_KNOB_SHM_CMA_STREAM);
   size_t page = (size_t)sysconf(_SC_PAGESIZE);
   c->chunk = (size_t)hetccl_knob_int(HETCCL_KNOB_SHM_CHUNK) & ~(size_t)63;
   if (c->chunk < 64) c->chunk = 64;
+  c->cma_min = hetccl_knob_is_set(HETCCL_KNOB_SHM_CMA_MIN)
+                   ? (size_t)hetccl_knob_int(HETCCL_KNOB_SHM_CMA_MIN)
+                   : c->chunk / 2; /* above one slot's worth, a round trip is cheap */
   c->slots = (uint32_t)hetccl_knob_int(HETCCL_KNOB_SHM_SLOTS);
   c->stride = SHM_SLOT_HDR + c->chunk;
   c->hdr_bytes = round_up(sizeof(shm_seg_hdr_t), page);
