@@ -59,7 +59,7 @@
   X(SHM_SLOTS, "HETCCL_SHM_SLOTS", INT, "8", 2, 1024,                          \
     "slots per shared-memory ring (chunks in flight per direction)")           \
   X(SHM_CMA, "HETCCL_SHM_CMA", INT, "0", 0, 1,                                 \
-    "1: shm messages above HETCCL_SHM_CMA_MIN whose receiver copies them (not reduces) move in one copy, the receiver reading the sender's buffer with process_vm_readv, where the kernel allows; 0: always through the ring. Unset: on where this host runs more ranks of the communicator than it has CPUs, or where its process_vm_readv keeps up with the ring's streaming copy (measured once per boot, docs/host-engine.md)") \
+    "1: shm messages above HETCCL_SHM_CMA_MIN that the collective lets the receiver read (copying receives, and the pull algorithms') move in one copy, the receiver reading the sender's buffer with process_vm_readv, where the kernel allows; 0: always through the ring. Unset: on where this host runs more ranks of the communicator than it has CPUs, or has 8 CPUs or more and a process_vm_readv not far slower than a copy (measured once per boot; docs/host-engine.md)") \
   X(SHM_CMA_MIN, "HETCCL_SHM_CMA_MIN", INT, "256K", 0, 1099511627776,         \
     "with single copy on (HETCCL_SHM_CMA), shm messages larger than this go by process_vm_readv, smaller ones through the ring (unset: half a slot, HETCCL_SHM_CHUNK / 2)") \
   X(SHM_CMA_STREAM, "HETCCL_SHM_CMA_STREAM", INT, "0", 0, 1,                  \
