@@ -12,7 +12,7 @@ source checkout.
 Every function of nccl.h and hetccl.h is declared (the profiler aliases
 pnccl* aside), and the constants the package needs (the config magic and
 version, NCCL_CONFIG_UNDEF_INT) are the headers' macros, so the binding
-cannot drift from the headers (tests/test_python_api.py checks it against
+cannot drift from the headers (tests/test_cdef.py checks it against
 a C compiler's view of them).
 
 Where the library is: $HETCCL_LIBRARY, else libhetccl.so inside this package
