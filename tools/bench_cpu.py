@@ -234,6 +234,7 @@ class Peer:
         self.launcher: List[str] = []
         self.env: Dict[str, str] = clean_env()
         self.library = ""
+        self.why = ""
         self.problem: Optional[str] = self._find()
 
     def _probe(self, python: str, env: Dict[str, str]) -> Optional[str]:
@@ -253,12 +254,34 @@ class Peer:
         out += [str(p) for p in sorted(REPO.glob(".peers/*/bin/python"))]
         return list(dict.fromkeys(out))
 
+    def _mpich_prefix(self, python: str) -> Tuple[Optional[Path], str]:
+        """Where MPICH's bin/mpiexec and lib/libmpi.so.12 are: --mpi-prefix, else
+        the environment of `python` (where pip puts the mpich wheel), else
+        beside an `mpiexec` on PATH or a PYTHONPATH entry; and why not."""
+        if self.args.mpi_prefix:
+            tries = [Path(self.args.mpi_prefix)]
+        else:
+            tries = [Path(python).parent.parent]
+            found = shutil.which("mpiexec")
+            if found:
+                tries.append(Path(found).resolve().parent.parent)
+            tries += [Path(p) for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+        why = []
+        for prefix in dict.fromkeys(tries):
+            lib, mpiexec = prefix / "lib" / "libmpi.so.12", prefix / "bin" / "mpiexec"
+            if lib.is_file() and mpiexec.is_file():
+                return prefix, ""
+            if mpiexec.is_file():  # pip install --target keeps the wheel's bin/, not its lib/
+                why.append(f"{prefix} has bin/mpiexec but no lib/libmpi.so.12 (pip install "
+                           "--target drops the mpich wheel's lib/: install it into a venv)")
+        return None, "; ".join(why) or f"no MPICH (lib/libmpi.so.12, bin/mpiexec) in {tries[0]}"
+
     def _mpich_env(self, python: str) -> Optional[Dict[str, str]]:
-        """MPICH's prefix is the environment mpi4py and the mpich wheel share."""
-        prefix = Path(self.args.mpi_prefix) if self.args.mpi_prefix else Path(python).parent.parent
-        lib, mpiexec = prefix / "lib" / "libmpi.so.12", prefix / "bin" / "mpiexec"
-        if not lib.is_file() or not mpiexec.is_file():
+        """MPICH's prefix is usually the environment mpi4py and the mpich wheel share."""
+        prefix, self.why = self._mpich_prefix(python)
+        if prefix is None:
             return None
+        lib, mpiexec = prefix / "lib" / "libmpi.so.12", prefix / "bin" / "mpiexec"
         env = dict(clean_env(), MPI4PY_LIBMPI=str(lib), MPI4PY_MPIABI="mpich",
                    MPIR_CVAR_ENABLE_GPU="0",
                    PATH=os.pathsep.join([str(prefix / "bin"), os.environ.get("PATH", "")]))
@@ -274,7 +297,7 @@ class Peer:
         for python in self._candidates():
             env = self._mpich_env(python) if self.kind == "mpich" else clean_env()
             if env is None:
-                tried.append(f"{python}: no MPICH (lib/libmpi.so.12, bin/mpiexec) in its prefix")
+                tried.append(f"{python}: {self.why}")
                 continue
             lib = self._probe(python, env)
             if lib is None:
