@@ -53,6 +53,30 @@ void hetccl_gpu_where_loaded(const void *sym, char *out, size_t len, const char 
     snprintf(out, len, "%s", fallback);
 }
 
+int hetccl_gpu_loaded_file(const char *const *names, size_t nnames, const char *prefix,
+                           const char *sym, char *out, size_t len) {
+  out[0] = '\0';
+  void *h = hetccl_gpu_open_loaded(names, nnames, prefix);
+  if (!h) return 0;
+  hetccl_gpu_where_loaded(dlsym(h, sym), out, len, "");
+  dlclose(h);
+  return 1;
+}
+
+int hetccl_gpu_take(void *h, const hetccl_gpu_sym_t *syms, size_t n, const char *lib, char *why,
+                    size_t len) {
+  for (size_t i = 0; i < n; i++) *syms[i].slot = NULL;
+  for (size_t i = 0; i < n; i++) {
+    if (*syms[i].slot) continue; /* an earlier name for the same slot was found */
+    *syms[i].slot = dlsym(h, syms[i].name);
+    if (!*syms[i].slot && !syms[i].optional) {
+      if (why && len) snprintf(why, len, "%s lacks %s", lib, syms[i].name);
+      return 0;
+    }
+  }
+  return 1;
+}
+
 typedef struct counter_job {
   volatile uint64_t *counter;
   uint64_t value;

@@ -1,6 +1,8 @@
-/* What the GPU entries of the device-runtime layer (cuda.c, hip.c) share:
- * finding a runtime library the process already loaded, and the host side
- * of a stream counter when a stream cannot store or wait on one itself.
+/* What the GPU entries of the device-runtime layer (cuda.c, hip.c, and
+ * their run-time compilers rtc_cuda.c, rtc_hip.c) share: finding a library
+ * the process already loaded, taking a list of symbols from a library, and
+ * the host side of a stream counter when a stream cannot store or wait on
+ * one itself.
  *
  * Threads: any; nothing here keeps state. */
 #ifndef HETCCL_RUNTIME_GPU_H
@@ -17,6 +19,29 @@ void *hetccl_gpu_open_loaded(const char *const *names, size_t nnames, const char
 
 /* The file the library holding sym was loaded from, else fallback. */
 void hetccl_gpu_where_loaded(const void *sym, char *out, size_t len, const char *fallback);
+
+/* The file of a library the process has already loaded (names and prefix
+ * as hetccl_gpu_open_loaded; sym: one of its symbols, to find its file);
+ * 0 and "" in out when there is none. Leaves nothing open. */
+int hetccl_gpu_loaded_file(const char *const *names, size_t nnames, const char *prefix,
+                           const char *sym, char *out, size_t len);
+
+/* One function to take from a library: its name, where its address goes,
+ * and whether the library can serve without it. */
+typedef struct hetccl_gpu_sym {
+  const char *name;
+  void **slot;
+  int optional; /* 1: left NULL when absent */
+} hetccl_gpu_sym_t;
+
+/* Takes syms[0..n) from h with dlsym on that handle only, in order, each
+ * slot cleared first. An entry whose slot an earlier entry filled is
+ * skipped, so that two optional entries for one slot mean "this name, else
+ * that one" (cuStreamWaitValue64_v2, then cuStreamWaitValue64). 1 when
+ * every required one was found; else 0, with "<lib> lacks <name>" in why
+ * (len bytes; why may be NULL), at the first required one missing. */
+int hetccl_gpu_take(void *h, const hetccl_gpu_sym_t *syms, size_t n, const char *lib, char *why,
+                    size_t len);
 
 /* A counter operation for a host function on a stream (the fallback for
  * stream memory operations): store value into *counter, or (write == 0)
