@@ -475,6 +475,26 @@ def _isend() -> Tuple[bool, str, str]:
     return ok and waited, "local (the sender's input)", why
 
 
+@check("send_recv/isend_goes_on")
+def _isend_goes_on() -> Tuple[bool, str, str]:
+    """isend of a large message returns before the peer receives it: rank 0
+    publishes that its isend returned, and only then does rank 1 post the
+    receive (a send made on the calling thread would wait for ever)."""
+    if N < 2 or RANK > 1:
+        return True, "none", "not in the pair"
+    x = data("isend_goes_on", 0, (1 << 22,))  # 16 MiB: more than any transport buffers
+    store = dist.distributed_c10d._get_default_store()
+    if RANK == 0:
+        work = dist.isend(on_dev(x), 1)
+        store.set("isend_goes_on/returned", "1")
+        return bool(work.wait()), "none", ""
+    store.wait(["isend_goes_on/returned"], timedelta(seconds=60))
+    got = on_dev(torch.zeros_like(x))
+    dist.recv(got, 0)
+    ok, why = same(got, x)
+    return ok, "local (the sender's input)", why
+
+
 @check("send_recv/batch_isend_irecv")
 def _batch() -> Tuple[bool, str, str]:
     # every rank sends to the next and receives from the previous, sends

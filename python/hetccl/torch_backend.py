@@ -530,26 +530,23 @@ class HetcclBackend(_BASE):  # type: ignore[misc,valid-type]
         return self._launch(st, outputs, [out, *ins], opts)
 
     def send(self, tensors: List[torch.Tensor], dst: int, tag: int) -> Any:
-        t = _one(tensors, "send")
-        waited = _WAITED if _caller_waits() else None
-        fast = self._host_p2p(t, dst, "ncclSend", waited)
-        if fast is not None:
-            return fast
-        with self._prepare(tensors) as st:
-            buf = _bytes(st.input(t))
-            st.lib.send(buf, buf.numel(), _nccl.NCCL_UINT8, dst, st.stream)
-        return self._launch(st, tensors, tensors, waited)
+        return self._p2p(_one(tensors, "send"), dst, sending=True)
 
     def recv(self, tensors: List[torch.Tensor], src: int, tag: int) -> Any:
-        t = _one(tensors, "recv")
+        return self._p2p(_one(tensors, "recv"), src, sending=False)
+
+    def _p2p(self, t: torch.Tensor, peer: int, sending: bool) -> Any:
+        """One send or receive of t's bytes: on the calling thread when
+        torch's blocking dist.send / dist.recv made it, else on the worker."""
         waited = _WAITED if _caller_waits() else None
-        fast = self._host_p2p(t, src, "ncclRecv", waited)
+        fast = self._host_p2p(t, peer, "ncclSend" if sending else "ncclRecv", waited)
         if fast is not None:
             return fast
-        with self._prepare(tensors) as st:
-            buf = _bytes(st.output(t))
-            st.lib.recv(buf, buf.numel(), _nccl.NCCL_UINT8, src, st.stream)
-        return self._launch(st, tensors, tensors, waited)
+        with self._prepare([t]) as st:
+            buf = _bytes(st.input(t) if sending else st.output(t))
+            (st.lib.send if sending else st.lib.recv)(buf, buf.numel(), _nccl.NCCL_UINT8, peer,
+                                                      st.stream)
+        return self._launch(st, [t], [t], waited)
 
     def _host_p2p(self, t: torch.Tensor, peer: int, fn: str, opts: Any) -> Any:
         """A send or receive of a contiguous CPU tensor on an engine
@@ -623,7 +620,9 @@ def _caller_waits() -> bool:
     wait on the work at once, as isend / irecv's callers may not): the
     frames between here and the user's code, which torch's Python API
     adds (send -> isend -> ProcessGroup.send -> here)."""
-    frame = sys._getframe(2)
+    frame = sys._getframe(1)
+    while frame is not None and frame.f_code.co_filename == __file__:  # this backend's own
+        frame = frame.f_back
     for _ in range(6):
         if frame is None or not frame.f_code.co_filename.endswith("distributed_c10d.py"):
             return False
