@@ -37,6 +37,7 @@
 #include <string.h>
 #include <sys/random.h>
 
+#include "comm/bootstrap.h"
 #include "comm/bootstrap_wire.h"
 #include "util/check.h"
 #include "util/knobs.h"

@@ -20,7 +20,7 @@
 
 #include <stdint.h>
 
-#include "comm/bootstrap.h"
+#include "nccl.h"
 #include "util/net.h"
 
 #define BS_ID_MAGIC "HETCCLID"

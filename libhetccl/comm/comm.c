@@ -10,7 +10,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "comm/window.h"
 #include "util/check.h"
 #include "util/log.h"
 
@@ -40,7 +39,6 @@ ncclResult_t hetccl_comm_register(ncclComm_t comm) {
 }
 
 void hetccl_comm_unregister(ncclComm_t comm) {
-  hetccl_window_comm_gone(comm);
   pthread_mutex_lock(&live_lock);
   for (int i = 0; i < nlive; i++) {
     if (live[i] == comm) {

@@ -2,7 +2,8 @@
  *
  * A communicator is either forwarded (one island, a vendor library serves
  * it: `vendor` and `vcomm` set, every call goes straight there) or run by
- * hetccl's engine (`engine` set). The API layer reads `vendor` first.
+ * hetccl's engine (`engine` set). `backend` says which (comm/backend.h):
+ * the entry points call its slots and never test the fields below.
  *
  * Ownership: created and destroyed by the API thread. Once initialised,
  * fields above `state` are read-only. The engine is driven by one thread at
@@ -70,6 +71,9 @@ struct ncclComm {
   unsigned char user_config[512];
   int has_user_config;
   uint64_t comm_id;              /* from the unique id; in every frame */
+  /* What serves it (comm/backend.h): the engine's table from creation,
+   * the forwarding one once a vendor communicator exists. */
+  const struct hetccl_backend_ops *backend;
 
   /* forwarded (homogeneous) */
   const hetccl_vendor_t *vendor;

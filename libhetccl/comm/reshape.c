@@ -1,8 +1,8 @@
-/* Communicators made from a communicator: split (also the internal ones
- * of a hierarchy, core/hier.c), shrink and grow (core/init.h). Each new
- * communicator goes through hetccl_comm_init with an id its members agree
- * on over the parent's bootstrap, or, forwarded, through the vendor's own
- * split and shrink.
+/* Communicators made from an engine communicator: split (also the internal
+ * ones of a hierarchy, hier/hier.c), shrink and grow (comm/init.h). Each
+ * new communicator goes through hetccl_comm_init with an id its members
+ * agree on over the parent's bootstrap. A forwarded communicator's split
+ * and shrink are the vendor's own (backend/forward.c).
  *
  * Thread: the API caller (the parent's calls are collective). */
 #include <stdlib.h>
@@ -15,54 +15,6 @@
 #include "util/log.h"
 
 /* --- split / shrink ------------------------------------------------------- */
-
-/* The wrapper of a vendor communicator that the vendor's split or shrink is
- * making. With a nonblocking parent the vendor writes the child's handle
- * from its background job, after the call returned: so the vendor is
- * handed &child->vcomm to write, never a variable of ours that goes away.
- * Until it arrives, the child's state is the parent's (vparent; see
- * ncclCommGetAsyncError), and rank and size are asked of the vendor when
- * queried. */
-static ncclResult_t vendor_child_create(ncclComm_t parent, ncclComm_t *out) {
-  ncclComm_t comm = calloc(1, sizeof(*comm));
-  if (!comm) {
-    WARN("ncclCommSplit: out of memory");
-    return ncclSystemError;
-  }
-  pthread_mutex_init(&comm->lock, NULL);
-  comm->magic = HETCCL_COMM_MAGIC;
-  comm->rank = -1;
-  comm->nranks = -1;
-  comm->dev = parent->dev;
-  comm->dev_kind = parent->dev_kind;
-  comm->ptr_kind = parent->ptr_kind;
-  comm->blocking = parent->blocking;
-  comm->config = parent->config;
-  comm->vendor = parent->vendor;
-  comm->vparent = parent->vcomm;
-  ncclResult_t res = hetccl_comm_register(comm);
-  if (res != ncclSuccess) {
-    pthread_mutex_destroy(&comm->lock);
-    free(comm);
-    return res;
-  }
-  *out = comm;
-  return ncclSuccess;
-}
-
-/* After the vendor's split / shrink returned res into child->vcomm: hand
- * the child out, or drop it if the vendor failed. Success does not mean
- * the handle is there: NCCL returns ncclSuccess from a nonblocking
- * parent's split and writes the handle later. */
-static ncclResult_t vendor_child_finish(ncclComm_t child, ncclResult_t res, ncclComm_t *newcomm) {
-  if (res != ncclSuccess && res != ncclInProgress) {
-    hetccl_comm_unregister(child);
-    hetccl_comm_release(child);
-    return res;
-  }
-  *newcomm = child;
-  return res;
-}
 
 typedef struct split_entry {
   int32_t color, key, rank, pad;
@@ -110,19 +62,9 @@ ncclResult_t hetccl_comm_split_internal(ncclComm_t comm, int color, int key,
   return split_engine(comm, color, key, newcomm, config, 1, island);
 }
 
-ncclResult_t hetccl_comm_split(ncclComm_t comm, int color, int key, ncclComm_t *newcomm,
-                               const ncclConfig_t *config) {
+ncclResult_t hetccl_comm_split_engine(ncclComm_t comm, int color, int key, ncclComm_t *newcomm,
+                                      const ncclConfig_t *config) {
   *newcomm = NULL;
-  if (comm->vendor) {
-    if (color == NCCL_SPLIT_NOCOLOR) /* no child; the vendor may still write NULL later */
-      return HETCCL_VENDOR_CALL(comm->vendor, CommSplit, comm->vcomm, color, key,
-                                &comm->vnone, (ncclConfig_t *)config);
-    ncclComm_t child;
-    HETCCL_CHECK(vendor_child_create(comm, &child));
-    ncclResult_t res = HETCCL_VENDOR_CALL(comm->vendor, CommSplit, comm->vcomm, color, key,
-                                          &child->vcomm, (ncclConfig_t *)config);
-    return vendor_child_finish(child, res, newcomm);
-  }
   return split_engine(comm, color, key, newcomm, config, 0, 0);
 }
 
@@ -163,16 +105,10 @@ out:
   return res;
 }
 
-ncclResult_t hetccl_comm_shrink(ncclComm_t comm, const int *exclude, int nexclude,
-                                ncclComm_t *newcomm, const ncclConfig_t *config, int flags) {
+ncclResult_t hetccl_comm_shrink_engine(ncclComm_t comm, const int *exclude, int nexclude,
+                                       ncclComm_t *newcomm, const ncclConfig_t *config,
+                                       int flags) {
   *newcomm = NULL;
-  if (comm->vendor) {
-    ncclComm_t child;
-    HETCCL_CHECK(vendor_child_create(comm, &child));
-    ncclResult_t res = HETCCL_VENDOR_CALL(comm->vendor, CommShrink, comm->vcomm, (int *)exclude,
-                                          nexclude, &child->vcomm, (ncclConfig_t *)config, flags);
-    return vendor_child_finish(child, res, newcomm);
-  }
   int n = comm->nranks;
   uint8_t *gone = calloc(n, 1);
   if (!gone) {
@@ -247,17 +183,9 @@ typedef struct grow_entry {
   ncclUniqueId id;
 } grow_entry_t;
 
-ncclResult_t hetccl_comm_grow(ncclComm_t parent, int nranks, const ncclUniqueId *id, int rank,
-                              ncclComm_t *newcomm, const ncclConfig_t *config) {
+ncclResult_t hetccl_comm_grow_engine(ncclComm_t parent, int nranks, const ncclUniqueId *id,
+                                     int rank, ncclComm_t *newcomm, const ncclConfig_t *config) {
   *newcomm = NULL;
-  if (parent->vendor) {
-    /* Its members have no bootstrap of ours any more (the vendor keeps its
-     * own), so the grow id could not reach those that pass NULL. */
-    WARN("ncclCommGrow: rank %d's communicator is forwarded to %s, and growing one is not "
-         "implemented; make the larger communicator with ncclCommInitRank instead",
-         parent->rank, parent->vendor->name);
-    return ncclInvalidUsage;
-  }
   if (!parent->bs) {
     WARN("ncclCommGrow: communicator has no bootstrap (rank %d)", parent->rank);
     return ncclInternalError;

@@ -27,43 +27,12 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "comm/op.h"
 #include "entries.h"
 #include "hetccl.h"
 #include "nccl.h"
 #include "nccl_device_host.h"
 #include "vendor_ccl/vendor.h"
-
-/* Operations, named as the vendor slot that serves each when forwarded. */
-#define HETCCL_OP_KINDS(X)                                                     \
-  X(AllReduce) X(Broadcast) X(Bcast) X(Reduce) X(AllGather) X(ReduceScatter)  \
-  X(AlltoAll) X(Gather) X(Scatter) X(Send) X(Recv)
-
-typedef enum {
-#define HETCCL_OP_KIND_ENUM(k) HETCCL_OP_##k,
-  HETCCL_OP_KINDS(HETCCL_OP_KIND_ENUM)
-#undef HETCCL_OP_KIND_ENUM
-  HETCCL_OP_KIND_COUNT
-} hetccl_op_kind_t;
-
-#define HETCCL_NO_ROOT INT32_MIN /* the function takes no root / peer / operator */
-#define HETCCL_NO_PEER INT32_MIN
-#define HETCCL_NO_REDOP ((ncclRedOp_t)INT32_MIN)
-
-/* One collective or point-to-point call, as the user made it. count is
- * NCCL's: per rank for AllGather (sendcount), ReduceScatter (recvcount),
- * AlltoAll, Gather and Scatter. */
-typedef struct hetccl_op {
-  hetccl_op_kind_t kind;
-  const char *fn; /* the exported name, for messages */
-  const void *sendbuf;
-  void *recvbuf;
-  size_t count;
-  ncclDataType_t dtype;
-  ncclRedOp_t redop;
-  int root, peer;
-  void *stream;
-  const ncclCollConfig_t *config; /* the *Config forms; else NULL */
-} hetccl_op_t;
 
 /* Run op on comm: forwarded, hierarchical, on the data plane or the
  * engine; enqueued on op->stream where it has device buffers. */

@@ -1,25 +1,28 @@
-/* The core half of the communicator entry points (core/dispatch.h): unique
+/* The core half of the communicator entry points (entry/dispatch.h): unique
  * ids, init, split/shrink/grow, teardown and queries. The api layer has
- * checked what it can without a communicator; the work is in core/init.c.
+ * checked what it can without a communicator; the life cycle is in comm/
+ * (comm/init.h), and what differs between a forwarded and an engine
+ * communicator in its backend's slots (comm/backend.h).
  *
  * Thread: the API caller. */
 #include <stdlib.h>
 #include <string.h>
 
-#include "entry/dispatch.h"
+#include "comm/backend.h"
 #include "comm/comm.h"
-#include "exec/group.h"
-#include "hier/hier.h"
+#include "comm/identity.h"
 #include "comm/init.h"
-#include "comm/window.h"
 #include "comm/proxy.h"
+#include "entry/dispatch.h"
+#include "exec/group.h"
 #include "trace/trace.h"
-#include "transport/ib/ib_mem.h"
 #include "util/check.h"
 #include "util/knobs.h"
 #include "util/log.h"
 
 #define CHECK_COMM(comm, fn) HETCCL_CHECK(hetccl_comm_check(comm, fn))
+/* comm's backend (checked live first). */
+#define BACKEND(comm) hetccl_backend_of(comm)
 
 ncclResult_t hetccl_GetUniqueId(ncclUniqueId *uniqueId) {
   HETCCL_CHECK(hetccl_knobs_check());
@@ -173,22 +176,14 @@ ncclResult_t hetccl_CommAbort(ncclComm_t comm) {
 
 ncclResult_t hetccl_CommRevoke(ncclComm_t comm, int revokeFlags) {
   CHECK_COMM(comm, "ncclCommRevoke");
-  if (comm->vendor) return HETCCL_VENDOR_CALL(comm->vendor, CommRevoke, comm->vcomm, revokeFlags);
-  HETCCL_ARGCHECK(revokeFlags == NCCL_REVOKE_DEFAULT, ncclInvalidArgument,
-                  "ncclCommRevoke: flags 0x%x must be NCCL_REVOKE_DEFAULT", revokeFlags);
-  /* Stop what is in flight: blocked waits see the flag and fail; the
-   * communicator may then only be destroyed, split or shrunk. */
-  __atomic_store_n(&comm->abort_flag, 1, __ATOMIC_RELEASE);
-  hetccl_proxy_drain(comm);
-  hetccl_comm_set_error(comm, ncclInvalidUsage);
-  return ncclSuccess;
+  return BACKEND(comm)->revoke(comm, revokeFlags);
 }
 
 ncclResult_t hetccl_CommSplit(ncclComm_t comm, int color, int key, ncclComm_t *newcomm,
                            ncclConfig_t *config) {
   CHECK_COMM(comm, "ncclCommSplit");
   hetccl_comm_enter(comm);
-  ncclResult_t res = hetccl_comm_split(comm, color, key, newcomm, config);
+  ncclResult_t res = BACKEND(comm)->split(comm, color, key, newcomm, config);
   hetccl_comm_leave(comm);
   return res;
 }
@@ -197,130 +192,71 @@ ncclResult_t hetccl_CommShrink(ncclComm_t comm, int *excludeRanksList, int exclu
                             ncclComm_t *newcomm, ncclConfig_t *config, int shrinkFlags) {
   CHECK_COMM(comm, "ncclCommShrink");
   hetccl_comm_enter(comm);
-  ncclResult_t res = hetccl_comm_shrink(comm, excludeRanksList, excludeRanksCount, newcomm,
-                                        config, shrinkFlags);
+  ncclResult_t res = BACKEND(comm)->shrink(comm, excludeRanksList, excludeRanksCount, newcomm,
+                                           config, shrinkFlags);
   hetccl_comm_leave(comm);
   return res;
 }
 
 ncclResult_t hetccl_CommGetAsyncError(ncclComm_t comm, ncclResult_t *asyncError) {
   CHECK_COMM(comm, "ncclCommGetAsyncError");
-  if (comm->vendor) {
-    /* A vendor split's child whose handle has not arrived yet has its
-     * parent's state (hetccl_comm_split). */
-    ncclComm_t vc = __atomic_load_n(&comm->vcomm, __ATOMIC_ACQUIRE);
-    if (!vc && comm->vparent) {
-      HETCCL_CHECK(HETCCL_VENDOR_CALL(comm->vendor, CommGetAsyncError, comm->vparent, asyncError));
-      if (*asyncError != ncclSuccess) return ncclSuccess;
-      vc = __atomic_load_n(&comm->vcomm, __ATOMIC_ACQUIRE);
-      if (!vc) {
-        WARN("ncclCommGetAsyncError: the vendor's split finished without a communicator");
-        *asyncError = ncclInternalError;
-        return ncclSuccess;
-      }
-    }
-    if (vc) return HETCCL_VENDOR_CALL(comm->vendor, CommGetAsyncError, vc, asyncError);
-  }
-  /* A job that fails on the proxy thread sets the error before it returns
-   * and leaves its message on the communicator as it returns: until then a
-   * nonblocking communicator's answer is "in progress", so that once the
-   * error shows, ncclGetLastError(comm) has its message. A blocking one
-   * says "in progress" only while it initialises: the jobs it has queued
-   * are stream-ordered device operations (core/devpath.h), which a
-   * watchdog polling here must not take for an unfinished init. */
-  ncclResult_t err = (ncclResult_t)__atomic_load_n(&comm->error, __ATOMIC_ACQUIRE);
-  if (!comm->blocking && hetccl_proxy_pending(comm) > 0) err = ncclInProgress;
-  if (err == ncclSuccess) err = hetccl_hier_error(comm); /* a phase failing on the stream */
-  *asyncError = err;
-  return ncclSuccess;
+  return BACKEND(comm)->async_error(comm, asyncError);
 }
 
 ncclResult_t hetccl_CommCount(const ncclComm_t comm, int *count) {
   CHECK_COMM(comm, "ncclCommCount");
-  if (comm->vendor) return HETCCL_VENDOR_CALL(comm->vendor, CommCount, comm->vcomm, count);
-  *count = comm->nranks;
-  return ncclSuccess;
+  return BACKEND(comm)->count(comm, count);
 }
 
 ncclResult_t hetccl_CommUserRank(const ncclComm_t comm, int *rank) {
   CHECK_COMM(comm, "ncclCommUserRank");
-  if (comm->vendor) return HETCCL_VENDOR_CALL(comm->vendor, CommUserRank, comm->vcomm, rank);
-  *rank = comm->rank;
-  return ncclSuccess;
+  return BACKEND(comm)->user_rank(comm, rank);
 }
 
-/* Host ranks have no device: -1. */
 ncclResult_t hetccl_CommCuDevice(const ncclComm_t comm, int *device) {
   CHECK_COMM(comm, "ncclCommCuDevice");
-  if (comm->vendor) return HETCCL_VENDOR_CALL(comm->vendor, CommCuDevice, comm->vcomm, device);
-  *device = comm->dev;
-  return ncclSuccess;
+  return BACKEND(comm)->cu_device(comm, device);
 }
 
-/* Registration is an optimisation hint: the ib transport writes large
- * messages straight into registered memory (transport/ib/ib_mem.h, which
- * registers the range with every ib device context of the process); the
- * other transports copy through their staging and need none. */
 ncclResult_t hetccl_CommRegister(const ncclComm_t comm, void *buff, size_t size, void **handle) {
   CHECK_COMM(comm, "ncclCommRegister");
-  if (comm->vendor)
-    return HETCCL_VENDOR_CALL(comm->vendor, CommRegister, comm->vcomm, buff, size, handle);
-  HETCCL_ARGCHECK(buff != NULL || size == 0, ncclInvalidArgument,
-                  "ncclCommRegister: buffer is NULL with size %zu", size);
-  HETCCL_ARGCHECK(handle != NULL, ncclInvalidArgument, "ncclCommRegister: handle is NULL");
-  return hetccl_ib_mem_register(buff, size, handle);
+  return BACKEND(comm)->mem_register(comm, buff, size, handle);
 }
 
 ncclResult_t hetccl_CommDeregister(const ncclComm_t comm, void *handle) {
   CHECK_COMM(comm, "ncclCommDeregister");
-  if (comm->vendor) return HETCCL_VENDOR_CALL(comm->vendor, CommDeregister, comm->vcomm, handle);
-  HETCCL_ARGCHECK(handle != NULL, ncclInvalidArgument, "ncclCommDeregister: handle is NULL");
-  return hetccl_ib_mem_deregister(handle);
+  return BACKEND(comm)->mem_deregister(comm, handle);
 }
 
 ncclResult_t hetccl_CommWindowRegister(ncclComm_t comm, void *buff, size_t size, ncclWindow_t *win,
                                     int winFlags) {
   CHECK_COMM(comm, "ncclCommWindowRegister");
-  if (comm->vendor)
-    return HETCCL_VENDOR_CALL(comm->vendor, CommWindowRegister, comm->vcomm, buff, size, win,
-                              winFlags);
-  return hetccl_window_register(comm, buff, size, win, winFlags);
+  return BACKEND(comm)->window_register(comm, buff, size, win, winFlags);
 }
 
 ncclResult_t hetccl_CommWindowDeregister(ncclComm_t comm, ncclWindow_t win) {
   CHECK_COMM(comm, "ncclCommWindowDeregister");
-  if (comm->vendor)
-    return HETCCL_VENDOR_CALL(comm->vendor, CommWindowDeregister, comm->vcomm, win);
-  return hetccl_window_deregister(comm, win);
+  return BACKEND(comm)->window_deregister(comm, win);
 }
 
 ncclResult_t hetccl_CommSuspend(ncclComm_t comm, int flags) {
   CHECK_COMM(comm, "ncclCommSuspend");
-  if (comm->vendor) return HETCCL_VENDOR_CALL(comm->vendor, CommSuspend, comm->vcomm, flags);
-  return hetccl_unsupported("ncclCommSuspend", "the engine keeps no releasable device memory");
+  return BACKEND(comm)->suspend(comm, flags);
 }
 
 ncclResult_t hetccl_CommResume(ncclComm_t comm) {
   CHECK_COMM(comm, "ncclCommResume");
-  if (comm->vendor) return HETCCL_VENDOR_CALL(comm->vendor, CommResume, comm->vcomm);
-  return hetccl_unsupported("ncclCommResume", "the engine keeps no releasable device memory");
+  return BACKEND(comm)->resume(comm);
 }
 
 ncclResult_t hetccl_CommMemStats(ncclComm_t comm, ncclCommMemStat_t stat, uint64_t *value) {
   CHECK_COMM(comm, "ncclCommMemStats");
-  if (comm->vendor)
-    return HETCCL_VENDOR_CALL(comm->vendor, CommMemStats, comm->vcomm, stat, value);
-  return hetccl_unsupported("ncclCommMemStats", "the engine does not track device memory");
+  return BACKEND(comm)->mem_stats(comm, stat, value);
 }
 
-/* The id for ncclCommGrow: a bootstrap root served by this rank, as
- * ncclGetUniqueId's, until the grown communicator is linked. */
 ncclResult_t hetccl_CommGetUniqueId(ncclComm_t comm, ncclUniqueId *uniqueId) {
   CHECK_COMM(comm, "ncclCommGetUniqueId");
-  if (comm->vendor) {
-    return hetccl_unsupported("ncclCommGetUniqueId", "growing a forwarded communicator is not " "implemented");
-  }
-  return hetccl_bootstrap_root_create(uniqueId);
+  return BACKEND(comm)->grow_id(comm, uniqueId);
 }
 
 /* Members of comm pass it with rank -1 and keep their ranks; joining ranks
@@ -333,7 +269,7 @@ ncclResult_t hetccl_CommGrow(ncclComm_t comm, int nRanks, const ncclUniqueId *un
   }
   CHECK_COMM(comm, "ncclCommGrow");
   hetccl_comm_enter(comm);
-  ncclResult_t res = hetccl_comm_grow(comm, nRanks, uniqueId, rank, newcomm, config);
+  ncclResult_t res = BACKEND(comm)->grow(comm, nRanks, uniqueId, rank, newcomm, config);
   hetccl_comm_leave(comm);
   return res;
 }

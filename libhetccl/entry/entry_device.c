@@ -1,31 +1,28 @@
 /* The NCCL device API's host functions, one-sided signals, encryption and
  * the debug reset.
  *
- * A forwarded communicator hands each call to its vendor library. hetccl's
- * engine has no device communicators or signals, so there these calls fail
- * with ncclInvalidUsage (hetccl_unsupported), and its windows are
- * registrations that give no peer access (core/window.c); the teams,
- * which cannot return an error, are computed where they have a meaning for
- * an engine communicator (world: every rank; LSA, the ranks whose memory
- * this one can load and store: itself only) and are empty, with a WARN,
- * where they have none.
+ * Functions with a communicator go to its backend (comm/backend.h): the
+ * vendor library for a forwarded one; on an engine communicator, which has
+ * no device communicators or signals, they fail with ncclInvalidUsage,
+ * its windows are registrations that give no peer access (comm/window.c),
+ * and its teams are computed where they have a meaning
+ * (backend/engine_device.c).
  *
  * Window and requirement functions take no communicator. A window that
- * core/window.c made is answered there; any other window, and every device
+ * comm/window.c made is answered there; any other window, and every device
  * resource, comes from a vendor communicator, so these go to the vendor
  * library loaded in this process, if any.
  *
  * API thread only, as the application calls them. */
 #include <string.h>
 
+#include "comm/backend.h"
 #include "comm/comm.h"
-#include "entry/dispatch.h"
 #include "comm/window.h"
+#include "entry/dispatch.h"
 #include "nccl_device_host.h"
 #include "util/check.h"
 #include "util/log.h"
-
-#define NO_DEVICE_API "the device API needs a communicator served by a vendor library"
 
 /* Functions without a communicator: the loaded vendor, else unsupported. */
 #define FORWARD_TO_LOADED_VENDOR(slot, why, ...)                               \
@@ -37,116 +34,75 @@
 
 /* ---- communicator properties and device communicators ---- */
 
-static void engine_properties(ncclComm_t comm, ncclCommProperties_t *props) {
-  size_t size = props->size;
-  unsigned magic = props->magic, version = props->version;
-  memset(props, 0, sizeof(*props));
-  props->size = size;
-  props->magic = magic;
-  props->version = version;
-  props->rank = comm->rank;
-  props->nRanks = comm->nranks;
-  props->cudaDev = comm->dev;
-  props->nvmlDev = -1;
-  props->ginType = NCCL_GIN_TYPE_NONE;
-  props->railedGinType = NCCL_GIN_TYPE_NONE;
-  props->nLsaTeams = comm->nranks; /* each rank is its own LSA team */
-  props->commHash = comm->comm_id;
-  props->ginConnectionType = NCCL_GIN_CONNECTION_NONE;
-}
-
 ncclResult_t hetccl_CommQueryProperties(ncclComm_t comm, ncclCommProperties_t *props) {
   HETCCL_CHECK(hetccl_comm_check(comm, "ncclCommQueryProperties"));
-  if (comm->vendor)
-    return HETCCL_VENDOR_CALL(comm->vendor, CommQueryProperties, comm->vcomm, props);
-  HETCCL_ARGCHECK(props->magic == NCCL_API_MAGIC && props->size >= sizeof(*props),
-                  ncclInvalidArgument,
-                  "ncclCommQueryProperties: props not set up with "
-                  "NCCL_COMM_PROPERTIES_INITIALIZER (size %zu, magic 0x%x)",
-                  props->size, props->magic);
-  engine_properties(comm, props);
-  return ncclSuccess;
+  return hetccl_backend_of(comm)->properties(comm, props);
 }
 
 ncclResult_t hetccl_DevCommCreate(ncclComm_t comm, const ncclDevCommRequirements_t *reqs,
                                ncclDevComm_t *outDevComm) {
   HETCCL_CHECK(hetccl_comm_check(comm, "ncclDevCommCreate"));
-  if (comm->vendor)
-    return HETCCL_VENDOR_CALL(comm->vendor, DevCommCreate, comm->vcomm, reqs, outDevComm);
-  return hetccl_unsupported("ncclDevCommCreate", NO_DEVICE_API);
+  return hetccl_backend_of(comm)->dev_comm_create(comm, reqs, outDevComm);
 }
 
 ncclResult_t hetccl_DevCommDestroy(ncclComm_t comm, const ncclDevComm_t *devComm) {
   HETCCL_CHECK(hetccl_comm_check(comm, "ncclDevCommDestroy"));
-  if (comm->vendor)
-    return HETCCL_VENDOR_CALL(comm->vendor, DevCommDestroy, comm->vcomm, devComm);
-  return hetccl_unsupported("ncclDevCommDestroy", NO_DEVICE_API);
+  return hetccl_backend_of(comm)->dev_comm_destroy(comm, devComm);
 }
 
 /* ---- teams ---- */
 
 static const ncclTeam_t empty_team = {0, 0, 0};
 
+/* A team, not a code: a failure is the communicator's last error, and the
+ * team empty. */
+static ncclTeam_t team_of(ncclComm_t comm, const char *fn, hetccl_team_kind_t kind,
+                          ncclCftTeamMode_t mode) {
+  if (hetccl_comm_check(comm, fn) != ncclSuccess) return empty_team;
+  ncclTeam_t team = empty_team;
+  ncclResult_t res = hetccl_backend_of(comm)->team(comm, kind, mode, &team);
+  if (res != ncclSuccess) hetccl_comm_note_call(comm, res);
+  return team;
+}
+
 ncclTeam_t hetccl_TeamWorld(ncclComm_t comm) {
-  if (hetccl_comm_check(comm, "ncclTeamWorld") != ncclSuccess) return empty_team;
-  if (comm->vendor) return HETCCL_VENDOR_CALL(comm->vendor, TeamWorld, comm->vcomm);
-  return (ncclTeam_t){.nRanks = comm->nranks, .rank = comm->rank, .stride = 1};
+  return team_of(comm, "ncclTeamWorld", HETCCL_TEAM_WORLD, (ncclCftTeamMode_t)0);
 }
 
-/* The engine shares no memory between ranks: the LSA team is this rank. */
 ncclTeam_t hetccl_TeamLsa(ncclComm_t comm) {
-  if (hetccl_comm_check(comm, "ncclTeamLsa") != ncclSuccess) return empty_team;
-  if (comm->vendor) return HETCCL_VENDOR_CALL(comm->vendor, TeamLsa, comm->vcomm);
-  return (ncclTeam_t){.nRanks = 1, .rank = 0, .stride = 1};
+  return team_of(comm, "ncclTeamLsa", HETCCL_TEAM_LSA, (ncclCftTeamMode_t)0);
 }
 
-/* The rail team holds one rank of each LSA team; with LSA teams of one,
- * that is every rank. */
 ncclTeam_t hetccl_TeamRail(ncclComm_t comm) {
-  if (hetccl_comm_check(comm, "ncclTeamRail") != ncclSuccess) return empty_team;
-  if (comm->vendor) return HETCCL_VENDOR_CALL(comm->vendor, TeamRail, comm->vcomm);
-  return (ncclTeam_t){.nRanks = comm->nranks, .rank = comm->rank, .stride = 1};
+  return team_of(comm, "ncclTeamRail", HETCCL_TEAM_RAIL, (ncclCftTeamMode_t)0);
 }
 
 ncclTeam_t hetccl_TeamCft(ncclComm_t comm, ncclCftTeamMode_t mode) {
-  if (hetccl_comm_check(comm, "ncclTeamCft") != ncclSuccess) return empty_team;
-  if (comm->vendor) return HETCCL_VENDOR_CALL(comm->vendor, TeamCft, comm->vcomm, mode);
-  hetccl_comm_note_call(comm, hetccl_unsupported("ncclTeamCft", "no CFT fabric on an engine "
-                                                                  "communicator; empty team"));
-  return empty_team;
+  return team_of(comm, "ncclTeamCft", HETCCL_TEAM_CFT, mode);
 }
 
 ncclTeam_t hetccl_TeamCftMultimem(ncclComm_t comm) {
-  if (hetccl_comm_check(comm, "ncclTeamCftMultimem") != ncclSuccess) return empty_team;
-  if (comm->vendor) return HETCCL_VENDOR_CALL(comm->vendor, TeamCftMultimem, comm->vcomm);
-  hetccl_comm_note_call(comm, hetccl_unsupported("ncclTeamCftMultimem", "no CFT fabric on an engine "
-                                                                  "communicator; empty team"));
-  return empty_team;
+  return team_of(comm, "ncclTeamCftMultimem", HETCCL_TEAM_CFT_MULTIMEM, (ncclCftTeamMode_t)0);
 }
 
-/* Members of a team are `stride` world ranks apart, this rank being
- * member team.rank. */
-int hetccl_TeamRankToWorld(ncclComm_t comm, ncclTeam_t team, int rank) {
-  if (hetccl_comm_check(comm, "ncclTeamRankToWorld") != ncclSuccess) return -1;
-  if (comm->vendor) return HETCCL_VENDOR_CALL(comm->vendor, TeamRankToWorld, comm->vcomm, team, rank);
-  int64_t world = comm->rank + ((int64_t)rank - team.rank) * team.stride;
-  if (rank < 0 || rank >= team.nRanks || world < 0 || world >= comm->nranks) {
-    WARN("ncclTeamRankToWorld: rank %d is not in team {nRanks %d, rank %d, stride %d}", rank,
-         team.nRanks, team.rank, team.stride);
-    hetccl_comm_note_call(comm, ncclInvalidArgument);
+/* A rank, or -1 with the failure as the communicator's last error. */
+static int team_rank(ncclComm_t comm, const char *fn, ncclTeam_t team, int rank, int lsa) {
+  if (hetccl_comm_check(comm, fn) != ncclSuccess) return -1;
+  int out = -1;
+  ncclResult_t res = hetccl_backend_of(comm)->team_rank(comm, team, rank, lsa, &out);
+  if (res != ncclSuccess) {
+    hetccl_comm_note_call(comm, res);
     return -1;
   }
-  return (int)world;
+  return out;
+}
+
+int hetccl_TeamRankToWorld(ncclComm_t comm, ncclTeam_t team, int rank) {
+  return team_rank(comm, "ncclTeamRankToWorld", team, rank, 0);
 }
 
 int hetccl_TeamRankToLsa(ncclComm_t comm, ncclTeam_t team, int rank) {
-  if (hetccl_comm_check(comm, "ncclTeamRankToLsa") != ncclSuccess) return -1;
-  if (comm->vendor) return HETCCL_VENDOR_CALL(comm->vendor, TeamRankToLsa, comm->vcomm, team, rank);
-  if (rank == team.rank) return 0; /* only this rank is in its LSA team */
-  WARN("ncclTeamRankToLsa: member %d of the team is not in this rank's LSA team (an engine "
-       "communicator shares no memory between ranks)", rank);
-  hetccl_comm_note_call(comm, ncclInvalidArgument);
-  return -1;
+  return team_rank(comm, "ncclTeamRankToLsa", team, rank, 1);
 }
 
 /* ---- window addresses ---- */
@@ -207,9 +163,7 @@ ncclResult_t hetccl_GetCftDeviceLeInfo(ncclWindow_t window, size_t offset, int p
 
 ncclResult_t hetccl_WinGetUserPtr(ncclComm_t comm, ncclWindow_t win, void **outUserPtr) {
   HETCCL_CHECK(hetccl_comm_check(comm, "ncclWinGetUserPtr"));
-  if (comm->vendor)
-    return HETCCL_VENDOR_CALL(comm->vendor, WinGetUserPtr, comm->vcomm, win, outUserPtr);
-  return hetccl_window_user_ptr(comm, win, outUserPtr);
+  return hetccl_backend_of(comm)->win_user_ptr(comm, win, outUserPtr);
 }
 
 /* ---- device resource requirements ---- */
@@ -227,10 +181,7 @@ ncclResult_t hetccl_GinBarrierCreateRequirement(ncclComm_t comm, ncclTeam_t team
                                              ncclGinBarrierHandle_t *outHandle,
                                              ncclDevResourceRequirements_t *outReq) {
   HETCCL_CHECK(hetccl_comm_check(comm, "ncclGinBarrierCreateRequirement"));
-  if (comm->vendor)
-    return HETCCL_VENDOR_CALL(comm->vendor, GinBarrierCreateRequirement,
-                                                   comm->vcomm, team, nBarriers, outHandle, outReq);
-  return hetccl_unsupported("ncclGinBarrierCreateRequirement", NO_DEVICE_API);
+  return hetccl_backend_of(comm)->gin_barrier(comm, team, nBarriers, outHandle, outReq);
 }
 
 ncclResult_t hetccl_GinOutboxCreateRequirement(int nBlocks, int size_log2,
@@ -263,35 +214,24 @@ int hetccl_LLA2ACalcSlots(int maxElts, int maxEltSize) {
 
 /* ---- one-sided signals ---- */
 
-#define NO_SIGNALS "one-sided signals need a communicator served by a vendor library"
-
 ncclResult_t hetccl_PutSignal(const void *localbuff, size_t count, ncclDataType_t datatype, int peer,
                            ncclWindow_t peerWin, size_t peerWinOffset, int sigIdx, int ctx,
                            unsigned int flags, ncclComm_t comm, cudaStream_t stream) {
   HETCCL_CHECK(hetccl_comm_check(comm, "ncclPutSignal"));
-  if (comm->vendor)
-    return HETCCL_VENDOR_CALL(comm->vendor, PutSignal, localbuff, count,
-                                                   datatype, peer, peerWin, peerWinOffset, sigIdx,
-                                                   ctx, flags, comm->vcomm, stream);
-  return hetccl_unsupported("ncclPutSignal", NO_SIGNALS);
+  return hetccl_backend_of(comm)->put_signal(comm, localbuff, count, datatype, peer, peerWin,
+                                             peerWinOffset, sigIdx, ctx, flags, stream);
 }
 
 ncclResult_t hetccl_Signal(int peer, int sigIdx, int ctx, unsigned int flags, ncclComm_t comm,
                         cudaStream_t stream) {
   HETCCL_CHECK(hetccl_comm_check(comm, "ncclSignal"));
-  if (comm->vendor)
-    return HETCCL_VENDOR_CALL(comm->vendor, Signal, peer, sigIdx, ctx, flags,
-                                                   comm->vcomm, stream);
-  return hetccl_unsupported("ncclSignal", NO_SIGNALS);
+  return hetccl_backend_of(comm)->signal(comm, peer, sigIdx, ctx, flags, stream);
 }
 
 ncclResult_t hetccl_WaitSignal(int nDesc, ncclWaitSignalDesc_t *signalDescs, ncclComm_t comm,
                             cudaStream_t stream) {
   HETCCL_CHECK(hetccl_comm_check(comm, "ncclWaitSignal"));
-  if (comm->vendor)
-    return HETCCL_VENDOR_CALL(comm->vendor, WaitSignal, nDesc, signalDescs,
-                                                   comm->vcomm, stream);
-  return hetccl_unsupported("ncclWaitSignal", NO_SIGNALS);
+  return hetccl_backend_of(comm)->wait_signal(comm, nDesc, signalDescs, stream);
 }
 
 /* ---- process-wide settings ---- */

@@ -8,10 +8,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "comm/backend.h"
 #include "comm/comm.h"
+#include "comm/identity.h"
 #include "entry/dispatch.h"
-#include "hier/hier.h"
-#include "comm/init.h"
 #include "hetccl.h"
 #include "transport/ib/ib_mem.h"
 #include "transport/transport.h"
@@ -62,11 +62,8 @@ const char *hetccl_GetErrorString(ncclResult_t result) {
 /* Not an API call of its own for the last error: it reads it. */
 const char *hetccl_GetLastError(ncclComm_t comm) {
   static __thread char copy[HETCCL_ERRMSG_BYTES];
-  if (comm && hetccl_comm_check(comm, "ncclGetLastError") == ncclSuccess) {
-    if (comm->vendor) return HETCCL_VENDOR_CALL(comm->vendor, GetLastError, comm->vcomm);
-    hetccl_comm_last_error(comm, copy, sizeof(copy));
-    return copy;
-  }
+  if (comm && hetccl_comm_check(comm, "ncclGetLastError") == ncclSuccess)
+    return hetccl_backend_of(comm)->last_error(comm, copy, sizeof(copy));
   return hetccl_last_error();
 }
 
@@ -90,23 +87,12 @@ ncclResult_t hetccl_MemFree(void *ptr) {
 ncclResult_t hetccl_RedOpCreatePreMulSum(ncclRedOp_t *op, void *scalar, ncclDataType_t datatype,
                                       ncclScalarResidence_t residence, ncclComm_t comm) {
   HETCCL_CHECK(hetccl_comm_check(comm, "ncclRedOpCreatePreMulSum"));
-  if (comm->vendor)
-    return HETCCL_VENDOR_CALL(comm->vendor, RedOpCreatePreMulSum, op, scalar, datatype, residence,
-                              comm->vcomm);
-  if (residence != ncclScalarHostImmediate) {
-    /* The engine reduces on the host: a device-resident scalar would have
-     * to be read at run time from device memory it does not manage. */
-    return hetccl_unsupported("ncclRedOpCreatePreMulSum",
-                              "ncclScalarDevice needs a vendor communicator; use "
-                              "ncclScalarHostImmediate on host ranks");
-  }
-  return hetccl_comm_redop_create(comm, op, scalar, datatype);
+  return hetccl_backend_of(comm)->redop_create(comm, op, scalar, datatype, residence);
 }
 
 ncclResult_t hetccl_RedOpDestroy(ncclRedOp_t op, ncclComm_t comm) {
   HETCCL_CHECK(hetccl_comm_check(comm, "ncclRedOpDestroy"));
-  if (comm->vendor) return HETCCL_VENDOR_CALL(comm->vendor, RedOpDestroy, op, comm->vcomm);
-  return hetccl_comm_redop_destroy(comm, op);
+  return hetccl_backend_of(comm)->redop_destroy(comm, op);
 }
 
 /* --- hetccl's own entry points --------------------------------------------- */
@@ -194,10 +180,5 @@ ncclResult_t hetccl_own_CommCopiedBytes(ncclComm_t comm, int index, const char *
 
 const char *hetccl_own_CommBackend(ncclComm_t comm) {
   if (!comm || hetccl_comm_check(comm, "hetcclCommBackend") != ncclSuccess) return "invalid";
-  if (comm->vendor) return comm->vendor->backend;
-  if (comm->hier) { /* what serves the inside of this rank's island */
-    const hetccl_vendor_t *v = comm->island ? comm->island->vendor : NULL;
-    return v ? v->hier_backend : "hierarchical:engine";
-  }
-  return comm->engine ? "engine" : "initializing";
+  return hetccl_backend_of(comm)->describe(comm);
 }

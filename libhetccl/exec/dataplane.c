@@ -275,7 +275,7 @@ ncclResult_t hetccl_dataplane_launch(ncclComm_t comm, hetccl_task_t *tasks) {
   if (traced) hetccl_comm_trace_batch_end(tasks, HETCCL_TRACE_PLANE, traced);
   if (saved >= 0 && saved != comm->dev) (void)rt->set_device(saved);
   free(a);
-  hetccl_group_free_tasks(tasks);
+  hetccl_tasks_free(tasks);
   if (res != ncclSuccess) {
     hetccl_plane_fail(comm->plane, res);
     hetccl_comm_set_error(comm, res);
@@ -290,7 +290,7 @@ ncclResult_t hetccl_dataplane_run(ncclComm_t comm, hetccl_task_t *tasks) {
   if (res == ncclSuccess) res = to_plane(tasks, &a, &n);
   if (res == ncclSuccess) res = hetccl_plane_run_host(comm->plane, a, n);
   free(a);
-  hetccl_group_free_tasks(tasks);
+  hetccl_tasks_free(tasks);
   if (res != ncclSuccess) hetccl_comm_set_error(comm, res);
   return res;
 }

@@ -19,11 +19,11 @@
  * (the caller's thread, or the proxy). A share may not mix the two.
  *
  * Thread: setup where init runs; the rest on the API thread, the host run
- * where hetccl_group_run_tasks runs. */
+ * where hetccl_tasks_run runs. */
 #ifndef HETCCL_CORE_DATAPLANE_H
 #define HETCCL_CORE_DATAPLANE_H
 
-#include "exec/group.h"
+#include "exec/task.h"
 
 /* After the engine is up (collective over comm). */
 ncclResult_t hetccl_dataplane_setup(ncclComm_t comm);

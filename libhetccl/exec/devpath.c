@@ -8,11 +8,12 @@
 
 #include "comm/comm.h"
 #include "comm/proxy.h"
-#include "exec/trace_points.h"
+#include "exec/run.h"
 #include "exec/stage_pool.h"
+#include "exec/trace_points.h"
 #include "p2p/engine.h"
-#include "util/knobs.h"
 #include "util/check.h"
+#include "util/knobs.h"
 #include "util/log.h"
 
 #define SLICE_ALIGN 256                 /* device copies like aligned addresses; so do NICs */
@@ -159,7 +160,7 @@ static ncclResult_t devpath_job(ncclComm_t comm, void *arg) {
     for (const hetccl_task_t *t = tasks; t; t = t->next)
       landed |= t->kind == HETCCL_TASK_RECV && t->device_direct;
     st->tasks = NULL;
-    ncclResult_t run = hetccl_group_run_tasks(comm, tasks);
+    ncclResult_t run = hetccl_tasks_run(comm, tasks);
     if (run == ncclSuccess && landed) run = j->dp->rt->flush_nic_writes();
     if (res == ncclSuccess) res = run;
     __atomic_store_n(&j->dp->counters[COUNTER_DONE], st->number, __ATOMIC_RELEASE);
@@ -173,7 +174,7 @@ static ncclResult_t devpath_job(ncclComm_t comm, void *arg) {
  * streams it would have released are released by hetccl_devpath_destroy. */
 static void devpath_job_release(void *arg) {
   devpath_job_t *j = arg;
-  for (int i = 0; i < j->nstages; i++) hetccl_group_free_tasks(j->stages[i].tasks);
+  for (int i = 0; i < j->nstages; i++) hetccl_tasks_free(j->stages[i].tasks);
   free(j);
 }
 
@@ -290,7 +291,7 @@ static hetccl_stage_block_t *device_block(ncclComm_t comm, hetccl_devpath_t *dp,
 }
 
 /* Collectives first, then sends and receives, each in call order: the
- * order hetccl_group_run_tasks runs them in, which the stages keep (a
+ * order hetccl_tasks_run runs them in, which the stages keep (a
  * peer that runs the batch unstaged runs it in that order too). */
 static hetccl_task_t *colls_first(hetccl_task_t *tasks) {
   hetccl_task_t *heads[2] = {NULL, NULL}, **tails[2] = {&heads[0], &heads[1]};
@@ -423,7 +424,7 @@ copied:
     if (blocks[k]) hetccl_stage_pool_release(&dp->pools[k], blocks[k], launch);
   for (int i = 0; res == ncclSuccess && i < nothers; i++) res = hetccl_runtime_stream_join(rt, others[i], launch);
 fail:
-  if (tasks) hetccl_group_free_tasks(tasks);
+  if (tasks) hetccl_tasks_free(tasks);
   free(job);
   free(plans);
   free(stage_of);

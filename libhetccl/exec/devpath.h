@@ -39,7 +39,7 @@
 #ifndef HETCCL_CORE_DEVPATH_H
 #define HETCCL_CORE_DEVPATH_H
 
-#include "exec/group.h"
+#include "exec/task.h"
 
 typedef struct hetccl_devpath hetccl_devpath_t;
 

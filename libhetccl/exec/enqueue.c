@@ -5,9 +5,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "comm/identity.h"
 #include "exec/dataplane.h"
 #include "exec/group.h"
-#include "comm/init.h"
 #include "util/check.h"
 #include "util/knobs.h"
 #include "util/log.h"
@@ -190,7 +190,7 @@ static ncclResult_t enqueue_pieces(ncclComm_t comm, hetccl_task_t *t, size_t ele
     hetccl_task_t *p = malloc(sizeof(*p));
     if (!p) {
       WARN("%s: out of memory for %zu pieces", hetccl_func_name(t->coll.func), n);
-      hetccl_group_free_tasks(head);
+      hetccl_tasks_free(head);
       free(t);
       return ncclSystemError;
     }

@@ -12,7 +12,7 @@
 #define HETCCL_CORE_ENQUEUE_H
 
 #include "comm/comm.h"
-#include "entry/dispatch.h"
+#include "comm/op.h"
 
 /* The function an operation runs on the engine. */
 hetccl_func_t hetccl_op_func(hetccl_op_kind_t kind);

@@ -4,12 +4,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "exec/dataplane.h"
-#include "exec/devpath.h"
-#include "exec/group_streams.h"
 #include "comm/init.h"
 #include "comm/proxy.h"
-#include "exec/trace_points.h"
+#include "exec/dataplane.h"
+#include "exec/group_streams.h"
+#include "exec/run.h"
+#include "trace/trace.h"
 #include "util/check.h"
 #include "util/log.h"
 
@@ -20,6 +20,7 @@ typedef struct deferred_init {
 } deferred_init_t;
 
 static __thread int depth;
+static __thread int vendor_open; /* depth at which we opened the vendor's group */
 static __thread hetccl_task_t *g_head, *g_tail;
 static __thread deferred_init_t *g_inits;
 static __thread ncclResult_t g_error;
@@ -30,127 +31,27 @@ void hetccl_group_note_error(ncclResult_t res) {
   if (depth > 0 && g_error == ncclSuccess) g_error = res;
 }
 
-void hetccl_group_free_tasks(hetccl_task_t *t) {
-  while (t) {
-    hetccl_task_t *next = t->next;
-    free(t);
-    t = next;
-  }
-}
-
-/* --- running one communicator's tasks ----------------------------------- */
-
-static ncclResult_t run_p2p(ncclComm_t comm, hetccl_task_t *tasks, int nreq) {
-  hetccl_req_t *reqs = calloc(nreq ? nreq : 1, sizeof(*reqs));
-  hetccl_req_t **ptrs = calloc(nreq ? nreq : 1, sizeof(*ptrs));
-  ncclResult_t res = ncclSuccess;
-  if (!reqs || !ptrs) {
-    WARN("p2p: out of memory for %d requests", nreq);
-    res = ncclSystemError;
-    goto out;
-  }
-  /* Messages to ourselves: the k-th send meets the k-th receive. */
-  hetccl_task_t *self_send = tasks;
-  int n = 0;
-  for (hetccl_task_t *t = tasks; t; t = t->next) {
-    if (t->kind == HETCCL_TASK_COLL || t->bytes == 0) continue;
-    if (t->peer == comm->rank) {
-      if (t->kind != HETCCL_TASK_RECV) continue;
-      while (self_send && !(self_send->kind == HETCCL_TASK_SEND && self_send->peer == comm->rank &&
-                            self_send->bytes))
-        self_send = self_send->next;
-      if (!self_send || self_send->bytes != t->bytes) {
-        WARN("p2p: rank %d receives %zu bytes from itself without a matching send", comm->rank,
-             t->bytes);
-        res = ncclInvalidUsage;
-        goto out;
-      }
-      if (t->buf != self_send->buf) memmove(t->buf, self_send->buf, t->bytes);
-      self_send = self_send->next;
-      continue;
-    }
-    hetccl_engine_set_tag(comm->engine, t->tag);
-    hetccl_engine_set_pull_ok(comm->engine, 1); /* ncclRecv copies */
-    if (t->kind == HETCCL_TASK_SEND && t->device_direct)
-      res = hetccl_engine_isend_device(comm->engine, t->peer, t->buf, t->bytes, &reqs[n]);
-    else if (t->kind == HETCCL_TASK_SEND)
-      res = hetccl_engine_isend(comm->engine, t->peer, t->buf, t->bytes, &reqs[n]);
-    else if (t->device_direct)
-      res = hetccl_engine_irecv_device(comm->engine, t->peer, t->buf, t->bytes, &reqs[n]);
-    else
-      res = hetccl_engine_irecv(comm->engine, t->peer, t->buf, t->bytes, NULL, NULL, &reqs[n]);
-    if (res != ncclSuccess) goto out;
-    ptrs[n] = &reqs[n];
-    n++;
-  }
-  res = hetccl_engine_wait(comm->engine, ptrs, n);
-out:
-  free(reqs);
-  free(ptrs);
-  return res;
-}
-
-ncclResult_t hetccl_group_run_tasks(ncclComm_t comm, hetccl_task_t *tasks) {
-  ncclResult_t res = ncclSuccess;
-  int nreq = 0;
-  /* Another rank's thread may fail this communicator at any time. */
-  res = (ncclResult_t)__atomic_load_n(&comm->error, __ATOMIC_ACQUIRE);
-  if (res != ncclSuccess) goto out;
-  /* The data plane's share runs on it (host buffers here); the rest on the
-   * engine. Independent paths: either order is the peers' order too. */
-  hetccl_task_t *plane = hetccl_dataplane_split(comm, &tasks);
-  if (plane) {
-    uint64_t traced = HETCCL_TRACE_ON() ? hetccl_comm_trace_task_begin(comm, plane) : 0;
-    res = hetccl_dataplane_run(comm, plane);
-    if (traced) hetccl_comm_trace_batch_end(plane, HETCCL_TRACE_PLANE, traced);
-    if (res != ncclSuccess) goto out;
-  }
-  hetccl_task_t *first_p2p = NULL;
-  for (hetccl_task_t *t = tasks; t; t = t->next) {
-    if (t->kind != HETCCL_TASK_COLL) {
-      if (!nreq++) first_p2p = t;
-      continue;
-    }
-    TRACE(HETCCL_COLL, "rank %d: %s count %zu %s", comm->rank, hetccl_func_name(t->coll.func),
-          t->coll.count, hetccl_dtype_name(t->coll.dtype));
-    hetccl_engine_set_tag(comm->engine, t->tag);
-    uint64_t traced = HETCCL_TRACE_ON() ? hetccl_comm_trace_task_begin(comm, t) : 0;
-    res = hetccl_algo_run(comm->engine, &t->coll);
-    if (traced) hetccl_comm_trace_task_end(comm, t, traced);
-    if (res != ncclSuccess) goto out;
-  }
-  if (nreq) {
-    uint64_t traced = HETCCL_TRACE_ON() ? hetccl_comm_trace_task_begin(comm, first_p2p) : 0;
-    res = run_p2p(comm, tasks, nreq);
-    if (traced) hetccl_comm_trace_batch_end(tasks, HETCCL_TRACE_ENGINE, traced);
-  }
-out:
-  hetccl_group_free_tasks(tasks);
-  if (res != ncclSuccess) hetccl_comm_set_error(comm, res);
-  return res;
-}
-
 typedef struct tasks_job {
-  hetccl_task_t *tasks; /* NULL once run (hetccl_group_run_tasks frees them) */
+  hetccl_task_t *tasks; /* NULL once run (hetccl_tasks_run frees them) */
 } tasks_job_t;
 
 static ncclResult_t tasks_job(ncclComm_t comm, void *arg) {
   tasks_job_t *job = arg;
   hetccl_task_t *tasks = job->tasks;
   job->tasks = NULL;
-  return hetccl_group_run_tasks(comm, tasks);
+  return hetccl_tasks_run(comm, tasks);
 }
 
 static void tasks_job_release(void *arg) {
   tasks_job_t *job = arg;
-  hetccl_group_free_tasks(job->tasks);
+  hetccl_tasks_free(job->tasks);
   free(job);
 }
 
 static ncclResult_t post_tasks(ncclComm_t comm, hetccl_task_t *tasks, hetccl_sync_t *sync) {
   tasks_job_t *job = malloc(sizeof(*job));
   if (!job) {
-    hetccl_group_free_tasks(tasks);
+    hetccl_tasks_free(tasks);
     WARN("group: out of memory");
     return ncclSystemError;
   }
@@ -217,13 +118,13 @@ static ncclResult_t run_host_shares(ncclComm_t *comms, hetccl_task_t **lists, in
   if (ncomm == 1 && all_blocking && hetccl_proxy_pending(comms[0]) == 0) {
     /* Counted as in flight: an abort from another thread waits for it. */
     hetccl_comm_enter(comms[0]);
-    res = hetccl_group_run_tasks(comms[0], lists[0]);
+    res = hetccl_tasks_run(comms[0], lists[0]);
     hetccl_comm_leave(comms[0]);
     return res;
   }
   hetccl_sync_t *sync = hetccl_sync_new();
   if (!sync) {
-    for (int i = 0; i < ncomm; i++) hetccl_group_free_tasks(lists[i]);
+    for (int i = 0; i < ncomm; i++) hetccl_tasks_free(lists[i]);
     WARN("group: out of memory");
     return ncclSystemError;
   }
@@ -319,7 +220,7 @@ ncclResult_t hetccl_group_end(void) {
   g_inits = NULL;
   g_error = ncclSuccess;
   if (err != ncclSuccess) {
-    hetccl_group_free_tasks(tasks);
+    hetccl_tasks_free(tasks);
     while (inits) {
       deferred_init_t *n = inits->next;
       free(inits);
@@ -330,7 +231,7 @@ ncclResult_t hetccl_group_end(void) {
   ncclResult_t res = ncclSuccess;
   if (inits) res = run_inits(inits);
   if (res != ncclSuccess && res != ncclInProgress) {
-    hetccl_group_free_tasks(tasks);
+    hetccl_tasks_free(tasks);
     return res;
   }
   ncclResult_t r = run_group(tasks);
@@ -389,7 +290,7 @@ ncclResult_t hetccl_group_simulate_end(float *usec) {
   }
   float total = 0;
   for (hetccl_task_t *t = g_head; t; t = t->next) total += model_usec(t);
-  hetccl_group_free_tasks(g_head);
+  hetccl_tasks_free(g_head);
   g_head = g_tail = NULL;
   while (g_inits) {
     deferred_init_t *n = g_inits->next;
@@ -402,4 +303,49 @@ ncclResult_t hetccl_group_simulate_end(float *usec) {
   g_error = ncclSuccess;
   *usec = total;
   return err;
+}
+
+/* --- with the vendor's group ------------------------------------------------------ */
+
+ncclResult_t hetccl_group_open(void) {
+  const hetccl_vendor_t *v = hetccl_vendor_loaded();
+  HETCCL_CHECK(hetccl_group_start());
+  if (v) {
+    ncclResult_t res = HETCCL_VENDOR_CALL(v, GroupStart);
+    if (res != ncclSuccess) {
+      hetccl_group_end();
+      return res;
+    }
+    vendor_open++;
+  }
+  return ncclSuccess;
+}
+
+/* Closed at the depth that opened it (the vendor's library is loaded once
+ * and never unloaded, so the loaded one is the one opened). */
+static int vendor_closes_here(void) { return vendor_open > 0 && vendor_open == depth; }
+
+ncclResult_t hetccl_group_close(void) {
+  const hetccl_vendor_t *v = hetccl_vendor_loaded();
+  int close_vendor = vendor_closes_here();
+  ncclResult_t res = hetccl_group_end();
+  if (close_vendor) {
+    vendor_open--;
+    ncclResult_t vres = HETCCL_VENDOR_CALL(v, GroupEnd);
+    if (res == ncclSuccess || res == ncclInProgress) res = vres == ncclSuccess ? res : vres;
+  }
+  return res;
+}
+
+ncclResult_t hetccl_group_simulate_close(ncclSimInfo_t *info) {
+  const hetccl_vendor_t *v = hetccl_vendor_loaded();
+  int close_vendor = vendor_closes_here();
+  ncclResult_t res = hetccl_group_simulate_end(&info->estimatedTime);
+  if (close_vendor) {
+    vendor_open--;
+    ncclSimInfo_t vinfo = *info;
+    if (HETCCL_VENDOR_CALL(v, GroupSimulateEnd, &vinfo) == ncclSuccess)
+      info->estimatedTime += vinfo.estimatedTime;
+  }
+  return res;
 }

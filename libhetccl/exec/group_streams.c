@@ -70,7 +70,7 @@ static ncclResult_t share_launch(hetccl_device_share_t *s) {
 /* A share that will not be launched: its peers numbered its pieces too,
  * so it fails the communicator as a failed launch does. */
 static void share_fail(hetccl_device_share_t *s, ncclResult_t res) {
-  hetccl_group_free_tasks(s->tasks);
+  hetccl_tasks_free(s->tasks);
   s->tasks = NULL;
   if (s->kind == HETCCL_SHARE_PLANE) hetccl_plane_fail(s->comm->plane, res);
   hetccl_comm_set_error(s->comm, res);

@@ -38,7 +38,7 @@
 #ifndef HETCCL_CORE_GROUP_STREAMS_H
 #define HETCCL_CORE_GROUP_STREAMS_H
 
-#include "exec/group.h"
+#include "exec/task.h"
 
 typedef enum { HETCCL_SHARE_PLANE, HETCCL_SHARE_STAGED } hetccl_share_kind_t;
 

@@ -46,9 +46,9 @@ void hetccl_comm_trace_call_end(ncclComm_t comm, const hetccl_op_t *op, uint64_t
   hetccl_trace_call_end(t0, &ev);
 }
 
-uint64_t hetccl_comm_trace_group_begin(void) {
+uint64_t hetccl_comm_trace_group_begin(int depth) {
   int rank = hetccl_trace_context_rank();
-  if (hetccl_group_depth() != 1 || rank == HETCCL_TRACE_NONE) return 0;
+  if (depth != 1 || rank == HETCCL_TRACE_NONE) return 0;
   return hetccl_trace_call_begin(rank, 0, HETCCL_TRACE_NO_SEQ);
 }
 

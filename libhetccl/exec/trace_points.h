@@ -13,17 +13,17 @@
 #define HETCCL_CORE_TRACE_POINTS_H
 
 #include "comm/comm.h"
-#include "entry/dispatch.h"
-#include "exec/group.h"
+#include "comm/op.h"
+#include "exec/task.h"
 #include "trace/trace.h"
 
 /* An NCCL call on comm: its start (0 inside another call: not traced). */
 uint64_t hetccl_comm_trace_call_begin(ncclComm_t comm);
 void hetccl_comm_trace_call_end(ncclComm_t comm, const hetccl_op_t *op, uint64_t t0);
 
-/* The outermost ncclGroupEnd: its start, or 0 (nested, or no call on this
- * thread yet to give it a rank). */
-uint64_t hetccl_comm_trace_group_begin(void);
+/* The outermost ncclGroupEnd (depth: the group's before it ends): its
+ * start, or 0 (nested, or no call on this thread yet to give it a rank). */
+uint64_t hetccl_comm_trace_group_begin(int depth);
 void hetccl_comm_trace_group_end(uint64_t t0);
 
 /* One phase of a hierarchical collective on comm: `phase` ran on `on`

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "comm/backend.h"
 #include "comm/init.h"
 #include "comm/proxy.h"
 #include "runtime/runtime.h"
@@ -196,15 +197,12 @@ void hetccl_hier_map_free(ncclComm_t comm, hetccl_hier_map_t *m) {
   free(m);
 }
 
+/* An internal communicator's state, as its backend reports it (blocking,
+ * so "in progress" is only ever an init's, and not an error). */
 static ncclResult_t child_error(ncclComm_t c) {
   if (!c) return ncclSuccess;
-  if (c->vendor && c->vcomm) {
-    ncclResult_t err = ncclSuccess;
-    if (HETCCL_VENDOR_CALL(c->vendor, CommGetAsyncError, c->vcomm, &err) != ncclSuccess)
-      return ncclInternalError;
-    return err == ncclInProgress ? ncclSuccess : err;
-  }
-  ncclResult_t err = (ncclResult_t)__atomic_load_n(&c->error, __ATOMIC_ACQUIRE);
+  ncclResult_t err = ncclSuccess;
+  if (hetccl_backend_of(c)->async_error(c, &err) != ncclSuccess) return ncclInternalError;
   return err == ncclInProgress ? ncclSuccess : err;
 }
 

@@ -34,7 +34,7 @@
 #define HETCCL_CORE_HIER_H
 
 #include "comm/comm.h"
-#include "entry/dispatch.h"
+#include "comm/op.h"
 
 /* Where the islands lie, the same on every rank. Island i (numbered as
  * the leaders communicator numbers its ranks: by leader, in rank order)

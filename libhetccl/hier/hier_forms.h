@@ -11,7 +11,7 @@
 #include <stdint.h>
 
 #include "comm/comm.h"
-#include "entry/dispatch.h"
+#include "comm/op.h"
 #include "hier/hier.h"
 
 /* Where a phase runs (and the one that failed ran, for the message). */

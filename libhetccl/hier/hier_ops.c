@@ -62,13 +62,13 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "entry/dispatch.h"
+#include "comm/backend.h"
+#include "comm/init.h"
 #include "exec/enqueue.h"
 #include "exec/group.h"
+#include "exec/trace_points.h"
 #include "hier/hier.h"
 #include "hier/hier_forms.h"
-#include "comm/init.h"
-#include "exec/trace_points.h"
 #include "runtime/reduce.h"
 #include "runtime/runtime.h"
 #include "util/check.h"
@@ -169,7 +169,7 @@ ncclResult_t hetccl_hier_phase(form_t *f, int slot, where_t where, hetccl_op_kin
     p.redop = HETCCL_NO_REDOP;
   f->where = where;
   uint64_t t0 = HETCCL_TRACE_BEGIN();
-  ncclResult_t res = hetccl_dispatch(where_comm(f->comm, where), &p);
+  ncclResult_t res = hetccl_comm_dispatch(where_comm(f->comm, where), &p);
   traced(f, &p, t0);
   return res;
 }
@@ -193,7 +193,7 @@ ncclResult_t hetccl_hier_p2p(form_t *f, hetccl_op_kind_t kind, void *buf, size_t
   hetccl_op_t p = hetccl_hier_p2p_op(f, kind, buf, count, peer);
   f->where = IN_ISLAND;
   uint64_t t0 = HETCCL_TRACE_ON() && hetccl_group_depth() == 0 ? hetccl_trace_now() : 0;
-  ncclResult_t res = hetccl_dispatch(f->comm->island, &p);
+  ncclResult_t res = hetccl_comm_dispatch(f->comm->island, &p);
   traced(f, &p, t0);
   return res;
 }
@@ -357,11 +357,11 @@ static ncclResult_t reduce_scatter(form_t *f) {
   if (!c->island || form_skip(f, 2)) return ncclSuccess;
   /* One phase in the trace: the sends and receives run at the group's end. */
   uint64_t t0 = HETCCL_TRACE_BEGIN();
-  ncclResult_t res = hetccl_GroupStart();
+  ncclResult_t res = hetccl_group_open();
   for (size_t t = 0; t < size && res == ncclSuccess; t++)
     res = hetccl_hier_p2p(f, HETCCL_OP_Send, form_at(mine, t * n, f->elem), n, (int)t);
   if (res == ncclSuccess) res = hetccl_hier_p2p(f, HETCCL_OP_Recv, op->recvbuf, n, 0);
-  ncclResult_t end = hetccl_GroupEnd();
+  ncclResult_t end = hetccl_group_close();
   if (t0) hetccl_hier_traced_p2p(f, HETCCL_OP_Send, size * n, t0);
   return res != ncclSuccess ? res : end;
 }
@@ -525,14 +525,14 @@ ncclResult_t hetccl_hier_run_deferred(int drop) {
   }
   if (!drop && first == ncclSuccess) first = share_partials(head);
   for (int slot = 0; slot < HIER_SLOTS && !drop && first == ncclSuccess; slot++) {
-    ncclResult_t res = hetccl_GroupStart();
+    ncclResult_t res = hetccl_group_open();
     for (deferred_t *d = head; d && res == ncclSuccess; d = d->next) {
       hetccl_comm_enter(d->comm);
       d->res = launch(d->comm, &d->op, slot, d->scratch);
       hetccl_comm_leave(d->comm);
       if (failed(d->res)) res = d->res;
     }
-    ncclResult_t end = hetccl_GroupEnd();
+    ncclResult_t end = hetccl_group_close();
     if (failed(res)) first = res;
     else if (failed(end)) first = end;
   }

@@ -16,6 +16,7 @@
  * and its receive always meet on one communicator.
  *
  * Thread: the API caller's. */
+#include "comm/backend.h"
 #include "exec/group.h"
 #include "hier/hier_forms.h"
 #include "util/check.h"
@@ -36,7 +37,7 @@ static ncclResult_t p2p_here(form_t *f, hetccl_op_kind_t kind, void *buf, size_t
   if (hetccl_hier_p2p_inside(f->comm, &p))
     return hetccl_hier_p2p(f, kind, buf, count, f->map->index[peer]);
   f->where = ACROSS_LEADERS; /* for the message: between islands */
-  return hetccl_dispatch(f->comm, &p);
+  return hetccl_comm_dispatch(f->comm, &p);
 }
 
 /* Every pair as a send and a receive in one group, so that the pairs of a
@@ -49,14 +50,14 @@ ncclResult_t hetccl_hier_all_to_all(form_t *f) {
   void *self_in = form_at(op->sendbuf, (size_t)c->rank * n, f->elem);
   void *self_out = form_at(op->recvbuf, (size_t)c->rank * n, f->elem);
   if (self_in != self_out) HETCCL_CHECK(hetccl_hier_copy(f, self_out, self_in, n * f->elem));
-  ncclResult_t res = hetccl_GroupStart();
+  ncclResult_t res = hetccl_group_open();
   for (int q = 0; q < c->nranks && res == ncclSuccess; q++) {
     if (q == c->rank) continue;
     res = p2p_here(f, HETCCL_OP_Send, form_at(op->sendbuf, (size_t)q * n, f->elem), n, q);
     if (res == ncclSuccess)
       res = p2p_here(f, HETCCL_OP_Recv, form_at(op->recvbuf, (size_t)q * n, f->elem), n, q);
   }
-  ncclResult_t end = hetccl_GroupEnd();
+  ncclResult_t end = hetccl_group_close();
   return res != ncclSuccess ? res : end;
 }
 
@@ -80,9 +81,9 @@ ncclResult_t hetccl_hier_gather_scatter(form_t *f, int to_root) {
     HETCCL_CHECK(to_root ? hetccl_hier_copy(f, mine, own, bytes)
                          : hetccl_hier_copy(f, own, mine, bytes));
   }
-  ncclResult_t res = hetccl_GroupStart();
+  ncclResult_t res = hetccl_group_open();
   for (int q = 0; q < c->nranks && res == ncclSuccess; q++)
     if (q != c->rank) res = p2p_here(f, there, form_at(blocks, (size_t)q * n, f->elem), n, q);
-  ncclResult_t end = hetccl_GroupEnd();
+  ncclResult_t end = hetccl_group_close();
   return res != ncclSuccess ? res : end;
 }

@@ -38,8 +38,8 @@
 #include <string.h>
 
 #include "exec/group.h"
-#include "hier/hier_forms.h"
 #include "exec/trace_points.h"
+#include "hier/hier_forms.h"
 #include "runtime/runtime.h"
 #include "util/check.h"
 #include "util/knobs.h"
@@ -135,13 +135,13 @@ ncclResult_t hetccl_hier_reduce(form_t *f) {
     /* One phase in the trace: the sends and receives run at the group's end. */
     uint64_t t0 = HETCCL_TRACE_BEGIN();
     int r = f->map->index[op->root];
-    ncclResult_t res = hetccl_GroupStart();
+    ncclResult_t res = hetccl_group_open();
     for (size_t t = 0; root && t < k && res == ncclSuccess; t++)
       if (t != j)
         res = hetccl_hier_p2p(f, HETCCL_OP_Recv, form_at(op->recvbuf, t * slice, f->elem), slice,
                               (int)t);
     if (!root && res == ncclSuccess) res = hetccl_hier_p2p(f, HETCCL_OP_Send, mine, slice, r);
-    ncclResult_t end = hetccl_GroupEnd();
+    ncclResult_t end = hetccl_group_close();
     HETCCL_CHECK(res != ncclSuccess ? res : end);
     if (t0) hetccl_hier_traced_p2p(f, root ? HETCCL_OP_Recv : HETCCL_OP_Send,
                                    root ? (k - 1) * slice : slice, t0);

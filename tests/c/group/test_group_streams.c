@@ -1,5 +1,5 @@
 /* The order in which a group's device shares reach their streams
- * (core/group_streams.h), with stand-ins for the launches, which record
+ * (exec/group_streams.h), with stand-ins for the launches, which record
  * which share reached which stream from which thread:
  *
  *   order     every order of four shares on two streams, as two ranks'
@@ -56,20 +56,12 @@ static launched_t seen[64];
 static int nseen;
 static uint64_t fail_comm; /* a launch of this communicator fails */
 
-void hetccl_group_free_tasks(hetccl_task_t *t) {
-  while (t) {
-    hetccl_task_t *next = t->next;
-    free(t);
-    t = next;
-  }
-}
-
 static ncclResult_t record(ncclComm_t comm, hetccl_task_t *tasks, hetccl_share_kind_t kind) {
   usleep(2000); /* long enough for jobs on threads to overlap */
   pthread_mutex_lock(&lock);
   if (nseen < 64) seen[nseen++] = (launched_t){comm->comm_id, kind, tasks->stream, pthread_self()};
   pthread_mutex_unlock(&lock);
-  hetccl_group_free_tasks(tasks);
+  hetccl_tasks_free(tasks);
   if (comm->comm_id == fail_comm) {
     hetccl_last_error_set("stand-in launch failed");
     return ncclSystemError;

@@ -1,0 +1,224 @@
+/* The engine's transports for a communicator (transports.h): the choice
+ * per pair, its log lines, and connecting them. Thread: where init runs. */
+#include "comm/transports.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "transport/transport.h"
+#include "util/check.h"
+#include "util/knobs.h"
+#include "util/log.h"
+
+int hetccl_transports_ib_wanted(void) {
+  return !strcmp(hetccl_knob_str(HETCCL_KNOB_TRANSPORT), "auto") &&
+         !hetccl_knob_int(HETCCL_KNOB_IB_DISABLE);
+}
+
+int hetccl_transports_ib_usable(void) {
+  const hetccl_transport_t *ib = hetccl_transport_get(HETCCL_TRANSPORT_ib);
+  return ib && (!ib->usable || ib->usable());
+}
+
+/* HETCCL_TRANSPORT: the transport it names, HETCCL_TRANSPORT_COUNT for
+ * auto (the knob table allows no other word). */
+static hetccl_transport_id_t transport_forced(void) {
+  const char *s = hetccl_knob_str(HETCCL_KNOB_TRANSPORT);
+#define TRANSPORT_MATCH(name, sym)                                             \
+  if (!strcmp(s, #name)) return HETCCL_TRANSPORT_##name;
+  HETCCL_TRANSPORTS(TRANSPORT_MATCH)
+#undef TRANSPORT_MATCH
+  return HETCCL_TRANSPORT_COUNT;
+}
+
+/* The transport of the pair (a, b): a pure function of what both
+ * published, so both ends choose alike. Forced (HETCCL_TRANSPORT=name):
+ * that one for every pair, and init fails where it cannot serve (ib's
+ * ctx_create names what it found). auto: shm on one host; else ib where
+ * both have an active port (fill_info asks only when ib is wanted), else
+ * socket. */
+static hetccl_transport_id_t pair_transport(const hetccl_peer_info_t *a,
+                                            const hetccl_peer_info_t *b,
+                                            hetccl_transport_id_t forced) {
+  if (forced != HETCCL_TRANSPORT_COUNT) return forced;
+  if (a->host_hash == b->host_hash) return HETCCL_TRANSPORT_shm;
+  return a->ib_usable && b->ib_usable ? HETCCL_TRANSPORT_ib : HETCCL_TRANSPORT_socket;
+}
+
+/* One INFO line per communicator (rank 0's): how many pairs each
+ * transport serves, and under auto the ranks on another host than some
+ * peer that had no active ib port, whose pairs went to socket. */
+static void log_pairs(ncclComm_t comm, hetccl_transport_id_t forced) {
+  if (comm->rank != 0 || !HETCCL_LOG_ENABLED(HETCCL_LOG_INFO, HETCCL_INIT | HETCCL_NET)) return;
+  int n = comm->nranks, pairs[HETCCL_TRANSPORT_COUNT] = {0};
+  char line[256] = "", noib[160] = "";
+  size_t used = 0, nused = 0;
+  int nnoib = 0;
+  for (int a = 0; a < n; a++) {
+    int remote = 0;
+    for (int b = 0; b < n; b++) {
+      remote |= comm->peers[a].host_hash != comm->peers[b].host_hash;
+      if (b > a) pairs[pair_transport(&comm->peers[a], &comm->peers[b], forced)]++;
+    }
+    if (forced == HETCCL_TRANSPORT_COUNT && hetccl_transports_ib_wanted() && remote &&
+        !comm->peers[a].ib_usable) {
+      if (nnoib++ < 8 && nused < sizeof(noib))
+        nused += (size_t)snprintf(noib + nused, sizeof(noib) - nused, "%s%d",
+                                  nnoib > 1 ? "," : "", hetccl_user_rank(comm->user_ranks, a));
+      else if (nnoib == 9 && nused < sizeof(noib))
+        nused += (size_t)snprintf(noib + nused, sizeof(noib) - nused, ",...");
+    }
+  }
+  for (int t = 0; t < HETCCL_TRANSPORT_COUNT && used < sizeof(line); t++)
+    used += (size_t)snprintf(line + used, sizeof(line) - used, "%s%s %d", t ? ", " : "",
+                             hetccl_transport_get((hetccl_transport_id_t)t)->name, pairs[t]);
+  int disabled = forced == HETCCL_TRANSPORT_COUNT && hetccl_knob_int(HETCCL_KNOB_IB_DISABLE);
+  INFO(HETCCL_INIT | HETCCL_NET,
+       "comm %016llx of %d ranks: pairs by transport: %s (HETCCL_TRANSPORT=%s%s%s%s)",
+       (unsigned long long)comm->comm_id, n, line, hetccl_knob_str(HETCCL_KNOB_TRANSPORT),
+       disabled ? ", NCCL_IB_DISABLE=1" : "", nnoib ? "; no active ib port on ranks " : "",
+       nnoib ? noib : "");
+}
+
+/* HETCCL_RUNTIME_CONNECT, else NCCL_RUNTIME_CONNECT (the same meaning). */
+static int runtime_connect(void) {
+  return (int)hetccl_knob_int(
+      hetccl_knob_or_nccl(HETCCL_KNOB_RUNTIME_CONNECT, HETCCL_KNOB_NCCL_RUNTIME_CONNECT));
+}
+
+static hetccl_transport_id_t transport_id_of(const hetccl_transport_t *tp) {
+  for (int t = 0; t < HETCCL_TRANSPORT_COUNT; t++)
+    if (hetccl_transport_get((hetccl_transport_id_t)t) == tp) return (hetccl_transport_id_t)t;
+  return HETCCL_TRANSPORT_COUNT;
+}
+
+ncclResult_t hetccl_transports_connect(ncclComm_t comm, uint64_t secret) {
+  uint64_t comm_id = comm->comm_id;
+  int n = comm->nranks, me = comm->rank;
+  ncclResult_t res = ncclSuccess;
+  hetccl_transport_id_t forced = transport_forced();
+  uint8_t *use = calloc((size_t)HETCCL_TRANSPORT_COUNT * n, 1);
+  uint8_t *addrs = calloc((size_t)n * HETCCL_TRANSPORT_COUNT, HETCCL_TRANSPORT_ADDR_BYTES);
+  uint8_t *mine = calloc(HETCCL_TRANSPORT_COUNT, HETCCL_TRANSPORT_ADDR_BYTES);
+  uint8_t *taddrs = calloc(n, HETCCL_TRANSPORT_ADDR_BYTES);
+  uint8_t *peer_addrs = calloc(n, HETCCL_TRANSPORT_ADDR_BYTES);
+  hetccl_peer_locality_t *loc = calloc(n, sizeof(*loc));
+  hetccl_ep_t **eps = calloc(n, sizeof(*eps));
+  hetccl_ep_t **teps = calloc(n, sizeof(*teps));
+  const hetccl_transport_t **tps = calloc(n, sizeof(*tps));
+  hetccl_tctx_t *ctx[HETCCL_TRANSPORT_COUNT] = {0};
+  int used[HETCCL_TRANSPORT_COUNT] = {0};
+  if (!use || !addrs || !mine || !taddrs || !peer_addrs || !loc || !eps || !teps || !tps) {
+    WARN("engine init: out of memory for %d ranks", n);
+    res = ncclSystemError;
+    goto out;
+  }
+  for (int p = 0; p < n; p++) {
+    loc[p].host_hash = comm->peers[p].host_hash;
+    loc[p].pid = comm->peers[p].pid;
+  }
+  for (int p = 0; p < n; p++) {
+    if (p == me) continue;
+    hetccl_transport_id_t t = pair_transport(&comm->peers[me], &comm->peers[p], forced);
+    const hetccl_transport_t *tp = hetccl_transport_get(t);
+    if (!tp) { /* the registry logged which slot is missing */
+      res = ncclInternalError;
+      goto out;
+    }
+    if (!tp->can_connect(&loc[me], &loc[p])) {
+      WARN("transport %s cannot connect rank %d (%s) to rank %d (%s)", tp->name, me,
+           comm->peers[me].hostname, p, comm->peers[p].hostname);
+      res = ncclInvalidUsage;
+      goto out;
+    }
+    use[t * n + p] = 1;
+    used[t] = 1;
+    tps[p] = tp;
+  }
+  log_pairs(comm, forced);
+  /* More ranks of ours on this host than CPUs: the CPUs, not the memory,
+   * are what the ranks wait on (see the spin and HETCCL_SHM_CMA defaults). */
+  int local = 0;
+  for (int p = 0; p < n; p++) local += comm->peers[p].host_hash == comm->peers[me].host_hash;
+  long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+  int oversubscribed = ncpu > 0 && local > ncpu;
+  hetccl_transport_args_t args = {
+      .rank = me, .nranks = n, .comm_id = comm_id, .secret = secret,
+      .timeout_ms = (int)hetccl_knob_int(HETCCL_KNOB_CONNECT_TIMEOUT) * 1000,
+      .abort_flag = &comm->abort_flag,
+      .ifname = hetccl_knob_str(HETCCL_KNOB_SOCKET_IFNAME), .peer_note = &comm->peer_note,
+      .mismatch = &comm->mismatch, .oversubscribed = oversubscribed,
+      .user_ranks = comm->user_ranks,
+      .device = comm->ptr_kind == HETCCL_DEV_HOST ? NULL : hetccl_runtime_get(comm->ptr_kind),
+      .busid = comm->busid};
+  for (int t = 0; t < HETCCL_TRANSPORT_COUNT; t++) {
+    if (!used[t]) continue;
+    args.copied = &comm->copied[t];
+    HETCCL_CHECK_GOTO(hetccl_transport_get(t)->ctx_create(&args, &ctx[t],
+                                                          mine + t * HETCCL_TRANSPORT_ADDR_BYTES),
+                      res, out);
+  }
+  size_t blob = (size_t)HETCCL_TRANSPORT_COUNT * HETCCL_TRANSPORT_ADDR_BYTES;
+  HETCCL_CHECK_GOTO(hetccl_bootstrap_allgather(comm->bs, mine, addrs, blob), res, out);
+  /* Connections on first use (p2p/connect.c): a transport that can make
+   * them connects nothing here; the engine keeps each peer's address. */
+  int lazy = runtime_connect();
+  for (int p = 0; p < n; p++)
+    if (tps[p])
+      memcpy(taddrs + (size_t)p * HETCCL_TRANSPORT_ADDR_BYTES,
+             addrs + p * blob + (size_t)transport_id_of(tps[p]) * HETCCL_TRANSPORT_ADDR_BYTES,
+             HETCCL_TRANSPORT_ADDR_BYTES);
+  if (lazy) memcpy(peer_addrs, taddrs, (size_t)n * HETCCL_TRANSPORT_ADDR_BYTES);
+  /* Same order on every rank, so no rank waits on a transport its peer has
+   * not reached yet. */
+  for (int t = 0; t < HETCCL_TRANSPORT_COUNT; t++) {
+    if (!used[t] || (lazy && hetccl_transport_get(t)->ep_open)) continue;
+    for (int p = 0; p < n; p++)
+      memcpy(taddrs + (size_t)p * HETCCL_TRANSPORT_ADDR_BYTES,
+             addrs + p * blob + (size_t)t * HETCCL_TRANSPORT_ADDR_BYTES, HETCCL_TRANSPORT_ADDR_BYTES);
+    memset(teps, 0, n * sizeof(*teps));
+    HETCCL_CHECK_GOTO(hetccl_transport_get(t)->connect(ctx[t], use + t * n, taddrs, loc, teps),
+                      res, out);
+    for (int p = 0; p < n; p++)
+      if (use[t * n + p]) eps[p] = teps[p];
+  }
+  /* Oversubscribed: a spinning rank only delays the peer it waits for, so
+   * yield at once unless HETCCL_SPIN says otherwise. */
+  int spin = (int)hetccl_knob_int(HETCCL_KNOB_SPIN);
+  if (oversubscribed && !hetccl_knob_is_set(HETCCL_KNOB_SPIN)) spin = 0;
+  hetccl_engine_args_t eargs = {
+      .rank = me, .nranks = n, .eps = eps, .transports = tps,
+      .timeout_ms = (int)hetccl_knob_int(HETCCL_KNOB_TIMEOUT) * 1000, .spin = spin,
+      .abort_flag = &comm->abort_flag, .comm_error = &comm->error, .ctxs = ctx,
+      .peer_note = &comm->peer_note, .mismatch = &comm->mismatch,
+      .describe_tag = hetccl_comm_tag_describe, .user_ranks = comm->user_ranks,
+      .peer_addrs = lazy ? peer_addrs : NULL, .localities = loc};
+  HETCCL_CHECK_GOTO(hetccl_engine_create(&eargs, &comm->engine), res, out);
+  int stages = (int)hetccl_knob_int(HETCCL_KNOB_STAGE_PIECE_HOST);
+  for (int p = 0; p < n; p++) stages |= comm->peers[p].stages;
+  comm->stage_piece = stages ? (size_t)hetccl_knob_int(HETCCL_KNOB_STAGE_PIECE) : 0;
+  /* The engine owns endpoints and contexts now. */
+  memset(eps, 0, n * sizeof(*eps));
+  memset(ctx, 0, sizeof(ctx));
+  char mine_line[128] = "";
+  size_t mused = 0;
+  for (int t = 0; t < HETCCL_TRANSPORT_COUNT && mused < sizeof(mine_line); t++) {
+    int k = 0;
+    for (int p = 0; p < n; p++) k += use[t * n + p];
+    mused += (size_t)snprintf(mine_line + mused, sizeof(mine_line) - mused, "%s%s %d",
+                              t ? ", " : "",
+                              hetccl_transport_get((hetccl_transport_id_t)t)->name, k);
+  }
+  INFO(HETCCL_INIT, "rank %d of %d: engine ready (peers by transport: %s; %s)", me, n, mine_line,
+       lazy ? "pairs connect on first use" : "every pair connected at init");
+out:
+  for (int p = 0; p < n && eps; p++)
+    if (eps[p]) tps[p]->ep_close(eps[p]);
+  for (int t = 0; t < HETCCL_TRANSPORT_COUNT; t++)
+    if (ctx[t]) hetccl_transport_get(t)->ctx_destroy(ctx[t]);
+  free(use); free(addrs); free(mine); free(taddrs); free(peer_addrs); free(loc); free(eps);
+  free(teps); free(tps);
+  return res;
+}
