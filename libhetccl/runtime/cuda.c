@@ -7,31 +7,23 @@
  *                           asking about a plain host pointer leaves no
  *                           trace that the application's next
  *                           cudaGetLastError() would report;
- *   libcudart (runtime)     devices, memory, copies, streams: the one the
- *                           process already loaded (RTLD_NOLOAD: the same
- *                           runtime instance PyTorch or CuPy use, so device
- *                           selection and streams are shared), else
+ *   libcudart (runtime)     devices, memory, copies, streams: the body in
+ *                           gpu_entry.c over the names below, on the
+ *                           libcudart the process already loaded, else
  *                           libcudart.so.13 / .12 / .11.0 / libcudart.so.
- * Each library is looked for in two ways: "only if already loaded" (in_use,
- * which must never load or initialise CUDA) and "load it" (every other
- * slot). A library found either way is kept for the life of the process;
- * a failed load is remembered so that it is reported, not retried.
+ * Both are looked for as gpu_entry.h says: "only if already loaded" for
+ * in_use (which must never load or initialise CUDA), "load it" for every
+ * other slot; kept once found, a failed load remembered, not retried.
  *
- * What the runtime does as HIP's does is gpu_entry.c, over the names
- * below; this file keeps the driver and the calls only CUDA has.
- *
- * Errors: every runtime call goes through one adapter (hetccl_gpu_result)
- * that WARNs with the call's name and cudaGetErrorString and returns
- * ncclUnhandledCudaError; it also clears the runtime's last error, which
- * belongs to the application.
+ * Errors: runtime calls through gpu_entry.c's adapter (cudaGetErrorString);
+ * driver calls WARN with cuGetErrorString. Both return
+ * ncclUnhandledCudaError.
  *
  * Threads: any. Loading is serialised by one mutex and published with an
  * atomic pointer; the tables are read-only afterwards. */
 #include <dlfcn.h>
 #include <pthread.h>
 #include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
 
 #include "runtime/devreduce.h"
 #include "runtime/gpu.h"
@@ -109,15 +101,18 @@ static const hetccl_gpu_sym_t driver_syms[] = {
     {"cuFlushGPUDirectRDMAWrites", (void **)&drv.cuFlushGPUDirectRDMAWrites, 1},
 };
 
-/* The runtime calls only CUDA has (gpu_entry.h has the shared ones). */
-static struct {
-  cudaError_t (*cudaMallocHost)(void **ptr, size_t bytes);
-  cudaError_t (*cudaLaunchHostFunc)(void *stream, void (*fn)(void *), void *arg);
-} own;
+/* X(name, return, params, optional): the runtime calls only CUDA has
+ * (gpu_entry.h has the shared ones). */
+#define CUDART_OWN_FNS(X)                                                                         \
+  X(cudaMallocHost, cudaError_t, (void **ptr, size_t bytes), 0)                                   \
+  X(cudaLaunchHostFunc, cudaError_t, (void *stream, void (*fn)(void *), void *arg), 0)
+
+static struct { CUDART_OWN_FNS(HETCCL_GPU_SYM_FIELD) } own;
 
 static const hetccl_gpu_sym_t own_syms[] = {
-    {"cudaMallocHost", (void **)&own.cudaMallocHost, 0},
-    {"cudaLaunchHostFunc", (void **)&own.cudaLaunchHostFunc, 0},
+#define OWN_SYM(name, ret, params, optional) {#name, (void **)&own.name, optional},
+    CUDART_OWN_FNS(OWN_SYM)
+#undef OWN_SYM
 };
 
 static const char *const cudart_names[] = {"libcudart.so.13", "libcudart.so.12",

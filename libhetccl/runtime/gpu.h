@@ -43,6 +43,11 @@ typedef struct hetccl_gpu_sym {
 int hetccl_gpu_take(void *h, const hetccl_gpu_sym_t *syms, size_t n, const char *lib, char *why,
                     size_t len);
 
+/* For a list X(name, return, params, optional) of the calls a file takes:
+ * the field of the struct that holds one (its hetccl_gpu_sym_t names the
+ * struct: {#name, (void **)&s.name, optional}). */
+#define HETCCL_GPU_SYM_FIELD(name, ret, params, optional) ret(*name) params;
+
 /* A counter operation for a host function on a stream (the fallback for
  * stream memory operations): store value into *counter, or (write == 0)
  * wait until *counter >= value. NULL when out of memory. */

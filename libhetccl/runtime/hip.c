@@ -2,16 +2,10 @@
  *
  * Nothing here links HIP. libamdhip64 (one library: HIP has no separate
  * driver API library) is opened with dlopen and used only through dlsym on
- * its handle: the one the process already loaded (RTLD_NOLOAD: the same
- * runtime instance PyTorch or CuPy use, so device selection and streams are
- * shared), else libamdhip64.so / .so.6 / .so.5 by name. As in cuda.c it is
- * looked for in two ways: "only if already loaded" (in_use, which must
- * never load or initialise HIP) and "load it" (every other slot). A library
- * found either way is kept for the life of the process; a failed load is
- * remembered so that it is reported, not retried.
- *
- * What HIP does as CUDA's runtime does is gpu_entry.c, over the names
- * below; this file keeps what only HIP has or does its own way.
+ * its handle, as gpu_entry.h says: the one the process already loaded, else
+ * libamdhip64.so / .so.6 / .so.5 by name. What HIP does as CUDA's runtime
+ * does is gpu_entry.c, over the names below; this file keeps what only HIP
+ * has or does its own way.
  *
  * What is declared below are facts of the public HIP API (hip_runtime_api.h,
  * driver_types.h of ROCm 5 and 6), chosen among calls whose ABI is the same
@@ -22,18 +16,13 @@
  * read at load (hipRuntimeGetVersion) and mem_kind reads the answer in the
  * numbering of that version.
  *
- * Errors: every call goes through one adapter (hetccl_gpu_result) that
- * WARNs with the call's name and hipGetErrorString and returns
- * ncclUnhandledCudaError (what RCCL itself returns for a HIP error); it also
- * clears HIP's last error, which belongs to the application.
+ * Errors: every call goes through gpu_entry.c's adapter (hipGetErrorString,
+ * ncclUnhandledCudaError as RCCL returns for a HIP error).
  *
  * Threads: any. Loading is serialised by one mutex and published with an
  * atomic pointer; the table is read-only afterwards. */
-#include <dlfcn.h>
 #include <pthread.h>
 #include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
 
 #include "runtime/devreduce.h"
 #include "runtime/gpu.h"
@@ -68,31 +57,30 @@ enum { HIP6_MEMORY_DEVICE = 2, HIP6_MEMORY_MANAGED = 3, HIP6_MEMORY_ARRAY = 10,
 typedef void (*hip_host_fn_t)(void *arg);
 typedef void (*hip_stream_callback_t)(void *stream, hipError_t status, void *arg);
 
-/* The calls only HIP has, or HIP's own way (gpu_entry.h has the shared
- * ones); all in ROCm 5.2 and 6 but the optional ones. */
-static struct {
-  hipError_t (*hipRuntimeGetVersion)(int *version);
-  hipError_t (*hipPointerGetAttribute)(void *data, int attribute, void *ptr);
-  hipError_t (*hipStreamWaitValue64)(void *stream, void *ptr, uint64_t value, unsigned flags,
-                                     uint64_t mask);
-  hipError_t (*hipStreamWriteValue64)(void *stream, void *ptr, uint64_t value, unsigned flags);
-  hipError_t (*hipStreamAddCallback)(void *stream, hip_stream_callback_t fn, void *arg,
-                                     unsigned flags);
-  /* Optional: ROCm 5.2's header declares it, its library does not export it. */
-  hipError_t (*hipLaunchHostFunc)(void *stream, hip_host_fn_t fn, void *arg);
-  /* Optional: dma-buf export, ROCm 6 on. */
-  hipError_t (*hipMemGetHandleForAddressRange)(void *handle, void *ptr, size_t bytes, int type,
-                                               unsigned long long flags);
-} own;
+/* X(name, return, params, optional): the calls only HIP has, or HIP's own
+ * way (gpu_entry.h has the shared ones); all in ROCm 5.2 and 6 but the
+ * optional ones: hipLaunchHostFunc (ROCm 5.2's header declares it, its
+ * library does not export it) and hipMemGetHandleForAddressRange (dma-buf
+ * export, ROCm 6 on). */
+#define HIP_OWN_FNS(X)                                                                            \
+  X(hipRuntimeGetVersion, hipError_t, (int *version), 0)                                          \
+  X(hipPointerGetAttribute, hipError_t, (void *data, int attribute, void *ptr), 0)                \
+  X(hipStreamWaitValue64, hipError_t,                                                             \
+    (void *stream, void *ptr, uint64_t value, unsigned flags, uint64_t mask), 0)                  \
+  X(hipStreamWriteValue64, hipError_t, (void *stream, void *ptr, uint64_t value, unsigned flags), \
+    0)                                                                                            \
+  X(hipStreamAddCallback, hipError_t,                                                             \
+    (void *stream, hip_stream_callback_t fn, void *arg, unsigned flags), 0)                       \
+  X(hipLaunchHostFunc, hipError_t, (void *stream, hip_host_fn_t fn, void *arg), 1)                \
+  X(hipMemGetHandleForAddressRange, hipError_t,                                                   \
+    (void *handle, void *ptr, size_t bytes, int type, unsigned long long flags), 1)
+
+static struct { HIP_OWN_FNS(HETCCL_GPU_SYM_FIELD) } own;
 
 static const hetccl_gpu_sym_t own_syms[] = {
-    {"hipRuntimeGetVersion", (void **)&own.hipRuntimeGetVersion, 0},
-    {"hipPointerGetAttribute", (void **)&own.hipPointerGetAttribute, 0},
-    {"hipStreamWaitValue64", (void **)&own.hipStreamWaitValue64, 0},
-    {"hipStreamWriteValue64", (void **)&own.hipStreamWriteValue64, 0},
-    {"hipStreamAddCallback", (void **)&own.hipStreamAddCallback, 0},
-    {"hipLaunchHostFunc", (void **)&own.hipLaunchHostFunc, 1},
-    {"hipMemGetHandleForAddressRange", (void **)&own.hipMemGetHandleForAddressRange, 1},
+#define OWN_SYM(name, ret, params, optional) {#name, (void **)&own.name, optional},
+    HIP_OWN_FNS(OWN_SYM)
+#undef OWN_SYM
 };
 
 static int hip_version; /* hipRuntimeGetVersion's, set with the library */

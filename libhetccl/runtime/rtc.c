@@ -2,7 +2,8 @@
  *
  * Thread: any. The cache is read without a lock (entries are immutable once
  * published, the list only grows at its head) and written under its compile
- * mutex; nothing else here keeps state. */
+ * mutex; a vendor's libraries are loaded under its hetccl_rtc_t's lock and
+ * published with atomics; nothing else here keeps state. */
 #include "runtime/rtc.h"
 #include "runtime/runtime.h"
 
@@ -12,6 +13,8 @@
 #include <string.h>
 #include <time.h>
 
+#include "util/check.h"
+#include "util/knobs.h"
 #include "util/log.h"
 
 /* The kernel reproduces the host's NaN results, and the host's rule depends
@@ -233,4 +236,257 @@ double hetccl_rtc_now_ms(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
   return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+}
+
+/* --- entry: the compiler ------------------------------------------------------ */
+
+/* Open the compiler by the rules of hetccl_rtc_vendor_t; the reason in
+ * r->why when none. */
+static void *compiler_open(hetccl_rtc_t *r) {
+  const hetccl_rtc_vendor_t *vd = r->vendor;
+  const char *knob = hetccl_knob_str(vd->knob), *env = hetccl_knob_desc(vd->knob)->env;
+  if (strcmp(knob, "none") == 0) {
+    snprintf(r->why, sizeof(r->why), "disabled by %s=none", env);
+    return NULL;
+  }
+  if (knob[0]) {
+    void *h = dlopen(knob, RTLD_NOW | RTLD_LOCAL);
+    if (!h) snprintf(r->why, sizeof(r->why), "%s=%s: %s", env, knob, dlerror());
+    return h;
+  }
+  void *h = hetccl_gpu_open_loaded(vd->names, vd->nnames, vd->prefix);
+  if (h) return h;
+  char tried[1280] = "";
+  h = vd->search(tried, sizeof(tried));
+  if (!h)
+    snprintf(r->why, sizeof(r->why), "no %s found (tried %s); set %s", vd->compiler, tried, env);
+  return h;
+}
+
+/* Fill the compiler from h; 0 with the reason in r->why when it cannot serve. */
+static int compiler_fill(hetccl_rtc_t *r, void *h) {
+  const hetccl_rtc_vendor_t *vd = r->vendor;
+  hetccl_gpu_where_loaded(dlsym(h, vd->compiler_calls.version), r->path, sizeof(r->path),
+                          vd->fallback_path);
+  const hetccl_gpu_sym_t shared[] = {
+#define SHARED_SYM(slot, ret, params) {vd->compiler_calls.slot, (void **)&r->cc.slot, 0},
+      HETCCL_RTC_COMPILER_API(SHARED_SYM)
+#undef SHARED_SYM
+  };
+  if (!hetccl_gpu_take(h, shared, sizeof(shared) / sizeof(shared[0]), r->path, r->why,
+                       sizeof(r->why)) ||
+      !hetccl_gpu_take(h, vd->compiler_own, vd->ncompiler_own, r->path, r->why, sizeof(r->why)))
+    return 0;
+  if (r->cc.version(&r->major, &r->minor) != 0) {
+    snprintf(r->why, sizeof(r->why), "%s: %s failed", r->path, vd->compiler_calls.version);
+    return 0;
+  }
+  r->handle = h;
+  return 1;
+}
+
+const hetccl_rtc_t *hetccl_rtc_compiler(hetccl_rtc_t *r) {
+  int s = __atomic_load_n(&r->state, __ATOMIC_ACQUIRE);
+  if (s) return s > 0 ? r : NULL;
+  pthread_mutex_lock(&r->lock);
+  if (!r->state) {
+    void *h = compiler_open(r);
+    if (h && !compiler_fill(r, h)) {
+      dlclose(h);
+      h = NULL;
+    }
+    if (h)
+      INFO(HETCCL_RUNTIME, "%s: %s %d.%d from %s", r->vendor->tag, r->vendor->compiler, r->major,
+           r->minor, r->path);
+    else
+      INFO(HETCCL_RUNTIME, "%s: no device reductions: %s", r->vendor->tag, r->why);
+    __atomic_store_n(&r->state, h ? 1 : -1, __ATOMIC_RELEASE);
+  }
+  pthread_mutex_unlock(&r->lock);
+  return r->state > 0 ? r : NULL;
+}
+
+/* --- entry: the device library ------------------------------------------------ */
+
+/* The device library the process loaded; NULL while there is none. */
+static const hetccl_rtc_t *device_get(hetccl_rtc_t *r) {
+  hetccl_rtc_t *d = __atomic_load_n(&r->dev_ready, __ATOMIC_ACQUIRE);
+  if (d) return d;
+  const hetccl_rtc_vendor_t *vd = r->vendor;
+  pthread_mutex_lock(&r->lock);
+  if (!r->dev_ready) {
+    void *h = hetccl_gpu_open_loaded(vd->dev_names, vd->ndev_names, vd->dev_prefix);
+    const hetccl_gpu_sym_t shared[] = {
+#define SHARED_SYM(slot, ret, params) {vd->module_calls.slot, (void **)&r->mod.slot, 0},
+        HETCCL_RTC_MODULE_API(SHARED_SYM)
+#undef SHARED_SYM
+    };
+    if (h && hetccl_gpu_take(h, shared, sizeof(shared) / sizeof(shared[0]), "", NULL, 0) &&
+        hetccl_gpu_take(h, vd->dev_own, vd->ndev_own, "", NULL, 0)) {
+      r->dev_handle = h;
+      __atomic_store_n(&r->dev_ready, r, __ATOMIC_RELEASE);
+    } else if (h) {
+      dlclose(h); /* a library without these calls is too old to use */
+    }
+  }
+  pthread_mutex_unlock(&r->lock);
+  return r->dev_ready;
+}
+
+int hetccl_rtc_available(hetccl_rtc_t *r, char *why, size_t len) {
+  const hetccl_rtc_t *n = hetccl_rtc_compiler(r);
+  const hetccl_rtc_t *d = n ? device_get(r) : NULL;
+  if (why && len) {
+    if (!n) snprintf(why, len, "%s", r->why);
+    else if (!d) snprintf(why, len, "%s", r->vendor->dev_absent);
+    else snprintf(why, len, "%s %d.%d from %s", r->vendor->compiler, r->major, r->minor, r->path);
+  }
+  return n && d;
+}
+
+ncclResult_t hetccl_rtc_device_result(const hetccl_rtc_t *r, int err, const char *call,
+                                      const hetccl_rtc_variant_t *v) {
+  if (err == 0) return ncclSuccess;
+  const char *text = r->vendor->error_text(err);
+  char name[96];
+  hetccl_rtc_variant_name(v, name, sizeof(name));
+  WARN("%s: %s failed for the reduce kernel %s: %s (error %d)", r->vendor->tag, call, name,
+       text ? text : "unknown error", err);
+  return ncclUnhandledCudaError;
+}
+
+/* --- entry: compiling and loading --------------------------------------------- */
+
+/* The adapter from a compiler error to ours, with the compiler's log when
+ * there is a program. */
+static ncclResult_t compiler_result(const hetccl_rtc_t *r, int err, const char *call,
+                                    const hetccl_rtc_variant_t *v, const char *target, void *p) {
+  if (err == 0) return ncclSuccess;
+  char name[96], log[1024] = "";
+  hetccl_rtc_variant_name(v, name, sizeof(name));
+  size_t bytes = 0;
+  char *text = p && r->cc.get_program_log_size(p, &bytes) == 0 && bytes > 1 ? malloc(bytes) : NULL;
+  if (text && r->cc.get_program_log(p, text) == 0) snprintf(log, sizeof(log), "%s", text);
+  free(text);
+  for (size_t end = strlen(log); end && (log[end - 1] == '\n' || log[end - 1] == ' ');) log[--end] = '\0';
+  WARN("%s: %s failed for the reduce kernel %s (%s, %s %d.%d from %s): %s%s%s", r->vendor->tag,
+       call, name, target, r->vendor->compiler, r->major, r->minor, r->path,
+       r->cc.get_error_string(err), log[0] ? ": " : "", log);
+  return ncclUnhandledCudaError;
+}
+
+ncclResult_t hetccl_rtc_compile(const hetccl_rtc_t *r, const hetccl_rtc_variant_t *v,
+                                const hetccl_rtc_compile_args_t *a, char **image, size_t *bytes) {
+  const hetccl_rtc_vendor_t *vd = r->vendor;
+  const hetccl_rtc_compiler_names_t *calls = &vd->compiler_calls;
+  int version = r->major * 10 + r->minor;
+  if (a->cached && hetccl_rtc_disk_load(vd->disk_name, a->target, version, v, image, bytes))
+    return ncclSuccess;
+  void *p = NULL;
+  HETCCL_CHECK(compiler_result(r, r->cc.create_program(&p, hetccl_rtc_kernel_source,
+                                                       vd->source_name, 0, NULL, NULL),
+                               calls->create_program, v, a->target, NULL));
+  ncclResult_t res;
+  HETCCL_CHECK_GOTO(compiler_result(r, r->cc.compile_program(p, a->nopts, a->opts),
+                                    calls->compile_program, v, a->target, p), res, destroy);
+  HETCCL_CHECK_GOTO(compiler_result(r, a->size(p, bytes), a->size_call, v, a->target, NULL), res,
+                    destroy);
+  *image = malloc(*bytes ? *bytes : 1);
+  if (!*image) {
+    WARN("%s: reduce kernel: out of memory for %zu bytes of code", vd->tag, *bytes);
+    res = ncclSystemError;
+    goto destroy;
+  }
+  res = compiler_result(r, a->get(p, *image), a->get_call, v, a->target, NULL);
+  if (res != ncclSuccess) {
+    free(*image);
+    *image = NULL;
+  } else if (a->cached) {
+    hetccl_rtc_disk_store(vd->disk_name, a->target, version, v, *image, *bytes);
+  }
+destroy:
+  r->cc.destroy_program(&p);
+  return res;
+}
+
+ncclResult_t hetccl_rtc_build(hetccl_rtc_t *r, const hetccl_rtc_variant_t *v,
+                              const hetccl_rtc_compile_args_t *a, int units, hetccl_rtc_entry_t *e) {
+  const hetccl_rtc_module_names_t *calls = &r->vendor->module_calls;
+  char *image = NULL;
+  size_t bytes = 0;
+  double t0 = hetccl_rtc_now_ms();
+  HETCCL_CHECK(hetccl_rtc_compile(r, v, a, &image, &bytes));
+  double t1 = hetccl_rtc_now_ms();
+  void *module = NULL;
+  e->units = units;
+  ncclResult_t res = hetccl_rtc_device_result(r, r->mod.module_load_data(&module, image),
+                                              calls->module_load_data, v);
+  free(image);
+  HETCCL_CHECK(res);
+  res = hetccl_rtc_device_result(
+      r, r->mod.module_get_function(&e->function, module, HETCCL_RTC_KERNEL_NAME),
+      calls->module_get_function, v);
+  if (res == ncclSuccess)
+    res = hetccl_rtc_device_result(
+        r, r->mod.module_get_function(&e->run_function, module, HETCCL_RTC_RUN_KERNEL_NAME),
+        calls->module_get_function, v);
+  if (res != ncclSuccess) {
+    r->mod.module_unload(module);
+    return res;
+  }
+  char name[96];
+  hetccl_rtc_variant_name(v, name, sizeof(name));
+  INFO(HETCCL_RUNTIME, "%s: reduce kernel %s: compiled%s for %s by %s %d.%d in %.1f ms (%zu bytes), "
+       "loaded in %.1f ms", r->vendor->tag, name, a->cached ? " (or read from the disk cache)" : "",
+       a->target, r->vendor->compiler, r->major, r->minor, t1 - t0, bytes,
+       hetccl_rtc_now_ms() - t1);
+  return ncclSuccess;
+}
+
+/* --- entry: launching ---------------------------------------------------------- */
+
+/* The kernel of v where the current thread's kernels load; the first call
+ * of a (where, variant) pays the compile. */
+static ncclResult_t kernel_get(hetccl_rtc_t *r, const hetccl_rtc_variant_t *v,
+                               const hetccl_rtc_entry_t **out) {
+  uint64_t where = 0;
+  HETCCL_CHECK(r->vendor->where(r, v, &where));
+  return hetccl_rtc_cache_get(&r->cache, where, v, r->vendor->build, r, out);
+}
+
+static ncclResult_t launch(const hetccl_rtc_t *r, void *fn, unsigned grid, unsigned block,
+                           void *stream, void **params, const hetccl_rtc_variant_t *v) {
+  return hetccl_rtc_device_result(
+      r, r->mod.launch_kernel(fn, grid, 1, 1, block, 1, 1, 0, stream, params, NULL),
+      r->vendor->module_calls.launch_kernel, v);
+}
+
+ncclResult_t hetccl_rtc_reduce_async(hetccl_rtc_t *r, const hetccl_redop_t *op, void *dst,
+                                     const void *a, const void *b, size_t count, unsigned flags,
+                                     void *stream) {
+  if (!hetccl_rtc_compiler(r) || !device_get(r))
+    return ncclInvalidUsage; /* no WARN: the caller falls back to the host */
+  hetccl_rtc_variant_t v;
+  HETCCL_CHECK(hetccl_rtc_variant_of(op, flags, b == NULL, r->vendor->async_who, &v));
+  const hetccl_rtc_entry_t *e;
+  HETCCL_CHECK(kernel_get(r, &v, &e)); /* count 0 too: it loads the kernel ahead */
+  if (count == 0) return ncclSuccess;
+  if (!b) b = a; /* unary: the kernel never reads it; the plan aligns on it */
+  hetccl_rtc_launch_t l;
+  hetccl_rtc_plan(op, dst, a, b, count, e->units, &l);
+  return launch(r, e->function, l.grid, l.block, stream, l.params, &v);
+}
+
+ncclResult_t hetccl_rtc_reduce_run_async(hetccl_rtc_t *r, const hetccl_redop_t *op,
+                                         unsigned flags, const hetccl_reduce_run_t *run,
+                                         void *stream) {
+  if (!hetccl_rtc_compiler(r) || !device_get(r)) return ncclInvalidUsage; /* as reduce_async */
+  hetccl_rtc_variant_t v;
+  HETCCL_CHECK(hetccl_rtc_variant_of(op, flags, 0, r->vendor->run_who, &v));
+  const hetccl_rtc_entry_t *e;
+  HETCCL_CHECK(kernel_get(r, &v, &e));
+  if (run->steps == 0) return ncclSuccess;
+  hetccl_rtc_run_launch_t l;
+  hetccl_rtc_plan_run(op, run, &l);
+  return launch(r, e->run_function, l.grid, l.block, stream, l.params, &v);
 }

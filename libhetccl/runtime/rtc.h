@@ -1,6 +1,7 @@
 /* Run-time compiled reduction kernels: what the CUDA (rtc_cuda.c) and HIP
- * (rtc_hip.c) entries of devreduce.h share. Vendor calls live in those two
- * files; this one knows no vendor API.
+ * (rtc_hip.c) entries of devreduce.h share. This one knows a vendor only
+ * through the table it is given (hetccl_rtc_vendor_t): its names for the
+ * compiler's and the module loader's calls, and hooks for what differs.
  *
  *   variant   which specialisation of the kernel an op and flags need, and
  *             its -D options for the compiler;
@@ -8,7 +9,9 @@
  *             kernel's parameters;
  *   cache     compiled kernels, found without a lock, added under one;
  *   search    opening a runtime compiler from a list of candidates,
- *             remembering what was tried.
+ *             remembering what was tried;
+ *   entry     the body of both entries: finding the compiler and the
+ *             device library, compiling, loading, launching.
  *
  * Threads: any; the cache is the only shared state. */
 #ifndef HETCCL_RUNTIME_RTC_H
@@ -20,8 +23,10 @@
 
 #include "nccl.h"
 #include "runtime/devreduce.h"
+#include "runtime/gpu.h"
 #include "runtime/reduce.h"
 #include "runtime/runtime.h"
+#include "util/knobs.h"
 
 /* The kernel's text (reduce_kernel.c) and its entry point (extern "C"). */
 extern const char hetccl_rtc_kernel_source[];
@@ -152,6 +157,150 @@ void hetccl_rtc_disk_store(const char *vendor, const char *target, int version,
 
 /* Milliseconds since an arbitrary point (compile timings). */
 double hetccl_rtc_now_ms(void);
+
+/* --- entry: the body of rtc_cuda.c and rtc_hip.c ------------------------------
+ * Two libraries per vendor, used only through dlsym on their handles: the
+ * runtime compiler, loaded here (once per process), and the device library
+ * the process already loaded (the CUDA driver, the HIP runtime), never
+ * loaded or initialised from here, looked for again until it is found. */
+
+/* X(slot, return, params): the compiler's calls, alike in NVRTC and hipRTC
+ * but for names (nvrtcGetPTX is hiprtcGetCode); 0 is success. */
+#define HETCCL_RTC_COMPILER_API(X)                                                                \
+  X(get_error_string, const char *, (int r))                                                      \
+  X(version, int, (int *major, int *minor))                                                       \
+  X(create_program, int,                                                                          \
+    (void **prog, const char *src, const char *name, int nheaders, const char *const *headers,    \
+     const char *const *include_names))                                                           \
+  X(destroy_program, int, (void **prog))                                                          \
+  X(compile_program, int, (void *prog, int nopts, const char *const *opts))                       \
+  X(get_program_log_size, int, (void *prog, size_t *bytes))                                       \
+  X(get_program_log, int, (void *prog, char *log))                                                \
+  X(get_code_size, int, (void *prog, size_t *bytes))                                              \
+  X(get_code, int, (void *prog, char *code))
+
+/* X(slot, return, params): the device library's module calls (cuModule*,
+ * cuLaunchKernel; hipModule*). */
+#define HETCCL_RTC_MODULE_API(X)                                                                  \
+  X(module_load_data, int, (void **module, const void *image))                                    \
+  X(module_get_function, int, (void **fn, void *module, const char *name))                        \
+  X(module_unload, int, (void *module))                                                           \
+  X(launch_kernel, int,                                                                           \
+    (void *fn, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,      \
+     unsigned shared_bytes, void *stream, void **params, void **extra))
+
+#define HETCCL_RTC_FN_FIELD(slot, ret, params) ret(*slot) params;
+#define HETCCL_RTC_NAME_FIELD(slot, ret, params) const char *slot;
+typedef struct { HETCCL_RTC_COMPILER_API(HETCCL_RTC_FN_FIELD) } hetccl_rtc_compiler_api_t;
+typedef struct { HETCCL_RTC_COMPILER_API(HETCCL_RTC_NAME_FIELD) } hetccl_rtc_compiler_names_t;
+typedef struct { HETCCL_RTC_MODULE_API(HETCCL_RTC_FN_FIELD) } hetccl_rtc_module_api_t;
+typedef struct { HETCCL_RTC_MODULE_API(HETCCL_RTC_NAME_FIELD) } hetccl_rtc_module_names_t;
+#undef HETCCL_RTC_FN_FIELD
+#undef HETCCL_RTC_NAME_FIELD
+
+/* How to compile one variant: the vendor fills it for the device. */
+#define HETCCL_RTC_MAX_OPTS (5 + HETCCL_RTC_MAX_DEFINES)
+typedef struct hetccl_rtc_compile_args {
+  const char *opts[HETCCL_RTC_MAX_OPTS]; /* the compiler's options, the variant's -D included */
+  int nopts;
+  char option[128];  /* room for an option that names the target */
+  char target[96];   /* what it compiles for, in messages ("sm_90", "gfx90a", "current device") */
+  int cached;        /* 1: images for target are kept on disk (rtc_disk.c) */
+  /* Which code to take from the program, and the names of the two calls
+   * in messages. */
+  int (*size)(void *prog, size_t *bytes);
+  int (*get)(void *prog, char *code);
+  const char *size_call, *get_call;
+} hetccl_rtc_compile_args_t;
+
+typedef struct hetccl_rtc hetccl_rtc_t;
+
+typedef struct hetccl_rtc_vendor {
+  const char *tag;         /* "cuda": the first word of its messages */
+  const char *compiler;    /* "NVRTC" */
+  const char *disk_name;   /* "nvrtc": its images' names on disk */
+  const char *source_name; /* the program's name ("hetccl_reduce.cu") */
+  /* Where the compiler is looked for (the first that opens wins): the
+   * knob, a path or a name, the only candidate when set ("none": no device
+   * reductions); a library of one of names (or a mapped file starting with
+   * prefix) the process has already loaded; then search, which appends
+   * what failed to tried. fallback_path: its path where dladdr cannot tell. */
+  hetccl_knob_t knob;
+  const char *const *names;
+  size_t nnames;
+  const char *prefix;
+  const char *fallback_path;
+  void *(*search)(char *tried, size_t len);
+  hetccl_rtc_compiler_names_t compiler_calls;
+  const hetccl_gpu_sym_t *compiler_own; /* calls of its own (the vendor keeps where they go) */
+  size_t ncompiler_own;
+  /* The device library: the process's own (names, prefix as above). */
+  const char *const *dev_names;
+  size_t ndev_names;
+  const char *dev_prefix;
+  hetccl_rtc_module_names_t module_calls;
+  const hetccl_gpu_sym_t *dev_own;
+  size_t ndev_own;
+  const char *dev_absent; /* reduce_available's why while it is not loaded */
+  /* The device library's text for err; clears its last error where it
+   * keeps one. */
+  const char *(*error_text)(int err);
+  /* The cache key of where the current thread's kernels load (a context's
+   * id, a device), WARNing when there is none. */
+  ncclResult_t (*where)(hetccl_rtc_t *r, const hetccl_rtc_variant_t *v, uint64_t *where);
+  /* Compiles and loads a variant for where (ctx: the hetccl_rtc_t). */
+  hetccl_rtc_build_fn build;
+  const char *async_who, *run_who; /* reduce_async's and reduce_run_async's names */
+} hetccl_rtc_vendor_t;
+
+/* One vendor's compiler, device library and kernels. Defined by the
+ * vendor's file with HETCCL_RTC_INIT. */
+struct hetccl_rtc {
+  const hetccl_rtc_vendor_t *vendor;
+  pthread_mutex_t lock; /* serialises loading */
+  hetccl_rtc_cache_t cache;
+  /* The compiler: read-only once state is 1. */
+  void *handle;
+  char path[512];
+  int major, minor;
+  hetccl_rtc_compiler_api_t cc;
+  int state;      /* 0 not looked for, 1 loaded, -1 not available (atomic) */
+  char why[1536]; /* why not */
+  /* The device library: read-only once published. */
+  void *dev_handle;
+  hetccl_rtc_module_api_t mod;
+  hetccl_rtc_t *dev_ready; /* this, published (atomic) once mod is filled */
+};
+
+#define HETCCL_RTC_INIT(vendor_)                                                                  \
+  {.vendor = (vendor_), .lock = PTHREAD_MUTEX_INITIALIZER, .cache = HETCCL_RTC_CACHE_INIT}
+
+/* The compiler, looked for once; NULL when there is none (why in r->why). */
+const hetccl_rtc_t *hetccl_rtc_compiler(hetccl_rtc_t *r);
+
+/* reduce_available (devreduce.h) of the vendor. */
+int hetccl_rtc_available(hetccl_rtc_t *r, char *why, size_t len);
+
+/* The one adapter from the device library's error to ours. */
+ncclResult_t hetccl_rtc_device_result(const hetccl_rtc_t *r, int err, const char *call,
+                                      const hetccl_rtc_variant_t *v);
+
+/* Compile v as a says into *image (malloc'd), or read it from the disk. */
+ncclResult_t hetccl_rtc_compile(const hetccl_rtc_t *r, const hetccl_rtc_variant_t *v,
+                                const hetccl_rtc_compile_args_t *a, char **image, size_t *bytes);
+
+/* Compile v as a says and load it in the current context or device into e;
+ * units: its SM / CU count (0: unknown). The body of a vendor's build. */
+ncclResult_t hetccl_rtc_build(hetccl_rtc_t *r, const hetccl_rtc_variant_t *v,
+                              const hetccl_rtc_compile_args_t *a, int units, hetccl_rtc_entry_t *e);
+
+/* reduce_async and reduce_run_async (devreduce.h) of the vendor. */
+ncclResult_t hetccl_rtc_reduce_async(hetccl_rtc_t *r, const hetccl_redop_t *op, void *dst,
+                                     const void *a, const void *b, size_t count, unsigned flags,
+                                     void *stream);
+ncclResult_t hetccl_rtc_reduce_run_async(hetccl_rtc_t *r, const hetccl_redop_t *op,
+                                         unsigned flags, const hetccl_reduce_run_t *run,
+                                         void *stream);
 
 /* For tests (rtc_cuda.c): compile (op, flags) for compute capability cc
  * (10 * major + minor) with no device, the code's size in *bytes and what

@@ -27,11 +27,12 @@
  * NVRTC. Always --fmad=false --prec-div=true --prec-sqrt=true --ftz=false:
  * the results must be the host's, bit for bit.
  *
+ * What is done as for HIP (finding the compiler, compiling, loading,
+ * launching) is rtc.c's, over the names and hooks below.
+ *
  * Threads: any. Loading is serialised by one mutex and published with an
  * atomic; kernels are cached per (context, variant) in rtc.c's cache, one
  * compile at a time. */
-#include <dlfcn.h>
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -51,8 +52,6 @@ typedef void *nvrtcProgram;
 typedef int CUresult;    /* CUDA_SUCCESS = 0 */
 typedef int CUdevice;
 typedef void *CUcontext;
-typedef void *CUmodule;
-typedef void *CUfunction;
 
 enum { NVRTC_SUCCESS = 0, CUDA_SUCCESS = 0 };
 enum {
@@ -61,66 +60,41 @@ enum {
   CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR = 76,
 };
 
-/* X(name, return, params): NVRTC functions we need (all in NVRTC 11.0). */
-#define NVRTC_FNS(X)                                                                              \
-  X(nvrtcGetErrorString, const char *, (nvrtcResult r))                                           \
-  X(nvrtcVersion, nvrtcResult, (int *major, int *minor))                                          \
-  X(nvrtcCreateProgram, nvrtcResult,                                                              \
-    (nvrtcProgram * prog, const char *src, const char *name, int nheaders,                        \
-     const char *const *headers, const char *const *include_names))                               \
-  X(nvrtcDestroyProgram, nvrtcResult, (nvrtcProgram * prog))                                      \
-  X(nvrtcCompileProgram, nvrtcResult, (nvrtcProgram prog, int nopts, const char *const *opts))    \
-  X(nvrtcGetProgramLogSize, nvrtcResult, (nvrtcProgram prog, size_t *bytes))                      \
-  X(nvrtcGetProgramLog, nvrtcResult, (nvrtcProgram prog, char *log))                              \
-  X(nvrtcGetPTXSize, nvrtcResult, (nvrtcProgram prog, size_t *bytes))                             \
-  X(nvrtcGetPTX, nvrtcResult, (nvrtcProgram prog, char *ptx))
+/* X(name, return, params, optional): NVRTC's calls of its own, all
+ * optional: cubin output (11.1) and the architectures it knows (11.2). The
+ * shared ones (all in NVRTC 11.0) are rtc.h's. */
+#define NVRTC_OWN_FNS(X)                                                                          \
+  X(nvrtcGetCUBINSize, nvrtcResult, (nvrtcProgram prog, size_t *bytes), 1)                        \
+  X(nvrtcGetCUBIN, nvrtcResult, (nvrtcProgram prog, char *cubin), 1)                              \
+  X(nvrtcGetNumSupportedArchs, nvrtcResult, (int *n), 1)                                          \
+  X(nvrtcGetSupportedArchs, nvrtcResult, (int *archs), 1)
 
-/* X(name, return, params): driver functions. None of these has a _v2 ABI
- * in cuda.h (cuCtxGetDevice_v2 of CUDA 13 is another call, with a context
- * argument; the plain name keeps the one-argument ABI). */
+/* X(name, return, params, optional): the driver's calls besides the module
+ * ones. None of these has a _v2 ABI in cuda.h (cuCtxGetDevice_v2 of CUDA 13
+ * is another call, with a context argument; the plain name keeps the
+ * one-argument ABI). cuCtxGetId (CUDA 12.0, optional): a context's unique
+ * id, so that a new context at a freed one's address does not find the old
+ * one's kernels. */
 #define DRIVER_FNS(X)                                                                             \
-  X(cuGetErrorString, CUresult, (CUresult err, const char **str))                                 \
-  X(cuCtxGetCurrent, CUresult, (CUcontext * ctx))                                                 \
-  X(cuCtxGetDevice, CUresult, (CUdevice * dev))                                                   \
-  X(cuDeviceGetAttribute, CUresult, (int *value, int attribute, CUdevice dev))                    \
-  X(cuModuleLoadData, CUresult, (CUmodule * module, const void *image))                           \
-  X(cuModuleGetFunction, CUresult, (CUfunction * fn, CUmodule module, const char *name))          \
-  X(cuModuleUnload, CUresult, (CUmodule module))                                                  \
-  X(cuLaunchKernel, CUresult,                                                                     \
-    (CUfunction fn, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz, \
-     unsigned shared_bytes, void *stream, void **params, void **extra))
+  X(cuGetErrorString, CUresult, (CUresult err, const char **str), 0)                              \
+  X(cuCtxGetCurrent, CUresult, (CUcontext * ctx), 0)                                              \
+  X(cuCtxGetDevice, CUresult, (CUdevice * dev), 0)                                                \
+  X(cuDeviceGetAttribute, CUresult, (int *value, int attribute, CUdevice dev), 0)                 \
+  X(cuCtxGetId, CUresult, (CUcontext ctx, unsigned long long *id), 1)
 
-#define FN_FIELD(name, ret, params) ret(*name) params;
+static struct { NVRTC_OWN_FNS(HETCCL_GPU_SYM_FIELD) } nvrtc_own;
+static struct { DRIVER_FNS(HETCCL_GPU_SYM_FIELD) } drv;
 
-typedef struct {
-  void *handle;
-  char path[512];
-  int major, minor;
-  NVRTC_FNS(FN_FIELD)
-  /* Optional: cubin output (11.1) and the architectures it knows (11.2). */
-  nvrtcResult (*nvrtcGetCUBINSize)(nvrtcProgram prog, size_t *bytes);
-  nvrtcResult (*nvrtcGetCUBIN)(nvrtcProgram prog, char *cubin);
-  nvrtcResult (*nvrtcGetNumSupportedArchs)(int *n);
-  nvrtcResult (*nvrtcGetSupportedArchs)(int *archs);
-} nvrtc_lib_t;
-
-typedef struct {
-  void *handle;
-  DRIVER_FNS(FN_FIELD)
-  /* Optional (CUDA 12.0): a context's unique id, so that a new context at
-   * a freed one's address does not find the old one's kernels. */
-  CUresult (*cuCtxGetId)(CUcontext ctx, unsigned long long *id);
-} cu_driver_t;
-
-#undef FN_FIELD
-
-static nvrtc_lib_t nvrtc;
-static cu_driver_t drv;
-static int nvrtc_state;      /* 0 not looked for, 1 loaded, -1 not available (atomic) */
-static cu_driver_t *drv_ready; /* published (atomic) once drv is filled */
-static char nvrtc_why[1536];
-static pthread_mutex_t load_lock = PTHREAD_MUTEX_INITIALIZER;
-static hetccl_rtc_cache_t cache = HETCCL_RTC_CACHE_INIT;
+static const hetccl_gpu_sym_t nvrtc_syms[] = {
+#define NVRTC_SYM(name, ret, params, optional) {#name, (void **)&nvrtc_own.name, optional},
+    NVRTC_OWN_FNS(NVRTC_SYM)
+#undef NVRTC_SYM
+};
+static const hetccl_gpu_sym_t driver_syms[] = {
+#define DRIVER_SYM(name, ret, params, optional) {#name, (void **)&drv.name, optional},
+    DRIVER_FNS(DRIVER_SYM)
+#undef DRIVER_SYM
+};
 
 static const char *const nvrtc_names[] = {"libnvrtc.so.13", "libnvrtc.so.12", "libnvrtc.so.11.2",
                                           "libnvrtc.so"};
@@ -131,41 +105,11 @@ static const char *const driver_names[] = {"libcuda.so.1"};
 
 /* --- finding NVRTC ----------------------------------------------------------- */
 
-/* Fill nvrtc from h; 0 with the reason in nvrtc_why when it cannot serve. */
-static int nvrtc_fill(void *h) {
-  const char *name = nvrtc.path;
-  hetccl_gpu_where_loaded(dlsym(h, "nvrtcVersion"), nvrtc.path, sizeof(nvrtc.path), "libnvrtc");
-#define FN_TAKE(fn, ret, params)                                                                  \
-  *(void **)&nvrtc.fn = dlsym(h, #fn);                                                            \
-  if (!nvrtc.fn) {                                                                                \
-    snprintf(nvrtc_why, sizeof(nvrtc_why), "%s lacks %s", name, #fn);                             \
-    return 0;                                                                                     \
-  }
-  NVRTC_FNS(FN_TAKE)
-#undef FN_TAKE
-  *(void **)&nvrtc.nvrtcGetCUBINSize = dlsym(h, "nvrtcGetCUBINSize");
-  *(void **)&nvrtc.nvrtcGetCUBIN = dlsym(h, "nvrtcGetCUBIN");
-  *(void **)&nvrtc.nvrtcGetNumSupportedArchs = dlsym(h, "nvrtcGetNumSupportedArchs");
-  *(void **)&nvrtc.nvrtcGetSupportedArchs = dlsym(h, "nvrtcGetSupportedArchs");
-  if (!nvrtc.nvrtcGetCUBINSize || !nvrtc.nvrtcGetCUBIN) nvrtc.nvrtcGetCUBIN = NULL;
-  if (!nvrtc.nvrtcGetNumSupportedArchs) nvrtc.nvrtcGetSupportedArchs = NULL;
-  if (nvrtc.nvrtcVersion(&nvrtc.major, &nvrtc.minor) != NVRTC_SUCCESS) {
-    snprintf(nvrtc_why, sizeof(nvrtc_why), "%s: nvrtcVersion failed", name);
-    return 0;
-  }
-  nvrtc.handle = h;
-  return 1;
-}
-
 /* The file of the libcudart this process loaded ("" if none), and its
  * major version from the file name (0 if it does not say). */
 static int cudart_loaded(char *path, size_t len) {
-  path[0] = '\0';
-  void *h = hetccl_gpu_open_loaded(cudart_names, sizeof(cudart_names) / sizeof(cudart_names[0]),
-                                   "libcudart.so");
-  if (!h) return 0;
-  hetccl_gpu_where_loaded(dlsym(h, "cudaGetDevice"), path, len, "");
-  dlclose(h);
+  hetccl_gpu_loaded_file(cudart_names, sizeof(cudart_names) / sizeof(cudart_names[0]),
+                         "libcudart.so", "cudaGetDevice", path, len);
   const char *v = strstr(path, "libcudart.so.");
   return v ? atoi(v + strlen("libcudart.so.")) : 0;
 }
@@ -197,122 +141,17 @@ static void *nvrtc_search(char *tried, size_t len) {
   return h;
 }
 
-/* Open NVRTC by the rules at the top; the reason in nvrtc_why when none. */
-static void *nvrtc_open(void) {
-  const char *knob = hetccl_knob_str(HETCCL_KNOB_NVRTC_LIBRARY);
-  if (strcmp(knob, "none") == 0) {
-    snprintf(nvrtc_why, sizeof(nvrtc_why), "disabled by HETCCL_NVRTC_LIBRARY=none");
-    return NULL;
-  }
-  if (knob[0]) {
-    void *h = dlopen(knob, RTLD_NOW | RTLD_LOCAL);
-    if (!h) snprintf(nvrtc_why, sizeof(nvrtc_why), "HETCCL_NVRTC_LIBRARY=%s: %s", knob, dlerror());
-    return h;
-  }
-  void *h = hetccl_gpu_open_loaded(nvrtc_names, NNVRTC_NAMES, "libnvrtc.so");
-  if (h) return h;
-  char tried[1280] = "";
-  h = nvrtc_search(tried, sizeof(tried));
-  if (!h) snprintf(nvrtc_why, sizeof(nvrtc_why), "no NVRTC found (tried %s); set "
-                   "HETCCL_NVRTC_LIBRARY", tried);
-  return h;
-}
-
-/* NVRTC, looked for once; NULL when there is none (reason in nvrtc_why). */
-static const nvrtc_lib_t *nvrtc_get(void) {
-  int s = __atomic_load_n(&nvrtc_state, __ATOMIC_ACQUIRE);
-  if (s) return s > 0 ? &nvrtc : NULL;
-  pthread_mutex_lock(&load_lock);
-  if (!nvrtc_state) {
-    void *h = nvrtc_open();
-    if (h && !nvrtc_fill(h)) {
-      dlclose(h);
-      h = NULL;
-    }
-    if (h) INFO(HETCCL_RUNTIME, "cuda: NVRTC %d.%d from %s", nvrtc.major, nvrtc.minor, nvrtc.path);
-    else INFO(HETCCL_RUNTIME, "cuda: no device reductions: %s", nvrtc_why);
-    __atomic_store_n(&nvrtc_state, h ? 1 : -1, __ATOMIC_RELEASE);
-  }
-  pthread_mutex_unlock(&load_lock);
-  return nvrtc_state > 0 ? &nvrtc : NULL;
-}
-
-/* The driver the CUDA runtime loaded; NULL while there is none. */
-static const cu_driver_t *driver_get(void) {
-  cu_driver_t *d = __atomic_load_n(&drv_ready, __ATOMIC_ACQUIRE);
-  if (d) return d;
-  pthread_mutex_lock(&load_lock);
-  if (!drv_ready) {
-    void *h = hetccl_gpu_open_loaded(driver_names, 1, "libcuda.so");
-    int ok = h != NULL;
-#define FN_TAKE(fn, ret, params) \
-  if (ok && !(*(void **)&drv.fn = dlsym(h, #fn))) ok = 0;
-    DRIVER_FNS(FN_TAKE)
-#undef FN_TAKE
-    if (ok) {
-      *(void **)&drv.cuCtxGetId = dlsym(h, "cuCtxGetId");
-      drv.handle = h;
-      __atomic_store_n(&drv_ready, &drv, __ATOMIC_RELEASE);
-    } else if (h) {
-      dlclose(h); /* a driver without these calls is too old to use */
-    }
-  }
-  pthread_mutex_unlock(&load_lock);
-  return drv_ready;
-}
-
-int hetccl_cuda_reduce_available(char *why, size_t len) {
-  const nvrtc_lib_t *n = nvrtc_get();
-  const cu_driver_t *d = n ? driver_get() : NULL;
-  if (why && len) {
-    if (!n) snprintf(why, len, "%s", nvrtc_why);
-    else if (!d) snprintf(why, len, "the CUDA driver (libcuda.so.1) is not loaded in this process");
-    else snprintf(why, len, "NVRTC %d.%d from %s", n->major, n->minor, n->path);
-  }
-  return n && d;
-}
-
 /* --- compiling and loading ---------------------------------------------------- */
-
-/* The one adapter from a driver error to ours. */
-static ncclResult_t cu_result(const cu_driver_t *d, CUresult r, const char *call,
-                              const hetccl_rtc_variant_t *v) {
-  if (r == CUDA_SUCCESS) return ncclSuccess;
-  const char *text = NULL;
-  d->cuGetErrorString(r, &text);
-  char name[96] = "";
-  if (v) hetccl_rtc_variant_name(v, name, sizeof(name));
-  WARN("cuda: %s failed%s%s: %s (error %d)", call, v ? " for the reduce kernel " : "", name,
-       text ? text : "unknown error", r);
-  return ncclUnhandledCudaError;
-}
-
-/* The same for NVRTC, with the compiler's log when there is a program. */
-static ncclResult_t nvrtc_result(const nvrtc_lib_t *n, nvrtcResult r, const char *call,
-                                 const hetccl_rtc_variant_t *v, const char *target,
-                                 nvrtcProgram p) {
-  if (r == NVRTC_SUCCESS) return ncclSuccess;
-  char name[96], log[1024] = "";
-  hetccl_rtc_variant_name(v, name, sizeof(name));
-  size_t bytes = 0;
-  char *text = p && n->nvrtcGetProgramLogSize(p, &bytes) == NVRTC_SUCCESS && bytes > 1
-                   ? malloc(bytes) : NULL;
-  if (text && n->nvrtcGetProgramLog(p, text) == NVRTC_SUCCESS) snprintf(log, sizeof(log), "%s", text);
-  free(text);
-  for (size_t end = strlen(log); end && (log[end - 1] == '\n' || log[end - 1] == ' ');) log[--end] = '\0';
-  WARN("cuda: %s failed for the reduce kernel %s (%s, NVRTC %d.%d from %s): %s%s%s", call, name,
-       target, n->major, n->minor, n->path, n->nvrtcGetErrorString(r), log[0] ? ": " : "", log);
-  return ncclUnhandledCudaError;
-}
 
 /* The architecture to compile for (cc = 10 * major + minor): the device's,
  * else, for a device newer than this NVRTC, the newest one it knows, as
  * PTX that the driver compiles further. *cubin: ask NVRTC for a cubin. */
-static int target_arch(const nvrtc_lib_t *n, int cc, int *cubin) {
+static int target_arch(int cc, int *cubin) {
   int count = 0, archs[256], best = 0;
-  *cubin = n->nvrtcGetCUBIN != NULL;
-  if (!n->nvrtcGetSupportedArchs || n->nvrtcGetNumSupportedArchs(&count) != NVRTC_SUCCESS ||
-      count <= 0 || count > 256 || n->nvrtcGetSupportedArchs(archs) != NVRTC_SUCCESS)
+  *cubin = nvrtc_own.nvrtcGetCUBINSize && nvrtc_own.nvrtcGetCUBIN;
+  if (!nvrtc_own.nvrtcGetNumSupportedArchs || !nvrtc_own.nvrtcGetSupportedArchs ||
+      nvrtc_own.nvrtcGetNumSupportedArchs(&count) != NVRTC_SUCCESS || count <= 0 || count > 256 ||
+      nvrtc_own.nvrtcGetSupportedArchs(archs) != NVRTC_SUCCESS)
     return cc;
   for (int i = 0; i < count; i++) {
     if (archs[i] == cc) return cc;
@@ -323,151 +162,141 @@ static int target_arch(const nvrtc_lib_t *n, int cc, int *cubin) {
   return best;
 }
 
-/* Compile v for compute capability cc into *image (malloc'd): a cubin, or
- * PTX text; target names what it is for ("sm_90", "compute_90"). */
-static ncclResult_t nvrtc_compile(const nvrtc_lib_t *n, const hetccl_rtc_variant_t *v, int cc,
-                                  char **image, size_t *bytes, char *target, size_t tlen) {
+/* How to compile v for compute capability cc: a cubin for sm_XY, or PTX
+ * for compute_XY; the options that make the results the host's. */
+static void compile_args(const hetccl_rtc_t *r, const hetccl_rtc_variant_t *v, int cc,
+                         hetccl_rtc_compile_args_t *a) {
   int cubin;
-  int arch = target_arch(n, cc, &cubin), version = n->major * 10 + n->minor;
-  snprintf(target, tlen, "%s_%d", cubin ? "sm" : "compute", arch);
-  if (hetccl_rtc_disk_load("nvrtc", target, version, v, image, bytes)) return ncclSuccess;
-  char archopt[64];
-  snprintf(archopt, sizeof(archopt), "--gpu-architecture=%s", target);
-  const char *opts[5 + HETCCL_RTC_MAX_DEFINES] = {archopt, "--fmad=false", "--prec-div=true",
-                                                  "--prec-sqrt=true", "--ftz=false"};
-  int nopts = 5 + (int)hetccl_rtc_defines(v, opts + 5);
-  nvrtcProgram p = NULL;
-  HETCCL_CHECK(nvrtc_result(n, n->nvrtcCreateProgram(&p, hetccl_rtc_kernel_source,
-                                                     "hetccl_reduce.cu", 0, NULL, NULL),
-                            "nvrtcCreateProgram", v, target, NULL));
-  ncclResult_t res;
-  HETCCL_CHECK_GOTO(nvrtc_result(n, n->nvrtcCompileProgram(p, nopts, opts), "nvrtcCompileProgram",
-                                 v, target, p), res, destroy);
-  const char *get = cubin ? "nvrtcGetCUBIN" : "nvrtcGetPTX";
-  HETCCL_CHECK_GOTO(nvrtc_result(n, (cubin ? n->nvrtcGetCUBINSize : n->nvrtcGetPTXSize)(p, bytes),
-                                 get, v, target, NULL), res, destroy);
-  *image = malloc(*bytes ? *bytes : 1);
-  if (!*image) {
-    WARN("cuda: reduce kernel: out of memory for %zu bytes of code", *bytes);
-    res = ncclSystemError;
-    goto destroy;
-  }
-  res = nvrtc_result(n, (cubin ? n->nvrtcGetCUBIN : n->nvrtcGetPTX)(p, *image), get, v, target, NULL);
-  if (res != ncclSuccess) {
-    free(*image);
-    *image = NULL;
-  } else {
-    hetccl_rtc_disk_store("nvrtc", target, version, v, *image, *bytes);
-  }
-destroy:
-  n->nvrtcDestroyProgram(&p);
-  return res;
+  int arch = target_arch(cc, &cubin);
+  snprintf(a->target, sizeof(a->target), "%s_%d", cubin ? "sm" : "compute", arch);
+  snprintf(a->option, sizeof(a->option), "--gpu-architecture=%s", a->target);
+  const char *fixed[] = {a->option, "--fmad=false", "--prec-div=true", "--prec-sqrt=true",
+                         "--ftz=false"};
+  memcpy(a->opts, fixed, sizeof(fixed));
+  a->nopts = 5 + (int)hetccl_rtc_defines(v, a->opts + 5);
+  a->cached = 1;
+  a->size = cubin ? nvrtc_own.nvrtcGetCUBINSize : r->cc.get_code_size;
+  a->get = cubin ? nvrtc_own.nvrtcGetCUBIN : r->cc.get_code;
+  a->size_call = a->get_call = cubin ? "nvrtcGetCUBIN" : "nvrtcGetPTX";
 }
 
 /* hetccl_rtc_build_fn: compile v for the current context's device and load
- * it there. ctx: the NVRTC in use. */
+ * it there. ctx: the hetccl_rtc_t. */
 static ncclResult_t kernel_build(void *ctx, uint64_t id, const hetccl_rtc_variant_t *v,
                                  hetccl_rtc_entry_t *e) {
-  const nvrtc_lib_t *n = ctx;
-  const cu_driver_t *d = &drv; /* published: kernel_get's caller had it from driver_get */
+  hetccl_rtc_t *r = ctx;
   (void)id; /* it names the current context, which is where the module loads */
   CUdevice dev;
   int major = 0, minor = 0, units = 0;
-  HETCCL_CHECK(cu_result(d, d->cuCtxGetDevice(&dev), "cuCtxGetDevice", v));
-  HETCCL_CHECK(cu_result(d, d->cuDeviceGetAttribute(&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, dev),
-                         "cuDeviceGetAttribute", v));
-  HETCCL_CHECK(cu_result(d, d->cuDeviceGetAttribute(&minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, dev),
-                         "cuDeviceGetAttribute", v));
-  HETCCL_CHECK(cu_result(d, d->cuDeviceGetAttribute(&units, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, dev),
-                         "cuDeviceGetAttribute", v));
-  char *image = NULL, target[32];
-  size_t bytes = 0;
-  double t0 = hetccl_rtc_now_ms();
-  HETCCL_CHECK(nvrtc_compile(n, v, major * 10 + minor, &image, &bytes, target, sizeof(target)));
-  double t1 = hetccl_rtc_now_ms();
-  CUmodule module = NULL;
-  e->units = units;
-  ncclResult_t res = cu_result(d, d->cuModuleLoadData(&module, image), "cuModuleLoadData", v);
-  free(image);
-  HETCCL_CHECK(res);
-  res = cu_result(d, d->cuModuleGetFunction(&e->function, module, HETCCL_RTC_KERNEL_NAME),
-                  "cuModuleGetFunction", v);
-  if (res == ncclSuccess)
-    res = cu_result(d, d->cuModuleGetFunction(&e->run_function, module,
-                                               HETCCL_RTC_RUN_KERNEL_NAME),
-                    "cuModuleGetFunction", v);
-  if (res != ncclSuccess) {
-    d->cuModuleUnload(module);
-    return res;
-  }
-  char name[96];
-  hetccl_rtc_variant_name(v, name, sizeof(name));
-  INFO(HETCCL_RUNTIME, "cuda: reduce kernel %s: compiled (or read from the disk cache) for %s "
-       "by NVRTC %d.%d in %.1f ms "
-       "(%zu bytes), loaded in %.1f ms", name, target, n->major, n->minor, t1 - t0, bytes,
-       hetccl_rtc_now_ms() - t1);
-  return ncclSuccess;
+  HETCCL_CHECK(hetccl_rtc_device_result(r, drv.cuCtxGetDevice(&dev), "cuCtxGetDevice", v));
+  HETCCL_CHECK(hetccl_rtc_device_result(
+      r, drv.cuDeviceGetAttribute(&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, dev),
+      "cuDeviceGetAttribute", v));
+  HETCCL_CHECK(hetccl_rtc_device_result(
+      r, drv.cuDeviceGetAttribute(&minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, dev),
+      "cuDeviceGetAttribute", v));
+  HETCCL_CHECK(hetccl_rtc_device_result(
+      r, drv.cuDeviceGetAttribute(&units, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, dev),
+      "cuDeviceGetAttribute", v));
+  hetccl_rtc_compile_args_t a;
+  compile_args(r, v, major * 10 + minor, &a);
+  return hetccl_rtc_build(r, v, &a, units, e);
 }
 
-/* The current context's kernel for v; the first call of a (context,
- * variant) pays the compile. */
-static ncclResult_t kernel_get(const nvrtc_lib_t *n, const cu_driver_t *d,
-                               const hetccl_rtc_variant_t *v, const hetccl_rtc_entry_t **out) {
+/* Kernels are kept per context: its unique id where the driver has one. */
+static ncclResult_t kernel_where(hetccl_rtc_t *r, const hetccl_rtc_variant_t *v, uint64_t *where) {
   CUcontext ctx = NULL;
-  HETCCL_CHECK(cu_result(d, d->cuCtxGetCurrent(&ctx), "cuCtxGetCurrent", v));
+  HETCCL_CHECK(hetccl_rtc_device_result(r, drv.cuCtxGetCurrent(&ctx), "cuCtxGetCurrent", v));
   if (!ctx) {
     WARN("cuda: device reduction on a thread with no current CUDA context (select a device "
          "first)");
     return ncclUnhandledCudaError;
   }
   unsigned long long id = (uintptr_t)ctx;
-  if (d->cuCtxGetId) HETCCL_CHECK(cu_result(d, d->cuCtxGetId(ctx, &id), "cuCtxGetId", v));
-  return hetccl_rtc_cache_get(&cache, id, v, kernel_build, (void *)n, out);
+  if (drv.cuCtxGetId)
+    HETCCL_CHECK(hetccl_rtc_device_result(r, drv.cuCtxGetId(ctx, &id), "cuCtxGetId", v));
+  *where = id;
+  return ncclSuccess;
+}
+
+static const char *driver_error_text(int err) {
+  const char *text = NULL;
+  drv.cuGetErrorString(err, &text);
+  return text;
+}
+
+static const hetccl_rtc_vendor_t nvrtc_vendor = {
+    .tag = "cuda",
+    .compiler = "NVRTC",
+    .disk_name = "nvrtc",
+    .source_name = "hetccl_reduce.cu",
+    .knob = HETCCL_KNOB_NVRTC_LIBRARY,
+    .names = nvrtc_names,
+    .nnames = NNVRTC_NAMES,
+    .prefix = "libnvrtc.so",
+    .fallback_path = "libnvrtc",
+    .search = nvrtc_search,
+    .compiler_calls =
+        {
+            .get_error_string = "nvrtcGetErrorString",
+            .version = "nvrtcVersion",
+            .create_program = "nvrtcCreateProgram",
+            .destroy_program = "nvrtcDestroyProgram",
+            .compile_program = "nvrtcCompileProgram",
+            .get_program_log_size = "nvrtcGetProgramLogSize",
+            .get_program_log = "nvrtcGetProgramLog",
+            .get_code_size = "nvrtcGetPTXSize",
+            .get_code = "nvrtcGetPTX",
+        },
+    .compiler_own = nvrtc_syms,
+    .ncompiler_own = sizeof(nvrtc_syms) / sizeof(nvrtc_syms[0]),
+    .dev_names = driver_names,
+    .ndev_names = 1,
+    .dev_prefix = "libcuda.so",
+    .module_calls =
+        {
+            .module_load_data = "cuModuleLoadData",
+            .module_get_function = "cuModuleGetFunction",
+            .module_unload = "cuModuleUnload",
+            .launch_kernel = "cuLaunchKernel",
+        },
+    .dev_own = driver_syms,
+    .ndev_own = sizeof(driver_syms) / sizeof(driver_syms[0]),
+    .dev_absent = "the CUDA driver (libcuda.so.1) is not loaded in this process",
+    .error_text = driver_error_text,
+    .where = kernel_where,
+    .build = kernel_build,
+    .async_who = "hetccl_cuda_reduce_async",
+    .run_who = "hetccl_cuda_reduce_run_async",
+};
+
+static hetccl_rtc_t nvrtc = HETCCL_RTC_INIT(&nvrtc_vendor);
+
+int hetccl_cuda_reduce_available(char *why, size_t len) {
+  return hetccl_rtc_available(&nvrtc, why, len);
 }
 
 ncclResult_t hetccl_cuda_reduce_async(const hetccl_redop_t *op, void *dst, const void *a,
                                       const void *b, size_t count, unsigned flags, void *stream) {
-  const nvrtc_lib_t *n = nvrtc_get();
-  const cu_driver_t *d = n ? driver_get() : NULL;
-  if (!n || !d) return ncclInvalidUsage; /* no WARN: the caller falls back to the host */
-  hetccl_rtc_variant_t v;
-  HETCCL_CHECK(hetccl_rtc_variant_of(op, flags, b == NULL, "hetccl_cuda_reduce_async", &v));
-  const hetccl_rtc_entry_t *e;
-  HETCCL_CHECK(kernel_get(n, d, &v, &e)); /* count 0 too: it loads the kernel ahead */
-  if (count == 0) return ncclSuccess;
-  if (!b) b = a; /* unary: the kernel never reads it; the plan aligns on it */
-  hetccl_rtc_launch_t l;
-  hetccl_rtc_plan(op, dst, a, b, count, e->units, &l);
-  return cu_result(d, d->cuLaunchKernel(e->function, l.grid, 1, 1, l.block, 1, 1, 0, stream,
-                                        l.params, NULL),
-                   "cuLaunchKernel", &v);
+  return hetccl_rtc_reduce_async(&nvrtc, op, dst, a, b, count, flags, stream);
 }
 
 ncclResult_t hetccl_cuda_reduce_run_async(const hetccl_redop_t *op, unsigned flags,
                                           const hetccl_reduce_run_t *run, void *stream) {
-  const nvrtc_lib_t *n = nvrtc_get();
-  const cu_driver_t *d = n ? driver_get() : NULL;
-  if (!n || !d) return ncclInvalidUsage; /* no WARN: as reduce_async */
-  hetccl_rtc_variant_t v;
-  HETCCL_CHECK(hetccl_rtc_variant_of(op, flags, 0, "hetccl_cuda_reduce_run_async", &v));
-  const hetccl_rtc_entry_t *e;
-  HETCCL_CHECK(kernel_get(n, d, &v, &e));
-  if (run->steps == 0) return ncclSuccess;
-  hetccl_rtc_run_launch_t l;
-  hetccl_rtc_plan_run(op, run, &l);
-  return cu_result(d, d->cuLaunchKernel(e->run_function, l.grid, 1, 1, l.block, 1, 1, 0, stream,
-                                        l.params, NULL),
-                   "cuLaunchKernel", &v);
+  return hetccl_rtc_reduce_run_async(&nvrtc, op, flags, run, stream);
 }
 
 ncclResult_t hetccl_rtc_cuda_compile(const hetccl_redop_t *op, unsigned flags, int cc,
                                      size_t *bytes, char *target, size_t tlen) {
-  const nvrtc_lib_t *n = nvrtc_get();
-  if (!n) return ncclInvalidUsage;
+  const hetccl_rtc_t *r = hetccl_rtc_compiler(&nvrtc);
+  if (!r) return ncclInvalidUsage;
   hetccl_rtc_variant_t v;
   HETCCL_CHECK(hetccl_rtc_variant_of(op, flags, 0, "hetccl_rtc_cuda_compile", &v));
+  hetccl_rtc_compile_args_t a;
+  compile_args(r, &v, cc, &a);
+  snprintf(target, tlen, "%s", a.target);
   char *image = NULL;
-  HETCCL_CHECK(nvrtc_compile(n, &v, cc, &image, bytes, target, tlen));
+  HETCCL_CHECK(hetccl_rtc_compile(r, &v, &a, &image, bytes));
   free(image);
   return ncclSuccess;
 }
