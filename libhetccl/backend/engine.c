@@ -19,7 +19,7 @@
 #include "exec/enqueue.h"
 #include "exec/group.h"
 #include "hier/hier.h"
-#include "transport/ib/ib_mem.h"
+#include "transport/transport.h"
 #include "util/check.h"
 #include "util/log.h"
 
@@ -178,22 +178,23 @@ static const char *engine_describe(ncclComm_t comm) {
 
 /* --- memory -------------------------------------------------------------------------- */
 
-/* Registration is an optimisation hint: the ib transport writes large
- * messages straight into registered memory (transport/ib/ib_mem.h, which
- * registers the range with every ib device context of the process); the
- * other transports copy through their staging and need none. */
+/* Registration is an optimisation hint, declared to every transport
+ * (transport.h: the memory slots): ib writes large messages straight into
+ * registered memory, registering the range with every ib device context of
+ * the process; the other transports copy through their staging and need
+ * none. */
 static ncclResult_t engine_mem_register(ncclComm_t comm, void *buff, size_t size, void **handle) {
   (void)comm;
   HETCCL_ARGCHECK(buff != NULL || size == 0, ncclInvalidArgument,
                   "ncclCommRegister: buffer is NULL with size %zu", size);
   HETCCL_ARGCHECK(handle != NULL, ncclInvalidArgument, "ncclCommRegister: handle is NULL");
-  return hetccl_ib_mem_register(buff, size, handle);
+  return hetccl_transport_mem_register(buff, size, handle);
 }
 
 static ncclResult_t engine_mem_deregister(ncclComm_t comm, void *handle) {
   (void)comm;
   HETCCL_ARGCHECK(handle != NULL, ncclInvalidArgument, "ncclCommDeregister: handle is NULL");
-  return hetccl_ib_mem_deregister(handle);
+  return hetccl_transport_mem_deregister(handle);
 }
 
 static ncclResult_t engine_suspend(ncclComm_t comm, int flags) {

@@ -6,12 +6,12 @@
  * signals). The ranks of an engine communicator have no such access to
  * each other's memory (they are other vendors' devices, other hosts, or
  * CPUs), so its windows keep the one meaning that maps: the buffer is
- * declared for communication, which the ib transport takes exactly as
- * ncclCommRegister (RDMA straight from and into it; transport/ib/ib_mem.h,
- * docs/transports.md).
+ * declared for communication, which the transports take exactly as
+ * ncclCommRegister (ib: RDMA straight from and into it; transport.h's
+ * memory slots, docs/transports.md).
  *
  *   call                               on an engine communicator
- *   ncclCommWindowRegister             the range declared (ib_mem.h), a handle
+ *   ncclCommWindowRegister             the range declared (transport.h), a handle
  *                                      of this file's; local, nothing exchanged
  *   ncclCommWindowDeregister           the range dropped, the handle freed
  *   ncclWinGetUserPtr                  the buffer
@@ -31,7 +31,7 @@
 #include <stdlib.h>
 
 #include "comm/comm.h"
-#include "transport/ib/ib_mem.h"
+#include "transport/transport.h"
 #include "util/check.h"
 #include "util/log.h"
 
@@ -39,7 +39,7 @@ struct hetccl_window {
   ncclComm_t comm;
   char *base;
   size_t bytes;
-  void *reg;                   /* ib_mem.h handle */
+  void *reg;                   /* hetccl_transport_mem_register's handle */
   struct hetccl_window *next;
 };
 
@@ -63,7 +63,7 @@ ncclResult_t hetccl_window_register(ncclComm_t comm, void *buff, size_t size, nc
     WARN("ncclCommWindowRegister: out of memory for a window of %zu bytes", size);
     return ncclSystemError;
   }
-  ncclResult_t res = hetccl_ib_mem_register(buff, size, &w->reg);
+  ncclResult_t res = hetccl_transport_mem_register(buff, size, &w->reg);
   if (res != ncclSuccess) {
     free(w);
     return res;
@@ -104,7 +104,7 @@ ncclResult_t hetccl_window_deregister(ncclComm_t comm, ncclWindow_t win) {
          (void *)win, comm->rank);
     return res;
   }
-  res = hetccl_ib_mem_deregister(w->reg);
+  res = hetccl_transport_mem_deregister(w->reg);
   free(w);
   return res;
 }
@@ -172,7 +172,7 @@ void hetccl_window_comm_gone(ncclComm_t comm) {
     gone = w->next;
     INFO(HETCCL_INIT, "window of %zu bytes at %p dropped with its communicator", w->bytes,
          (void *)w->base);
-    (void)hetccl_ib_mem_deregister(w->reg);
+    (void)hetccl_transport_mem_deregister(w->reg);
     free(w);
   }
 }

@@ -13,7 +13,6 @@
 #include "comm/identity.h"
 #include "entry/dispatch.h"
 #include "hetccl.h"
-#include "transport/ib/ib_mem.h"
 #include "transport/transport.h"
 #include "util/check.h"
 #include "util/knobs.h"
@@ -72,7 +71,7 @@ ncclResult_t hetccl_MemAlloc(void **ptr, size_t size) {
   if (v) return HETCCL_VENDOR_CALL(v, MemAlloc, ptr, size);
   const hetccl_runtime_t *rt = hetccl_runtime_get(HETCCL_DEV_HOST);
   HETCCL_CHECK(rt->mem_alloc(ptr, size));
-  hetccl_ib_mem_allocated(*ptr, size); /* used in place by ib (ib_mem.h) */
+  hetccl_transport_mem_allocated(*ptr, size); /* used in place by ib */
   return ncclSuccess;
 }
 
@@ -80,7 +79,7 @@ ncclResult_t hetccl_MemFree(void *ptr) {
   const hetccl_vendor_t *v = process_vendor();
   if (v) return HETCCL_VENDOR_CALL(v, MemFree, ptr);
   const hetccl_runtime_t *rt = hetccl_runtime_get(HETCCL_DEV_HOST);
-  hetccl_ib_mem_freed(ptr); /* no registration outlives the memory */
+  hetccl_transport_mem_freed(ptr); /* no registration outlives the memory */
   return rt->mem_free(ptr);
 }
 

@@ -9,7 +9,7 @@
 #include "exec/trace_points.h"
 #include "p2p/engine.h"
 #include "plane/plane.h"
-#include "transport/ib/ib_mem.h"
+#include "transport/transport.h"
 #include "util/check.h"
 #include "util/knobs.h"
 #include "util/log.h"
@@ -55,7 +55,7 @@ static ncclResult_t wire_poll(void *ctx, int *idle) {
   return hetccl_engine_progress(((ncclComm_t)ctx)->engine, idle);
 }
 
-static void wire_retract(void *handle) { (void)hetccl_ib_mem_deregister(handle); }
+static void wire_retract(void *handle) { (void)hetccl_transport_mem_deregister(handle); }
 
 static void wire_fail(void *ctx, ncclResult_t res) {
   (void)hetccl_engine_fail(((ncclComm_t)ctx)->engine, res, NULL); /* its last error, as the note */
@@ -112,7 +112,7 @@ ncclResult_t hetccl_dataplane_setup(ncclComm_t comm) {
       .user_ranks = comm->user_ranks, .rt = rt, .dev = comm->dev,
       .hosts = hosts ? comm->plane_hosts : NULL,
       .wire = {.ctx = comm, .isend = wire_isend, .irecv = wire_irecv, .poll = wire_poll,
-               .declare = hetccl_ib_mem_register, .retract = wire_retract, .fail = wire_fail},
+               .declare = hetccl_transport_mem_register, .retract = wire_retract, .fail = wire_fail},
       .piece = (size_t)hetccl_knob_int(HETCCL_KNOB_PLANE_PIECE) & ~(size_t)4095,
       .slots = (int)hetccl_knob_int(HETCCL_KNOB_PLANE_SLOTS),
       .wide_min = (size_t)hetccl_knob_int(HETCCL_KNOB_PLANE_WIDE_MIN),

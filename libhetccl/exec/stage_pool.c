@@ -5,7 +5,7 @@
 #include <time.h>
 
 #include "comm/comm.h"
-#include "transport/ib/ib_mem.h"
+#include "transport/transport.h"
 #include "util/check.h"
 #include "util/log.h"
 
@@ -26,7 +26,7 @@ static int block_idle(hetccl_stage_pool_t *pool, hetccl_stage_block_t *b) {
 }
 
 static void block_free(hetccl_stage_pool_t *pool, hetccl_stage_block_t *b) {
-  if (b->rdma) hetccl_ib_mem_deregister(b->rdma); /* before the memory goes */
+  if (b->rdma) hetccl_transport_mem_deregister(b->rdma); /* before the memory goes */
   if (b->free_event) pool->rt->event_destroy(b->free_event);
   if (b->mem) {
     if (pool->kind == HETCCL_STAGE_DEVICE)
@@ -122,7 +122,7 @@ ncclResult_t hetccl_stage_pool_acquire(ncclComm_t comm, hetccl_stage_pool_t *poo
     return res;
   }
   /* Declared as RDMA memory, as ncclCommRegister would (stage_pool.h). */
-  if (hetccl_ib_mem_register(b->mem, b->bytes, &b->rdma) != ncclSuccess) b->rdma = NULL;
+  if (hetccl_transport_mem_register(b->mem, b->bytes, &b->rdma) != ncclSuccess) b->rdma = NULL;
   b->next = pool->blocks;
   pool->blocks = b;
   pool->nblocks++;

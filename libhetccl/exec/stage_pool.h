@@ -10,8 +10,8 @@
  *                                        (GPUDirect; used only for what ctx_reaches
  *                                        says the NIC reaches, transport.h)
  *
- * Every block is declared to the ib registration table when it is made,
- * exactly as ncclCommRegister would declare it (transport/ib/ib_mem.h), and
+ * Every block is declared to the transports when it is made, exactly as
+ * ncclCommRegister would declare it (transport.h: the memory slots), and
  * dropped before it is freed; where no ib context is open that only records
  * the range, and a refused registration leaves the block usable on the
  * copy path (the caller asks ctx_reaches, never assumes).
@@ -43,7 +43,7 @@ typedef enum { HETCCL_STAGE_HOST, HETCCL_STAGE_DEVICE } hetccl_stage_kind_t;
 typedef struct hetccl_stage_block {
   void *mem;          /* host memory or device memory, by the pool's kind */
   size_t bytes;
-  void *rdma;         /* the block's declaration to the ib transport (ib_mem.h) */
+  void *rdma;         /* the block's declaration (hetccl_transport_mem_register) */
   void *free_event;   /* recorded after the batch's last copy out of the block */
   int busy;           /* free_event recorded and maybe not reached yet */
   uint64_t last_use;  /* the release that last recorded free_event */

@@ -156,7 +156,7 @@ typedef struct hetccl_peer_locality {
 /* Can this rank serve the transport at all (ib: a verbs device with an
  * active port, as HETCCL_IB_HCA allows)? Asked at init, before any
  * context, on the thread that creates the communicator; the answer is
- * published, so that both ends of a pair choose alike (core/init.c). Only
+ * published, so that both ends of a pair choose alike (comm/transports.c). Only
  * looks, logs nothing above TRACE. Optional: a transport without it is
  * always usable. */
 typedef int (*hetccl_transport_usable_fn)(void);
@@ -216,7 +216,7 @@ typedef size_t (*hetccl_transport_pull_min_fn)(const hetccl_ep_t *ep);
  * its senders are bound to ask about first)? Then core hands the send or
  * receive to the transport unstaged, with req->device_src or
  * req->device_dst set. buf NULL asks whether it would for device memory
- * declared for RDMA (ib_mem.h) and whether core should stage a message of
+ * declared for RDMA (mem_register) and whether core should stage a message of
  * that size there rather than in host memory (ib: from
  * HETCCL_IB_ZCOPY_THRESHOLD bytes, unless HETCCL_IB_GDR_STAGING=0); core
  * then asks again with the staging block's address. Any thread (core asks
@@ -264,6 +264,45 @@ typedef void (*hetccl_transport_ctx_fail_fn)(hetccl_tctx_t *ctx, const hetccl_fa
  * every rank must choose the same algorithms). */
 typedef size_t (*hetccl_transport_ctx_pull_min_fn)(const hetccl_tctx_t *ctx);
 
+/* --- memory declared for communication (process-wide) --------------------
+ *
+ * What the user declares (ncclCommRegister, ncclCommWindowRegister on an
+ * engine communicator, ncclMemAlloc's blocks) and what core declares for
+ * its own staging blocks: memory a transport may use in place (ib: RDMA
+ * straight from and into it, docs/transports.md). A hint: a transport that
+ * needs none takes the shared no-op stubs below, and core reaches every
+ * transport through hetccl_transport_mem_* (base/mem.c), never one by name.
+ * These slots know no communicator: a declaration holds for every context
+ * of the transport in the process, open now or later. Any thread; a
+ * transport's table behind them takes its own lock. Never blocks on a peer. */
+
+/* Declare [base, base + bytes) and return an opaque handle for
+ * mem_deregister (bytes 0: nothing declared, a handle all the same). A
+ * range the transport cannot use (no room, refused by the hardware) stays
+ * declared and on the copy path: INFO, not an error; an error is only a
+ * failure to record it (out of memory), with a WARN. */
+typedef ncclResult_t (*hetccl_transport_mem_register_fn)(void *base, size_t bytes, void **handle);
+/* Undo a declaration before returning (every registration of the range is
+ * gone when it returns). A handle whose range mem_freed already dropped is
+ * accepted; one this transport never returned is ncclInvalidArgument. */
+typedef ncclResult_t (*hetccl_transport_mem_deregister_fn)(void *handle);
+/* ncclMemAlloc's new block [base, base + bytes): declared as a range with
+ * no handle. Cannot fail (a block left undeclared takes the copy path). */
+typedef void (*hetccl_transport_mem_allocated_fn)(void *base, size_t bytes);
+/* ncclMemFree, before the block at base is returned: drop the block's range
+ * and every range declared inside it, so that no registration outlives
+ * the memory. */
+typedef void (*hetccl_transport_mem_freed_fn)(void *base);
+
+/* The no-op stubs for a transport that uses no declared memory (base/
+ * registry.c): register gives a handle that is never NULL and declares
+ * nothing; deregister accepts it. The registry puts them in any memory
+ * slot a table leaves out. */
+ncclResult_t hetccl_transport_mem_register_none(void *base, size_t bytes, void **handle);
+ncclResult_t hetccl_transport_mem_deregister_none(void *handle);
+void hetccl_transport_mem_allocated_none(void *base, size_t bytes);
+void hetccl_transport_mem_freed_none(void *base);
+
 typedef struct hetccl_transport {
   const char *name;
   hetccl_transport_can_connect_fn can_connect;
@@ -284,6 +323,12 @@ typedef struct hetccl_transport {
   hetccl_transport_ctx_poll_fn ctx_poll;
   hetccl_transport_ctx_fail_fn ctx_fail;
   hetccl_transport_ctx_pull_min_fn ctx_pull_min;
+  /* memory declared for communication: the transport's own, or the shared
+   * no-op stubs (a table that names none gets them from the registry) */
+  hetccl_transport_mem_register_fn mem_register;
+  hetccl_transport_mem_deregister_fn mem_deregister;
+  hetccl_transport_mem_allocated_fn mem_allocated;
+  hetccl_transport_mem_freed_fn mem_freed;
   /* 1: ep_open on the lower rank makes the connections the higher rank
    * takes in ctx_poll, so a lower rank that fails before it connected may
    * open an endpoint just to leave its note there (ep_fail) for a higher
@@ -308,8 +353,20 @@ typedef enum {
   HETCCL_TRANSPORT_COUNT
 } hetccl_transport_id_t;
 
-/* The table for id; asserts the required slots are filled (base/). */
+/* The table for id; asserts the required slots are filled (base/), the
+ * memory slots a transport leaves out completed with the no-op stubs. */
 const hetccl_transport_t *hetccl_transport_get(hetccl_transport_id_t id);
+
+/* Memory declared for communication, to every transport at once (base/
+ * mem.c): what core calls for ncclCommRegister / ncclCommDeregister, an
+ * engine window, ncclMemAlloc / ncclMemFree and its staging blocks. The
+ * handle is core's (a declaration's handles in each transport); deregister
+ * takes a handle register returned (one deregistered already is accepted;
+ * any other is ncclInvalidArgument, named in a WARN). Any thread. */
+ncclResult_t hetccl_transport_mem_register(void *base, size_t bytes, void **handle);
+ncclResult_t hetccl_transport_mem_deregister(void *handle);
+void hetccl_transport_mem_allocated(void *base, size_t bytes);
+void hetccl_transport_mem_freed(void *base);
 
 /* Frame header used by every transport (base/frame.c fills and checks it). */
 #define HETCCL_FRAME_MAGIC 0x48455443434c3031ull /* "HETCCL01" */

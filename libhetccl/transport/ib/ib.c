@@ -23,6 +23,7 @@
 #include <time.h>
 
 #include "transport/ib/ib.h"
+#include "transport/ib/ib_mem.h"
 #include "util/check.h"
 #include "util/knobs.h"
 #include "util/log.h"
@@ -431,5 +432,9 @@ const hetccl_transport_t hetccl_transport_ib = {
     .ctx_poll = hetccl_ib_ctx_poll,
     .ctx_fail = hetccl_ib_ctx_fail,
     .ctx_pull_min = hetccl_ib_ctx_pull_min,
+    .mem_register = hetccl_ib_mem_register,
+    .mem_deregister = hetccl_ib_mem_deregister,
+    .mem_allocated = hetccl_ib_mem_allocated,
+    .mem_freed = hetccl_ib_mem_freed,
     .lower_connects = 1,
 };

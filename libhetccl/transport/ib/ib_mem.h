@@ -1,9 +1,10 @@
 /* Host memory the user declared for RDMA: what the ib transport may use in
- * place (docs/transports.md, "zero-copy RDMA WRITE"). The entry points are
- * the NCCL calls that declare and retract such memory (core/entry_*.c);
- * this header names no verbs type, so core includes it whether or not the
- * ib transport was built with verbs (ib_none.c keeps the old behaviour:
- * nothing is registered).
+ * place (docs/transports.md, "zero-copy RDMA WRITE"). These are the ib
+ * table's memory slots (transport.h: mem_register, mem_deregister,
+ * mem_allocated, mem_freed, whose contracts they keep); core reaches them
+ * through hetccl_transport_mem_* only. Private to transport/ib/: ib.c
+ * names them in its table, ib_reg.c implements them (a build without verbs,
+ * ib_none.c, takes the shared no-op stubs instead).
  *
  * Any thread: the table behind these calls (ib_reg.c) is process-wide and
  * takes its own lock. Each range is registered at once with every ib

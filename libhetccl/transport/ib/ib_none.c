@@ -1,32 +1,12 @@
 /* The ib transport of a build without <infiniband/verbs.h>: the table
  * exists (HETCCL_TRANSPORTS names it) and says why it cannot serve, and
- * user registrations (ib_mem.h) register nothing: no device can use them.
+ * user registrations register nothing (the shared no-op memory slots,
+ * transport.h): no device can use them.
  * Any thread; no state. */
 #include <stddef.h>
 
-#include "transport/ib/ib_mem.h"
 #include "transport/transport.h"
 #include "util/log.h"
-
-/* A handle that is never NULL, as ncclCommDeregister requires. */
-ncclResult_t hetccl_ib_mem_register(void *base, size_t bytes, void **handle) {
-  static char none;
-  (void)bytes;
-  *handle = base ? base : &none;
-  return ncclSuccess;
-}
-
-ncclResult_t hetccl_ib_mem_deregister(void *handle) {
-  (void)handle;
-  return ncclSuccess;
-}
-
-void hetccl_ib_mem_allocated(void *base, size_t bytes) {
-  (void)base;
-  (void)bytes;
-}
-
-void hetccl_ib_mem_freed(void *base) { (void)base; }
 
 static int none_can_connect(const hetccl_peer_locality_t *me, const hetccl_peer_locality_t *peer) {
   (void)me;
@@ -82,4 +62,8 @@ const hetccl_transport_t hetccl_transport_ib = {
     .ep_close = none_ep_close,
     .ctx_destroy = none_ctx_destroy,
     .usable = none_usable,
+    .mem_register = hetccl_transport_mem_register_none,
+    .mem_deregister = hetccl_transport_mem_deregister_none,
+    .mem_allocated = hetccl_transport_mem_allocated_none,
+    .mem_freed = hetccl_transport_mem_freed_none,
 };

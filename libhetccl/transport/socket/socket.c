@@ -821,4 +821,9 @@ const hetccl_transport_t hetccl_transport_socket = {
     .ctx_fail = sock_ctx_fail,
     .lower_connects = 1,
     .ctx_pull_min = sock_ctx_pull_min,
+    /* socket copies through the kernel: declared memory changes nothing */
+    .mem_register = hetccl_transport_mem_register_none,
+    .mem_deregister = hetccl_transport_mem_deregister_none,
+    .mem_allocated = hetccl_transport_mem_allocated_none,
+    .mem_freed = hetccl_transport_mem_freed_none,
 };
