@@ -19,7 +19,9 @@
 #               the DDP step taken apart
 #   gpushare    hetccl-perf, two processes on the one GPU (hetccl run -n 2):
 #               with no variable, and with HETCCL_ISLANDS=rank beside it
-#   cpu         tools/bench_cpu.py against MPICH at n=2,4,8,16 ($CPU_ARGS)
+#   cpu         tools/device/cpu_sweep.sh's acceptance group: tools/bench_cpu.py
+#               against MPICH, every case at n=2,4,8,16, no knob set
+#               ($CPU_GROUPS: more of its groups)
 # STAGES picks them (default: all); build always runs. NCCL_NVLS_ENABLE=0.
 set -u
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
@@ -35,13 +37,14 @@ export PYTHONPATH=/tmp/site:$ROOT/python${PYTHONPATH:+:$PYTHONPATH}
 . "$ROOT/tools/device/stages.sh"
 STAGES=${STAGES:-torch torchbench gpushare cpu}
 TORCH_REPS=${TORCH_REPS:-3}
-CPU_ARGS=${CPU_ARGS:---peer mpich --n 2,4,8,16 --cases all --reps 5}
+CPU_GROUPS=${CPU_GROUPS:-defaults}
 
 do_single_build() {
   set -e
-  # numpy stays the machine's own (torch's); the rest is missing there
+  # cffi and pycparser (numpy stays the machine's own, torch's; MPICH goes
+  # into cpu_sweep.sh's venv, where its library is kept)
   $PY -m pip install -q --no-index --no-deps --no-compile --target /tmp/site \
-    $(ls .whl/cp312/*.whl | grep -v /numpy-)
+    $(ls .whl/cp312/*.whl | grep -E '/(cffi|pycparser)-')
   [ -d build-dev ] || meson setup build-dev --buildtype=release
   ninja -C build-dev
   nvidia-smi -L
@@ -75,9 +78,9 @@ do_gpushare() {
       $mem -c 1 -n 10 -w 3 -b 1M -e 256M -f 16 || return 1
   done
 }
-do_cpu() { $PY tools/bench_cpu.py $CPU_ARGS --json "$OUT/cpu.json"; }
+do_cpu() { OUT=$OUT/cpu SWEEP_GROUPS=$CPU_GROUPS SWEEP_LIMIT_S=400 bash tools/device/cpu_sweep.sh; }
 export -f note do_single_build do_torch do_torchbench do_gpushare do_cpu
-export PY OUT ROOT TORCH_REPS CPU_ARGS
+export PY OUT ROOT TORCH_REPS CPU_GROUPS
 
 stage 01 build 240 do_single_build
 want torch && stage 02 torch 300 do_torch
