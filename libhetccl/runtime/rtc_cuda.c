@@ -114,14 +114,19 @@ static int cudart_loaded(char *path, size_t len) {
   return v ? atoi(v + strlen("libcudart.so.")) : 0;
 }
 
+/* The major version a soname says (libnvrtc.so.12: 12; libnvrtc.so: 0). */
+static int soname_major(const char *name) {
+  const char *v = strstr(name, ".so.");
+  return v ? atoi(v + strlen(".so.")) : 0;
+}
+
 /* Steps 3 to 5 of the search; tried collects what failed. */
 static void *nvrtc_search(char *tried, size_t len) {
   char cudart[512], dir[640], wheels[512];
   int major = cudart_loaded(cudart, sizeof(cudart));
   void *h = NULL;
   for (size_t i = 0; !h && major && i < NNVRTC_NAMES; i++)
-    if (atoi(nvrtc_names[i] + strlen("libnvrtc.so.")) == major)
-      h = hetccl_rtc_open(nvrtc_names[i], 0, tried, len);
+    if (soname_major(nvrtc_names[i]) == major) h = hetccl_rtc_open(nvrtc_names[i], 0, tried, len);
   for (size_t i = 0; !h && i < NNVRTC_NAMES; i++) h = hetccl_rtc_open(nvrtc_names[i], 0, tried, len);
   hetccl_rtc_dirname(cudart, dir, sizeof(dir));
   if (!h) h = hetccl_rtc_open_in(dir, nvrtc_names, NNVRTC_NAMES, tried, len);

@@ -224,6 +224,16 @@ static void mode_fake(const char *cudart, const char *driver) {
          "write_counter %llu", (unsigned long long)counter);
   EXPECT(rt->stream_wait_counter(NULL, &counter, (void *)&counter, 9) == ncclSuccess, "wait");
   check_register_and_streams(rt, hrt);
+  /* With no HETCCL_NVRTC_LIBRARY, NVRTC is looked for beside the loaded
+   * libcudart too, its major version first; the search reads each soname
+   * within bounds, libnvrtc.so too (a sanitized build checks). */
+  char why[2048] = "", beside[600];
+  const char *slash = strrchr(cudart, '/');
+  snprintf(beside, sizeof(beside), "%.*s/libnvrtc.so.13", slash ? (int)(slash - cudart) : 0,
+           cudart);
+  EXPECT(rt->reduce_available(why, sizeof(why)) == 0 && why[0], "reduce_available: '%s'", why);
+  if (strstr(why, "no NVRTC found"))
+    EXPECT(strstr(why, "tried libnvrtc.so.13, ") && strstr(why, beside), "search: '%s'", why);
 }
 
 static void mode_hipsys(void) {
