@@ -227,24 +227,23 @@ static ncclResult_t cudart_counter_op(hetccl_gpu_t *g, void *stream, void *dev, 
   CUresult (*fn)(void *, CUdeviceptr, uint64_t, unsigned) =
       d ? (write ? d->cuStreamWriteValue64 : d->cuStreamWaitValue64) : NULL;
   const char *name = g->vendor->counter_calls[write];
-  *fallback = 1;
-  if (!fn) return ncclSuccess;
-  CUresult err = fn(stream, (CUdeviceptr)(uintptr_t)dev, value,
-                    write ? CU_STREAM_WRITE_VALUE_DEFAULT : CU_STREAM_WAIT_VALUE_GEQ);
-  if (err == CUDA_SUCCESS) {
-    *fallback = 0;
+  if (!fn) {
+    *fallback = 1;
     return ncclSuccess;
   }
+  CUresult err = fn(stream, (CUdeviceptr)(uintptr_t)dev, value,
+                    write ? CU_STREAM_WRITE_VALUE_DEFAULT : CU_STREAM_WAIT_VALUE_GEQ);
+  if (err == CUDA_SUCCESS) return ncclSuccess;
   const char *text = NULL;
   d->cuGetErrorString(err, &text);
   if (err != CUDA_ERROR_NOT_SUPPORTED) {
     WARN("cuda: %s failed: %s (error %d)", name, text ? text : "unknown error", err);
-    *fallback = 0;
     return ncclUnhandledCudaError;
   }
   INFO(HETCCL_RUNTIME, "cuda: stream memory operations not supported (%s): host functions "
        "on the stream instead", text ? text : "");
   __atomic_store_n(&g->mem_ops_off, 1, __ATOMIC_RELAXED);
+  *fallback = 1;
   return ncclSuccess;
 }
 

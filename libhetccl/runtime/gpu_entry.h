@@ -105,9 +105,10 @@ typedef struct hetccl_gpu_vendor {
    * "loaded by name". */
   void (*announce)(const hetccl_gpu_t *g, const char *how);
   /* Moves a stream counter (stream_wait_counter, stream_write_counter)
-   * with the device's own stream memory operation on dev; *fallback = 1
-   * (and ncclSuccess) where it cannot, and then a host function on the
-   * stream does it. Not called once g->mem_ops_off is set. */
+   * with the device's own stream memory operation on dev. Where it cannot,
+   * it sets *fallback (0 on entry) and returns ncclSuccess: a host
+   * function on the stream does it then. It sets g->mem_ops_off when the
+   * device refuses the operations for good; not called once that is set. */
   ncclResult_t (*counter_op)(hetccl_gpu_t *g, void *stream, void *dev, uint64_t value, int write,
                              int *fallback);
   /* Enqueues hetccl_gpu_counter_fn(job) on the stream; it owns job only on
