@@ -27,13 +27,17 @@ pytestmark = pytest.mark.usefixtures("hetccl_library")
 TIMEOUT = 120
 KNOBS_H = REPO_ROOT / "libhetccl" / "util" / "knobs.h"
 
-# (variable, words, case ignored)
-ENUM_ROW = re.compile(r'^\s*X\(\w+,\s*"(\w+)",\s*ENUM(_NOCASE)?\("([^"]*)"\)', re.M)
+# (variable, words, case ignored): a row names its word list, ENUM(LIST), and
+# the list is HETCCL_KNOB_WORDS_LIST(F, W): F(LIST, first) W(LIST, next)...
+ENUM_ROW = re.compile(r'^\s*X\(\w+,\s*"(\w+)",\s*ENUM(_NOCASE)?\((\w+)\)', re.M)
+WORD_LIST = re.compile(r'^#define HETCCL_KNOB_WORDS_(\w+)\(F, W\)((?:.*\\\n)*.*)$', re.M)
+WORD = re.compile(r'\b[FW]\(\w+, (\w+)\)')
 
 
 def enum_knobs() -> List[Tuple[str, List[str], bool]]:
-    return [(m.group(1), m.group(3).split("|"), bool(m.group(2)))
-            for m in ENUM_ROW.finditer(KNOBS_H.read_text())]
+    text = KNOBS_H.read_text()
+    lists = {m.group(1): WORD.findall(m.group(2)) for m in WORD_LIST.finditer(text)}
+    return [(m.group(1), lists[m.group(3)], bool(m.group(2))) for m in ENUM_ROW.finditer(text)]
 
 
 def test_the_table_has_the_enum_knobs() -> None:
@@ -87,3 +91,26 @@ def test_valid_value_works(var: str, words: List[str], nocase: bool) -> None:
     for rank, out in enumerate(got):
         assert out["kind"] == "ok", (var, value, rank, out)
         assert out["sum"] == out["want"], (var, value, rank, out)
+
+
+def rank_knob_values() -> Dict[str, str]:
+    """Every knob's value as the library's readers see it (hetcclKnobInfo)."""
+    from hetccl.cli import knobs
+    return {name: value for name, _type, _default, value, _help in knobs()}
+
+
+@pytest.mark.timeout(TIMEOUT)
+@pytest.mark.parametrize("var,words,nocase", enum_knobs(), ids=lambda v: str(v))
+def test_refused_value_reads_as_the_default(var: str, words: List[str], nocase: bool) -> None:
+    """A value the table refuses is never what a reader sees: the knob reads
+    as its default (init fails, test_bogus_value_fails_init)."""
+    default = {name: d for name, _t, d, _v, _h in
+               hetccl.launch(_knob_rows, 1, timeout=TIMEOUT - 10)[0]}[var]
+    got = hetccl.launch(rank_knob_values, 1, env={var: "bogus", "NCCL_DEBUG_FILE": "/dev/null"},
+                        timeout=TIMEOUT - 10)[0]
+    assert got[var] == default, (var, got[var], default)
+
+
+def _knob_rows() -> List[Tuple[str, str, str, str, str]]:
+    from hetccl.cli import knobs
+    return knobs()

@@ -22,6 +22,7 @@
 #include "comm/transports.h"
 #include "trace/trace.h"
 #include "util/check.h"
+#include "util/knob_check.h"
 #include "util/knobs.h"
 #include "util/log.h"
 

@@ -13,7 +13,7 @@
 #include "util/log.h"
 
 int hetccl_transports_ib_wanted(void) {
-  return !strcmp(hetccl_knob_str(HETCCL_KNOB_TRANSPORT), "auto") &&
+  return hetccl_knob_enum(HETCCL_KNOB_TRANSPORT) == HETCCL_KNOB_TRANSPORT_auto &&
          !hetccl_knob_int(HETCCL_KNOB_IB_DISABLE);
 }
 
@@ -23,14 +23,16 @@ int hetccl_transports_ib_usable(void) {
 }
 
 /* HETCCL_TRANSPORT: the transport it names, HETCCL_TRANSPORT_COUNT for
- * auto (the knob table allows no other word). */
+ * auto. Every transport is a word of the knob (a transport added to
+ * HETCCL_TRANSPORTS without one does not compile). */
 static hetccl_transport_id_t transport_forced(void) {
-  const char *s = hetccl_knob_str(HETCCL_KNOB_TRANSPORT);
-#define TRANSPORT_MATCH(name, sym)                                             \
-  if (!strcmp(s, #name)) return HETCCL_TRANSPORT_##name;
-  HETCCL_TRANSPORTS(TRANSPORT_MATCH)
-#undef TRANSPORT_MATCH
-  return HETCCL_TRANSPORT_COUNT;
+  switch (hetccl_knob_enum(HETCCL_KNOB_TRANSPORT)) {
+#define TRANSPORT_WORD(name, sym)                                              \
+  case HETCCL_KNOB_TRANSPORT_##name: return HETCCL_TRANSPORT_##name;
+    HETCCL_TRANSPORTS(TRANSPORT_WORD)
+#undef TRANSPORT_WORD
+    default: return HETCCL_TRANSPORT_COUNT;
+  }
 }
 
 /* The transport of the pair (a, b): a pure function of what both

@@ -17,6 +17,7 @@
 #include "exec/group.h"
 #include "trace/trace.h"
 #include "util/check.h"
+#include "util/knob_check.h"
 #include "util/knobs.h"
 #include "util/log.h"
 

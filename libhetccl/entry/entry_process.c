@@ -15,6 +15,7 @@
 #include "hetccl.h"
 #include "transport/transport.h"
 #include "util/check.h"
+#include "util/knob_check.h"
 #include "util/knobs.h"
 #include "util/log.h"
 

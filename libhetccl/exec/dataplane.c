@@ -22,14 +22,14 @@ static int plane_applies(ncclComm_t comm, int *hosts) {
   int n = comm->nranks, stages = 0;
   *hosts = 0;
   if (n < 2 || n > hetccl_knob_int(HETCCL_KNOB_PLANE_MAX_RANKS)) return 0;
-  const char *knob = hetccl_knob_str(HETCCL_KNOB_PLANE);
-  if (!strcmp(knob, "off")) return 0;
+  int knob = hetccl_knob_enum(HETCCL_KNOB_PLANE);
+  if (knob == HETCCL_KNOB_PLANE_off) return 0;
   for (int r = 0; r < n; r++) {
     *hosts |= comm->peers[r].host_hash != comm->peers[0].host_hash;
     stages |= comm->peers[r].stages;
   }
-  if (*hosts && !strcmp(hetccl_knob_str(HETCCL_KNOB_PLANE_HOSTS), "one")) return 0;
-  return stages || !strcmp(knob, "on");
+  if (*hosts && hetccl_knob_enum(HETCCL_KNOB_PLANE_HOSTS) == HETCCL_KNOB_PLANE_HOSTS_one) return 0;
+  return stages || knob == HETCCL_KNOB_PLANE_on;
 }
 
 /* --- the wire: how bridged channels cross hosts (plane.h) -------------------------- */
@@ -118,8 +118,10 @@ ncclResult_t hetccl_dataplane_setup(ncclComm_t comm) {
       .wide_min = (size_t)hetccl_knob_int(HETCCL_KNOB_PLANE_WIDE_MIN),
       .timeout_ms = (int)hetccl_knob_int(HETCCL_KNOB_TIMEOUT) * 1000,
       .abort_flag = &comm->abort_flag, .device_reduce = reduces,
-      .reduce_copy = !strcmp(hetccl_knob_str(HETCCL_KNOB_PLANE_REDUCE_READ), "copy"),
-      .urgent_streams = !strcmp(hetccl_knob_str(HETCCL_KNOB_PLANE_PRIORITY), "high"),
+      .reduce_copy = hetccl_knob_enum(HETCCL_KNOB_PLANE_REDUCE_READ) ==
+                     HETCCL_KNOB_PLANE_REDUCE_READ_copy,
+      .urgent_streams = hetccl_knob_enum(HETCCL_KNOB_PLANE_PRIORITY) ==
+                        HETCCL_KNOB_PLANE_PRIORITY_high,
       .stage_bytes = (size_t)hetccl_knob_int(HETCCL_KNOB_PLANE_STAGE),
       .resident_blocks = (unsigned)hetccl_knob_int(HETCCL_KNOB_PLANE_RESIDENT),
       .lane_streams = (int)hetccl_knob_int(HETCCL_KNOB_PLANE_LANE_STREAMS),

@@ -2,10 +2,10 @@
  *
  * Any thread may read a knob. The environment is parsed on first use
  * (pthread_once) and only again by hetccl_knobs_reload (ncclResetDebugInit).
- * Parsing never logs: logging reads its own settings from this table, so a
+ * Nothing here logs: logging reads its own settings from this table, so a
  * message from here could re-enter the initialisation that is running.
- * Problems are kept and reported by hetccl_knobs_check, which comm init
- * calls. */
+ * Problems are kept and reported by hetccl_knobs_check (knob_check.c),
+ * which comm init calls. */
 #include "util/knobs.h"
 
 #include <errno.h>
@@ -14,21 +14,22 @@
 #include <string.h>
 #include <strings.h>
 
-#include "util/log.h"
-
 typedef enum { KNOB_OK, KNOB_NOT_INTEGER, KNOB_OUT_OF_RANGE, KNOB_NOT_ALLOWED } knob_status_t;
 
 typedef struct {
-  const char *value; /* copy of the environment's text (ENUM: the table's
-                      * spelling); NULL when unset or "" */
-  int64_t ival;      /* INT knobs: the value, or the default when bad */
+  const char *value; /* copy of the environment's text (ENUM: the list's
+                      * spelling); NULL when unset, "" or refused */
+  const char *given; /* the environment's text as given, for the message
+                      * about a refused one; NULL when unset or "" */
+  int64_t ival;      /* INT knobs: the value, or the default when refused */
+  int word;          /* ENUM knobs: the word's place, or the default's */
   int status;        /* knob_status_t */
 } knob_state_t;
 
-/* The type column's expansion (knobs.h) into its four fields. */
+/* The type column's expansion (knobs.h) into its five fields. */
 #define KNOB_KIND_FIELDS(...) KNOB_KIND_FIELDS_(__VA_ARGS__)
-#define KNOB_KIND_FIELDS_(type_, values_, nocase_, name_)                      \
-  .type = type_, .values = values_, .nocase = nocase_, .type_name = name_
+#define KNOB_KIND_FIELDS_(type_, values_, nwords_, nocase_, name_)             \
+  .type = type_, .values = values_, .nwords = nwords_, .nocase = nocase_, .type_name = name_
 
 static const hetccl_knob_desc_t knob_table[HETCCL_KNOB_COUNT] = {
 #define HETCCL_KNOB_ROW(id, env_, type_, def_, lo, hi, help_)                  \
@@ -50,6 +51,7 @@ typedef struct knob_text {
 } knob_text_t;
 static knob_text_t *knob_texts;
 static int64_t knob_default[HETCCL_KNOB_COUNT];
+static int knob_default_word[HETCCL_KNOB_COUNT];
 static int defaults_bad = -1; /* first knob whose default fails its own check */
 static pthread_once_t knobs_once = PTHREAD_ONCE_INIT;
 static pthread_mutex_t reload_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -86,18 +88,20 @@ static knob_status_t check_int(const hetccl_knob_desc_t *d, const char *text, in
 /* Longest word of an ENUM knob's list. */
 #define KNOB_WORD_BYTES 32
 
-/* Is text one of d's words? 1 and its spelling there into word, else 0. */
+/* Is text one of d's words? Its place in the list and its spelling there
+ * into word, else -1. */
 static int enum_find(const hetccl_knob_desc_t *d, const char *text, char word[KNOB_WORD_BYTES]) {
-  for (const char *w = d->values;; w++) {
+  int place = 0;
+  for (const char *w = d->values;; w++, place++) {
     size_t len = strcspn(w, "|");
     if (len == strlen(text) && len < KNOB_WORD_BYTES &&
         (d->nocase ? strncasecmp(w, text, len) : strncmp(w, text, len)) == 0) {
       memcpy(word, w, len);
       word[len] = '\0';
-      return 1;
+      return place;
     }
     w += len;
-    if (*w == '\0') return 0;
+    if (*w == '\0') return -1;
   }
 }
 
@@ -114,15 +118,17 @@ static const char *keep_text(const char *env, const char *current) {
   return t->text;
 }
 
-/* Check text against d. INT knobs set *ival; *spelled is the text to
- * keep: an ENUM knob's word as the table spells it (copied into word),
- * else text itself. */
+/* Check text against d. INT knobs set *ival, ENUM knobs *place; *spelled
+ * is the text to keep: an ENUM knob's word as the list spells it (copied
+ * into word), else text itself. */
 static knob_status_t check_value(const hetccl_knob_desc_t *d, const char *text, int64_t *ival,
-                                 char word[KNOB_WORD_BYTES], const char **spelled) {
+                                 int *place, char word[KNOB_WORD_BYTES], const char **spelled) {
   *spelled = text;
   if (d->type == HETCCL_KNOB_INT) return check_int(d, text, ival);
   if (d->type != HETCCL_KNOB_ENUM) return KNOB_OK;
-  if (!enum_find(d, text, word)) return KNOB_NOT_ALLOWED;
+  int found = enum_find(d, text, word);
+  if (found < 0) return KNOB_NOT_ALLOWED;
+  *place = found;
   *spelled = word;
   return KNOB_OK;
 }
@@ -134,14 +140,22 @@ static void read_environment(void) {
     const hetccl_knob_desc_t *d = &knob_table[i];
     const char *env = getenv(d->env), *spelled = env;
     int64_t ival = knob_default[i];
+    int place = knob_default_word[i];
     knob_status_t st = KNOB_OK;
     char word[KNOB_WORD_BYTES];
-    if (env && env[0] && (st = check_value(d, env, &ival, word, &spelled)) != KNOB_OK)
+    if (env && env[0] && (st = check_value(d, env, &ival, &place, word, &spelled)) != KNOB_OK) {
+      /* Refused: readers see the default; the check names what was given. */
       ival = knob_default[i];
+      place = knob_default_word[i];
+      spelled = NULL;
+    }
+    const char *given = keep_text(env, __atomic_load_n(&knob_state[i].given, __ATOMIC_RELAXED));
     const char *copy =
         keep_text(spelled, __atomic_load_n(&knob_state[i].value, __ATOMIC_RELAXED));
     __atomic_store_n(&knob_state[i].ival, ival, __ATOMIC_RELAXED);
+    __atomic_store_n(&knob_state[i].word, place, __ATOMIC_RELAXED);
     __atomic_store_n(&knob_state[i].status, (int)st, __ATOMIC_RELAXED);
+    __atomic_store_n(&knob_state[i].given, given, __ATOMIC_RELAXED);
     __atomic_store_n(&knob_state[i].value, copy, __ATOMIC_RELEASE);
   }
 }
@@ -152,8 +166,10 @@ static void knobs_load(void) {
     char word[KNOB_WORD_BYTES];
     const char *spelled;
     knob_default[i] = 0;
+    knob_default_word[i] = HETCCL_KNOB_NO_WORD;
     if (d->def[0] == '\0' && d->type != HETCCL_KNOB_INT) continue; /* "" = unset */
-    if (check_value(d, d->def, &knob_default[i], word, &spelled) != KNOB_OK &&
+    if (check_value(d, d->def, &knob_default[i], &knob_default_word[i], word, &spelled) !=
+            KNOB_OK &&
         defaults_bad < 0)
       defaults_bad = i;
   }
@@ -170,6 +186,13 @@ int64_t hetccl_knob_int(hetccl_knob_t id) {
   if ((unsigned)id >= HETCCL_KNOB_COUNT) return 0;
   knobs_ensure();
   return __atomic_load_n(&knob_state[id].ival, __ATOMIC_RELAXED);
+}
+
+int hetccl_knob_enum(hetccl_knob_t id) {
+  if ((unsigned)id >= HETCCL_KNOB_COUNT || knob_table[id].type != HETCCL_KNOB_ENUM)
+    return HETCCL_KNOB_NO_WORD;
+  knobs_ensure();
+  return __atomic_load_n(&knob_state[id].word, __ATOMIC_RELAXED);
 }
 
 const char *hetccl_knob_str(hetccl_knob_t id) {
@@ -196,36 +219,20 @@ void hetccl_knobs_reload(void) {
   pthread_mutex_unlock(&reload_lock);
 }
 
-ncclResult_t hetccl_knobs_check(void) {
-  static int reported; /* set knobs are listed once per process */
+int hetccl_knob_refused(hetccl_knob_t id, const char **given, const char **why) {
+  if ((unsigned)id >= HETCCL_KNOB_COUNT) return 0;
   knobs_ensure();
-  if (defaults_bad >= 0) {
-    const hetccl_knob_desc_t *d = &knob_table[defaults_bad];
-    if (d->type == HETCCL_KNOB_ENUM)
-      WARN("knob table: default %s=%s is not one of %s", d->env, d->def, d->values);
-    else
-      WARN("knob table: default %s=%s is not an integer in %lld..%lld", d->env, d->def,
-           (long long)d->min, (long long)d->max);
-    return ncclInternalError;
-  }
-  for (int i = 0; i < HETCCL_KNOB_COUNT; i++) {
-    const hetccl_knob_desc_t *d = &knob_table[i];
-    int st = __atomic_load_n(&knob_state[i].status, __ATOMIC_RELAXED);
-    if (st == KNOB_OK) continue;
-    if (st == KNOB_NOT_ALLOWED)
-      WARN("%s=%s: not one of %s%s", d->env, hetccl_knob_str((hetccl_knob_t)i), d->values,
-           d->nocase ? " (any case)" : "");
-    else
-      WARN("%s=%s: %s (expected %lld..%lld)", d->env, hetccl_knob_str((hetccl_knob_t)i),
-           st == KNOB_NOT_INTEGER ? "not an integer" : "out of range", (long long)d->min,
-           (long long)d->max);
-    return ncclInvalidArgument;
-  }
-  if (!__atomic_exchange_n(&reported, 1, __ATOMIC_RELAXED)) {
-    for (int i = 0; i < HETCCL_KNOB_COUNT; i++)
-      if (hetccl_knob_is_set((hetccl_knob_t)i))
-        INFO(HETCCL_ENV, "%s set by environment to %s", knob_table[i].env,
-             hetccl_knob_str((hetccl_knob_t)i));
-  }
-  return ncclSuccess;
+  int st = __atomic_load_n(&knob_state[id].status, __ATOMIC_RELAXED);
+  if (st == KNOB_OK) return 0;
+  const char *text = __atomic_load_n(&knob_state[id].given, __ATOMIC_RELAXED);
+  *given = text ? text : "";
+  *why = st == KNOB_NOT_ALLOWED ? "not one of"
+         : st == KNOB_NOT_INTEGER ? "not an integer"
+                                  : "out of range";
+  return 1;
+}
+
+int hetccl_knob_bad_default(void) {
+  knobs_ensure();
+  return defaults_bad;
 }

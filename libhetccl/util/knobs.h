@@ -12,12 +12,19 @@
  *   INT                decimal with an optional K/M/G suffix (powers of
  *                      1024), bounded by min..max;
  *   STR                any text ("" = unset);
- *   ENUM("a|b|c")      one of the listed words, matched exactly;
- *   ENUM_NOCASE("A|B") one of the listed words, case ignored (NCCL's rule
- *                      for NCCL_DEBUG). The effective value is the word as
- *                      the table spells it, whatever the case it was given
- *                      in; "" (unset) is allowed when the default is "".
- * min/max bound INT knobs only. */
+ *   ENUM(list)         one of the words of HETCCL_KNOB_WORDS_<list> (below),
+ *                      matched exactly;
+ *   ENUM_NOCASE(list)  one of them, case ignored (NCCL's rule for
+ *                      NCCL_DEBUG). The effective value is the word as the
+ *                      list spells it, whatever the case it was given in;
+ *                      "" (unset) is allowed when the default is "".
+ * min/max bound INT knobs only.
+ *
+ * Readers of an ENUM knob get a C value, not text: hetccl_knob_enum(id)
+ * returns HETCCL_KNOB_<list>_<word>, generated from the list. A value the
+ * table refuses is never what a reader sees: hetccl_knob_enum, _str and
+ * _int give the default, while hetccl_knobs_check (util/knob_check.h) fails
+ * comm init naming the variable, the value and the words. */
 #ifndef HETCCL_UTIL_KNOBS_H
 #define HETCCL_UTIL_KNOBS_H
 
@@ -25,14 +32,46 @@
 
 #include "nccl.h"
 
+/* The words of each ENUM knob: F(list, first word), then W(list, word) for
+ * each other, in the order of the values a reader gets (HETCCL_KNOB_<list>_
+ * <word>, 0 first; HETCCL_KNOB_<list>_COUNT of them). NCCL's twin of one of
+ * our knobs names the same list, so the two give the same values. Every list
+ * is named once in HETCCL_KNOB_WORD_LISTS too (a row naming one that is not
+ * does not compile). */
+#define HETCCL_KNOB_WORDS_DEBUG(F, W)                                          \
+  F(DEBUG, VERSION) W(DEBUG, WARN) W(DEBUG, INFO) W(DEBUG, ABORT) W(DEBUG, TRACE)
+#define HETCCL_KNOB_WORDS_SOCKET_FAMILY(F, W)                                  \
+  F(SOCKET_FAMILY, AF_INET) W(SOCKET_FAMILY, AF_INET6) W(SOCKET_FAMILY, 4) W(SOCKET_FAMILY, 6)
+#define HETCCL_KNOB_WORDS_TRANSPORT(F, W)                                      \
+  F(TRANSPORT, auto) W(TRANSPORT, shm) W(TRANSPORT, socket) W(TRANSPORT, ib)
+#define HETCCL_KNOB_WORDS_IB_GDR_FLUSH(F, W)                                   \
+  F(IB_GDR_FLUSH, auto) W(IB_GDR_FLUSH, read) W(IB_GDR_FLUSH, off)
+#define HETCCL_KNOB_WORDS_IB_GDR_LEVEL(F, W)                                   \
+  F(IB_GDR_LEVEL, LOC) W(IB_GDR_LEVEL, PIX) W(IB_GDR_LEVEL, PXB) W(IB_GDR_LEVEL, PHB)          \
+  W(IB_GDR_LEVEL, SYS)
+#define HETCCL_KNOB_WORDS_ALGO(F, W)                                           \
+  F(ALGO, auto) W(ALGO, ring) W(ALGO, rd) W(ALGO, direct) W(ALGO, pull)
+#define HETCCL_KNOB_WORDS_DEVICE(F, W)                                         \
+  F(DEVICE, auto) W(DEVICE, host) W(DEVICE, cuda) W(DEVICE, hip)
+#define HETCCL_KNOB_WORDS_PLANE(F, W) F(PLANE, auto) W(PLANE, on) W(PLANE, off)
+#define HETCCL_KNOB_WORDS_PLANE_REDUCE_READ(F, W)                              \
+  F(PLANE_REDUCE_READ, copy) W(PLANE_REDUCE_READ, mapped)
+#define HETCCL_KNOB_WORDS_PLANE_PRIORITY(F, W)                                 \
+  F(PLANE_PRIORITY, high) W(PLANE_PRIORITY, normal)
+#define HETCCL_KNOB_WORDS_PLANE_HOSTS(F, W) F(PLANE_HOSTS, one) W(PLANE_HOSTS, all)
+
+#define HETCCL_KNOB_WORD_LISTS(L)                                              \
+  L(DEBUG) L(SOCKET_FAMILY) L(TRANSPORT) L(IB_GDR_FLUSH) L(IB_GDR_LEVEL) L(ALGO) L(DEVICE)    \
+  L(PLANE) L(PLANE_REDUCE_READ) L(PLANE_PRIORITY) L(PLANE_HOSTS)
+
 #define HETCCL_KNOBS(X)                                                        \
-  X(DEBUG, "HETCCL_DEBUG", ENUM_NOCASE("VERSION|WARN|INFO|ABORT|TRACE"), "", 0, 0, \
+  X(DEBUG, "HETCCL_DEBUG", ENUM_NOCASE(DEBUG), "", 0, 0,                       \
     "log level, any case; ABORT logs as WARN (default: NCCL_DEBUG, else silent)") \
   X(DEBUG_SUBSYS, "HETCCL_DEBUG_SUBSYS", STR, "", 0, 0,                        \
     "comma list of log subsystems (INIT,COLL,P2P,SHM,NET,BOOTSTRAP,PROXY,ENV,ALLOC,VENDOR,RUNTIME,GROUP,CALL, ALL, ^X to drop); default NCCL_DEBUG_SUBSYS, else INIT,ENV") \
   X(DEBUG_FILE, "HETCCL_DEBUG_FILE", STR, "", 0, 0,                            \
     "log file pattern (%h host, %p pid); default NCCL_DEBUG_FILE, else stderr") \
-  X(NCCL_DEBUG, "NCCL_DEBUG", ENUM_NOCASE("VERSION|WARN|INFO|ABORT|TRACE"), "", 0, 0, \
+  X(NCCL_DEBUG, "NCCL_DEBUG", ENUM_NOCASE(DEBUG), "", 0, 0,                    \
     "NCCL's log level, honoured when HETCCL_DEBUG is unset")                   \
   X(NCCL_DEBUG_SUBSYS, "NCCL_DEBUG_SUBSYS", STR, "", 0, 0,                     \
     "NCCL's subsystem mask, honoured when HETCCL_DEBUG_SUBSYS is unset")       \
@@ -42,7 +81,7 @@
     "host:port of the bootstrap root; ncclGetUniqueId then encodes it and rank 0 serves it") \
   X(SOCKET_IFNAME, "NCCL_SOCKET_IFNAME", STR, "", 0, 0,                        \
     "interfaces for bootstrap and socket transport: prefix list, ^ to exclude, = for exact names") \
-  X(SOCKET_FAMILY, "NCCL_SOCKET_FAMILY", ENUM("AF_INET|AF_INET6|4|6"), "", 0, 0, \
+  X(SOCKET_FAMILY, "NCCL_SOCKET_FAMILY", ENUM(SOCKET_FAMILY), "", 0, 0,        \
     "restrict interface choice to IPv4 (AF_INET or 4) or IPv6 (AF_INET6 or 6)") \
   X(TIMEOUT, "HETCCL_TIMEOUT", INT, "300", 1, 86400,                           \
     "seconds a wait on a peer may last before the communicator fails with ncclTimeout") \
@@ -52,7 +91,7 @@
     "1: connect a pair of ranks when an operation first needs it (ring neighbours for a ring, every peer only for all-to-all); 0: connect every pair at init (default: NCCL_RUNTIME_CONNECT, else 1)") \
   X(NCCL_RUNTIME_CONNECT, "NCCL_RUNTIME_CONNECT", INT, "1", 0, 1,              \
     "NCCL's, honoured when HETCCL_RUNTIME_CONNECT is unset")                  \
-  X(TRANSPORT, "HETCCL_TRANSPORT", ENUM("auto|shm|socket|ib"), "auto", 0, 0,   \
+  X(TRANSPORT, "HETCCL_TRANSPORT", ENUM(TRANSPORT), "auto", 0, 0,              \
     "transport between two host-engine peers; auto: shm on one host, else ib where both ranks have an active verbs port, else socket (decided per pair); a name forces it for every pair") \
   X(SHM_CHUNK, "HETCCL_SHM_CHUNK", INT, "512K", 64, 1073741824,                \
     "bytes per shared-memory ring slot (multiple of 64)")                      \
@@ -112,17 +151,17 @@
     "1: where GPUDirect RDMA works (HETCCL_IB_GDR), a device rank's sends of at least HETCCL_IB_ZCOPY_THRESHOLD bytes from unregistered device memory, and its receives of that size into it (with HETCCL_IB_GDR_RECV), are staged in device memory registered with the NIC (a copy on the GPU, then RDMA), as NCCL stages in its own device buffers; 0: through pinned host memory") \
   X(IB_GDR_STAGING_MAX, "HETCCL_IB_GDR_STAGING_MAX", INT, "64M", 0, 1099511627776, \
     "largest device-memory staging block of one batch (HETCCL_IB_GDR_STAGING): a batch of sends and receives that needs more is staged through pinned host memory; with at most three blocks, device memory held for staging stays under three times this") \
-  X(IB_GDR_FLUSH, "HETCCL_IB_GDR_FLUSH", ENUM("auto|read|off"), "auto", 0, 0,  \
+  X(IB_GDR_FLUSH, "HETCCL_IB_GDR_FLUSH", ENUM(IB_GDR_FLUSH), "auto", 0, 0,     \
     "how a NIC's writes into device memory (HETCCL_IB_GDR_RECV) are made visible before the receive is done: auto: the device runtime's flush call where it has one (CUDA's cuFlushGPUDirectRDMAWrites), else an RDMA READ of the receive back through the NIC (HIP); read: the read back as well; off: no read back (for a platform that orders them; the runtime's call still runs)") \
-  X(IB_GDR_LEVEL, "HETCCL_IB_GDR_LEVEL", ENUM_NOCASE("LOC|PIX|PXB|PHB|SYS"), "PXB", 0, 0, \
+  X(IB_GDR_LEVEL, "HETCCL_IB_GDR_LEVEL", ENUM_NOCASE(IB_GDR_LEVEL), "PXB", 0, 0, \
     "the farthest path on the PCI tree between a device rank's GPU and its NICs over which GPUDirect RDMA is used (NCCL's words: PIX one switch between them, PXB several, PHB through the CPU's host bridge, SYS across sockets; LOC never): with a NIC farther away every device buffer is staged in pinned host memory; where sysfs places not both (a VM), the trial registration decides alone (default: NCCL_NET_GDR_LEVEL, else PXB)") \
-  X(NCCL_NET_GDR_LEVEL, "NCCL_NET_GDR_LEVEL", ENUM_NOCASE("LOC|PIX|PXB|PHB|SYS"), "PXB", 0, 0, \
+  X(NCCL_NET_GDR_LEVEL, "NCCL_NET_GDR_LEVEL", ENUM_NOCASE(IB_GDR_LEVEL), "PXB", 0, 0, \
     "NCCL's, honoured when HETCCL_IB_GDR_LEVEL is unset")                       \
   X(IB_DMABUF, "HETCCL_IB_DMABUF", INT, "1", 0, 1,                            \
     "1: at init, try GPUDirect RDMA through dma-buf for a device rank's ib context and log whether it works; 0: do not try (default: NCCL_DMABUF_ENABLE, else 1)") \
   X(NCCL_DMABUF_ENABLE, "NCCL_DMABUF_ENABLE", INT, "1", 0, 1,                  \
     "NCCL's, honoured when HETCCL_IB_DMABUF is unset")                         \
-  X(ALGO, "HETCCL_ALGO", ENUM("auto|ring|rd|direct|pull"), "auto", 0, 0,      \
+  X(ALGO, "HETCCL_ALGO", ENUM(ALGO), "auto", 0, 0,                             \
     "host-engine algorithm (rd: recursive doubling; pull: every rank reads its share straight from its peers' buffers, docs/host-engine.md); auto picks by size, rank count and whether the ranks can read each other's memory") \
   X(SMALL_BYTES, "HETCCL_SMALL_BYTES", INT, "64K", 0, 1073741824,            \
     "messages up to this many bytes use latency-bound algorithms under HETCCL_ALGO=auto") \
@@ -144,7 +183,7 @@
     "path or name of the real NCCL library to forward to (default: the loaded libnccl.so.2, then the usual names)") \
   X(RCCL_LIBRARY, "HETCCL_RCCL_LIBRARY", STR, "", 0, 0,                        \
     "path or name of the real RCCL library to forward to (default: the loaded librccl.so.1, then the usual names)") \
-  X(DEVICE, "HETCCL_DEVICE", ENUM_NOCASE("auto|host|cuda|hip"), "auto", 0, 0,  \
+  X(DEVICE, "HETCCL_DEVICE", ENUM_NOCASE(DEVICE), "auto", 0, 0,                \
     "device kind this process presents, any case; auto: cuda or hip when the process already uses that runtime, or links NCCL or RCCL, and a device is usable, else host") \
   X(VENDOR, "HETCCL_VENDOR", INT, "1", 0, 1,                                   \
     "0: never forward to a vendor library, run every collective on hetccl's engine") \
@@ -156,7 +195,7 @@
     "bytes from which an AllReduce or a Broadcast takes the rails (HETCCL_HIER_RAILS); smaller ones go through the leaders, which cost fewer launches") \
   X(HIER_RAILS_MIN_GATHER, "HETCCL_HIER_RAILS_MIN_GATHER", INT, "16M", 0, INT64_MAX, \
     "bytes of the whole buffer (count x ranks) from which AllGather and ReduceScatter take the rails (HETCCL_HIER_RAILS); smaller ones go through the leaders (where the islands are contiguous) or over every rank") \
-  X(PLANE, "HETCCL_PLANE", ENUM("auto|on|off"), "auto", 0, 0,                  \
+  X(PLANE, "HETCCL_PLANE", ENUM(PLANE), "auto", 0, 0,                          \
     "cross-island data plane: auto (ranks of one host, or of several unless HETCCL_PLANE_HOSTS=one, some with device buffers, move data through shared pinned segments with the devices' copy engines and reduce on the devices), on (also when no rank has device buffers: host ranks through the same segments, for tests), off (the engine, device buffers staged through host memory)") \
   X(PLANE_PIECE, "HETCCL_PLANE_PIECE", INT, "4M", 4096, 1073741824,            \
     "bytes per data-plane slot (a multiple of 4096): the unit a copy engine or reduction moves at once") \
@@ -164,7 +203,7 @@
     "data-plane slots per channel (pieces in flight per direction and pair)") \
   X(PLANE_WIDE_MIN, "HETCCL_PLANE_WIDE_MIN", INT, "256M", 0, INT64_MAX,          \
     "bytes per channel from which a data-plane message moves in wide pieces of two slots each (half as many pieces, the same bytes in flight; needs 4 slots or more, and one host); 0: never") \
-  X(PLANE_REDUCE_READ, "HETCCL_PLANE_REDUCE_READ", ENUM("copy|mapped"), "copy", 0, 0, \
+  X(PLANE_REDUCE_READ, "HETCCL_PLANE_REDUCE_READ", ENUM(PLANE_REDUCE_READ), "copy", 0, 0, \
     "how a device reduction reads the peer's piece: copy (the copy engine moves it from the shared slot into device memory, then the kernel reduces in device memory) or mapped (the kernel reads the slot through its device mapping, over the bus)") \
   X(PLANE_STAGE, "HETCCL_PLANE_STAGE", INT, "64M", 0, 17179869184,            \
     "device memory per receiving channel of a GPU rank (made at its first reduction) where arriving pieces wait for their reduction, so that a reduction kernel held back by the application's compute holds back neither the copy engines nor the sender; 0: reductions hold their slot until their kernel has run (docs/dataplane.md)") \
@@ -172,9 +211,9 @@
     "blocks of a resident reduction kernel that a GPU rank launches with each run of reductions on the split path (HETCCL_PLANE_STAGE): it stays on the device for the operation and reduces each piece as its copy lands, instead of a kernel per piece started behind a stream wait; 0: a kernel per piece (docs/dataplane.md)") \
   X(PLANE_LANE_STREAMS, "HETCCL_PLANE_LANE_STREAMS", INT, "1", 1, 8,         \
     "streams a GPU rank spreads its pieces to or from one peer over (piece q on stream q mod N), so that one stream's copy fills the gap while another waits and signals; lowered to divide HETCCL_PLANE_SLOTS. 2 moves a long sendrecv faster but slowed DDP training (docs/dataplane.md)") \
-  X(PLANE_PRIORITY, "HETCCL_PLANE_PRIORITY", ENUM("high|normal"), "normal", 0, 0, \
+  X(PLANE_PRIORITY, "HETCCL_PLANE_PRIORITY", ENUM(PLANE_PRIORITY), "normal", 0, 0, \
     "priority of the data plane's own streams on a GPU: high (the device's greatest, so its reductions take SMs ahead of the application's compute) or normal") \
-  X(PLANE_HOSTS, "HETCCL_PLANE_HOSTS", ENUM("one|all"), "all", 0, 0,          \
+  X(PLANE_HOSTS, "HETCCL_PLANE_HOSTS", ENUM(PLANE_HOSTS), "all", 0, 0,         \
     "all: the data plane spans hosts, each channel to a rank of another host a segment on each side whose pieces cross by the pair's transport (ib: RDMA WRITE from segment to segment; docs/dataplane.md); one: it joins ranks of one host only, and a communicator over several hosts stages device buffers through host memory for its transports") \
   X(PLANE_MAX_RANKS, "HETCCL_PLANE_MAX_RANKS", INT, "8", 2, 64,                \
     "largest communicator given a data plane (every pair of its ranks holds a channel of HETCCL_PLANE_SLOTS x HETCCL_PLANE_PIECE bytes, one piece more with wide pieces)") \
@@ -189,12 +228,39 @@
   X(TRACE_EVENTS, "HETCCL_TRACE_EVENTS", INT, "256K", 16, 268435456,         \
     "events each thread may buffer under HETCCL_TRACE; later ones are dropped and counted in the file (otherData.dropped_events)")
 
+/* A list's words as one string, '|'-separated: "auto|shm|socket|ib" (the
+ * list's name is only ever pasted, never expanded: a word such as AF_INET
+ * or INFO stays a word). */
+#define HETCCL_KNOB_WORD_FIRST(list, w) #w
+#define HETCCL_KNOB_WORD_NEXT(list, w) "|" #w
+
+/* The values readers compare with: HETCCL_KNOB_<list>_<word>. */
+#define HETCCL_KNOB_WORD_VALUE(list, w) HETCCL_KNOB_##list##_##w,
+#define HETCCL_KNOB_WORD_ENUM(list)                                            \
+  enum {                                                                       \
+    HETCCL_KNOB_WORDS_##list(HETCCL_KNOB_WORD_VALUE, HETCCL_KNOB_WORD_VALUE)   \
+    HETCCL_KNOB_##list##_COUNT                                                 \
+  };
+HETCCL_KNOB_WORD_LISTS(HETCCL_KNOB_WORD_ENUM)
+#undef HETCCL_KNOB_WORD_ENUM
+
+/* What hetccl_knob_enum returns for an ENUM knob left unset whose default
+ * is "" (no word: NCCL_DEBUG unset), and for a knob that is no ENUM. */
+#define HETCCL_KNOB_NO_WORD (-1)
+
 /* The type column, expanded by HETCCL_KNOB_KIND_##type into
- * (type, allowed words, case ignored, type name for hetcclKnobInfo). */
-#define HETCCL_KNOB_KIND_INT HETCCL_KNOB_INT, NULL, 0, "int"
-#define HETCCL_KNOB_KIND_STR HETCCL_KNOB_STR, NULL, 0, "str"
-#define HETCCL_KNOB_KIND_ENUM(words) HETCCL_KNOB_ENUM, words, 0, "enum:" words
-#define HETCCL_KNOB_KIND_ENUM_NOCASE(words) HETCCL_KNOB_ENUM, words, 1, "enum:" words
+ * (type, allowed words, their number, case ignored, type name for
+ * hetcclKnobInfo). */
+#define HETCCL_KNOB_KIND_INT HETCCL_KNOB_INT, NULL, 0, 0, "int"
+#define HETCCL_KNOB_KIND_STR HETCCL_KNOB_STR, NULL, 0, 0, "str"
+#define HETCCL_KNOB_KIND_ENUM(list)                                            \
+  HETCCL_KNOB_ENUM, HETCCL_KNOB_WORDS_##list(HETCCL_KNOB_WORD_FIRST, HETCCL_KNOB_WORD_NEXT), \
+      HETCCL_KNOB_##list##_COUNT, 0,                                           \
+      "enum:" HETCCL_KNOB_WORDS_##list(HETCCL_KNOB_WORD_FIRST, HETCCL_KNOB_WORD_NEXT)
+#define HETCCL_KNOB_KIND_ENUM_NOCASE(list)                                     \
+  HETCCL_KNOB_ENUM, HETCCL_KNOB_WORDS_##list(HETCCL_KNOB_WORD_FIRST, HETCCL_KNOB_WORD_NEXT), \
+      HETCCL_KNOB_##list##_COUNT, 1,                                           \
+      "enum:" HETCCL_KNOB_WORDS_##list(HETCCL_KNOB_WORD_FIRST, HETCCL_KNOB_WORD_NEXT)
 
 typedef enum {
 #define HETCCL_KNOB_ID(id, env, type, def, lo, hi, help) HETCCL_KNOB_##id,
@@ -212,6 +278,7 @@ typedef struct hetccl_knob_desc {
   int64_t min, max;
   const char *help;
   const char *values;    /* ENUM: the allowed words, '|'-separated; NULL otherwise */
+  int nwords;            /* ENUM: how many (HETCCL_KNOB_<list>_COUNT); 0 otherwise */
   int nocase;            /* ENUM: words match whatever their case */
   const char *type_name; /* "int", "str", or "enum:" and the words */
 } hetccl_knob_desc_t;
@@ -219,22 +286,30 @@ typedef struct hetccl_knob_desc {
 /* The declaration of knob `id`. */
 const hetccl_knob_desc_t *hetccl_knob_desc(hetccl_knob_t id);
 
-/* Value of an INT knob (the default when unset or malformed). */
+/* Value of an INT knob (the default when unset or refused). */
 int64_t hetccl_knob_int(hetccl_knob_t id);
-/* Value of a STR or ENUM knob; never NULL ("" when unset). An ENUM knob's
- * value is spelled as in the table, whatever the case it was given in, so
- * callers compare it with strcmp against the words they know (a bad value,
- * which fails hetccl_knobs_check, is the text as given). */
+/* Value of an ENUM knob: the word's place in its list, to compare with the
+ * generated HETCCL_KNOB_<list>_<word> (the default's when unset or
+ * refused; HETCCL_KNOB_NO_WORD when unset with an empty default). */
+int hetccl_knob_enum(hetccl_knob_t id);
+/* Value of a STR knob, for the free-form ones (paths, interface names,
+ * lists); never NULL ("" when unset). Of an ENUM knob, the word as the
+ * list spells it, for messages and hetcclKnobInfo: readers that choose by
+ * it take hetccl_knob_enum. */
 const char *hetccl_knob_str(hetccl_knob_t id);
-/* Was the variable set in the environment? */
+/* Was the variable set in the environment, to a value the table allows? */
 int hetccl_knob_is_set(hetccl_knob_t id);
 /* The knob to read where ours has an NCCL twin of the same meaning:
  * `nccls` when it is set and `ours` is not, else `ours` (set or at its
  * default, which may differ from NCCL's). */
 hetccl_knob_t hetccl_knob_or_nccl(hetccl_knob_t ours, hetccl_knob_t nccls);
 
-/* ncclInvalidArgument with a WARN naming the first bad variable, if any. */
-ncclResult_t hetccl_knobs_check(void);
+/* For hetccl_knobs_check (util/knob_check.h), which logs what these say
+ * (this file never logs: logging reads its own settings here). A refused
+ * value: 1, the text as given and why (a static phrase); else 0. */
+int hetccl_knob_refused(hetccl_knob_t id, const char **given, const char **why);
+/* The first knob whose table default fails its own check, or -1. */
+int hetccl_knob_bad_default(void);
 
 /* Read the environment again (ncclResetDebugInit). Strings returned
  * earlier stay valid. */

@@ -49,14 +49,18 @@ static const char *knob_either(hetccl_knob_t ours, hetccl_knob_t nccls) {
   return v[0] ? v : hetccl_knob_str(nccls);
 }
 
-/* The knob table allows only these words (any case, as NCCL reads them);
- * a bad one fails comm init there, and logs nothing here. */
-static int parse_level(const char *s) {
-  for (int l = HETCCL_LOG_VERSION; l <= HETCCL_LOG_TRACE; l++)
-    if (strcasecmp(s, level_names[l]) == 0) return l;
-  /* NCCL's ABORT level prints warnings as WARN does. */
-  if (strcasecmp(s, "ABORT") == 0) return HETCCL_LOG_WARN;
-  return HETCCL_LOG_NONE;
+/* HETCCL_DEBUG, else NCCL_DEBUG (one word list, any case, as NCCL reads
+ * them); unset: silent. A refused word reads as unset here, and fails
+ * comm init there. */
+static int knob_level(void) {
+  switch (hetccl_knob_enum(hetccl_knob_or_nccl(HETCCL_KNOB_DEBUG, HETCCL_KNOB_NCCL_DEBUG))) {
+    case HETCCL_KNOB_DEBUG_VERSION: return HETCCL_LOG_VERSION;
+    case HETCCL_KNOB_DEBUG_WARN: return HETCCL_LOG_WARN;
+    case HETCCL_KNOB_DEBUG_INFO: return HETCCL_LOG_INFO;
+    case HETCCL_KNOB_DEBUG_ABORT: return HETCCL_LOG_WARN; /* NCCL's ABORT prints warnings as WARN */
+    case HETCCL_KNOB_DEBUG_TRACE: return HETCCL_LOG_TRACE;
+    default: return HETCCL_LOG_NONE;
+  }
 }
 
 static unsigned subsys_bit(const char *name, size_t len) {
@@ -129,7 +133,7 @@ static void emit(int level, unsigned subsys, const char *file, int line, const c
 
 /* Level, mask and output file from the knobs; first setup and every reset. */
 static void log_settings(void) {
-  int level = parse_level(knob_either(HETCCL_KNOB_DEBUG, HETCCL_KNOB_NCCL_DEBUG));
+  int level = knob_level();
   const char *subsys = knob_either(HETCCL_KNOB_DEBUG_SUBSYS, HETCCL_KNOB_NCCL_DEBUG_SUBSYS);
   char unknown[64];
   unsigned mask = subsys[0] ? parse_mask(subsys, unknown, sizeof(unknown))

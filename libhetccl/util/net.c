@@ -195,13 +195,16 @@ static int is_v6_link_local(const struct sockaddr_in6 *s) {
   return s->sin6_addr.s6_addr[0] == 0xfe && (s->sin6_addr.s6_addr[1] & 0xc0) == 0x80;
 }
 
-/* NCCL_SOCKET_FAMILY; the knob table allows only these words (a bad one
- * fails comm init there; here it is unset). */
+/* NCCL_SOCKET_FAMILY (a refused word fails comm init there; here it is
+ * unset). */
 static int family_knob(void) {
-  const char *f = hetccl_knob_str(HETCCL_KNOB_SOCKET_FAMILY);
-  if (strcmp(f, "AF_INET") == 0 || strcmp(f, "4") == 0) return AF_INET;
-  if (strcmp(f, "AF_INET6") == 0 || strcmp(f, "6") == 0) return AF_INET6;
-  return AF_UNSPEC;
+  switch (hetccl_knob_enum(HETCCL_KNOB_SOCKET_FAMILY)) {
+    case HETCCL_KNOB_SOCKET_FAMILY_AF_INET:
+    case HETCCL_KNOB_SOCKET_FAMILY_4: return AF_INET;
+    case HETCCL_KNOB_SOCKET_FAMILY_AF_INET6:
+    case HETCCL_KNOB_SOCKET_FAMILY_6: return AF_INET6;
+    default: return AF_UNSPEC;
+  }
 }
 
 /* First address of family fam on an up interface allowed by spec. */

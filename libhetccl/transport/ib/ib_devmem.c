@@ -53,7 +53,6 @@
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
-#include <strings.h>
 #include <unistd.h>
 
 #include "runtime/runtime.h"
@@ -79,15 +78,28 @@ static int gdr_staging_wanted(void) { return (int)hetccl_knob_int(HETCCL_KNOB_IB
 /* Whether receives that land in device memory are read back through the
  * NIC before done (ib_flush.c), and how the line says it. */
 static int flush_read_wanted(const hetccl_runtime_t *rt, char *how, size_t len) {
-  const char *mode = hetccl_knob_str(HETCCL_KNOB_IB_GDR_FLUSH);
+  int mode = hetccl_knob_enum(HETCCL_KNOB_IB_GDR_FLUSH);
   int native = (rt->caps & HETCCL_RT_CAP_NIC_FLUSH) != 0;
-  int read = !strcmp(mode, "read") || (!strcmp(mode, "auto") && !native);
+  int read = mode == HETCCL_KNOB_IB_GDR_FLUSH_read ||
+             (mode == HETCCL_KNOB_IB_GDR_FLUSH_auto && !native);
   snprintf(how, len, "; the NIC's writes into device memory are %s",
            read && native ? "read back through it and flushed by the runtime"
            : read         ? "read back through it"
            : native       ? "flushed by the runtime"
                           : "not flushed (HETCCL_IB_GDR_FLUSH=off)");
   return read;
+}
+
+/* A word of HETCCL_IB_GDR_LEVEL / NCCL_NET_GDR_LEVEL as a path type of the
+ * PCI tree (ib_near.h). */
+static int path_level(int word) {
+  switch (word) {
+    case HETCCL_KNOB_IB_GDR_LEVEL_LOC: return HETCCL_IB_PATH_LOC;
+    case HETCCL_KNOB_IB_GDR_LEVEL_PIX: return HETCCL_IB_PATH_PIX;
+    case HETCCL_KNOB_IB_GDR_LEVEL_PXB: return HETCCL_IB_PATH_PXB;
+    case HETCCL_KNOB_IB_GDR_LEVEL_PHB: return HETCCL_IB_PATH_PHB;
+    default: return HETCCL_IB_PATH_SYS;
+  }
 }
 
 /* 1 if every rail's NIC is near enough the GPU for GPUDirect RDMA
@@ -98,10 +110,7 @@ static int flush_read_wanted(const hetccl_runtime_t *rt, char *how, size_t len) 
 static int level_allows(const hetccl_tctx_t *ctx, char *why, size_t len) {
   hetccl_knob_t knob =
       hetccl_knob_or_nccl(HETCCL_KNOB_IB_GDR_LEVEL, HETCCL_KNOB_NCCL_NET_GDR_LEVEL);
-  const char *word = hetccl_knob_str(knob);
-  int level = HETCCL_IB_PATH_LOC;
-  while (level < HETCCL_IB_PATH_SYS && strcasecmp(word, hetccl_ib_path_name(level)) != 0)
-    level++;
+  int level = path_level(hetccl_knob_enum(knob));
   if (level == HETCCL_IB_PATH_LOC) {
     snprintf(why, len, "not tried (%s=LOC)", hetccl_knob_desc(knob)->env);
     return 0;
