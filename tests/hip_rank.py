@@ -37,7 +37,10 @@ the C ABI; the result adds what the stand-in vendor library saw:
 (instead of the allreduce: this host rank loads the stand-in libamdhip64 at
 PATH after its communicator was made and passes it that library's device
 memory; the result adds "late_error" and "late_message", then "sum" of an
-allreduce on host memory after). The result:
+allreduce on host memory after), T_HOST_BYTES=N (instead of the allreduce
+of 4 floats: one of N bytes of host memory; the result has "sum", or
+"call_error", "call_message" and "comm_last_error", ncclGetLastError(comm)
+after it). The result:
 "error"/"message" when init
 failed, else "backend", "kind" (the device kind this rank presented) and
 "sum"; always "hip_mapped" and "cudart_mapped" (what the process loaded).
@@ -63,7 +66,7 @@ for path in filter(None, os.environ.get("T_PRELOAD", "").split(":")):
 import numpy as np  # noqa: E402
 
 from hetccl import _lib, nccl  # noqa: E402
-from hetccl.errors import NcclError  # noqa: E402
+from hetccl.errors import NcclError, last_error  # noqa: E402
 
 RANK, NRANKS = int(os.environ["T_RANK"]), int(os.environ["T_NRANKS"])
 
@@ -104,6 +107,8 @@ def main() -> dict:
         out.update(_ring(comm))
     elif os.environ.get("T_LATE_HIP"):
         out.update(_late_device_buffer(comm, x))
+    elif os.environ.get("T_HOST_BYTES"):
+        out.update(_host_allreduce(comm, int(os.environ["T_HOST_BYTES"])))
     else:
         comm.allReduce(x.ctypes.data, x.ctypes.data, 4, nccl.NCCL_FLOAT32, nccl.NCCL_SUM)
         out["sum"] = float(x[0])
@@ -129,6 +134,18 @@ def _late_device_buffer(comm: nccl.NcclCommunicator, x: np.ndarray) -> dict:
     comm.allReduce(x.ctypes.data, x.ctypes.data, 4, nccl.NCCL_FLOAT32, nccl.NCCL_SUM)
     out["sum"] = float(x[0])
     return out
+
+
+def _host_allreduce(comm: nccl.NcclCommunicator, nbytes: int) -> dict:
+    """An in-place AllReduce of nbytes of host memory: its sum, or the error
+    it gets and ncclGetLastError(comm) after it."""
+    x = np.ones(nbytes // 4, dtype=np.float32)
+    try:
+        comm.allReduce(x.ctypes.data, x.ctypes.data, x.size, nccl.NCCL_FLOAT32, nccl.NCCL_SUM)
+    except NcclError as e:
+        return {"call_error": e.name, "call_message": e.message,
+                "comm_last_error": last_error(_lib.ffi.cast("ncclComm_t", comm.comm))}
+    return {"sum": float(x[0])}
 
 
 def _ring(comm: nccl.NcclCommunicator) -> dict:

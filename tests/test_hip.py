@@ -273,6 +273,30 @@ def test_hip_island_goes_to_rccl_in_a_hierarchy(tmp_path: Path, fakes: Dict[str,
 
 
 @pytest.mark.timeout(TIMEOUT)
+def test_a_failed_staging_keeps_its_root_cause(tmp_path: Path, fakes: Dict[str, Path]) -> None:
+    """The same layout with a host buffer larger than the stand-in's 16 MiB
+    of device memory: staging it for RCCL fails in the HIP runtime, which
+    logs the cause (hipMalloc failed) where it is born; the hierarchy adds
+    where (hier/hier_host.c) in front of it, without a second WARN, so
+    ncclGetLastError, the thread's and the communicator's, still names the
+    root cause, and the log has one WARN for it."""
+    cuda = {"T_PRELOAD": f"{fakes['cuda']}:{fakes['cudart']}",
+            "HETCCL_NCCL_LIBRARY": str(fakes["nccl"])}
+    big = {"T_HOST_BYTES": str(20 << 20), "HETCCL_TIMEOUT": "30", "HETCCL_DEBUG": "WARN",
+           "HETCCL_DEBUG_FILE": str(tmp_path / "log.%p")}
+    r0, _r1, r2 = start_ranks(tmp_path, [{**hip_env(fakes), **big}, {**cuda, **big},
+                                         {**hip_env(fakes), **big}])
+    for res in (r0, r2):
+        assert res.get("call_error") == "ncclUnhandledCudaError", res
+        for msg in (res["call_message"], res["comm_last_error"]):
+            assert "to stage host buffers for its island's" in msg, msg
+            assert "hipMalloc failed" in msg, msg
+    warns = [ln for f in tmp_path.glob("log.*") for ln in f.read_text().splitlines()
+             if " WARN " in ln and ("hipMalloc" in ln or "stage host buffers" in ln)]
+    assert len(warns) == 2 and all("hipMalloc failed" in w for w in warns), warns
+
+
+@pytest.mark.timeout(TIMEOUT)
 def test_sends_inside_a_hip_island_go_to_rccl(tmp_path: Path, fakes: Dict[str, Path]) -> None:
     """The same layout, a ring of send/recv in one group (core/hier_ops.c):
     ranks 2 and 0 share the HIP island, so 2's send to 0 and 0's receive

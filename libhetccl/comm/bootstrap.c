@@ -400,11 +400,11 @@ ncclResult_t hetccl_bootstrap_init(const ncclUniqueId *ids, int nids, int rank, 
     HETCCL_CHECK_GOTO(hetccl_net_addr_from_wire(&l.root, &where), res, fail);
     HETCCL_CHECK_GOTO(hetccl_net_addr_localize(&where, NULL), res, fail);
     res = hetccl_bs_root_start(&where, bs->secret, bs->timeout_ms, 1);
-    if (res != ncclSuccess) {
+    if (res != ncclSuccess) { /* the root logged why */
       char s[HETCCL_NET_ADDR_STRLEN];
-      WARN("bootstrap rank 0: cannot serve the root at %s (NCCL_COMM_ID): %s (another rank 0 "
-           "of this id, or another program, holds the port)",
-           hetccl_net_addr_str(&where, s, sizeof(s)), hetccl_last_error());
+      hetccl_last_error_prefix("bootstrap rank 0: cannot serve the root at %s, which another "
+                               "rank 0 of this id or another program may hold (NCCL_COMM_ID)",
+                               hetccl_net_addr_str(&where, s, sizeof(s)));
       goto fail;
     }
   }

@@ -115,9 +115,9 @@ ncclResult_t hetccl_stage_pool_acquire(ncclComm_t comm, hetccl_stage_pool_t *poo
   if (pool->max_block && b->bytes > pool->max_block)
     b->bytes = aligned > pool->max_block ? aligned : pool->max_block;
   ncclResult_t res = block_make(comm, pool, b);
-  if (res != ncclSuccess) {
-    WARN("rank %d: cannot allocate a staging block of %zu bytes of %s", comm->rank, b->bytes,
-         kind_name(pool->kind));
+  if (res != ncclSuccess) { /* the runtime logged why */
+    hetccl_last_error_prefix("rank %d: cannot allocate a staging block of %zu bytes of %s",
+                             comm->rank, b->bytes, kind_name(pool->kind));
     block_free(pool, b);
     return res;
   }

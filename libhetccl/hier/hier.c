@@ -160,18 +160,21 @@ ncclResult_t hetccl_hier_scratch(ncclComm_t comm, size_t bytes, const void *like
     m->scratch = NULL;
     m->scratch_bytes = 0;
   }
-  ncclResult_t res = ncclSuccess;
   if (!device) {
     m->scratch = malloc(bytes);
-    if (!m->scratch) res = ncclSystemError;
+    if (!m->scratch) {
+      WARN("rank %d: no %zu bytes of host memory for a hierarchical collective's partial "
+           "results", comm->rank, bytes);
+      return ncclSystemError;
+    }
   } else {
-    res = hetccl_hier_device_block(comm, &m->scratch, bytes);
-  }
-  if (res != ncclSuccess) {
-    m->scratch = NULL;
-    WARN("rank %d: no %zu bytes of %s memory for a hierarchical collective's partial results",
-         comm->rank, bytes, device ? "device" : "host");
-    return res;
+    ncclResult_t res = hetccl_hier_device_block(comm, &m->scratch, bytes);
+    if (res != ncclSuccess) { /* the runtime logged why */
+      m->scratch = NULL;
+      hetccl_last_error_prefix("rank %d: no %zu bytes of device memory for a hierarchical "
+                               "collective's partial results", comm->rank, bytes);
+      return res;
+    }
   }
   m->scratch_bytes = bytes;
   m->scratch_on_device = device;

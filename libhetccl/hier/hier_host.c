@@ -134,10 +134,11 @@ static ncclResult_t pair_take(ncclComm_t comm, const hetccl_runtime_t *rt, size_
   }
   ncclResult_t res = hetccl_hier_device_block(comm, &s->dev, bytes);
   if (res == ncclSuccess) res = rt->host_alloc(&s->host, bytes);
-  if (res != ncclSuccess) {
+  if (res != ncclSuccess) { /* the runtime logged why */
+    hetccl_last_error_prefix("rank %d: no %zu bytes of device and pinned host memory to stage "
+                             "host buffers for its island's %s", comm->rank, bytes,
+                             comm->island->vendor->name);
     pair_free(comm, rt, s);
-    WARN("rank %d: no %zu bytes of device and pinned host memory to stage host buffers for "
-         "its island's %s", comm->rank, bytes, comm->island->vendor->name);
     return res;
   }
   s->bytes = bytes;

@@ -425,10 +425,10 @@ static int failed(ncclResult_t res) { return res != ncclSuccess && res != ncclIn
 /* The result of a staged call into the user's host buffer (blocking). */
 static ncclResult_t finish(ncclComm_t comm, const char *fn, hetccl_hier_stage_t *stage) {
   ncclResult_t res = hetccl_hier_host_finish(comm, stage);
-  if (res != ncclSuccess) {
+  if (res != ncclSuccess) { /* the stream's failure was logged where it was met */
+    hetccl_last_error_prefix("%s: rank %d: the hierarchical collective on host buffers failed "
+                             "on its stream", fn, comm->rank);
     hetccl_comm_set_error(comm, res);
-    WARN("%s: rank %d: the hierarchical collective on host buffers failed on its stream", fn,
-         comm->rank);
   }
   return res;
 }

@@ -182,8 +182,9 @@ static ncclResult_t copies_begin(form_t *f, const hetccl_runtime_t **rt, int *sa
 static ncclResult_t copies_end(form_t *f, const hetccl_runtime_t *rt, int saved,
                                ncclResult_t res) {
   if (rt && saved >= 0 && saved != f->comm->dev) (void)rt->set_device(saved);
-  if (res != ncclSuccess)
-    WARN("%s: rank %d: a local copy of the rails' form failed", f->op->fn, f->comm->rank);
+  if (res != ncclSuccess) /* the runtime logged why */
+    hetccl_last_error_prefix("%s: rank %d: a local copy of the rails' form failed", f->op->fn,
+                             f->comm->rank);
   return res;
 }
 

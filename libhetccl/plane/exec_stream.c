@@ -191,10 +191,10 @@ static ncclResult_t chan_stage(hetccl_plane_t *p, plane_chan_t *c, int split, vo
     res = p->a.rt->memcpy_async(c->arrive, zeros, sizeof(zeros), stream);
     if (res != ncclSuccess) (void)p->a.rt->mem_free(mem);
   }
-  if (res != ncclSuccess) {
-    WARN("plane: rank %d: no device memory for a %sstage of %d pieces of %zu bytes%s",
-         plane_user_rank(p, p->a.rank), split ? "split " : "", pieces, p->a.piece,
-         split ? " (HETCCL_PLANE_STAGE)" : "");
+  if (res != ncclSuccess) { /* the runtime logged why */
+    hetccl_last_error_prefix("plane: rank %d: no device memory for a %sstage of %d pieces of "
+                             "%zu bytes%s", plane_user_rank(p, p->a.rank), split ? "split " : "",
+                             pieces, p->a.piece, split ? " (HETCCL_PLANE_STAGE)" : "");
     return res;
   }
   *stage = mem;
