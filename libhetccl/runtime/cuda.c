@@ -179,33 +179,7 @@ static const hetccl_gpu_vendor_t cuda_vendor = {
     .nlibs = sizeof(cudart_names) / sizeof(cudart_names[0]),
     .lib_prefix = "libcudart.so",
     .loaded_name = "the loaded libcudart",
-    .calls =
-        {
-            .get_error_string = "cudaGetErrorString",
-            .get_last_error = "cudaGetLastError",
-            .get_device_count = "cudaGetDeviceCount",
-            .get_device = "cudaGetDevice",
-            .set_device = "cudaSetDevice",
-            .device_get_pci_bus_id = "cudaDeviceGetPCIBusId",
-            .malloc = "cudaMalloc",
-            .free = "cudaFree",
-            .free_host = "cudaFreeHost",
-            .memcpy_async = "cudaMemcpyAsync",
-            .stream_synchronize = "cudaStreamSynchronize",
-            .stream_is_capturing = "cudaStreamIsCapturing",
-            .event_create_with_flags = "cudaEventCreateWithFlags",
-            .event_destroy = "cudaEventDestroy",
-            .event_record = "cudaEventRecord",
-            .event_query = "cudaEventQuery",
-            .stream_wait_event = "cudaStreamWaitEvent",
-            .host_alloc = "cudaHostAlloc",
-            .host_get_device_pointer = "cudaHostGetDevicePointer",
-            .host_register = "cudaHostRegister",
-            .host_unregister = "cudaHostUnregister",
-            .stream_create_with_priority = "cudaStreamCreateWithPriority",
-            .device_get_stream_priority_range = "cudaDeviceGetStreamPriorityRange",
-            .stream_destroy = "cudaStreamDestroy",
-        },
+    .calls = HETCCL_GPU_NAMES(CUDA),
     .own = own_syms,
     .nown = sizeof(own_syms) / sizeof(own_syms[0]),
     .accept = NULL, /* any libcudart with every call serves */
@@ -326,9 +300,7 @@ static ncclResult_t cuda_mem_kind(const void *ptr, hetccl_mem_kind_t *kind, int 
   else if (memtype == CU_MEMORYTYPE_DEVICE || memtype == CU_MEMORYTYPE_ARRAY ||
            memtype == CU_MEMORYTYPE_UNIFIED)
     k = HETCCL_MEM_DEVICE;
-  if (kind) *kind = k;
-  if (dev) *dev = k == HETCCL_MEM_HOST ? -1 : ordinal;
-  return ncclSuccess;
+  return hetccl_gpu_mem_kind_answer(k, ordinal, kind, dev);
 }
 
 /* Pinned memory by cudaMallocHost (the hip entry asks hipHostMalloc for

@@ -13,13 +13,14 @@
 #include "util/check.h"
 #include "util/log.h"
 
-/* Values HIP took over from CUDA unchanged. */
-enum { MEMCPY_DEFAULT = 4 };           /* cudaMemcpyDefault, hipMemcpyDefault */
-enum { ERROR_NOT_READY = 600 };        /* cudaErrorNotReady, hipErrorNotReady */
-enum { EVENT_DISABLE_TIMING = 0x2 };   /* cudaEventDisableTiming, hipEventDisableTiming */
-enum { HOST_ALLOC_PORTABLE = 0x1, HOST_ALLOC_MAPPED = 0x2 };       /* cudaHostAlloc*, hipHostMalloc* */
-enum { HOST_REGISTER_PORTABLE = 0x1, HOST_REGISTER_MAPPED = 0x2 }; /* cuda/hipHostRegister* */
-enum { STREAM_NON_BLOCKING = 0x1 };    /* cudaStreamNonBlocking, hipStreamNonBlocking */
+/* Values HIP took over from CUDA unchanged (cudaMemcpyDefault and
+ * hipMemcpyDefault, cudaHostAllocMapped and hipHostMallocMapped, ...). */
+enum { MEMCPY_DEFAULT = 4 };
+enum { ERROR_NOT_READY = 600 };
+enum { EVENT_DISABLE_TIMING = 0x2 };
+enum { HOST_ALLOC_PORTABLE = 0x1, HOST_ALLOC_MAPPED = 0x2 };
+enum { HOST_REGISTER_PORTABLE = 0x1, HOST_REGISTER_MAPPED = 0x2 };
+enum { STREAM_NON_BLOCKING = 0x1 };
 enum { STREAM_CAPTURE_STATUS_NONE = 0 };
 
 /* --- loading ------------------------------------------------------------------ */
@@ -29,7 +30,7 @@ enum { STREAM_CAPTURE_STATUS_NONE = 0 };
 static int gpu_fill(hetccl_gpu_t *g, void *h, const char *name) {
   const hetccl_gpu_vendor_t *v = g->vendor;
   const hetccl_gpu_sym_t shared[] = {
-#define SHARED_SYM(slot, ret, params) {v->calls.slot, (void **)&g->api.slot, 0},
+#define SHARED_SYM(slot, ret, params, cuda, hip) {v->calls.slot, (void **)&g->api.slot, 0},
       HETCCL_GPU_API(SHARED_SYM)
 #undef SHARED_SYM
   };
@@ -157,6 +158,13 @@ ncclResult_t hetccl_gpu_current_device(hetccl_gpu_t *g, int *dev, char *busid, s
 
 /* --- memory and copies ----------------------------------------------------------- */
 
+ncclResult_t hetccl_gpu_mem_kind_answer(hetccl_mem_kind_t k, int ordinal, hetccl_mem_kind_t *kind,
+                                        int *dev) {
+  if (kind) *kind = k;
+  if (dev) *dev = k == HETCCL_MEM_HOST ? -1 : ordinal;
+  return ncclSuccess;
+}
+
 ncclResult_t hetccl_gpu_memcpy_async(hetccl_gpu_t *g, void *dst, const void *src, size_t bytes,
                                      void *stream) {
   HETCCL_CHECK(hetccl_gpu_need(g, "memcpy_async"));
@@ -166,7 +174,8 @@ ncclResult_t hetccl_gpu_memcpy_async(hetccl_gpu_t *g, void *dst, const void *src
 
 ncclResult_t hetccl_gpu_host_alloc_mapped(hetccl_gpu_t *g, void **host, void **dev, size_t bytes) {
   HETCCL_CHECK(hetccl_gpu_need(g, "host_alloc_mapped"));
-  HETCCL_CHECK(HETCCL_GPU_CALL(g, host_alloc, host, bytes, HOST_ALLOC_PORTABLE | HOST_ALLOC_MAPPED));
+  HETCCL_CHECK(
+      HETCCL_GPU_CALL(g, host_alloc, host, bytes, HOST_ALLOC_PORTABLE | HOST_ALLOC_MAPPED));
   ncclResult_t res = HETCCL_GPU_CALL(g, host_get_device_pointer, dev, *host, 0);
   if (res != ncclSuccess) {
     g->api.free_host(*host);

@@ -5,7 +5,8 @@
  * its names for those calls and for itself, its library files, and hooks
  * for the few steps that differ). HIP's runtime API copies CUDA's call for
  * call and flag for flag (hipMemcpyDefault = cudaMemcpyDefault = 4, ...),
- * so between those slots only the names differ.
+ * so between those slots only the names differ: HETCCL_GPU_API lists them
+ * side by side.
  *
  * What is not alike stays in the vendor's file: CUDA's driver API (pointer
  * queries, stream memory operations, dma-buf export, the NIC flush), HIP's
@@ -37,49 +38,65 @@
 
 #include "nccl.h"
 #include "runtime/gpu.h"
+#include "runtime/runtime.h"
 
-/* X(slot, return, params): the runtime calls both vendors have, with the
- * same arguments; each returns the vendor's error code (an int, 0 for
- * success) but the first. */
+/* X(slot, return, params, CUDA's name, HIP's name): the runtime calls both
+ * vendors have, with the same arguments, each under its vendor's name; all
+ * but the first return the vendor's error code (an int, 0 for success).
+ * HIP copied CUDA's API, so the names are all that differ. */
 #define HETCCL_GPU_API(X)                                                                         \
-  X(get_error_string, const char *, (int err))                                                    \
-  X(get_last_error, int, (void))                                                                  \
-  X(get_device_count, int, (int *count))                                                          \
-  X(get_device, int, (int *dev))                                                                  \
-  X(set_device, int, (int dev))                                                                   \
-  X(device_get_pci_bus_id, int, (char *busid, int len, int dev))                                  \
-  X(malloc, int, (void **ptr, size_t bytes))                                                      \
-  X(free, int, (void *ptr))                                                                       \
-  X(free_host, int, (void *ptr))                                                                  \
-  X(memcpy_async, int, (void *dst, const void *src, size_t bytes, int kind, void *stream))        \
-  X(stream_synchronize, int, (void *stream))                                                      \
-  X(stream_is_capturing, int, (void *stream, int *status))                                        \
-  X(event_create_with_flags, int, (void **event, unsigned flags))                                 \
-  X(event_destroy, int, (void *event))                                                            \
-  X(event_record, int, (void *event, void *stream))                                               \
-  X(event_query, int, (void *event))                                                              \
-  X(stream_wait_event, int, (void *stream, void *event, unsigned flags))                          \
-  X(host_alloc, int, (void **ptr, size_t bytes, unsigned flags))                                  \
-  X(host_get_device_pointer, int, (void **dev, void *host, unsigned flags))                       \
-  X(host_register, int, (void *ptr, size_t bytes, unsigned flags))                                \
-  X(host_unregister, int, (void *ptr))                                                            \
-  X(stream_create_with_priority, int, (void **stream, unsigned flags, int priority))              \
-  X(device_get_stream_priority_range, int, (int *least, int *greatest))                           \
-  X(stream_destroy, int, (void *stream))
+  X(get_error_string, const char *, (int err), cudaGetErrorString, hipGetErrorString)             \
+  X(get_last_error, int, (void), cudaGetLastError, hipGetLastError)                               \
+  X(get_device_count, int, (int *count), cudaGetDeviceCount, hipGetDeviceCount)                   \
+  X(get_device, int, (int *dev), cudaGetDevice, hipGetDevice)                                     \
+  X(set_device, int, (int dev), cudaSetDevice, hipSetDevice)                                      \
+  X(device_get_pci_bus_id, int, (char *busid, int len, int dev),                                  \
+    cudaDeviceGetPCIBusId, hipDeviceGetPCIBusId)                                                  \
+  X(malloc, int, (void **ptr, size_t bytes), cudaMalloc, hipMalloc)                               \
+  X(free, int, (void *ptr), cudaFree, hipFree)                                                    \
+  X(free_host, int, (void *ptr), cudaFreeHost, hipHostFree)                                       \
+  X(memcpy_async, int, (void *dst, const void *src, size_t bytes, int kind, void *stream),        \
+    cudaMemcpyAsync, hipMemcpyAsync)                                                              \
+  X(stream_synchronize, int, (void *stream), cudaStreamSynchronize, hipStreamSynchronize)         \
+  X(stream_is_capturing, int, (void *stream, int *status),                                        \
+    cudaStreamIsCapturing, hipStreamIsCapturing)                                                  \
+  X(event_create_with_flags, int, (void **event, unsigned flags),                                 \
+    cudaEventCreateWithFlags, hipEventCreateWithFlags)                                            \
+  X(event_destroy, int, (void *event), cudaEventDestroy, hipEventDestroy)                         \
+  X(event_record, int, (void *event, void *stream), cudaEventRecord, hipEventRecord)              \
+  X(event_query, int, (void *event), cudaEventQuery, hipEventQuery)                               \
+  X(stream_wait_event, int, (void *stream, void *event, unsigned flags),                          \
+    cudaStreamWaitEvent, hipStreamWaitEvent)                                                      \
+  X(host_alloc, int, (void **ptr, size_t bytes, unsigned flags), cudaHostAlloc, hipHostMalloc)    \
+  X(host_get_device_pointer, int, (void **dev, void *host, unsigned flags),                       \
+    cudaHostGetDevicePointer, hipHostGetDevicePointer)                                            \
+  X(host_register, int, (void *ptr, size_t bytes, unsigned flags),                                \
+    cudaHostRegister, hipHostRegister)                                                            \
+  X(host_unregister, int, (void *ptr), cudaHostUnregister, hipHostUnregister)                     \
+  X(stream_create_with_priority, int, (void **stream, unsigned flags, int priority),              \
+    cudaStreamCreateWithPriority, hipStreamCreateWithPriority)                                    \
+  X(device_get_stream_priority_range, int, (int *least, int *greatest),                           \
+    cudaDeviceGetStreamPriorityRange, hipDeviceGetStreamPriorityRange)                            \
+  X(stream_destroy, int, (void *stream), cudaStreamDestroy, hipStreamDestroy)
 
 typedef struct hetccl_gpu_api {
-#define HETCCL_GPU_API_FIELD(slot, ret, params) ret(*slot) params;
+#define HETCCL_GPU_API_FIELD(slot, ret, params, cuda, hip) ret(*slot) params;
   HETCCL_GPU_API(HETCCL_GPU_API_FIELD)
 #undef HETCCL_GPU_API_FIELD
 } hetccl_gpu_api_t;
 
 /* The vendor's name of each call ("cudaMalloc", "hipMalloc"): the symbol
- * to take, and the call's name in messages. */
+ * to take, and the call's name in messages. HETCCL_GPU_NAMES(CUDA) and
+ * HETCCL_GPU_NAMES(HIP) are the vendors' columns of the list above. */
 typedef struct hetccl_gpu_names {
-#define HETCCL_GPU_NAME_FIELD(slot, ret, params) const char *slot;
+#define HETCCL_GPU_NAME_FIELD(slot, ret, params, cuda, hip) const char *slot;
   HETCCL_GPU_API(HETCCL_GPU_NAME_FIELD)
 #undef HETCCL_GPU_NAME_FIELD
 } hetccl_gpu_names_t;
+
+#define HETCCL_GPU_NAME_CUDA(slot, ret, params, cuda, hip) .slot = #cuda,
+#define HETCCL_GPU_NAME_HIP(slot, ret, params, cuda, hip) .slot = #hip,
+#define HETCCL_GPU_NAMES(vendor) {HETCCL_GPU_API(HETCCL_GPU_NAME_##vendor)}
 
 typedef struct hetccl_gpu hetccl_gpu_t;
 
@@ -154,6 +171,11 @@ ncclResult_t hetccl_gpu_result(const hetccl_gpu_t *g, int err, const char *call)
 /* The available slot: loads the library, counts the devices once. */
 int hetccl_gpu_available(hetccl_gpu_t *g);
 
+/* mem_kind's answer: k in *kind, and in *dev the ordinal for device or
+ * managed memory, -1 for host memory (either output may be NULL). */
+ncclResult_t hetccl_gpu_mem_kind_answer(hetccl_mem_kind_t k, int ordinal, hetccl_mem_kind_t *kind,
+                                        int *dev);
+
 /* X(rt, g, slot, params, args): the slots of hetccl_runtime_t (runtime.h)
  * that are the same for both vendors; ncclResult_t hetccl_gpu_<slot>(g,
  * params) serves each. */
@@ -173,10 +195,12 @@ int hetccl_gpu_available(hetccl_gpu_t *g);
   X(rt, g, event_query, (void *event, int *done), (event, done))                                  \
   X(rt, g, stream_wait_event, (void *stream, void *event), (stream, event))                       \
   X(rt, g, host_alloc_mapped, (void **host, void **dev, size_t bytes), (host, dev, bytes))        \
-  X(rt, g, stream_wait_counter, (void *stream, volatile uint64_t *host, void *dev, uint64_t value), \
+  X(rt, g, stream_wait_counter,                                                                   \
+    (void *stream, volatile uint64_t *host, void *dev, uint64_t value),                           \
     (stream, host, dev, value))                                                                   \
   X(rt, g, stream_write_counter,                                                                  \
-    (void *stream, volatile uint64_t *host, void *dev, uint64_t value), (stream, host, dev, value)) \
+    (void *stream, volatile uint64_t *host, void *dev, uint64_t value),                           \
+    (stream, host, dev, value))                                                                   \
   X(rt, g, stream_create, (void **stream, int urgent), (stream, urgent))                          \
   X(rt, g, stream_destroy, (void *stream), (stream))                                              \
   X(rt, g, host_register, (void *ptr, size_t bytes, void **dev), (ptr, bytes, dev))               \

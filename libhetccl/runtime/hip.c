@@ -118,33 +118,7 @@ static const hetccl_gpu_vendor_t hip_vendor = {
     .nlibs = sizeof(hip_names) / sizeof(hip_names[0]),
     .lib_prefix = "libamdhip64.so", /* a versioned file (libamdhip64.so.6.2.60200) */
     .loaded_name = "the loaded libamdhip64",
-    .calls =
-        {
-            .get_error_string = "hipGetErrorString",
-            .get_last_error = "hipGetLastError",
-            .get_device_count = "hipGetDeviceCount",
-            .get_device = "hipGetDevice",
-            .set_device = "hipSetDevice",
-            .device_get_pci_bus_id = "hipDeviceGetPCIBusId",
-            .malloc = "hipMalloc",
-            .free = "hipFree",
-            .free_host = "hipHostFree",
-            .memcpy_async = "hipMemcpyAsync",
-            .stream_synchronize = "hipStreamSynchronize",
-            .stream_is_capturing = "hipStreamIsCapturing",
-            .event_create_with_flags = "hipEventCreateWithFlags",
-            .event_destroy = "hipEventDestroy",
-            .event_record = "hipEventRecord",
-            .event_query = "hipEventQuery",
-            .stream_wait_event = "hipStreamWaitEvent",
-            .host_alloc = "hipHostMalloc",
-            .host_get_device_pointer = "hipHostGetDevicePointer",
-            .host_register = "hipHostRegister",
-            .host_unregister = "hipHostUnregister",
-            .stream_create_with_priority = "hipStreamCreateWithPriority",
-            .device_get_stream_priority_range = "hipDeviceGetStreamPriorityRange",
-            .stream_destroy = "hipStreamDestroy",
-        },
+    .calls = HETCCL_GPU_NAMES(HIP),
     .own = own_syms,
     .nown = sizeof(own_syms) / sizeof(own_syms[0]),
     .accept = hip_accept,
@@ -244,9 +218,7 @@ static ncclResult_t hip_mem_kind(const void *ptr, hetccl_mem_kind_t *kind, int *
                                               (void *)ptr);
   if (err == hipErrorInvalidValue) {
     hip.api.get_last_error();
-    if (kind) *kind = HETCCL_MEM_HOST;
-    if (dev) *dev = -1;
-    return ncclSuccess;
+    return hetccl_gpu_mem_kind_answer(HETCCL_MEM_HOST, -1, kind, dev);
   }
   HETCCL_CHECK(hetccl_gpu_result(&hip, err, "hipPointerGetAttribute(DEVICE_ORDINAL)"));
   uint32_t memtype = 0, managed = 0; /* managed: a bool is written, zeroed first */
@@ -265,9 +237,7 @@ static ncclResult_t hip_mem_kind(const void *ptr, hetccl_mem_kind_t *kind, int *
               : memtype == HIP5_MEMORY_DEVICE || memtype == HIP5_MEMORY_ARRAY ||
                     memtype == HIP5_MEMORY_UNIFIED)
     k = HETCCL_MEM_DEVICE;
-  if (kind) *kind = k;
-  if (dev) *dev = k == HETCCL_MEM_HOST ? -1 : ordinal;
-  return ncclSuccess;
+  return hetccl_gpu_mem_kind_answer(k, ordinal, kind, dev);
 }
 
 /* Portable pinned memory (the cuda entry's is cudaMallocHost's). */

@@ -269,7 +269,7 @@ static int compiler_fill(hetccl_rtc_t *r, void *h) {
   hetccl_gpu_where_loaded(dlsym(h, vd->compiler_calls.version), r->path, sizeof(r->path),
                           vd->fallback_path);
   const hetccl_gpu_sym_t shared[] = {
-#define SHARED_SYM(slot, ret, params) {vd->compiler_calls.slot, (void **)&r->cc.slot, 0},
+#define SHARED_SYM(slot, ret, params, cuda, hip) {vd->compiler_calls.slot, (void **)&r->cc.slot, 0},
       HETCCL_RTC_COMPILER_API(SHARED_SYM)
 #undef SHARED_SYM
   };
@@ -317,7 +317,7 @@ static const hetccl_rtc_t *device_get(hetccl_rtc_t *r) {
   if (!r->dev_ready) {
     void *h = hetccl_gpu_open_loaded(vd->dev_names, vd->ndev_names, vd->dev_prefix);
     const hetccl_gpu_sym_t shared[] = {
-#define SHARED_SYM(slot, ret, params) {vd->module_calls.slot, (void **)&r->mod.slot, 0},
+#define SHARED_SYM(slot, ret, params, cuda, hip) {vd->module_calls.slot, (void **)&r->mod.slot, 0},
         HETCCL_RTC_MODULE_API(SHARED_SYM)
 #undef SHARED_SYM
     };

@@ -1,7 +1,7 @@
 /* Run-time compiled reduction kernels: what the CUDA (rtc_cuda.c) and HIP
  * (rtc_hip.c) entries of devreduce.h share. This one knows a vendor only
- * through the table it is given (hetccl_rtc_vendor_t): its names for the
- * compiler's and the module loader's calls, and hooks for what differs.
+ * through the table it is given (hetccl_rtc_vendor_t) and its column of
+ * the lists of calls both have (HETCCL_RTC_COMPILER_API, _MODULE_API).
  *
  *   variant   which specialisation of the kernel an op and flags need, and
  *             its -D options for the compiler;
@@ -164,39 +164,57 @@ double hetccl_rtc_now_ms(void);
  * the process already loaded (the CUDA driver, the HIP runtime), never
  * loaded or initialised from here, looked for again until it is found. */
 
-/* X(slot, return, params): the compiler's calls, alike in NVRTC and hipRTC
- * but for names (nvrtcGetPTX is hiprtcGetCode); 0 is success. */
+/* X(slot, return, params, CUDA's name, HIP's name): the compiler's calls,
+ * alike in NVRTC and hipRTC but for names (nvrtcGetPTX is hiprtcGetCode);
+ * 0 is success. */
 #define HETCCL_RTC_COMPILER_API(X)                                                                \
-  X(get_error_string, const char *, (int r))                                                      \
-  X(version, int, (int *major, int *minor))                                                       \
+  X(get_error_string, const char *, (int r), nvrtcGetErrorString, hiprtcGetErrorString)           \
+  X(version, int, (int *major, int *minor), nvrtcVersion, hiprtcVersion)                          \
   X(create_program, int,                                                                          \
     (void **prog, const char *src, const char *name, int nheaders, const char *const *headers,    \
-     const char *const *include_names))                                                           \
-  X(destroy_program, int, (void **prog))                                                          \
-  X(compile_program, int, (void *prog, int nopts, const char *const *opts))                       \
-  X(get_program_log_size, int, (void *prog, size_t *bytes))                                       \
-  X(get_program_log, int, (void *prog, char *log))                                                \
-  X(get_code_size, int, (void *prog, size_t *bytes))                                              \
-  X(get_code, int, (void *prog, char *code))
+     const char *const *include_names),                                                           \
+    nvrtcCreateProgram, hiprtcCreateProgram)                                                      \
+  X(destroy_program, int, (void **prog), nvrtcDestroyProgram, hiprtcDestroyProgram)               \
+  X(compile_program, int,                                                                         \
+    (void *prog, int nopts, const char *const *opts),                                             \
+    nvrtcCompileProgram, hiprtcCompileProgram)                                                    \
+  X(get_program_log_size, int,                                                                    \
+    (void *prog, size_t *bytes),                                                                  \
+    nvrtcGetProgramLogSize, hiprtcGetProgramLogSize)                                              \
+  X(get_program_log, int, (void *prog, char *log), nvrtcGetProgramLog, hiprtcGetProgramLog)       \
+  X(get_code_size, int, (void *prog, size_t *bytes), nvrtcGetPTXSize, hiprtcGetCodeSize)          \
+  X(get_code, int, (void *prog, char *code), nvrtcGetPTX, hiprtcGetCode)
 
-/* X(slot, return, params): the device library's module calls (cuModule*,
- * cuLaunchKernel; hipModule*). */
+/* X(slot, return, params, CUDA's name, HIP's name): the device library's
+ * module calls (the CUDA driver's, the HIP runtime's). */
 #define HETCCL_RTC_MODULE_API(X)                                                                  \
-  X(module_load_data, int, (void **module, const void *image))                                    \
-  X(module_get_function, int, (void **fn, void *module, const char *name))                        \
-  X(module_unload, int, (void *module))                                                           \
+  X(module_load_data, int,                                                                        \
+    (void **module, const void *image),                                                           \
+    cuModuleLoadData, hipModuleLoadData)                                                          \
+  X(module_get_function, int,                                                                     \
+    (void **fn, void *module, const char *name),                                                  \
+    cuModuleGetFunction, hipModuleGetFunction)                                                    \
+  X(module_unload, int, (void *module), cuModuleUnload, hipModuleUnload)                          \
   X(launch_kernel, int,                                                                           \
     (void *fn, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,      \
-     unsigned shared_bytes, void *stream, void **params, void **extra))
+     unsigned shared_bytes, void *stream, void **params, void **extra),                           \
+    cuLaunchKernel, hipModuleLaunchKernel)
 
-#define HETCCL_RTC_FN_FIELD(slot, ret, params) ret(*slot) params;
-#define HETCCL_RTC_NAME_FIELD(slot, ret, params) const char *slot;
+#define HETCCL_RTC_FN_FIELD(slot, ret, params, cuda, hip) ret(*slot) params;
+#define HETCCL_RTC_NAME_FIELD(slot, ret, params, cuda, hip) const char *slot;
 typedef struct { HETCCL_RTC_COMPILER_API(HETCCL_RTC_FN_FIELD) } hetccl_rtc_compiler_api_t;
 typedef struct { HETCCL_RTC_COMPILER_API(HETCCL_RTC_NAME_FIELD) } hetccl_rtc_compiler_names_t;
 typedef struct { HETCCL_RTC_MODULE_API(HETCCL_RTC_FN_FIELD) } hetccl_rtc_module_api_t;
 typedef struct { HETCCL_RTC_MODULE_API(HETCCL_RTC_NAME_FIELD) } hetccl_rtc_module_names_t;
 #undef HETCCL_RTC_FN_FIELD
 #undef HETCCL_RTC_NAME_FIELD
+
+/* A vendor's column of one of the two lists above, as the initializer of
+ * its names: HETCCL_RTC_NAMES(COMPILER, CUDA) are NVRTC's,
+ * HETCCL_RTC_NAMES(MODULE, HIP) the HIP runtime's module calls. */
+#define HETCCL_RTC_NAME_CUDA(slot, ret, params, cuda, hip) .slot = #cuda,
+#define HETCCL_RTC_NAME_HIP(slot, ret, params, cuda, hip) .slot = #hip,
+#define HETCCL_RTC_NAMES(list, vendor) {HETCCL_RTC_##list##_API(HETCCL_RTC_NAME_##vendor)}
 
 /* How to compile one variant: the vendor fills it for the device. */
 #define HETCCL_RTC_MAX_OPTS (5 + HETCCL_RTC_MAX_DEFINES)
