@@ -1,12 +1,12 @@
 /* Every exported nccl* function, in one list (api/entries.c generates them;
- * core/dispatch.h declares the core half of each from the same list).
+ * entry/dispatch.h declares the core half of each from the same list).
  *
  * Each entry does the same three things and nothing else:
  *   1. re-entry: a call the vendor library made to one of its own exported
  *      names (bound to ours under LD_PRELOAD) goes straight back to it;
  *   2. the argument checks that need no communicator state (listed in the
  *      entry: ARG_NOT_NULL(p), or ARG(check_fn(...)) from api/checks.c);
- *   3. one call into the core (core/dispatch.h): hetccl_<Name>(args), or
+ *   3. one call into the core (entry/dispatch.h): hetccl_<Name>(args), or
  *      for collectives and point-to-point hetccl_dispatch(comm, &op).
  * The core records the outcome as the last error (hetccl_call_end).
  *
@@ -92,7 +92,7 @@
   X(PROC, GroupEnd, (void), (), NO_CHECKS)                                                        \
   X(PROC, GroupSimulateEnd, (ncclSimInfo_t *simInfo), (simInfo),                                  \
     ARG_NOT_NULL(simInfo) ARG(check_sim_info(simInfo)))                                           \
-  /* --- device API, windows, one-sided signals (core/device_api.c) -------------------- */    \
+  /* --- device API, windows, one-sided signals (entry/entry_device.c) -------------------- */    \
   X(COMM, DevCommCreate,                                                                          \
     (ncclComm_t comm, const ncclDevCommRequirements_t *reqs, ncclDevComm_t *outDevComm),          \
     (comm, reqs, outDevComm), ARG_NOT_NULL(reqs) ARG_NOT_NULL(outDevComm))                        \
@@ -150,7 +150,7 @@
   X(COMM, WaitSignal,                                                                             \
     (int nDesc, ncclWaitSignalDesc_t *signalDescs, ncclComm_t comm, cudaStream_t stream),         \
     (nDesc, signalDescs, comm, stream), ARG(check_signal_descs(nDesc, signalDescs)))              \
-  /* --- process-wide settings and the parameter API (core/params.c) ------------------- */     \
+  /* --- process-wide settings and the parameter API (entry/params.c) ------------------- */     \
   X(OWN_PROC, SetEncryption, (const ncclEncryptionConfig_t *config), (config),                    \
     ARG_NOT_NULL(config))                                                                         \
   X(OWN_PROC, ParamBind, (ncclParamHandle_t *out, const char *key), (out, key),                   \
@@ -171,7 +171,7 @@
   X(OWN_PROC, ParamGetAllParameterKeys, (const char ***table, int *tableLen), (table, tableLen),  \
     ARG_NOT_NULL(table) ARG_NOT_NULL(tableLen))
 
-/* Collectives and point-to-point: every one an operation (core/dispatch.h)
+/* Collectives and point-to-point: every one an operation (entry/dispatch.h)
  * handed to hetccl_dispatch; the *Config forms carry the caller's config
  * to the vendor where it has them. The communicator is `comm`.
  *

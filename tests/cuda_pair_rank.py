@@ -3,9 +3,9 @@ drives ranks 0 and 1 (GPUs 0 and 1) from one thread, as ncclCommInitAll's
 callers do, each call of the two inside a group; T_ROLE=host is rank 2, a
 host rank in the other island (HETCCL_ISLANDS=0,0,1). The two GPUs form an
 island that NCCL serves inside a hierarchical communicator, so every
-hierarchical form runs its phases for both ranks in step (core/hier_ops.c).
+hierarchical form runs its phases for both ranks in step (hier/hier_ops.c).
 T_BUF: "device" (torch tensors on each GPU's side stream) or "host" (numpy
-arrays on the GPU ranks too: staged, core/hier_host.c). Every result is
+arrays on the GPU ranks too: staged, hier/hier_host.c). Every result is
 checked against numpy; prints "RESULT {json}".
 
 Environment: T_LIB, T_ROLE, T_BUF, T_ID_FILE (the pair writes the unique id).

@@ -631,7 +631,7 @@ SWEEPS = [
           ops=(SUM, MAX, MIN, PREMUL)),
     # Forced islands holding several ranks: AllReduce, Broadcast, Reduce,
     # AllGather and ReduceScatter run hierarchically (inside each island,
-    # across the leaders, back; core/hier_ops.c) where their form applies,
+    # across the leaders, back; hier/hier_ops.c) where their form applies,
     # the rest over all ranks: contiguous equal islands, interleaved ones
     # (AllGather and ReduceScatter flat), unequal ones (the leaders' phase
     # as one Broadcast or Reduce per island). Equal islands have rails:

@@ -2,7 +2,7 @@
 
 Islands are forced (HETCCL_ISLANDS=rank), so two or three processes on one
 GPU run every collective on hetccl's engine with CUDA buffers staged through
-pinned host memory on a side stream (core/devpath.h); a mixed communicator
+pinned host memory on a side stream (exec/devpath.h); a mixed communicator
 joins a CUDA rank and a host rank. Each rank checks its results against
 numpy (tests/cuda_engine_rank.py). Needs torch with CUDA; skipped elsewhere.
 """
@@ -162,7 +162,7 @@ def test_hierarchical_forms_on_device_buffers(tmp_path, islands):
     """Four CUDA ranks on one GPU in two forced islands, each island run by
     hetccl's engine (HETCCL_VENDOR=0: NCCL takes one rank per GPU): AllReduce,
     Broadcast, Reduce, AllGather and ReduceScatter in their hierarchical
-    forms (core/hier_ops.c) with device scratch at the leaders, the root of
+    forms (hier/hier_ops.c) with device scratch at the leaders, the root of
     Broadcast and Reduce (rank 3) not its island's leader, AllReduce inside
     a group at the group's end, every result checked against numpy."""
     results = launch(tmp_path, ["cuda"] * 4, "sweep,group,chain", islands=islands,
@@ -173,7 +173,7 @@ def test_hierarchical_forms_on_device_buffers(tmp_path, islands):
 
 def test_hierarchical_island_of_two_gpus_with_a_host_rank(tmp_path):
     """Two GPUs in one island (NCCL serves it) and a host rank in another
-    (core/hier.h): AllReduce, Broadcast, Reduce, AllGather and
+    (hier/hier.h): AllReduce, Broadcast, Reduce, AllGather and
     ReduceScatter run inside the island on NCCL, across the islands on the
     engine, back on NCCL; the other collectives over all three ranks on the
     engine. Every result checked against numpy."""
@@ -188,7 +188,7 @@ def test_hierarchical_island_of_two_gpus_with_a_host_rank(tmp_path):
 
 
 def test_rails_of_four_gpus(tmp_path):
-    """Four GPUs in two islands of two, NCCL serving each (core/hier.h):
+    """Four GPUs in two islands of two, NCCL serving each (hier/hier.h):
     the islands have rails (GPUs 0 and 2, 1 and 3), and with the thresholds
     at 0 AllReduce, Broadcast, Reduce, AllGather and ReduceScatter take
     their rails' forms (AllReduce: reduce-scatter inside each island on
@@ -209,7 +209,7 @@ def test_rails_of_four_gpus(tmp_path):
 def test_hierarchical_island_of_two_gpus_given_host_buffers(tmp_path, modes):
     """The same layout with GPU ranks handed numpy arrays (torch's barrier
     on a CPU tensor does this): NCCL cannot read host memory, so the
-    island stages it through device memory (core/hier_host.c) and the call
+    island stages it through device memory (hier/hier_host.c) and the call
     returns with the result in place, as on the engine; also with one GPU
     rank on device buffers beside one on host buffers. Checked against
     numpy, in groups (staged forms finish after all are launched) too."""
@@ -229,9 +229,9 @@ def test_one_thread_drives_two_gpu_ranks_of_an_island(tmp_path, buf):
     thread initialises and drives ranks 0 and 1 (GPUs 0 and 1, one island
     that NCCL serves), each call of the two in a group, beside a host rank
     in another process. The vendor needs both ranks' calls of a phase in
-    one group, so the group's forms run in step (core/hier_ops.c), two of
+    one group, so the group's forms run in step (hier/hier_ops.c), two of
     them (AllReduce and AllGather) in one group; on host buffers the staged
-    ones finish after all are launched (core/hier_host.c). Checked against
+    ones finish after all are launched (hier/hier_host.c). Checked against
     numpy on every rank."""
     import torch
     if torch.cuda.device_count() < 2:
@@ -292,7 +292,7 @@ def test_one_thread_drives_two_ranks_on_the_plane(coll):
     """ncclCommInitAll's layout (nccl-tests -g 2): one thread, two GPU ranks
     (on one GPU here, or two), forced islands. 256 MiB is more than 16
     pieces, so each rank's share is enqueued by a launch thread of its own
-    (core/dataplane.c): before, one thread enqueueing both blocked on a
+    (exec/dataplane.c): before, one thread enqueueing both blocked on a
     full stream queue. Every element is checked by hetccl-perf; the log says
     the plane carried it."""
     import subprocess

@@ -128,7 +128,7 @@ def test_dead_peer(case: str, n: int, transport: str) -> None:
 def test_dead_peer_hierarchical(victim: int, transport: str, form: str) -> None:
     """Islands {0, 1} and {2, 3}: the AllReduce runs inside the islands and
     across their leaders 0 and 2, or across both rails (0 and 2, 1 and 3)
-    at once (core/hier.h). Whichever rank dies, and in whichever phase the
+    at once (hier/hier.h). Whichever rank dies, and in whichever phase the
     others wait, every survivor fails promptly with a message that names
     the dead rank in this communicator's numbering."""
     env = {"HETCCL_TRANSPORT": transport, "HETCCL_ISLANDS": "0,0,1,1"}

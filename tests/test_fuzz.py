@@ -82,7 +82,7 @@ CLOSE_GRACE_S = 3.0          # after a communicator is up, its fuzz connections 
 MAX_OPEN = 48                # fuzz connections open at once
 READ_CAP = 4096              # bytes kept of what hetccl sends to one fuzz connection
 
-# Wire constants of libhetccl (core/bootstrap_wire.h, transport/socket/socket.c).
+# Wire constants of libhetccl (comm/bootstrap_wire.h, transport/socket/socket.c).
 HELLO_MAGIC = 0x48455442534845
 LINK_MAGIC = 0x484554425354CB
 FRAME_MAGIC = 0x48455442534652
@@ -196,7 +196,7 @@ def listening_ports(pids: List[int]) -> Dict[Addr, int]:
 
 
 def _uid_root(uid_hex: str) -> Tuple[Addr, int]:
-    """The root address and the secret in a unique id (core/bootstrap.c id_layout_t)."""
+    """The root address and the secret in a unique id (comm/bootstrap.c id_layout_t)."""
     raw = bytes.fromhex(uid_hex)
     assert raw[:8] == b"HETCCLID"
     secret = struct.unpack_from("<Q", raw, 16)[0]

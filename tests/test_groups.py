@@ -294,9 +294,9 @@ def test_several_ranks_per_process(procs: int, per_process: int) -> None:
 @pytest.mark.parametrize("procs,per_process,islands", [(2, 2, "0,0,1,1"), (2, 3, "0,0,0,1,1,1")])
 def test_several_ranks_per_process_in_islands(procs: int, per_process: int, islands: str) -> None:
     """The same with each process's ranks one island: hierarchical
-    communicators (core/hier.h) whose island phases one thread issues for
+    communicators (hier/hier.h) whose island phases one thread issues for
     several ranks. The group's AllReduce and AllGather forms run in step,
-    slot by slot (core/hier_ops.c); one after the other, the first rank's
+    slot by slot (hier/hier_ops.c); one after the other, the first rank's
     blocking island phase would wait for a rank the thread has not reached."""
     assert not _flat(hetccl.launch(rank_several_per_process, procs, per_process,
                                    "hierarchical:engine", env={"HETCCL_ISLANDS": islands},

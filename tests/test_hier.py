@@ -1,4 +1,4 @@
-"""Hierarchical communicators (core/hier.h, core/hier_ops.c) with host ranks
+"""Hierarchical communicators (hier/hier.h, hier/hier_ops.c) with host ranks
 in forced islands: which communicators become hierarchical, which
 collectives take their hierarchical form, inside groups too, and islands
 following the ranks into smaller communicators. The results of every

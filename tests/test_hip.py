@@ -1,5 +1,5 @@
 """The AMD side (runtime/hip.c, RCCL through vendor_ccl/loader.c, the island
-rules of core/init.c) on a machine with no AMD GPU.
+rules of comm/islands.c) on a machine with no AMD GPU.
 
 Three kinds of check:
 - HETCCL_DEVICE=hip with whatever HIP this machine has: ncclCommInitRank
@@ -257,13 +257,13 @@ def test_hip_and_cuda_ranks_run_on_the_engine(tmp_path: Path, fakes: Dict[str, P
 
 @pytest.mark.timeout(TIMEOUT)
 def test_hip_island_goes_to_rccl_in_a_hierarchy(tmp_path: Path, fakes: Dict[str, Path]) -> None:
-    """Two HIP ranks and a CUDA rank (core/hier.h): the HIP island's phases
+    """Two HIP ranks and a CUDA rank (hier/hier.h): the HIP island's phases
     go to RCCL, the CUDA rank is alone in its island. The stand-in RCCL
     moves no data, so the in-place AllReduce of 1, 2, 3 leaves 1 + 2 on the
     two leaders (ranks 0 and 1, the engine's phase) and 3 on rank 2. The
     HIP ranks' buffers are host memory, which RCCL cannot reach: they are
     staged through the stand-in HIP runtime's device memory, in place
-    (core/hier_host.c), and the call returns with the result in them."""
+    (hier/hier_host.c), and the call returns with the result in them."""
     cuda = {"T_PRELOAD": f"{fakes['cuda']}:{fakes['cudart']}",
             "HETCCL_NCCL_LIBRARY": str(fakes["nccl"])}
     results = start_ranks(tmp_path, [hip_env(fakes), cuda, hip_env(fakes)])
@@ -298,7 +298,7 @@ def test_a_failed_staging_keeps_its_root_cause(tmp_path: Path, fakes: Dict[str, 
 
 @pytest.mark.timeout(TIMEOUT)
 def test_sends_inside_a_hip_island_go_to_rccl(tmp_path: Path, fakes: Dict[str, Path]) -> None:
-    """The same layout, a ring of send/recv in one group (core/hier_ops.c):
+    """The same layout, a ring of send/recv in one group (hier/hier_ops.c):
     ranks 2 and 0 share the HIP island, so 2's send to 0 and 0's receive
     from 2 go to RCCL, addressed by their ranks in the island (0 and 1),
     on host buffers staged through the HIP runtime; 0 -> 1 and 1 -> 2 cross
@@ -328,7 +328,7 @@ def test_hip_rank_without_rccl_fails_init(tmp_path: Path, fakes: Dict[str, Path]
 @pytest.mark.timeout(TIMEOUT)
 def test_hip_device_buffers_are_staged_through_the_hip_runtime(tmp_path: Path,
                                                               fakes: Dict[str, Path]) -> None:
-    """core/devpath.c, unchanged, over the hip table: copies in and out and
+    """exec/devpath.c, unchanged, over the hip table: copies in and out and
     the ready/done counters go through the stand-in's HIP calls."""
     results = start_ranks(tmp_path, [{**hip_env(fakes), "T_DEVBUF": "1"},
                                    {"HETCCL_DEVICE": "host"}])

@@ -605,7 +605,7 @@ def rank_zero_copy(rank: int, n: int, uid: str, barrier: Any) -> Dict[str, Any]:
         counted("registered again", ms, mr, "sendrecv, same address registered again", 9)
         mem.deregister(hs)
         mem.deregister(hr)
-        # NCCL's windows, on an engine communicator a registration (core/window.c)
+        # NCCL's windows, on an engine communicator a registration (comm/window.c)
         ws, wr = mem.window(ms, ZC_BYTES), mem.window(mr, ZC_BYTES)
         counted("window", ms, mr, "sendrecv, ncclCommWindowRegister", 13)
         mem.window_drop(ws)

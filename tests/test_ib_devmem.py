@@ -1,5 +1,5 @@
 """A device rank's buffers over the ib transport (transport/ib/ib_devmem.c,
-core/devpath.c), on a real kernel verbs stack with a stand-in GPU runtime.
+exec/devpath.c), on a real kernel verbs stack with a stand-in GPU runtime.
 
 Marked `rdma` (tools/rdma/run_vm.sh runs them in a Soft-RoCE VM). The
 ranks are HIP ranks of the stand-in libamdhip64 built here from

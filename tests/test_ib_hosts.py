@@ -109,7 +109,7 @@ def test_ib_hosts_rails() -> None:
     """4 ranks, 2 + 2, each host an island (HETCCL_ISLANDS=0,0,1,1): the
     hierarchical forms with shm inside each host and ib across, the
     rails' forms (AllReduce, Broadcast, Reduce, AllGather, ReduceScatter)
-    on both rails at once (ranks 0 and 2, 1 and 3; core/hier.h) at every
+    on both rails at once (ranks 0 and 2, 1 and 3; hier/hier.h) at every
     size."""
     spec = Sweep("hosts-n4-rails", 4, counts=(7, 1031), large=LARGE_SET)
     t0 = time.monotonic()

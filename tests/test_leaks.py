@@ -111,7 +111,7 @@ def run_leak_script(cycles: int, warm: int, nranks: int, env: Mapping[str, str],
 @pytest.mark.parametrize("transport,nranks,islands,cycles", [
     ("shm", 2, "", LEAK_CYCLES), ("socket", 2, "", LEAK_CYCLES),
     # islands of two: each communicator also makes its island and leaders
-    # communicators (core/hier.h), and AllReduce runs through them
+    # communicators (hier/hier.h), and AllReduce runs through them
     ("shm", 4, "0,0,1,1", LEAK_CYCLES // 5)])
 def test_no_leaks_over_init_destroy_cycles(transport: str, nranks: int, islands: str,
                                            cycles: int) -> None:

@@ -1,4 +1,4 @@
-"""NCCL's windows on an engine communicator (libhetccl/core/window.c).
+"""NCCL's windows on an engine communicator (libhetccl/comm/window.c).
 
 There a window is a registration that gives no peer access: the calls that
 map must answer as NCCL's do for the rank itself (the user pointer, the

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """A model of what a communicator costs as it grows (docs/scale.md).
 
-For n ranks it counts, from the protocol (core/bootstrap*.c, p2p/connect.c),
+For n ranks it counts, from the protocol (comm/bootstrap*.c, p2p/connect.c),
 before and after the ring bootstrap and connections on first use:
 
 - messages and bytes handled during init by the busiest process, with the
@@ -30,7 +30,7 @@ import sys
 from typing import Dict, List
 
 # Wire sizes (bytes), from the structs.
-INFO = 304          # hetccl_peer_info_t (core/comm.h)
+INFO = 304          # hetccl_peer_info_t (comm/comm.h)
 SPARE = 32          # hetccl_net_wire_addr_t
 ADDRS = 3 * 128     # HETCCL_TRANSPORT_COUNT x HETCCL_TRANSPORT_ADDR_BYTES
 FRAME = 40          # frame_t

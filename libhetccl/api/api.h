@@ -1,7 +1,7 @@
 /* The API layer: thin. Every exported function is generated from one list
  * (libhetccl/entries.h, api/entries.c): re-entry check, the argument checks
  * that need no communicator (api/checks.c), one call into the core
- * (core/dispatch.h, the only core header included here).
+ * (entry/dispatch.h, the only core header included here).
  *
  * NCCL_API declares an exported function and its pncclX alias (the
  * profiling names NCCL exports too), both with default visibility. */

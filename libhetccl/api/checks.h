@@ -21,7 +21,7 @@ ncclResult_t check_grow(ncclComm_t comm, const ncclUniqueId *id);
 ncclResult_t check_sim_info(const ncclSimInfo_t *info);
 ncclResult_t check_signal_descs(int ndesc, const ncclWaitSignalDesc_t *descs);
 ncclResult_t check_param_out(const void *out, int max_len);
-/* A collective or point-to-point call (core/dispatch.h). */
+/* A collective or point-to-point call (entry/dispatch.h). */
 ncclResult_t check_op(const hetccl_op_t *op);
 
 /* After an argument the core refused (ncclInvalidArgument or

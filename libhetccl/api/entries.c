@@ -1,7 +1,7 @@
 /* Every exported nccl* function, generated from libhetccl/entries.h.
  *
  * Thread: the API caller's. Nothing here decides anything: see
- * core/dispatch.h for where each call goes. */
+ * entry/dispatch.h for where each call goes. */
 #include "api/api.h"
 #include "api/checks.h"
 

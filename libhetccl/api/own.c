@@ -1,5 +1,5 @@
 /* hetccl's own entry points (include/hetccl.h), from the list in
- * core/dispatch.h: each hands straight to the core. */
+ * entry/dispatch.h: each hands straight to the core. */
 #include "api/api.h"
 #include "api/checks.h"
 #include "hetccl.h"

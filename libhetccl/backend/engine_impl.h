@@ -1,6 +1,15 @@
-/* The engine backend's slots that live outside engine.c (the table is
- * there): the device API on an engine communicator (engine_device.c).
- * Private to backend/engine*.c; comm/backend.h has the contracts. */
+/* backend/: the two implementations of the backend table (comm/backend.h
+ * has the slots and their contracts): forward.c hands every call to the
+ * vendor's library, engine.c and engine_device.c run it on hetccl's engine
+ * (exec/, hier/). Its slots run on the thread that called the entry point
+ * (start: where init runs) and may use every folder below; nothing includes
+ * this folder: a communicator reaches it only through the table it holds,
+ * which init chooses. What a backend cannot serve, its slot refuses with
+ * ncclInvalidUsage and a WARN naming the call.
+ *
+ * This header: the engine backend's slots that live outside engine.c (the
+ * table is there), the device API on an engine communicator
+ * (engine_device.c). Private to backend/engine*.c. */
 #ifndef HETCCL_BACKEND_ENGINE_IMPL_H
 #define HETCCL_BACKEND_ENGINE_IMPL_H
 

@@ -1,4 +1,4 @@
-/* Bootstrap, a rank's half (core/bootstrap.h): join the root of its group,
+/* Bootstrap, a rank's half (comm/bootstrap.h): join the root of its group,
  * link the ring, and the collectives over the ring.
  *
  * Contract. hetccl_bootstrap_init returns with every rank's info in every

@@ -32,8 +32,8 @@
  * open.
  *
  * Threads: a bootstrap handle is used by one thread at a time. */
-#ifndef HETCCL_CORE_BOOTSTRAP_H
-#define HETCCL_CORE_BOOTSTRAP_H
+#ifndef HETCCL_COMM_BOOTSTRAP_H
+#define HETCCL_COMM_BOOTSTRAP_H
 
 #include <stddef.h>
 #include <stdint.h>

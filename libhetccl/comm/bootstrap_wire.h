@@ -1,5 +1,5 @@
 /* Bootstrap wire formats and the helpers its two halves share (private to
- * core/bootstrap*.c; core/bootstrap.h is the interface).
+ * comm/bootstrap*.c; comm/bootstrap.h is the interface).
  *
  *   bootstrap_root.c  the unique id and the root: the rendezvous that tells
  *                     every rank of its group where the next rank listens
@@ -15,8 +15,8 @@
  *                  the connection closes.
  *   rank -> next rank's listener: link_t (authenticates the ring link).
  *   ring frames:   frame_t + payload; every field is checked on receipt. */
-#ifndef HETCCL_CORE_BOOTSTRAP_WIRE_H
-#define HETCCL_CORE_BOOTSTRAP_WIRE_H
+#ifndef HETCCL_COMM_BOOTSTRAP_WIRE_H
+#define HETCCL_COMM_BOOTSTRAP_WIRE_H
 
 #include <stdint.h>
 

@@ -1,4 +1,16 @@
-/* The communicator: what one rank knows about its communicator.
+/* comm/: the communicator and its life. It owns the communicator object
+ * (this file, comm.c: the live set, errors, reduction operators,
+ * signatures), who a rank is and which ranks form islands (identity.h,
+ * islands.h), the bootstrap, the choice of backend (backend.h) and of the
+ * transports of each pair (transports.h), the proxy thread that runs a
+ * communicator's background jobs (proxy.h), init, split/shrink/grow and
+ * teardown (init.h), windows (window.h). It runs on the API thread, and on
+ * a proxy for grouped and nonblocking inits. It never runs an operation and
+ * never includes a folder above it (exec/, hier/, backend/, entry/): what
+ * differs between a forwarded and an engine communicator it reaches only
+ * through the backend table the communicator holds.
+ *
+ * The communicator: what one rank knows about its communicator.
  *
  * A communicator is either forwarded (one island, a vendor library serves
  * it: `vendor` and `vcomm` set, every call goes straight there) or run by
@@ -10,8 +22,8 @@
  * a time: the API thread for blocking calls, else the proxy thread (proxy.c),
  * which owns the work queue. `error` and `abort_flag` are written by any
  * thread (atomics). */
-#ifndef HETCCL_CORE_COMM_H
-#define HETCCL_CORE_COMM_H
+#ifndef HETCCL_COMM_COMM_H
+#define HETCCL_COMM_COMM_H
 
 #include <pthread.h>
 #include <stdint.h>
@@ -95,10 +107,10 @@ struct ncclComm {
   uint32_t trace_calls;          /* calls traced on it (trace/trace.h: an event's seq) */
   /* Elementwise collectives larger than this run as pieces of this many
    * bytes, so that staging device buffers overlaps the engine (api/coll.c,
-   * core/devpath.h); 0: never. The same on every rank: it depends on
+   * exec/devpath.h); 0: never. The same on every rank: it depends on
    * whether any rank stages (hetccl_peer_info_t.stages). */
   size_t stage_piece;
-  /* Hierarchical collectives (core/hier.h): set on every rank or on
+  /* Hierarchical collectives (hier/hier.h): set on every rank or on
    * none; then the ranks of this rank's island (NULL where it is alone)
    * and the first rank of every island (NULL on the others); where every
    * island holds as many ranks, the ranks of this rank's index in every
@@ -108,7 +120,7 @@ struct ncclComm {
   struct ncclComm *island;
   struct ncclComm *leaders;
   struct ncclComm *rail;
-  struct hetccl_hier_map *hier_map; /* where every rank's island lies (core/hier.h) */
+  struct hetccl_hier_map *hier_map; /* where every rank's island lies (hier/hier.h) */
   /* An internal communicator presents this island id at init instead of
    * HETCCL_ISLANDS's (island_forced set): the whole island one id, each
    * leader its own. */
@@ -139,7 +151,7 @@ struct ncclComm {
   hetccl_tag_mismatch_t mismatch; /* first signature mismatch seen (engine, transports) */
   struct hetccl_proxy *proxy;    /* started lazily for nonblocking work */
   struct hetccl_devpath *devpath; /* staging of device buffers, made on first use */
-  struct hetccl_plane *plane;    /* the cross-island data plane (core/dataplane.h), or NULL */
+  struct hetccl_plane *plane;    /* the cross-island data plane (exec/dataplane.h), or NULL */
   int plane_reduces;             /* it runs the reducing collectives too */
   int32_t *pids;                 /* each rank's pid, for the plane */
   uint64_t *plane_hosts;         /* each rank's host, for the plane's bridges */
@@ -168,7 +180,7 @@ static inline const char *hetccl_copied_path_name(int i) {
 ncclResult_t hetccl_comm_register(ncclComm_t comm);
 void hetccl_comm_unregister(ncclComm_t comm);
 
-/* The end of an API call on comm (core/dispatch.c): a failure's message
+/* The end of an API call on comm (entry/dispatch.c): a failure's message
  * (the calling thread's last error) becomes the communicator's last
  * error; a success clears it. Ignores a comm that is not live. */
 void hetccl_comm_note_call(ncclComm_t comm, ncclResult_t res);
@@ -199,7 +211,7 @@ ncclResult_t hetccl_comm_redop_destroy(ncclComm_t comm, ncclRedOp_t op);
  * this call); a point-to-point message's on its size only. */
 uint64_t hetccl_comm_coll_tag(ncclComm_t comm, const hetccl_coll_t *c);
 uint64_t hetccl_comm_p2p_tag(size_t bytes);
-/* What a signature says, for messages (core/signature.c): "AllReduce(float,
+/* What a signature says, for messages (comm/signature.c): "AllReduce(float,
  * sum, count 4096, op #3)". The count is the low 24 bits the signature
  * keeps. */
 void hetccl_comm_tag_describe(uint64_t tag, char *buf, size_t len);

@@ -2,16 +2,6 @@
  * backend that serves it: comm/backend.h), communicators made from one
  * (split, shrink, grow), finalize, destroy, abort.
  *
- * comm/ owns the communicator object and its life: the struct (comm.h),
- * who a rank is and which ranks form islands (identity.h, islands.h), the
- * bootstrap, the choice of backend and of transports (transports.h), the
- * proxy thread that runs a communicator's background jobs (proxy.h),
- * windows (window.h) and teardown. It runs on the API thread, or on a
- * proxy for grouped and nonblocking inits. It never runs an operation
- * itself and never includes what sits above it (exec/, hier/, backend/,
- * entry/): it reaches the engine's and the vendor's work only through the
- * backend table a communicator holds.
- *
  * hetccl_comm_create runs on the API thread (it captures the caller's
  * device); hetccl_comm_init may run on any thread (the caller, a proxy thread
  * for grouped or nonblocking init). */

@@ -9,8 +9,8 @@
  *
  * Completion is signalled through a hetccl_sync_t that the poster owns and
  * may share between jobs of several communicators. */
-#ifndef HETCCL_CORE_PROXY_H
-#define HETCCL_CORE_PROXY_H
+#ifndef HETCCL_COMM_PROXY_H
+#define HETCCL_COMM_PROXY_H
 
 #include <pthread.h>
 

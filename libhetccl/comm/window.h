@@ -1,7 +1,7 @@
 /* Windows of an engine communicator (window.c has the table of what each
  * window call does there). */
-#ifndef HETCCL_CORE_WINDOW_H
-#define HETCCL_CORE_WINDOW_H
+#ifndef HETCCL_COMM_WINDOW_H
+#define HETCCL_COMM_WINDOW_H
 
 #include <stddef.h>
 

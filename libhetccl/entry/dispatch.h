@@ -1,4 +1,10 @@
-/* What the API layer sees of the core: the one header api/ includes.
+/* entry/: the core half of every entry point (api/ generates the exported
+ * symbols, entries.h lists them): check the communicator, call its
+ * backend's slot (comm/backend.h) or the process-wide function, keep the
+ * last error. It runs on the API caller's thread, holds no state of its
+ * own, and never tests which backend serves a communicator.
+ *
+ * What the API layer sees of the core: the one header api/ includes.
  *
  * Every nccl* entry point (libhetccl/entries.h) checks its arguments as far
  * as it can without a communicator, then makes one call into the core: the
@@ -21,8 +27,8 @@
  * The vendor table is exposed for the re-entry check only (api/api.h).
  *
  * Thread: the API caller's. */
-#ifndef HETCCL_CORE_DISPATCH_H
-#define HETCCL_CORE_DISPATCH_H
+#ifndef HETCCL_ENTRY_DISPATCH_H
+#define HETCCL_ENTRY_DISPATCH_H
 
 #include <stddef.h>
 #include <stdint.h>
@@ -61,7 +67,7 @@ ncclResult_t hetccl_CommInitRankAs(ncclComm_t *newcomm, int nranks, ncclUniqueId
                                    ncclConfig_t *config, hetcclDevice_t device);
 
 /* hetccl's own entry points (include/hetccl.h): hetcclName (api/own.c)
- * calls hetccl_own_Name (core/entry_process.c). X(ret, Name, params, args) */
+ * calls hetccl_own_Name (entry/entry_process.c). X(ret, Name, params, args) */
 #define HETCCL_OWN_ENTRIES(X)                                                                     \
   X(const char *, VersionString, (void), ())                                                      \
   X(int, KnobCount, (void), ())                                                                   \

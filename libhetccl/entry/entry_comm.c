@@ -113,7 +113,7 @@ ncclResult_t hetccl_CommInitRankAs(ncclComm_t *newcomm, int nranks, ncclUniqueId
 
 ncclResult_t hetccl_CommInitRankScalable(ncclComm_t *newcomm, int nranks, int myrank, int nId,
                                       ncclUniqueId *commIds, ncclConfig_t *config) {
-  /* Each id's root serves one group of ranks (core/bootstrap.h). */
+  /* Each id's root serves one group of ranks (comm/bootstrap.h). */
   if (nId < 1 || nId > nranks || commIds == NULL) {
     WARN("ncclCommInitRankScalable: nId %d with nranks %d (1 <= nId <= nranks, and commIds "
          "not NULL)", nId, nranks);

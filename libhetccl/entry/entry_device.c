@@ -108,9 +108,9 @@ int hetccl_TeamRankToLsa(ncclComm_t comm, ncclTeam_t team, int rank) {
 /* ---- window addresses ---- */
 
 #define NO_WINDOWS "windows exist only on communicators served by a vendor library, none is loaded"
-#define ENGINE_WINDOW "an engine communicator's window is a registration only (core/window.c)"
+#define ENGINE_WINDOW "an engine communicator's window is a registration only (comm/window.c)"
 
-/* A window of an engine communicator (core/window.c) never reaches a vendor. */
+/* A window of an engine communicator (comm/window.c) never reaches a vendor. */
 #define ENGINE_WINDOW_UNSUPPORTED(func, window)                                \
   do {                                                                         \
     if (hetccl_window_is_engine(window)) return hetccl_unsupported(func, ENGINE_WINDOW); \

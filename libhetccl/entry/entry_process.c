@@ -1,4 +1,4 @@
-/* The core half of the process-wide entry points (core/dispatch.h):
+/* The core half of the process-wide entry points (entry/dispatch.h):
  * version, errors, memory, reduction operators; and hetccl's own entry
  * points (include/hetccl.h, exported by api/own.c).
  *

@@ -1,5 +1,5 @@
 /* ncclParam*: NCCL's parameter API over hetccl's knob table (the core half
- * of the entry points, core/dispatch.h).
+ * of the entry points, entry/dispatch.h).
  *
  * A key is a knob's environment name ("HETCCL_TIMEOUT", "NCCL_SOCKET_IFNAME");
  * a key without its prefix ("TIMEOUT") names the HETCCL_ knob, else the

@@ -10,7 +10,7 @@
  * Its operations then go to the plane, except the reducing collectives
  * when some GPU rank cannot reduce on its device (no runtime compiler):
  * those keep the engine, device buffers staged through host memory
- * (core/devpath.h), as one INFO line at init says. The choice depends on
+ * (exec/devpath.h), as one INFO line at init says. The choice depends on
  * the operation alone, so every rank makes it alike.
  *
  * A share of a group whose plane operations have device buffers is
@@ -20,8 +20,8 @@
  *
  * Thread: setup where init runs; the rest on the API thread, the host run
  * where hetccl_tasks_run runs. */
-#ifndef HETCCL_CORE_DATAPLANE_H
-#define HETCCL_CORE_DATAPLANE_H
+#ifndef HETCCL_EXEC_DATAPLANE_H
+#define HETCCL_EXEC_DATAPLANE_H
 
 #include "exec/task.h"
 
@@ -40,7 +40,7 @@ ncclResult_t hetccl_dataplane_launch(ncclComm_t comm, hetccl_task_t *tasks);
 
 /* A group's device shares of several communicators (one thread driving
  * several ranks: ncclCommInitAll, nccl-tests -g N; or one rank in several
- * communicators) are launched by core/group_streams.h, which calls
+ * communicators) are launched by exec/group_streams.h, which calls
  * hetccl_dataplane_launch for each in an order every rank agrees on. */
 
 /* Plane tasks with host buffers: run them here. Takes ownership. */

@@ -2,7 +2,7 @@
  * memory, in the order of the caller's stream, without blocking the caller;
  * or, for the sends and receives enqueue marked stage_device (the NIC
  * reaches registered device memory: docs/gpudirect.md), through a block of
- * device memory, the copies then device to device (core/stage_pool.h has
+ * device memory, the copies then device to device (exec/stage_pool.h has
  * both pools).
  *
  * For one communicator's share of a group whose tasks name device memory
@@ -36,8 +36,8 @@
  * Threads: launch runs on the API thread (one at a time per communicator,
  * NCCL's rule), which owns the staging pool; the job runs on the proxy
  * thread, the only writer of `done` (the stream writes `ready`). */
-#ifndef HETCCL_CORE_DEVPATH_H
-#define HETCCL_CORE_DEVPATH_H
+#ifndef HETCCL_EXEC_DEVPATH_H
+#define HETCCL_EXEC_DEVPATH_H
 
 #include "exec/task.h"
 

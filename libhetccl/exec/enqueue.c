@@ -124,7 +124,7 @@ static ncclResult_t refuse_late_device_buffers(ncclComm_t comm, const char *fn,
 
 /* Which of the buffers are device memory. On an engine communicator those
  * are staged through pinned host memory in the order of `stream`
- * (core/devpath.h); a process with no GPU runtime in use has none. */
+ * (exec/devpath.h); a process with no GPU runtime in use has none. */
 static ncclResult_t classify_buffers(ncclComm_t comm, const char *fn, const void *send,
                                      const void *recv, void *stream, hetccl_task_t *t) {
   if (comm->ptr_kind == HETCCL_DEV_HOST) return refuse_late_device_buffers(comm, fn, send, recv);
@@ -171,7 +171,7 @@ static int func_elementwise(hetccl_func_t f) {
 
 /* Queue t, cut into comm->stage_piece-byte pieces (one task each, in
  * order, one group) where that applies: staging then moves piece k + 1
- * while the engine runs piece k (core/devpath.h). Every rank cuts the same
+ * while the engine runs piece k (exec/devpath.h). Every rank cuts the same
  * way, as the pieces are separate operations to its peers. */
 static ncclResult_t enqueue_pieces(ncclComm_t comm, hetccl_task_t *t, size_t elem) {
   int check = (int)hetccl_knob_int(HETCCL_KNOB_CHECK_MISMATCH);

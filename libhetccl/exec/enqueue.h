@@ -1,15 +1,15 @@
-/* An operation becomes engine work: tasks for core/group.c.
+/* An operation becomes engine work: tasks for exec/group.c.
  *
- * Used by core/dispatch.c once an operation is known to run on hetccl's own
+ * Used by backend/engine.c once an operation is known to run on hetccl's own
  * engine (not forwarded, not hierarchical). What the operation reads and
  * writes on this rank is worked out here from its function (the `shape`
  * table in enqueue.c), so that device buffers can be staged
- * (core/devpath.h) or moved by the data plane, and large elementwise
+ * (exec/devpath.h) or moved by the data plane, and large elementwise
  * collectives cut into pieces.
  *
  * Thread: the API caller's. */
-#ifndef HETCCL_CORE_ENQUEUE_H
-#define HETCCL_CORE_ENQUEUE_H
+#ifndef HETCCL_EXEC_ENQUEUE_H
+#define HETCCL_EXEC_ENQUEUE_H
 
 #include "comm/comm.h"
 #include "comm/op.h"

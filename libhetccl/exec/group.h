@@ -1,4 +1,16 @@
-/* Groups and the execution of engine operations.
+/* exec/: running operations on hetccl's engine. It owns the engine's tasks
+ * (task.h), making them from calls (enqueue.h), groups (this file),
+ * running a communicator's tasks on the engine (run.h), the data plane's
+ * share (dataplane.h), staging device buffers on the caller's stream
+ * (devpath.h, stage_pool.h, group_streams.h) and the trace points. Its
+ * calls come from the API thread (enqueue, groups, launches) and its tasks
+ * run on whichever thread drives the communicator (the caller's for a
+ * blocking share, else its proxy). It never blocks the caller on a peer
+ * unless the call is blocking by contract, never sees a vendor's
+ * communicator (that is backend/forward.c's) and never includes hier/,
+ * backend/ or entry/.
+ *
+ * Groups and the execution of engine operations.
  *
  * Every engine operation becomes a task. Outside a group a task runs at
  * once; inside ncclGroupStart/End tasks (and grouped communicator inits) are
@@ -12,8 +24,8 @@
  * thread can drive several ranks), and a blocking group waits for them.
  *
  * Thread: the API thread. Group state is thread-local. */
-#ifndef HETCCL_CORE_GROUP_H
-#define HETCCL_CORE_GROUP_H
+#ifndef HETCCL_EXEC_GROUP_H
+#define HETCCL_EXEC_GROUP_H
 
 #include "comm/comm.h"
 #include "exec/task.h"

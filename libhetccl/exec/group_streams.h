@@ -1,8 +1,8 @@
 /* How a group's device shares reach their streams.
  *
  * A share is one communicator's operations of a group that go on a stream:
- * the data plane's (core/dataplane.h: pieces that wait on the peers'
- * pieces) or the engine's through staging (core/devpath.h: stream waits
+ * the data plane's (exec/dataplane.h: pieces that wait on the peers'
+ * pieces) or the engine's through staging (exec/devpath.h: stream waits
  * for the proxy). A stream runs what it was given in order, so two
  * communicators' shares on one stream run one after the other, and if two
  * ranks put them there in opposite orders, each waits on the other for
@@ -35,8 +35,8 @@
  *
  * Thread: the API thread (start, finish); a job's shares are launched by
  * one thread, the API thread or the job's. */
-#ifndef HETCCL_CORE_GROUP_STREAMS_H
-#define HETCCL_CORE_GROUP_STREAMS_H
+#ifndef HETCCL_EXEC_GROUP_STREAMS_H
+#define HETCCL_EXEC_GROUP_STREAMS_H
 
 #include "exec/task.h"
 

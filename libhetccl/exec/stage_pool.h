@@ -1,4 +1,4 @@
-/* Staging blocks for device buffers (core/devpath.c): a small pool of one
+/* Staging blocks for device buffers (exec/devpath.c): a small pool of one
  * kind of memory, each block declared for RDMA and handed back by an event
  * on the stream that last used it.
  *
@@ -29,8 +29,8 @@
  *
  * Threads: the API thread of the communicator (one at a time, NCCL's
  * rule) acquires and releases; free runs at destroy. */
-#ifndef HETCCL_CORE_STAGE_POOL_H
-#define HETCCL_CORE_STAGE_POOL_H
+#ifndef HETCCL_EXEC_STAGE_POOL_H
+#define HETCCL_EXEC_STAGE_POOL_H
 
 #include <stddef.h>
 #include <stdint.h>

@@ -9,8 +9,8 @@
  *
  * Thread: the caller's: the API thread for calls, phases and group ends;
  * whichever thread drives the engine for tasks and staging waits. */
-#ifndef HETCCL_CORE_TRACE_POINTS_H
-#define HETCCL_CORE_TRACE_POINTS_H
+#ifndef HETCCL_EXEC_TRACE_POINTS_H
+#define HETCCL_EXEC_TRACE_POINTS_H
 
 #include "comm/comm.h"
 #include "comm/op.h"
@@ -42,7 +42,7 @@ void hetccl_comm_trace_batch_end(const hetccl_task_t *tasks, hetccl_trace_kind_t
                                  uint64_t t0);
 
 /* The proxy waited for the stream to stage a batch's inputs, from t0_us to
- * t1_us (CLOCK_MONOTONIC microseconds, as core/devpath.c measures). */
+ * t1_us (CLOCK_MONOTONIC microseconds, as exec/devpath.c measures). */
 void hetccl_comm_trace_stage_wait(ncclComm_t comm, double t0_us, double t1_us);
 
 #endif

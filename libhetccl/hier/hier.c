@@ -1,6 +1,6 @@
 /* Hierarchical communicators: the island and leaders communicators of a
  * communicator that spans several islands, their map, teardown and
- * failure (core/hier.h). The forms of the collectives: core/hier_ops.c. */
+ * failure (hier/hier.h). The forms of the collectives: hier/hier_ops.c. */
 #include "hier/hier.h"
 
 #include <stdio.h>

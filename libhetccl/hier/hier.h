@@ -1,4 +1,14 @@
-/* Hierarchical communicators.
+/* hier/: the hierarchical forms of the collectives on a communicator that
+ * spans several islands, one of them with several ranks: its internal
+ * communicators and their map (this file, hier.c), the forms and their
+ * phases (hier_ops.c, hier_rails.c, hier_pairs.c), host buffers where a
+ * vendor serves the island (hier_host.c). It runs on the API thread; its
+ * phases run on the internal communicators through their backends
+ * (hetccl_comm_dispatch) and the engine's groups (exec/group.h). It never
+ * reaches a transport or a vendor's library but through those, and never
+ * includes backend/ or entry/.
+ *
+ * Hierarchical communicators.
  *
  * A communicator that spans several islands runs on hetccl's engine. Where
  * an island holds several ranks (two GPUs of one host behind NCCL, say,
@@ -22,7 +32,7 @@
  *            where the leaders alone would carry all of it through one
  *            rank's link (one GPU's, one NIC's).
  *
- * The collectives then run in phases on these two (core/hier_ops.c has
+ * The collectives then run in phases on these two (hier/hier_ops.c has
  * the table of forms); HETCCL_HIER=0 turns it off.
  *
  * Islands: ranks that present the same forced island (HETCCL_ISLANDS),
@@ -30,8 +40,8 @@
  * lowest rank; the island communicator keeps the parent's rank order.
  *
  * Threads: setup runs where init runs; the calls on the API thread. */
-#ifndef HETCCL_CORE_HIER_H
-#define HETCCL_CORE_HIER_H
+#ifndef HETCCL_HIER_HIER_H
+#define HETCCL_HIER_HIER_H
 
 #include "comm/comm.h"
 #include "comm/op.h"
@@ -62,7 +72,7 @@ typedef struct hetccl_hier_map {
   size_t scratch_bytes;
   int scratch_on_device;
   struct hetccl_hier_retired *retired;
-  hetccl_hier_stage_t *stages; /* host buffers' staging pairs (core/hier_host.c) */
+  hetccl_hier_stage_t *stages; /* host buffers' staging pairs (hier/hier_host.c) */
 } hetccl_hier_map_t;
 
 /* After the engine is up: make comm->island, comm->leaders, comm->rail
@@ -103,7 +113,7 @@ void hetccl_hier_map_free(ncclComm_t comm, hetccl_hier_map_t *m);
  * *ptr. */
 ncclResult_t hetccl_hier_device_block(ncclComm_t comm, void **ptr, size_t bytes);
 
-/* Host buffers where a vendor serves the island (core/hier_host.c has the
+/* Host buffers where a vendor serves the island (hier/hier_host.c has the
  * contract). begin: where op names host memory on this rank, stage its
  * inputs on op->stream and point op at device blocks (*stage set; NULL:
  * nothing to stage). return: after the form is launched, queue the
@@ -118,7 +128,7 @@ void hetccl_hier_host_free(ncclComm_t comm, hetccl_hier_map_t *m);
 /* Whether op (validated, on a communicator run by hetccl) has a
  * hierarchical form here (the same answer on every rank for the same
  * call), and running it: the phases in stream order on the island and
- * leaders communicators (core/hier_ops.c). A failing phase fails comm and
+ * leaders communicators (hier/hier_ops.c). A failing phase fails comm and
  * its siblings (hetccl_hier_fail) and says where it failed in the message. */
 int hetccl_hier_applies(ncclComm_t comm, const hetccl_op_t *op);
 ncclResult_t hetccl_hier_run(ncclComm_t comm, const hetccl_op_t *op);
@@ -126,7 +136,7 @@ ncclResult_t hetccl_hier_run(ncclComm_t comm, const hetccl_op_t *op);
 /* Inside a group: keep op (copied) for the outermost group end, which
  * runs the kept operations once the group's other work and the vendor's
  * group are launched, in step (slot by slot, each slot one group:
- * core/hier_ops.c), or drops them (drop: the group failed or was only
+ * hier/hier_ops.c), or drops them (drop: the group failed or was only
  * simulated). Returns the first failure. Per thread. */
 ncclResult_t hetccl_hier_defer(ncclComm_t comm, const hetccl_op_t *op);
 ncclResult_t hetccl_hier_run_deferred(int drop);

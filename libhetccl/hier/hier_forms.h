@@ -1,11 +1,11 @@
-/* What the hierarchical forms share (core/hier_ops.c has the table of
- * forms, the choice of form and the running; core/hier_rails.c the forms
- * across every rank of the islands at once; core/hier_pairs.c the ones
+/* What the hierarchical forms share (hier/hier_ops.c has the table of
+ * forms, the choice of form and the running; hier/hier_rails.c the forms
+ * across every rank of the islands at once; hier/hier_pairs.c the ones
  * made of point-to-point pairs). Internal to those three files.
  *
- * Thread: the API caller's (core/hier.h). */
-#ifndef HETCCL_CORE_HIER_FORMS_H
-#define HETCCL_CORE_HIER_FORMS_H
+ * Thread: the API caller's (hier/hier.h). */
+#ifndef HETCCL_HIER_HIER_FORMS_H
+#define HETCCL_HIER_HIER_FORMS_H
 
 #include <stddef.h>
 #include <stdint.h>

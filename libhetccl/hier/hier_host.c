@@ -3,7 +3,7 @@
  * The vendor library (NCCL, RCCL) reads and writes only memory its device
  * can reach; hetccl's engine takes host buffers as they are, and on them a
  * call is blocking (docs/threads.md). A rank of a vendor island handed host
- * memory for a hierarchical form (core/hier_ops.c) therefore stages the
+ * memory for a hierarchical form (hier/hier_ops.c) therefore stages the
  * host buffers of the call through device memory, and the forms only ever
  * see device buffers:
  *

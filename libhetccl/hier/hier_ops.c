@@ -1,4 +1,4 @@
-/* The hierarchical forms of the collectives (core/hier.h).
+/* The hierarchical forms of the collectives (hier/hier.h).
  *
  * On a hierarchical communicator a collective runs as phases on the
  * caller's stream: inside each island on the island communicator (the
@@ -22,10 +22,10 @@
  *
  * Where every island holds as many ranks, AllReduce, Broadcast, Reduce,
  * AllGather and ReduceScatter of large messages cross on every rank at once instead
- * (the rails' forms: core/hier_rails.c, its table at its top). A send or
+ * (the rails' forms: hier/hier_rails.c, its table at its top). A send or
  * receive inside a vendor island, and AlltoAll, Gather and Scatter, run as
- * pairs, those inside a vendor island on the island (core/hier_pairs.c).
- * What the three files share: core/hier_forms.h.
+ * pairs, those inside a vendor island on the island (hier/hier_pairs.c).
+ * What the three files share: hier/hier_forms.h.
  *
  * ncclAvg and PreMulSum are not composable across phases (an average of
  * averages is wrong for islands of different sizes) and run flat, over
@@ -39,7 +39,7 @@
  * them in the map's scratch block, of the user's kind of memory. Host
  * buffers where a vendor serves the island are staged through device
  * memory first, and the call then blocks as on the engine
- * (core/hier_host.c): the forms see only memory the vendor can reach.
+ * (hier/hier_host.c): the forms see only memory the vendor can reach.
  *
  * Inside a group the phases cannot be grouped with the rest (the island's
  * vendor call would only start at the vendor's group end, after the

@@ -12,7 +12,7 @@
  *   Scatter                                                       the root
  *
  * Both ranks of a pair decide from the map alone, whatever their buffers
- * (host buffers are staged for the vendor, core/hier_host.c), so a send
+ * (host buffers are staged for the vendor, hier/hier_host.c), so a send
  * and its receive always meet on one communicator.
  *
  * Thread: the API caller's. */

@@ -1,5 +1,5 @@
 /* The rails: hierarchical forms in which every rank of the islands
- * crosses at once (core/hier.h: rail j holds the ranks of index j in every
+ * crosses at once (hier/hier.h: rail j holds the ranks of index j in every
  * island, one per island; rail 0 is the leaders). Where every island holds
  * k ranks and the message is large enough, each rank's link carries 1/k of
  * what crosses, where through the leaders one rank's link carries all of

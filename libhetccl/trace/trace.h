@@ -34,26 +34,26 @@
  * The events (cat / name as in the file):
  *
  *   kind    cat     name                   where, and what it covers
- *   CALL    call    AllReduce, Send, ...   core/dispatch.c: an NCCL call on the user's
+ *   CALL    call    AllReduce, Send, ...   entry/dispatch.c: an NCCL call on the user's
  *                                          communicator, entry to return (on a stream:
  *                                          the launch, not the device's work)
- *   GROUP   call    GroupEnd               core/entry_group.c: the outermost ncclGroupEnd,
+ *   GROUP   call    GroupEnd               entry/entry_group.c: the outermost ncclGroupEnd,
  *                                          where a group's engine work and deferred
  *                                          hierarchical collectives run
- *   PHASE   phase   island, leaders, rail  core/hier_ops.c: one phase of a hierarchical
+ *   PHASE   phase   island, leaders, rail  hier/hier_ops.c: one phase of a hierarchical
  *                                          collective (args.op: the phase's collective,
  *                                          args.step: its place in the call, from 0)
- *   ENGINE  engine  AllReduce, ..., p2p    core/group.c: one collective, or one batch of
+ *   ENGINE  engine  AllReduce, ..., p2p    exec/run.c: one collective, or one batch of
  *                                          sends and receives, run by the engine, on the
  *                                          thread that drives it
- *   PLANE   engine  plane                  core/group.c: the data plane's share of a
+ *   PLANE   engine  plane                  exec/run.c: the data plane's share of a
  *                                          batch of host buffers
  *   SEND    piece   send                   p2p/engine.c: one message sent (args.peer,
  *   RECV    piece   recv                   args.bytes) or received; empty signature
  *                                          messages are left out
  *   REDUCE  reduce  reduce                 algo/: a host reduction (args.bytes of
  *                                          output, args.dtype, args.op)
- *   STAGE   stage   stage wait             core/devpath.c: the proxy waiting for the
+ *   STAGE   stage   stage wait             exec/devpath.c: the proxy waiting for the
  *                                          stream to stage a batch's device inputs into
  *                                          host memory (the copies themselves run on the
  *                                          stream, where the host cannot time them)

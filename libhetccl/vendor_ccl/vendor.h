@@ -4,7 +4,7 @@
  * loader serve both; a small descriptor per vendor (vendor_ccl/loader.c) says
  * where each is looked for. A process forwards to the vendor of its device
  * kind (the vendor column of HETCCL_DEVICE_KINDS in runtime/runtime.h, read
- * by core/init.c): NCCL for CUDA ranks, RCCL for HIP ranks.
+ * by comm/identity.c): NCCL for CUDA ranks, RCCL for HIP ranks.
  *
  * Every slot is taken with dlsym on the library's own handle, never by
  * global symbol lookup, so that hetccl (which exports the same names, and

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Send/recv on one communicator of four GPUs in two islands (0,0,1,1),
 between ranks of one island and between islands, with hetccl's routing of
-a send inside a vendor island to the island's NCCL (core/hier_ops.c) and
+a send inside a vendor island to the island's NCCL (hier/hier_ops.c) and
 without it (HETCCL_HIER=0: every pair on hetccl's engine and data plane).
 
     python3 tools/device/p2p_islands.py [--mib 256] [--iters 10]

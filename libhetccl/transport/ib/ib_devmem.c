@@ -5,7 +5,7 @@
  *   staged, registered  always, for every device buffer but    the GPU's copy engine into
  *                       the sends below                        pinned staging that core
  *                                                              declares as RDMA memory
- *                                                              (core/devpath.c), then the NIC
+ *                                                              (exec/devpath.c), then the NIC
  *                                                              by RDMA from it (ib_rdv.c):
  *                                                              no CPU copy for messages of
  *                                                              HETCCL_IB_ZCOPY_THRESHOLD

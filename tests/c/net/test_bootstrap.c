@@ -168,7 +168,7 @@ static int threads(int nranks) {
 /* White-box: the root address sits at offset 24 of the id, and a hello
  * is {magic u64, secret u64, rank i32, nranks i32, info_bytes u64, wire
  * address 32 bytes, timeout u32, left u32, first i32, last i32, successor
- * i32, pad} (core/bootstrap_wire.h). */
+ * i32, pad} (comm/bootstrap_wire.h). */
 #define HELLO_MAGIC 0x48455442534845ull
 typedef struct fake_hello {
   uint64_t magic, secret;
