@@ -18,7 +18,9 @@ const char *hetcclVersionString(void);
 
 /* The knob table (environment variables hetccl reads), for `hetccl info`.
  * index in [0, hetcclKnobCount()); every out pointer may be NULL; the
- * strings are static. `value` is the effective value ("" when unset).
+ * strings are static. `value` is the effective value ("" when unset); for
+ * a value the table refuses (hetcclKnobsCheck fails naming it), the text as
+ * given, which no reader in the library sees (they take the default).
  * `type` is "int", "str", or "enum:" followed by the allowed words
  * separated by '|' ("enum:auto|shm|socket|ib"). */
 int hetcclKnobCount(void);

@@ -92,25 +92,3 @@ def test_valid_value_works(var: str, words: List[str], nocase: bool) -> None:
         assert out["kind"] == "ok", (var, value, rank, out)
         assert out["sum"] == out["want"], (var, value, rank, out)
 
-
-def rank_knob_values() -> Dict[str, str]:
-    """Every knob's value as the library's readers see it (hetcclKnobInfo)."""
-    from hetccl.cli import knobs
-    return {name: value for name, _type, _default, value, _help in knobs()}
-
-
-@pytest.mark.timeout(TIMEOUT)
-@pytest.mark.parametrize("var,words,nocase", enum_knobs(), ids=lambda v: str(v))
-def test_refused_value_reads_as_the_default(var: str, words: List[str], nocase: bool) -> None:
-    """A value the table refuses is never what a reader sees: the knob reads
-    as its default (init fails, test_bogus_value_fails_init)."""
-    default = {name: d for name, _t, d, _v, _h in
-               hetccl.launch(_knob_rows, 1, timeout=TIMEOUT - 10)[0]}[var]
-    got = hetccl.launch(rank_knob_values, 1, env={var: "bogus", "NCCL_DEBUG_FILE": "/dev/null"},
-                        timeout=TIMEOUT - 10)[0]
-    assert got[var] == default, (var, got[var], default)
-
-
-def _knob_rows() -> List[Tuple[str, str, str, str, str]]:
-    from hetccl.cli import knobs
-    return knobs()

@@ -112,7 +112,10 @@ ncclResult_t hetccl_own_KnobInfo(int index, const char **name, const char **type
   if (name) *name = d->env;
   if (type) *type = d->type_name; /* "int", "str", "enum:auto|shm|..." */
   if (defaultValue) *defaultValue = d->def;
-  if (value) {
+  const char *given, *why;
+  if (value && hetccl_knob_refused((hetccl_knob_t)index, &given, &why)) {
+    *value = given; /* what was set, for `hetccl info` to flag: no reader sees it */
+  } else if (value) {
     static __thread char buf[32];
     if (d->type == HETCCL_KNOB_INT) {
       snprintf(buf, sizeof(buf), "%lld", (long long)hetccl_knob_int((hetccl_knob_t)index));
