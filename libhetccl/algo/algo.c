@@ -141,13 +141,38 @@ static ncclResult_t run_single(const hetccl_coll_t *c) {
  * four rounds of one message cost a few. */
 #define DIRECT_ALLREDUCE_MAX_RANKS 4
 
+/* Large AllReduce by reads (pull_ar.c: a ReduceScatter and an AllGather,
+ * each rank reading from its peers) where single copy is on and it beats
+ * the ring. On the 16-core machine against MPICH (tools/device/cpu_sweep.sh,
+ * group "ar", paired medians, 2026-11-29; docs/measurements.md), pull / ring:
+ * at 64 MiB n=2 2.39 / 2.84, n=4 2.39 / 1.61, n=8 2.80 / 1.64, n=16 3.27 /
+ * 1.68; at 1 MiB n=2 1.81 / 1.47, n=4 1.55 / 1.95, n=8 1.42 / 1.57, n=16
+ * 1.26 / 0.90. So: from PULL_ALLREDUCE_MIN_RANKS ranks at
+ * PULL_ALLREDUCE_BYTES and more, and on more than PULL_ALLREDUCE_WIDE_RANKS
+ * ranks from PULL_ALLREDUCE_WIDE_BYTES (each rank's block is then small, and
+ * the ring's 2 (n - 1) steps cost more than the reads). */
+#define PULL_ALLREDUCE_MIN_RANKS 4
+#define PULL_ALLREDUCE_BYTES (4u << 20)
+#define PULL_ALLREDUCE_WIDE_RANKS 8
+#define PULL_ALLREDUCE_WIDE_BYTES (1u << 20)
+
+static int pull_allreduce_pays(const hetccl_engine_t *e, int n, size_t bytes) {
+  if (bytes <= hetccl_engine_pull_min(e)) return 0; /* single copy is off, or too small */
+  if (n > PULL_ALLREDUCE_WIDE_RANKS && bytes >= PULL_ALLREDUCE_WIDE_BYTES) return 1;
+  return n >= PULL_ALLREDUCE_MIN_RANKS && bytes >= PULL_ALLREDUCE_BYTES;
+}
+
 static ncclResult_t run_allreduce(hetccl_engine_t *e, const hetccl_coll_t *c, int algo,
                                   size_t bytes) {
   int n = hetccl_engine_nranks(e);
   if (algo == HETCCL_ALGO_PULL && c->op.premul) algo = HETCCL_ALGO_RING; /* pull_rs.c */
   if (algo < 0) {
-    if (bytes > hetccl_engine_small_bytes(e)) algo = HETCCL_ALGO_RING;
-    else algo = n <= DIRECT_ALLREDUCE_MAX_RANKS ? HETCCL_ALGO_DIRECT : HETCCL_ALGO_RD;
+    if (bytes <= hetccl_engine_small_bytes(e))
+      algo = n <= DIRECT_ALLREDUCE_MAX_RANKS ? HETCCL_ALGO_DIRECT : HETCCL_ALGO_RD;
+    else if (!c->op.premul && pull_allreduce_pays(e, n, bytes))
+      algo = HETCCL_ALGO_PULL;
+    else
+      algo = HETCCL_ALGO_RING;
   }
   switch (algo) {
     case HETCCL_ALGO_RING: return hetccl_ring_allreduce(e, c);
@@ -157,14 +182,15 @@ static ncclResult_t run_allreduce(hetccl_engine_t *e, const hetccl_coll_t *c, in
   }
 }
 
-/* HETCCL_ALGO: an algorithm by name, or -1 for auto (the knob table
- * allows no other word). */
+/* HETCCL_ALGO: an algorithm, or -1 for auto. */
 static int algo_forced(void) {
-  const char *s = hetccl_knob_str(HETCCL_KNOB_ALGO);
-#define ALGO_MATCH(id, name) if (!strcmp(s, name)) return HETCCL_ALGO_##id;
-  HETCCL_ALGOS(ALGO_MATCH)
-#undef ALGO_MATCH
-  return -1;
+  switch (hetccl_knob_enum(HETCCL_KNOB_ALGO)) {
+    case HETCCL_KNOB_ALGO_ring: return HETCCL_ALGO_RING;
+    case HETCCL_KNOB_ALGO_rd: return HETCCL_ALGO_RD;
+    case HETCCL_KNOB_ALGO_direct: return HETCCL_ALGO_DIRECT;
+    case HETCCL_KNOB_ALGO_pull: return HETCCL_ALGO_PULL;
+    default: return -1;
+  }
 }
 
 ncclResult_t hetccl_algo_run(hetccl_engine_t *e, const hetccl_coll_t *c) {
