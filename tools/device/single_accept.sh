@@ -19,6 +19,9 @@
 #               the DDP step taken apart
 #   gpushare    hetccl-perf, two processes on the one GPU (hetccl run -n 2):
 #               with no variable, and with HETCCL_ISLANDS=rank beside it
+#   cudatests   tests/test_devreduce.py and tests/test_cuda_engine.py (the cases
+#               one GPU runs: ranks on one GPU in islands of their own, a CUDA
+#               rank with host ranks, the device reductions bit for bit)
 #   cpu         tools/device/cpu_sweep.sh's acceptance group: tools/bench_cpu.py
 #               against MPICH, every case at n=2,4,8,16, no knob set
 #               ($CPU_GROUPS: more of its groups)
@@ -35,7 +38,7 @@ LIB=$ROOT/build-dev/libhetccl/libhetccl.so
 export HETCCL_LIBRARY=$LIB HETCCL_PERF_LIB=$LIB
 export PYTHONPATH=/tmp/site:$ROOT/python${PYTHONPATH:+:$PYTHONPATH}
 . "$ROOT/tools/device/stages.sh"
-STAGES=${STAGES:-torch torchbench gpushare cpu}
+STAGES=${STAGES:-torch torchbench gpushare cudatests cpu}
 TORCH_REPS=${TORCH_REPS:-3}
 CPU_GROUPS=${CPU_GROUPS:-defaults}
 
@@ -52,7 +55,7 @@ do_single_build() {
 }
 do_torch() {
   local rc=0 d
-  for d in cpu,cpu,cpu,cpu cpu,cpu,cpu,cpu,cpu,cpu,cpu,cpu cuda:0,cpu,cpu cuda:0,cuda:0; do
+  for d in ${TORCH_DEVICES:-cpu,cpu,cpu,cpu cpu,cpu,cpu,cpu,cpu,cpu,cpu,cpu cuda:0,cpu,cpu cuda:0,cuda:0}; do
     echo "--- devices $d"
     $PY tools/device/torch_backend_check.py --devices $d --steps 20 --timeout 240 || rc=1
   done
@@ -78,14 +81,19 @@ do_gpushare() {
       $mem -c 1 -n 10 -w 3 -b 1M -e 256M -f 16 || return 1
   done
 }
+do_cudatests() {
+  $PY -m pytest -q tests/test_devreduce.py tests/test_cuda_engine.py -p no:cacheprovider -rs \
+    -k "not bandwidth"
+}
 do_cpu() { OUT=$OUT/cpu SWEEP_GROUPS=$CPU_GROUPS SWEEP_LIMIT_S=400 bash tools/device/cpu_sweep.sh; }
-export -f note do_single_build do_torch do_torchbench do_gpushare do_cpu
+export -f note do_single_build do_torch do_torchbench do_gpushare do_cudatests do_cpu
 export PY OUT ROOT TORCH_REPS CPU_GROUPS
 
 stage 01 build 240 do_single_build
 want torch && stage 02 torch 300 do_torch
 want torchbench && stage 03 torchbench 420 do_torchbench
 want gpushare && stage 04 gpushare 120 do_gpushare
-want cpu && stage 05 cpu 520 do_cpu
+want cudatests && stage 05 cudatests 200 do_cudatests
+want cpu && stage 06 cpu 520 do_cpu
 cat "$OUT/summary.txt"
 exit $STATUS
