@@ -140,6 +140,32 @@ def _line_up(barrier: Any, seconds: float) -> None:
         pass
 
 
+def survivor_outcome(comm: nccl.NcclCommunicator, got: Optional[NcclError], elapsed: float,
+                     barrier: Any, wait_s: float, again: bool = True) -> Outcome:
+    """What a survivor reports once the failure reached it (or did not:
+    got None): the error and how soon; then, once every survivor holds its
+    error, whether the next call on the failed communicator fails the same
+    way (`again`), and how long the abort took."""
+    if got is None:
+        comm.abort()
+        return {"kind": "ok", "s": elapsed}
+    out = _error(got, elapsed)
+    # Every survivor holds its error before any of them aborts: an abort
+    # closes connections, and the others would then blame the aborting rank.
+    _line_up(barrier, wait_s)
+    if again:  # a failed communicator stays failed: the next call says so
+        x = np.zeros(16, dtype=np.float32)
+        try:
+            comm.allReduce(_ptr(x), _ptr(x), 16, nccl.NCCL_FLOAT32, nccl.NCCL_SUM)
+            out["again"] = "ok"
+        except NcclError as e:
+            out["again"] = e.name
+    t1 = time.monotonic()
+    comm.abort()
+    out["abort_s"] = time.monotonic() - t1
+    return out
+
+
 def _die() -> None:
     os.kill(os.getpid(), signal.SIGKILL)
 

@@ -16,9 +16,9 @@ from typing import Any, Dict, List, Optional, Tuple
 import numpy as np
 import pytest
 
-from failing_ranks import (DEAD_PEER_BOUND_S, F32, Outcome, REMOTE, SUM, SYSTEM,
-                           TIMEOUT_ERR, _arrays, _die, _die_after, _error, _line_up, _names_rank,
-                           _ok_results, _ptr, _run_ranks, survivors_wrong)
+from failing_ranks import (DEAD_PEER_BOUND_S, F32, Outcome, REMOTE, SUM, SYSTEM, TIMEOUT_ERR,
+                           _arrays, _die, _die_after, _error, _line_up, _names_rank, _ok_results,
+                           _ptr, _run_ranks, survivor_outcome, survivors_wrong)
 from hetccl import nccl
 from hetccl.errors import NcclError
 from hetccl.nccl import NcclCommunicator
@@ -83,24 +83,7 @@ def rank_dead_peer(rank: int, n: int, uid: str, barrier: Any, case: str,
             comm.allReduce(_ptr(x), _ptr(y), 1024, F32, SUM)
     except NcclError as e:
         got = e
-    elapsed = time.monotonic() - t0
-    if got is None:
-        comm.abort()
-        return {"kind": "ok", "s": elapsed}
-    out = _error(got, elapsed)
-    # Every survivor holds its error before any of them aborts: an abort
-    # closes connections, and the others would then blame the aborting rank.
-    _line_up(barrier, DEAD_PEER_BOUND_S + 0.5)
-    # A failed communicator stays failed: the next call gives the same answer.
-    try:
-        comm.allReduce(_ptr(x), _ptr(y), 16, F32, SUM)
-        out["again"] = "ok"
-    except NcclError as e:
-        out["again"] = e.name
-    t1 = time.monotonic()
-    comm.abort()
-    out["abort_s"] = time.monotonic() - t1
-    return out
+    return survivor_outcome(comm, got, time.monotonic() - t0, barrier, DEAD_PEER_BOUND_S + 0.5)
 
 
 

@@ -55,7 +55,8 @@ from hetccl.errors import NcclError
 from hetccl.nccl import NcclCommunicator
 from test_collectives import LARGE_SET, MOVE, SMALL_CHUNKS, SUM, Sweep, rank_sweep
 from failing_ranks import (INVALID_USAGE, REMOTE, SYSTEM, Outcome, _die, _die_after, _error,
-                           _line_up, _names_rank, _ok_results, _run_ranks, survivors_wrong)
+                           _line_up, _names_rank, _ok_results, _run_ranks, survivor_outcome,
+                           survivors_wrong)
 from test_disagreements import (MISMATCH_CASES, SAME_ROOT_CASES, _describe, _learned,
                                 rank_mismatch)
 from test_leaks import RSS_BOUND_KIB, run_leak_script
@@ -224,16 +225,8 @@ def rank_ib_dead_peer(rank: int, n: int, uid: str, barrier: Any, case: str,
             comm.allReduce(xp, yp, 1024, F32, SUM)
     except NcclError as e:
         got = e
-    elapsed = time.monotonic() - t0
-    if got is None:
-        comm.abort()
-        return {"kind": "ok", "s": elapsed}
-    out = _error(got, elapsed)
-    _line_up(barrier, DEAD_PEER_BOUND_S + 5)
-    t1 = time.monotonic()
-    comm.abort()
-    out["abort_s"] = time.monotonic() - t1
-    return out
+    return survivor_outcome(comm, got, time.monotonic() - t0, barrier, DEAD_PEER_BOUND_S + 5,
+                            again=False)
 
 
 @pytest.mark.rdma

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from failing_ranks import (DEAD_PEER_BOUND_S, F32, Outcome, REMOTE, SUM, _arrays, _die_after,
-                           _error, _line_up, _ptr, _run_ranks, survivors_wrong)
+                           _ptr, _run_ranks, survivor_outcome, survivors_wrong)
 from hetccl.errors import NcclError
 from hetccl.nccl import NcclCommunicator
 
@@ -54,21 +54,7 @@ def rank_dies_while_read(rank: int, n: int, uid: str, barrier: Any, what: str,
             call()
     except NcclError as e:
         got = e
-    elapsed = time.monotonic() - t0
-    if got is None:
-        comm.abort()
-        return {"kind": "ok", "s": elapsed}
-    out = _error(got, elapsed)
-    _line_up(barrier, DEAD_PEER_BOUND_S + 0.5)
-    try:
-        comm.allReduce(_ptr(x), _ptr(y), 16, F32, SUM)
-        out["again"] = "ok"
-    except NcclError as e:
-        out["again"] = e.name
-    t1 = time.monotonic()
-    comm.abort()
-    out["abort_s"] = time.monotonic() - t1
-    return out
+    return survivor_outcome(comm, got, time.monotonic() - t0, barrier, DEAD_PEER_BOUND_S + 0.5)
 
 
 @pytest.mark.timeout(60)
