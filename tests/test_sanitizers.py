@@ -17,8 +17,9 @@ What runs where (2 to 3 minutes for both on 2 cores, builds included):
               root while it joins). Left out: the shared-memory and socket
               transport tests, whose ranks are single-threaded processes
               sharing memory ThreadSanitizer cannot see (and which run for
-              minutes under it), algo-np3-big (the np3 paths again, on
-              larger buffers), and the single-threaded reduction kernels.
+              minutes under it), algo-np3-big and algo-np3-pull-big (the np3
+              paths again, on larger buffers), and the single-threaded
+              reduction kernels.
 
 Skipped where the compiler cannot build and run a sanitized program, and
 with HETCCL_TEST_SANITIZERS=0.
@@ -55,7 +56,7 @@ _TSAN_SUITES = {"threads", "net", "vendor", "abi", "algo"}
 def _tsan_keep(name: str, suites: List[str]) -> bool:
     if not _TSAN_SUITES.intersection(suites) or "bench" in suites:
         return False
-    return not name.startswith("socket-") and name != "algo-np3-big"
+    return not name.startswith("socket-") and name not in ("algo-np3-big", "algo-np3-pull-big")
 
 
 VARIANTS = [
