@@ -31,16 +31,7 @@
 #include "util/knobs.h"
 #include "util/log.h"
 
-static int failures;
-#define CHECK(cond, ...)                                   \
-  do {                                                     \
-    if (!(cond)) {                                         \
-      fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__); \
-      fprintf(stderr, __VA_ARGS__);                        \
-      fprintf(stderr, "\n");                               \
-      failures++;                                          \
-    }                                                      \
-  } while (0)
+#include "../common/check.h"
 
 /* --- stand-ins for what group_streams.c calls ----------------------------- */
 

@@ -12,16 +12,7 @@
 
 #include "util/knobs.h"
 
-static int failures;
-#define CHECK(cond, ...)                                   \
-  do {                                                     \
-    if (!(cond)) {                                         \
-      fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__); \
-      fprintf(stderr, __VA_ARGS__);                        \
-      fprintf(stderr, "\n");                               \
-      failures++;                                          \
-    }                                                      \
-  } while (0)
+#include "../common/check.h"
 
 static void set(const char *var, const char *value) {
   if (value) setenv(var, value, 1);
