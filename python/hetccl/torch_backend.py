@@ -265,7 +265,7 @@ class HetcclBackend(_BASE):  # type: ignore[misc,valid-type]
         with self._lock:
             if self._comm is None:
                 self._join(device)
-        st = Stage(self._comm, tensors, self._device if self._forwarded else None)
+        st = Stage(self._comm, device, self._device if self._forwarded else None)
         try:
             yield st
         except BaseException:

@@ -2,8 +2,8 @@
 
 An operation is prepared on the caller's thread and then run:
 
-- **Prepared.** `Stage` takes the operation's tensors: checks that they are
-  on one device, makes inputs contiguous on the device the library reads
+- **Prepared.** `operation_device` checks that the tensors are on one
+  device; a `Stage` for that device makes inputs contiguous on the device the library reads
   them from, gives each output a buffer the library writes, and records the
   library calls the operation makes (`stage.lib.allReduce(...)`,
   `stage.group()`) without making them. Bad arguments raise here, on the
@@ -89,9 +89,9 @@ class Stage:
     communicator forwarded to NCCL, which takes device memory only).
     `stream`: the current stream of work_device (0 for host buffers)."""
 
-    def __init__(self, comm: Any, tensors: Sequence[torch.Tensor],
+    def __init__(self, comm: Any, device: torch.device,
                  staging_device: Optional[torch.device]) -> None:
-        self.device = operation_device(tensors)
+        self.device = device  # operation_device of the operation's tensors
         self.work_device = self.device
         if self.device.type == "cpu" and staging_device is not None:
             self.work_device = staging_device
