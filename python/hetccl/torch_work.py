@@ -3,9 +3,9 @@
 An operation is prepared on the caller's thread and then run:
 
 - **Prepared.** `operation_device` checks that the tensors are on one
-  device; a `Stage` for that device makes inputs contiguous on the device the library reads
-  them from, gives each output a buffer the library writes, and records the
-  library calls the operation makes (`stage.lib.allReduce(...)`,
+  device; a `Stage` for that device makes inputs contiguous where the
+  library reads them, gives each output a buffer the library writes, and
+  records the library calls the operation makes (`stage.lib.allReduce(...)`,
   `stage.group()`) without making them. Bad arguments raise here, on the
   caller's thread, before any call reaches the library.
 - **Run.** `Stage.steps` makes the recorded calls in order, then copies
