@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "algo/algo.h"
+#include "sched/sched.h"
 #include "trace/trace.h"
 #include "util/check.h"
 
@@ -74,14 +75,10 @@ ncclResult_t hetccl_algo_window_drain(hetccl_engine_t *e, algo_window_t *w);
 ncclResult_t hetccl_algo_pairwise(hetccl_engine_t *e, const char *sbase, size_t sstride,
                                   char *rbase, size_t rstride, size_t bytes, int copy_own);
 
-/* hetccl_reduce, and its REDUCE event when tracing (trace/trace.h): every
- * host reduction of the algorithms goes through here. */
-void hetccl_algo_trace_reduce(const hetccl_redop_t *op, size_t count, uint64_t t0);
+/* Every host reduction, traced (sched/sched.h). */
 static inline void algo_reduce(const hetccl_redop_t *op, void *dst, const void *a, const void *b,
                                size_t count) {
-  uint64_t t0 = HETCCL_TRACE_BEGIN();
-  hetccl_reduce(op, dst, a, b, count);
-  if (t0) hetccl_algo_trace_reduce(op, count, t0);
+  hetccl_sched_reduce_traced(op, dst, a, b, count);
 }
 
 /* Local copy that tolerates src == dst (in-place conventions). */
@@ -145,17 +142,27 @@ ncclResult_t hetccl_ring_run(const ring_plan_t *pl, void *slots);
  *
  * Rank r reduces block r of every rank's input into dst, reading each
  * peer's block straight from its buffer where the transport pulls
- * (engine.h: pull_min), in rank order. */
-typedef struct pull_plan {
+ * (engine.h: pull_min), in cache-sized sub-blocks, each in rank order. */
+typedef struct pull_plan pull_plan_t;
+/* Called with each finished (reduced, averaged) sub-block of dst, in
+ * order, as soon as it is: sc elements at sub. */
+typedef ncclResult_t (*pull_sub_fn)(const pull_plan_t *pl, char *sub, size_t sc);
+struct pull_plan {
   hetccl_engine_t *e;
   const hetccl_coll_t *c;
   size_t blockcount; /* every block this many elements (ReduceScatter), or 0: */
   size_t count;      /* count elements split by hetccl_algo_block (AllReduce) */
   const char *in;    /* every rank's input (its sendbuf) */
   char *dst;         /* where this rank's block of the result goes */
-} pull_plan_t;
+  pull_sub_fn on_sub; /* NULL: none */
+  void *on_sub_arg;   /* on_sub's */
+};
 
 void hetccl_pull_block(const pull_plan_t *pl, int b, size_t *off, size_t *cnt);
+/* The sub-blocks of a block of cnt elements: returns how many, *per
+ * elements each (the last one shorter); a function of cnt, the type and
+ * the engine's knobs only, so sender and reader cut alike. */
+int hetccl_pull_subs(const pull_plan_t *pl, size_t cnt, size_t *per);
 size_t hetccl_pull_scratch_bytes(const pull_plan_t *pl);
 /* Blocking; `mem` is hetccl_pull_scratch_bytes(pl) bytes of scratch, 16-aligned;
  * the block is finished (average) on return. Not for PreMulSum. The caller
@@ -176,6 +183,10 @@ ncclResult_t hetccl_direct_allreduce(hetccl_engine_t *e, const hetccl_coll_t *c)
 ncclResult_t hetccl_rd_allreduce(hetccl_engine_t *e, const hetccl_coll_t *c);
 ncclResult_t hetccl_direct_allgather(hetccl_engine_t *e, const hetccl_coll_t *c);
 ncclResult_t hetccl_direct_reducescatter(hetccl_engine_t *e, const hetccl_coll_t *c);
+
+/* rhd.c: AllReduce by recursive halving then doubling, a schedule
+ * (sched/sched.h) */
+ncclResult_t hetccl_rhd_allreduce(hetccl_engine_t *e, const hetccl_coll_t *c);
 
 /* tree.c: Broadcast (pipelined chain, binomial tree), small Reduce (binomial) */
 ncclResult_t hetccl_chain_broadcast(hetccl_engine_t *e, const hetccl_coll_t *c);
