@@ -357,17 +357,27 @@ ncclResult_t hetccl_engine_progress(hetccl_engine_t *e, int *idle) {
   return res == ncclSuccess ? res : engine_fail_call(e, res);
 }
 
-ncclResult_t hetccl_engine_wait(hetccl_engine_t *e, hetccl_req_t **reqs, int n) {
+/* Wait until every request (any: at least one) among reqs is done. */
+static ncclResult_t wait_reqs(hetccl_engine_t *e, hetccl_req_t **reqs, int n, int any) {
   if (e->failed != ncclSuccess) return e->failed;
   int first = 0; /* requests before `first` are done */
   int64_t idle_polls = 0, deadline = -1;
   idle_state_t rest = {-1, 0};
   for (;;) {
     if (HETCCL_TRACE_ON()) trace_done(e, reqs, n);
-    while (first < n && (!reqs[first] || reqs[first]->done)) first++;
-    int pending = 0;
-    for (int i = first; i < n && !pending; i++) pending = reqs[i] && !reqs[i]->done;
-    if (!pending) return ncclSuccess;
+    int pending = 0, finished = 0;
+    if (any) {
+      for (int i = 0; i < n; i++)
+        if (reqs[i]) {
+          if (reqs[i]->done) finished = 1;
+          else pending = 1;
+        }
+      if (finished || !pending) return ncclSuccess;
+    } else {
+      while (first < n && (!reqs[first] || reqs[first]->done)) first++;
+      for (int i = first; i < n && !pending; i++) pending = reqs[i] && !reqs[i]->done;
+      if (!pending) return ncclSuccess;
+    }
     int idle;
     ncclResult_t res = hetccl_engine_progress(e, &idle);
     if (res != ncclSuccess) return res;
@@ -390,6 +400,14 @@ ncclResult_t hetccl_engine_wait(hetccl_engine_t *e, hetccl_req_t **reqs, int n) 
       }
     }
   }
+}
+
+ncclResult_t hetccl_engine_wait(hetccl_engine_t *e, hetccl_req_t **reqs, int n) {
+  return wait_reqs(e, reqs, n, 0);
+}
+
+ncclResult_t hetccl_engine_wait_any(hetccl_engine_t *e, hetccl_req_t **reqs, int n) {
+  return wait_reqs(e, reqs, n, 1);
 }
 
 ncclResult_t hetccl_engine_sendrecv(hetccl_engine_t *e, int to, const void *sbuf, size_t sbytes,

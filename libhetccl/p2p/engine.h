@@ -53,6 +53,10 @@ ncclResult_t hetccl_engine_irecv_device(hetccl_engine_t *e, int peer, void *buf,
  * On error, the communicator is marked failed and the error (naming the
  * peer) is returned; later calls return it too. */
 ncclResult_t hetccl_engine_wait(hetccl_engine_t *e, hetccl_req_t **reqs, int n);
+/* The same until at least one of them is done (at once where none is
+ * pending; NULL entries are skipped): for a caller with several requests
+ * whose next work depends on whichever finishes first (sched/sched_host.c). */
+ncclResult_t hetccl_engine_wait_any(hetccl_engine_t *e, hetccl_req_t **reqs, int n);
 
 /* One sweep over every peer's requests, waiting for none: for a caller
  * that polls requests of its own between other work (the data plane's

@@ -1,0 +1,132 @@
+/* sched/: schedules. A collective written once as steps on peers, with
+ * the order between them, and run by an executor that owns the waiting.
+ *
+ *   step          does                                            done when
+ *   SEND          `bytes` of src to `peer`                        the transport is done with src
+ *   RECV          `bytes` from `peer` into dst                    dst holds them
+ *   RECV_REDUCE   `bytes` from `peer` reduced into dst as they    dst holds the result
+ *                 land: dst = in (op) incoming, or incoming
+ *                 (op) in with `in_right` (in may be dst)
+ *   REDUCE        dst = a (op) b, `bytes` of elements             at once
+ *   COPY          dst = src (src == dst allowed)                  at once
+ *   PREPARE       dst = src scaled by op's PreMulSum scalar       at once
+ *                 (a plain copy for other operators)
+ *   FINISH        dst scaled in place as op finishes (Avg's       at once
+ *                 division; nothing for other operators)
+ *
+ * Order. A step starts once every step it names in `after` is done, and
+ * not before the steps ahead of it in the schedule that talk to the same
+ * peer in the same direction have started: messages between two ranks are
+ * matched in posting order (p2p/engine.h), so both ranks post a pair's
+ * messages in the order their schedules list them. Nothing else orders
+ * steps: two steps with no path between them may run in either order, or
+ * overlap. A builder lists steps so that every `after` names an earlier
+ * step; the executor starts any step that may start, lowest index first.
+ *
+ * What a schedule does not say: which thread runs it, how it waits, how
+ * messages move. The executor of this folder (sched_host.c) runs one on
+ * the calling thread over the engine's point-to-point plane; the data
+ * plane's programs (plane/program.c) are the same model on device streams,
+ * lanes of steps with counters between them, and are not yet built from
+ * these schedules.
+ *
+ * Results: an executor adds nothing to a schedule's arithmetic. A schedule
+ * whose every element is reduced in an order that depends on the ranks
+ * alone gives the same bits on every run (algo/algo_impl.h's rule).
+ *
+ * Memory: a schedule lives in memory its builder provides
+ * (hetccl_sched_bytes(max_steps), 16-byte aligned; the algorithms take it
+ * from the engine's scratch), so building and running one never allocates.
+ *
+ * Thread: whichever thread drives the engine. */
+#ifndef HETCCL_SCHED_SCHED_H
+#define HETCCL_SCHED_SCHED_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "p2p/engine.h"
+#include "runtime/reduce.h"
+
+typedef enum {
+  HETCCL_STEP_SEND,
+  HETCCL_STEP_RECV,
+  HETCCL_STEP_RECV_REDUCE,
+  HETCCL_STEP_REDUCE,
+  HETCCL_STEP_COPY,
+  HETCCL_STEP_PREPARE,
+  HETCCL_STEP_FINISH,
+} hetccl_step_kind_t;
+
+/* Steps a step may wait for, besides the order of its pair's messages. */
+#define HETCCL_STEP_MAX_AFTER 3
+/* No step (an `after` slot left empty, a builder's failed append). */
+#define HETCCL_STEP_NONE (-1)
+
+typedef struct hetccl_step {
+  uint8_t kind;             /* hetccl_step_kind_t */
+  uint8_t in_right;         /* RECV_REDUCE: incoming (op) in */
+  uint8_t state;            /* the executor's */
+  int32_t peer;             /* SEND, RECV, RECV_REDUCE */
+  int32_t after[HETCCL_STEP_MAX_AFTER];
+  int32_t same_pair;        /* the previous step of this peer and direction (the builder's) */
+  void *dst;
+  const void *src;          /* SEND, COPY, PREPARE; REDUCE's a; RECV_REDUCE's in */
+  const void *src2;         /* REDUCE's b */
+  size_t bytes;
+  const hetccl_redop_t *op; /* RECV_REDUCE, REDUCE, PREPARE, FINISH: the schedule's */
+  hetccl_req_t req;         /* the executor's, for messages */
+} hetccl_step_t;
+
+typedef struct hetccl_sched {
+  hetccl_engine_t *e;
+  const hetccl_redop_t *op; /* the reducing steps' operator (NULL: none reduce) */
+  size_t esize;             /* bytes per element of op's type */
+  /* The receives of this schedule's plain messages (RECV) copy, so a
+   * pulling transport may read a SEND's source in place (engine.h:
+   * pull_ok); a schedule with RECV_REDUCE steps on pulling transports
+   * sets it too (pull_rs.c: the reader reduces what it reads). */
+  int pull_ok;
+  int nsteps, cap;
+  int failed;               /* an append past cap: the run refuses */
+  int32_t *last_send, *last_recv; /* per peer, while building */
+  hetccl_step_t *steps;
+  hetccl_req_t **posted;    /* the executor's: the messages in flight */
+} hetccl_sched_t;
+
+/* Bytes of memory for a schedule of up to max_steps steps on n ranks. */
+size_t hetccl_sched_bytes(int max_steps, int nranks);
+
+/* An empty schedule in mem (hetccl_sched_bytes(max_steps, n) bytes,
+ * 16-aligned) for engine e's ranks, reducing with op (NULL: no
+ * reduction). */
+void hetccl_sched_init(hetccl_sched_t *s, void *mem, int max_steps, hetccl_engine_t *e,
+                       const hetccl_redop_t *op);
+
+/* Append a step; returns its index, to name in later steps' `after`
+ * (HETCCL_STEP_NONE where it did not fit: the run then fails, saying so).
+ * a0..a2: steps it waits for, HETCCL_STEP_NONE for none. A message of
+ * zero bytes and a local step of zero bytes are still steps (they order
+ * others) but move nothing. */
+int hetccl_sched_send(hetccl_sched_t *s, int peer, const void *src, size_t bytes, int a0, int a1);
+int hetccl_sched_recv(hetccl_sched_t *s, int peer, void *dst, size_t bytes, int a0, int a1);
+int hetccl_sched_recv_reduce(hetccl_sched_t *s, int peer, void *dst, const void *in,
+                             int in_right, size_t bytes, int a0, int a1);
+int hetccl_sched_reduce(hetccl_sched_t *s, void *dst, const void *a, const void *b, size_t bytes,
+                        int a0, int a1, int a2);
+int hetccl_sched_copy(hetccl_sched_t *s, void *dst, const void *src, size_t bytes, int a0, int a1);
+int hetccl_sched_prepare(hetccl_sched_t *s, void *dst, const void *src, size_t bytes, int a0,
+                         int a1);
+int hetccl_sched_finish(hetccl_sched_t *s, void *dst, size_t bytes, int a0, int a1);
+
+/* hetccl_reduce, and its REDUCE event when tracing (trace/trace.h): every
+ * host reduction of the schedules and the algorithms goes through here. */
+void hetccl_sched_reduce_traced(const hetccl_redop_t *op, void *dst, const void *a, const void *b,
+                                size_t count);
+
+/* sched_host.c: run s to completion on this thread over its engine
+ * (blocking; the engine's timeout and abort apply). A failure fails the
+ * engine (p2p/engine.h: every later call on it returns the error). */
+ncclResult_t hetccl_sched_run_host(hetccl_sched_t *s);
+
+#endif

@@ -1,0 +1,109 @@
+/* The host executor (sched.h): a schedule run on the calling thread over
+ * the engine's point-to-point plane.
+ *
+ * A sweep walks the steps from the first unfinished one, in index order:
+ * a posted message that the transport finished is done; a step whose
+ * `after` steps are done, and whose pair's earlier message has been
+ * posted, starts (a message is posted, a local step runs at once). When a
+ * sweep starts nothing, the thread waits in the engine until any posted
+ * message finishes (hetccl_engine_wait_any: the engine's spinning,
+ * yielding, timeout and abort), then sweeps again.
+ *
+ * Receives that reduce do so as the bytes land, through the transport's
+ * consume hook, in the transport's pieces (dst = in (op) incoming).
+ *
+ * Thread: whichever thread drives the engine. */
+#include <string.h>
+
+#include "sched/sched.h"
+#include "trace/trace.h"
+#include "util/check.h"
+#include "util/log.h"
+
+enum { STEP_WAITING, STEP_POSTED, STEP_DONE };
+
+/* The consume hook of a RECV_REDUCE step (ctx: the step). */
+static void consume_reduce(void *ctx, void *dst, const void *src, size_t bytes) {
+  const hetccl_step_t *t = ctx;
+  size_t count = bytes / hetccl_dtype_size(t->op->dtype);
+  const char *in = (const char *)t->src + ((char *)dst - (char *)t->dst);
+  if (!count) return;
+  if (t->in_right)
+    hetccl_sched_reduce_traced(t->op, dst, src, in, count);
+  else
+    hetccl_sched_reduce_traced(t->op, dst, in, src, count);
+}
+
+static int step_ready(const hetccl_sched_t *s, const hetccl_step_t *t) {
+  for (int k = 0; k < HETCCL_STEP_MAX_AFTER; k++)
+    if (t->after[k] != HETCCL_STEP_NONE && s->steps[t->after[k]].state != STEP_DONE) return 0;
+  return t->same_pair == HETCCL_STEP_NONE || s->steps[t->same_pair].state != STEP_WAITING;
+}
+
+static ncclResult_t step_start(hetccl_sched_t *s, hetccl_step_t *t) {
+  hetccl_engine_t *e = s->e;
+  size_t count = t->op ? t->bytes / s->esize : 0;
+  switch (t->kind) {
+    case HETCCL_STEP_SEND:
+      t->state = STEP_POSTED;
+      return hetccl_engine_isend(e, t->peer, t->src, t->bytes, &t->req);
+    case HETCCL_STEP_RECV:
+      t->state = STEP_POSTED;
+      return hetccl_engine_irecv(e, t->peer, t->dst, t->bytes, NULL, NULL, &t->req);
+    case HETCCL_STEP_RECV_REDUCE:
+      t->state = STEP_POSTED;
+      return hetccl_engine_irecv(e, t->peer, t->dst, t->bytes, consume_reduce, t, &t->req);
+    case HETCCL_STEP_REDUCE:
+      if (count) hetccl_sched_reduce_traced(t->op, t->dst, t->src, t->src2, count);
+      break;
+    case HETCCL_STEP_COPY:
+      if (t->bytes && t->dst != t->src) memmove(t->dst, t->src, t->bytes);
+      break;
+    case HETCCL_STEP_PREPARE:
+      if (count) hetccl_reduce_prepare(t->op, t->dst, t->src, count);
+      break;
+    case HETCCL_STEP_FINISH:
+      if (count) hetccl_reduce_finish(t->op, t->dst, count);
+      break;
+    default:
+      WARN("schedule: step of unknown kind %d", (int)t->kind);
+      return ncclInternalError;
+  }
+  t->state = STEP_DONE;
+  return ncclSuccess;
+}
+
+ncclResult_t hetccl_sched_run_host(hetccl_sched_t *s) {
+  if (s->failed) return ncclInternalError; /* its builder's overflow, logged there */
+  hetccl_engine_t *e = s->e;
+  hetccl_step_t *steps = s->steps;
+  int n = s->nsteps, first = 0;
+  hetccl_engine_set_pull_ok(e, s->pull_ok);
+  for (int i = 0; i < n; i++) steps[i].state = STEP_WAITING;
+  while (first < n) {
+    int moved = 0, nposted = 0;
+    for (int i = first; i < n; i++) {
+      hetccl_step_t *t = &steps[i];
+      if (t->state == STEP_POSTED && t->req.done) {
+        hetccl_req_t *q = &t->req; /* returns at once; records its trace event */
+        HETCCL_CHECK(hetccl_engine_wait(e, &q, 1));
+        t->state = STEP_DONE;
+        moved = 1;
+      } else if (t->state == STEP_WAITING && step_ready(s, t)) {
+        HETCCL_CHECK(step_start(s, t));
+        moved = 1;
+      }
+      if (t->state == STEP_POSTED) s->posted[nposted++] = &t->req;
+    }
+    while (first < n && steps[first].state == STEP_DONE) first++;
+    if (!moved && first < n) {
+      if (!nposted) {
+        WARN("schedule: step %d of %d can never start (its builder ordered it after a step "
+             "that does not finish)", first, n);
+        return ncclInternalError;
+      }
+      HETCCL_CHECK(hetccl_engine_wait_any(e, s->posted, nposted));
+    }
+  }
+  return ncclSuccess;
+}
