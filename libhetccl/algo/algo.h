@@ -52,19 +52,6 @@ static inline int hetccl_func_rooted(hetccl_func_t f) {
          f == HETCCL_FUNC_SCATTER;
 }
 
-#define HETCCL_ALGOS(X)                                                        \
-  X(RING, "ring")                                                              \
-  X(RD, "rd")                                                                  \
-  X(DIRECT, "direct")                                                          \
-  X(PULL, "pull")
-
-typedef enum {
-#define HETCCL_ALGO_ENUM(id, name) HETCCL_ALGO_##id,
-  HETCCL_ALGOS(HETCCL_ALGO_ENUM)
-#undef HETCCL_ALGO_ENUM
-  HETCCL_ALGO_COUNT
-} hetccl_algo_id_t;
-
 /* count semantics follow NCCL: AllReduce/Broadcast/Reduce/AlltoAll(per peer)
  * /Gather,Scatter (per rank): count; AllGather: sendcount; ReduceScatter:
  * recvcount. */
