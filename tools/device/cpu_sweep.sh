@@ -32,6 +32,9 @@
 #             thresh  sendrecv 64 KiB..4 MiB and all_gather 256 KiB..16 MiB at
 #                     n = 2 and 16, ring against reads from 32 KiB: where
 #                     single copy starts to pay (HETCCL_SHM_CMA_MIN)
+#             rhd     all_reduce 1 KiB..4 MiB at n = 8 and 16: the default
+#                     against recursive halving-doubling (algo/rhd.c) and
+#                     the ring, forced
 #           A group starts only if the time left allows its estimate.
 # Knobs: SWEEP_LIMIT_S (default 500: seconds from the start after which no
 # group starts), SWEEP_REPS (3), SWEEP_GROUPS (default: all, in the order above),
@@ -43,7 +46,7 @@ OUT=${OUT:-/tmp/cpu_sweep_out}
 mkdir -p "$OUT"
 LIMIT=${SWEEP_LIMIT_S:-500}
 REPS=${SWEEP_REPS:-3}
-SET=${SWEEP_GROUPS:-defaults colls small ar thresh}
+SET=${SWEEP_GROUPS:-defaults colls small ar thresh rhd}
 WHEELS=${SWEEP_WHEELS:-.whl/cp312}
 PY=${SWEEP_PYTHON:-/opt/torch/.venv/bin/python3}
 [ -x "$PY" ] || PY=python3
@@ -128,4 +131,6 @@ group ar 90 --n 2,4,8,16 --variant def: \
   --cases all_reduce:1M,all_reduce:64M
 group thresh 50 --n 2,16 --variant $CMA0 --variant cma1m:HETCCL_SHM_CMA=1,HETCCL_SHM_CMA_MIN=32K \
   --cases sendrecv:64K..4M,all_gather:256K..16M
+group rhd 100 --n 8,16 --variant def: --variant rhd:HETCCL_ALGO=rhd \
+  --variant ring:HETCCL_ALGO=ring --cases all_reduce:1K..4M
 log "done"

@@ -16,7 +16,8 @@
 #               one GPU
 #   torchbench  tools/bench_torch.py at n=4 and n=8 ($TORCH_REPS alternating
 #               launches each): gloo against hetccl per collective and size,
-#               the DDP step taken apart
+#               the DDP step taken apart ($TORCH_ARGS: more of its options,
+#               e.g. "--colls all_reduce --sizes 16M" for the DDP step alone)
 #   gpushare    hetccl-perf, two processes on the one GPU (hetccl run -n 2):
 #               with no variable, and with HETCCL_ISLANDS=rank beside it
 #   cudatests   tests/test_devreduce.py and tests/test_cuda_engine.py (the cases
@@ -66,7 +67,7 @@ do_torchbench() {
   for n in 4 8; do
     echo "--- n=$n"
     $PY tools/bench_torch.py -n $n --reps "$TORCH_REPS" --profile --json "$OUT/torch-n$n.json" \
-      || return 1
+      ${TORCH_ARGS:-} || return 1
   done
 }
 do_gpushare() {
@@ -87,7 +88,7 @@ do_cudatests() {
 }
 do_cpu() { OUT=$OUT/cpu SWEEP_GROUPS=$CPU_GROUPS SWEEP_LIMIT_S=400 bash tools/device/cpu_sweep.sh; }
 export -f note do_single_build do_torch do_torchbench do_gpushare do_cudatests do_cpu
-export PY OUT ROOT TORCH_REPS CPU_GROUPS
+export PY OUT ROOT TORCH_REPS CPU_GROUPS TORCH_ARGS
 
 stage 01 build 240 do_single_build
 want torch && stage 02 torch 300 do_torch
