@@ -83,17 +83,42 @@ ncclResult_t hetccl_algo_window_drain(hetccl_engine_t *e, algo_window_t *w) {
   return ncclSuccess;
 }
 
-ncclResult_t hetccl_algo_pairwise(hetccl_engine_t *e, const char *sbase, size_t sstride,
-                                  char *rbase, size_t rstride, size_t bytes, int copy_own) {
+/* --- schedules ---------------------------------------------------------------- */
+
+hetccl_sched_t *hetccl_algo_sched(hetccl_engine_t *e, const hetccl_redop_t *op, int max_steps,
+                                  size_t data, void **datap) {
+  size_t head = algo_round_up(sizeof(hetccl_sched_t), 64);
+  size_t steps = algo_round_up(hetccl_sched_bytes(max_steps, hetccl_engine_nranks(e)), 64);
+  char *mem = hetccl_engine_scratch(e, head + steps + data);
+  if (!mem) return NULL;
+  hetccl_sched_t *s = (hetccl_sched_t *)mem;
+  hetccl_sched_init(s, mem + head, max_steps, e, op);
+  if (datap) *datap = data ? mem + head + steps : NULL;
+  return s;
+}
+
+void hetccl_algo_sched_pairwise(hetccl_sched_t *s, const char *sbase, size_t sstride,
+                                char *rbase, size_t rstride, size_t bytes, int copy_own,
+                                int after, int *recv_at) {
+  hetccl_engine_t *e = s->e;
   int n = hetccl_engine_nranks(e), r = hetccl_engine_rank(e);
   int copy_at = copy_own ? (n - 1 < HETCCL_ALGO_WINDOW ? n - 1 : HETCCL_ALGO_WINDOW) : 0;
-  algo_window_t w;
-  hetccl_algo_window_init(&w);
+  int sent[HETCCL_ALGO_WINDOW], got[HETCCL_ALGO_WINDOW];
+  if (recv_at) recv_at[r] = HETCCL_STEP_NONE;
   for (int k = 1; k < n; k++) {
-    int to = algo_mod(r + k, n), from = algo_mod(r - k, n);
-    HETCCL_CHECK(hetccl_algo_window_step(e, &w, to, sbase + (size_t)to * sstride, bytes, from,
-                                         rbase + (size_t)from * rstride, bytes));
-    if (k == copy_at) algo_copy(rbase + (size_t)r * rstride, sbase + (size_t)r * sstride, bytes);
+    int to = algo_mod(r + k, n), from = algo_mod(r - k, n), slot = k % HETCCL_ALGO_WINDOW;
+    int back = k > HETCCL_ALGO_WINDOW; /* the step W earlier must be done first */
+    int rs = hetccl_sched_recv(s, from, rbase + (size_t)from * rstride, bytes, after,
+                               back ? got[slot] : HETCCL_STEP_NONE);
+    int ss = hetccl_sched_send(s, to, sbase + (size_t)to * sstride, bytes, after,
+                               back ? sent[slot] : HETCCL_STEP_NONE);
+    got[slot] = rs;
+    sent[slot] = ss;
+    if (recv_at) recv_at[from] = rs;
+    if (k == copy_at) {
+      int own = hetccl_sched_copy(s, rbase + (size_t)r * rstride, sbase + (size_t)r * sstride,
+                                  bytes, after, HETCCL_STEP_NONE);
+      if (recv_at) recv_at[r] = own;
+    }
   }
-  return hetccl_algo_window_drain(e, &w);
 }

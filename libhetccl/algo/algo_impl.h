@@ -66,14 +66,29 @@ ncclResult_t hetccl_algo_window_step(hetccl_engine_t *e, algo_window_t *w, int t
                                      size_t rbytes);
 ncclResult_t hetccl_algo_window_drain(hetccl_engine_t *e, algo_window_t *w);
 
-/* Pairwise exchange with every other rank: step k sends
- * sbase + (rank + k) * sstride and receives into rbase + (rank - k) * rstride,
- * bytes each (a stride of 0 sends the same buffer to all). With copy_own,
- * also copies this rank's own block (sbase + rank * sstride to
- * rbase + rank * rstride) once the first steps are posted, so that peers
- * that pull read meanwhile. Blocking. */
-ncclResult_t hetccl_algo_pairwise(hetccl_engine_t *e, const char *sbase, size_t sstride,
-                                  char *rbase, size_t rstride, size_t bytes, int copy_own);
+/* --- schedules (sched/sched.h) for the algorithm files ----------------------
+ *
+ * One scratch request holds a schedule of up to max_steps steps and, after
+ * it, `data` bytes for the algorithm (64-aligned; *data NULL where 0 were
+ * asked). NULL on OOM (logged). */
+hetccl_sched_t *hetccl_algo_sched(hetccl_engine_t *e, const hetccl_redop_t *op, int max_steps,
+                                  size_t data, void **datap);
+
+/* Steps a pairwise exchange takes (hetccl_algo_sched_pairwise). */
+static inline int algo_pairwise_steps(int n) { return 2 * n + 1; }
+
+/* Append a pairwise exchange with every other rank: step k sends
+ * sbase + (rank + k) * sstride to rank + k and receives into
+ * rbase + (rank - k) * rstride from rank - k, `bytes` each (a stride of 0
+ * sends the same buffer to all), at most HETCCL_ALGO_WINDOW of each in
+ * flight; every step after `after` (HETCCL_STEP_NONE: none). With
+ * copy_own, also this rank's own block, once the first steps are posted
+ * (peers that pull read meanwhile). recv_at[p], where given, gets the
+ * index of the receive from p, and recv_at[rank] that of the own block's
+ * copy (HETCCL_STEP_NONE without copy_own). */
+void hetccl_algo_sched_pairwise(hetccl_sched_t *s, const char *sbase, size_t sstride,
+                                char *rbase, size_t rstride, size_t bytes, int copy_own,
+                                int after, int *recv_at);
 
 /* Every host reduction, traced (sched/sched.h). */
 static inline void algo_reduce(const hetccl_redop_t *op, void *dst, const void *a, const void *b,

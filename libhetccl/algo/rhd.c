@@ -55,26 +55,24 @@ ncclResult_t hetccl_rhd_allreduce(hetccl_engine_t *e, const hetccl_coll_t *c) {
   int m = 1, rounds = 0;
   while (m * 2 <= n) m *= 2, rounds++;
   int rem = n - m;
-  hetccl_sched_t s;
-  void *mem = hetccl_engine_scratch(e, hetccl_sched_bytes(RHD_STEPS(rounds), n));
-  if (!mem) return ncclSystemError;
-  hetccl_sched_init(&s, mem, RHD_STEPS(rounds), e, &c->op);
+  hetccl_sched_t *s = hetccl_algo_sched(e, &c->op, RHD_STEPS(rounds), 0, NULL);
+  if (!s) return ncclSystemError;
   /* Every send's matching receive either copies or reduces what it reads,
    * and every source stays put until its send is done: peers may read it
    * in place. */
-  s.pull_ok = 1;
-  int prev = hetccl_sched_prepare(&s, buf, c->sendbuf, c->count * es, HETCCL_STEP_NONE,
+  s->pull_ok = 1;
+  int prev = hetccl_sched_prepare(s, buf, c->sendbuf, c->count * es, HETCCL_STEP_NONE,
                                   HETCCL_STEP_NONE);
 
   /* fold */
   int vr; /* this rank among the m standing ones, or -1 */
   if (r < 2 * rem && r % 2 == 0) {
-    int sent = hetccl_sched_send(&s, r + 1, buf, c->count * es, prev, HETCCL_STEP_NONE);
-    hetccl_sched_recv(&s, r + 1, buf, c->count * es, sent, HETCCL_STEP_NONE);
-    return hetccl_sched_run_host(&s);
+    int sent = hetccl_sched_send(s, r + 1, buf, c->count * es, prev, HETCCL_STEP_NONE);
+    hetccl_sched_recv(s, r + 1, buf, c->count * es, sent, HETCCL_STEP_NONE);
+    return hetccl_sched_run_host(s);
   }
   if (r < 2 * rem) {
-    prev = hetccl_sched_recv_reduce(&s, r - 1, buf, buf, 1, c->count * es, prev,
+    prev = hetccl_sched_recv_reduce(s, r - 1, buf, buf, 1, c->count * es, prev,
                                     HETCCL_STEP_NONE);
     vr = r / 2;
   } else {
@@ -91,28 +89,28 @@ ncclResult_t hetccl_rhd_allreduce(hetccl_engine_t *e, const hetccl_coll_t *c) {
     int lower = vr < vp;
     kept[k] = lower ? (range_t){cur.lo, mid} : (range_t){mid, cur.hi};
     given[k] = lower ? (range_t){mid, cur.hi} : (range_t){cur.lo, mid};
-    sent[k] = hetccl_sched_send(&s, partner, buf + given[k].lo * es,
+    sent[k] = hetccl_sched_send(s, partner, buf + given[k].lo * es,
                                 (given[k].hi - given[k].lo) * es, prev, HETCCL_STEP_NONE);
     /* The lower group's partial sum on the left. */
-    prev = hetccl_sched_recv_reduce(&s, partner, buf + kept[k].lo * es, buf + kept[k].lo * es,
+    prev = hetccl_sched_recv_reduce(s, partner, buf + kept[k].lo * es, buf + kept[k].lo * es,
                                     !lower, (kept[k].hi - kept[k].lo) * es, prev,
                                     HETCCL_STEP_NONE);
     cur = kept[k];
   }
-  prev = hetccl_sched_finish(&s, buf + cur.lo * es, (cur.hi - cur.lo) * es, prev,
+  prev = hetccl_sched_finish(s, buf + cur.lo * es, (cur.hi - cur.lo) * es, prev,
                              HETCCL_STEP_NONE);
 
   /* doubling: the rounds backwards; a range received lands where this
    * rank's own half went out, once that send is done */
   for (int k = rounds - 1; k >= 0; k--) {
     int mask = m >> (k + 1), vp = vr ^ mask, partner = vp < rem ? 2 * vp + 1 : vp + rem;
-    hetccl_sched_send(&s, partner, buf + kept[k].lo * es, (kept[k].hi - kept[k].lo) * es, prev,
+    hetccl_sched_send(s, partner, buf + kept[k].lo * es, (kept[k].hi - kept[k].lo) * es, prev,
                       HETCCL_STEP_NONE);
-    prev = hetccl_sched_recv(&s, partner, buf + given[k].lo * es,
+    prev = hetccl_sched_recv(s, partner, buf + given[k].lo * es,
                              (given[k].hi - given[k].lo) * es, prev, sent[k]);
   }
 
   /* unfold */
-  if (r < 2 * rem) hetccl_sched_send(&s, r - 1, buf, c->count * es, prev, HETCCL_STEP_NONE);
-  return hetccl_sched_run_host(&s);
+  if (r < 2 * rem) hetccl_sched_send(s, r - 1, buf, c->count * es, prev, HETCCL_STEP_NONE);
+  return hetccl_sched_run_host(s);
 }

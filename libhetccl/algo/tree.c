@@ -1,6 +1,7 @@
 /* Rooted collectives on a chain or a binomial tree: Broadcast (pipelined
  * chain for large messages, binomial tree for small ones) and small Reduce
- * (binomial tree towards the root; large Reduce is in ring.c).
+ * (binomial tree towards the root; large Reduce is in ring.c). The trees
+ * are schedules (sched/sched.h); the chain runs on ring.c's executor.
  *
  * Ranks are numbered relative to the root (v = rank - root mod n).
  *
@@ -66,53 +67,54 @@ static int tree_span(int v, int n) {
   return m;
 }
 
+/* Binomial Broadcast: relative rank v receives from its parent, then
+ * forwards to its children (log2 n at most, all posted at once), the
+ * farthest first: each subtree then starts sooner. A schedule
+ * (sched/sched.h). */
 ncclResult_t hetccl_tree_broadcast(hetccl_engine_t *e, const hetccl_coll_t *c) {
   int n = hetccl_engine_nranks(e), r = hetccl_engine_rank(e), root = c->root;
-  int v = algo_mod(r - root, n), span = tree_span(v, n);
+  int v = algo_mod(r - root, n), span = tree_span(v, n), rounds = 0;
   size_t bytes = c->count * hetccl_dtype_size(c->dtype);
-  if (v == 0) {
-    algo_copy(c->recvbuf, c->sendbuf, bytes);
-  } else {
-    int parent = algo_mod(v - span + root, n);
-    HETCCL_CHECK(hetccl_engine_sendrecv(e, -1, NULL, 0, parent, c->recvbuf, bytes, NULL, NULL));
-  }
-  algo_window_t w;
-  hetccl_algo_window_init(&w);
-  for (int mask = span >> 1; mask > 0; mask >>= 1) {
-    if (v + mask >= n) continue;
-    HETCCL_CHECK(hetccl_algo_window_step(e, &w, algo_mod(v + mask + root, n), c->recvbuf, bytes,
-                                         -1, NULL, 0));
-  }
-  return hetccl_algo_window_drain(e, &w);
+  for (int m = 1; m < span; m <<= 1) rounds++;
+  hetccl_sched_t *s = hetccl_algo_sched(e, NULL, rounds + 1, 0, NULL);
+  if (!s) return ncclSystemError;
+  s->pull_ok = 1; /* plain receives: children may read our buffer in place */
+  int got = v == 0 ? hetccl_sched_copy(s, c->recvbuf, c->sendbuf, bytes, HETCCL_STEP_NONE,
+                                       HETCCL_STEP_NONE)
+                   : hetccl_sched_recv(s, algo_mod(v - span + root, n), c->recvbuf, bytes,
+                                       HETCCL_STEP_NONE, HETCCL_STEP_NONE);
+  for (int mask = span >> 1; mask > 0; mask >>= 1)
+    if (v + mask < n)
+      hetccl_sched_send(s, algo_mod(v + mask + root, n), c->recvbuf, bytes, got, HETCCL_STEP_NONE);
+  return hetccl_sched_run_host(s);
 }
 
 /* Binomial reduce: relative rank v gathers the partial results of its
  * children v+1, v+2, v+4, ... (each covering the ranks up to the next
  * one), combines them in that order (rank order, whatever the arrival
- * order) and passes the result to its parent. */
+ * order: each as soon as it and the one before are in) and passes the
+ * result to its parent. A schedule (sched/sched.h). */
 ncclResult_t hetccl_tree_reduce(hetccl_engine_t *e, const hetccl_coll_t *c) {
   int n = hetccl_engine_nranks(e), r = hetccl_engine_rank(e), root = c->root;
   int v = algo_mod(r - root, n), span = tree_span(v, n), nchild = 0;
   size_t bytes = c->count * hetccl_dtype_size(c->dtype), stride = algo_round_up(bytes, 64);
   for (int mask = 1; mask < span && v + mask < n; mask <<= 1) nchild++;
-  char *acc = hetccl_engine_scratch(e, stride * (size_t)(1 + nchild));
-  if (!acc) return ncclSystemError;
-  hetccl_reduce_prepare(&c->op, acc, c->sendbuf, c->count);
-  algo_window_t w;
-  hetccl_algo_window_init(&w);
-  for (int i = 0; i < nchild; i++) {
-    int child = algo_mod(v + (1 << i) + root, n);
-    HETCCL_CHECK(hetccl_algo_window_step(e, &w, -1, NULL, 0, child,
-                                         acc + (size_t)(1 + i) * stride, bytes));
+  char *acc;
+  hetccl_sched_t *s = hetccl_algo_sched(e, &c->op, 2 * nchild + 4, stride * (size_t)(1 + nchild),
+                                        (void **)&acc);
+  if (!s) return ncclSystemError;
+  int prev = hetccl_sched_prepare(s, acc, c->sendbuf, bytes, HETCCL_STEP_NONE, HETCCL_STEP_NONE);
+  for (int i = 0; i < nchild; i++) { /* log2 n receives at most, all posted at once */
+    char *in = acc + (size_t)(1 + i) * stride;
+    int got = hetccl_sched_recv(s, algo_mod(v + (1 << i) + root, n), in, bytes, HETCCL_STEP_NONE,
+                                HETCCL_STEP_NONE);
+    prev = hetccl_sched_reduce(s, acc, acc, in, bytes, prev, got, HETCCL_STEP_NONE);
   }
-  HETCCL_CHECK(hetccl_algo_window_drain(e, &w));
-  for (int i = 0; i < nchild; i++)
-    algo_reduce(&c->op, acc, acc, acc + (size_t)(1 + i) * stride, c->count);
   if (v != 0) {
-    int parent = algo_mod(v - span + root, n);
-    return hetccl_engine_sendrecv(e, parent, acc, bytes, -1, NULL, 0, NULL, NULL);
+    hetccl_sched_send(s, algo_mod(v - span + root, n), acc, bytes, prev, HETCCL_STEP_NONE);
+    return hetccl_sched_run_host(s);
   }
-  hetccl_reduce_finish(&c->op, acc, c->count);
-  algo_copy(c->recvbuf, acc, bytes);
-  return ncclSuccess;
+  prev = hetccl_sched_finish(s, acc, bytes, prev, HETCCL_STEP_NONE);
+  hetccl_sched_copy(s, c->recvbuf, acc, bytes, prev, HETCCL_STEP_NONE);
+  return hetccl_sched_run_host(s);
 }
