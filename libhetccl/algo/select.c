@@ -8,9 +8,9 @@
  *
  *   function       algorithm (file)            when (auto)
  *   AllReduce      direct exchange (rd.c)      small, on up to 4 ranks
+ *                  halving-doubling (rhd.c)    8 KiB < bytes <= 256 KiB, on more
  *                  recursive doubling (rd.c)   small, on more
  *                  reads (pull_ar.c)           single copy on, and large enough that it pays
- *                  halving-doubling (rhd.c)    only when forced (HETCCL_ALGO=rhd)
  *                  ring (ring.c)               otherwise
  *   ReduceScatter  reads (pull_rs.c)           single copy on for these messages
  *                  ring (ring.c)               the whole buffer past the small size
@@ -58,6 +58,18 @@
  * PULL_ALLREDUCE_BYTES and more, and on more than PULL_ALLREDUCE_WIDE_RANKS
  * ranks from PULL_ALLREDUCE_WIDE_BYTES (each rank's block is then small, and
  * the ring's 2 (n - 1) steps cost more than the reads). */
+/* Medium AllReduce on more than DIRECT_ALLREDUCE_MAX_RANKS ranks by
+ * recursive halving then doubling (rhd.c): the ring's bandwidth in
+ * 2 log2 n rounds. On the 16-core machine against MPICH (busbw, paired
+ * medians of 3; tools/device/before_after.sh's extra group, 2026-11-29,
+ * docs/measurements.md), rhd / the default of then: n=8 16 KiB 2.33 / 1.79
+ * GB/s, 64 KiB 3.86 / 2.33, 256 KiB 5.13 / 4.45, 1 MiB 3.55 / 3.94 (ring);
+ * n=16 16 KiB 1.99 / 1.33, 64 KiB 3.40 / 1.43, 256 KiB 3.59 / 3.05, 1 MiB
+ * 2.73 / 2.96 (reads); at 1-4 KiB recursive doubling stays ahead (n=16 1 KiB
+ * 6.6 us against 8.3). */
+#define RHD_ALLREDUCE_MIN_BYTES (8u << 10)
+#define RHD_ALLREDUCE_MAX_BYTES (256u << 10)
+
 #define PULL_ALLREDUCE_MIN_RANKS 4
 #define PULL_ALLREDUCE_BYTES (4u << 20)
 #define PULL_ALLREDUCE_WIDE_RANKS 8
@@ -72,7 +84,8 @@ enum {
   NEED_PULL = 1u << 4,        /* bytes per rank > the engine's pull_min */
   NEED_PULL_PAYS = 1u << 5,   /* the AllReduce by reads pays (above) */
   NEED_PLAIN_OP = 1u << 6,    /* not PreMulSum (hard: holds when forced too) */
-  NEED_FORCED = 1u << 7,      /* only under HETCCL_ALGO naming it */
+  NEED_MANY = 1u << 7,        /* n > DIRECT_ALLREDUCE_MAX_RANKS */
+  NEED_MEDIUM = 1u << 8,      /* RHD_ALLREDUCE_MIN_BYTES < bytes <= RHD_ALLREDUCE_MAX_BYTES */
 };
 #define NEED_HARD NEED_PLAIN_OP
 
@@ -92,12 +105,12 @@ typedef struct rule {
 static const rule_t rules[] = {
     {F(ALLREDUCE), W(direct), NEED_SMALL | NEED_FEW, "direct exchange", hetccl_direct_allreduce,
      "small, few ranks: one round"},
+    {F(ALLREDUCE), W(rhd), NEED_MEDIUM | NEED_MANY, "halving-doubling", hetccl_rhd_allreduce,
+     "medium, many ranks: a ring's bandwidth in 2 log2 n rounds"},
     {F(ALLREDUCE), W(rd), NEED_SMALL, "recursive doubling", hetccl_rd_allreduce,
      "small: log2 n rounds"},
     {F(ALLREDUCE), W(pull), NEED_PULL_PAYS | NEED_PLAIN_OP, "reads", hetccl_pull_allreduce,
      "ranks read each other's memory and it pays"},
-    {F(ALLREDUCE), W(rhd), NEED_FORCED, "halving-doubling", hetccl_rhd_allreduce,
-     "forced: 2 log2 n rounds, each byte sent twice"},
     {F(ALLREDUCE), W(ring), 0, "ring", hetccl_ring_allreduce, "bandwidth"},
     {F(REDUCESCATTER), W(pull), NEED_PULL | NEED_PLAIN_OP, "reads", hetccl_pull_reducescatter,
      "ranks read each other's memory"},
@@ -134,7 +147,8 @@ static unsigned conditions(const hetccl_engine_t *e, const hetccl_coll_t *c, siz
   unsigned have = 0;
   have |= bytes <= small ? NEED_SMALL : NEED_LARGE;
   if (bytes * (size_t)n > small) have |= NEED_LARGE_TOTAL;
-  if (n <= DIRECT_ALLREDUCE_MAX_RANKS) have |= NEED_FEW;
+  have |= n <= DIRECT_ALLREDUCE_MAX_RANKS ? NEED_FEW : NEED_MANY;
+  if (bytes > RHD_ALLREDUCE_MIN_BYTES && bytes <= RHD_ALLREDUCE_MAX_BYTES) have |= NEED_MEDIUM;
   if (bytes > hetccl_engine_pull_min(e)) have |= NEED_PULL;
   if (pull_allreduce_pays(e, n, bytes)) have |= NEED_PULL_PAYS;
   if (!(hetccl_func_reduces(c->func) && c->op.premul)) have |= NEED_PLAIN_OP;
