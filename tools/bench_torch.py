@@ -28,7 +28,9 @@ taken apart on every rank (`--profile`): compute alone (DDP's no_sync:
 the same forward and backward with no communication), DDP without
 communication (a comm hook that only divides each bucket by n, as DDP's
 default path does before its all-reduce: DDP's own copies into and out of
-its buckets, with nothing sent), the step with
+its buckets, with nothing sent), DDP in step with no data (the hook
+all-reduces one element of each bucket: every bucket waits for the
+slowest rank), the step with
 communication, and the CPU time of each named thread of the process
 during the steps (torch's autograd and OpenMP threads, the backend's
 worker `hetccl-pg-*`, the library's proxy threads).
@@ -159,6 +161,7 @@ def make_op(coll: str, count: int, rank: int, n: int):
 
 def ddp(args: argparse.Namespace, rank: int, n: int) -> Dict[str, Any]:
     import torch
+    import torch.distributed as dist
     from torch.nn.parallel import DistributedDataParallel as DDP
 
     torch.manual_seed(0)
@@ -232,6 +235,26 @@ def ddp(args: argparse.Namespace, rank: int, n: int) -> Dict[str, Any]:
             opt.step()
             ftimes.append(time.perf_counter() - t0)
         out["floor"] = statistics.median(ftimes[2:])
+        # ... and with the ranks kept in step: the hook all-reduces one
+        # element of each bucket through the backend under test, so the
+        # step waits for the slowest rank at every bucket but moves no data
+        sync_net = DDP(model)
+
+        def sync_hook(_state, bucket):  # type: ignore[no-untyped-def]
+            buf = bucket.buffer().div_(n)
+            work = dist.all_reduce(buf[:1], async_op=True)
+            return work.get_future().then(lambda _f: buf)
+
+        sync_net.register_comm_hook(None, sync_hook)
+        stimes = []
+        for i in range(min(args.ddp_steps, 10) + 2):
+            x, y = batches[i % len(batches)]
+            t0 = time.perf_counter()
+            opt.zero_grad()
+            torch.nn.functional.mse_loss(sync_net(x), y).backward()
+            opt.step()
+            stimes.append(time.perf_counter() - t0)
+        out["sync"] = statistics.median(stimes[2:])
     return out
 
 
@@ -288,7 +311,7 @@ def job_summary(results: List[Dict[str, Any]]) -> Dict[str, Any]:
     if results[0]["ddp"]:
         ddp = dict(results[0]["ddp"])
         ddp["step"] = max(r["ddp"]["step"] for r in results)
-        for key in ("compute", "floor"):
+        for key in ("compute", "floor", "sync"):
             if key in ddp:
                 ddp[key] = max(r["ddp"][key] for r in results)
         ddp["losses"] = [r["ddp"]["loss"] for r in results]
@@ -389,6 +412,8 @@ def table(args: argparse.Namespace, runs: Dict[str, List[Dict[str, Any]]]) -> Li
                      if "compute" in d else "")
             extra += (f"DDP without communication {d['floor'] * 1e3:.1f} ms, "
                       if "floor" in d else "")
+            extra += (f"DDP in step, no data {d['sync'] * 1e3:.1f} ms, "
+                      if "sync" in d else "")
             threads = ", ".join(f"{k} {v:.2f} s" for k, v in
                                 sorted(d["threads"].items(), key=lambda kv: -kv[1]))
             print(f"# {b}: step {d['step'] * 1e3:.1f} ms, {extra}CPU time by thread over "
