@@ -86,6 +86,21 @@ typedef struct shm_slot_hdr {
 } shm_slot_hdr_t;
 _Static_assert(sizeof(shm_slot_hdr_t) == SHM_SLOT_HDR, "slot header is one cache line");
 
+/* Two cores on one single-copy message (shm_ring.c: the receiver reads
+ * pieces from the front, the sender writes pieces from the back). Lives in
+ * the payload of the message's RNDV slot, which the receiver owns until it
+ * releases it; the sender clears `open` when it places the slot. */
+typedef struct shm_coop {
+  _Atomic uint64_t claims; /* pieces taken: the receiver's (low 32 bits), the sender's (high) */
+  _Atomic uint64_t done;   /* bytes landed, by either side */
+  uint64_t dst;            /* the receiver's destination address */
+  uint64_t piece;          /* bytes per piece, the last one shorter */
+  uint32_t npieces;
+  _Atomic uint32_t open;   /* receiver: 1 once the fields above are set */
+  uint8_t pad[24];
+} shm_coop_t;
+_Static_assert(sizeof(shm_coop_t) == 64, "the smallest slot payload (HETCCL_SHM_CHUNK) holds it");
+
 /* One side (tx or rx) of an endpoint: a ring mapped on its own. */
 typedef struct shm_ring_map {
   void *base;               /* mmap result, NULL when unmapped */
@@ -117,6 +132,7 @@ struct hetccl_ep {
   int cma_want;                  /* our HETCCL_SHM_CMA, resolved */
   size_t cma_want_min;           /* HETCCL_SHM_CMA_MIN, for when the pair is ready */
   int cma_stream;                /* HETCCL_SHM_CMA_STREAM: pulls land by streaming stores */
+  int push_off;                  /* writing into the peer failed once: help its reads no more */
   shm_req_queue_t sq;
   hetccl_req_t *sq_place;        /* first send not yet fully in the ring */
 
@@ -138,6 +154,7 @@ typedef struct shm_req_priv {
   uint32_t rndv;      /* 1: send by CMA / receive being pulled by CMA */
   uint32_t started;   /* receive: header checked; send: first piece placed */
   uint64_t src_addr;  /* receive by CMA: address in the sender */
+  uint32_t coop;      /* receive by CMA: the sender may write pieces too (shm_coop_t) */
 } shm_req_priv_t;
 _Static_assert(sizeof(shm_req_priv_t) <= sizeof(((hetccl_req_t *)0)->priv), "request private");
 

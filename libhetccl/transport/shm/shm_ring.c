@@ -24,6 +24,18 @@
  * slot only when it has everything; the
  * sender's request completes when it sees head pass that slot, so its
  * buffer is never reused while being read.
+ *
+ * Two cores on one message. A receiver that copies (no consume, no
+ * streaming stores) a message of at least two pieces opens it to its
+ * sender (shm_coop_t, in the RNDV slot): it reads pieces from the front,
+ * and a sender that waits on nothing else from that peer writes pieces
+ * from the back with process_vm_writev (the same permission as the
+ * receiver's reads, checked by our own probe of the peer); the receiver
+ * releases the slot once every byte has landed. Where the sender would
+ * idle (the root of a broadcast, a rank whose receives are done) the
+ * message moves on two cores; where both sides have receives of their own
+ * to do, nothing changes. A sender whose write fails gives its piece back
+ * and helps that peer no more.
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -38,12 +50,38 @@
 #define SHM_CMA_PIECE (2u << 20)   /* bytes per process_vm_readv call */
 #define SHM_BOUNCE_BYTES (256u << 10) /* CMA then consume: L2-sized staging */
 #define SHM_IDLE_CLOCK_MASK 63        /* read the clock every 64 idle polls */
+/* Two cores on one message: pieces of this many slots' payload (1 MiB at
+ * the default geometry: a few microseconds of syscall against hundreds of
+ * copying, and small enough to balance a message of a few MiB); a small
+ * HETCCL_SHM_CHUNK makes them small, so that tests reach many pieces. */
+#define SHM_COOP_PIECE_SLOTS 2
 
 static inline shm_slot_hdr_t *slot_at(const shm_ring_map_t *m, uint64_t i) {
   return (shm_slot_hdr_t *)(m->slots + (size_t)(i % m->nslots) * m->stride);
 }
 
 static inline size_t min_size(size_t a, size_t b) { return a < b ? a : b; }
+
+/* The cooperation record of RNDV slot i (shm.h: a slot's payload holds it). */
+static inline shm_coop_t *coop_at(const shm_ring_map_t *m, uint64_t i) {
+  return (shm_coop_t *)((uint8_t *)slot_at(m, i) + SHM_SLOT_HDR);
+}
+
+/* Take the next free piece, from the front (the receiver) or the back (the
+ * sender); 0 when every piece is taken. */
+static int coop_claim(shm_coop_t *co, int back, uint32_t *piece) {
+  uint64_t c = atomic_load_explicit(&co->claims, memory_order_relaxed);
+  for (;;) {
+    uint32_t front = (uint32_t)c, from_back = (uint32_t)(c >> 32);
+    if ((uint64_t)front + from_back >= co->npieces) return 0;
+    uint64_t next = back ? c + ((uint64_t)1 << 32) : c + 1;
+    if (atomic_compare_exchange_weak_explicit(&co->claims, &c, next, memory_order_relaxed,
+                                              memory_order_relaxed)) {
+      *piece = back ? co->npieces - 1 - from_back : front;
+      return 1;
+    }
+  }
+}
 
 /* Append a freshly posted request (its transport fields reset). */
 static void queue_push(shm_req_queue_t *q, hetccl_req_t *req) {
@@ -93,6 +131,8 @@ static void tx_place(hetccl_ep_t *ep, int *moved) {
         h->kind = SHM_PIECE_RNDV;
         h->len = 0;
         h->addr = (uint64_t)(uintptr_t)r->buf;
+        /* closed to our help until the receiver opens it (a slot's old payload) */
+        atomic_store_explicit(&coop_at(m, ep->tx_tail)->open, 0, memory_order_relaxed);
         pv->rndv = 1;
         pv->rndv_slot = ep->tx_tail;
         atomic_store_explicit(&m->ctrl->tail, ++ep->tx_tail, memory_order_release);
@@ -133,6 +173,54 @@ static void tx_complete(hetccl_ep_t *ep, int *moved) {
   }
 }
 
+/* Write [off, off + n) of a send straight into its receiver's destination;
+ * 0 if the kernel refuses (a sandbox may allow reads and not writes). */
+static int tx_write(hetccl_ep_t *ep, const hetccl_req_t *r, const shm_coop_t *co, size_t off,
+                    size_t n) {
+  for (size_t at = 0; at < n;) {
+    struct iovec local = {(uint8_t *)r->buf + off + at, n - at};
+    struct iovec remote = {(void *)(uintptr_t)(co->dst + off + at), n - at};
+    ssize_t got = process_vm_writev(ep->peer_pid, &local, 1, &remote, 1, 0);
+    if (got < 0 && errno == EINTR) continue;
+    if (got <= 0) {
+      INFO(HETCCL_SHM, "shm: process_vm_writev into rank %d (pid %d): %s; it reads our sends "
+           "alone from now on", ep->peer_user, ep->peer_pid, got < 0 ? strerror(errno) : "wrote nothing");
+      return 0;
+    }
+    at += (size_t)got;
+    hetccl_copied_add(&ep->args, (size_t)got);
+  }
+  return 1;
+}
+
+/* One piece, from the back, of the oldest of our single-copy sends that
+ * its receiver opened (shm_coop_t); only while we wait on nothing else
+ * from that peer, so that a rank with reads of its own keeps to them. The
+ * permission is the one our own probe checked: reading the peer. */
+static void tx_help(hetccl_ep_t *ep, int *moved) {
+  if (ep->push_off || ep->rq.first ||
+      !atomic_load_explicit(&ep->rx.ctrl->cma_ok, memory_order_relaxed))
+    return;
+  for (hetccl_req_t *r = ep->sq.first; r && r != ep->sq_place; r = r->next) {
+    shm_req_priv_t *pv = shm_req_priv(r);
+    uint32_t i;
+    /* A slot that head passed is done, and may hold another message by now. */
+    if (!pv->rndv || ep->tx_head > pv->rndv_slot) continue;
+    shm_coop_t *co = coop_at(&ep->tx, pv->rndv_slot);
+    if (!atomic_load_explicit(&co->open, memory_order_acquire) || !coop_claim(co, 1, &i))
+      continue;
+    size_t off = (size_t)i * co->piece, n = min_size(co->piece, r->bytes - off);
+    if (!tx_write(ep, r, co, off, n)) { /* the piece back to the receiver: ours is the last */
+      atomic_fetch_sub_explicit(&co->claims, (uint64_t)1 << 32, memory_order_relaxed);
+      ep->push_off = 1;
+      return;
+    }
+    atomic_fetch_add_explicit(&co->done, n, memory_order_release);
+    *moved = 1;
+    return;
+  }
+}
+
 ncclResult_t hetccl_shm_isend(hetccl_ep_t *ep, hetccl_req_t *req) {
   if (ep->failed != ncclSuccess) return ep->failed;
   queue_push(&ep->sq, req);
@@ -149,9 +237,37 @@ static void rx_release(hetccl_ep_t *ep) {
   atomic_store_explicit(&ep->rx.ctrl->head, ++ep->rx_head, memory_order_release);
 }
 
+/* One process_vm_readv of n bytes at offset off of the sender's buffer
+ * into dst; *got 0 when a signal interrupted it (read again). */
+static ncclResult_t cma_read(hetccl_ep_t *ep, hetccl_req_t *r, void *dst, size_t off, size_t n,
+                             size_t *got) {
+  shm_req_priv_t *pv = shm_req_priv(r);
+  struct iovec local = {dst, n};
+  struct iovec remote = {(void *)(uintptr_t)(pv->src_addr + off), n};
+  ssize_t g = process_vm_readv(ep->peer_pid, &local, 1, &remote, 1, 0);
+  *got = 0;
+  if (g < 0 && errno == EINTR) return ncclSuccess;
+  /* A peer that dies while we read its buffer shows as ESRCH, or as a
+   * fault once its memory is being torn down: either way, it is gone. */
+  if (g < 0 && (errno == ESRCH ||
+                (ep->peer_watch && !hetccl_proc_alive(ep->peer_pid, ep->peer_start)))) {
+    WARN("shm: peer rank %d (pid %d) exited while its send buffer was being read",
+         ep->peer_user, ep->peer_pid);
+    return ncclRemoteError;
+  }
+  if (g <= 0) {
+    WARN("shm: process_vm_readv of %zu bytes at offset %zu of rank %d's send buffer (pid %d, "
+         "address 0x%llx): %s", n, off, ep->peer_user, ep->peer_pid,
+         (unsigned long long)pv->src_addr, g < 0 ? strerror(errno) : "read nothing");
+    return ncclSystemError;
+  }
+  *got = (size_t)g;
+  hetccl_copied_add(&ep->args, *got);
+  return ncclSuccess;
+}
+
 /* Pull one piece of a rendezvous message from the sender's memory. */
 static ncclResult_t rx_cma(hetccl_ep_t *ep, hetccl_req_t *r, int *moved) {
-  shm_req_priv_t *pv = shm_req_priv(r);
   size_t left = r->bytes - r->progress;
   size_t n = min_size(left, SHM_CMA_PIECE);
   uint8_t *dst = (uint8_t *)r->buf + r->progress;
@@ -175,26 +291,9 @@ static ncclResult_t rx_cma(hetccl_ep_t *ep, hetccl_req_t *r, int *moved) {
     n = min_size(n, SHM_BOUNCE_BYTES);
     dst = ep->bounce;
   }
-  struct iovec local = {dst, n};
-  struct iovec remote = {(void *)(uintptr_t)(pv->src_addr + r->progress), n};
-  ssize_t got = process_vm_readv(ep->peer_pid, &local, 1, &remote, 1, 0);
-  if (got < 0 && errno == EINTR) return ncclSuccess;
-  /* A peer that dies while we read its buffer shows as ESRCH, or as a
-   * fault once its memory is being torn down: either way, it is gone. */
-  if (got < 0 && (errno == ESRCH ||
-                  (ep->peer_watch && !hetccl_proc_alive(ep->peer_pid, ep->peer_start)))) {
-    WARN("shm: peer rank %d (pid %d) exited while its send buffer was being read",
-         ep->peer_user, ep->peer_pid);
-    return ncclRemoteError;
-  }
-  if (got <= 0) {
-    WARN("shm: process_vm_readv of %zu bytes at offset %zu of rank %d's send buffer (pid %d, "
-         "address 0x%llx): %s", n, r->progress, ep->peer_user, ep->peer_pid,
-         (unsigned long long)pv->src_addr, got < 0 ? strerror(errno) : "read nothing");
-    return ncclSystemError;
-  }
-  size_t g = (size_t)got;
-  hetccl_copied_add(&ep->args, g);
+  size_t g;
+  HETCCL_CHECK(cma_read(ep, r, dst, r->progress, n, &g));
+  if (g == 0) return ncclSuccess;
   if (r->consume) {
     if (g < left) g &= ~(size_t)7; /* consume sees 8-byte multiples but for the tail */
     if (g == 0) return ncclSuccess;  /* read again next time, from the same offset */
@@ -207,6 +306,46 @@ static ncclResult_t rx_cma(hetccl_ep_t *ep, hetccl_req_t *r, int *moved) {
   if (r->progress == r->bytes) {
     rx_release(ep); /* tells the sender its buffer is free */
     queue_complete(&ep->rq);
+  }
+  return ncclSuccess;
+}
+
+/* Open a rendezvous message that lands by plain copy (no consume, no
+ * streaming stores) and has two pieces or more to its sender's help;
+ * 0 when it is read as one. */
+static int rx_coop_open(hetccl_ep_t *ep, hetccl_req_t *r) {
+  size_t piece = SHM_COOP_PIECE_SLOTS * ep->rx.chunk;
+  int stream = ep->cma_stream && r->bytes >= SHM_STREAM_MIN;
+  if (r->consume || stream || r->bytes < 2 * piece || r->bytes / piece >= UINT32_MAX / 2)
+    return 0;
+  shm_coop_t *co = coop_at(&ep->rx, ep->rx_head);
+  atomic_store_explicit(&co->claims, 0, memory_order_relaxed);
+  atomic_store_explicit(&co->done, 0, memory_order_relaxed);
+  co->dst = (uint64_t)(uintptr_t)r->buf;
+  co->piece = piece;
+  co->npieces = (uint32_t)((r->bytes + piece - 1) / piece);
+  atomic_store_explicit(&co->open, 1, memory_order_release);
+  return 1;
+}
+
+/* An open message: read the next piece from the front, or wait for the
+ * sender's; complete once every byte has landed, by either side. */
+static ncclResult_t rx_coop(hetccl_ep_t *ep, hetccl_req_t *r, int *moved) {
+  shm_coop_t *co = coop_at(&ep->rx, ep->rx_head);
+  uint64_t done = atomic_load_explicit(&co->done, memory_order_acquire);
+  uint32_t i;
+  if (done < r->bytes && coop_claim(co, 0, &i)) {
+    size_t off = (size_t)i * co->piece, n = min_size(co->piece, r->bytes - off);
+    for (size_t at = 0, g = 0; at < n; at += g)
+      HETCCL_CHECK(cma_read(ep, r, (uint8_t *)r->buf + off + at, off + at, n - at, &g));
+    done = atomic_fetch_add_explicit(&co->done, n, memory_order_acq_rel) + n;
+    *moved = 1;
+  }
+  r->progress = done;
+  if (done == r->bytes) {
+    rx_release(ep); /* tells the sender its buffer is free */
+    queue_complete(&ep->rq);
+    *moved = 1;
   }
   return ncclSuccess;
 }
@@ -226,7 +365,7 @@ static ncclResult_t rx_drain(hetccl_ep_t *ep, int *moved) {
   for (uint32_t budget = m->nslots; budget && (r = ep->rq.first) != NULL; budget--) {
     shm_req_priv_t *pv = shm_req_priv(r);
     if (pv->rndv) {
-      HETCCL_CHECK(rx_cma(ep, r, moved));
+      HETCCL_CHECK(pv->coop ? rx_coop(ep, r, moved) : rx_cma(ep, r, moved));
       if (ep->rq.first == r) return ncclSuccess; /* one piece per call */
       continue;
     }
@@ -245,6 +384,7 @@ static ncclResult_t rx_drain(hetccl_ep_t *ep, int *moved) {
       if (h->kind == SHM_PIECE_RNDV) {
         pv->rndv = 1;
         pv->src_addr = h->addr;
+        pv->coop = (uint32_t)rx_coop_open(ep, r);
         continue; /* the slot stays ours until the last byte is read */
       }
     } else if (h->kind != SHM_PIECE_NEXT) {
@@ -291,6 +431,7 @@ ncclResult_t hetccl_shm_progress(hetccl_ep_t *ep, int *idle) {
   if (res != ncclSuccess) return ep_fail(ep, res);
   tx_place(ep, &moved);
   tx_complete(ep, &moved);
+  tx_help(ep, &moved);
   *idle = !moved;
   if (moved || (!ep->sq.first && !ep->rq.first)) {
     ep->idle_polls = 0;
