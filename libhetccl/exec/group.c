@@ -13,22 +13,20 @@
 #include "util/check.h"
 #include "util/log.h"
 
-typedef struct deferred_init {
+struct hetccl_group_init {
   ncclComm_t comm;
   ncclUniqueId id;
-  struct deferred_init *next;
-} deferred_init_t;
+  struct hetccl_group_init *next;
+};
 
-static __thread int depth;
-static __thread int vendor_open; /* depth at which we opened the vendor's group */
-static __thread hetccl_task_t *g_head, *g_tail;
-static __thread deferred_init_t *g_inits;
-static __thread ncclResult_t g_error;
+static __thread hetccl_group_t group; /* this thread's (group.h) */
 
-int hetccl_group_depth(void) { return depth; }
+hetccl_group_t *hetccl_group_current(void) { return &group; }
+
+int hetccl_group_depth(void) { return group.depth; }
 
 void hetccl_group_note_error(ncclResult_t res) {
-  if (depth > 0 && g_error == ncclSuccess) g_error = res;
+  if (group.depth > 0 && group.error == ncclSuccess) group.error = res;
 }
 
 typedef struct tasks_job {
@@ -62,7 +60,7 @@ static ncclResult_t post_tasks(ncclComm_t comm, hetccl_task_t *tasks, hetccl_syn
 /* --- group ---------------------------------------------------------------- */
 
 ncclResult_t hetccl_group_start(void) {
-  depth++;
+  group.depth++;
   return ncclSuccess;
 }
 
@@ -79,7 +77,7 @@ static ncclResult_t sync_finish(hetccl_sync_t *sync, int wait, ncclResult_t res)
   return res;
 }
 
-static ncclResult_t run_inits(deferred_init_t *inits) {
+static ncclResult_t run_inits(hetccl_group_init_t *inits) {
   hetccl_sync_t *sync = hetccl_sync_new();
   ncclResult_t res = ncclSuccess;
   int any_blocking = 0;
@@ -88,7 +86,7 @@ static ncclResult_t run_inits(deferred_init_t *inits) {
     res = ncclSystemError;
   }
   while (inits) {
-    deferred_init_t *next = inits->next;
+    hetccl_group_init_t *next = inits->next;
     if (res == ncclSuccess) {
       ncclUniqueId *id = malloc(sizeof(*id));
       if (!id) {
@@ -207,22 +205,31 @@ static ncclResult_t run_group(hetccl_task_t *head) {
   return res;
 }
 
+/* The outermost end: the group's lists and error handed to the caller,
+ * the group empty again. */
+static hetccl_task_t *take_group(hetccl_group_init_t **inits, ncclResult_t *err) {
+  hetccl_task_t *tasks = group.head;
+  *inits = group.inits;
+  *err = group.error;
+  group.head = group.tail = NULL;
+  group.inits = NULL;
+  group.error = ncclSuccess;
+  return tasks;
+}
+
 ncclResult_t hetccl_group_end(void) {
-  if (depth == 0) {
+  if (group.depth == 0) {
     WARN("ncclGroupEnd: not inside a group (no matching ncclGroupStart)");
     return ncclInvalidUsage;
   }
-  if (--depth > 0) return ncclSuccess;
-  hetccl_task_t *tasks = g_head;
-  deferred_init_t *inits = g_inits;
-  ncclResult_t err = g_error;
-  g_head = g_tail = NULL;
-  g_inits = NULL;
-  g_error = ncclSuccess;
+  if (--group.depth > 0) return ncclSuccess;
+  hetccl_group_init_t *inits;
+  ncclResult_t err;
+  hetccl_task_t *tasks = take_group(&inits, &err);
   if (err != ncclSuccess) {
     hetccl_tasks_free(tasks);
     while (inits) {
-      deferred_init_t *n = inits->next;
+      hetccl_group_init_t *n = inits->next;
       free(inits);
       inits = n;
     }
@@ -241,25 +248,25 @@ ncclResult_t hetccl_group_end(void) {
 ncclResult_t hetccl_group_enqueue(hetccl_task_t *task) {
   task->next = NULL;
   if (HETCCL_TRACE_ON()) task->trace_seq = hetccl_trace_seq();
-  if (depth > 0) {
-    if (g_tail) g_tail->next = task;
-    else g_head = task;
-    g_tail = task;
+  if (group.depth > 0) {
+    if (group.tail) group.tail->next = task;
+    else group.head = task;
+    group.tail = task;
     return ncclSuccess;
   }
   return run_group(task);
 }
 
 ncclResult_t hetccl_group_defer_init(ncclComm_t comm, const ncclUniqueId *id) {
-  deferred_init_t *d = malloc(sizeof(*d));
+  hetccl_group_init_t *d = malloc(sizeof(*d));
   if (!d) {
     WARN("group: out of memory");
     return ncclSystemError;
   }
   d->comm = comm;
   d->id = *id;
-  d->next = g_inits;
-  g_inits = d;
+  d->next = group.inits;
+  group.inits = d;
   return ncclSuccess;
 }
 
@@ -280,27 +287,27 @@ static float model_usec(const hetccl_task_t *t) {
 }
 
 ncclResult_t hetccl_group_simulate_end(float *usec) {
-  if (depth == 0) {
+  if (group.depth == 0) {
     WARN("ncclGroupSimulateEnd: not inside a group");
     return ncclInvalidUsage;
   }
-  if (--depth > 0) {
+  if (--group.depth > 0) {
     *usec = 0;
     return ncclSuccess;
   }
+  hetccl_group_init_t *inits;
+  ncclResult_t err;
+  hetccl_task_t *tasks = take_group(&inits, &err);
   float total = 0;
-  for (hetccl_task_t *t = g_head; t; t = t->next) total += model_usec(t);
-  hetccl_tasks_free(g_head);
-  g_head = g_tail = NULL;
-  while (g_inits) {
-    deferred_init_t *n = g_inits->next;
+  for (hetccl_task_t *t = tasks; t; t = t->next) total += model_usec(t);
+  hetccl_tasks_free(tasks);
+  while (inits) {
+    hetccl_group_init_t *n = inits->next;
     /* Grouped inits are not simulated: their communicators never join. */
-    hetccl_comm_abort(g_inits->comm);
-    free(g_inits);
-    g_inits = n;
+    hetccl_comm_abort(inits->comm);
+    free(inits);
+    inits = n;
   }
-  ncclResult_t err = g_error;
-  g_error = ncclSuccess;
   *usec = total;
   return err;
 }
@@ -316,21 +323,23 @@ ncclResult_t hetccl_group_open(void) {
       hetccl_group_end();
       return res;
     }
-    vendor_open++;
+    group.vendor_open++;
   }
   return ncclSuccess;
 }
 
 /* Closed at the depth that opened it (the vendor's library is loaded once
  * and never unloaded, so the loaded one is the one opened). */
-static int vendor_closes_here(void) { return vendor_open > 0 && vendor_open == depth; }
+static int vendor_closes_here(void) {
+  return group.vendor_open > 0 && group.vendor_open == group.depth;
+}
 
 ncclResult_t hetccl_group_close(void) {
   const hetccl_vendor_t *v = hetccl_vendor_loaded();
   int close_vendor = vendor_closes_here();
   ncclResult_t res = hetccl_group_end();
   if (close_vendor) {
-    vendor_open--;
+    group.vendor_open--;
     ncclResult_t vres = HETCCL_VENDOR_CALL(v, GroupEnd);
     if (res == ncclSuccess || res == ncclInProgress) res = vres == ncclSuccess ? res : vres;
   }
@@ -342,7 +351,7 @@ ncclResult_t hetccl_group_simulate_close(ncclSimInfo_t *info) {
   int close_vendor = vendor_closes_here();
   ncclResult_t res = hetccl_group_simulate_end(&info->estimatedTime);
   if (close_vendor) {
-    vendor_open--;
+    group.vendor_open--;
     ncclSimInfo_t vinfo = *info;
     if (HETCCL_VENDOR_CALL(v, GroupSimulateEnd, &vinfo) == ncclSuccess)
       info->estimatedTime += vinfo.estimatedTime;

@@ -23,12 +23,54 @@
  * thread; otherwise each communicator's tasks go to its proxy thread (so one
  * thread can drive several ranks), and a blocking group waits for them.
  *
- * Thread: the API thread. Group state is thread-local. */
+ * Thread: the API thread. Group state is per thread (hetccl_group_t). */
 #ifndef HETCCL_EXEC_GROUP_H
 #define HETCCL_EXEC_GROUP_H
 
 #include "comm/comm.h"
 #include "exec/task.h"
+
+/* A thread's group: what its ncclGroupStart .. ncclGroupEnd collect.
+ *
+ * One per thread (hetccl_group_current), in thread-local storage, zeroed
+ * when the thread starts and living as long as it. Only its thread reads or
+ * writes it (a group belongs to the thread that opened it, as in NCCL), so
+ * it takes no lock. Between groups (depth 0) its lists are empty and its
+ * error is ncclSuccess; a thread that exits inside a group leaks what the
+ * group kept.
+ *
+ *   depth        ncclGroupStart calls not yet ended; the outermost end
+ *                (depth back to 0) runs the group or drops it
+ *   vendor_open  how many of those levels opened the vendor's group as
+ *                well (hetccl_group_open with a vendor loaded): the
+ *                level hetccl_group_close ends while this equals depth
+ *                ends the vendor's too
+ *   head, tail   the engine's tasks, in call order; the group owns them
+ *                until the outermost end runs or frees them
+ *   inits        grouped communicator inits (hetccl_group_defer_init), run
+ *                at the outermost end before the tasks
+ *   error        the first error raised while open (hetccl_group_note_error):
+ *                the outermost end returns it and drops tasks and inits
+ *   hier         the hierarchical operations kept for the outermost end,
+ *                in call order: hier/hier_ops.c makes, links, runs and frees
+ *                the entries (hetccl_hier_defer, hetccl_hier_run_deferred);
+ *                the group only holds the list, and exec/ never reads it */
+typedef struct hetccl_group_init hetccl_group_init_t; /* group.c's */
+typedef struct hetccl_hier_deferred hetccl_hier_deferred_t; /* hier/hier_ops.c's */
+
+typedef struct hetccl_group {
+  int depth;
+  int vendor_open;
+  hetccl_task_t *head, *tail;
+  hetccl_group_init_t *inits;
+  ncclResult_t error;
+  struct {
+    hetccl_hier_deferred_t *head, *last;
+  } hier;
+} hetccl_group_t;
+
+/* The calling thread's group. */
+hetccl_group_t *hetccl_group_current(void);
 
 /* Take ownership of task (heap): run now, or queue it in the open group. */
 ncclResult_t hetccl_group_enqueue(hetccl_task_t *task);

@@ -137,7 +137,8 @@ ncclResult_t hetccl_hier_run(ncclComm_t comm, const hetccl_op_t *op);
  * runs the kept operations once the group's other work and the vendor's
  * group are launched, in step (slot by slot, each slot one group:
  * hier/hier_ops.c), or drops them (drop: the group failed or was only
- * simulated). Returns the first failure. Per thread. */
+ * simulated). Returns the first failure. Kept in the calling thread's
+ * group (exec/group.h, hetccl_group_t's `hier`). */
 ncclResult_t hetccl_hier_defer(ncclComm_t comm, const hetccl_op_t *op);
 ncclResult_t hetccl_hier_run_deferred(int drop);
 

@@ -56,8 +56,8 @@
  * message says which phase (inside the island, across the leaders or a
  * rail).
  *
- * Thread: the API caller's. Deferred operations are kept per thread, as
- * the group is. */
+ * Thread: the API caller's. Deferred operations are kept in the thread's
+ * group (exec/group.h). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -445,7 +445,8 @@ ncclResult_t hetccl_hier_run(ncclComm_t comm, const hetccl_op_t *user) {
 
 /* --- inside a group ----------------------------------------------------------------- */
 
-typedef struct deferred {
+/* An operation kept in the thread's group (exec/group.h, its `hier` list). */
+typedef struct hetccl_hier_deferred {
   ncclComm_t comm;
   hetccl_op_t op;
   hetccl_hier_stage_t *stage; /* host buffers staged (hier_host.c) */
@@ -453,10 +454,8 @@ typedef struct deferred {
   size_t partials;            /* bytes of it */
   int on_device;              /* of which kind of memory (its sendbuf's) */
   ncclResult_t res;
-  struct deferred *next;
+  struct hetccl_hier_deferred *next;
 } deferred_t;
-
-static __thread deferred_t *deferred_head, *deferred_last;
 
 ncclResult_t hetccl_hier_defer(ncclComm_t comm, const hetccl_op_t *op) {
   deferred_t *d = malloc(sizeof(*d));
@@ -473,9 +472,10 @@ ncclResult_t hetccl_hier_defer(ncclComm_t comm, const hetccl_op_t *op) {
   d->on_device = 0;
   d->res = ncclSuccess;
   d->next = NULL;
-  if (deferred_last) deferred_last->next = d;
-  else deferred_head = d;
-  deferred_last = d;
+  hetccl_group_t *g = hetccl_group_current();
+  if (g->hier.last) g->hier.last->next = d;
+  else g->hier.head = d;
+  g->hier.last = d;
   return ncclSuccess;
 }
 
@@ -512,8 +512,9 @@ static ncclResult_t share_partials(deferred_t *head) {
  * communicator still sees its calls in the same order on all its ranks.
  * Staged host buffers are handed back once every form is launched. */
 ncclResult_t hetccl_hier_run_deferred(int drop) {
-  deferred_t *head = deferred_head;
-  deferred_head = deferred_last = NULL;
+  hetccl_group_t *g = hetccl_group_current();
+  deferred_t *head = g->hier.head;
+  g->hier.head = g->hier.last = NULL;
   if (!head) return ncclSuccess; /* also the groups below, which end here again */
   ncclResult_t first = ncclSuccess;
   for (deferred_t *d = head; d && !drop; d = d->next) {
