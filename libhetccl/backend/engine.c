@@ -100,14 +100,27 @@ static ncclResult_t engine_revoke(ncclComm_t comm, int flags) {
 /* The hierarchical form where op has one here (inside a group: at the
  * group's end), else engine tasks (exec/enqueue.h), whose device buffers
  * go to the data plane or to staging at the group's end. */
+static ncclResult_t place(ncclComm_t comm, const hetccl_op_t *op) {
+  return !hetccl_hier_applies(comm, op) ? hetccl_enqueue_op(comm, op)
+         : hetccl_group_depth() > 0    ? hetccl_hier_defer(comm, op)
+                                       : hetccl_hier_run(comm, op);
+}
+
+/* A user's operation: checked against comm once, here; what hier/ derives
+ * from it comes back through engine_submit. */
 static ncclResult_t engine_dispatch(ncclComm_t comm, const hetccl_op_t *op) {
   hetccl_comm_enter(comm);
   ncclResult_t res = hetccl_comm_usable(comm, op->fn);
   if (res == ncclSuccess) res = hetccl_op_validate(comm, op);
-  if (res == ncclSuccess)
-    res = !hetccl_hier_applies(comm, op) ? hetccl_enqueue_op(comm, op)
-          : hetccl_group_depth() > 0    ? hetccl_hier_defer(comm, op)
-                                        : hetccl_hier_run(comm, op);
+  if (res == ncclSuccess) res = place(comm, op);
+  hetccl_comm_leave(comm);
+  if (res != ncclSuccess && res != ncclInProgress) hetccl_group_note_error(res);
+  return res;
+}
+
+static ncclResult_t engine_submit(ncclComm_t comm, const hetccl_op_t *op) {
+  hetccl_comm_enter(comm);
+  ncclResult_t res = place(comm, op);
   hetccl_comm_leave(comm);
   if (res != ncclSuccess && res != ncclInProgress) hetccl_group_note_error(res);
   return res;
@@ -224,6 +237,7 @@ const hetccl_backend_ops_t hetccl_backend_engine = {
     .release = engine_release,
     .revoke = engine_revoke,
     .dispatch = engine_dispatch,
+    .submit = engine_submit,
     .redop_create = engine_redop_create,
     .redop_destroy = hetccl_comm_redop_destroy,
     .async_error = engine_async_error,

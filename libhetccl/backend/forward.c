@@ -389,6 +389,7 @@ const hetccl_backend_ops_t hetccl_backend_forward = {
     .release = forward_release,
     .revoke = forward_revoke,
     .dispatch = forward_dispatch,
+    .submit = forward_dispatch, /* the vendor checks what it is given either way */
     .redop_create = forward_redop_create,
     .redop_destroy = forward_redop_destroy,
     .async_error = forward_async_error,

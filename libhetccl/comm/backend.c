@@ -19,8 +19,9 @@ static const char *const backend_names[HETCCL_BACKEND_COUNT] = {
 };
 
 #define REQUIRED_SLOTS(X)                                                                   \
-  X(name) X(start) X(finalize) X(shutdown) X(release) X(revoke) X(dispatch) X(redop_create) \
-  X(redop_destroy) X(async_error) X(count) X(user_rank) X(cu_device) X(properties)          \
+  X(name) X(start) X(finalize) X(shutdown) X(release) X(revoke) X(dispatch) X(submit)       \
+  X(redop_create) X(redop_destroy) X(async_error) X(count) X(user_rank) X(cu_device)        \
+  X(properties)                                                                             \
   X(mem_stats) X(last_error) X(describe) X(mem_register) X(mem_deregister)                  \
   X(window_register) X(window_deregister) X(win_user_ptr) X(suspend) X(resume) X(split)     \
   X(shrink) X(grow) X(grow_id) X(dev_comm_create) X(dev_comm_destroy) X(team) X(team_rank)  \

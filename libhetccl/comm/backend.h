@@ -71,13 +71,26 @@ typedef ncclResult_t (*hetccl_backend_revoke_fn)(ncclComm_t comm, int flags);
 
 /* --- operations ------------------------------------------------------------ */
 
-/* Run op (checked by the API as far as it can without comm): forward: the
- * vendor's function; engine: the hierarchical form, the data plane or the
- * engine's tasks. Enqueued on op->stream where that is the contract; may
- * return ncclInProgress (a nonblocking communicator). Also called by the
- * hierarchical forms for their phases on the internal communicators
- * (hetccl_comm_dispatch). */
+/* Run a user's op (checked by the API as far as it can without comm; the
+ * entry points' slot, hetccl_comm_dispatch): forward: the vendor's
+ * function, which checks it; engine: comm's state and op checked against
+ * comm (exec/enqueue.h: hetccl_comm_usable, hetccl_op_validate), then
+ * placed as submit places it. Enqueued on op->stream where that is the
+ * contract; may return ncclInProgress (a nonblocking communicator); a
+ * failure inside a group is also the group's (exec/group.h). */
 typedef ncclResult_t (*hetccl_backend_dispatch_fn)(ncclComm_t comm, const hetccl_op_t *op);
+
+/* Run an op hetccl derived itself from one that dispatch has checked and
+ * validated already (the hierarchical forms' phases on the internal
+ * communicators, their pairs' sends and receives on the communicator
+ * itself: hier/), through hetccl_comm_submit. No check of comm's state or
+ * of op: the one who derives it answers for both (hier/hier_ops.c checks
+ * the internal communicators once per operation). Placed where dispatch
+ * places it: forward: the vendor's function (a vendor island's phases
+ * still go to the vendor); engine: the hierarchical form where op has one
+ * (inside a group: at the group's end), else engine tasks. Stream, "in
+ * progress" and group error as for dispatch. */
+typedef ncclResult_t (*hetccl_backend_submit_fn)(ncclComm_t comm, const hetccl_op_t *op);
 
 /* ncclRedOpCreatePreMulSum / ncclRedOpDestroy. */
 typedef ncclResult_t (*hetccl_backend_redop_create_fn)(ncclComm_t comm, ncclRedOp_t *op,
@@ -187,6 +200,7 @@ typedef struct hetccl_backend_ops {
   hetccl_backend_revoke_fn revoke;
   /* operations */
   hetccl_backend_dispatch_fn dispatch;
+  hetccl_backend_submit_fn submit;
   hetccl_backend_redop_create_fn redop_create;
   hetccl_backend_redop_destroy_fn redop_destroy;
   /* queries */
@@ -252,11 +266,18 @@ static inline void hetccl_backend_publish(ncclComm_t comm, const hetccl_backend_
   __atomic_store_n(&comm->backend, ops, __ATOMIC_RELEASE);
 }
 
-/* An operation on comm through its backend, for the layers below the entry
- * points (the hierarchical forms' phases run on their internal
- * communicators this way): no check, no trace of a call of its own. */
+/* A user's operation on comm through its backend (entry/dispatch.c, once
+ * the handle is checked): the backend validates it against comm. No trace
+ * of a call of its own. */
 static inline ncclResult_t hetccl_comm_dispatch(ncclComm_t comm, const hetccl_op_t *op) {
   return hetccl_backend_of(comm)->dispatch(comm, op);
+}
+
+/* An operation hetccl derived from one already dispatched (the submit
+ * slot's contract): placed as dispatch would place it, not validated
+ * again. No trace of a call of its own. */
+static inline ncclResult_t hetccl_comm_submit(ncclComm_t comm, const hetccl_op_t *op) {
+  return hetccl_backend_of(comm)->submit(comm, op);
 }
 
 #endif

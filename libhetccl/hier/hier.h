@@ -4,7 +4,8 @@
  * phases (hier_ops.c, hier_rails.c, hier_pairs.c), host buffers where a
  * vendor serves the island (hier_host.c). It runs on the API thread; its
  * phases run on the internal communicators through their backends
- * (hetccl_comm_dispatch) and the engine's groups (exec/group.h). It never
+ * (hetccl_comm_submit: placed, not validated again) and the engine's
+ * groups (exec/group.h). It never
  * reaches a transport or a vendor's library but through those, and never
  * includes backend/ or entry/.
  *

@@ -34,6 +34,7 @@ typedef struct form {
   void *scratch; /* partial results: this form's own part (in step with others), or NULL:
                     the map's block */
   where_t where;
+  unsigned checked; /* bit `where`: that communicator found usable in this launch */
   int step;    /* phases traced so far (trace/trace.h) */
 } form_t;
 

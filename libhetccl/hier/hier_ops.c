@@ -111,6 +111,26 @@ static const char *where_name(where_t where) {
   return where == IN_ISLAND ? "island" : where == ACROSS_LEADERS ? "leaders" : "rail";
 }
 
+/* The communicator a phase at `where` runs on, f->where set to it. Its
+ * phases are submitted unchecked (hetccl_comm_submit: the operation was
+ * validated at its entry), but it may have failed on its own since (on a
+ * stream, a sibling's failure), so its state is checked at its first
+ * phase in each launch. */
+static ncclResult_t phase_comm(form_t *f, where_t where, ncclComm_t *out) {
+  ncclComm_t c = where_comm(f->comm, where);
+  f->where = where;
+  if (!(f->checked & (1u << where))) {
+    ncclResult_t res = hetccl_comm_usable(c, f->op->fn);
+    if (res != ncclSuccess) {
+      hetccl_group_note_error(res); /* as the backend's own check did */
+      return res;
+    }
+    f->checked |= 1u << where;
+  }
+  *out = c;
+  return ncclSuccess;
+}
+
 /* Where a leader keeps partial results no user buffer has room for. */
 ncclResult_t hetccl_hier_partials(form_t *f, size_t bytes, void **out) {
   if (f->scratch) {
@@ -167,9 +187,10 @@ ncclResult_t hetccl_hier_phase(form_t *f, int slot, where_t where, hetccl_op_kin
   if (kind != HETCCL_OP_AllReduce && kind != HETCCL_OP_Reduce &&
       kind != HETCCL_OP_ReduceScatter)
     p.redop = HETCCL_NO_REDOP;
-  f->where = where;
+  ncclComm_t c;
+  HETCCL_CHECK(phase_comm(f, where, &c));
   uint64_t t0 = HETCCL_TRACE_BEGIN();
-  ncclResult_t res = hetccl_comm_dispatch(where_comm(f->comm, where), &p);
+  ncclResult_t res = hetccl_comm_submit(c, &p);
   traced(f, &p, t0);
   return res;
 }
@@ -191,9 +212,10 @@ hetccl_op_t hetccl_hier_p2p_op(const form_t *f, hetccl_op_kind_t kind, void *buf
 /* A send or receive inside the island (its caller checks the slot). */
 ncclResult_t hetccl_hier_p2p(form_t *f, hetccl_op_kind_t kind, void *buf, size_t count, int peer) {
   hetccl_op_t p = hetccl_hier_p2p_op(f, kind, buf, count, peer);
-  f->where = IN_ISLAND;
+  ncclComm_t island;
+  HETCCL_CHECK(phase_comm(f, IN_ISLAND, &island));
   uint64_t t0 = HETCCL_TRACE_ON() && hetccl_group_depth() == 0 ? hetccl_trace_now() : 0;
-  ncclResult_t res = hetccl_comm_dispatch(f->comm->island, &p);
+  ncclResult_t res = hetccl_comm_submit(island, &p);
   traced(f, &p, t0);
   return res;
 }

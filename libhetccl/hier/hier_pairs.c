@@ -28,16 +28,16 @@ int hetccl_hier_p2p_inside(ncclComm_t comm, const hetccl_op_t *op) {
          m->of[op->peer] == m->of[comm->rank];
 }
 
-/* A send or receive of this rank's, on this communicator: the same
- * dispatch as the user's (to its island where the peer is there and a
- * vendor serves it, else the engine). */
+/* A send or receive of this rank's, on this communicator: placed as the
+ * user's would be (to its island where the peer is there and a vendor
+ * serves it, else the engine), without validating it again. */
 static ncclResult_t p2p_here(form_t *f, hetccl_op_kind_t kind, void *buf, size_t count, int peer) {
   hetccl_op_t p = hetccl_hier_p2p_op(f, kind, buf, count, peer);
   p.fn = kind == HETCCL_OP_Send ? "ncclSend" : "ncclRecv";
   if (hetccl_hier_p2p_inside(f->comm, &p))
     return hetccl_hier_p2p(f, kind, buf, count, f->map->index[peer]);
   f->where = ACROSS_LEADERS; /* for the message: between islands */
-  return hetccl_comm_dispatch(f->comm, &p);
+  return hetccl_comm_submit(f->comm, &p);
 }
 
 /* Every pair as a send and a receive in one group, so that the pairs of a
