@@ -12,6 +12,15 @@
  * hops (docs/host-engine.md). Out of place, the root copies its buffer
  * into its receive buffer while the others read.
  *
+ * The root does not idle meanwhile: while it waits on its sends, the shm
+ * transport lets it write pieces of each message straight into its
+ * reader's buffer from the back while the reader reads from the front
+ * (shm_ring.c: two cores on one message), so at n = 2 the message moves
+ * on two cores, and with few readers the root's core adds to theirs.
+ * Nothing to split here: the transport balances the pieces as they go,
+ * and a transport that does not share (single copy off, socket) simply
+ * carries the n - 1 sends.
+ *
  * Thread: whichever thread drives the engine. */
 #include "algo/algo_impl.h"
 
