@@ -8,7 +8,8 @@
  *
  *   function       algorithm (file)            when (auto)
  *   AllReduce      direct exchange (rd.c)      small, on up to 4 ranks
- *                  halving-doubling (rhd.c)    8 KiB < bytes <= 256 KiB, on more
+ *                  halving-doubling (rhd.c)    8 KiB < bytes <= 256 KiB, on more; and
+ *                                              1 MiB < bytes < 16 MiB on more than 8
  *                  recursive doubling (rd.c)   small, on more
  *                  reads (pull_ar.c)           single copy on, and large enough that it pays
  *                  ring (ring.c)               otherwise
@@ -70,6 +71,14 @@
 #define RHD_ALLREDUCE_MIN_BYTES (8u << 10)
 #define RHD_ALLREDUCE_MAX_BYTES (256u << 10)
 
+/* On more than PULL_ALLREDUCE_WIDE_RANKS ranks, rhd also beats the reads
+ * below 16 MiB (same machine, 3 alternations; docs/measurements.md), rhd /
+ * reads / ring, GB/s: n=16 2 MiB 3.17 / 1.86 / 2.93 (MPICH 2.21), 4 MiB
+ * 3.03 / 1.72 / 2.41, 8 MiB 3.22 / 2.93 / 2.33; at 1 MiB 2.73 / 2.96 /
+ * 2.82 and at 32 MiB 1.97 / 2.99 / 1.64 the reads keep it. */
+#define RHD_ALLREDUCE_WIDE_MIN_BYTES (1u << 20)
+#define RHD_ALLREDUCE_WIDE_MAX_BYTES (16u << 20)
+
 #define PULL_ALLREDUCE_MIN_RANKS 4
 #define PULL_ALLREDUCE_BYTES (4u << 20)
 #define PULL_ALLREDUCE_WIDE_RANKS 8
@@ -86,6 +95,8 @@ enum {
   NEED_PLAIN_OP = 1u << 6,    /* not PreMulSum (hard: holds when forced too) */
   NEED_MANY = 1u << 7,        /* n > DIRECT_ALLREDUCE_MAX_RANKS */
   NEED_MEDIUM = 1u << 8,      /* RHD_ALLREDUCE_MIN_BYTES < bytes <= RHD_ALLREDUCE_MAX_BYTES */
+  NEED_WIDE_MEDIUM = 1u << 9, /* n > PULL_ALLREDUCE_WIDE_RANKS, RHD_ALLREDUCE_WIDE_MIN_BYTES <
+                               * bytes < RHD_ALLREDUCE_WIDE_MAX_BYTES */
 };
 #define NEED_HARD NEED_PLAIN_OP
 
@@ -107,6 +118,8 @@ static const rule_t rules[] = {
      "small, few ranks: one round"},
     {F(ALLREDUCE), W(rhd), NEED_MEDIUM | NEED_MANY, "halving-doubling", hetccl_rhd_allreduce,
      "medium, many ranks: a ring's bandwidth in 2 log2 n rounds"},
+    {F(ALLREDUCE), W(rhd), NEED_WIDE_MEDIUM, "halving-doubling", hetccl_rhd_allreduce,
+     "1-16 MiB on more than 8 ranks: ahead of the reads there"},
     {F(ALLREDUCE), W(rd), NEED_SMALL, "recursive doubling", hetccl_rd_allreduce,
      "small: log2 n rounds"},
     {F(ALLREDUCE), W(pull), NEED_PULL_PAYS | NEED_PLAIN_OP, "reads", hetccl_pull_allreduce,
@@ -149,6 +162,9 @@ static unsigned conditions(const hetccl_engine_t *e, const hetccl_coll_t *c, siz
   if (bytes * (size_t)n > small) have |= NEED_LARGE_TOTAL;
   have |= n <= DIRECT_ALLREDUCE_MAX_RANKS ? NEED_FEW : NEED_MANY;
   if (bytes > RHD_ALLREDUCE_MIN_BYTES && bytes <= RHD_ALLREDUCE_MAX_BYTES) have |= NEED_MEDIUM;
+  if (n > PULL_ALLREDUCE_WIDE_RANKS && bytes > RHD_ALLREDUCE_WIDE_MIN_BYTES &&
+      bytes < RHD_ALLREDUCE_WIDE_MAX_BYTES)
+    have |= NEED_WIDE_MEDIUM;
   if (bytes > hetccl_engine_pull_min(e)) have |= NEED_PULL;
   if (pull_allreduce_pays(e, n, bytes)) have |= NEED_PULL_PAYS;
   if (!(hetccl_func_reduces(c->func) && c->op.premul)) have |= NEED_PLAIN_OP;

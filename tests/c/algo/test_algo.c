@@ -35,6 +35,9 @@ static int reducing(int f) { return f == F_ALLREDUCE || f == F_REDUCE || f == F_
 #define OP_PREMUL 5
 static const char *const opnames[] = {"sum", "prod", "max", "min", "avg", "premulsum"};
 
+/* Ranks a run may fork (the host engine's wide rules start above 8). */
+#define MAX_RANKS 16
+
 static int nranks, rank_;
 static int failures;
 static uint64_t *shared_hash; /* [test][rank] */
@@ -281,7 +284,7 @@ static void run_one(ncclComm_t comm, int f, ncclDataType_t t, int op, size_t cou
   switch (f) {
     case F_ALLREDUCE:
       for (size_t i = 0; i < count; i++) check_reduced(t, recv, i, i, op, seed, scalar, what);
-      shared_hash[(size_t)test_index * 8 + me] = hash_bytes(recv, count * es);
+      shared_hash[(size_t)test_index * MAX_RANKS + me] = hash_bytes(recv, count * es);
       break;
     case F_REDUCE:
       if (me == root)
@@ -361,15 +364,15 @@ int main(int argc, char **argv) {
   }
   int n = atoi(argv[1]);
   const char *mode = argc > 2 ? argv[2] : "quick";
-  if (n < 1 || n > 8) return 2;
+  if (n < 1 || n > MAX_RANKS) return 2;
   size_t maxtests = 200000;
-  shared_hash = mmap(NULL, maxtests * 8 * sizeof(uint64_t), PROT_READ | PROT_WRITE,
+  shared_hash = mmap(NULL, maxtests * MAX_RANKS * sizeof(uint64_t), PROT_READ | PROT_WRITE,
                      MAP_SHARED | MAP_ANONYMOUS, -1, 0);
   if (shared_hash == MAP_FAILED) return 2;
   nranks = n;
   int idpipe[2];
   if (pipe(idpipe) != 0) return 2;
-  pid_t pids[8];
+  pid_t pids[MAX_RANKS];
   for (int r = 0; r < n; r++) {
     pids[r] = fork();
     if (pids[r] == 0) {
@@ -384,7 +387,7 @@ int main(int argc, char **argv) {
       NCCLCHECK(ncclCommInitRank(&comm, n, id, r));
       sweep(comm, mode);
       NCCLCHECK(ncclCommDestroy(comm));
-      if (r == 0) shared_hash[(maxtests - 1) * 8] = (uint64_t)test_index;
+      if (r == 0) shared_hash[(maxtests - 1) * MAX_RANKS] = (uint64_t)test_index;
       exit(failures ? 1 : 0); /* exit, not _exit: a leak checker looks at each rank */
     }
   }
@@ -403,13 +406,13 @@ int main(int argc, char **argv) {
   /* AllReduce: bitwise equal on every rank (unused slots are zero). */
   for (size_t k = 0; k < maxtests - 1 && !bad; k++)
     for (int r = 1; r < n; r++)
-      if (shared_hash[k * 8 + r] != shared_hash[k * 8]) {
+      if (shared_hash[k * MAX_RANKS + r] != shared_hash[k * MAX_RANKS]) {
         fprintf(stderr, "test %zu: AllReduce result differs between rank 0 and rank %d\n", k, r);
         bad = 1;
         break;
       }
   if (!bad)
     printf("algo: %d ranks, %s sweep: %llu collectives match the reference\n", n, mode,
-           (unsigned long long)shared_hash[(maxtests - 1) * 8]);
+           (unsigned long long)shared_hash[(maxtests - 1) * MAX_RANKS]);
   return bad;
 }
