@@ -75,7 +75,8 @@ ncclResult_t hetccl_rd_allreduce(hetccl_engine_t *e, const hetccl_coll_t *c) {
     return hetccl_sched_run_host(s);
   }
   if (r < 2 * rem) {
-    prev = hetccl_sched_recv_reduce(s, r - 1, cur, cur, 1, bytes, prev, HETCCL_STEP_NONE);
+    prev = hetccl_sched_recv_reduce(s, r - 1, cur, cur, HETCCL_STEP_IN_RIGHT, bytes, prev,
+                                    HETCCL_STEP_NONE);
     vr = r / 2;
   } else {
     vr = r - rem;

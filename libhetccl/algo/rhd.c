@@ -72,8 +72,8 @@ ncclResult_t hetccl_rhd_allreduce(hetccl_engine_t *e, const hetccl_coll_t *c) {
     return hetccl_sched_run_host(s);
   }
   if (r < 2 * rem) {
-    prev = hetccl_sched_recv_reduce(s, r - 1, buf, buf, 1, c->count * es, prev,
-                                    HETCCL_STEP_NONE);
+    prev = hetccl_sched_recv_reduce(s, r - 1, buf, buf, HETCCL_STEP_IN_RIGHT, c->count * es,
+                                    prev, HETCCL_STEP_NONE);
     vr = r / 2;
   } else {
     vr = r - rem;
@@ -93,7 +93,8 @@ ncclResult_t hetccl_rhd_allreduce(hetccl_engine_t *e, const hetccl_coll_t *c) {
                                 (given[k].hi - given[k].lo) * es, prev, HETCCL_STEP_NONE);
     /* The lower group's partial sum on the left. */
     prev = hetccl_sched_recv_reduce(s, partner, buf + kept[k].lo * es, buf + kept[k].lo * es,
-                                    !lower, (kept[k].hi - kept[k].lo) * es, prev,
+                                    lower ? 0 : HETCCL_STEP_IN_RIGHT,
+                                    (kept[k].hi - kept[k].lo) * es, prev,
                                     HETCCL_STEP_NONE);
     cur = kept[k];
   }

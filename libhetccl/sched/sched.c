@@ -98,10 +98,10 @@ int hetccl_sched_recv(hetccl_sched_t *s, int peer, void *dst, size_t bytes, int 
 }
 
 int hetccl_sched_recv_reduce(hetccl_sched_t *s, int peer, void *dst, const void *in,
-                             int in_right, size_t bytes, int a0, int a1) {
+                             int flags, size_t bytes, int a0, int a1) {
   int i;
   hetccl_step_t *t = message(s, HETCCL_STEP_RECV_REDUCE, peer, a0, a1, &i);
-  if (t) t->dst = dst, t->src = in, t->in_right = (uint8_t)!!in_right, t->bytes = bytes;
+  if (t) t->dst = dst, t->src = in, t->flags = (uint8_t)flags, t->bytes = bytes;
   return i;
 }
 
@@ -132,5 +132,13 @@ int hetccl_sched_finish(hetccl_sched_t *s, void *dst, size_t bytes, int a0, int 
   int i;
   hetccl_step_t *t = append(s, HETCCL_STEP_FINISH, a0, a1, HETCCL_STEP_NONE, &i);
   if (t) t->dst = dst, t->bytes = bytes;
+  return i;
+}
+
+int hetccl_sched_fence(hetccl_sched_t *s, int below) {
+  int i;
+  hetccl_step_t *t = append(s, HETCCL_STEP_FENCE, HETCCL_STEP_NONE, HETCCL_STEP_NONE,
+                            HETCCL_STEP_NONE, &i);
+  if (t) t->below = below;
   return i;
 }
