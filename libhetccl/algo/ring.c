@@ -48,6 +48,9 @@ ncclResult_t hetccl_ring_run(const ring_plan_t *pl, void *mem) {
   size_t body = algo_round_up(hetccl_sched_bytes(steps, pl->nranks), 64);
   hetccl_sched_t *s = mem;
   hetccl_sched_init(s, (char *)mem + head, steps, pl->e, &pl->c->op);
+  /* A collective that does not reduce receives by plain copy: peers may
+   * read what it sends in place (engine.h: pull_ok). */
+  s->pull_ok = !hetccl_func_reduces(pl->c->func);
   /* Where each of the last W waves starts, and the receive of each step
    * of the last two waves (HETCCL_STEP_NONE: none). */
   int start[HETCCL_ALGO_WINDOW];
