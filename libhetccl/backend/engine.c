@@ -33,7 +33,7 @@ static ncclResult_t engine_start(ncclComm_t comm, const ncclUniqueId *id) {
   HETCCL_CHECK(hetccl_dataplane_setup(comm));
   HETCCL_CHECK(hetccl_hier_setup(comm));
   uint64_t msgs, bytes;
-  hetccl_bootstrap_stats(comm->bs, &msgs, &bytes);
+  hetccl_bootstrap_stats(comm->boot.links, &msgs, &bytes);
   INFO(HETCCL_BOOTSTRAP, "bootstrap rank %d stats: %llu messages, %llu bytes", comm->rank,
        (unsigned long long)msgs, (unsigned long long)bytes);
   return ncclSuccess;
@@ -42,8 +42,8 @@ static ncclResult_t engine_start(ncclComm_t comm, const ncclUniqueId *id) {
 static ncclResult_t engine_finalize(ncclComm_t comm) {
   hetccl_proxy_drain(comm);
   hetccl_hier_finalize(comm);
-  comm->finalized = 1;
-  ncclResult_t err = (ncclResult_t)__atomic_load_n(&comm->error, __ATOMIC_ACQUIRE);
+  comm->engine.finalized = 1;
+  ncclResult_t err = (ncclResult_t)__atomic_load_n(&comm->state.error, __ATOMIC_ACQUIRE);
   return err == ncclInProgress ? ncclSuccess : err;
 }
 
@@ -60,13 +60,13 @@ static ncclResult_t engine_shutdown(ncclComm_t comm, int abort) {
 /* The communicator's own count of payload bytes its CPU copied, per
  * transport (hetcclCommCopiedBytes adds the internal ones), at INFO. */
 static void log_copied(ncclComm_t comm) {
-  if (!comm->engine || !HETCCL_LOG_ENABLED(HETCCL_LOG_INFO, HETCCL_INIT | HETCCL_NET)) return;
+  if (!comm->engine.p2p || !HETCCL_LOG_ENABLED(HETCCL_LOG_INFO, HETCCL_INIT | HETCCL_NET)) return;
   char line[192] = "";
   size_t used = 0;
   for (int t = 0; t < HETCCL_COPIED_PATHS && used < sizeof(line); t++)
     used += (size_t)snprintf(line + used, sizeof(line) - used, "%s%s %llu", t ? ", " : "",
                              hetccl_copied_path_name(t),
-                             (unsigned long long)__atomic_load_n(&comm->copied[t],
+                             (unsigned long long)__atomic_load_n(&comm->engine.copied[t],
                                                                  __ATOMIC_RELAXED));
   INFO(HETCCL_INIT | HETCCL_NET, "rank %d of %d: payload bytes copied by the CPU: %s",
        hetccl_user_rank(comm->user_ranks, comm->rank), comm->nranks, line);
@@ -80,8 +80,8 @@ static void engine_release(ncclComm_t comm, int abort) {
   hetccl_proxy_stop(comm);
   hetccl_devpath_destroy(comm);
   hetccl_dataplane_destroy(comm);
-  hetccl_engine_destroy(comm->engine);
-  comm->engine = NULL;
+  hetccl_engine_destroy(comm->engine.p2p);
+  comm->engine.p2p = NULL;
 }
 
 /* Stop what is in flight: blocked waits see the flag and fail; the
@@ -89,7 +89,7 @@ static void engine_release(ncclComm_t comm, int abort) {
 static ncclResult_t engine_revoke(ncclComm_t comm, int flags) {
   HETCCL_ARGCHECK(flags == NCCL_REVOKE_DEFAULT, ncclInvalidArgument,
                   "ncclCommRevoke: flags 0x%x must be NCCL_REVOKE_DEFAULT", flags);
-  __atomic_store_n(&comm->abort_flag, 1, __ATOMIC_RELEASE);
+  __atomic_store_n(&comm->state.abort_flag, 1, __ATOMIC_RELEASE);
   hetccl_proxy_drain(comm);
   hetccl_comm_set_error(comm, ncclInvalidUsage);
   return ncclSuccess;
@@ -147,7 +147,7 @@ static ncclResult_t engine_redop_create(ncclComm_t comm, ncclRedOp_t *op, void *
  * stream-ordered device operations (exec/devpath.h), which a watchdog
  * polling here must not take for an unfinished init. */
 static ncclResult_t engine_async_error(ncclComm_t comm, ncclResult_t *err) {
-  ncclResult_t e = (ncclResult_t)__atomic_load_n(&comm->error, __ATOMIC_ACQUIRE);
+  ncclResult_t e = (ncclResult_t)__atomic_load_n(&comm->state.error, __ATOMIC_ACQUIRE);
   if (!comm->blocking && hetccl_proxy_pending(comm) > 0) e = ncclInProgress;
   if (e == ncclSuccess) e = hetccl_hier_error(comm); /* a phase failing on the stream */
   *err = e;
@@ -182,11 +182,11 @@ static const char *engine_last_error(ncclComm_t comm, char *buf, size_t len) {
 
 /* A hierarchical communicator says what serves the inside of its island. */
 static const char *engine_describe(ncclComm_t comm) {
-  if (comm->hier) {
-    const hetccl_vendor_t *v = comm->island ? comm->island->vendor : NULL;
+  if (comm->hier.enabled) {
+    const hetccl_vendor_t *v = comm->hier.island ? comm->hier.island->forward.vendor : NULL;
     return v ? v->hier_backend : "hierarchical:engine";
   }
-  return comm->engine ? "engine" : "initializing";
+  return comm->engine.p2p ? "engine" : "initializing";
 }
 
 /* --- memory -------------------------------------------------------------------------- */

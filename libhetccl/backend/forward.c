@@ -1,6 +1,6 @@
 /* The forwarding backend (comm/backend.h): one island, every call handed
  * to the vendor's library (NCCL, RCCL) on the vendor's communicator
- * (comm->vendor, comm->vcomm), one indirect call each.
+ * (comm->forward.vendor, comm->forward.vcomm), one indirect call each.
  *
  * backend/ holds the two implementations of the backend table: this one
  * and the engine's (engine.c). They run on the thread that called the
@@ -21,7 +21,7 @@
 #include "util/check.h"
 #include "util/log.h"
 
-#define VENDOR(comm) ((comm)->vendor)
+#define VENDOR(comm) ((comm)->forward.vendor)
 /* The vendor's function `slot` on comm's vendor. */
 #define VCALL(comm, slot, ...) HETCCL_VENDOR_CALL(VENDOR(comm), slot, __VA_ARGS__)
 
@@ -45,7 +45,7 @@ static ncclResult_t forward_start(ncclComm_t comm, const ncclUniqueId *id) {
   } msg;
   memset(&msg, 0, sizeof(msg));
   if (comm->rank == 0) msg.status = HETCCL_VENDOR_CALL(v, GetUniqueId, &msg.id);
-  HETCCL_CHECK(hetccl_bootstrap_bcast(comm->bs, &msg, sizeof(msg), 0));
+  HETCCL_CHECK(hetccl_bootstrap_bcast(comm->boot.links, &msg, sizeof(msg), 0));
   if (msg.status != ncclSuccess) {
     WARN("vendor %s: rank 0 could not create a unique id (%d): %s", v->name, msg.status,
          comm->rank == 0 ? hetccl_last_error() : "see rank 0's log");
@@ -62,7 +62,7 @@ static ncclResult_t forward_start(ncclComm_t comm, const ncclUniqueId *id) {
   if (res == ncclInProgress) {
     /* A nonblocking vendor init: we are already off the API thread, wait. */
     ncclResult_t st = ncclInProgress;
-    while (st == ncclInProgress && !__atomic_load_n(&comm->abort_flag, __ATOMIC_ACQUIRE)) {
+    while (st == ncclInProgress && !__atomic_load_n(&comm->state.abort_flag, __ATOMIC_ACQUIRE)) {
       if (HETCCL_VENDOR_CALL(v, CommGetAsyncError, vcomm, &st) != ncclSuccess) break;
       if (st == ncclInProgress) sched_yield();
     }
@@ -73,25 +73,26 @@ static ncclResult_t forward_start(ncclComm_t comm, const ncclUniqueId *id) {
          comm->nranks, HETCCL_VENDOR_CALL(v, GetErrorString, res));
     return res;
   }
-  comm->vcomm = vcomm;
-  comm->vendor = v;
+  comm->forward.vcomm = vcomm;
+  comm->forward.vendor = v;
   hetccl_backend_publish(comm, &hetccl_backend_forward); /* after vendor and vcomm */
   INFO(HETCCL_INIT | HETCCL_VENDOR, "rank %d of %d: one island, forwarding to %s %d (%s)",
        comm->rank, comm->nranks, v->name, v->version, v->path);
-  hetccl_bootstrap_destroy(comm->bs);
-  comm->bs = NULL;
+  hetccl_bootstrap_destroy(comm->boot.links);
+  comm->boot.links = NULL;
   return ncclSuccess;
 }
 
 static ncclResult_t forward_finalize(ncclComm_t comm) {
-  return VCALL(comm, CommFinalize, comm->vcomm);
+  return VCALL(comm, CommFinalize, comm->forward.vcomm);
 }
 
 /* A split's child whose handle the vendor has not written yet has nothing
  * to destroy. */
 static ncclResult_t forward_shutdown(ncclComm_t comm, int abort) {
-  if (!comm->vcomm) return ncclSuccess;
-  return abort ? VCALL(comm, CommAbort, comm->vcomm) : VCALL(comm, CommDestroy, comm->vcomm);
+  if (!comm->forward.vcomm) return ncclSuccess;
+  return abort ? VCALL(comm, CommAbort, comm->forward.vcomm)
+               : VCALL(comm, CommDestroy, comm->forward.vcomm);
 }
 
 static void forward_release(ncclComm_t comm, int abort) {
@@ -100,7 +101,7 @@ static void forward_release(ncclComm_t comm, int abort) {
 }
 
 static ncclResult_t forward_revoke(ncclComm_t comm, int flags) {
-  return VCALL(comm, CommRevoke, comm->vcomm, flags);
+  return VCALL(comm, CommRevoke, comm->forward.vcomm, flags);
 }
 
 /* --- operations ------------------------------------------------------------------- */
@@ -113,8 +114,8 @@ static ncclResult_t forward_revoke(ncclComm_t comm, int flags) {
        : OPCALL(slot, __VA_ARGS__))
 
 static ncclResult_t forward_dispatch(ncclComm_t comm, const hetccl_op_t *op) {
-  const hetccl_vendor_t *v = comm->vendor;
-  ncclComm_t vc = comm->vcomm;
+  const hetccl_vendor_t *v = comm->forward.vendor;
+  ncclComm_t vc = comm->forward.vcomm;
   const void *s = op->sendbuf;
   void *r = op->recvbuf, *st = op->stream;
   size_t n = op->count;
@@ -146,11 +147,11 @@ static ncclResult_t forward_dispatch(ncclComm_t comm, const hetccl_op_t *op) {
 
 static ncclResult_t forward_redop_create(ncclComm_t comm, ncclRedOp_t *op, void *scalar,
                                          ncclDataType_t dtype, ncclScalarResidence_t residence) {
-  return VCALL(comm, RedOpCreatePreMulSum, op, scalar, dtype, residence, comm->vcomm);
+  return VCALL(comm, RedOpCreatePreMulSum, op, scalar, dtype, residence, comm->forward.vcomm);
 }
 
 static ncclResult_t forward_redop_destroy(ncclComm_t comm, ncclRedOp_t op) {
-  return VCALL(comm, RedOpDestroy, op, comm->vcomm);
+  return VCALL(comm, RedOpDestroy, op, comm->forward.vcomm);
 }
 
 /* --- queries ----------------------------------------------------------------------- */
@@ -158,11 +159,11 @@ static ncclResult_t forward_redop_destroy(ncclComm_t comm, ncclRedOp_t op) {
 /* A vendor split's child whose handle has not arrived yet has its parent's
  * state (forward_split). */
 static ncclResult_t forward_async_error(ncclComm_t comm, ncclResult_t *err) {
-  ncclComm_t vc = __atomic_load_n(&comm->vcomm, __ATOMIC_ACQUIRE);
-  if (!vc && comm->vparent) {
-    HETCCL_CHECK(VCALL(comm, CommGetAsyncError, comm->vparent, err));
+  ncclComm_t vc = __atomic_load_n(&comm->forward.vcomm, __ATOMIC_ACQUIRE);
+  if (!vc && comm->forward.vparent) {
+    HETCCL_CHECK(VCALL(comm, CommGetAsyncError, comm->forward.vparent, err));
     if (*err != ncclSuccess) return ncclSuccess;
-    vc = __atomic_load_n(&comm->vcomm, __ATOMIC_ACQUIRE);
+    vc = __atomic_load_n(&comm->forward.vcomm, __ATOMIC_ACQUIRE);
     if (!vc) {
       WARN("ncclCommGetAsyncError: the vendor's split finished without a communicator");
       *err = ncclInternalError;
@@ -171,77 +172,79 @@ static ncclResult_t forward_async_error(ncclComm_t comm, ncclResult_t *err) {
   }
   if (vc) return VCALL(comm, CommGetAsyncError, vc, err);
   /* No vendor communicator and no parent's: the communicator's own state. */
-  ncclResult_t e = (ncclResult_t)__atomic_load_n(&comm->error, __ATOMIC_ACQUIRE);
+  ncclResult_t e = (ncclResult_t)__atomic_load_n(&comm->state.error, __ATOMIC_ACQUIRE);
   if (!comm->blocking && hetccl_proxy_pending(comm) > 0) e = ncclInProgress;
   *err = e;
   return ncclSuccess;
 }
 
 static ncclResult_t forward_count(ncclComm_t comm, int *count) {
-  return VCALL(comm, CommCount, comm->vcomm, count);
+  return VCALL(comm, CommCount, comm->forward.vcomm, count);
 }
 
 static ncclResult_t forward_user_rank(ncclComm_t comm, int *rank) {
-  return VCALL(comm, CommUserRank, comm->vcomm, rank);
+  return VCALL(comm, CommUserRank, comm->forward.vcomm, rank);
 }
 
 static ncclResult_t forward_cu_device(ncclComm_t comm, int *device) {
-  return VCALL(comm, CommCuDevice, comm->vcomm, device);
+  return VCALL(comm, CommCuDevice, comm->forward.vcomm, device);
 }
 
 static ncclResult_t forward_properties(ncclComm_t comm, ncclCommProperties_t *props) {
-  return VCALL(comm, CommQueryProperties, comm->vcomm, props);
+  return VCALL(comm, CommQueryProperties, comm->forward.vcomm, props);
 }
 
 static ncclResult_t forward_mem_stats(ncclComm_t comm, ncclCommMemStat_t stat, uint64_t *value) {
-  return VCALL(comm, CommMemStats, comm->vcomm, stat, value);
+  return VCALL(comm, CommMemStats, comm->forward.vcomm, stat, value);
 }
 
 static const char *forward_last_error(ncclComm_t comm, char *buf, size_t len) {
   (void)buf;
   (void)len;
-  return VCALL(comm, GetLastError, comm->vcomm);
+  return VCALL(comm, GetLastError, comm->forward.vcomm);
 }
 
-static const char *forward_describe(ncclComm_t comm) { return comm->vendor->backend; }
+static const char *forward_describe(ncclComm_t comm) { return comm->forward.vendor->backend; }
 
 /* --- memory ------------------------------------------------------------------------ */
 
 static ncclResult_t forward_mem_register(ncclComm_t comm, void *buff, size_t size,
                                          void **handle) {
-  return VCALL(comm, CommRegister, comm->vcomm, buff, size, handle);
+  return VCALL(comm, CommRegister, comm->forward.vcomm, buff, size, handle);
 }
 
 static ncclResult_t forward_mem_deregister(ncclComm_t comm, void *handle) {
-  return VCALL(comm, CommDeregister, comm->vcomm, handle);
+  return VCALL(comm, CommDeregister, comm->forward.vcomm, handle);
 }
 
 static ncclResult_t forward_window_register(ncclComm_t comm, void *buff, size_t size,
                                             ncclWindow_t *win, int flags) {
-  return VCALL(comm, CommWindowRegister, comm->vcomm, buff, size, win, flags);
+  return VCALL(comm, CommWindowRegister, comm->forward.vcomm, buff, size, win, flags);
 }
 
 static ncclResult_t forward_window_deregister(ncclComm_t comm, ncclWindow_t win) {
-  return VCALL(comm, CommWindowDeregister, comm->vcomm, win);
+  return VCALL(comm, CommWindowDeregister, comm->forward.vcomm, win);
 }
 
 static ncclResult_t forward_win_user_ptr(ncclComm_t comm, ncclWindow_t win, void **out) {
-  return VCALL(comm, WinGetUserPtr, comm->vcomm, win, out);
+  return VCALL(comm, WinGetUserPtr, comm->forward.vcomm, win, out);
 }
 
 static ncclResult_t forward_suspend(ncclComm_t comm, int flags) {
-  return VCALL(comm, CommSuspend, comm->vcomm, flags);
+  return VCALL(comm, CommSuspend, comm->forward.vcomm, flags);
 }
 
-static ncclResult_t forward_resume(ncclComm_t comm) { return VCALL(comm, CommResume, comm->vcomm); }
+static ncclResult_t forward_resume(ncclComm_t comm) {
+  return VCALL(comm, CommResume, comm->forward.vcomm);
+}
 
 /* --- communicators made from this one ------------------------------------------------ */
 
 /* The wrapper of a vendor communicator that the vendor's split or shrink is
  * making. With a nonblocking parent the vendor writes the child's handle
  * from its background job, after the call returned: so the vendor is
- * handed &child->vcomm to write, never a variable of ours that goes away.
- * Until it arrives, the child's state is the parent's (vparent; see
+ * handed &child->forward.vcomm to write, never a variable of ours that goes away.
+ * Until it arrives, the child's state is the parent's (forward.vparent; see
  * forward_async_error), and rank and size are asked of the vendor when
  * queried. */
 static ncclResult_t vendor_child_create(ncclComm_t parent, ncclComm_t *out) {
@@ -250,7 +253,7 @@ static ncclResult_t vendor_child_create(ncclComm_t parent, ncclComm_t *out) {
     WARN("ncclCommSplit: out of memory");
     return ncclSystemError;
   }
-  pthread_mutex_init(&comm->lock, NULL);
+  pthread_mutex_init(&comm->state.lock, NULL);
   comm->magic = HETCCL_COMM_MAGIC;
   comm->rank = -1;
   comm->nranks = -1;
@@ -259,12 +262,12 @@ static ncclResult_t vendor_child_create(ncclComm_t parent, ncclComm_t *out) {
   comm->ptr_kind = parent->ptr_kind;
   comm->blocking = parent->blocking;
   comm->config = parent->config;
-  comm->vendor = parent->vendor;
-  comm->vparent = parent->vcomm;
+  comm->forward.vendor = parent->forward.vendor;
+  comm->forward.vparent = parent->forward.vcomm;
   comm->backend = &hetccl_backend_forward;
   ncclResult_t res = hetccl_comm_register(comm);
   if (res != ncclSuccess) {
-    pthread_mutex_destroy(&comm->lock);
+    pthread_mutex_destroy(&comm->state.lock);
     free(comm);
     return res;
   }
@@ -272,7 +275,7 @@ static ncclResult_t vendor_child_create(ncclComm_t parent, ncclComm_t *out) {
   return ncclSuccess;
 }
 
-/* After the vendor's split / shrink returned res into child->vcomm: hand
+/* After the vendor's split / shrink returned res into child->forward.vcomm: hand
  * the child out, or drop it if the vendor failed. Success does not mean
  * the handle is there: NCCL returns ncclSuccess from a nonblocking
  * parent's split and writes the handle later. */
@@ -290,10 +293,11 @@ static ncclResult_t forward_split(ncclComm_t comm, int color, int key, ncclComm_
                                   const ncclConfig_t *config) {
   *newcomm = NULL;
   if (color == NCCL_SPLIT_NOCOLOR) /* no child; the vendor may still write NULL later */
-    return VCALL(comm, CommSplit, comm->vcomm, color, key, &comm->vnone, (ncclConfig_t *)config);
+    return VCALL(comm, CommSplit, comm->forward.vcomm, color, key, &comm->forward.vnone,
+                 (ncclConfig_t *)config);
   ncclComm_t child;
   HETCCL_CHECK(vendor_child_create(comm, &child));
-  ncclResult_t res = VCALL(comm, CommSplit, comm->vcomm, color, key, &child->vcomm,
+  ncclResult_t res = VCALL(comm, CommSplit, comm->forward.vcomm, color, key, &child->forward.vcomm,
                            (ncclConfig_t *)config);
   return vendor_child_finish(child, res, newcomm);
 }
@@ -303,8 +307,8 @@ static ncclResult_t forward_shrink(ncclComm_t comm, const int *exclude, int nexc
   *newcomm = NULL;
   ncclComm_t child;
   HETCCL_CHECK(vendor_child_create(comm, &child));
-  ncclResult_t res = VCALL(comm, CommShrink, comm->vcomm, (int *)exclude, nexclude,
-                           &child->vcomm, (ncclConfig_t *)config, flags);
+  ncclResult_t res = VCALL(comm, CommShrink, comm->forward.vcomm, (int *)exclude, nexclude,
+                           &child->forward.vcomm, (ncclConfig_t *)config, flags);
   return vendor_child_finish(child, res, newcomm);
 }
 
@@ -316,7 +320,7 @@ static ncclResult_t forward_grow(ncclComm_t comm, int nranks, const ncclUniqueId
   *newcomm = NULL;
   WARN("ncclCommGrow: rank %d's communicator is forwarded to %s, and growing one is not "
        "implemented; make the larger communicator with ncclCommInitRank instead",
-       comm->rank, comm->vendor->name);
+       comm->rank, comm->forward.vendor->name);
   return ncclInvalidUsage;
 }
 
@@ -331,36 +335,37 @@ static ncclResult_t forward_grow_id(ncclComm_t comm, ncclUniqueId *id) {
 
 static ncclResult_t forward_dev_comm_create(ncclComm_t comm, const ncclDevCommRequirements_t *reqs,
                                             ncclDevComm_t *out) {
-  return VCALL(comm, DevCommCreate, comm->vcomm, reqs, out);
+  return VCALL(comm, DevCommCreate, comm->forward.vcomm, reqs, out);
 }
 
 static ncclResult_t forward_dev_comm_destroy(ncclComm_t comm, const ncclDevComm_t *dev) {
-  return VCALL(comm, DevCommDestroy, comm->vcomm, dev);
+  return VCALL(comm, DevCommDestroy, comm->forward.vcomm, dev);
 }
 
 static ncclResult_t forward_team(ncclComm_t comm, hetccl_team_kind_t kind, ncclCftTeamMode_t mode,
                                  ncclTeam_t *out) {
   switch (kind) {
-    case HETCCL_TEAM_WORLD: *out = VCALL(comm, TeamWorld, comm->vcomm); break;
-    case HETCCL_TEAM_LSA: *out = VCALL(comm, TeamLsa, comm->vcomm); break;
-    case HETCCL_TEAM_RAIL: *out = VCALL(comm, TeamRail, comm->vcomm); break;
-    case HETCCL_TEAM_CFT: *out = VCALL(comm, TeamCft, comm->vcomm, mode); break;
-    case HETCCL_TEAM_CFT_MULTIMEM: *out = VCALL(comm, TeamCftMultimem, comm->vcomm); break;
+    case HETCCL_TEAM_WORLD: *out = VCALL(comm, TeamWorld, comm->forward.vcomm); break;
+    case HETCCL_TEAM_LSA: *out = VCALL(comm, TeamLsa, comm->forward.vcomm); break;
+    case HETCCL_TEAM_RAIL: *out = VCALL(comm, TeamRail, comm->forward.vcomm); break;
+    case HETCCL_TEAM_CFT: *out = VCALL(comm, TeamCft, comm->forward.vcomm, mode); break;
+    case HETCCL_TEAM_CFT_MULTIMEM: *out = VCALL(comm, TeamCftMultimem, comm->forward.vcomm); break;
   }
   return ncclSuccess;
 }
 
 static ncclResult_t forward_team_rank(ncclComm_t comm, ncclTeam_t team, int rank, int lsa,
                                       int *out) {
-  *out = lsa ? VCALL(comm, TeamRankToLsa, comm->vcomm, team, rank)
-             : VCALL(comm, TeamRankToWorld, comm->vcomm, team, rank);
+  *out = lsa ? VCALL(comm, TeamRankToLsa, comm->forward.vcomm, team, rank)
+             : VCALL(comm, TeamRankToWorld, comm->forward.vcomm, team, rank);
   return ncclSuccess;
 }
 
 static ncclResult_t forward_gin_barrier(ncclComm_t comm, ncclTeam_t team, int nbarriers,
                                         ncclGinBarrierHandle_t *handle,
                                         ncclDevResourceRequirements_t *req) {
-  return VCALL(comm, GinBarrierCreateRequirement, comm->vcomm, team, nbarriers, handle, req);
+  return VCALL(comm, GinBarrierCreateRequirement, comm->forward.vcomm, team, nbarriers, handle,
+               req);
 }
 
 static ncclResult_t forward_put_signal(ncclComm_t comm, const void *localbuff, size_t count,
@@ -368,17 +373,17 @@ static ncclResult_t forward_put_signal(ncclComm_t comm, const void *localbuff, s
                                        size_t peer_win_offset, int sig_idx, int ctx,
                                        unsigned int flags, void *stream) {
   return VCALL(comm, PutSignal, localbuff, count, dtype, peer, peer_win, peer_win_offset, sig_idx,
-               ctx, flags, comm->vcomm, stream);
+               ctx, flags, comm->forward.vcomm, stream);
 }
 
 static ncclResult_t forward_signal(ncclComm_t comm, int peer, int sig_idx, int ctx,
                                    unsigned int flags, void *stream) {
-  return VCALL(comm, Signal, peer, sig_idx, ctx, flags, comm->vcomm, stream);
+  return VCALL(comm, Signal, peer, sig_idx, ctx, flags, comm->forward.vcomm, stream);
 }
 
 static ncclResult_t forward_wait_signal(ncclComm_t comm, int ndesc, ncclWaitSignalDesc_t *descs,
                                         void *stream) {
-  return VCALL(comm, WaitSignal, ndesc, descs, comm->vcomm, stream);
+  return VCALL(comm, WaitSignal, ndesc, descs, comm->forward.vcomm, stream);
 }
 
 const hetccl_backend_ops_t hetccl_backend_forward = {

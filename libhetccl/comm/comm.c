@@ -78,36 +78,37 @@ ncclResult_t hetccl_unsupported(const char *func, const char *why) {
 void hetccl_comm_note_call(ncclComm_t comm, ncclResult_t res) {
   if (!is_live(comm)) return;
   int failed = res != ncclSuccess && res != ncclInProgress;
-  pthread_mutex_lock(&comm->lock);
-  if (failed) snprintf(comm->last_error, sizeof(comm->last_error), "%s", hetccl_last_error());
-  else comm->last_error[0] = '\0';
-  pthread_mutex_unlock(&comm->lock);
+  pthread_mutex_lock(&comm->state.lock);
+  if (failed)
+    snprintf(comm->state.last_error, sizeof(comm->state.last_error), "%s", hetccl_last_error());
+  else comm->state.last_error[0] = '\0';
+  pthread_mutex_unlock(&comm->state.lock);
 }
 
 void hetccl_comm_set_error(ncclComm_t comm, ncclResult_t res) {
-  __sync_bool_compare_and_swap(&comm->error, ncclSuccess, res);
+  __sync_bool_compare_and_swap(&comm->state.error, ncclSuccess, res);
   const char *msg = hetccl_last_error();
-  pthread_mutex_lock(&comm->lock);
-  if (!comm->fail_error[0] && msg[0])
-    snprintf(comm->fail_error, sizeof(comm->fail_error), "%s", msg);
-  pthread_mutex_unlock(&comm->lock);
+  pthread_mutex_lock(&comm->state.lock);
+  if (!comm->state.fail_error[0] && msg[0])
+    snprintf(comm->state.fail_error, sizeof(comm->state.fail_error), "%s", msg);
+  pthread_mutex_unlock(&comm->state.lock);
 }
 
 void hetccl_comm_fail_message(ncclComm_t comm, char *buf, size_t len) {
-  pthread_mutex_lock(&comm->lock);
-  snprintf(buf, len, "%s", comm->fail_error);
-  pthread_mutex_unlock(&comm->lock);
+  pthread_mutex_lock(&comm->state.lock);
+  snprintf(buf, len, "%s", comm->state.fail_error);
+  pthread_mutex_unlock(&comm->state.lock);
 }
 
 void hetccl_comm_last_error(ncclComm_t comm, char *buf, size_t len) {
-  int failed = __atomic_load_n(&comm->error, __ATOMIC_ACQUIRE) != ncclSuccess &&
-               __atomic_load_n(&comm->error, __ATOMIC_ACQUIRE) != ncclInProgress;
-  pthread_mutex_lock(&comm->lock);
-  const char *msg = comm->last_error[0]                 ? comm->last_error
-                    : failed && comm->fail_error[0]     ? comm->fail_error
-                                                        : hetccl_last_error();
+  int failed = __atomic_load_n(&comm->state.error, __ATOMIC_ACQUIRE) != ncclSuccess &&
+               __atomic_load_n(&comm->state.error, __ATOMIC_ACQUIRE) != ncclInProgress;
+  pthread_mutex_lock(&comm->state.lock);
+  const char *msg = comm->state.last_error[0]             ? comm->state.last_error
+                    : failed && comm->state.fail_error[0] ? comm->state.fail_error
+                                                          : hetccl_last_error();
   snprintf(buf, len, "%s", msg);
-  pthread_mutex_unlock(&comm->lock);
+  pthread_mutex_unlock(&comm->state.lock);
 }
 
 /* --- reduction operators ------------------------------------------------ */
@@ -132,33 +133,33 @@ ncclResult_t hetccl_comm_resolve_op(ncclComm_t comm, ncclRedOp_t op, ncclDataTyp
                                     hetccl_redop_t *out) {
   if ((int)op >= 0 && op < ncclNumOps) return builtin_op(op, dtype, comm->nranks, out);
   int slot = (int)op - (int)ncclNumOps;
-  if (slot < 0 || slot >= HETCCL_MAX_USER_REDOPS || !comm->redops[slot].in_use) {
+  if (slot < 0 || slot >= HETCCL_MAX_USER_REDOPS || !comm->engine.redops[slot].in_use) {
     WARN("invalid reduction operator %d (not built-in, not created on this communicator)",
          (int)op);
     return ncclInvalidArgument;
   }
-  if (comm->redops[slot].op.dtype != dtype) {
+  if (comm->engine.redops[slot].op.dtype != dtype) {
     WARN("reduction operator %d was created for %s, used with %s", (int)op,
-         hetccl_dtype_name(comm->redops[slot].op.dtype), hetccl_dtype_name(dtype));
+         hetccl_dtype_name(comm->engine.redops[slot].op.dtype), hetccl_dtype_name(dtype));
     return ncclInvalidArgument;
   }
-  *out = comm->redops[slot].op;
+  *out = comm->engine.redops[slot].op;
   return ncclSuccess;
 }
 
 ncclResult_t hetccl_comm_redop_create(ncclComm_t comm, ncclRedOp_t *op, const void *scalar,
                                       ncclDataType_t dtype) {
-  pthread_mutex_lock(&comm->lock);
+  pthread_mutex_lock(&comm->state.lock);
   int slot = -1;
   for (int i = 0; i < HETCCL_MAX_USER_REDOPS && slot < 0; i++)
-    if (!comm->redops[i].in_use) slot = i;
+    if (!comm->engine.redops[i].in_use) slot = i;
   if (slot < 0) {
-    pthread_mutex_unlock(&comm->lock);
+    pthread_mutex_unlock(&comm->state.lock);
     WARN("ncclRedOpCreatePreMulSum: all %d operator slots of this communicator are in use",
          HETCCL_MAX_USER_REDOPS);
     return ncclInvalidUsage;
   }
-  hetccl_redop_t *r = &comm->redops[slot].op;
+  hetccl_redop_t *r = &comm->engine.redops[slot].op;
   memset(r, 0, sizeof(*r));
   r->dtype = dtype;
   r->kind = HETCCL_RED_SUM;
@@ -179,18 +180,18 @@ ncclResult_t hetccl_comm_redop_create(ncclComm_t comm, ncclRedOp_t *op, const vo
     case ncclFloat8e5m2: r->scalar_f = hetccl_e5m2_to_float(*(const uint8_t *)scalar); break;
     default: break;
   }
-  comm->redops[slot].in_use = 1;
-  pthread_mutex_unlock(&comm->lock);
+  comm->engine.redops[slot].in_use = 1;
+  pthread_mutex_unlock(&comm->state.lock);
   *op = (ncclRedOp_t)(ncclNumOps + slot);
   return ncclSuccess;
 }
 
 ncclResult_t hetccl_comm_redop_destroy(ncclComm_t comm, ncclRedOp_t op) {
   int slot = (int)op - (int)ncclNumOps;
-  pthread_mutex_lock(&comm->lock);
-  int ok = slot >= 0 && slot < HETCCL_MAX_USER_REDOPS && comm->redops[slot].in_use;
-  if (ok) comm->redops[slot].in_use = 0;
-  pthread_mutex_unlock(&comm->lock);
+  pthread_mutex_lock(&comm->state.lock);
+  int ok = slot >= 0 && slot < HETCCL_MAX_USER_REDOPS && comm->engine.redops[slot].in_use;
+  if (ok) comm->engine.redops[slot].in_use = 0;
+  pthread_mutex_unlock(&comm->state.lock);
   if (!ok) {
     WARN("ncclRedOpDestroy: operator %d was not created on this communicator (or is built-in)",
          (int)op);
@@ -205,7 +206,7 @@ ncclResult_t hetccl_comm_redop_destroy(ncclComm_t comm, ncclRedOp_t op) {
  * [51:40] root, [39:16] low 24 bits of count, [15:0] collective sequence. */
 uint64_t hetccl_comm_coll_tag(ncclComm_t comm, const hetccl_coll_t *c) {
   uint64_t op = (uint64_t)c->op.kind | ((c->op.premul || c->op.average) ? 8u : 0u);
-  uint64_t seq = comm->op_seq++;
+  uint64_t seq = comm->engine.op_seq++;
   return ((uint64_t)(c->func + 1) << 60) | ((uint64_t)(c->dtype & 0xf) << 56) |
          ((op & 0xf) << 52) | (((uint64_t)c->root & 0xfff) << 40) |
          (((uint64_t)c->count & 0xffffff) << 16) | (seq & 0xffff);

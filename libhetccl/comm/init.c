@@ -66,7 +66,7 @@ ncclResult_t hetccl_comm_create(int nranks, int rank, const ncclConfig_t *config
     WARN("ncclCommInitRank: out of memory");
     return ncclSystemError;
   }
-  pthread_mutex_init(&comm->lock, NULL);
+  pthread_mutex_init(&comm->state.lock, NULL);
   comm->magic = HETCCL_COMM_MAGIC;
   comm->rank = rank;
   comm->nranks = nranks;
@@ -97,7 +97,7 @@ ncclResult_t hetccl_comm_create(int nranks, int rank, const ncclConfig_t *config
   *out = comm;
   return ncclSuccess;
 fail:
-  pthread_mutex_destroy(&comm->lock);
+  pthread_mutex_destroy(&comm->state.lock);
   free(comm);
   return res;
 }
@@ -112,7 +112,7 @@ static ncclResult_t fill_info(ncclComm_t comm, hetccl_peer_info_t *me) {
   me->dev_kind = comm->dev_kind;
   me->dev = comm->dev;
   me->blocking = comm->blocking;
-  me->user_rank = comm->island_forced ? comm->self_user_rank : comm->rank;
+  me->user_rank = comm->boot.island_forced ? comm->self_user_rank : comm->rank;
   me->stages = comm->ptr_kind != HETCCL_DEV_HOST;
   me->ib_usable = hetccl_transports_ib_wanted() && hetccl_transports_ib_usable();
   if (comm->dev_kind != HETCCL_DEV_HOST) {
@@ -135,8 +135,8 @@ static ncclResult_t fill_info(ncclComm_t comm, hetccl_peer_info_t *me) {
         snprintf(me->vendor_err, sizeof(me->vendor_err), "%s", hetccl_last_error());
     }
   }
-  if (comm->island_forced || comm->island_inherited) {
-    me->island = comm->island_force_id;
+  if (comm->boot.island_forced || comm->boot.island_inherited) {
+    me->island = comm->boot.island_force_id;
     return ncclSuccess;
   }
   return hetccl_islands_forced(comm, &me->island);
@@ -150,7 +150,7 @@ static ncclResult_t user_ranks_from_peers(ncclComm_t comm) {
     WARN("ncclCommInitRank: out of memory for %d ranks", comm->nranks);
     return ncclSystemError;
   }
-  for (int r = 0; r < comm->nranks; r++) comm->user_ranks[r] = comm->peers[r].user_rank;
+  for (int r = 0; r < comm->nranks; r++) comm->user_ranks[r] = comm->boot.peers[r].user_rank;
   return ncclSuccess;
 }
 
@@ -161,7 +161,7 @@ static ncclResult_t user_ranks_from_peers(ncclComm_t comm) {
 static ncclResult_t vendors_loaded(ncclComm_t comm) {
   for (int r = 0; r < comm->nranks; r++) {
     hetccl_vendor_id_t vid;
-    const hetccl_peer_info_t *p = &comm->peers[r];
+    const hetccl_peer_info_t *p = &comm->boot.peers[r];
     if (hetccl_dev_vendor((hetccl_dev_kind_t)p->dev_kind, &vid) && p->vendor_version == 0 &&
         hetccl_knob_int(HETCCL_KNOB_VENDOR)) {
       WARN("rank %d (%s) is a %s rank but could not load %s: %s. Point %s at a working %s, or "
@@ -180,41 +180,41 @@ ncclResult_t hetccl_comm_init(ncclComm_t comm, const ncclUniqueId *id) {
   int n = comm->nranks;
   hetccl_peer_info_t me;
   HETCCL_CHECK(fill_info(comm, &me));
-  comm->peers = calloc(n, sizeof(*comm->peers));
-  if (!comm->peers) {
+  comm->boot.peers = calloc(n, sizeof(*comm->boot.peers));
+  if (!comm->boot.peers) {
     WARN("ncclCommInitRank: out of memory for %d ranks", n);
     return ncclSystemError;
   }
   comm->comm_id = hetccl_bootstrap_id_comm_id(id);
   hetccl_bootstrap_opts_t opts = {
       .timeout_ms = (int)hetccl_knob_int(HETCCL_KNOB_CONNECT_TIMEOUT) * 1000,
-      .abort_flag = &comm->abort_flag};
+      .abort_flag = &comm->state.abort_flag};
   /* Several ids (ncclCommInitRankScalable): id is the first, the rest
    * wait on the communicator. */
-  int nids = comm->boot_nids > 1 ? comm->boot_nids : 1;
+  int nids = comm->boot.nids > 1 ? comm->boot.nids : 1;
   ncclUniqueId *ids = &(ncclUniqueId){{0}};
   if (nids > 1) {
     if ((ids = malloc((size_t)nids * sizeof(*ids))) == NULL) {
       WARN("ncclCommInitRankScalable: out of memory for %d ids", nids);
       return ncclSystemError;
     }
-    memcpy(&ids[1], comm->boot_ids, (size_t)(nids - 1) * sizeof(*ids));
+    memcpy(&ids[1], comm->boot.ids, (size_t)(nids - 1) * sizeof(*ids));
   }
   ids[0] = *id;
   ncclResult_t bres = hetccl_bootstrap_init(ids, nids, comm->rank, n, &me, sizeof(me),
-                                            comm->peers, &opts, &comm->bs);
+                                            comm->boot.peers, &opts, &comm->boot.links);
   if (nids > 1) free(ids);
   if (bres != ncclSuccess) return bres;
   for (int r = 0; r < n; r++) {
-    if (comm->peers[r].rank != r) {
-      WARN("bootstrap: table entry %d claims rank %d", r, comm->peers[r].rank);
+    if (comm->boot.peers[r].rank != r) {
+      WARN("bootstrap: table entry %d claims rank %d", r, comm->boot.peers[r].rank);
       return ncclInternalError;
     }
   }
-  if (comm->island_forced) HETCCL_CHECK(user_ranks_from_peers(comm));
+  if (comm->boot.island_forced) HETCCL_CHECK(user_ranks_from_peers(comm));
   HETCCL_CHECK(hetccl_islands_separate_shared_gpus(comm));
   hetccl_backend_id_t chosen = HETCCL_BACKEND_forward;
-  if (!hetccl_islands_one(comm->peers, n)) {
+  if (!hetccl_islands_one(comm->boot.peers, n)) {
     HETCCL_CHECK(vendors_loaded(comm));
     chosen = HETCCL_BACKEND_engine;
   }

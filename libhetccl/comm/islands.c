@@ -110,7 +110,7 @@ static int same_gpu(const hetccl_peer_info_t *x, const hetccl_peer_info_t *y) {
 
 ncclResult_t hetccl_islands_separate_shared_gpus(ncclComm_t comm) {
   int n = comm->nranks, shared = 0, example = -1;
-  hetccl_peer_info_t *p = comm->peers;
+  hetccl_peer_info_t *p = comm->boot.peers;
   int *order = malloc((size_t)n * sizeof(*order));
   if (!order) {
     WARN("ncclCommInitRank: out of memory for %d ranks' devices", n);

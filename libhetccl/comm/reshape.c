@@ -30,11 +30,11 @@ static ncclResult_t join_new_as(ncclComm_t parent, int newrank, int newn, const 
    * has loaded since (hetcclCommInitRankAs may have chosen it). */
   HETCCL_CHECK(hetccl_comm_create(newn, newrank, config ? config : &parent->config,
                                   parent->dev_kind, &comm));
-  comm->island_forced = forced;
-  comm->island_force_id = island;
+  comm->boot.island_forced = forced;
+  comm->boot.island_force_id = island;
   if (!forced) { /* a user's split: its ranks keep the islands they have in the parent */
-    comm->island_inherited = 1;
-    comm->island_force_id = parent->peers ? parent->peers[parent->rank].island : -1;
+    comm->boot.island_inherited = 1;
+    comm->boot.island_force_id = parent->boot.peers ? parent->boot.peers[parent->rank].island : -1;
   }
   comm->self_user_rank = parent->user_ranks ? parent->user_ranks[parent->rank] : parent->rank;
   ncclResult_t res = hetccl_comm_init(comm, id);
@@ -70,7 +70,7 @@ ncclResult_t hetccl_comm_split_engine(ncclComm_t comm, int color, int key, ncclC
 
 static ncclResult_t split_engine(ncclComm_t comm, int color, int key, ncclComm_t *newcomm,
                                  const ncclConfig_t *config, int forced, int32_t island) {
-  if (!comm->bs) {
+  if (!comm->boot.links) {
     WARN("ncclCommSplit: communicator has no bootstrap (rank %d)", comm->rank);
     return ncclInternalError;
   }
@@ -84,7 +84,8 @@ static ncclResult_t split_engine(ncclComm_t comm, int color, int key, ncclComm_t
     res = ncclSystemError;
     goto out;
   }
-  HETCCL_CHECK_GOTO(hetccl_bootstrap_allgather(comm->bs, &mine, all, sizeof(mine)), res, out);
+  HETCCL_CHECK_GOTO(hetccl_bootstrap_allgather(comm->boot.links, &mine, all, sizeof(mine)), res,
+                    out);
   /* The lowest parent rank of each colour serves its bootstrap root. */
   int leader = -1, newn = 0, newrank = 0;
   for (int r = 0; r < n && color != NCCL_SPLIT_NOCOLOR; r++) {
@@ -96,7 +97,8 @@ static ncclResult_t split_engine(ncclComm_t comm, int color, int key, ncclComm_t
   ncclUniqueId myid;
   memset(&myid, 0, sizeof(myid));
   if (leader == comm->rank) HETCCL_CHECK_GOTO(hetccl_bootstrap_root_create(&myid), res, out);
-  HETCCL_CHECK_GOTO(hetccl_bootstrap_allgather(comm->bs, &myid, ids, sizeof(myid)), res, out);
+  HETCCL_CHECK_GOTO(hetccl_bootstrap_allgather(comm->boot.links, &myid, ids, sizeof(myid)), res,
+                    out);
   if (color == NCCL_SPLIT_NOCOLOR) goto out;
   res = join_new_as(comm, newrank, newn, &ids[leader], config, forced, island, newcomm);
 out:
@@ -143,29 +145,29 @@ ncclResult_t hetccl_comm_shrink_engine(ncclComm_t comm, const int *exclude, int 
    * bootstrap, and the leader serves its root on its spare port. */
   ncclUniqueId id;
   ncclResult_t res = ncclSuccess;
-  ncclResult_t failed = (ncclResult_t)__atomic_load_n(&comm->error, __ATOMIC_ACQUIRE);
+  ncclResult_t failed = (ncclResult_t)__atomic_load_n(&comm->state.error, __ATOMIC_ACQUIRE);
   if (failed != ncclSuccess || (flags & NCCL_SHRINK_ABORT)) {
     if (flags & NCCL_SHRINK_ABORT) { /* stop what is in flight on the parent first */
-      __atomic_store_n(&comm->abort_flag, 1, __ATOMIC_RELEASE);
+      __atomic_store_n(&comm->state.abort_flag, 1, __ATOMIC_RELEASE);
       hetccl_proxy_drain(comm);
     }
     INFO(HETCCL_INIT, "ncclCommShrink: rank %d: %s; the survivors meet at rank %d's spare port",
          comm->rank, failed != ncclSuccess ? "the communicator failed" : "NCCL_SHRINK_ABORT",
          leader);
-    HETCCL_CHECK_GOTO(hetccl_bootstrap_recovery_id(comm->bs, gone, &id), res, out);
+    HETCCL_CHECK_GOTO(hetccl_bootstrap_recovery_id(comm->boot.links, gone, &id), res, out);
     res = join_new(comm, newrank, newn, &id, config, newcomm);
     goto out;
   }
-  hetccl_engine_set_tag(comm->engine, 0x5348524b00000000ull | (uint64_t)newn);
+  hetccl_engine_set_tag(comm->engine.p2p, 0x5348524b00000000ull | (uint64_t)newn);
   if (comm->rank == leader) {
     HETCCL_CHECK_GOTO(hetccl_bootstrap_root_create(&id), res, out);
     for (int r = 0; r < n; r++) {
       if (gone[r] || r == leader) continue;
-      HETCCL_CHECK_GOTO(hetccl_engine_sendrecv(comm->engine, r, &id, sizeof(id), -1, NULL, 0,
+      HETCCL_CHECK_GOTO(hetccl_engine_sendrecv(comm->engine.p2p, r, &id, sizeof(id), -1, NULL, 0,
                                                NULL, NULL), res, out);
     }
   } else {
-    HETCCL_CHECK_GOTO(hetccl_engine_sendrecv(comm->engine, -1, NULL, 0, leader, &id, sizeof(id),
+    HETCCL_CHECK_GOTO(hetccl_engine_sendrecv(comm->engine.p2p, -1, NULL, 0, leader, &id, sizeof(id),
                                              NULL, NULL), res, out);
   }
   res = join_new(comm, newrank, newn, &id, config, newcomm);
@@ -186,7 +188,7 @@ typedef struct grow_entry {
 ncclResult_t hetccl_comm_grow_engine(ncclComm_t parent, int nranks, const ncclUniqueId *id,
                                      int rank, ncclComm_t *newcomm, const ncclConfig_t *config) {
   *newcomm = NULL;
-  if (!parent->bs) {
+  if (!parent->boot.links) {
     WARN("ncclCommGrow: communicator has no bootstrap (rank %d)", parent->rank);
     return ncclInternalError;
   }
@@ -199,7 +201,8 @@ ncclResult_t hetccl_comm_grow_engine(ncclComm_t parent, int nranks, const ncclUn
     return ncclSystemError;
   }
   ncclResult_t res = ncclSuccess;
-  HETCCL_CHECK_GOTO(hetccl_bootstrap_allgather(parent->bs, &mine, all, sizeof(mine)), res, out);
+  HETCCL_CHECK_GOTO(hetccl_bootstrap_allgather(parent->boot.links, &mine, all, sizeof(mine)), res,
+                    out);
   int from = -1;
   for (int r = 0; r < n; r++) {
     if (all[r].rank != -1) {

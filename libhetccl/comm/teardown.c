@@ -21,15 +21,20 @@
 
 /* --- in-flight accounting ------------------------------------------------------ */
 
-void hetccl_comm_enter(ncclComm_t comm) { __atomic_add_fetch(&comm->inflight, 1, __ATOMIC_ACQ_REL); }
-void hetccl_comm_leave(ncclComm_t comm) { __atomic_sub_fetch(&comm->inflight, 1, __ATOMIC_ACQ_REL); }
+void hetccl_comm_enter(ncclComm_t comm) {
+  __atomic_add_fetch(&comm->state.inflight, 1, __ATOMIC_ACQ_REL);
+}
+void hetccl_comm_leave(ncclComm_t comm) {
+  __atomic_sub_fetch(&comm->state.inflight, 1, __ATOMIC_ACQ_REL);
+}
 
 /* Calls on other threads that are still inside the communicator (blocked
  * in the engine, say) must leave before it is freed; the abort flag makes
  * them leave within milliseconds. Bounded in case one never does. */
 static void wait_inflight(ncclComm_t comm, int allowed) {
   struct timespec ts = {0, 1000000};
-  for (int i = 0; i < 10000 && __atomic_load_n(&comm->inflight, __ATOMIC_ACQUIRE) > allowed; i++)
+  for (int i = 0; i < 10000 && __atomic_load_n(&comm->state.inflight, __ATOMIC_ACQUIRE) > allowed;
+       i++)
     nanosleep(&ts, NULL);
 }
 
@@ -45,11 +50,11 @@ static void leave_live_set(ncclComm_t comm) {
 static void release_as(ncclComm_t comm, int abort) {
   hetccl_backend_of(comm)->release(comm, abort);
   hetccl_proxy_stop(comm); /* idempotent: the backend may have stopped it first */
-  hetccl_bootstrap_destroy(comm->bs);
-  free(comm->peers);
+  hetccl_bootstrap_destroy(comm->boot.links);
+  free(comm->boot.peers);
   free(comm->user_ranks);
-  free(comm->boot_ids);
-  pthread_mutex_destroy(&comm->lock);
+  free(comm->boot.ids);
+  pthread_mutex_destroy(&comm->state.lock);
   free(comm);
 }
 
@@ -69,7 +74,7 @@ ncclResult_t hetccl_comm_destroy(ncclComm_t comm) {
 }
 
 ncclResult_t hetccl_comm_abort(ncclComm_t comm) {
-  __atomic_store_n(&comm->abort_flag, 1, __ATOMIC_RELEASE);
+  __atomic_store_n(&comm->state.abort_flag, 1, __ATOMIC_RELEASE);
   ncclResult_t res = hetccl_backend_of(comm)->shutdown(comm, 1);
   leave_live_set(comm);
   wait_inflight(comm, 0);

@@ -61,11 +61,11 @@ static void log_pairs(ncclComm_t comm, hetccl_transport_id_t forced) {
   for (int a = 0; a < n; a++) {
     int remote = 0;
     for (int b = 0; b < n; b++) {
-      remote |= comm->peers[a].host_hash != comm->peers[b].host_hash;
-      if (b > a) pairs[pair_transport(&comm->peers[a], &comm->peers[b], forced)]++;
+      remote |= comm->boot.peers[a].host_hash != comm->boot.peers[b].host_hash;
+      if (b > a) pairs[pair_transport(&comm->boot.peers[a], &comm->boot.peers[b], forced)]++;
     }
     if (forced == HETCCL_TRANSPORT_COUNT && hetccl_transports_ib_wanted() && remote &&
-        !comm->peers[a].ib_usable) {
+        !comm->boot.peers[a].ib_usable) {
       if (nnoib++ < 8 && nused < sizeof(noib))
         nused += (size_t)snprintf(noib + nused, sizeof(noib) - nused, "%s%d",
                                   nnoib > 1 ? "," : "", hetccl_user_rank(comm->user_ranks, a));
@@ -118,12 +118,12 @@ ncclResult_t hetccl_transports_connect(ncclComm_t comm, uint64_t secret) {
     goto out;
   }
   for (int p = 0; p < n; p++) {
-    loc[p].host_hash = comm->peers[p].host_hash;
-    loc[p].pid = comm->peers[p].pid;
+    loc[p].host_hash = comm->boot.peers[p].host_hash;
+    loc[p].pid = comm->boot.peers[p].pid;
   }
   for (int p = 0; p < n; p++) {
     if (p == me) continue;
-    hetccl_transport_id_t t = pair_transport(&comm->peers[me], &comm->peers[p], forced);
+    hetccl_transport_id_t t = pair_transport(&comm->boot.peers[me], &comm->boot.peers[p], forced);
     const hetccl_transport_t *tp = hetccl_transport_get(t);
     if (!tp) { /* the registry logged which slot is missing */
       res = ncclInternalError;
@@ -131,7 +131,7 @@ ncclResult_t hetccl_transports_connect(ncclComm_t comm, uint64_t secret) {
     }
     if (!tp->can_connect(&loc[me], &loc[p])) {
       WARN("transport %s cannot connect rank %d (%s) to rank %d (%s)", tp->name, me,
-           comm->peers[me].hostname, p, comm->peers[p].hostname);
+           comm->boot.peers[me].hostname, p, comm->boot.peers[p].hostname);
       res = ncclInvalidUsage;
       goto out;
     }
@@ -143,27 +143,28 @@ ncclResult_t hetccl_transports_connect(ncclComm_t comm, uint64_t secret) {
   /* More ranks of ours on this host than CPUs: the CPUs, not the memory,
    * are what the ranks wait on (see the spin and HETCCL_SHM_CMA defaults). */
   int local = 0;
-  for (int p = 0; p < n; p++) local += comm->peers[p].host_hash == comm->peers[me].host_hash;
+  for (int p = 0; p < n; p++)
+    local += comm->boot.peers[p].host_hash == comm->boot.peers[me].host_hash;
   long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
   int oversubscribed = ncpu > 0 && local > ncpu;
   hetccl_transport_args_t args = {
       .rank = me, .nranks = n, .comm_id = comm_id, .secret = secret,
       .timeout_ms = (int)hetccl_knob_int(HETCCL_KNOB_CONNECT_TIMEOUT) * 1000,
-      .abort_flag = &comm->abort_flag,
-      .ifname = hetccl_knob_str(HETCCL_KNOB_SOCKET_IFNAME), .peer_note = &comm->peer_note,
-      .mismatch = &comm->mismatch, .oversubscribed = oversubscribed,
+      .abort_flag = &comm->state.abort_flag,
+      .ifname = hetccl_knob_str(HETCCL_KNOB_SOCKET_IFNAME), .peer_note = &comm->engine.peer_note,
+      .mismatch = &comm->engine.mismatch, .oversubscribed = oversubscribed,
       .user_ranks = comm->user_ranks,
       .device = comm->ptr_kind == HETCCL_DEV_HOST ? NULL : hetccl_runtime_get(comm->ptr_kind),
       .busid = comm->busid};
   for (int t = 0; t < HETCCL_TRANSPORT_COUNT; t++) {
     if (!used[t]) continue;
-    args.copied = &comm->copied[t];
+    args.copied = &comm->engine.copied[t];
     HETCCL_CHECK_GOTO(hetccl_transport_get(t)->ctx_create(&args, &ctx[t],
                                                           mine + t * HETCCL_TRANSPORT_ADDR_BYTES),
                       res, out);
   }
   size_t blob = (size_t)HETCCL_TRANSPORT_COUNT * HETCCL_TRANSPORT_ADDR_BYTES;
-  HETCCL_CHECK_GOTO(hetccl_bootstrap_allgather(comm->bs, mine, addrs, blob), res, out);
+  HETCCL_CHECK_GOTO(hetccl_bootstrap_allgather(comm->boot.links, mine, addrs, blob), res, out);
   /* Connections on first use (p2p/connect.c): a transport that can make
    * them connects nothing here; the engine keeps each peer's address. */
   int lazy = runtime_connect();
@@ -193,14 +194,14 @@ ncclResult_t hetccl_transports_connect(ncclComm_t comm, uint64_t secret) {
   hetccl_engine_args_t eargs = {
       .rank = me, .nranks = n, .eps = eps, .transports = tps,
       .timeout_ms = (int)hetccl_knob_int(HETCCL_KNOB_TIMEOUT) * 1000, .spin = spin,
-      .abort_flag = &comm->abort_flag, .comm_error = &comm->error, .ctxs = ctx,
-      .peer_note = &comm->peer_note, .mismatch = &comm->mismatch,
+      .abort_flag = &comm->state.abort_flag, .comm_error = &comm->state.error, .ctxs = ctx,
+      .peer_note = &comm->engine.peer_note, .mismatch = &comm->engine.mismatch,
       .describe_tag = hetccl_comm_tag_describe, .user_ranks = comm->user_ranks,
       .peer_addrs = lazy ? peer_addrs : NULL, .localities = loc};
-  HETCCL_CHECK_GOTO(hetccl_engine_create(&eargs, &comm->engine), res, out);
+  HETCCL_CHECK_GOTO(hetccl_engine_create(&eargs, &comm->engine.p2p), res, out);
   int stages = (int)hetccl_knob_int(HETCCL_KNOB_STAGE_PIECE_HOST);
-  for (int p = 0; p < n; p++) stages |= comm->peers[p].stages;
-  comm->stage_piece = stages ? (size_t)hetccl_knob_int(HETCCL_KNOB_STAGE_PIECE) : 0;
+  for (int p = 0; p < n; p++) stages |= comm->boot.peers[p].stages;
+  comm->engine.stage_piece = stages ? (size_t)hetccl_knob_int(HETCCL_KNOB_STAGE_PIECE) : 0;
   /* The engine owns endpoints and contexts now. */
   memset(eps, 0, n * sizeof(*eps));
   memset(ctx, 0, sizeof(ctx));

@@ -41,14 +41,14 @@ static ncclResult_t init_rank_ids(ncclComm_t *newcomm, int nranks, const ncclUni
   HETCCL_CHECK(hetccl_comm_create(nranks, rank, config, kind, &comm));
   ncclResult_t res;
   if (nids > 1) { /* the ids past the first wait on the communicator (init.c) */
-    comm->boot_ids = malloc((size_t)(nids - 1) * sizeof(*ids));
-    if (!comm->boot_ids) {
+    comm->boot.ids = malloc((size_t)(nids - 1) * sizeof(*ids));
+    if (!comm->boot.ids) {
       WARN("%s: out of memory for %d unique ids", fn, nids);
       res = ncclSystemError;
       goto fail;
     }
-    memcpy(comm->boot_ids, &ids[1], (size_t)(nids - 1) * sizeof(*ids));
-    comm->boot_nids = nids;
+    memcpy(comm->boot.ids, &ids[1], (size_t)(nids - 1) * sizeof(*ids));
+    comm->boot.nids = nids;
   }
   if (hetccl_group_depth() > 0) {
     /* Several ranks from one thread: they must join concurrently, so the

@@ -165,8 +165,9 @@ int hetccl_own_TransportCount(void) { return HETCCL_TRANSPORT_COUNT; }
 
 static unsigned long long copied_of(ncclComm_t comm, int t) {
   if (comm == NULL) return 0;
-  return __atomic_load_n(&comm->copied[t], __ATOMIC_RELAXED) + copied_of(comm->island, t) +
-         copied_of(comm->leaders, t) + copied_of(comm->rail, t);
+  return __atomic_load_n(&comm->engine.copied[t], __ATOMIC_RELAXED) +
+         copied_of(comm->hier.island, t) + copied_of(comm->hier.leaders, t) +
+         copied_of(comm->hier.rail, t);
 }
 
 ncclResult_t hetccl_own_CommCopiedBytes(ncclComm_t comm, int index, const char **transport,

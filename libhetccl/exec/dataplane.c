@@ -25,8 +25,8 @@ static int plane_applies(ncclComm_t comm, int *hosts) {
   int knob = hetccl_knob_enum(HETCCL_KNOB_PLANE);
   if (knob == HETCCL_KNOB_PLANE_off) return 0;
   for (int r = 0; r < n; r++) {
-    *hosts |= comm->peers[r].host_hash != comm->peers[0].host_hash;
-    stages |= comm->peers[r].stages;
+    *hosts |= comm->boot.peers[r].host_hash != comm->boot.peers[0].host_hash;
+    stages |= comm->boot.peers[r].stages;
   }
   if (*hosts && hetccl_knob_enum(HETCCL_KNOB_PLANE_HOSTS) == HETCCL_KNOB_PLANE_HOSTS_one) return 0;
   return stages || knob == HETCCL_KNOB_PLANE_on;
@@ -39,26 +39,27 @@ static int plane_applies(ncclComm_t comm, int *hosts) {
  * runs on the engine. */
 static ncclResult_t wire_isend(void *ctx, int peer, const void *buf, size_t bytes,
                                hetccl_req_t *req) {
-  hetccl_engine_t *e = ((ncclComm_t)ctx)->engine;
+  hetccl_engine_t *e = ((ncclComm_t)ctx)->engine.p2p;
   hetccl_engine_set_tag(e, 0);
   hetccl_engine_set_pull_ok(e, 0);
   return hetccl_engine_isend(e, peer, buf, bytes, req);
 }
 
 static ncclResult_t wire_irecv(void *ctx, int peer, void *buf, size_t bytes, hetccl_req_t *req) {
-  hetccl_engine_t *e = ((ncclComm_t)ctx)->engine;
+  hetccl_engine_t *e = ((ncclComm_t)ctx)->engine.p2p;
   hetccl_engine_set_tag(e, 0);
   return hetccl_engine_irecv(e, peer, buf, bytes, NULL, NULL, req);
 }
 
 static ncclResult_t wire_poll(void *ctx, int *idle) {
-  return hetccl_engine_progress(((ncclComm_t)ctx)->engine, idle);
+  return hetccl_engine_progress(((ncclComm_t)ctx)->engine.p2p, idle);
 }
 
 static void wire_retract(void *handle) { (void)hetccl_transport_mem_deregister(handle); }
 
 static void wire_fail(void *ctx, ncclResult_t res) {
-  (void)hetccl_engine_fail(((ncclComm_t)ctx)->engine, res, NULL); /* its last error, as the note */
+  /* its last error, as the note */
+  (void)hetccl_engine_fail(((ncclComm_t)ctx)->engine.p2p, res, NULL);
 }
 
 static ncclResult_t barrier(void *ctx) { return hetccl_bootstrap_barrier(ctx); }
@@ -77,7 +78,7 @@ static ncclResult_t all_reduce_on_device(ncclComm_t comm, const hetccl_runtime_t
     WARN("ncclCommInitRank: out of memory for %d ranks", comm->nranks);
     return ncclSystemError;
   }
-  ncclResult_t res = hetccl_bootstrap_allgather(comm->bs, &mine, can, sizeof(mine));
+  ncclResult_t res = hetccl_bootstrap_allgather(comm->boot.links, &mine, can, sizeof(mine));
   *all = 1;
   for (int r = 0; r < comm->nranks && res == ncclSuccess && *all; r++)
     if (!can[r]) *all = 0, *first = r;
@@ -89,15 +90,15 @@ ncclResult_t hetccl_dataplane_setup(ncclComm_t comm) {
   int n = comm->nranks;
   int hosts = 0;
   if (!plane_applies(comm, &hosts)) return ncclSuccess;
-  comm->pids = malloc((size_t)n * sizeof(*comm->pids));
-  comm->plane_hosts = malloc((size_t)n * sizeof(*comm->plane_hosts));
-  if (!comm->pids || !comm->plane_hosts) {
+  comm->dataplane.pids = malloc((size_t)n * sizeof(*comm->dataplane.pids));
+  comm->dataplane.hosts = malloc((size_t)n * sizeof(*comm->dataplane.hosts));
+  if (!comm->dataplane.pids || !comm->dataplane.hosts) {
     WARN("ncclCommInitRank: out of memory for %d ranks", n);
     return ncclSystemError;
   }
   for (int r = 0; r < n; r++) {
-    comm->pids[r] = comm->peers[r].pid;
-    comm->plane_hosts[r] = comm->peers[r].host_hash;
+    comm->dataplane.pids[r] = comm->boot.peers[r].pid;
+    comm->dataplane.hosts[r] = comm->boot.peers[r].host_hash;
   }
   const hetccl_runtime_t *rt = NULL;
   if (comm->ptr_kind != HETCCL_DEV_HOST) {
@@ -108,16 +109,16 @@ ncclResult_t hetccl_dataplane_setup(ncclComm_t comm) {
   int slow = -1, reduces = 0;
   HETCCL_CHECK(all_reduce_on_device(comm, rt, &reduces, &slow));
   hetccl_plane_args_t args = {
-      .rank = comm->rank, .nranks = n, .comm_id = comm->comm_id, .pids = comm->pids,
+      .rank = comm->rank, .nranks = n, .comm_id = comm->comm_id, .pids = comm->dataplane.pids,
       .user_ranks = comm->user_ranks, .rt = rt, .dev = comm->dev,
-      .hosts = hosts ? comm->plane_hosts : NULL,
+      .hosts = hosts ? comm->dataplane.hosts : NULL,
       .wire = {.ctx = comm, .isend = wire_isend, .irecv = wire_irecv, .poll = wire_poll,
                .declare = hetccl_transport_mem_register, .retract = wire_retract, .fail = wire_fail},
       .piece = (size_t)hetccl_knob_int(HETCCL_KNOB_PLANE_PIECE) & ~(size_t)4095,
       .slots = (int)hetccl_knob_int(HETCCL_KNOB_PLANE_SLOTS),
       .wide_min = (size_t)hetccl_knob_int(HETCCL_KNOB_PLANE_WIDE_MIN),
       .timeout_ms = (int)hetccl_knob_int(HETCCL_KNOB_TIMEOUT) * 1000,
-      .abort_flag = &comm->abort_flag, .device_reduce = reduces,
+      .abort_flag = &comm->state.abort_flag, .device_reduce = reduces,
       .reduce_copy = hetccl_knob_enum(HETCCL_KNOB_PLANE_REDUCE_READ) ==
                      HETCCL_KNOB_PLANE_REDUCE_READ_copy,
       .urgent_streams = hetccl_knob_enum(HETCCL_KNOB_PLANE_PRIORITY) ==
@@ -125,14 +126,14 @@ ncclResult_t hetccl_dataplane_setup(ncclComm_t comm) {
       .stage_bytes = (size_t)hetccl_knob_int(HETCCL_KNOB_PLANE_STAGE),
       .resident_blocks = (unsigned)hetccl_knob_int(HETCCL_KNOB_PLANE_RESIDENT),
       .lane_streams = (int)hetccl_knob_int(HETCCL_KNOB_PLANE_LANE_STREAMS),
-      .copied = &comm->copied[HETCCL_COPIED_PLANE],
+      .copied = &comm->engine.copied[HETCCL_COPIED_PLANE],
       .barrier = barrier,
-      .barrier_ctx = comm->bs};
+      .barrier_ctx = comm->boot.links};
   hetccl_plane_t *p = NULL;
   ncclResult_t mine = hetccl_plane_create(&args, &p);
   /* Everyone, or no one: a rank that could not make it says so. */
   int32_t *all = calloc((size_t)n, sizeof(*all)), ok = mine == ncclSuccess;
-  ncclResult_t res = all ? hetccl_bootstrap_allgather(comm->bs, &ok, all, sizeof(ok))
+  ncclResult_t res = all ? hetccl_bootstrap_allgather(comm->boot.links, &ok, all, sizeof(ok))
                          : ncclSystemError;
   int failed = -1;
   for (int r = 0; r < n && res == ncclSuccess && failed < 0; r++)
@@ -146,8 +147,8 @@ ncclResult_t hetccl_dataplane_setup(ncclComm_t comm) {
     hetccl_last_error_clear();
     return ncclSuccess;
   }
-  comm->plane = p;
-  comm->plane_reduces = reduces;
+  comm->dataplane.plane = p;
+  comm->dataplane.reduces = reduces;
   if (!reduces)
     INFO(HETCCL_INIT, "rank %d: rank %d cannot reduce on its device (see its log): reducing "
          "collectives keep the engine, device buffers staged through host memory", comm->rank,
@@ -158,8 +159,8 @@ ncclResult_t hetccl_dataplane_setup(ncclComm_t comm) {
 /* --- which tasks ----------------------------------------------------------------- */
 
 int hetccl_dataplane_takes(ncclComm_t comm, const hetccl_task_t *t) {
-  if (!comm->plane) return 0;
-  if (t->kind == HETCCL_TASK_COLL && hetccl_func_reduces(t->coll.func) && !comm->plane_reduces)
+  if (!comm->dataplane.plane) return 0;
+  if (t->kind == HETCCL_TASK_COLL && hetccl_func_reduces(t->coll.func) && !comm->dataplane.reduces)
     return 0;
   return 1;
 }
@@ -231,7 +232,7 @@ typedef struct watch_job {
 } watch_job_t;
 
 static ncclResult_t watch_job(ncclComm_t comm, void *arg) {
-  return hetccl_plane_watch(comm->plane, ((watch_job_t *)arg)->ticket);
+  return hetccl_plane_watch(comm->dataplane.plane, ((watch_job_t *)arg)->ticket);
 }
 
 static ncclResult_t watch_post(void *ctx, hetccl_plane_ticket_t ticket) {
@@ -254,7 +255,8 @@ static ncclResult_t launch_on(ncclComm_t comm, const hetccl_runtime_t *rt, hetcc
   ncclResult_t res = ncclSuccess;
   for (const hetccl_task_t *t = tasks->next; t && res == ncclSuccess; t = t->next)
     if (t->stream != stream) res = hetccl_runtime_stream_join(rt, stream, t->stream);
-  if (res == ncclSuccess) res = hetccl_plane_launch(comm->plane, a, n, stream, watch_post, comm);
+  if (res == ncclSuccess)
+    res = hetccl_plane_launch(comm->dataplane.plane, a, n, stream, watch_post, comm);
   for (const hetccl_task_t *t = tasks->next; t && res == ncclSuccess; t = t->next)
     if (t->stream != stream) res = hetccl_runtime_stream_join(rt, t->stream, stream);
   return res;
@@ -279,7 +281,7 @@ ncclResult_t hetccl_dataplane_launch(ncclComm_t comm, hetccl_task_t *tasks) {
   free(a);
   hetccl_tasks_free(tasks);
   if (res != ncclSuccess) {
-    hetccl_plane_fail(comm->plane, res);
+    hetccl_plane_fail(comm->dataplane.plane, res);
     hetccl_comm_set_error(comm, res);
   }
   return res;
@@ -290,7 +292,7 @@ ncclResult_t hetccl_dataplane_run(ncclComm_t comm, hetccl_task_t *tasks) {
   int n = 0;
   ncclResult_t res = one_kind(comm, tasks, 0);
   if (res == ncclSuccess) res = to_plane(tasks, &a, &n);
-  if (res == ncclSuccess) res = hetccl_plane_run_host(comm->plane, a, n);
+  if (res == ncclSuccess) res = hetccl_plane_run_host(comm->dataplane.plane, a, n);
   free(a);
   hetccl_tasks_free(tasks);
   if (res != ncclSuccess) hetccl_comm_set_error(comm, res);
@@ -298,14 +300,14 @@ ncclResult_t hetccl_dataplane_run(ncclComm_t comm, hetccl_task_t *tasks) {
 }
 
 void hetccl_dataplane_abort(ncclComm_t comm) {
-  if (comm->plane) hetccl_plane_fail(comm->plane, ncclInvalidUsage);
+  if (comm->dataplane.plane) hetccl_plane_fail(comm->dataplane.plane, ncclInvalidUsage);
 }
 
 void hetccl_dataplane_destroy(ncclComm_t comm) {
-  hetccl_plane_destroy(comm->plane);
-  comm->plane = NULL;
-  free(comm->pids);
-  comm->pids = NULL;
-  free(comm->plane_hosts);
-  comm->plane_hosts = NULL;
+  hetccl_plane_destroy(comm->dataplane.plane);
+  comm->dataplane.plane = NULL;
+  free(comm->dataplane.pids);
+  comm->dataplane.pids = NULL;
+  free(comm->dataplane.hosts);
+  comm->dataplane.hosts = NULL;
 }

@@ -85,8 +85,8 @@ static void **task_recv(hetccl_task_t *t) {
 /* --- the counters' page and the pools ------------------------------------------ */
 
 static ncclResult_t devpath_get(ncclComm_t comm, hetccl_devpath_t **out) {
-  if (comm->devpath) {
-    *out = comm->devpath;
+  if (comm->engine.devpath) {
+    *out = comm->engine.devpath;
     return ncclSuccess;
   }
   const hetccl_runtime_t *rt = hetccl_runtime_get(comm->ptr_kind);
@@ -113,7 +113,7 @@ static ncclResult_t devpath_get(ncclComm_t comm, hetccl_devpath_t **out) {
   dp->pools[HETCCL_STAGE_DEVICE].max_block =
       (size_t)hetccl_knob_int(HETCCL_KNOB_IB_GDR_STAGING_MAX);
   memset(host, 0, COUNTER_BYTES);
-  comm->devpath = dp;
+  comm->engine.devpath = dp;
   INFO(HETCCL_INIT, "rank %d: device buffers staged through pinned host memory, or device "
        "memory the NIC reaches (%s)", comm->rank, rt->name);
   *out = dp;
@@ -133,7 +133,7 @@ static ncclResult_t wait_ready(ncclComm_t comm, hetccl_devpath_t *dp, uint64_t n
   for (long polls = 0;; polls++) {
     if (__atomic_load_n(&dp->counters[COUNTER_READY], __ATOMIC_ACQUIRE) >= number)
       return ncclSuccess;
-    if (__atomic_load_n(&comm->abort_flag, __ATOMIC_ACQUIRE)) {
+    if (__atomic_load_n(&comm->state.abort_flag, __ATOMIC_ACQUIRE)) {
       WARN("rank %d: aborted while waiting for the stream to reach a staged operation",
            comm->rank);
       return ncclInvalidUsage;
@@ -273,7 +273,7 @@ static hetccl_stage_block_t *device_block(ncclComm_t comm, hetccl_devpath_t *dp,
   int back = 0;
   for (hetccl_task_t *t = tasks; t; t = t->next) {
     if (!t->stage_device) continue;
-    if (b && hetccl_engine_reaches(comm->engine, t->peer, b->mem, t->bytes,
+    if (b && hetccl_engine_reaches(comm->engine.p2p, t->peer, b->mem, t->bytes,
                                    t->kind == HETCCL_TASK_RECV))
       continue;
     if (b) why = "the NIC does not reach it (its registration was refused, or exceeds "
@@ -433,9 +433,9 @@ fail:
 }
 
 void hetccl_devpath_destroy(ncclComm_t comm) {
-  hetccl_devpath_t *dp = comm->devpath;
+  hetccl_devpath_t *dp = comm->engine.devpath;
   if (!dp) return;
-  comm->devpath = NULL;
+  comm->engine.devpath = NULL;
   /* Jobs the stopped proxy dropped never stored their numbers. */
   __atomic_store_n(&dp->counters[COUNTER_DONE], UINT64_MAX, __ATOMIC_RELEASE);
   int left_ms = DESTROY_WAIT_MS, stuck = 0;

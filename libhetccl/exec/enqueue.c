@@ -47,7 +47,7 @@ static size_t elements(ncclComm_t comm, const hetccl_op_t *op, uint8_t mul) {
 }
 
 ncclResult_t hetccl_comm_usable(ncclComm_t comm, const char *fn) {
-  ncclResult_t err = (ncclResult_t)__atomic_load_n(&comm->error, __ATOMIC_ACQUIRE);
+  ncclResult_t err = (ncclResult_t)__atomic_load_n(&comm->state.error, __ATOMIC_ACQUIRE);
   if (err != ncclSuccess && err != ncclInProgress) {
     char why[HETCCL_ERRMSG_BYTES];
     hetccl_comm_fail_message(comm, why, sizeof(why));
@@ -55,7 +55,7 @@ ncclResult_t hetccl_comm_usable(ncclComm_t comm, const char *fn) {
          ncclGetErrorString(err), why);
     return err;
   }
-  if (comm->finalized) {
+  if (comm->engine.finalized) {
     WARN("%s: communicator (rank %d) was finalized", fn, comm->rank);
     return ncclInvalidUsage;
   }
@@ -145,11 +145,11 @@ static ncclResult_t classify_buffers(ncclComm_t comm, const char *fn, const void
    * the GPU (docs/gpudirect.md). */
   int is_send = t->kind == HETCCL_TASK_SEND, is_recv = t->kind == HETCCL_TASK_RECV;
   int p2p = ((is_send && t->stage_send) || (is_recv && t->stage_recv)) && t->bytes &&
-            comm->engine && !comm->plane;
-  if (p2p && hetccl_engine_reaches(comm->engine, t->peer, t->buf, t->bytes, is_recv)) {
+            comm->engine.p2p && !comm->dataplane.plane;
+  if (p2p && hetccl_engine_reaches(comm->engine.p2p, t->peer, t->buf, t->bytes, is_recv)) {
     t->stage_send = t->stage_recv = 0;
     t->device_direct = 1;
-  } else if (p2p && hetccl_engine_reaches(comm->engine, t->peer, NULL, t->bytes, is_recv)) {
+  } else if (p2p && hetccl_engine_reaches(comm->engine.p2p, t->peer, NULL, t->bytes, is_recv)) {
     t->stage_device = 1;
   }
   if (!t->stage_send && !t->stage_recv && !t->device_direct) return ncclSuccess;
@@ -169,13 +169,13 @@ static int func_elementwise(hetccl_func_t f) {
   return f == HETCCL_FUNC_ALLREDUCE || f == HETCCL_FUNC_BROADCAST || f == HETCCL_FUNC_REDUCE;
 }
 
-/* Queue t, cut into comm->stage_piece-byte pieces (one task each, in
+/* Queue t, cut into comm->engine.stage_piece-byte pieces (one task each, in
  * order, one group) where that applies: staging then moves piece k + 1
  * while the engine runs piece k (exec/devpath.h). Every rank cuts the same
  * way, as the pieces are separate operations to its peers. */
 static ncclResult_t enqueue_pieces(ncclComm_t comm, hetccl_task_t *t, size_t elem) {
   int check = (int)hetccl_knob_int(HETCCL_KNOB_CHECK_MISMATCH);
-  size_t per = comm->stage_piece / elem;
+  size_t per = comm->engine.stage_piece / elem;
   size_t n = 1;
   /* The data plane pipelines within the operation: it takes it whole. */
   if (per && func_elementwise(t->coll.func) && t->coll.count > per &&

@@ -171,7 +171,7 @@ static ncclResult_t run_group(hetccl_task_t *head) {
   int kept = 0, ndev = 0;
   hetccl_device_share_t dev[128]; /* lives until hetccl_group_streams_finish */
   for (int i = 0; i < ncomm; i++) {
-    if (comms[i]->plane && hetccl_dataplane_on_device(lists[i])) {
+    if (comms[i]->dataplane.plane && hetccl_dataplane_on_device(lists[i])) {
       hetccl_task_t *plane = hetccl_dataplane_split(comms[i], &lists[i]);
       if (plane) dev[ndev++] = (hetccl_device_share_t){comms[i], plane, HETCCL_SHARE_PLANE};
     }

@@ -72,7 +72,7 @@ static ncclResult_t share_launch(hetccl_device_share_t *s) {
 static void share_fail(hetccl_device_share_t *s, ncclResult_t res) {
   hetccl_tasks_free(s->tasks);
   s->tasks = NULL;
-  if (s->kind == HETCCL_SHARE_PLANE) hetccl_plane_fail(s->comm->plane, res);
+  if (s->kind == HETCCL_SHARE_PLANE) hetccl_plane_fail(s->comm->dataplane.plane, res);
   hetccl_comm_set_error(s->comm, res);
 }
 

@@ -38,21 +38,21 @@ static ncclResult_t run_p2p(ncclComm_t comm, hetccl_task_t *tasks, int nreq) {
       self_send = self_send->next;
       continue;
     }
-    hetccl_engine_set_tag(comm->engine, t->tag);
-    hetccl_engine_set_pull_ok(comm->engine, 1); /* ncclRecv copies */
+    hetccl_engine_set_tag(comm->engine.p2p, t->tag);
+    hetccl_engine_set_pull_ok(comm->engine.p2p, 1); /* ncclRecv copies */
     if (t->kind == HETCCL_TASK_SEND && t->device_direct)
-      res = hetccl_engine_isend_device(comm->engine, t->peer, t->buf, t->bytes, &reqs[n]);
+      res = hetccl_engine_isend_device(comm->engine.p2p, t->peer, t->buf, t->bytes, &reqs[n]);
     else if (t->kind == HETCCL_TASK_SEND)
-      res = hetccl_engine_isend(comm->engine, t->peer, t->buf, t->bytes, &reqs[n]);
+      res = hetccl_engine_isend(comm->engine.p2p, t->peer, t->buf, t->bytes, &reqs[n]);
     else if (t->device_direct)
-      res = hetccl_engine_irecv_device(comm->engine, t->peer, t->buf, t->bytes, &reqs[n]);
+      res = hetccl_engine_irecv_device(comm->engine.p2p, t->peer, t->buf, t->bytes, &reqs[n]);
     else
-      res = hetccl_engine_irecv(comm->engine, t->peer, t->buf, t->bytes, NULL, NULL, &reqs[n]);
+      res = hetccl_engine_irecv(comm->engine.p2p, t->peer, t->buf, t->bytes, NULL, NULL, &reqs[n]);
     if (res != ncclSuccess) goto out;
     ptrs[n] = &reqs[n];
     n++;
   }
-  res = hetccl_engine_wait(comm->engine, ptrs, n);
+  res = hetccl_engine_wait(comm->engine.p2p, ptrs, n);
 out:
   free(reqs);
   free(ptrs);
@@ -63,7 +63,7 @@ ncclResult_t hetccl_tasks_run(ncclComm_t comm, hetccl_task_t *tasks) {
   ncclResult_t res = ncclSuccess;
   int nreq = 0;
   /* Another rank's thread may fail this communicator at any time. */
-  res = (ncclResult_t)__atomic_load_n(&comm->error, __ATOMIC_ACQUIRE);
+  res = (ncclResult_t)__atomic_load_n(&comm->state.error, __ATOMIC_ACQUIRE);
   if (res != ncclSuccess) goto out;
   /* The data plane's share runs on it (host buffers here); the rest on the
    * engine. Independent paths: either order is the peers' order too. */
@@ -82,9 +82,9 @@ ncclResult_t hetccl_tasks_run(ncclComm_t comm, hetccl_task_t *tasks) {
     }
     TRACE(HETCCL_COLL, "rank %d: %s count %zu %s", comm->rank, hetccl_func_name(t->coll.func),
           t->coll.count, hetccl_dtype_name(t->coll.dtype));
-    hetccl_engine_set_tag(comm->engine, t->tag);
+    hetccl_engine_set_tag(comm->engine.p2p, t->tag);
     uint64_t traced = HETCCL_TRACE_ON() ? hetccl_comm_trace_task_begin(comm, t) : 0;
-    res = hetccl_algo_run(comm->engine, &t->coll);
+    res = hetccl_algo_run(comm->engine.p2p, &t->coll);
     if (traced) hetccl_comm_trace_task_end(comm, t, traced);
     if (res != ncclSuccess) goto out;
   }

@@ -46,7 +46,7 @@ static ncclResult_t wait_oldest(ncclComm_t comm, hetccl_stage_pool_t *pool,
     if ((*pb)->last_use < (*oldest)->last_use) oldest = pb;
   struct timespec nap = {0, 20000};
   while (!block_idle(pool, *oldest)) {
-    if (__atomic_load_n(&comm->abort_flag, __ATOMIC_ACQUIRE)) {
+    if (__atomic_load_n(&comm->state.abort_flag, __ATOMIC_ACQUIRE)) {
       WARN("rank %d: aborted while waiting for a staging block", comm->rank);
       return ncclInvalidUsage;
     }

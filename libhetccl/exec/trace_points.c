@@ -30,7 +30,7 @@ static const char *call_name(const char *fn) {
 /* --- calls ----------------------------------------------------------------------- */
 
 uint64_t hetccl_comm_trace_call_begin(ncclComm_t comm) {
-  return hetccl_trace_call_begin(trace_rank(comm), comm->comm_id, comm->trace_calls++);
+  return hetccl_trace_call_begin(trace_rank(comm), comm->comm_id, comm->state.trace_calls++);
 }
 
 void hetccl_comm_trace_call_end(ncclComm_t comm, const hetccl_op_t *op, uint64_t t0) {
@@ -40,7 +40,7 @@ void hetccl_comm_trace_call_end(ncclComm_t comm, const hetccl_op_t *op, uint64_t
   ev.bytes = op->count * hetccl_dtype_size(op->dtype);
   ev.comm = comm->comm_id;
   ev.rank = trace_rank(comm);
-  ev.seq = comm->trace_calls - 1;
+  ev.seq = comm->state.trace_calls - 1;
   if (op->root != HETCCL_NO_ROOT) ev.root = op->root;
   if (op->peer != HETCCL_NO_PEER) ev.peer = op->peer;
   hetccl_trace_call_end(t0, &ev);

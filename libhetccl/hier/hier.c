@@ -23,7 +23,7 @@ static int same_island(const hetccl_peer_info_t *a, const hetccl_peer_info_t *b)
 /* The lowest rank of r's island. */
 static int island_leader(const ncclComm_t comm, int r) {
   for (int q = 0; q < r; q++)
-    if (same_island(&comm->peers[q], &comm->peers[r])) return q;
+    if (same_island(&comm->boot.peers[q], &comm->boot.peers[r])) return q;
   return r;
 }
 
@@ -78,33 +78,33 @@ ncclResult_t hetccl_hier_setup(ncclComm_t comm) {
     hetccl_hier_map_free(comm, m);
     return ncclSuccess;
   }
-  comm->hier_map = m;
+  comm->hier.map = m;
   int mine = m->of[comm->rank], leader = m->first[mine], size = m->size[mine];
   /* Internal communicators block: a host-buffer phase has finished when
    * its call returns, so the next phase may start. */
   ncclConfig_t config = comm->config;
   config.blocking = 1;
   HETCCL_CHECK(hetccl_comm_split_internal(comm, size > 1 ? leader : NCCL_SPLIT_NOCOLOR,
-                                          comm->rank, &config, leader, &comm->island));
+                                          comm->rank, &config, leader, &comm->hier.island));
   HETCCL_CHECK(hetccl_comm_split_internal(comm, comm->rank == leader ? 0 : NCCL_SPLIT_NOCOLOR,
-                                          comm->rank, &config, comm->rank, &comm->leaders));
+                                          comm->rank, &config, comm->rank, &comm->hier.leaders));
   /* Rail j: index j of every island, numbered by island as the leaders
    * are; rail 0 is the leaders themselves. */
   int index = m->index[comm->rank];
   if (m->equal && size > 1 && hetccl_knob_int(HETCCL_KNOB_HIER_RAILS)) {
     HETCCL_CHECK(hetccl_comm_split_internal(comm, index > 0 ? index : NCCL_SPLIT_NOCOLOR, mine,
-                                            &config, comm->rank, &comm->rail));
+                                            &config, comm->rank, &comm->hier.rail));
     m->rails = 1;
   }
-  comm->hier = 1;
-  const char *inside = !comm->island ? "no one else"
-                       : comm->island->vendor ? comm->island->vendor->backend : "engine";
+  comm->hier.enabled = 1;
+  const hetccl_vendor_t *v = comm->hier.island ? comm->hier.island->forward.vendor : NULL;
+  const char *inside = !comm->hier.island ? "no one else" : v ? v->backend : "engine";
   char rail[64] = "";
   if (m->rails) snprintf(rail, sizeof(rail), "; %d rails, this rank on rail %d", size, index);
   INFO(HETCCL_INIT, "rank %d of %d: hierarchical, %d islands (%s, %s sizes); mine has %d ranks "
        "led by rank %d (inside it: %s)%s%s", comm->rank, n, m->islands,
        m->contiguous ? "contiguous" : "interleaved", m->equal ? "equal" : "unequal", size, leader,
-       inside, comm->leaders ? "; this rank joins the leaders" : "", rail);
+       inside, comm->hier.leaders ? "; this rank joins the leaders" : "", rail);
   return ncclSuccess;
 }
 
@@ -141,7 +141,7 @@ ncclResult_t hetccl_hier_on_device(ncclComm_t comm, const void *ptr, int *device
 }
 
 ncclResult_t hetccl_hier_scratch(ncclComm_t comm, size_t bytes, const void *like, void **out) {
-  hetccl_hier_map_t *m = comm->hier_map;
+  hetccl_hier_map_t *m = comm->hier.map;
   int device;
   HETCCL_CHECK(hetccl_hier_on_device(comm, like, &device));
   if (m->scratch && m->scratch_bytes >= bytes && m->scratch_on_device == device) {
@@ -213,9 +213,9 @@ static ncclResult_t child_error(ncclComm_t c) {
  * islands first (teardown's order), then its island. */
 #define HIER_KIDS 3
 static void kids_of(ncclComm_t comm, ncclComm_t kids[HIER_KIDS]) {
-  kids[0] = comm->leaders;
-  kids[1] = comm->rail;
-  kids[2] = comm->island;
+  kids[0] = comm->hier.leaders;
+  kids[1] = comm->hier.rail;
+  kids[2] = comm->hier.island;
 }
 
 ncclResult_t hetccl_hier_error(ncclComm_t comm) {
@@ -237,15 +237,15 @@ void hetccl_hier_set_abort(ncclComm_t comm) {
   ncclComm_t kids[HIER_KIDS];
   kids_of(comm, kids);
   for (int i = 0; i < HIER_KIDS; i++)
-    if (kids[i]) __atomic_store_n(&kids[i]->abort_flag, 1, __ATOMIC_RELEASE);
+    if (kids[i]) __atomic_store_n(&kids[i]->state.abort_flag, 1, __ATOMIC_RELEASE);
 }
 
 void hetccl_hier_release(ncclComm_t comm, int abort) {
   ncclComm_t kids[HIER_KIDS];
   kids_of(comm, kids);
-  comm->leaders = comm->island = comm->rail = NULL;
-  hetccl_hier_map_free(comm, comm->hier_map);
-  comm->hier_map = NULL;
+  comm->hier.leaders = comm->hier.island = comm->hier.rail = NULL;
+  hetccl_hier_map_free(comm, comm->hier.map);
+  comm->hier.map = NULL;
   for (int i = 0; i < HIER_KIDS; i++) {
     if (!kids[i]) continue;
     if (abort) (void)hetccl_comm_abort(kids[i]);
@@ -264,12 +264,12 @@ typedef struct hier_fail {
 
 static ncclResult_t fail_job(ncclComm_t c, void *arg) {
   const hier_fail_t *f = arg;
-  if (c->engine) (void)hetccl_engine_fail(c->engine, f->res, f->why);
+  if (c->engine.p2p) (void)hetccl_engine_fail(c->engine.p2p, f->res, f->why);
   return ncclSuccess;
 }
 
 static void fail_engine_of(ncclComm_t c, ncclResult_t res, const char *why) {
-  if (!c || !c->engine) return;
+  if (!c || !c->engine.p2p) return;
   hier_fail_t *f = malloc(sizeof(*f));
   if (!f) return; /* the peers then wait out HETCCL_TIMEOUT */
   f->res = res;

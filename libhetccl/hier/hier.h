@@ -76,14 +76,16 @@ typedef struct hetccl_hier_map {
   hetccl_hier_stage_t *stages; /* host buffers' staging pairs (hier/hier_host.c) */
 } hetccl_hier_map_t;
 
-/* After the engine is up: make comm->island, comm->leaders, comm->rail
- * and comm->hier_map where the islands call for them (collective over
- * comm; the same choice on every rank). */
+/* After the engine is up: make comm->hier (island, leaders, rail, map)
+ * where the islands call for them (collective over comm; the same choice
+ * on every rank). */
 ncclResult_t hetccl_hier_setup(ncclComm_t comm);
 
 /* This rank's rail (the leaders on a leader), or NULL where there are none. */
 static inline ncclComm_t hetccl_hier_rail(ncclComm_t comm) {
-  return comm->rail ? comm->rail : comm->hier_map && comm->hier_map->rails ? comm->leaders : NULL;
+  return comm->hier.rail                            ? comm->hier.rail
+         : comm->hier.map && comm->hier.map->rails ? comm->hier.leaders
+                                                   : NULL;
 }
 
 /* At least `bytes` of scratch, of the kind of memory `like` is (device

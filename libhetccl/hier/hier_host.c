@@ -109,7 +109,7 @@ static void pair_free(ncclComm_t comm, const hetccl_runtime_t *rt, hetccl_hier_s
 /* An idle pair of at least `bytes` from comm's pool. */
 static ncclResult_t pair_take(ncclComm_t comm, const hetccl_runtime_t *rt, size_t bytes,
                               hetccl_hier_stage_t **out) {
-  hetccl_hier_map_t *m = comm->hier_map;
+  hetccl_hier_map_t *m = comm->hier.map;
   hetccl_hier_stage_t *s, *idle = NULL;
   for (s = m->stages; s; s = s->next) {
     if (s->busy) continue;
@@ -137,7 +137,7 @@ static ncclResult_t pair_take(ncclComm_t comm, const hetccl_runtime_t *rt, size_
   if (res != ncclSuccess) { /* the runtime logged why */
     hetccl_last_error_prefix("rank %d: no %zu bytes of device and pinned host memory to stage "
                              "host buffers for its island's %s", comm->rank, bytes,
-                             comm->island->vendor->name);
+                             comm->hier.island->forward.vendor->name);
     pair_free(comm, rt, s);
     return res;
   }
@@ -149,7 +149,7 @@ static ncclResult_t pair_take(ncclComm_t comm, const hetccl_runtime_t *rt, size_
 ncclResult_t hetccl_hier_host_begin(ncclComm_t comm, hetccl_op_t *op,
                                     hetccl_hier_stage_t **out) {
   *out = NULL;
-  if (!comm->island || !comm->island->vendor || comm->ptr_kind == HETCCL_DEV_HOST)
+  if (!comm->hier.island || !comm->hier.island->forward.vendor || comm->ptr_kind == HETCCL_DEV_HOST)
     return ncclSuccess;
   const hetccl_runtime_t *rt = hetccl_runtime_get(comm->ptr_kind);
   if (!rt) return ncclSuccess;
@@ -164,7 +164,7 @@ ncclResult_t hetccl_hier_host_begin(ncclComm_t comm, hetccl_op_t *op,
   if (capturing) {
     WARN("%s: host buffers on rank %d, whose island %s serves, while stream %p is being "
          "captured into a graph: staging them needs the host", op->fn, comm->rank,
-         comm->island->vendor->name, op->stream);
+         comm->hier.island->forward.vendor->name, op->stream);
     return ncclInvalidUsage;
   }
   /* In place (the two ranges overlap): one area covering both, copied in
@@ -186,7 +186,7 @@ ncclResult_t hetccl_hier_host_begin(ncclComm_t comm, hetccl_op_t *op,
         comm->rank,
         in_place ? "buffer (in place)" : send_host && recv_host ? "buffers"
         : send_host ? "sendbuf" : "recvbuf",
-        comm->island->vendor->name);
+        comm->hier.island->forward.vendor->name);
   ncclResult_t res = ncclSuccess;
   if (in_len) {
     memcpy((char *)s->host + in_at, in_place ? lo : sb, in_len);

@@ -79,8 +79,8 @@
 static int composable(ncclRedOp_t op) { return (int)op >= (int)ncclSum && (int)op < (int)ncclAvg; }
 
 int hetccl_hier_applies(ncclComm_t comm, const hetccl_op_t *op) {
-  const hetccl_hier_map_t *m = comm->hier_map;
-  if (!comm->hier || !m) return 0;
+  const hetccl_hier_map_t *m = comm->hier.map;
+  if (!comm->hier.enabled || !m) return 0;
   if (op->kind == HETCCL_OP_Send || op->kind == HETCCL_OP_Recv) return hetccl_hier_p2p_inside(comm,
                                                                                               op);
   if (op->count == 0) return 0;
@@ -102,8 +102,8 @@ int hetccl_hier_applies(ncclComm_t comm, const hetccl_op_t *op) {
 /* --- phases ----------------------------------------------------------------------- */
 
 static ncclComm_t where_comm(ncclComm_t c, where_t where) {
-  return where == IN_ISLAND        ? c->island
-         : where == ACROSS_LEADERS ? c->leaders
+  return where == IN_ISLAND        ? c->hier.island
+         : where == ACROSS_LEADERS ? c->hier.leaders
                                    : hetccl_hier_rail(c);
 }
 
@@ -145,10 +145,10 @@ static size_t partials_bytes(ncclComm_t c, const hetccl_op_t *op) {
   size_t n = op->count * hetccl_dtype_size(op->dtype), all = (size_t)c->nranks * n;
   if (op->kind == HETCCL_OP_ReduceScatter && hetccl_hier_on_rails(c, op)) return all;
   if (op->kind == HETCCL_OP_AllGather && hetccl_hier_on_rails(c, op))
-    return hetccl_hier_align((size_t)c->hier_map->islands * n) + all;
+    return hetccl_hier_align((size_t)c->hier.map->islands * n) + all;
   if (op->kind == HETCCL_OP_Reduce && hetccl_hier_sliced_on_rails(c, op))
     return c->rank != op->root ? hetccl_hier_reduce_rails_partials(c, op) : 0;
-  if (!c->leaders || !c->island) return 0;
+  if (!c->hier.leaders || !c->hier.island) return 0;
   if (op->kind == HETCCL_OP_Reduce) return c->rank != op->root ? n : 0;
   if (op->kind == HETCCL_OP_ReduceScatter) return (size_t)c->nranks * n;
   return 0;
@@ -228,16 +228,16 @@ ncclResult_t hetccl_hier_all_reduce_leaders(form_t *f, size_t from, size_t count
   ncclComm_t c = f->comm;
   const void *send = form_at(op->sendbuf, from, f->elem), *across = send;
   void *recv = form_at(op->recvbuf, from, f->elem);
-  if (c->island) {
+  if (c->hier.island) {
     HETCCL_CHECK(hetccl_hier_phase(f, 0, IN_ISLAND, HETCCL_OP_Reduce, send, recv, count, 0));
     across = recv;
   }
-  if (c->leaders)
+  if (c->hier.leaders)
     HETCCL_CHECK(
         hetccl_hier_phase(f, 1, ACROSS_LEADERS, HETCCL_OP_AllReduce, across, recv, count,
                           HETCCL_NO_ROOT));
-  if (c->island) HETCCL_CHECK(hetccl_hier_phase(f, 2, IN_ISLAND, HETCCL_OP_Broadcast, recv, recv,
-                                                count, 0));
+  if (c->hier.island)
+    HETCCL_CHECK(hetccl_hier_phase(f, 2, IN_ISLAND, HETCCL_OP_Broadcast, recv, recv, count, 0));
   return ncclSuccess;
 }
 
@@ -252,20 +252,20 @@ ncclResult_t hetccl_hier_broadcast_leaders(form_t *f, size_t first, size_t count
                              f->elem);
   void *buf = form_at(op->recvbuf, first, f->elem);
   if (f->mine == from) {
-    if (c->island && inside)
+    if (c->hier.island && inside)
       HETCCL_CHECK(hetccl_hier_phase(f, 0, IN_ISLAND, HETCCL_OP_Broadcast, send, buf, count,
                                      f->map->index[op->root]));
     /* A leader alone in its island is the root itself. */
-    if (c->leaders)
+    if (c->hier.leaders)
       HETCCL_CHECK(hetccl_hier_phase(f, 1, ACROSS_LEADERS, HETCCL_OP_Broadcast,
-                                     c->island ? buf : send, buf, count, from));
+                                     c->hier.island ? buf : send, buf, count, from));
     return ncclSuccess;
   }
-  if (c->leaders)
+  if (c->hier.leaders)
     HETCCL_CHECK(hetccl_hier_phase(f, 1, ACROSS_LEADERS, HETCCL_OP_Broadcast, buf, buf, count,
                                    from));
-  if (c->island) HETCCL_CHECK(hetccl_hier_phase(f, 2, IN_ISLAND, HETCCL_OP_Broadcast, buf, buf,
-                                                count, 0));
+  if (c->hier.island)
+    HETCCL_CHECK(hetccl_hier_phase(f, 2, IN_ISLAND, HETCCL_OP_Broadcast, buf, buf, count, 0));
   return ncclSuccess;
 }
 
@@ -278,7 +278,7 @@ ncclResult_t hetccl_hier_reduce_leaders(form_t *f, size_t first, size_t count, v
   int to = f->map->of[op->root], root_leads = f->map->first[to] == op->root;
   const void *send = form_at(op->sendbuf, first, f->elem);
   void *recv = op->recvbuf ? form_at(op->recvbuf, first, f->elem) : NULL;
-  if (!c->leaders) { /* inside an island only; the root may be here */
+  if (!c->hier.leaders) { /* inside an island only; the root may be here */
     HETCCL_CHECK(hetccl_hier_phase(f, 0, IN_ISLAND, HETCCL_OP_Reduce, send, recv, count, 0));
     if (c->rank == op->root && !root_leads && !form_skip(f, 2))
       HETCCL_CHECK(hetccl_hier_p2p(f, HETCCL_OP_Recv, recv, count, 0));
@@ -287,12 +287,12 @@ ncclResult_t hetccl_hier_reduce_leaders(form_t *f, size_t first, size_t count, v
   /* A leader: its island's partial result in `acc`, the root's own buffer
    * where it is the root; then, at the root's leader, the whole result. */
   void *acc = recv;
-  if (c->rank != op->root && c->island) {
+  if (c->rank != op->root && c->hier.island) {
     acc = partial;
     if (!acc) HETCCL_CHECK(hetccl_hier_partials(f, count * f->elem, &acc));
   }
   const void *across = send;
-  if (c->island) {
+  if (c->hier.island) {
     HETCCL_CHECK(hetccl_hier_phase(f, 0, IN_ISLAND, HETCCL_OP_Reduce, send, acc, count, 0));
     across = acc;
   }
@@ -310,22 +310,22 @@ static ncclResult_t all_gather(form_t *f) {
   ncclComm_t c = f->comm;
   size_t n = op->count, first = (size_t)m->first[f->mine], size = (size_t)m->size[f->mine];
   void *slice = form_at(op->recvbuf, first * n, f->elem);
-  if (c->island)
+  if (c->hier.island)
     HETCCL_CHECK(hetccl_hier_phase(f, 0, IN_ISLAND, HETCCL_OP_AllGather, op->sendbuf, slice, n, 0));
-  if (c->leaders) {
+  if (c->hier.leaders) {
     if (m->equal) {
       HETCCL_CHECK(hetccl_hier_phase(f, 1, ACROSS_LEADERS, HETCCL_OP_AllGather, slice, op->recvbuf,
                                      size * n, HETCCL_NO_ROOT));
     } else {
       for (int i = 0; i < m->islands; i++) {
         void *s = form_at(op->recvbuf, (size_t)m->first[i] * n, f->elem);
-        const void *from = i == f->mine && !c->island ? op->sendbuf : s;
+        const void *from = i == f->mine && !c->hier.island ? op->sendbuf : s;
         HETCCL_CHECK(hetccl_hier_phase(f, 1, ACROSS_LEADERS, HETCCL_OP_Broadcast, from, s,
                                        (size_t)m->size[i] * n, i));
       }
     }
   }
-  if (c->island) { /* the other islands' slices: before this one's, and after */
+  if (c->hier.island) { /* the other islands' slices: before this one's, and after */
     size_t after = first + size, total = (size_t)c->nranks;
     if (first > 0)
       HETCCL_CHECK(hetccl_hier_phase(f, 2, IN_ISLAND, HETCCL_OP_Broadcast, op->recvbuf,
@@ -350,20 +350,20 @@ static ncclResult_t reduce_scatter(form_t *f) {
   ncclComm_t c = f->comm;
   size_t n = op->count, total = (size_t)c->nranks * n;
   size_t first = (size_t)m->first[f->mine], size = (size_t)m->size[f->mine];
-  if (!c->leaders) {
+  if (!c->hier.leaders) {
     HETCCL_CHECK(hetccl_hier_phase(f, 0, IN_ISLAND, HETCCL_OP_Reduce, op->sendbuf, op->recvbuf,
                                    total, 0));
     return form_skip(f, 2) ? ncclSuccess : hetccl_hier_p2p(f, HETCCL_OP_Recv, op->recvbuf, n, 0);
   }
   void *acc = NULL;
   const void *in = op->sendbuf;
-  if (c->island) {
+  if (c->hier.island) {
     HETCCL_CHECK(hetccl_hier_partials(f, total * f->elem, &acc));
     HETCCL_CHECK(hetccl_hier_phase(f, 0, IN_ISLAND, HETCCL_OP_Reduce, op->sendbuf, acc, total, 0));
     in = acc;
   }
   /* Alone in its island, a leader's slice is its own block: recvbuf. */
-  void *mine = c->island ? form_at(acc, first * n, f->elem) : op->recvbuf;
+  void *mine = c->hier.island ? form_at(acc, first * n, f->elem) : op->recvbuf;
   if (m->equal) {
     HETCCL_CHECK(hetccl_hier_phase(f, 1, ACROSS_LEADERS, HETCCL_OP_ReduceScatter, in, mine,
                                    size * n, HETCCL_NO_ROOT));
@@ -376,7 +376,7 @@ static ncclResult_t reduce_scatter(form_t *f) {
                             i));
     }
   }
-  if (!c->island || form_skip(f, 2)) return ncclSuccess;
+  if (!c->hier.island || form_skip(f, 2)) return ncclSuccess;
   /* One phase in the trace: the sends and receives run at the group's end. */
   uint64_t t0 = HETCCL_TRACE_BEGIN();
   ncclResult_t res = hetccl_group_open();
@@ -393,13 +393,13 @@ static ncclResult_t reduce_scatter(form_t *f) {
 /* Launch `want` (a slot, or ALL_SLOTS) of op's form on comm. A failure
  * fails the communicator and its siblings, the message saying where. */
 static ncclResult_t launch(ncclComm_t comm, const hetccl_op_t *op, int want, void *scratch) {
-  form_t f = {.comm = comm, .op = op, .map = comm->hier_map,
-              .mine = comm->hier_map->of[comm->rank], .elem = hetccl_dtype_size(op->dtype),
+  form_t f = {.comm = comm, .op = op, .map = comm->hier.map,
+              .mine = comm->hier.map->of[comm->rank], .elem = hetccl_dtype_size(op->dtype),
               .want = want, .scratch = scratch, .where = IN_ISLAND};
   if (want == ALL_SLOTS || want == 0)
     TRACE(HETCCL_COLL, "%s rank %d: hierarchical, %zu x %s, island %d of %d ranks%s", op->fn,
           comm->rank, op->count, hetccl_dtype_name(op->dtype), f.mine, f.map->size[f.mine],
-          comm->leaders ? ", leader" : "");
+          comm->hier.leaders ? ", leader" : "");
   ncclResult_t res;
   switch (op->kind) {
     case HETCCL_OP_AllReduce: res = hetccl_hier_all_reduce(&f); break;
@@ -436,7 +436,7 @@ static ncclResult_t launch(ncclComm_t comm, const hetccl_op_t *op, int want, voi
              hetccl_last_error());
     hetccl_last_error_set(msg);
     hetccl_comm_set_error(comm, res);
-    if (!__atomic_load_n(&comm->abort_flag, __ATOMIC_ACQUIRE)) /* abort tears them down */
+    if (!__atomic_load_n(&comm->state.abort_flag, __ATOMIC_ACQUIRE)) /* abort tears them down */
       hetccl_hier_fail(comm, res, msg);
   }
   return res;

@@ -23,9 +23,9 @@
 
 /* A send or receive to a rank of this rank's island, which a vendor serves. */
 int hetccl_hier_p2p_inside(ncclComm_t comm, const hetccl_op_t *op) {
-  const hetccl_hier_map_t *m = comm->hier_map;
-  return comm->island && comm->island->vendor && op->peer >= 0 && op->peer < comm->nranks &&
-         m->of[op->peer] == m->of[comm->rank];
+  const hetccl_hier_map_t *m = comm->hier.map;
+  return comm->hier.island && comm->hier.island->forward.vendor && op->peer >= 0 &&
+         op->peer < comm->nranks && m->of[op->peer] == m->of[comm->rank];
 }
 
 /* A send or receive of this rank's, on this communicator: placed as the

@@ -49,7 +49,7 @@
  * islands have rails, each slice holds an element, and the message is
  * large enough (the same answer on every rank). */
 int hetccl_hier_sliced_on_rails(ncclComm_t comm, const hetccl_op_t *op) {
-  const hetccl_hier_map_t *m = comm->hier_map;
+  const hetccl_hier_map_t *m = comm->hier.map;
   if (!m->rails || op->count / (size_t)m->size[m->of[comm->rank]] == 0) return 0;
   return op->count * hetccl_dtype_size(op->dtype) >=
          (size_t)hetccl_knob_int(HETCCL_KNOB_HIER_RAILS_MIN);
@@ -104,7 +104,7 @@ ncclResult_t hetccl_hier_broadcast(form_t *f) {
 /* A rank other than the root keeps its slice (and, for the tail's
  * leaders' form, the tail's partial result) in its partials. */
 size_t hetccl_hier_reduce_rails_partials(ncclComm_t comm, const hetccl_op_t *op) {
-  size_t k = (size_t)comm->hier_map->size[comm->hier_map->of[comm->rank]];
+  size_t k = (size_t)comm->hier.map->size[comm->hier.map->of[comm->rank]];
   size_t elem = hetccl_dtype_size(op->dtype), slice = op->count / k;
   return hetccl_hier_align(slice * elem) + (op->count - slice * k) * elem;
 }
@@ -155,7 +155,7 @@ ncclResult_t hetccl_hier_reduce(form_t *f) {
  * form: the same answer on every rank. */
 int hetccl_hier_on_rails(ncclComm_t comm, const hetccl_op_t *op) {
   size_t bytes = op->count * (size_t)comm->nranks * hetccl_dtype_size(op->dtype);
-  return comm->hier_map->rails &&
+  return comm->hier.map->rails &&
          bytes >= (size_t)hetccl_knob_int(HETCCL_KNOB_HIER_RAILS_MIN_GATHER);
 }
 
@@ -204,7 +204,7 @@ static ncclResult_t copy(const form_t *f, const hetccl_runtime_t *rt, void *dst,
  * (last). chunks NULL: no copy, only the wait and the record. */
 static ncclResult_t copy_blocks(form_t *f, void *chunks, void *blocks, size_t count, int gather,
                                 int first, int last) {
-  hetccl_hier_map_t *m = f->comm->hier_map;
+  hetccl_hier_map_t *m = f->comm->hier.map;
   const hetccl_runtime_t *rt;
   int saved;
   ncclResult_t res = copies_begin(f, &rt, &saved);

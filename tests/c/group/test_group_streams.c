@@ -70,7 +70,7 @@ void hetccl_plane_fail(hetccl_plane_t *plane, ncclResult_t res) {
   (void)plane;
   (void)res;
 }
-void hetccl_comm_set_error(ncclComm_t comm, ncclResult_t res) { comm->error = res; }
+void hetccl_comm_set_error(ncclComm_t comm, ncclResult_t res) { comm->state.error = res; }
 const hetccl_runtime_t *hetccl_runtime_get(hetccl_dev_kind_t kind) {
   (void)kind;
   return NULL;
@@ -100,7 +100,7 @@ static hetccl_device_share_t make(const spec_t *s) {
 static void reset(void) {
   nseen = 0;
   fail_comm = 0;
-  for (int i = 0; i < 3; i++) comms[i].error = ncclSuccess;
+  for (int i = 0; i < 3; i++) comms[i].state.error = ncclSuccess;
 }
 
 /* What stream s received, in order, as "id/kind" words. */
