@@ -42,9 +42,9 @@
 /* --- life ------------------------------------------------------------------ */
 
 /* Make what this backend serves comm with, after the bootstrap and the
- * islands (comm->peers filled, every rank choosing the same backend):
- * forward: the vendor's communicator (its unique id over comm->bs, which it
- * then closes); engine: the transports of every pair, the data plane, the
+ * islands (comm->boot.peers filled, every rank choosing the same backend):
+ * forward: the vendor's communicator (its unique id over comm->boot.links,
+ * which it then closes); engine: the transports of every pair, the data plane, the
  * hierarchy. Collective over comm, blocking, bounded by the connect
  * timeout and the abort flag; runs where init runs (the API thread, or a
  * proxy for grouped and nonblocking inits). On failure, what it made so far

@@ -5,7 +5,7 @@
  * an internal communicator or a split inherits) are one island; ranks that
  * share a GPU never are (the vendor refuses two ranks on one device). Every
  * rank reaches the same answer from the same published table
- * (comm->peers), so every rank chooses the same backend.
+ * (comm->boot.peers), so every rank chooses the same backend.
  *
  * Thread: where init runs. */
 #ifndef HETCCL_COMM_ISLANDS_H
@@ -23,7 +23,7 @@ ncclResult_t hetccl_islands_forced(ncclComm_t comm, int32_t *island);
 int hetccl_islands_one(const hetccl_peer_info_t *peers, int n);
 
 /* Give each rank that shares its GPU with another rank an island of its
- * own in comm->peers (one INFO line on rank 0 says which). */
+ * own in comm->boot.peers (one INFO line on rank 0 says which). */
 ncclResult_t hetccl_islands_separate_shared_gpus(ncclComm_t comm);
 
 #endif

@@ -1,8 +1,8 @@
 /* The engine's transports for a communicator: which one serves each pair
- * of its ranks, and connecting them into comm->engine.
+ * of its ranks, and connecting them into comm->engine.p2p.
  *
  * The transport of a pair is a pure function of what both ranks published
- * (comm->peers), so both ends choose alike: forced (HETCCL_TRANSPORT=name)
+ * (comm->boot.peers), so both ends choose alike: forced (HETCCL_TRANSPORT=name)
  * that one for every pair; auto: shm on one host, else ib where both have
  * an active port (asked only when ib is wanted), else socket.
  *
@@ -21,10 +21,10 @@ int hetccl_transports_ib_wanted(void);
 int hetccl_transports_ib_usable(void);
 
 /* Create every used transport's context, exchange their addresses over
- * comm->bs and connect the pairs (now, or on first use where the
+ * comm->boot.links and connect the pairs (now, or on first use where the
  * transport can: HETCCL_RUNTIME_CONNECT), then the engine over them
- * (comm->engine) and comm->stage_piece. Collective, blocking, bounded by
- * the connect timeout and the abort flag. */
+ * (comm->engine.p2p) and comm->engine.stage_piece. Collective, blocking,
+ * bounded by the connect timeout and the abort flag. */
 ncclResult_t hetccl_transports_connect(ncclComm_t comm, uint64_t secret);
 
 #endif

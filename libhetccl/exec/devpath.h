@@ -24,7 +24,7 @@
  * so a stream never waits for ever: on failure the communicator holds the
  * error (ncclCommGetAsyncError) and the outputs are undefined, as with
  * NCCL. Large elementwise collectives reach here already cut into pieces
- * (api/coll.c, comm->stage_piece), one stage each.
+ * (api/coll.c, comm->engine.stage_piece), one stage each.
  *
  * Each pool holds at most a few staging blocks: with all in use, a launch
  * waits (bounded by the abort flag) for the stream to finish with the
