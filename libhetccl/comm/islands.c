@@ -111,6 +111,10 @@ static int same_gpu(const hetccl_peer_info_t *x, const hetccl_peer_info_t *y) {
 ncclResult_t hetccl_islands_separate_shared_gpus(ncclComm_t comm) {
   int n = comm->nranks, shared = 0, example = -1;
   hetccl_peer_info_t *p = comm->boot.peers;
+  /* Without a vendor library (HETCCL_VENDOR=0, or none loaded: its
+   * version 0) no island is forwarded, and the engine serves several ranks
+   * of one GPU in one island (forced islands keep their meaning). */
+  if (!hetccl_knob_int(HETCCL_KNOB_VENDOR)) return ncclSuccess;
   int *order = malloc((size_t)n * sizeof(*order));
   if (!order) {
     WARN("ncclCommInitRank: out of memory for %d ranks' devices", n);
@@ -121,7 +125,7 @@ ncclResult_t hetccl_islands_separate_shared_gpus(ncclComm_t comm) {
   for (int i = 0; i < n;) {
     int j = i + 1;
     while (j < n && same_gpu(&p[order[i]], &p[order[j]])) j++;
-    if (j - i > 1) {
+    if (j - i > 1 && p[order[i]].vendor_version != 0) {
       for (int k = i; k < j; k++) p[order[k]].island = SHARED_GPU_ISLAND(order[k]);
       shared += j - i;
       if (example < 0) example = order[i];
