@@ -9,7 +9,10 @@ source tree: libpath.py takes the newest build*/ library there, and a
 sanitized libhetccl.so cannot be loaded into an unsanitized Python.
 
 What runs where (2 to 3 minutes for both on 2 cores, builds included):
-  ASan+UBSan  every C test but the throughput benchmark (suite 'bench').
+  ASan+UBSan  every C test but the throughput benchmark (suite 'bench') and
+              algo-np9-big (nine ranks on large buffers: the wide rules'
+              selection; the algorithms it reaches run in the smaller
+              sweeps too).
   TSan        the tests in which one process runs several threads: the
               library's own threads beside the caller's (suite 'threads'),
               the bootstrap (its root thread; ranks as threads), the vendor
@@ -17,8 +20,9 @@ What runs where (2 to 3 minutes for both on 2 cores, builds included):
               root while it joins). Left out: the shared-memory and socket
               transport tests, whose ranks are single-threaded processes
               sharing memory ThreadSanitizer cannot see (and which run for
-              minutes under it), algo-np3-big and algo-np3-pull-big (the np3
-              paths again, on larger buffers), and the single-threaded
+              minutes under it), algo-np3-big, algo-np3-pull-big and
+              algo-np9-big (the same paths again, on larger buffers), and
+              the single-threaded
               reduction kernels.
 
 Skipped where the compiler cannot build and run a sanitized program, and
@@ -47,7 +51,7 @@ class Variant(NamedTuple):
 
 
 def _asan_keep(name: str, suites: List[str]) -> bool:
-    return "bench" not in suites
+    return "bench" not in suites and name != "algo-np9-big"
 
 
 _TSAN_SUITES = {"threads", "net", "vendor", "abi", "algo"}
@@ -56,7 +60,7 @@ _TSAN_SUITES = {"threads", "net", "vendor", "abi", "algo"}
 def _tsan_keep(name: str, suites: List[str]) -> bool:
     if not _TSAN_SUITES.intersection(suites) or "bench" in suites:
         return False
-    return not name.startswith("socket-") and name not in ("algo-np3-big", "algo-np3-pull-big")
+    return not name.startswith("socket-") and name not in ("algo-np3-big", "algo-np3-pull-big", "algo-np9-big")
 
 
 VARIANTS = [
