@@ -22,8 +22,7 @@ What runs where (2 to 3 minutes for both on 2 cores, builds included):
               sharing memory ThreadSanitizer cannot see (and which run for
               minutes under it), algo-np3-big, algo-np3-pull-big and
               algo-np9-big (the same paths again, on larger buffers), and
-              the single-threaded
-              reduction kernels.
+              the single-threaded reduction kernels.
 
 Skipped where the compiler cannot build and run a sanitized program, and
 with HETCCL_TEST_SANITIZERS=0.
