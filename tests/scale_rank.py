@@ -78,7 +78,7 @@ else:
 init_s = time.perf_counter() - t0
 after_init = held()
 
-count = 1 << 15  # above HETCCL_SMALL_BYTES: a ring
+count = 1 << 17  # 512 KiB: past halving-doubling (256 KiB), below the reads (1 MiB): a ring
 x = (ctypes.c_float * count)(*([float(rank + 1)] * count))
 y = (ctypes.c_float * count)()
 check(lib.ncclAllReduce(x, y, ctypes.c_size_t(count), F32, SUM, comm, None), "ncclAllReduce")
