@@ -147,11 +147,11 @@ struct ring_plan {
   char *inter;               /* scratch for partial sums: [WINDOW][nsteps][piece] */
 };
 
-/* Bytes of scratch the plan's schedule needs (npieces and nsteps set). */
-size_t hetccl_ring_sched_bytes(const ring_plan_t *pl);
-/* Runs the plan as a schedule (sched/sched.h); `mem` is
- * hetccl_ring_sched_bytes(pl) bytes of scratch aligned to 64. */
-ncclResult_t hetccl_ring_run(const ring_plan_t *pl, void *mem);
+/* Bytes of scratch the executor needs for its request slots. */
+size_t hetccl_ring_slots_bytes(int nsteps);
+/* Runs the plan; `slots` is hetccl_ring_slots_bytes(nsteps) bytes of
+ * scratch aligned to 16. */
+ncclResult_t hetccl_ring_run(const ring_plan_t *pl, void *slots);
 
 /* --- reads from the peers' buffers (pull_rs.c) -------------------------------
  *

@@ -1,8 +1,7 @@
 /* Bandwidth-bound collectives on a ring: AllReduce (reduce-scatter then
  * allgather, one pipeline), ReduceScatter, AllGather, and Reduce
  * (reduce-scatter, then the blocks gathered at the root); plus the
- * pipeline they share (algo_impl.h: ring_plan_t), written out as a
- * schedule (sched/sched.h) that sched/sched_host.c runs.
+ * pipelined executor they share (algo_impl.h: ring_plan_t).
  *
  * Every byte moves once per step and no more: receive-and-reduce runs in
  * the transport's consume hook straight into its destination, combining
@@ -18,86 +17,98 @@
 
 #include "util/log.h"
 
-/* --- the executor: a ring plan as a schedule (sched/sched.h) ------------------ */
+/* --- the executor ------------------------------------------------------------- */
 
-/* Steps per (piece, step) at most: receive, preparation, finish, send. */
-#define STEPS_PER_CELL 4
+typedef struct ring_slot {
+  hetccl_req_t sreq, rreq;
+  algo_red_ctx_t ctx;
+  int sposted, rposted;
+} ring_slot_t;
 
-static int ring_steps(const ring_plan_t *pl) {
-  return STEPS_PER_CELL * pl->npieces * pl->nsteps + pl->npieces + pl->nsteps - 1;
+size_t hetccl_ring_slots_bytes(int nsteps) {
+  return algo_round_up((size_t)HETCCL_ALGO_WINDOW * (size_t)nsteps * sizeof(ring_slot_t), 64);
 }
 
-/* The schedule, then two arrays of nsteps ints (run below). */
-size_t hetccl_ring_sched_bytes(const ring_plan_t *pl) {
-  return algo_round_up(sizeof(hetccl_sched_t), 64) +
-         algo_round_up(hetccl_sched_bytes(ring_steps(pl), pl->nranks), 64) +
-         algo_round_up(2 * (size_t)pl->nsteps * sizeof(int), 64);
+static ring_slot_t *slot_at(ring_slot_t *slots, int nsteps, int t, int s) {
+  return &slots[(t % HETCCL_ALGO_WINDOW) * nsteps + s];
 }
 
-/* Wave t is every (piece p, step s) with p + s = t. Per wave, its receives
- * first, then per step the local work and the send, which follow the
- * receive of (p, s - 1): the data a step sends or finishes arrived one step
- * earlier. Before wave t, a fence on wave t - (W - 1): at most W waves in
- * flight, which also frees the scratch pieces indexed by t % W (read by
- * wave t - W + 1's sends; algo_impl.h). Both neighbours list the same
- * (p, s) in the same order, as the transports' in-order matching needs. */
-ncclResult_t hetccl_ring_run(const ring_plan_t *pl, void *mem) {
-  const int W = HETCCL_ALGO_WINDOW, P = pl->npieces, S = pl->nsteps, T = P + S - 1;
-  int steps = ring_steps(pl);
-  size_t head = algo_round_up(sizeof(hetccl_sched_t), 64);
-  size_t body = algo_round_up(hetccl_sched_bytes(steps, pl->nranks), 64);
-  hetccl_sched_t *s = mem;
-  hetccl_sched_init(s, (char *)mem + head, steps, pl->e, &pl->c->op);
-  /* A collective that does not reduce receives by plain copy: peers may
-   * read what it sends in place (engine.h: pull_ok). */
-  s->pull_ok = !hetccl_func_reduces(pl->c->func);
-  /* Where each of the last W waves starts, and the receive of each step
-   * of the last two waves (HETCCL_STEP_NONE: none). */
-  int start[HETCCL_ALGO_WINDOW];
-  int *got = (int *)((char *)mem + head + body), *got_before = got + S;
-  for (int i = 0; i < S; i++) got[i] = got_before[i] = HETCCL_STEP_NONE;
-  for (int t = 0; t < T; t++) {
-    if (t >= W - 1) hetccl_sched_fence(s, start[(t - W + 2) % W]);
-    start[t % W] = hetccl_sched_mark(s);
-    int *tmp = got_before;
-    got_before = got;
-    got = tmp;
-    int s0 = t - P + 1 > 0 ? t - P + 1 : 0, s1 = t < S - 1 ? t : S - 1;
-    for (int st = 0; st < S; st++) got[st] = HETCCL_STEP_NONE;
-    for (int st = s0; st <= s1; st++) {
-      ring_io_t io;
-      pl->io(pl, t - st, st, &io);
-      if (!io.recv || !io.rbytes) continue;
-      got[st] = io.in ? hetccl_sched_recv_reduce(s, pl->left, io.recv, io.in,
-                                                 HETCCL_STEP_SCALE_IN, io.rbytes,
-                                                 HETCCL_STEP_NONE, HETCCL_STEP_NONE)
-                      : hetccl_sched_recv(s, pl->left, io.recv, io.rbytes, HETCCL_STEP_NONE,
-                                          HETCCL_STEP_NONE);
-    }
-    for (int st = s0; st <= s1; st++) {
-      ring_io_t io;
-      pl->io(pl, t - st, st, &io);
-      int sending = io.send && io.sbytes;
-      if (!sending && !io.prep_count && !io.fin_count) continue;
-      int arrived = st > 0 ? got_before[st - 1] : HETCCL_STEP_NONE;
-      /* A plain copy whose source is what we send runs beside the send:
-       * the transport starts moving the piece while we copy. */
-      int copy_beside = io.prep_count && io.prep_copy && sending && io.send == io.prep_src;
-      int local = HETCCL_STEP_NONE;
-      size_t prep_bytes = io.prep_count * pl->esize;
-      if (io.prep_count && !copy_beside)
-        local = io.prep_copy ? hetccl_sched_copy(s, io.prep_dst, io.prep_src, prep_bytes, arrived,
-                                                 HETCCL_STEP_NONE)
-                             : hetccl_sched_prepare(s, io.prep_dst, io.prep_src, prep_bytes,
-                                                    arrived, HETCCL_STEP_NONE);
-      if (io.fin_count)
-        local = hetccl_sched_finish(s, io.fin_buf, io.fin_count * pl->esize, arrived, local);
-      if (sending) hetccl_sched_send(s, pl->right, io.send, io.sbytes, arrived, local);
-      if (copy_beside)
-        hetccl_sched_copy(s, io.prep_dst, io.prep_src, prep_bytes, arrived, HETCCL_STEP_NONE);
-    }
+/* Wait for every request of wave t. */
+static ncclResult_t wave_wait(const ring_plan_t *pl, ring_slot_t *slots, int t) {
+  for (int s = 0; s < pl->nsteps; s++) {
+    ring_slot_t *sl = slot_at(slots, pl->nsteps, t, s);
+    hetccl_req_t *reqs[2] = {sl->sposted ? &sl->sreq : NULL, sl->rposted ? &sl->rreq : NULL};
+    sl->sposted = sl->rposted = 0;
+    HETCCL_CHECK(hetccl_engine_wait(pl->e, reqs, 2));
   }
-  return hetccl_sched_run_host(s);
+  return ncclSuccess;
+}
+
+static ncclResult_t wave_post_recvs(const ring_plan_t *pl, ring_slot_t *slots, int t, int s0,
+                                    int s1) {
+  for (int s = s0; s <= s1; s++) {
+    ring_slot_t *sl = slot_at(slots, pl->nsteps, t, s);
+    ring_io_t io;
+    pl->io(pl, t - s, s, &io);
+    if (!io.recv || !io.rbytes) continue;
+    hetccl_consume_fn consume = NULL;
+    if (io.in) {
+      sl->ctx = (algo_red_ctx_t){&pl->c->op, io.recv, io.in, 0};
+      consume = hetccl_algo_consume;
+    }
+    HETCCL_CHECK(hetccl_engine_irecv(pl->e, pl->left, io.recv, io.rbytes, consume, &sl->ctx,
+                                     &sl->rreq));
+    sl->rposted = 1;
+  }
+  return ncclSuccess;
+}
+
+static ncclResult_t wave_post_sends(const ring_plan_t *pl, ring_slot_t *slots, int t, int s0,
+                                    int s1) {
+  for (int s = s0; s <= s1; s++) {
+    ring_io_t io;
+    pl->io(pl, t - s, s, &io);
+    int sending = io.send && io.sbytes;
+    if (!sending && !io.prep_count && !io.fin_count) continue;
+    if (s > 0) { /* the data this step sends or finishes arrived one step earlier */
+      ring_slot_t *prev = slot_at(slots, pl->nsteps, t - 1, s - 1);
+      if (prev->rposted) {
+        hetccl_req_t *r = &prev->rreq;
+        HETCCL_CHECK(hetccl_engine_wait(pl->e, &r, 1));
+      }
+    }
+    /* A plain copy whose source is what we send can wait until the send is
+     * posted: the transport starts moving the piece while we copy. */
+    int copy_after = io.prep_count && io.prep_copy && sending && io.send == io.prep_src;
+    if (io.prep_count && !copy_after) {
+      if (io.prep_copy) algo_copy(io.prep_dst, io.prep_src, io.prep_count * pl->esize);
+      else hetccl_reduce_prepare(&pl->c->op, io.prep_dst, io.prep_src, io.prep_count);
+    }
+    if (io.fin_count) hetccl_reduce_finish(&pl->c->op, io.fin_buf, io.fin_count);
+    if (!sending) continue;
+    ring_slot_t *sl = slot_at(slots, pl->nsteps, t, s);
+    HETCCL_CHECK(hetccl_engine_isend(pl->e, pl->right, io.send, io.sbytes, &sl->sreq));
+    sl->sposted = 1;
+    if (copy_after) algo_copy(io.prep_dst, io.prep_src, io.prep_count * pl->esize);
+  }
+  return ncclSuccess;
+}
+
+ncclResult_t hetccl_ring_run(const ring_plan_t *pl, void *mem) {
+  ring_slot_t *slots = mem;
+  const int W = HETCCL_ALGO_WINDOW, P = pl->npieces, S = pl->nsteps, T = P + S - 1;
+  memset(slots, 0, (size_t)W * (size_t)S * sizeof(*slots));
+  for (int t = 0; t < T; t++) {
+    /* At most W waves in flight: this also frees wave t's request slots and
+     * the scratch pieces indexed by t % W (read by wave t - W + 1's sends). */
+    if (t >= W - 1) HETCCL_CHECK(wave_wait(pl, slots, t - (W - 1)));
+    int s0 = t - P + 1 > 0 ? t - P + 1 : 0, s1 = t < S - 1 ? t : S - 1;
+    HETCCL_CHECK(wave_post_recvs(pl, slots, t, s0, s1));
+    HETCCL_CHECK(wave_post_sends(pl, slots, t, s0, s1));
+  }
+  for (int t = T - (W - 1) > 0 ? T - (W - 1) : 0; t < T; t++)
+    HETCCL_CHECK(wave_wait(pl, slots, t));
+  return ncclSuccess;
 }
 
 /* --- plans ---------------------------------------------------------------------- */
@@ -186,7 +197,7 @@ ncclResult_t hetccl_ring_allreduce(hetccl_engine_t *e, const hetccl_coll_t *c) {
   pl.nsteps = 2 * (pl.nranks - 1);
   pl.io = allreduce_io;
   plan_pieces(&pl, maxblock, 0);
-  void *slots = hetccl_engine_scratch(e, hetccl_ring_sched_bytes(&pl));
+  void *slots = hetccl_engine_scratch(e, hetccl_ring_slots_bytes(pl.nsteps));
   if (!slots) return ncclSystemError;
   return hetccl_ring_run(&pl, slots);
 }
@@ -235,7 +246,7 @@ static ncclResult_t reducescatter_setup(ring_plan_t *pl, size_t maxblock, size_t
   size_t per_piece = (size_t)HETCCL_ALGO_WINDOW * (size_t)pl->nsteps * pl->esize;
   size_t cap = INTER_MAX_BYTES / per_piece / align * align;
   plan_pieces(pl, maxblock, cap ? cap : align);
-  size_t slots_bytes = hetccl_ring_sched_bytes(pl);
+  size_t slots_bytes = hetccl_ring_slots_bytes(pl->nsteps);
   size_t inter_bytes = algo_round_up(per_piece * pl->piece, 64);
   char *mem = hetccl_engine_scratch(pl->e, slots_bytes + inter_bytes + extra_bytes);
   if (!mem) return ncclSystemError;
@@ -325,7 +336,7 @@ ncclResult_t hetccl_ring_allgather(hetccl_engine_t *e, const hetccl_coll_t *c) {
   pl.nsteps = pl.nranks - 1;
   pl.io = allgather_io;
   plan_pieces(&pl, c->count, 0);
-  void *slots = hetccl_engine_scratch(e, hetccl_ring_sched_bytes(&pl));
+  void *slots = hetccl_engine_scratch(e, hetccl_ring_slots_bytes(pl.nsteps));
   if (!slots) return ncclSystemError;
   return hetccl_ring_run(&pl, slots);
 }

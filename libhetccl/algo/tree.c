@@ -1,7 +1,7 @@
 /* Rooted collectives on a chain or a binomial tree: Broadcast (pipelined
  * chain for large messages, binomial tree for small ones) and small Reduce
- * (binomial tree towards the root; large Reduce is in ring.c). All are
- * schedules (sched/sched.h); the chain is a ring plan (ring.c).
+ * (binomial tree towards the root; large Reduce is in ring.c). The trees
+ * are schedules (sched/sched.h); the chain runs on ring.c's executor.
  *
  * Ranks are numbered relative to the root (v = rank - root mod n).
  *
@@ -54,7 +54,7 @@ ncclResult_t hetccl_chain_broadcast(hetccl_engine_t *e, const hetccl_coll_t *c) 
   pl.io = chain_io;
   pl.piece = hetccl_algo_piece(e, c->count, pl.esize);
   pl.npieces = (int)((c->count + pl.piece - 1) / pl.piece);
-  void *slots = hetccl_engine_scratch(e, hetccl_ring_sched_bytes(&pl));
+  void *slots = hetccl_engine_scratch(e, hetccl_ring_slots_bytes(pl.nsteps));
   if (!slots) return ncclSystemError;
   return hetccl_ring_run(&pl, slots);
 }

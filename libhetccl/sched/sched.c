@@ -134,11 +134,3 @@ int hetccl_sched_finish(hetccl_sched_t *s, void *dst, size_t bytes, int a0, int 
   if (t) t->dst = dst, t->bytes = bytes;
   return i;
 }
-
-int hetccl_sched_fence(hetccl_sched_t *s, int below) {
-  int i;
-  hetccl_step_t *t = append(s, HETCCL_STEP_FENCE, HETCCL_STEP_NONE, HETCCL_STEP_NONE,
-                            HETCCL_STEP_NONE, &i);
-  if (t) t->below = below;
-  return i;
-}

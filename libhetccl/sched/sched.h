@@ -7,21 +7,17 @@
  *   RECV_REDUCE   `bytes` from `peer` reduced into dst as they    dst holds the result
  *                 land: dst = in (op) incoming, or incoming
  *                 (op) in with HETCCL_STEP_IN_RIGHT (in may be
- *                 dst); with HETCCL_STEP_SCALE_IN, `in` enters
- *                 scaled by op's PreMulSum scalar
+ *                 dst)
  *   REDUCE        dst = a (op) b, `bytes` of elements             at once
  *   COPY          dst = src (src == dst allowed)                  at once
  *   PREPARE       dst = src scaled by op's PreMulSum scalar       at once
  *                 (a plain copy for other operators)
  *   FINISH        dst scaled in place as op finishes (Avg's       at once
  *                 division; nothing for other operators)
- *   FENCE         nothing; no later step starts before it         every step before
- *                 is done                                         index `below` is done
  *
  * Order. A step starts once every step it names in `after` is done, and
  * not before the steps ahead of it in the schedule that talk to the same
- * peer in the same direction have started, nor before a FENCE ahead of it
- * is done: messages between two ranks are
+ * peer in the same direction have started: messages between two ranks are
  * matched in posting order (p2p/engine.h), so both ranks post a pair's
  * messages in the order their schedules list them. Nothing else orders
  * steps: two steps with no path between them may run in either order, or
@@ -61,11 +57,10 @@ typedef enum {
   HETCCL_STEP_COPY,
   HETCCL_STEP_PREPARE,
   HETCCL_STEP_FINISH,
-  HETCCL_STEP_FENCE,
 } hetccl_step_kind_t;
 
 /* RECV_REDUCE flags (above). */
-enum { HETCCL_STEP_IN_RIGHT = 1, HETCCL_STEP_SCALE_IN = 2 };
+enum { HETCCL_STEP_IN_RIGHT = 1 };
 
 /* Steps a step may wait for, besides the order of its pair's messages. */
 #define HETCCL_STEP_MAX_AFTER 3
@@ -74,12 +69,11 @@ enum { HETCCL_STEP_IN_RIGHT = 1, HETCCL_STEP_SCALE_IN = 2 };
 
 typedef struct hetccl_step {
   uint8_t kind;             /* hetccl_step_kind_t */
-  uint8_t flags;            /* RECV_REDUCE: HETCCL_STEP_IN_RIGHT, HETCCL_STEP_SCALE_IN */
+  uint8_t flags;            /* RECV_REDUCE: HETCCL_STEP_IN_RIGHT */
   uint8_t state;            /* the executor's */
   int32_t peer;             /* SEND, RECV, RECV_REDUCE */
   int32_t after[HETCCL_STEP_MAX_AFTER];
   int32_t same_pair;        /* the previous step of this peer and direction (the builder's) */
-  int32_t below;            /* FENCE: the steps it waits for are those before this index */
   void *dst;
   const void *src;          /* SEND, COPY, PREPARE; REDUCE's a; RECV_REDUCE's in */
   const void *src2;         /* REDUCE's b */
@@ -128,10 +122,7 @@ int hetccl_sched_copy(hetccl_sched_t *s, void *dst, const void *src, size_t byte
 int hetccl_sched_prepare(hetccl_sched_t *s, void *dst, const void *src, size_t bytes, int a0,
                          int a1);
 int hetccl_sched_finish(hetccl_sched_t *s, void *dst, size_t bytes, int a0, int a1);
-/* A FENCE on every step before index `below` (<= the fence's own). */
-int hetccl_sched_fence(hetccl_sched_t *s, int below);
-/* The index the next appended step gets. */
-static inline int hetccl_sched_mark(const hetccl_sched_t *s) { return s->nsteps; }
+
 
 /* hetccl_reduce, and its REDUCE event when tracing (trace/trace.h): every
  * host reduction of the schedules and the algorithms goes through here. */

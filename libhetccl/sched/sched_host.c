@@ -4,9 +4,7 @@
  * A sweep walks the steps from the first unfinished one, in index order:
  * a posted message that the transport finished is done; a step whose
  * `after` steps are done, and whose pair's earlier message has been
- * posted, starts (a message is posted, a local step runs at once). A
- * FENCE whose steps are not all done ends the sweep there, so a long
- * schedule (a ring's pieces) is walked a window at a time. When a
+ * posted, starts (a message is posted, a local step runs at once). When a
  * sweep starts nothing, the thread waits in the engine until any posted
  * message finishes (hetccl_engine_wait_any: the engine's spinning,
  * yielding, timeout and abort), then sweeps again.
@@ -30,10 +28,6 @@ static void consume_reduce(void *ctx, void *dst, const void *src, size_t bytes) 
   size_t count = bytes / hetccl_dtype_size(t->op->dtype);
   const char *in = (const char *)t->src + ((char *)dst - (char *)t->dst);
   if (!count) return;
-  if ((t->flags & HETCCL_STEP_SCALE_IN) && t->op->premul) { /* this rank's part, scaled once */
-    hetccl_reduce_prepare(t->op, dst, in, count);
-    in = dst;
-  }
   if (t->flags & HETCCL_STEP_IN_RIGHT)
     hetccl_sched_reduce_traced(t->op, dst, src, in, count);
   else
@@ -71,8 +65,6 @@ static ncclResult_t step_start(hetccl_sched_t *s, hetccl_step_t *t) {
     case HETCCL_STEP_FINISH:
       if (count) hetccl_reduce_finish(t->op, t->dst, count);
       break;
-    case HETCCL_STEP_FENCE: /* hetccl_sched_run_host decides */
-      break;
     default:
       WARN("schedule: step of unknown kind %d", (int)t->kind);
       return ncclInternalError;
@@ -92,13 +84,6 @@ ncclResult_t hetccl_sched_run_host(hetccl_sched_t *s) {
     int moved = 0, nposted = 0;
     for (int i = first; i < n; i++) {
       hetccl_step_t *t = &steps[i];
-      if (t->kind == HETCCL_STEP_FENCE && t->state == STEP_WAITING) {
-        while (first < i && steps[first].state == STEP_DONE) first++;
-        if (first < t->below) break;
-        t->state = STEP_DONE;
-        moved = 1;
-        continue;
-      }
       if (t->state == STEP_POSTED && t->req.done) {
         hetccl_req_t *q = &t->req; /* returns at once; records its trace event */
         HETCCL_CHECK(hetccl_engine_wait(e, &q, 1));
