@@ -184,40 +184,4 @@ size_t hetccl_pull_scratch_bytes(const pull_plan_t *pl);
  * sets the engine's pull_ok. */
 ncclResult_t hetccl_pull_reduce_own(const pull_plan_t *pl, void *mem);
 
-/* --- collectives, by family ------------------------------------------------- */
-
-/* ring.c: bandwidth-bound AllReduce / ReduceScatter / AllGather / Reduce */
-ncclResult_t hetccl_ring_allreduce(hetccl_engine_t *e, const hetccl_coll_t *c);
-ncclResult_t hetccl_ring_reducescatter(hetccl_engine_t *e, const hetccl_coll_t *c);
-ncclResult_t hetccl_ring_allgather(hetccl_engine_t *e, const hetccl_coll_t *c);
-ncclResult_t hetccl_ring_reduce(hetccl_engine_t *e, const hetccl_coll_t *c);
-
-/* rd.c: latency-bound AllReduce (direct exchange, recursive doubling),
- * direct AllGather and ReduceScatter */
-ncclResult_t hetccl_direct_allreduce(hetccl_engine_t *e, const hetccl_coll_t *c);
-ncclResult_t hetccl_rd_allreduce(hetccl_engine_t *e, const hetccl_coll_t *c);
-ncclResult_t hetccl_direct_allgather(hetccl_engine_t *e, const hetccl_coll_t *c);
-ncclResult_t hetccl_direct_reducescatter(hetccl_engine_t *e, const hetccl_coll_t *c);
-
-/* rhd.c: AllReduce by recursive halving then doubling, a schedule
- * (sched/sched.h) */
-ncclResult_t hetccl_rhd_allreduce(hetccl_engine_t *e, const hetccl_coll_t *c);
-
-/* tree.c: Broadcast (pipelined chain, binomial tree), small Reduce (binomial) */
-ncclResult_t hetccl_chain_broadcast(hetccl_engine_t *e, const hetccl_coll_t *c);
-ncclResult_t hetccl_tree_broadcast(hetccl_engine_t *e, const hetccl_coll_t *c);
-ncclResult_t hetccl_tree_reduce(hetccl_engine_t *e, const hetccl_coll_t *c);
-
-/* pull_rs.c, pull_ar.c, pull_bcast.c: every rank reads its share from its
- * peers' buffers (docs/host-engine.md); AllGather and AlltoAll by reads are
- * rd.c's direct and a2a.c's pairwise exchanges over a pulling transport. */
-ncclResult_t hetccl_pull_reducescatter(hetccl_engine_t *e, const hetccl_coll_t *c);
-ncclResult_t hetccl_pull_allreduce(hetccl_engine_t *e, const hetccl_coll_t *c);
-ncclResult_t hetccl_pull_broadcast(hetccl_engine_t *e, const hetccl_coll_t *c);
-
-/* a2a.c: pairwise AlltoAll, Gather, Scatter */
-ncclResult_t hetccl_pairwise_alltoall(hetccl_engine_t *e, const hetccl_coll_t *c);
-ncclResult_t hetccl_linear_gather(hetccl_engine_t *e, const hetccl_coll_t *c);
-ncclResult_t hetccl_linear_scatter(hetccl_engine_t *e, const hetccl_coll_t *c);
-
 #endif

@@ -29,9 +29,9 @@
  *
  * "small": per rank, up to the engine's small size (HETCCL_SMALL_BYTES);
  * "single copy on": the pair's transport reads the peer's memory from this
- * size (engine.h: pull_min). Adding an algorithm: its file, a row here, its
- * word in HETCCL_ALGO's list (util/knobs.h) where it may be forced, and
- * its file in meson.build (docs/architecture.md).
+ * size (engine.h: pull_min). Adding an algorithm: its file, its declaration
+ * and its row here, its word in HETCCL_ALGO's list (util/knobs.h) where it
+ * may be forced, and its file in meson.build (docs/architecture.md).
  *
  * Also what every algorithm shares: count 0, one rank, the signature ring
  * around rooted functions.
@@ -41,6 +41,42 @@
 
 #include "util/knobs.h"
 #include "util/log.h"
+
+/* --- the algorithms the table names, each defined in its file ----------------- */
+
+/* ring.c: bandwidth-bound AllReduce / ReduceScatter / AllGather / Reduce */
+ncclResult_t hetccl_ring_allreduce(hetccl_engine_t *e, const hetccl_coll_t *c);
+ncclResult_t hetccl_ring_reducescatter(hetccl_engine_t *e, const hetccl_coll_t *c);
+ncclResult_t hetccl_ring_allgather(hetccl_engine_t *e, const hetccl_coll_t *c);
+ncclResult_t hetccl_ring_reduce(hetccl_engine_t *e, const hetccl_coll_t *c);
+
+/* rd.c: latency-bound AllReduce (direct exchange, recursive doubling),
+ * direct AllGather and ReduceScatter */
+ncclResult_t hetccl_direct_allreduce(hetccl_engine_t *e, const hetccl_coll_t *c);
+ncclResult_t hetccl_rd_allreduce(hetccl_engine_t *e, const hetccl_coll_t *c);
+ncclResult_t hetccl_direct_allgather(hetccl_engine_t *e, const hetccl_coll_t *c);
+ncclResult_t hetccl_direct_reducescatter(hetccl_engine_t *e, const hetccl_coll_t *c);
+
+/* rhd.c: AllReduce by recursive halving then doubling, a schedule
+ * (sched/sched.h) */
+ncclResult_t hetccl_rhd_allreduce(hetccl_engine_t *e, const hetccl_coll_t *c);
+
+/* tree.c: Broadcast (pipelined chain, binomial tree), small Reduce (binomial) */
+ncclResult_t hetccl_chain_broadcast(hetccl_engine_t *e, const hetccl_coll_t *c);
+ncclResult_t hetccl_tree_broadcast(hetccl_engine_t *e, const hetccl_coll_t *c);
+ncclResult_t hetccl_tree_reduce(hetccl_engine_t *e, const hetccl_coll_t *c);
+
+/* pull_rs.c, pull_ar.c, pull_bcast.c: every rank reads its share from its
+ * peers' buffers (docs/host-engine.md); AllGather and AlltoAll by reads are
+ * rd.c's direct and a2a.c's pairwise exchanges over a pulling transport. */
+ncclResult_t hetccl_pull_reducescatter(hetccl_engine_t *e, const hetccl_coll_t *c);
+ncclResult_t hetccl_pull_allreduce(hetccl_engine_t *e, const hetccl_coll_t *c);
+ncclResult_t hetccl_pull_broadcast(hetccl_engine_t *e, const hetccl_coll_t *c);
+
+/* a2a.c: pairwise AlltoAll, Gather, Scatter */
+ncclResult_t hetccl_pairwise_alltoall(hetccl_engine_t *e, const hetccl_coll_t *c);
+ncclResult_t hetccl_linear_gather(hetccl_engine_t *e, const hetccl_coll_t *c);
+ncclResult_t hetccl_linear_scatter(hetccl_engine_t *e, const hetccl_coll_t *c);
 
 /* Small AllReduce on up to this many ranks exchanges whole buffers with
  * every peer (one round); on more, recursive doubling (log2 n rounds).
