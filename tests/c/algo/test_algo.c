@@ -1,7 +1,7 @@
 /* Every engine collective through the public API, against a reference that
  * each rank computes on its own from every rank's (deterministic) input.
  *
- *   test_algo NRANKS [quick|full|big]
+ *   test_algo NRANKS [quick|full|big|medium]
  *
  * Forks NRANKS processes, which share a unique id (made by rank 0 after
  * the fork, see common/share_id.h) and join with ncclCommInitRank; each
@@ -330,12 +330,16 @@ static const ncclDataType_t all_types[] = {ncclInt8, ncclUint8, ncclInt32, ncclU
 #define NTYPES (sizeof(all_types) / sizeof(all_types[0]))
 
 static void sweep(ncclComm_t comm, const char *mode) {
-  int big = !strcmp(mode, "big"), full = !strcmp(mode, "full") || big;
-  size_t counts[] = {0, 1, 7, 1000, 1000003};
-  int ncounts = big ? 5 : full ? 4 : 4;
+  /* medium: the sizes the selector gives halving-doubling by default on
+   * more than 4 ranks (algo/select.c: 8 KiB < bytes <= 256 KiB), on the
+   * types and operators of big */
+  int medium = !strcmp(mode, "medium");
+  int big = !strcmp(mode, "big") || medium, full = !strcmp(mode, "full") || big;
+  size_t counts[] = {0, 1, 7, 1000, 10000, 60000, 1000003};
+  int ncounts = (int)(sizeof(counts) / sizeof(counts[0]));
   for (int ci = 0; ci < ncounts; ci++) {
     size_t count = counts[ci];
-    if (big && count < 1000003) continue;
+    if (medium ? count != 10000 && count != 60000 : big ? count < 1000003 : count > 1000) continue;
     for (int f = 0; f < F_COUNT; f++) {
       for (size_t ti = 0; ti < NTYPES; ti++) {
         ncclDataType_t t = all_types[ti];
@@ -359,7 +363,7 @@ static void sweep(ncclComm_t comm, const char *mode) {
 
 int main(int argc, char **argv) {
   if (argc < 2) {
-    fprintf(stderr, "usage: %s NRANKS [quick|full|big]\n", argv[0]);
+    fprintf(stderr, "usage: %s NRANKS [quick|full|big|medium]\n", argv[0]);
     return 2;
   }
   int n = atoi(argv[1]);
