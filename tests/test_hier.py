@@ -81,6 +81,11 @@ def test_hierarchical_forms(islands: str, forms: set, grouped: bool, tmp_path: P
     assert set(taken) == forms, taken
     for fn, ranks in taken.items():
         assert ranks == set(range(n)), (fn, ranks)
+    # One place says where each call went (exec/form.h), at INFO.
+    said = "".join(log.read_text(errors="replace") for log in tmp_path.glob("log.*"))
+    for fn in forms:
+        assert re.search(rf"nccl{fn} on comm \w+ \({n} ranks\) takes its hierarchical form, "
+                         r"(through the leaders|on the rails)", said), fn
 
 
 @pytest.mark.timeout(150)

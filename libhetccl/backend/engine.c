@@ -17,6 +17,7 @@
 #include "exec/dataplane.h"
 #include "exec/devpath.h"
 #include "exec/enqueue.h"
+#include "exec/form.h"
 #include "exec/group.h"
 #include "hier/hier.h"
 #include "transport/transport.h"
@@ -101,9 +102,9 @@ static ncclResult_t engine_revoke(ncclComm_t comm, int flags) {
  * group's end), else engine tasks (exec/enqueue.h), whose device buffers
  * go to the data plane or to staging at the group's end. */
 static ncclResult_t place(ncclComm_t comm, const hetccl_op_t *op) {
-  return !hetccl_hier_applies(comm, op) ? hetccl_enqueue_op(comm, op)
-         : hetccl_group_depth() > 0    ? hetccl_hier_defer(comm, op)
-                                       : hetccl_hier_run(comm, op);
+  if (!hetccl_hier_applies(comm, op)) return hetccl_enqueue_op(comm, op);
+  HETCCL_FORM_SAY(comm, op, HETCCL_FORM_HIERARCHICAL, hetccl_hier_form_name(comm, op));
+  return hetccl_group_depth() > 0 ? hetccl_hier_defer(comm, op) : hetccl_hier_run(comm, op);
 }
 
 /* A user's operation: checked against comm once, here; what hier/ derives

@@ -18,6 +18,7 @@
 #include "comm/identity.h"
 #include "comm/init.h"
 #include "comm/proxy.h"
+#include "exec/form.h"
 #include "util/check.h"
 #include "util/log.h"
 
@@ -121,6 +122,7 @@ static ncclResult_t forward_dispatch(ncclComm_t comm, const hetccl_op_t *op) {
   size_t n = op->count;
   ncclDataType_t t = op->dtype;
   TRACE(HETCCL_CALL, "%s rank %d -> %s", op->fn, comm->rank, v->name);
+  HETCCL_FORM_SAY(comm, op, HETCCL_FORM_FORWARDED, v->name);
   if (op->config && !HETCCL_VENDOR_HAS(v, AllReduceConfig) && op->config->algSelection &&
       op->config->algSelection[0] && op->config->forceAlgSelection) {
     WARN("%s: %s (version %d) has no nccl*Config collectives to honour algorithm selection "

@@ -7,6 +7,7 @@
 
 #include "comm/identity.h"
 #include "exec/dataplane.h"
+#include "exec/form.h"
 #include "exec/group.h"
 #include "util/check.h"
 #include "util/knobs.h"
@@ -256,6 +257,10 @@ ncclResult_t hetccl_enqueue_op(ncclComm_t comm, const hetccl_op_t *op) {
     free(t);
     return res;
   }
+  int device = t->stage_send || t->stage_recv || t->device_direct;
+  HETCCL_FORM_SAY(comm, op, hetccl_dataplane_takes(comm, t) ? HETCCL_FORM_PLANE
+                            : device                        ? HETCCL_FORM_STAGED
+                                                            : HETCCL_FORM_HOST, NULL);
   if (is_p2p(op)) return hetccl_group_enqueue(t);
   return enqueue_pieces(comm, t, hetccl_dtype_size(op->dtype));
 }

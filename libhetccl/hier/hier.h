@@ -134,6 +134,9 @@ void hetccl_hier_host_free(ncclComm_t comm, hetccl_hier_map_t *m);
  * leaders communicators (hier/hier_ops.c). A failing phase fails comm and
  * its siblings (hetccl_hier_fail) and says where it failed in the message. */
 int hetccl_hier_applies(ncclComm_t comm, const hetccl_op_t *op);
+/* Which hierarchical form op takes where it has one: "through the leaders",
+ * "on the rails" or "as point-to-point pairs" (exec/form.h says it). */
+const char *hetccl_hier_form_name(ncclComm_t comm, const hetccl_op_t *op);
 ncclResult_t hetccl_hier_run(ncclComm_t comm, const hetccl_op_t *op);
 
 /* Inside a group: keep op (copied) for the outermost group end, which

@@ -78,6 +78,20 @@
 
 static int composable(ncclRedOp_t op) { return (int)op >= (int)ncclSum && (int)op < (int)ncclAvg; }
 
+const char *hetccl_hier_form_name(ncclComm_t comm, const hetccl_op_t *op) {
+  switch (op->kind) {
+    case HETCCL_OP_AllReduce:
+    case HETCCL_OP_Reduce:
+    case HETCCL_OP_Broadcast:
+    case HETCCL_OP_Bcast:
+      return hetccl_hier_sliced_on_rails(comm, op) ? "on the rails" : "through the leaders";
+    case HETCCL_OP_AllGather:
+    case HETCCL_OP_ReduceScatter:
+      return hetccl_hier_on_rails(comm, op) ? "on the rails" : "through the leaders";
+    default: return "as point-to-point pairs";
+  }
+}
+
 int hetccl_hier_applies(ncclComm_t comm, const hetccl_op_t *op) {
   const hetccl_hier_map_t *m = comm->hier.map;
   if (!comm->hier.enabled || !m) return 0;
