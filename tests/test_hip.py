@@ -22,6 +22,7 @@ process.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -173,10 +174,16 @@ def hip_env(fakes: Dict[str, Path], rccl: Optional[str] = None) -> Dict[str, str
 
 @pytest.mark.timeout(TIMEOUT)
 def test_hip_ranks_with_one_rccl_forward_to_it(tmp_path: Path, fakes: Dict[str, Path]) -> None:
-    results = start_ranks(tmp_path, [hip_env(fakes)] * 2)
+    log = {"HETCCL_DEBUG": "INFO", "HETCCL_DEBUG_SUBSYS": "COLL",
+           "HETCCL_DEBUG_FILE": str(tmp_path / "log.%p")}
+    results = start_ranks(tmp_path, [dict(hip_env(fakes), **log)] * 2)
     for res in results:
         assert res.get("backend") == "vendor:rccl", res
         assert res["kind"] == "hip" and res["hip_mapped"] and not res["cudart_mapped"], res
+    # exec/form.h says where the calls went, once per operation
+    said = "".join(p.read_text(errors="replace") for p in tmp_path.glob("log.*"))
+    assert re.search(r"ncclAllReduce on comm \w+ \(2 ranks\) goes to the vendor library, rccl",
+                     said), said[-2000:]
 
 
 @pytest.mark.timeout(TIMEOUT)
