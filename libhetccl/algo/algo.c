@@ -1,12 +1,10 @@
 /* The helpers of algo_impl.h that every algorithm file shares: receive-
- * and-reduce hooks, blocks and pieces, windows of steps, the pairwise
+ * and-reduce hooks, blocks and pieces, schedules and the pairwise
  * exchange. The choice of algorithm is select.c's.
  *
  * Thread: whichever thread drives the engine; never allocates (scratch
  * comes from hetccl_engine_scratch). */
 #include "algo/algo_impl.h"
-
-#include <string.h>
 
 
 const char *hetccl_func_name(hetccl_func_t f) {
@@ -52,35 +50,6 @@ size_t hetccl_algo_piece(const hetccl_engine_t *e, size_t block, size_t esize) {
   size_t want = algo_round_up(block * esize / 4 + 1, 64);
   if (want < MIN_PIECE_BYTES) want = MIN_PIECE_BYTES;
   return algo_min(want, chunk) / esize;
-}
-
-void hetccl_algo_window_init(algo_window_t *w) { memset(w, 0, sizeof(*w)); }
-
-static ncclResult_t window_retire(hetccl_engine_t *e, algo_window_t *w, int i) {
-  hetccl_req_t *reqs[2] = {w->sposted[i] ? &w->sreq[i] : NULL, w->rposted[i] ? &w->rreq[i] : NULL};
-  w->sposted[i] = w->rposted[i] = 0;
-  return hetccl_engine_wait(e, reqs, 2);
-}
-
-ncclResult_t hetccl_algo_window_step(hetccl_engine_t *e, algo_window_t *w, int to,
-                                     const void *sbuf, size_t sbytes, int from, void *rbuf,
-                                     size_t rbytes) {
-  int i = w->nsteps++ % HETCCL_ALGO_WINDOW;
-  HETCCL_CHECK(window_retire(e, w, i));
-  if (from >= 0 && rbytes) {
-    HETCCL_CHECK(hetccl_engine_irecv(e, from, rbuf, rbytes, NULL, NULL, &w->rreq[i]));
-    w->rposted[i] = 1;
-  }
-  if (to >= 0 && sbytes) {
-    HETCCL_CHECK(hetccl_engine_isend(e, to, sbuf, sbytes, &w->sreq[i]));
-    w->sposted[i] = 1;
-  }
-  return ncclSuccess;
-}
-
-ncclResult_t hetccl_algo_window_drain(hetccl_engine_t *e, algo_window_t *w) {
-  for (int i = 0; i < HETCCL_ALGO_WINDOW; i++) HETCCL_CHECK(window_retire(e, w, i));
-  return ncclSuccess;
 }
 
 /* --- schedules ---------------------------------------------------------------- */

@@ -49,23 +49,6 @@ void hetccl_algo_block(size_t count, size_t esize, int n, int b, size_t *off, si
  * enough that a mid-sized block still splits into a few pieces. */
 size_t hetccl_algo_piece(const hetccl_engine_t *e, size_t block, size_t esize);
 
-/* A bounded window of steps, each a send and/or a receive: posting the
- * step W later first waits for this one. Peers must walk their steps in a
- * compatible order (pairwise: step k sends to rank + k and receives from
- * rank - k), which keeps the window free of deadlock. */
-typedef struct algo_window {
-  hetccl_req_t sreq[HETCCL_ALGO_WINDOW], rreq[HETCCL_ALGO_WINDOW];
-  unsigned char sposted[HETCCL_ALGO_WINDOW], rposted[HETCCL_ALGO_WINDOW];
-  int nsteps;
-} algo_window_t;
-
-void hetccl_algo_window_init(algo_window_t *w);
-/* Post one step (peer -1 or bytes 0: that half is skipped). */
-ncclResult_t hetccl_algo_window_step(hetccl_engine_t *e, algo_window_t *w, int to,
-                                     const void *sbuf, size_t sbytes, int from, void *rbuf,
-                                     size_t rbytes);
-ncclResult_t hetccl_algo_window_drain(hetccl_engine_t *e, algo_window_t *w);
-
 /* --- schedules (sched/sched.h) for the algorithm files ----------------------
  *
  * One scratch request holds a schedule of up to max_steps steps and, after

@@ -291,15 +291,22 @@ ncclResult_t hetccl_ring_reduce(hetccl_engine_t *e, const hetccl_coll_t *c) {
     if (cnt == 0) return ncclSuccess;
     return hetccl_engine_sendrecv(e, root, own, cnt * esz, -1, NULL, 0, NULL, NULL);
   }
-  algo_window_t w;
-  hetccl_algo_window_init(&w);
+  /* The root gathers the other blocks, HETCCL_ALGO_WINDOW receives in
+   * flight (a schedule: the ring's scratch is no longer needed). */
+  hetccl_sched_t *s = hetccl_algo_sched(e, &c->op, n, 0, NULL);
+  if (!s) return ncclSystemError;
+  int window[HETCCL_ALGO_WINDOW], posted = 0;
   for (int k = 1; k < n; k++) {
-    int b = algo_mod(root + k, n);
+    int b = algo_mod(root + k, n), slot = posted % HETCCL_ALGO_WINDOW;
     hetccl_algo_block(c->count, esz, n, b, &off, &cnt);
-    HETCCL_CHECK(hetccl_algo_window_step(e, &w, -1, NULL, 0, b, (char *)c->recvbuf + off * esz,
-                                         cnt * esz));
+    if (cnt == 0) continue; /* an empty block is not sent (above) */
+    window[slot] = hetccl_sched_recv(s, b, (char *)c->recvbuf + off * esz, cnt * esz,
+                                     posted >= HETCCL_ALGO_WINDOW ? window[slot]
+                                                                  : HETCCL_STEP_NONE,
+                                     HETCCL_STEP_NONE);
+    posted++;
   }
-  return hetccl_algo_window_drain(e, &w);
+  return hetccl_sched_run_host(s);
 }
 
 /* AllGather: step s sends block r - s (its own, from sendbuf, at step 0)
