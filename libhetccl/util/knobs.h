@@ -101,6 +101,8 @@
     "1: shm messages above HETCCL_SHM_CMA_MIN that the collective lets the receiver read (copying receives, and the pull algorithms') move in one copy, the receiver reading the sender's buffer with process_vm_readv, where the kernel allows; 0: always through the ring. Unset: on where this host runs more ranks of the communicator than it has CPUs, or has 8 CPUs or more and a process_vm_readv not far slower than a copy (measured once per boot; docs/host-engine.md)") \
   X(SHM_CMA_MIN, "HETCCL_SHM_CMA_MIN", INT, "256K", 0, 1099511627776,         \
     "with single copy on (HETCCL_SHM_CMA), shm messages larger than this go by process_vm_readv, smaller ones through the ring (unset: half a slot, HETCCL_SHM_CHUNK / 2)") \
+  X(SHM_HELPER, "HETCCL_SHM_HELPER", INT, "0", 0, 1,                          \
+    "1: a large single-copy receive is read from both ends, by the driving thread from the front and by this process's receive helper thread from the back (two cores on one message); 0: by the driving thread alone. Unset: on where this host has 2 CPUs or more per rank of the communicator on it and the process may run on 2 CPUs or more") \
   X(SHM_CMA_STREAM, "HETCCL_SHM_CMA_STREAM", INT, "0", 0, 1,                  \
     "1: a message of 1 MiB or more that single copy pulls is read into a cache-sized buffer and stored with streaming stores (no read of the destination for ownership; two copies by the receiver, one of them in cache); 0: process_vm_readv writes the destination itself") \
   X(SOCKET_NSTREAMS, "HETCCL_SOCKET_NSTREAMS", INT, "2", 1, 64,                \

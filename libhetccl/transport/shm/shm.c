@@ -90,6 +90,7 @@ struct hetccl_tctx {
   int cma_knob;     /* HETCCL_SHM_CMA resolved (shm_connect) */
   size_t cma_min;   /* HETCCL_SHM_CMA_MIN */
   int cma_stream;   /* HETCCL_SHM_CMA_STREAM */
+  int help_on;      /* HETCCL_SHM_HELPER resolved (shm_helper.h) */
 };
 
 int64_t hetccl_shm_now_ns(void) {
@@ -239,6 +240,7 @@ static ncclResult_t shm_ctx_create(const hetccl_transport_args_t *args, hetccl_t
   c->cma_knob = hetccl_knob_is_set(HETCCL_KNOB_SHM_CMA) ? (int)hetccl_knob_int(HETCCL_KNOB_SHM_CMA)
                                                         : cma_default(args);
   c->cma_stream = (int)hetccl_knob_int(HETCCL_KNOB_SHM_CMA_STREAM);
+  c->help_on = c->cma_knob && hetccl_shm_help_wanted(args);
   size_t page = (size_t)sysconf(_SC_PAGESIZE);
   c->chunk = (size_t)hetccl_knob_int(HETCCL_KNOB_SHM_CHUNK) & ~(size_t)63;
   if (c->chunk < 64) c->chunk = 64;
@@ -344,6 +346,10 @@ static void ep_mark_closed(hetccl_ep_t *ep, const hetccl_fail_note_t *why) {
 static void shm_ep_fail(hetccl_ep_t *ep, const hetccl_fail_note_t *why) {
   if (!ep) return;
   ep_mark_closed(ep, why);
+  hetccl_shm_help_retire(&ep->help); /* a receive the helper may still be reading */
+  if (ep->help.helped)
+    INFO(HETCCL_SHM, "shm: the receive helper thread read %llu bytes of rank %d's messages",
+         (unsigned long long)ep->help.helped, ep->peer_user);
   if (ep->tx.base) munmap(ep->tx.base, ep->tx.bytes);
   if (ep->rx.base) munmap(ep->rx.base, ep->rx.bytes);
   free(ep->bounce);
@@ -448,6 +454,7 @@ static ncclResult_t ep_create(hetccl_tctx_t *c, int p, const uint8_t *addr,
   ep->cma_want = cma_knob;
   ep->cma_want_min = c->cma_min;
   ep->cma_stream = c->cma_stream;
+  ep->help_on = c->help_on;
 
   size_t off = c->hdr_bytes + ring_index(c->args.rank, p) * c->ring_bytes;
   HETCCL_CHECK_GOTO(seg_reserve(c->fd, c->name, off, c->ring_bytes), res, fail);

@@ -22,6 +22,7 @@
 #include <stdint.h>
 
 #include "transport/transport.h"
+#include "transport/shm/shm_helper.h"
 
 #define SHM_SEG_MAGIC 0x484554434d53484dull   /* "HETCMSHM" */
 #define SHM_CMA_PROBE 0x434d412070726f62ull   /* read across processes to test CMA */
@@ -96,10 +97,29 @@ typedef struct shm_coop {
   uint64_t dst;            /* the receiver's destination address */
   uint64_t piece;          /* bytes per piece, the last one shorter */
   uint32_t npieces;
-  _Atomic uint32_t open;   /* receiver: 1 once the fields above are set */
+  _Atomic uint32_t open;   /* receiver: 1 once the fields above are set (the sender may
+                            * help), 2 when the receiver's helper thread reads from the
+                            * back instead (shm_helper.h) */
   uint8_t pad[24];
 } shm_coop_t;
 _Static_assert(sizeof(shm_coop_t) == 64, "the smallest slot payload (HETCCL_SHM_CHUNK) holds it");
+
+/* Take the next free piece of co, from the front (the receiver) or the back
+ * (the sender, or the receiver's helper thread); 0 when every piece is
+ * taken. */
+static inline int shm_coop_claim(shm_coop_t *co, int back, uint32_t *piece) {
+  uint64_t c = atomic_load_explicit(&co->claims, memory_order_relaxed);
+  for (;;) {
+    uint32_t front = (uint32_t)c, from_back = (uint32_t)(c >> 32);
+    if ((uint64_t)front + from_back >= co->npieces) return 0;
+    uint64_t next = back ? c + ((uint64_t)1 << 32) : c + 1;
+    if (atomic_compare_exchange_weak_explicit(&co->claims, &c, next, memory_order_relaxed,
+                                              memory_order_relaxed)) {
+      *piece = back ? co->npieces - 1 - from_back : front;
+      return 1;
+    }
+  }
+}
 
 /* One side (tx or rx) of an endpoint: a ring mapped on its own. */
 typedef struct shm_ring_map {
@@ -142,6 +162,8 @@ struct hetccl_ep {
   uint64_t rx_seq;
   shm_req_queue_t rq;
   uint8_t *bounce;               /* CMA into this, then consume; lazily allocated */
+  int help_on;                   /* receives may be handed to the helper thread */
+  shm_help_t help;               /* the open receive the helper reads (shm_helper.h) */
 
   /* Liveness: idle polls with work pending, and when the idle stretch began. */
   uint32_t idle_polls;
@@ -154,7 +176,8 @@ typedef struct shm_req_priv {
   uint32_t rndv;      /* 1: send by CMA / receive being pulled by CMA */
   uint32_t started;   /* receive: header checked; send: first piece placed */
   uint64_t src_addr;  /* receive by CMA: address in the sender */
-  uint32_t coop;      /* receive by CMA: the sender may write pieces too (shm_coop_t) */
+  uint32_t coop;      /* receive by CMA: the sender may write pieces too (shm_coop_t);
+                       * 2: the helper thread reads pieces too */
 } shm_req_priv_t;
 _Static_assert(sizeof(shm_req_priv_t) <= sizeof(((hetccl_req_t *)0)->priv), "request private");
 

@@ -67,22 +67,6 @@ static inline shm_coop_t *coop_at(const shm_ring_map_t *m, uint64_t i) {
   return (shm_coop_t *)((uint8_t *)slot_at(m, i) + SHM_SLOT_HDR);
 }
 
-/* Take the next free piece, from the front (the receiver) or the back (the
- * sender); 0 when every piece is taken. */
-static int coop_claim(shm_coop_t *co, int back, uint32_t *piece) {
-  uint64_t c = atomic_load_explicit(&co->claims, memory_order_relaxed);
-  for (;;) {
-    uint32_t front = (uint32_t)c, from_back = (uint32_t)(c >> 32);
-    if ((uint64_t)front + from_back >= co->npieces) return 0;
-    uint64_t next = back ? c + ((uint64_t)1 << 32) : c + 1;
-    if (atomic_compare_exchange_weak_explicit(&co->claims, &c, next, memory_order_relaxed,
-                                              memory_order_relaxed)) {
-      *piece = back ? co->npieces - 1 - from_back : front;
-      return 1;
-    }
-  }
-}
-
 /* Append a freshly posted request (its transport fields reset). */
 static void queue_push(shm_req_queue_t *q, hetccl_req_t *req) {
   memset(req->priv, 0, sizeof(req->priv));
@@ -207,7 +191,7 @@ static void tx_help(hetccl_ep_t *ep, int *moved) {
     /* A slot that head passed is done, and may hold another message by now. */
     if (!pv->rndv || ep->tx_head > pv->rndv_slot) continue;
     shm_coop_t *co = coop_at(&ep->tx, pv->rndv_slot);
-    if (!atomic_load_explicit(&co->open, memory_order_acquire) || !coop_claim(co, 1, &i))
+    if (atomic_load_explicit(&co->open, memory_order_acquire) != 1 || !shm_coop_claim(co, 1, &i))
       continue;
     size_t off = (size_t)i * co->piece, n = min_size(co->piece, r->bytes - off);
     if (!tx_write(ep, r, co, off, n)) { /* the piece back to the receiver: ours is the last */
@@ -324,17 +308,36 @@ static int rx_coop_open(hetccl_ep_t *ep, hetccl_req_t *r) {
   co->dst = (uint64_t)(uintptr_t)r->buf;
   co->piece = piece;
   co->npieces = (uint32_t)((r->bytes + piece - 1) / piece);
+  if (ep->help_on) {
+    shm_help_t *h = &ep->help;
+    h->co = co;
+    h->pid = ep->peer_pid;
+    h->src = shm_req_priv(r)->src_addr;
+    h->bytes = r->bytes;
+    h->args = &ep->args;
+    h->peer_user = ep->peer_user;
+    if (hetccl_shm_help_post(h)) {
+      atomic_store_explicit(&co->open, 2, memory_order_release);
+      return 2;
+    }
+  }
   atomic_store_explicit(&co->open, 1, memory_order_release);
   return 1;
 }
 
 /* An open message: read the next piece from the front, or wait for the
- * sender's; complete once every byte has landed, by either side. */
+ * sender's (or the helper thread's); complete once every byte has landed. */
 static ncclResult_t rx_coop(hetccl_ep_t *ep, hetccl_req_t *r, int *moved) {
   shm_coop_t *co = coop_at(&ep->rx, ep->rx_head);
+  shm_req_priv_t *pv = shm_req_priv(r);
+  if (pv->coop == 2 && atomic_load_explicit(&ep->help.failed, memory_order_acquire)) {
+    hetccl_shm_help_retire(&ep->help);
+    WARN("%s", ep->help.message);
+    return ep->help.res;
+  }
   uint64_t done = atomic_load_explicit(&co->done, memory_order_acquire);
   uint32_t i;
-  if (done < r->bytes && coop_claim(co, 0, &i)) {
+  if (done < r->bytes && shm_coop_claim(co, 0, &i)) {
     size_t off = (size_t)i * co->piece, n = min_size(co->piece, r->bytes - off);
     for (size_t at = 0, g = 0; at < n; at += g)
       HETCCL_CHECK(cma_read(ep, r, (uint8_t *)r->buf + off + at, off + at, n - at, &g));
@@ -343,6 +346,7 @@ static ncclResult_t rx_coop(hetccl_ep_t *ep, hetccl_req_t *r, int *moved) {
   }
   r->progress = done;
   if (done == r->bytes) {
+    if (pv->coop == 2) hetccl_shm_help_retire(&ep->help); /* before the slot is reused */
     rx_release(ep); /* tells the sender its buffer is free */
     queue_complete(&ep->rq);
     *moved = 1;
