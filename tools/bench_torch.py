@@ -85,6 +85,12 @@ def thread_cpu() -> Dict[str, float]:
     return out
 
 
+def minor_faults() -> int:
+    """This process's minor page faults so far (memory touched for the first time)."""
+    import resource
+    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+
+
 def rank_main(args: argparse.Namespace) -> None:
     import torch
     import torch.distributed as dist
@@ -194,7 +200,7 @@ def ddp(args: argparse.Namespace, rank: int, n: int) -> Dict[str, Any]:
     for i in range(3):
         step(i)
     out: Dict[str, Any] = {"params": params}
-    cpu0 = thread_cpu()
+    cpu0, flt0 = thread_cpu(), minor_faults()
     times, loss = [], 0.0
     for i in range(args.ddp_steps):
         t0 = time.perf_counter()
@@ -202,6 +208,7 @@ def ddp(args: argparse.Namespace, rank: int, n: int) -> Dict[str, Any]:
         times.append(time.perf_counter() - t0)
     cpu1 = thread_cpu()
     out["step"] = statistics.median(times)
+    out["faults"] = {"step": (minor_faults() - flt0) / max(1, args.ddp_steps)}
     out["loss"] = loss
     out["threads"] = {k: round(cpu1.get(k, 0) - cpu0.get(k, 0), 3) for k in cpu1
                       if cpu1.get(k, 0) - cpu0.get(k, 0) > 0.005}
@@ -209,25 +216,30 @@ def ddp(args: argparse.Namespace, rank: int, n: int) -> Dict[str, Any]:
         # compute alone: the same steps with DDP's communication off; no
         # optimizer step changes the model here, so losses stay comparable
         ctimes = []
+        flt0 = minor_faults()
         for i in range(min(args.ddp_steps, 10)):
             t0 = time.perf_counter()
             step(i, sync=False)
             ctimes.append(time.perf_counter() - t0)
         out["compute"] = statistics.median(ctimes)
+        out["faults"]["compute"] = (minor_faults() - flt0) / len(ctimes)
         # (hooks without annotations: this file's are strings, which DDP's
         # check refuses)
-        def hooked(hook) -> float:  # type: ignore[no-untyped-def]
+        def hooked(hook, name: str) -> float:  # type: ignore[no-untyped-def]
             """The median step of the same model under a second DDP with hook."""
             net2 = DDP(model)
             net2.register_comm_hook(None, hook)
             times2 = []
             for i in range(min(args.ddp_steps, 10) + 2):
+                if i == 2:
+                    flt0 = minor_faults()
                 x, y = batches[i % len(batches)]
                 t0 = time.perf_counter()
                 opt.zero_grad()
                 torch.nn.functional.mse_loss(net2(x), y).backward()
                 opt.step()
                 times2.append(time.perf_counter() - t0)
+            out["faults"][name] = (minor_faults() - flt0) / len(times2[2:])
             return statistics.median(times2[2:])
 
         # DDP's own work with no communication: the hook only divides each
@@ -245,8 +257,8 @@ def ddp(args: argparse.Namespace, rank: int, n: int) -> Dict[str, Any]:
             work = dist.all_reduce(buf[:1], async_op=True)
             return work.get_future().then(lambda _f: buf)
 
-        out["floor"] = hooked(local_hook)
-        out["sync"] = hooked(sync_hook)
+        out["floor"] = hooked(local_hook, "floor")
+        out["sync"] = hooked(sync_hook, "sync")
     return out
 
 
@@ -408,6 +420,9 @@ def table(args: argparse.Namespace, runs: Dict[str, List[Dict[str, Any]]]) -> Li
                       if "sync" in d else "")
             threads = ", ".join(f"{k} {v:.2f} s" for k, v in
                                 sorted(d["threads"].items(), key=lambda kv: -kv[1]))
+            if "faults" in d:
+                extra += "minor page faults per step: " + ", ".join(
+                    f"{k} {v:.0f}" for k, v in d["faults"].items()) + ", "
             print(f"# {b}: step {d['step'] * 1e3:.1f} ms, {extra}CPU time by thread over "
                   f"{args.ddp_steps} steps on rank 0: {threads}")
     return rows
