@@ -10,6 +10,7 @@
 #include <stdlib.h>
 
 #include "backend/engine_impl.h"
+#include "backend/route.h"
 #include "comm/init.h"
 #include "comm/proxy.h"
 #include "comm/transports.h"
@@ -17,7 +18,6 @@
 #include "exec/dataplane.h"
 #include "exec/devpath.h"
 #include "exec/enqueue.h"
-#include "exec/form.h"
 #include "exec/group.h"
 #include "hier/hier.h"
 #include "transport/transport.h"
@@ -98,13 +98,21 @@ static ncclResult_t engine_revoke(ncclComm_t comm, int flags) {
 
 /* --- operations -------------------------------------------------------------------- */
 
-/* The hierarchical form where op has one here (inside a group: at the
- * group's end), else engine tasks (exec/enqueue.h), whose device buffers
- * go to the data plane or to staging at the group's end. */
+/* Where the route (backend/route.h) sends op: its hierarchical form
+ * (inside a group: at the group's end), else an engine task
+ * (exec/enqueue.h), which the route then gives the data plane, staging
+ * or the host engine from its buffers. */
 static ncclResult_t place(ncclComm_t comm, const hetccl_op_t *op) {
-  if (!hetccl_hier_applies(comm, op)) return hetccl_enqueue_op(comm, op);
-  HETCCL_FORM_SAY(comm, op, HETCCL_FORM_HIERARCHICAL, hetccl_hier_form_name(comm, op));
-  return hetccl_group_depth() > 0 ? hetccl_hier_defer(comm, op) : hetccl_hier_run(comm, op);
+  hetccl_route_t r = hetccl_route(comm, op, NULL);
+  if (r.form == HETCCL_FORM_HIERARCHICAL)
+    return hetccl_group_depth() > 0 ? hetccl_hier_defer(comm, op, r.how)
+                                    : hetccl_hier_run(comm, op, r.how);
+  /* Otherwise the route needs the task (HETCCL_ROUTE_NEEDS_TASK): its
+   * rows from here on serve every operation. */
+  hetccl_task_t *t;
+  HETCCL_CHECK(hetccl_enqueue_task_make(comm, op, &t));
+  t->form = hetccl_route(comm, op, t).form;
+  return hetccl_enqueue_task(comm, t);
 }
 
 /* A user's operation: checked against comm once, here; what hier/ derives

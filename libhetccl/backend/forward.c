@@ -3,10 +3,12 @@
  * (comm->forward.vendor, comm->forward.vcomm), one indirect call each.
  *
  * backend/ holds the two implementations of the backend table: this one
- * and the engine's (engine.c). They run on the thread that called the
- * entry point (start: where init runs) and may use every layer below them
- * (comm/, exec/, hier/ and the vendor table); nothing below includes them:
- * a communicator reaches them through the table it holds.
+ * and the engine's (engine.c), and the route both ask which form an
+ * operation takes (route.h: one table of rules). They run on the thread
+ * that called the entry point (start: where init runs) and may use every
+ * layer below them (comm/, exec/, hier/ and the vendor table); nothing
+ * below includes them: a communicator reaches them through the table it
+ * holds.
  *
  * Thread: the API caller's, one at a time per communicator (NCCL's rule);
  * async_error, last_error and describe on any thread. */
@@ -14,11 +16,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend/route.h"
 #include "comm/backend.h"
 #include "comm/identity.h"
 #include "comm/init.h"
 #include "comm/proxy.h"
-#include "exec/form.h"
 #include "util/check.h"
 #include "util/log.h"
 
@@ -122,7 +124,7 @@ static ncclResult_t forward_dispatch(ncclComm_t comm, const hetccl_op_t *op) {
   size_t n = op->count;
   ncclDataType_t t = op->dtype;
   TRACE(HETCCL_CALL, "%s rank %d -> %s", op->fn, comm->rank, v->name);
-  HETCCL_FORM_SAY(comm, op, HETCCL_FORM_FORWARDED, v->name);
+  hetccl_route(comm, op, NULL); /* its first row, decided at init: said, not walked */
   if (op->config && !HETCCL_VENDOR_HAS(v, AllReduceConfig) && op->config->algSelection &&
       op->config->algSelection[0] && op->config->forceAlgSelection) {
     WARN("%s: %s (version %d) has no nccl*Config collectives to honour algorithm selection "

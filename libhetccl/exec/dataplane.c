@@ -166,10 +166,11 @@ int hetccl_dataplane_takes(ncclComm_t comm, const hetccl_task_t *t) {
 }
 
 hetccl_task_t *hetccl_dataplane_split(ncclComm_t comm, hetccl_task_t **tasks) {
+  (void)comm; /* each task carries its answer */
   hetccl_task_t *taken = NULL, **ttail = &taken, **keep = tasks;
   while (*keep) {
     hetccl_task_t *t = *keep;
-    if (!hetccl_dataplane_takes(comm, t)) {
+    if (t->form != HETCCL_FORM_PLANE) { /* the route's answer (backend/route.h) */
       keep = &t->next;
       continue;
     }

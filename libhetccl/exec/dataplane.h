@@ -28,10 +28,13 @@
 /* After the engine is up (collective over comm). */
 ncclResult_t hetccl_dataplane_setup(ncclComm_t comm);
 
-/* Does task t (of comm) run on the plane? */
+/* Does the plane take task t (of comm)? The route's condition
+ * (backend/route.h), read once per operation: the task keeps the answer
+ * (t->form), which hetccl_dataplane_split reads. */
 int hetccl_dataplane_takes(ncclComm_t comm, const hetccl_task_t *t);
 
-/* Take the plane tasks out of *tasks (call order kept; the rest stay). */
+/* Take the plane tasks (t->form) out of *tasks (call order kept; the
+ * rest stay). */
 hetccl_task_t *hetccl_dataplane_split(ncclComm_t comm, hetccl_task_t **tasks);
 
 /* Plane tasks with device buffers: enqueue on their stream, post the watch

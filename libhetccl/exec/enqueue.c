@@ -6,8 +6,6 @@
 #include <string.h>
 
 #include "comm/identity.h"
-#include "exec/dataplane.h"
-#include "exec/form.h"
 #include "exec/group.h"
 #include "util/check.h"
 #include "util/knobs.h"
@@ -180,7 +178,7 @@ static ncclResult_t enqueue_pieces(ncclComm_t comm, hetccl_task_t *t, size_t ele
   size_t n = 1;
   /* The data plane pipelines within the operation: it takes it whole. */
   if (per && func_elementwise(t->coll.func) && t->coll.count > per &&
-      !hetccl_dataplane_takes(comm, t))
+      t->form != HETCCL_FORM_PLANE)
     n = (t->coll.count + per - 1) / per;
   if (n == 1) {
     t->tag = check ? hetccl_comm_coll_tag(comm, &t->coll) : 0;
@@ -246,7 +244,8 @@ static ncclResult_t task_from_op(ncclComm_t comm, const hetccl_op_t *op, hetccl_
   return classify_buffers(comm, op->fn, op->sendbuf, op->recvbuf, op->stream, t);
 }
 
-ncclResult_t hetccl_enqueue_op(ncclComm_t comm, const hetccl_op_t *op) {
+ncclResult_t hetccl_enqueue_task_make(ncclComm_t comm, const hetccl_op_t *op,
+                                      hetccl_task_t **out) {
   hetccl_task_t *t = calloc(1, sizeof(*t));
   if (!t) {
     WARN("%s: out of memory", op->fn);
@@ -257,10 +256,11 @@ ncclResult_t hetccl_enqueue_op(ncclComm_t comm, const hetccl_op_t *op) {
     free(t);
     return res;
   }
-  int device = t->stage_send || t->stage_recv || t->device_direct;
-  HETCCL_FORM_SAY(comm, op, hetccl_dataplane_takes(comm, t) ? HETCCL_FORM_PLANE
-                            : device                        ? HETCCL_FORM_STAGED
-                                                            : HETCCL_FORM_HOST, NULL);
-  if (is_p2p(op)) return hetccl_group_enqueue(t);
-  return enqueue_pieces(comm, t, hetccl_dtype_size(op->dtype));
+  *out = t;
+  return ncclSuccess;
+}
+
+ncclResult_t hetccl_enqueue_task(ncclComm_t comm, hetccl_task_t *t) {
+  if (t->kind != HETCCL_TASK_COLL) return hetccl_group_enqueue(t);
+  return enqueue_pieces(comm, t, hetccl_dtype_size(t->coll.dtype));
 }

@@ -178,7 +178,7 @@ static ncclResult_t run_group(hetccl_task_t *head) {
     if (!lists[i]) continue;
     int staged = 0;
     for (hetccl_task_t *t = lists[i]; t && !staged; t = t->next)
-      staged = t->stage_send || t->stage_recv || t->device_direct;
+      staged = t->form == HETCCL_FORM_STAGED;
     if (staged)
       dev[ndev++] = (hetccl_device_share_t){comms[i], lists[i], HETCCL_SHARE_STAGED};
     else

@@ -10,6 +10,7 @@
 
 #include "algo/algo.h"
 #include "comm/comm.h"
+#include "exec/form.h"
 
 typedef enum { HETCCL_TASK_COLL, HETCCL_TASK_SEND, HETCCL_TASK_RECV } hetccl_task_kind_t;
 
@@ -41,6 +42,10 @@ typedef struct hetccl_task {
    * reached). */
   uint8_t stage_device;
   size_t in_bytes, out_bytes;
+  /* Where it runs, as the route decided once the buffers were classified
+   * (backend/route.h): HETCCL_FORM_PLANE (the data plane's share),
+   * HETCCL_FORM_STAGED or HETCCL_FORM_HOST (the engine). */
+  hetccl_form_t form;
   uint32_t trace_seq; /* the call's number in the trace (trace/trace.h), when tracing */
   struct hetccl_task *next;
 } hetccl_task_t;

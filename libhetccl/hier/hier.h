@@ -46,6 +46,7 @@
 
 #include "comm/comm.h"
 #include "comm/op.h"
+#include "exec/form.h"
 
 /* Where the islands lie, the same on every rank. Island i (numbered as
  * the leaders communicator numbers its ranks: by leader, in rank order)
@@ -128,16 +129,21 @@ ncclResult_t hetccl_hier_host_return(ncclComm_t comm, hetccl_hier_stage_t *stage
 ncclResult_t hetccl_hier_host_finish(ncclComm_t comm, hetccl_hier_stage_t *stage);
 void hetccl_hier_host_free(ncclComm_t comm, hetccl_hier_map_t *m);
 
-/* Whether op (validated, on a communicator run by hetccl) has a
- * hierarchical form here (the same answer on every rank for the same
- * call), and running it: the phases in stream order on the island and
+/* The conditions the route reads (backend/route.h), each the same answer
+ * on every rank for the same call. sliced_on_rails: AllReduce, Broadcast
+ * or Reduce takes its rails' form (hier_rails.c); on_rails: AllGather or
+ * ReduceScatter does (hier_rails.c); p2p_inside: a send or receive to a
+ * rank of this rank's island, which a vendor serves (hier_pairs.c). */
+int hetccl_hier_sliced_on_rails(ncclComm_t comm, const hetccl_op_t *op);
+int hetccl_hier_on_rails(ncclComm_t comm, const hetccl_op_t *op);
+int hetccl_hier_p2p_inside(ncclComm_t comm, const hetccl_op_t *op);
+
+/* Running op (validated, on a communicator run by hetccl) in the
+ * hierarchical form the route gave it (how: HETCCL_HOW_LEADERS, _RAILS or
+ * _PAIRS; exec/form.h): the phases in stream order on the island and
  * leaders communicators (hier/hier_ops.c). A failing phase fails comm and
  * its siblings (hetccl_hier_fail) and says where it failed in the message. */
-int hetccl_hier_applies(ncclComm_t comm, const hetccl_op_t *op);
-/* Which hierarchical form op takes where it has one: "through the leaders",
- * "on the rails" or "as point-to-point pairs" (exec/form.h says it). */
-const char *hetccl_hier_form_name(ncclComm_t comm, const hetccl_op_t *op);
-ncclResult_t hetccl_hier_run(ncclComm_t comm, const hetccl_op_t *op);
+ncclResult_t hetccl_hier_run(ncclComm_t comm, const hetccl_op_t *op, hetccl_form_how_t how);
 
 /* Inside a group: keep op (copied) for the outermost group end, which
  * runs the kept operations once the group's other work and the vendor's
@@ -145,7 +151,7 @@ ncclResult_t hetccl_hier_run(ncclComm_t comm, const hetccl_op_t *op);
  * hier/hier_ops.c), or drops them (drop: the group failed or was only
  * simulated). Returns the first failure. Kept in the calling thread's
  * group (exec/group.h, hetccl_group_t's `hier`). */
-ncclResult_t hetccl_hier_defer(ncclComm_t comm, const hetccl_op_t *op);
+ncclResult_t hetccl_hier_defer(ncclComm_t comm, const hetccl_op_t *op, hetccl_form_how_t how);
 ncclResult_t hetccl_hier_run_deferred(int drop);
 
 /* The island and leader communicators' teardown, with the parent's. */

@@ -1,5 +1,5 @@
 /* What the hierarchical forms share (hier/hier_ops.c has the table of
- * forms, the choice of form and the running; hier/hier_rails.c the forms
+ * forms and the running; hier/hier_rails.c the forms
  * across every rank of the islands at once; hier/hier_pairs.c the ones
  * made of point-to-point pairs). Internal to those three files.
  *
@@ -27,6 +27,7 @@ typedef enum { IN_ISLAND, ACROSS_LEADERS, ACROSS_RAIL } where_t;
 typedef struct form {
   ncclComm_t comm;
   const hetccl_op_t *op;
+  hetccl_form_how_t how; /* the route's choice (backend/route.h): leaders, rails or pairs */
   const hetccl_hier_map_t *map;
   int mine;    /* this rank's island */
   size_t elem; /* bytes per element */
@@ -77,18 +78,16 @@ ncclResult_t hetccl_hier_reduce_leaders(form_t *f, size_t first, size_t count, v
 
 /* --- hier_rails.c --------------------------------------------------------------- */
 
-/* Whether AllReduce, Broadcast or Reduce takes its rails' form (the same
- * answer on every rank), and those forms, which run through the leaders
- * where it does not. */
-int hetccl_hier_sliced_on_rails(ncclComm_t comm, const hetccl_op_t *op);
+/* AllReduce, Broadcast and Reduce: on the rails where the route chose
+ * them (f->how; hetccl_hier_sliced_on_rails, hier.h), else through the
+ * leaders. */
 ncclResult_t hetccl_hier_all_reduce(form_t *f);
 ncclResult_t hetccl_hier_broadcast(form_t *f);
 ncclResult_t hetccl_hier_reduce(form_t *f);
 /* The partials a rank other than the root keeps in the rails' Reduce. */
 size_t hetccl_hier_reduce_rails_partials(ncclComm_t comm, const hetccl_op_t *op);
-/* Whether AllGather or ReduceScatter takes its rails' form (the same
- * answer on every rank), and those forms. */
-int hetccl_hier_on_rails(ncclComm_t comm, const hetccl_op_t *op);
+/* AllGather and ReduceScatter on the rails (where the route chose them:
+ * hetccl_hier_on_rails, hier.h). */
 ncclResult_t hetccl_hier_all_gather_rails(form_t *f);
 ncclResult_t hetccl_hier_reduce_scatter_rails(form_t *f);
 /* One local copy of `bytes` in stream order (on op's stream where op's
@@ -97,8 +96,6 @@ ncclResult_t hetccl_hier_copy(form_t *f, void *dst, const void *src, size_t byte
 
 /* --- hier_pairs.c --------------------------------------------------------------- */
 
-/* A send or receive to a rank of this rank's island, which a vendor serves. */
-int hetccl_hier_p2p_inside(ncclComm_t comm, const hetccl_op_t *op);
 ncclResult_t hetccl_hier_all_to_all(form_t *f);
 /* Gather (to_root) or Scatter. */
 ncclResult_t hetccl_hier_gather_scatter(form_t *f, int to_root);

@@ -31,7 +31,9 @@
  * averages is wrong for islands of different sizes) and run flat, over
  * every rank on the engine, as do point-to-point between islands and the
  * collectives above where no form applies; every rank decides alike from
- * the same arguments and the map, which is NCCL's rule already.
+ * the same arguments and the map, which is NCCL's rule already. Which
+ * form a call takes (leaders, rails, pairs, or none) is the route's
+ * table (backend/route.h), which hands it here (hetccl_hier_run, _defer).
  *
  * Buffers: phases work in the user's buffers where the result lands there;
  * a leader that holds partial results no user buffer has room for (Reduce
@@ -74,45 +76,6 @@
 #include "util/check.h"
 #include "util/log.h"
 
-/* --- which form ------------------------------------------------------------------- */
-
-static int composable(ncclRedOp_t op) { return (int)op >= (int)ncclSum && (int)op < (int)ncclAvg; }
-
-const char *hetccl_hier_form_name(ncclComm_t comm, const hetccl_op_t *op) {
-  switch (op->kind) {
-    case HETCCL_OP_AllReduce:
-    case HETCCL_OP_Reduce:
-    case HETCCL_OP_Broadcast:
-    case HETCCL_OP_Bcast:
-      return hetccl_hier_sliced_on_rails(comm, op) ? "on the rails" : "through the leaders";
-    case HETCCL_OP_AllGather:
-    case HETCCL_OP_ReduceScatter:
-      return hetccl_hier_on_rails(comm, op) ? "on the rails" : "through the leaders";
-    default: return "as point-to-point pairs";
-  }
-}
-
-int hetccl_hier_applies(ncclComm_t comm, const hetccl_op_t *op) {
-  const hetccl_hier_map_t *m = comm->hier.map;
-  if (!comm->hier.enabled || !m) return 0;
-  if (op->kind == HETCCL_OP_Send || op->kind == HETCCL_OP_Recv) return hetccl_hier_p2p_inside(comm,
-                                                                                              op);
-  if (op->count == 0) return 0;
-  switch (op->kind) {
-    case HETCCL_OP_AllReduce:
-    case HETCCL_OP_Reduce: return composable(op->redop);
-    case HETCCL_OP_Broadcast:
-    case HETCCL_OP_Bcast: return 1;
-    case HETCCL_OP_AllGather: return m->contiguous || hetccl_hier_on_rails(comm, op);
-    case HETCCL_OP_ReduceScatter:
-      return composable(op->redop) && (m->contiguous || hetccl_hier_on_rails(comm, op));
-    case HETCCL_OP_AlltoAll:
-    case HETCCL_OP_Gather:
-    case HETCCL_OP_Scatter: return 1;
-    default: return 0;
-  }
-}
-
 /* --- phases ----------------------------------------------------------------------- */
 
 static ncclComm_t where_comm(ncclComm_t c, where_t where) {
@@ -154,13 +117,14 @@ ncclResult_t hetccl_hier_partials(form_t *f, size_t bytes, void **out) {
   return hetccl_hier_scratch(f->comm, bytes, f->op->sendbuf, out);
 }
 
-/* The bytes of partial results op's form keeps here (its `partials`). */
-static size_t partials_bytes(ncclComm_t c, const hetccl_op_t *op) {
+/* The bytes of partial results op's form (how) keeps here (its `partials`). */
+static size_t partials_bytes(ncclComm_t c, const hetccl_op_t *op, hetccl_form_how_t how) {
   size_t n = op->count * hetccl_dtype_size(op->dtype), all = (size_t)c->nranks * n;
-  if (op->kind == HETCCL_OP_ReduceScatter && hetccl_hier_on_rails(c, op)) return all;
-  if (op->kind == HETCCL_OP_AllGather && hetccl_hier_on_rails(c, op))
+  int rails = how == HETCCL_HOW_RAILS;
+  if (op->kind == HETCCL_OP_ReduceScatter && rails) return all;
+  if (op->kind == HETCCL_OP_AllGather && rails)
     return hetccl_hier_align((size_t)c->hier.map->islands * n) + all;
-  if (op->kind == HETCCL_OP_Reduce && hetccl_hier_sliced_on_rails(c, op))
+  if (op->kind == HETCCL_OP_Reduce && rails)
     return c->rank != op->root ? hetccl_hier_reduce_rails_partials(c, op) : 0;
   if (!c->hier.leaders || !c->hier.island) return 0;
   if (op->kind == HETCCL_OP_Reduce) return c->rank != op->root ? n : 0;
@@ -318,7 +282,7 @@ ncclResult_t hetccl_hier_reduce_leaders(form_t *f, size_t first, size_t count, v
 
 /* The islands' slices lie whole in the receive buffer (contiguous). */
 static ncclResult_t all_gather(form_t *f) {
-  if (hetccl_hier_on_rails(f->comm, f->op)) return hetccl_hier_all_gather_rails(f);
+  if (f->how == HETCCL_HOW_RAILS) return hetccl_hier_all_gather_rails(f);
   const hetccl_op_t *op = f->op;
   const hetccl_hier_map_t *m = f->map;
   ncclComm_t c = f->comm;
@@ -358,7 +322,7 @@ static ncclResult_t all_gather(form_t *f) {
  * leaders reduce-scatter island slices of it in place, and the leader
  * hands each rank of its island its block. */
 static ncclResult_t reduce_scatter(form_t *f) {
-  if (hetccl_hier_on_rails(f->comm, f->op)) return hetccl_hier_reduce_scatter_rails(f);
+  if (f->how == HETCCL_HOW_RAILS) return hetccl_hier_reduce_scatter_rails(f);
   const hetccl_op_t *op = f->op;
   const hetccl_hier_map_t *m = f->map;
   ncclComm_t c = f->comm;
@@ -404,10 +368,12 @@ static ncclResult_t reduce_scatter(form_t *f) {
 
 /* --- running ---------------------------------------------------------------------- */
 
-/* Launch `want` (a slot, or ALL_SLOTS) of op's form on comm. A failure
- * fails the communicator and its siblings, the message saying where. */
-static ncclResult_t launch(ncclComm_t comm, const hetccl_op_t *op, int want, void *scratch) {
-  form_t f = {.comm = comm, .op = op, .map = comm->hier.map,
+/* Launch `want` (a slot, or ALL_SLOTS) of op's form (how) on comm. A
+ * failure fails the communicator and its siblings, the message saying
+ * where. */
+static ncclResult_t launch(ncclComm_t comm, const hetccl_op_t *op, hetccl_form_how_t how, int want,
+                           void *scratch) {
+  form_t f = {.comm = comm, .op = op, .how = how, .map = comm->hier.map,
               .mine = comm->hier.map->of[comm->rank], .elem = hetccl_dtype_size(op->dtype),
               .want = want, .scratch = scratch, .where = IN_ISLAND};
   if (want == ALL_SLOTS || want == 0)
@@ -469,11 +435,11 @@ static ncclResult_t finish(ncclComm_t comm, const char *fn, hetccl_hier_stage_t 
   return res;
 }
 
-ncclResult_t hetccl_hier_run(ncclComm_t comm, const hetccl_op_t *user) {
+ncclResult_t hetccl_hier_run(ncclComm_t comm, const hetccl_op_t *user, hetccl_form_how_t how) {
   hetccl_op_t op = *user;
   hetccl_hier_stage_t *stage = NULL;
   ncclResult_t res = hetccl_hier_host_begin(comm, &op, &stage);
-  if (res == ncclSuccess) res = launch(comm, &op, ALL_SLOTS, NULL);
+  if (res == ncclSuccess) res = launch(comm, &op, how, ALL_SLOTS, NULL);
   if (!failed(res) && stage) res = hetccl_hier_host_return(comm, stage);
   if (!failed(res) && stage) res = finish(comm, op.fn, stage);
   return res;
@@ -485,6 +451,7 @@ ncclResult_t hetccl_hier_run(ncclComm_t comm, const hetccl_op_t *user) {
 typedef struct hetccl_hier_deferred {
   ncclComm_t comm;
   hetccl_op_t op;
+  hetccl_form_how_t how;      /* the route's choice */
   hetccl_hier_stage_t *stage; /* host buffers staged (hier_host.c) */
   void *scratch;              /* its part of the partial results' block */
   size_t partials;            /* bytes of it */
@@ -493,7 +460,7 @@ typedef struct hetccl_hier_deferred {
   struct hetccl_hier_deferred *next;
 } deferred_t;
 
-ncclResult_t hetccl_hier_defer(ncclComm_t comm, const hetccl_op_t *op) {
+ncclResult_t hetccl_hier_defer(ncclComm_t comm, const hetccl_op_t *op, hetccl_form_how_t how) {
   deferred_t *d = malloc(sizeof(*d));
   if (!d) {
     WARN("%s: out of memory", op->fn);
@@ -502,6 +469,7 @@ ncclResult_t hetccl_hier_defer(ncclComm_t comm, const hetccl_op_t *op) {
   d->comm = comm;
   d->op = *op;
   d->op.config = NULL;
+  d->how = how;
   d->stage = NULL;
   d->scratch = NULL;
   d->partials = 0;
@@ -519,7 +487,7 @@ ncclResult_t hetccl_hier_defer(ncclComm_t comm, const hetccl_op_t *op) {
  * communicator's block of their kind of memory, as they run in step. */
 static ncclResult_t share_partials(deferred_t *head) {
   for (deferred_t *d = head; d; d = d->next) {
-    d->partials = d->res == ncclSuccess ? partials_bytes(d->comm, &d->op) : 0;
+    d->partials = d->res == ncclSuccess ? partials_bytes(d->comm, &d->op, d->how) : 0;
     d->scratch = NULL;
     if (d->partials) HETCCL_CHECK(hetccl_hier_on_device(d->comm, d->op.sendbuf, &d->on_device));
   }
@@ -565,7 +533,7 @@ ncclResult_t hetccl_hier_run_deferred(int drop) {
     ncclResult_t res = hetccl_group_open();
     for (deferred_t *d = head; d && res == ncclSuccess; d = d->next) {
       hetccl_comm_enter(d->comm);
-      d->res = launch(d->comm, &d->op, slot, d->scratch);
+      d->res = launch(d->comm, &d->op, d->how, slot, d->scratch);
       hetccl_comm_leave(d->comm);
       if (failed(d->res)) res = d->res;
     }

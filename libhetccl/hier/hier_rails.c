@@ -47,7 +47,8 @@
 
 /* Whether AllReduce, Broadcast or Reduce takes its rails' form: the
  * islands have rails, each slice holds an element, and the message is
- * large enough (the same answer on every rank). */
+ * large enough (the same answer on every rank; the route's condition,
+ * backend/route.h, which hands the forms below its answer in f->how). */
 int hetccl_hier_sliced_on_rails(ncclComm_t comm, const hetccl_op_t *op) {
   const hetccl_hier_map_t *m = comm->hier.map;
   if (!m->rails || op->count / (size_t)m->size[m->of[comm->rank]] == 0) return 0;
@@ -62,8 +63,7 @@ int hetccl_hier_sliced_on_rails(ncclComm_t comm, const hetccl_op_t *op) {
 ncclResult_t hetccl_hier_all_reduce(form_t *f) {
   const hetccl_op_t *op = f->op;
   size_t k = (size_t)f->map->size[f->mine], slice = op->count / k;
-  if (!hetccl_hier_sliced_on_rails(f->comm, op))
-    return hetccl_hier_all_reduce_leaders(f, 0, op->count);
+  if (f->how != HETCCL_HOW_RAILS) return hetccl_hier_all_reduce_leaders(f, 0, op->count);
   ncclComm_t c = f->comm;
   size_t j = (size_t)f->map->index[c->rank], body = slice * k;
   void *mine = form_at(op->recvbuf, j * slice, f->elem);
@@ -83,8 +83,7 @@ ncclResult_t hetccl_hier_all_reduce(form_t *f) {
 ncclResult_t hetccl_hier_broadcast(form_t *f) {
   const hetccl_op_t *op = f->op;
   size_t k = (size_t)f->map->size[f->mine], slice = op->count / k;
-  if (!hetccl_hier_sliced_on_rails(f->comm, op))
-    return hetccl_hier_broadcast_leaders(f, 0, op->count, 1);
+  if (f->how != HETCCL_HOW_RAILS) return hetccl_hier_broadcast_leaders(f, 0, op->count, 1);
   int from = f->map->of[op->root];
   size_t j = (size_t)f->map->index[f->comm->rank], body = slice * k;
   void *mine = form_at(op->recvbuf, j * slice, f->elem);
@@ -116,7 +115,7 @@ size_t hetccl_hier_reduce_rails_partials(ncclComm_t comm, const hetccl_op_t *op)
 ncclResult_t hetccl_hier_reduce(form_t *f) {
   const hetccl_op_t *op = f->op;
   ncclComm_t c = f->comm;
-  if (!hetccl_hier_sliced_on_rails(c, op)) return hetccl_hier_reduce_leaders(f, 0, op->count, NULL);
+  if (f->how != HETCCL_HOW_RAILS) return hetccl_hier_reduce_leaders(f, 0, op->count, NULL);
   size_t k = (size_t)f->map->size[f->mine], slice = op->count / k, body = slice * k;
   size_t j = (size_t)f->map->index[c->rank];
   int to = f->map->of[op->root], root = c->rank == op->root;
@@ -152,7 +151,7 @@ ncclResult_t hetccl_hier_reduce(form_t *f) {
 }
 
 /* Whether AllGather or ReduceScatter (count per rank) takes its rails'
- * form: the same answer on every rank. */
+ * form: the same answer on every rank (the route's condition). */
 int hetccl_hier_on_rails(ncclComm_t comm, const hetccl_op_t *op) {
   size_t bytes = op->count * (size_t)comm->nranks * hetccl_dtype_size(op->dtype);
   return comm->hier.map->rails &&
