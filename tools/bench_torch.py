@@ -230,15 +230,24 @@ def ddp(args: argparse.Namespace, rank: int, n: int) -> Dict[str, Any]:
             net2 = DDP(model)
             net2.register_comm_hook(None, hook)
             times2 = []
+            prof = None
             for i in range(min(args.ddp_steps, 10) + 2):
                 if i == 2:
                     flt0 = minor_faults()
+                    if args.ops_profile and name == "floor" and rank == 0:
+                        prof = torch.profiler.profile(
+                            activities=[torch.profiler.ProfilerActivity.CPU])
+                        prof.__enter__()
                 x, y = batches[i % len(batches)]
                 t0 = time.perf_counter()
                 opt.zero_grad()
                 torch.nn.functional.mse_loss(net2(x), y).backward()
                 opt.step()
                 times2.append(time.perf_counter() - t0)
+            if prof is not None:
+                prof.__exit__(None, None, None)
+                out["ops"] = prof.key_averages().table(sort_by="self_cpu_time_total",
+                                                       row_limit=14)
             out["faults"][name] = (minor_faults() - flt0) / len(times2[2:])
             return statistics.median(times2[2:])
 
@@ -289,6 +298,8 @@ def launch(backend: str, args: argparse.Namespace) -> List[Dict[str, Any]]:
                "--warmup", str(args.warmup), "--budget", str(args.budget)]
         if args.profile:
             cmd.append("--profile")
+        if args.ops_profile:
+            cmd.append("--ops-profile")
         procs.append(subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE,
                                       stderr=subprocess.PIPE, text=True))
     results = []
@@ -333,6 +344,9 @@ def main(argv: Optional[List[str]] = None) -> int:
     ap.add_argument("--ddp-params", type=float, default=18.8e6)
     ap.add_argument("--profile", action="store_true",
                     help="also time the DDP step's compute alone (no_sync)")
+    ap.add_argument("--ops-profile", action="store_true",
+                    help="with --profile: torch.profiler's operator table of rank 0's DDP "
+                         "steps without communication (which operators take the time)")
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--budget", type=float, default=0.05,
                     help="about this many seconds of calls per point")
@@ -423,6 +437,9 @@ def table(args: argparse.Namespace, runs: Dict[str, List[Dict[str, Any]]]) -> Li
             if "faults" in d:
                 extra += "minor page faults per step: " + ", ".join(
                     f"{k} {v:.0f}" for k, v in d["faults"].items()) + ", "
+            if "ops" in d:
+                print(f"# {b}: operators of rank 0's DDP steps without communication:\n"
+                      + "\n".join("#   " + ln for ln in d["ops"].splitlines()))
             print(f"# {b}: step {d['step'] * 1e3:.1f} ms, {extra}CPU time by thread over "
                   f"{args.ddp_steps} steps on rank 0: {threads}")
     return rows
