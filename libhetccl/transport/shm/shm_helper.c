@@ -14,7 +14,7 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
-#include "transport/shm/shm.h"
+#include "transport/shm/shm_coop.h"
 #include "util/knobs.h"
 #include "util/log.h"
 #include "util/proc.h"
