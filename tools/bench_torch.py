@@ -233,7 +233,7 @@ def ddp(args: argparse.Namespace, rank: int, n: int) -> Dict[str, Any]:
             prof = None
             for i in range(min(args.ddp_steps, 10) + 2):
                 if i == 2:
-                    flt0 = minor_faults()
+                    flt0, tcpu0 = minor_faults(), thread_cpu()
                     if args.ops_profile and name == "floor" and rank == 0:
                         prof = torch.profiler.profile(
                             activities=[torch.profiler.ProfilerActivity.CPU])
@@ -249,6 +249,10 @@ def ddp(args: argparse.Namespace, rank: int, n: int) -> Dict[str, Any]:
                 out["ops"] = prof.key_averages().table(sort_by="self_cpu_time_total",
                                                        row_limit=14)
             out["faults"][name] = (minor_faults() - flt0) / len(times2[2:])
+            tcpu1 = thread_cpu()
+            out.setdefault("row_threads", {})[name] = {
+                k: round(v - tcpu0.get(k, 0), 3) for k, v in tcpu1.items()
+                if v - tcpu0.get(k, 0) > 0.005}
             return statistics.median(times2[2:])
 
         # DDP's own work with no communication: the hook only divides each
@@ -437,6 +441,9 @@ def table(args: argparse.Namespace, runs: Dict[str, List[Dict[str, Any]]]) -> Li
             if "faults" in d:
                 extra += "minor page faults per step: " + ", ".join(
                     f"{k} {v:.0f}" for k, v in d["faults"].items()) + ", "
+            for row_name, th in d.get("row_threads", {}).items():
+                print(f"# {b}: CPU time by thread in the rows '{row_name}' on rank 0: " + ", ".join(
+                    f"{k} {v:.2f} s" for k, v in sorted(th.items(), key=lambda kv: -kv[1])))
             if "ops" in d:
                 print(f"# {b}: operators of rank 0's DDP steps without communication:\n"
                       + "\n".join("#   " + ln for ln in d["ops"].splitlines()))
