@@ -209,6 +209,10 @@ def ddp(args: argparse.Namespace, rank: int, n: int) -> Dict[str, Any]:
     cpu1 = thread_cpu()
     out["step"] = statistics.median(times)
     out["faults"] = {"step": (minor_faults() - flt0) / max(1, args.ddp_steps)}
+    maps = Path("/proc/self/maps").read_text().splitlines()
+    out["maps"] = {"mappings": len(maps), "gpu_libraries": sorted({
+        Path(ln.split()[-1]).name for ln in maps
+        if any(k in ln for k in ("libcuda.so", "libnccl", "libcudart", "libamdhip"))})}
     out["loss"] = loss
     out["threads"] = {k: round(cpu1.get(k, 0) - cpu0.get(k, 0), 3) for k in cpu1
                       if cpu1.get(k, 0) - cpu0.get(k, 0) > 0.005}
@@ -444,6 +448,9 @@ def table(args: argparse.Namespace, runs: Dict[str, List[Dict[str, Any]]]) -> Li
             for row_name, th in d.get("row_threads", {}).items():
                 print(f"# {b}: CPU time by thread in the rows '{row_name}' on rank 0: " + ", ".join(
                     f"{k} {v:.2f} s" for k, v in sorted(th.items(), key=lambda kv: -kv[1])))
+            if "maps" in d:
+                print(f"# {b}: rank 0's memory mappings after the steps: {d['maps']['mappings']}; "
+                      f"GPU libraries mapped: {', '.join(d['maps']['gpu_libraries']) or 'none'}")
             if "ops" in d:
                 print(f"# {b}: operators of rank 0's DDP steps without communication:\n"
                       + "\n".join("#   " + ln for ln in d["ops"].splitlines()))
