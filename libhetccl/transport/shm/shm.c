@@ -346,10 +346,13 @@ static void ep_mark_closed(hetccl_ep_t *ep, const hetccl_fail_note_t *why) {
 static void shm_ep_fail(hetccl_ep_t *ep, const hetccl_fail_note_t *why) {
   if (!ep) return;
   ep_mark_closed(ep, why);
-  hetccl_shm_help_retire(&ep->help); /* a receive the helper may still be reading */
-  if (ep->help.helped)
-    INFO(HETCCL_SHM, "shm: the receive helper thread read %llu bytes of rank %d's messages",
-         (unsigned long long)ep->help.helped, ep->peer_user);
+  if (ep->help_on) {
+    hetccl_shm_help_retire(&ep->help); /* a receive the helper may still be reading */
+    if (ep->help.helped)
+      INFO(HETCCL_SHM, "shm: the receive helper thread read %llu bytes of rank %d's messages",
+           (unsigned long long)ep->help.helped, ep->peer_user);
+    hetccl_shm_help_detach();
+  }
   if (ep->tx.base) munmap(ep->tx.base, ep->tx.bytes);
   if (ep->rx.base) munmap(ep->rx.base, ep->rx.bytes);
   free(ep->bounce);
@@ -455,6 +458,7 @@ static ncclResult_t ep_create(hetccl_tctx_t *c, int p, const uint8_t *addr,
   ep->cma_want_min = c->cma_min;
   ep->cma_stream = c->cma_stream;
   ep->help_on = c->help_on;
+  if (ep->help_on) hetccl_shm_help_attach();
 
   size_t off = c->hdr_bytes + ring_index(c->args.rank, p) * c->ring_bytes;
   HETCCL_CHECK_GOTO(seg_reserve(c->fd, c->name, off, c->ring_bytes), res, fail);

@@ -31,6 +31,9 @@ static pthread_cond_t work_cond = PTHREAD_COND_INITIALIZER; /* a post queued */
 static pthread_cond_t done_cond = PTHREAD_COND_INITIALIZER; /* a post finished */
 static shm_help_t *head, *tail;
 static int started; /* the helper thread exists (0 again in a forked child) */
+static int stopping; /* the last endpoint that may post is gone: the thread ends */
+static int users;   /* endpoints that may post (hetccl_shm_help_attach) */
+static pthread_t thread;
 static int at_fork_set;
 
 /* A forked child has no helper thread and may have copied the lock held:
@@ -40,7 +43,7 @@ static void after_fork_child(void) {
   pthread_cond_init(&work_cond, NULL);
   pthread_cond_init(&done_cond, NULL);
   head = tail = NULL;
-  started = 0;
+  started = stopping = users = 0;
 }
 
 /* Read [off, off + n) of the message into our destination; 0 and the post
@@ -91,7 +94,8 @@ static void *helper_main(void *unused) {
   hetccl_thread_name("hetccl-shmhelp");
   pthread_mutex_lock(&lock);
   for (;;) {
-    while (!head) pthread_cond_wait(&work_cond, &lock);
+    while (!head && !stopping) pthread_cond_wait(&work_cond, &lock);
+    if (!head) break; /* stopping, and nothing left to read */
     shm_help_t *h = head;
     head = h->next;
     if (!head) tail = NULL;
@@ -102,6 +106,7 @@ static void *helper_main(void *unused) {
     h->state = SHM_HELP_IDLE;
     pthread_cond_broadcast(&done_cond);
   }
+  pthread_mutex_unlock(&lock);
   return NULL;
 }
 
@@ -112,12 +117,7 @@ static int ensure_thread(void) {
     pthread_atfork(NULL, NULL, after_fork_child);
     at_fork_set = 1;
   }
-  pthread_attr_t attr;
-  pthread_attr_init(&attr);
-  pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-  pthread_t th;
-  int err = pthread_create(&th, &attr, helper_main, NULL);
-  pthread_attr_destroy(&attr);
+  int err = pthread_create(&thread, NULL, helper_main, NULL);
   if (err) {
     INFO(HETCCL_SHM, "shm: no receive helper thread (pthread_create: %s); receives read on "
          "their own thread", strerror(err));
@@ -160,6 +160,27 @@ void hetccl_shm_help_retire(shm_help_t *h) {
     h->state = SHM_HELP_IDLE;
   }
   while (h->state == SHM_HELP_RUNNING) pthread_cond_wait(&done_cond, &lock);
+  pthread_mutex_unlock(&lock);
+}
+
+void hetccl_shm_help_attach(void) {
+  pthread_mutex_lock(&lock);
+  users++;
+  pthread_mutex_unlock(&lock);
+}
+
+void hetccl_shm_help_detach(void) {
+  pthread_mutex_lock(&lock);
+  int end = --users == 0 && started;
+  if (end) {
+    stopping = 1;
+    pthread_cond_broadcast(&work_cond);
+  }
+  pthread_mutex_unlock(&lock);
+  if (!end) return;
+  pthread_join(thread, NULL);
+  pthread_mutex_lock(&lock);
+  started = stopping = 0;
   pthread_mutex_unlock(&lock);
 }
 

@@ -15,8 +15,10 @@
  *                  (hetccl_shm_help_retire) or at close
  *   helper thread  claims pieces from the back, reads each   one per process,
  *                  with process_vm_readv, adds it to done;   started at the first
- *                  on a failed read it stops and says why    post, sleeps when idle
- *                  in the post (failed, res, message)
+ *                  on a failed read it stops and says why    post, sleeps when idle,
+ *                  in the post (failed, res, message)        joined when the last
+ *                                                            endpoint that may post
+ *                                                            closes
  *
  * Contract: a post stays valid (its endpoint, the ring slot of its
  * shm_coop_t, the destination) until hetccl_shm_help_retire returns; retire
@@ -59,6 +61,12 @@ typedef struct shm_help {
   ncclResult_t res;
   char message[192];
 } shm_help_t;
+
+/* An endpoint that may post (help_on) attaches when made and detaches when
+ * closed; the thread ends (joined) when the last one detaches, so that a
+ * process holding no communicator holds no helper thread. */
+void hetccl_shm_help_attach(void);
+void hetccl_shm_help_detach(void);
 
 /* Whether endpoints made with args use the helper (logged once). */
 int hetccl_shm_help_wanted(const hetccl_transport_args_t *args);
