@@ -80,7 +80,7 @@ static int read_piece(shm_help_t *h, uint64_t dst, size_t off, size_t n) {
 static void run(shm_help_t *h) {
   shm_coop_t *co = h->co;
   uint32_t i;
-  while (shm_coop_claim(co, 1, &i)) {
+  while (!atomic_load_explicit(&h->cancel, memory_order_relaxed) && shm_coop_claim(co, 1, &i)) {
     size_t off = (size_t)i * co->piece;
     size_t n = co->piece < h->bytes - off ? co->piece : h->bytes - off;
     if (!read_piece(h, co->dst, off, n)) return; /* that piece is never done: the driver sees failed */
@@ -129,6 +129,7 @@ static int ensure_thread(void) {
 
 int hetccl_shm_help_post(shm_help_t *h) {
   atomic_store_explicit(&h->failed, 0, memory_order_relaxed);
+  atomic_store_explicit(&h->cancel, 0, memory_order_relaxed);
   h->res = ncclSuccess;
   h->message[0] = '\0';
   h->next = NULL;
@@ -146,6 +147,7 @@ int hetccl_shm_help_post(shm_help_t *h) {
 }
 
 void hetccl_shm_help_retire(shm_help_t *h) {
+  atomic_store_explicit(&h->cancel, 1, memory_order_relaxed);
   pthread_mutex_lock(&lock);
   if (h->state == SHM_HELP_QUEUED) {
     shm_help_t **at = &head, *prev = NULL;

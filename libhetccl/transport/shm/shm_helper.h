@@ -58,6 +58,7 @@ typedef struct shm_help {
   uint64_t helped;       /* bytes the helper has read for this endpoint, all posts
                           * (written by the helper while it runs the post) */
   _Atomic int failed;    /* 1: a read failed; res and message say how */
+  _Atomic int cancel;    /* retire: claim no more pieces */
   ncclResult_t res;
   char message[192];
 } shm_help_t;
@@ -75,8 +76,10 @@ int hetccl_shm_help_wanted(const hetccl_transport_args_t *args);
  * open to claims) to the helper thread; 0 if it cannot run (no thread). */
 int hetccl_shm_help_post(shm_help_t *h);
 
-/* Take h back: off the queue, or once the helper has finished with it.
- * A no-op on a post never made or already retired. */
+/* Take h back: off the queue, or once the helper has finished the piece
+ * it is reading (it claims no more: a message given up, at close, is not
+ * read on into a buffer its owner may free). A no-op on a post never made
+ * or already retired. */
 void hetccl_shm_help_retire(shm_help_t *h);
 
 #endif
