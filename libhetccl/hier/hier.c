@@ -197,6 +197,7 @@ void hetccl_hier_map_free(ncclComm_t comm, hetccl_hier_map_t *m) {
   free(m->size);
   free(m->of);
   free(m->index);
+  free(m->plan);
   free(m);
 }
 

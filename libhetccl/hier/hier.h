@@ -1,11 +1,12 @@
 /* hier/: the hierarchical forms of the collectives on a communicator that
  * spans several islands, one of them with several ranks: its internal
- * communicators and their map (this file, hier.c), the forms and their
- * phases (hier_ops.c, hier_rails.c, hier_pairs.c), host buffers where a
- * vendor serves the island (hier_host.c). It runs on the API thread; its
- * phases run on the internal communicators through their backends
- * (hetccl_comm_submit: placed, not validated again) and the engine's
- * groups (exec/group.h). It never
+ * communicators and their map (this file, hier.c), the forms' builders
+ * (hier_ops.c, hier_rails.c, hier_pairs.c), which append phases to a
+ * plan, and the one runner of plans (plan.h, plan.c), host buffers where
+ * a vendor serves the island (hier_host.c). It runs on the API thread;
+ * the runner submits the phases to the internal communicators through
+ * their backends (hetccl_comm_submit: placed, not validated again) and
+ * the engine's groups (exec/group.h). It never
  * reaches a transport or a vendor's library but through those, and never
  * includes backend/ or entry/.
  *
@@ -75,6 +76,8 @@ typedef struct hetccl_hier_map {
   int scratch_on_device;
   struct hetccl_hier_retired *retired;
   hetccl_hier_stage_t *stages; /* host buffers' staging pairs (hier/hier_host.c) */
+  struct hetccl_hier_phase *plan; /* an eager call's plan (hier/plan.h), made at the first */
+  int plan_cap;
 } hetccl_hier_map_t;
 
 /* After the engine is up: make comm->hier (island, leaders, rail, map)

@@ -1,4 +1,5 @@
-/* The hierarchical forms of the collectives (hier/hier.h).
+/* The hierarchical forms of the collectives (hier/hier.h): their
+ * builders and their running.
  *
  * On a hierarchical communicator a collective runs as phases on the
  * caller's stream: inside each island on the island communicator (the
@@ -27,6 +28,16 @@
  * pairs, those inside a vendor island on the island (hier/hier_pairs.c).
  * What the three files share: hier/hier_forms.h.
  *
+ * A form is data: its builder appends its phases to a plan (hier/plan.h:
+ * slot, sub-communicator, collective or send/receive, buffers, count,
+ * root or peer, group) and submits nothing; one runner (hier/plan.c)
+ * runs a plan through hetccl_comm_submit on the sub-communicators. A
+ * builder decides only from the call's arguments, the map and the
+ * communicators made at init, never from an earlier phase's result, so
+ * every rank builds matching plans, and building before running changes
+ * nothing: the partials' block a builder takes (hetccl_hier_partials) is
+ * the same whenever the phases that use it run.
+ *
  * ncclAvg and PreMulSum are not composable across phases (an average of
  * averages is wrong for islands of different sizes) and run flat, over
  * every rank on the engine, as do point-to-point between islands and the
@@ -48,11 +59,12 @@
  * leaders' phase that needs its result): the operation is kept, checked,
  * and runs at the outermost ncclGroupEnd, after the group's other work and
  * the vendor's group have been launched (hetccl_hier_run_deferred). The
- * kept forms then run in step: their phases fall in slots numbered alike
- * on every rank (the table's columns: 0 inside first, 1 across, 2 and 3
- * inside last), and slot k of all of them goes in one group before slot
- * k + 1, so that one thread may drive several ranks of a vendor island;
- * the staged ones finish after every kept form is launched.
+ * kept forms, each built once (at its slot 0), then run in step: their
+ * phases fall in slots numbered alike on every rank (the table's
+ * columns: 0 inside first, 1 across, 2 and 3 inside last), and slot k of
+ * all of them goes in one group before slot k + 1, so that one thread
+ * may drive several ranks of a vendor island; the staged ones finish
+ * after every kept form is launched.
  *
  * A failing phase fails the communicator and its siblings, and the
  * message says which phase (inside the island, across the leaders or a
@@ -60,7 +72,6 @@
  *
  * Thread: the API caller's. Deferred operations are kept in the thread's
  * group (exec/group.h). */
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -68,44 +79,24 @@
 #include "comm/init.h"
 #include "exec/enqueue.h"
 #include "exec/group.h"
-#include "exec/trace_points.h"
 #include "hier/hier.h"
 #include "hier/hier_forms.h"
+#include "hier/plan.h"
 #include "runtime/reduce.h"
 #include "runtime/runtime.h"
 #include "util/check.h"
 #include "util/log.h"
 
-/* --- phases ----------------------------------------------------------------------- */
+/* --- building ------------------------------------------------------------------- */
 
-static ncclComm_t where_comm(ncclComm_t c, where_t where) {
-  return where == IN_ISLAND        ? c->hier.island
-         : where == ACROSS_LEADERS ? c->hier.leaders
-                                   : hetccl_hier_rail(c);
+void hetccl_hier_phase(form_t *f, int slot, where_t where, hetccl_op_kind_t kind,
+                       const void *send, void *recv, size_t count, int root) {
+  hetccl_hier_plan_collective(f->plan, slot, where, kind, send, recv, count, root);
 }
 
-static const char *where_name(where_t where) {
-  return where == IN_ISLAND ? "island" : where == ACROSS_LEADERS ? "leaders" : "rail";
-}
-
-/* The communicator a phase at `where` runs on, f->where set to it. Its
- * phases are submitted unchecked (hetccl_comm_submit: the operation was
- * validated at its entry), but it may have failed on its own since (on a
- * stream, a sibling's failure), so its state is checked at its first
- * phase in each launch. */
-static ncclResult_t phase_comm(form_t *f, where_t where, ncclComm_t *out) {
-  ncclComm_t c = where_comm(f->comm, where);
-  f->where = where;
-  if (!(f->checked & (1u << where))) {
-    ncclResult_t res = hetccl_comm_usable(c, f->op->fn);
-    if (res != ncclSuccess) {
-      hetccl_group_note_error(res); /* as the backend's own check did */
-      return res;
-    }
-    f->checked |= 1u << where;
-  }
-  *out = c;
-  return ncclSuccess;
+void hetccl_hier_p2p(form_t *f, int slot, hetccl_op_kind_t kind, void *buf, size_t count,
+                     int peer) {
+  hetccl_hier_plan_p2p(f->plan, slot, IN_ISLAND, kind, buf, count, peer);
 }
 
 /* Where a leader keeps partial results no user buffer has room for. */
@@ -132,97 +123,28 @@ static size_t partials_bytes(ncclComm_t c, const hetccl_op_t *op, hetccl_form_ho
   return 0;
 }
 
-/* A phase's event, when tracing (t0 from HETCCL_TRACE_BEGIN()). */
-static void traced(form_t *f, const hetccl_op_t *p, uint64_t t0) {
-  if (t0)
-    hetccl_comm_trace_phase(f->comm, where_comm(f->comm, f->where), where_name(f->where), p,
-                            f->step++, t0);
-}
-
-/* A slot's sends or receives inside the island, run in one group, as one
- * phase of `count` elements in the trace. */
-void hetccl_hier_traced_p2p(form_t *f, hetccl_op_kind_t kind, size_t count, uint64_t t0) {
-  hetccl_op_t p = *f->op;
-  p.kind = kind;
-  p.count = count;
-  f->where = IN_ISLAND;
-  traced(f, &p, t0);
-}
-
-/* One phase in `slot`: op as `kind` on c (forwarded or engine), count
- * elements. */
-ncclResult_t hetccl_hier_phase(form_t *f, int slot, where_t where, hetccl_op_kind_t kind,
-                               const void *send, void *recv, size_t count, int root) {
-  if (form_skip(f, slot)) return ncclSuccess;
-  hetccl_op_t p = *f->op;
-  p.kind = kind;
-  p.sendbuf = send;
-  p.recvbuf = recv;
-  p.count = count;
-  p.root = root;
-  p.peer = HETCCL_NO_PEER;
-  p.config = NULL; /* the user's algorithm choice was for the whole collective */
-  if (kind != HETCCL_OP_AllReduce && kind != HETCCL_OP_Reduce &&
-      kind != HETCCL_OP_ReduceScatter)
-    p.redop = HETCCL_NO_REDOP;
-  ncclComm_t c;
-  HETCCL_CHECK(phase_comm(f, where, &c));
-  uint64_t t0 = HETCCL_TRACE_BEGIN();
-  ncclResult_t res = hetccl_comm_submit(c, &p);
-  traced(f, &p, t0);
-  return res;
-}
-
-hetccl_op_t hetccl_hier_p2p_op(const form_t *f, hetccl_op_kind_t kind, void *buf, size_t count,
-                               int peer) {
-  hetccl_op_t p = *f->op;
-  p.kind = kind;
-  p.sendbuf = kind == HETCCL_OP_Send ? buf : NULL;
-  p.recvbuf = kind == HETCCL_OP_Recv ? buf : NULL;
-  p.count = count;
-  p.root = HETCCL_NO_ROOT;
-  p.peer = peer;
-  p.redop = HETCCL_NO_REDOP;
-  p.config = NULL;
-  return p;
-}
-
-/* A send or receive inside the island (its caller checks the slot). */
-ncclResult_t hetccl_hier_p2p(form_t *f, hetccl_op_kind_t kind, void *buf, size_t count, int peer) {
-  hetccl_op_t p = hetccl_hier_p2p_op(f, kind, buf, count, peer);
-  ncclComm_t island;
-  HETCCL_CHECK(phase_comm(f, IN_ISLAND, &island));
-  uint64_t t0 = HETCCL_TRACE_ON() && hetccl_group_depth() == 0 ? hetccl_trace_now() : 0;
-  ncclResult_t res = hetccl_comm_submit(island, &p);
-  traced(f, &p, t0);
-  return res;
-}
-
 /* --- the forms -------------------------------------------------------------------- */
 
 /* Through the leaders: `count` elements from element `from` on. */
-ncclResult_t hetccl_hier_all_reduce_leaders(form_t *f, size_t from, size_t count) {
+void hetccl_hier_all_reduce_leaders(form_t *f, size_t from, size_t count) {
   const hetccl_op_t *op = f->op;
   ncclComm_t c = f->comm;
   const void *send = form_at(op->sendbuf, from, f->elem), *across = send;
   void *recv = form_at(op->recvbuf, from, f->elem);
   if (c->hier.island) {
-    HETCCL_CHECK(hetccl_hier_phase(f, 0, IN_ISLAND, HETCCL_OP_Reduce, send, recv, count, 0));
+    hetccl_hier_phase(f, 0, IN_ISLAND, HETCCL_OP_Reduce, send, recv, count, 0);
     across = recv;
   }
   if (c->hier.leaders)
-    HETCCL_CHECK(
-        hetccl_hier_phase(f, 1, ACROSS_LEADERS, HETCCL_OP_AllReduce, across, recv, count,
-                          HETCCL_NO_ROOT));
-  if (c->hier.island)
-    HETCCL_CHECK(hetccl_hier_phase(f, 2, IN_ISLAND, HETCCL_OP_Broadcast, recv, recv, count, 0));
-  return ncclSuccess;
+    hetccl_hier_phase(f, 1, ACROSS_LEADERS, HETCCL_OP_AllReduce, across, recv, count,
+                      HETCCL_NO_ROOT);
+  if (c->hier.island) hetccl_hier_phase(f, 2, IN_ISLAND, HETCCL_OP_Broadcast, recv, recv, count, 0);
 }
 
 /* Through the leaders: `count` elements from element `first` on; the
  * root's island's phase only where `inside` (the rails' form has run it
  * over the whole buffer). */
-ncclResult_t hetccl_hier_broadcast_leaders(form_t *f, size_t first, size_t count, int inside) {
+void hetccl_hier_broadcast_leaders(form_t *f, size_t first, size_t count, int inside) {
   const hetccl_op_t *op = f->op;
   ncclComm_t c = f->comm;
   int from = f->map->of[op->root];
@@ -231,20 +153,17 @@ ncclResult_t hetccl_hier_broadcast_leaders(form_t *f, size_t first, size_t count
   void *buf = form_at(op->recvbuf, first, f->elem);
   if (f->mine == from) {
     if (c->hier.island && inside)
-      HETCCL_CHECK(hetccl_hier_phase(f, 0, IN_ISLAND, HETCCL_OP_Broadcast, send, buf, count,
-                                     f->map->index[op->root]));
+      hetccl_hier_phase(f, 0, IN_ISLAND, HETCCL_OP_Broadcast, send, buf, count,
+                        f->map->index[op->root]);
     /* A leader alone in its island is the root itself. */
     if (c->hier.leaders)
-      HETCCL_CHECK(hetccl_hier_phase(f, 1, ACROSS_LEADERS, HETCCL_OP_Broadcast,
-                                     c->hier.island ? buf : send, buf, count, from));
-    return ncclSuccess;
+      hetccl_hier_phase(f, 1, ACROSS_LEADERS, HETCCL_OP_Broadcast, c->hier.island ? buf : send,
+                        buf, count, from);
+    return;
   }
   if (c->hier.leaders)
-    HETCCL_CHECK(hetccl_hier_phase(f, 1, ACROSS_LEADERS, HETCCL_OP_Broadcast, buf, buf, count,
-                                   from));
-  if (c->hier.island)
-    HETCCL_CHECK(hetccl_hier_phase(f, 2, IN_ISLAND, HETCCL_OP_Broadcast, buf, buf, count, 0));
-  return ncclSuccess;
+    hetccl_hier_phase(f, 1, ACROSS_LEADERS, HETCCL_OP_Broadcast, buf, buf, count, from);
+  if (c->hier.island) hetccl_hier_phase(f, 2, IN_ISLAND, HETCCL_OP_Broadcast, buf, buf, count, 0);
 }
 
 /* Through the leaders: `count` elements from element `first` on. A
@@ -257,9 +176,8 @@ ncclResult_t hetccl_hier_reduce_leaders(form_t *f, size_t first, size_t count, v
   const void *send = form_at(op->sendbuf, first, f->elem);
   void *recv = op->recvbuf ? form_at(op->recvbuf, first, f->elem) : NULL;
   if (!c->hier.leaders) { /* inside an island only; the root may be here */
-    HETCCL_CHECK(hetccl_hier_phase(f, 0, IN_ISLAND, HETCCL_OP_Reduce, send, recv, count, 0));
-    if (c->rank == op->root && !root_leads && !form_skip(f, 2))
-      HETCCL_CHECK(hetccl_hier_p2p(f, HETCCL_OP_Recv, recv, count, 0));
+    hetccl_hier_phase(f, 0, IN_ISLAND, HETCCL_OP_Reduce, send, recv, count, 0);
+    if (c->rank == op->root && !root_leads) hetccl_hier_p2p(f, 2, HETCCL_OP_Recv, recv, count, 0);
     return ncclSuccess;
   }
   /* A leader: its island's partial result in `acc`, the root's own buffer
@@ -271,12 +189,12 @@ ncclResult_t hetccl_hier_reduce_leaders(form_t *f, size_t first, size_t count, v
   }
   const void *across = send;
   if (c->hier.island) {
-    HETCCL_CHECK(hetccl_hier_phase(f, 0, IN_ISLAND, HETCCL_OP_Reduce, send, acc, count, 0));
+    hetccl_hier_phase(f, 0, IN_ISLAND, HETCCL_OP_Reduce, send, acc, count, 0);
     across = acc;
   }
-  HETCCL_CHECK(hetccl_hier_phase(f, 1, ACROSS_LEADERS, HETCCL_OP_Reduce, across, acc, count, to));
-  if (f->mine == to && !root_leads && !form_skip(f, 2))
-    HETCCL_CHECK(hetccl_hier_p2p(f, HETCCL_OP_Send, acc, count, f->map->index[op->root]));
+  hetccl_hier_phase(f, 1, ACROSS_LEADERS, HETCCL_OP_Reduce, across, acc, count, to);
+  if (f->mine == to && !root_leads)
+    hetccl_hier_p2p(f, 2, HETCCL_OP_Send, acc, count, f->map->index[op->root]);
   return ncclSuccess;
 }
 
@@ -289,30 +207,26 @@ static ncclResult_t all_gather(form_t *f) {
   size_t n = op->count, first = (size_t)m->first[f->mine], size = (size_t)m->size[f->mine];
   void *slice = form_at(op->recvbuf, first * n, f->elem);
   if (c->hier.island)
-    HETCCL_CHECK(hetccl_hier_phase(f, 0, IN_ISLAND, HETCCL_OP_AllGather, op->sendbuf, slice, n, 0));
-  if (c->hier.leaders) {
-    if (m->equal) {
-      HETCCL_CHECK(hetccl_hier_phase(f, 1, ACROSS_LEADERS, HETCCL_OP_AllGather, slice, op->recvbuf,
-                                     size * n, HETCCL_NO_ROOT));
-    } else {
-      for (int i = 0; i < m->islands; i++) {
-        void *s = form_at(op->recvbuf, (size_t)m->first[i] * n, f->elem);
-        const void *from = i == f->mine && !c->hier.island ? op->sendbuf : s;
-        HETCCL_CHECK(hetccl_hier_phase(f, 1, ACROSS_LEADERS, HETCCL_OP_Broadcast, from, s,
-                                       (size_t)m->size[i] * n, i));
-      }
+    hetccl_hier_phase(f, 0, IN_ISLAND, HETCCL_OP_AllGather, op->sendbuf, slice, n, 0);
+  if (c->hier.leaders && m->equal) {
+    hetccl_hier_phase(f, 1, ACROSS_LEADERS, HETCCL_OP_AllGather, slice, op->recvbuf, size * n,
+                      HETCCL_NO_ROOT);
+  } else if (c->hier.leaders) {
+    for (int i = 0; i < m->islands; i++) {
+      void *s = form_at(op->recvbuf, (size_t)m->first[i] * n, f->elem);
+      const void *from = i == f->mine && !c->hier.island ? op->sendbuf : s;
+      hetccl_hier_phase(f, 1, ACROSS_LEADERS, HETCCL_OP_Broadcast, from, s,
+                        (size_t)m->size[i] * n, i);
     }
   }
   if (c->hier.island) { /* the other islands' slices: before this one's, and after */
     size_t after = first + size, total = (size_t)c->nranks;
     if (first > 0)
-      HETCCL_CHECK(hetccl_hier_phase(f, 2, IN_ISLAND, HETCCL_OP_Broadcast, op->recvbuf,
-                                     op->recvbuf, first * n, 0));
+      hetccl_hier_phase(f, 2, IN_ISLAND, HETCCL_OP_Broadcast, op->recvbuf, op->recvbuf,
+                        first * n, 0);
     if (after < total) {
       void *rest = form_at(op->recvbuf, after * n, f->elem);
-      HETCCL_CHECK(
-          hetccl_hier_phase(f, 3, IN_ISLAND, HETCCL_OP_Broadcast, rest, rest, (total - after) * n,
-                            0));
+      hetccl_hier_phase(f, 3, IN_ISLAND, HETCCL_OP_Broadcast, rest, rest, (total - after) * n, 0);
     }
   }
   return ncclSuccess;
@@ -320,7 +234,8 @@ static ncclResult_t all_gather(form_t *f) {
 
 /* The leader reduces the whole input of its island into scratch, the
  * leaders reduce-scatter island slices of it in place, and the leader
- * hands each rank of its island its block. */
+ * hands each rank of its island its block (one group, one phase in the
+ * trace). */
 static ncclResult_t reduce_scatter(form_t *f) {
   if (f->how == HETCCL_HOW_RAILS) return hetccl_hier_reduce_scatter_rails(f);
   const hetccl_op_t *op = f->op;
@@ -329,97 +244,94 @@ static ncclResult_t reduce_scatter(form_t *f) {
   size_t n = op->count, total = (size_t)c->nranks * n;
   size_t first = (size_t)m->first[f->mine], size = (size_t)m->size[f->mine];
   if (!c->hier.leaders) {
-    HETCCL_CHECK(hetccl_hier_phase(f, 0, IN_ISLAND, HETCCL_OP_Reduce, op->sendbuf, op->recvbuf,
-                                   total, 0));
-    return form_skip(f, 2) ? ncclSuccess : hetccl_hier_p2p(f, HETCCL_OP_Recv, op->recvbuf, n, 0);
+    hetccl_hier_phase(f, 0, IN_ISLAND, HETCCL_OP_Reduce, op->sendbuf, op->recvbuf, total, 0);
+    hetccl_hier_p2p(f, 2, HETCCL_OP_Recv, op->recvbuf, n, 0);
+    return ncclSuccess;
   }
   void *acc = NULL;
   const void *in = op->sendbuf;
   if (c->hier.island) {
     HETCCL_CHECK(hetccl_hier_partials(f, total * f->elem, &acc));
-    HETCCL_CHECK(hetccl_hier_phase(f, 0, IN_ISLAND, HETCCL_OP_Reduce, op->sendbuf, acc, total, 0));
+    hetccl_hier_phase(f, 0, IN_ISLAND, HETCCL_OP_Reduce, op->sendbuf, acc, total, 0);
     in = acc;
   }
   /* Alone in its island, a leader's slice is its own block: recvbuf. */
   void *mine = c->hier.island ? form_at(acc, first * n, f->elem) : op->recvbuf;
   if (m->equal) {
-    HETCCL_CHECK(hetccl_hier_phase(f, 1, ACROSS_LEADERS, HETCCL_OP_ReduceScatter, in, mine,
-                                   size * n, HETCCL_NO_ROOT));
+    hetccl_hier_phase(f, 1, ACROSS_LEADERS, HETCCL_OP_ReduceScatter, in, mine, size * n,
+                      HETCCL_NO_ROOT);
   } else {
     for (int i = 0; i < m->islands; i++) {
       const void *s = form_at(in, (size_t)m->first[i] * n, f->elem);
       void *out = i == f->mine ? mine : (void *)s; /* read only where not the root */
-      HETCCL_CHECK(
-          hetccl_hier_phase(f, 1, ACROSS_LEADERS, HETCCL_OP_Reduce, s, out, (size_t)m->size[i] * n,
-                            i));
+      hetccl_hier_phase(f, 1, ACROSS_LEADERS, HETCCL_OP_Reduce, s, out, (size_t)m->size[i] * n, i);
     }
   }
-  if (!c->hier.island || form_skip(f, 2)) return ncclSuccess;
-  /* One phase in the trace: the sends and receives run at the group's end. */
-  uint64_t t0 = HETCCL_TRACE_BEGIN();
-  ncclResult_t res = hetccl_group_open();
-  for (size_t t = 0; t < size && res == ncclSuccess; t++)
-    res = hetccl_hier_p2p(f, HETCCL_OP_Send, form_at(mine, t * n, f->elem), n, (int)t);
-  if (res == ncclSuccess) res = hetccl_hier_p2p(f, HETCCL_OP_Recv, op->recvbuf, n, 0);
-  ncclResult_t end = hetccl_group_close();
-  if (t0) hetccl_hier_traced_p2p(f, HETCCL_OP_Send, size * n, t0);
-  return res != ncclSuccess ? res : end;
+  if (!c->hier.island) return ncclSuccess;
+  hetccl_hier_plan_group(f->plan, 0);
+  for (size_t t = 0; t < size; t++)
+    hetccl_hier_p2p(f, 2, HETCCL_OP_Send, form_at(mine, t * n, f->elem), n, (int)t);
+  hetccl_hier_p2p(f, 2, HETCCL_OP_Recv, op->recvbuf, n, 0);
+  hetccl_hier_plan_ungroup(f->plan);
+  return ncclSuccess;
 }
+
+/* A send or receive inside a vendor island: one phase. */
+static ncclResult_t p2p(form_t *f) {
+  const hetccl_op_t *op = f->op;
+  void *buf = op->kind == HETCCL_OP_Send ? (void *)op->sendbuf : op->recvbuf;
+  hetccl_hier_p2p(f, 0, op->kind, buf, op->count, f->map->index[op->peer]);
+  return ncclSuccess;
+}
+
+/* The builders, by operation (NULL: no hierarchical form). Each appends
+ * its phases to f->plan and submits nothing; it fails only where the
+ * partials' block cannot be had. */
+typedef ncclResult_t (*builder_t)(form_t *f);
+static const builder_t builders[HETCCL_OP_KIND_COUNT] = {
+    [HETCCL_OP_AllReduce] = hetccl_hier_all_reduce,
+    [HETCCL_OP_Broadcast] = hetccl_hier_broadcast,
+    [HETCCL_OP_Bcast] = hetccl_hier_broadcast,
+    [HETCCL_OP_Reduce] = hetccl_hier_reduce,
+    [HETCCL_OP_AllGather] = all_gather,
+    [HETCCL_OP_ReduceScatter] = reduce_scatter,
+    [HETCCL_OP_AlltoAll] = hetccl_hier_all_to_all,
+    [HETCCL_OP_Gather] = hetccl_hier_gather,
+    [HETCCL_OP_Scatter] = hetccl_hier_scatter,
+    [HETCCL_OP_Send] = p2p,
+    [HETCCL_OP_Recv] = p2p,
+};
 
 /* --- running ---------------------------------------------------------------------- */
 
-/* Launch `want` (a slot, or ALL_SLOTS) of op's form (how) on comm. A
- * failure fails the communicator and its siblings, the message saying
- * where. */
+/* Launch `want` (a slot, or ALL_SLOTS) of op's form (how) on comm: at the
+ * first (ALL_SLOTS or slot 0) build it into plan, then run plan's phases
+ * of `want` (hier/plan.h). A failure fails the communicator and its
+ * siblings, the message saying where (a failed build: inside its island,
+ * as before any phase ran). */
 static ncclResult_t launch(ncclComm_t comm, const hetccl_op_t *op, hetccl_form_how_t how, int want,
-                           void *scratch) {
-  form_t f = {.comm = comm, .op = op, .how = how, .map = comm->hier.map,
-              .mine = comm->hier.map->of[comm->rank], .elem = hetccl_dtype_size(op->dtype),
-              .want = want, .scratch = scratch, .where = IN_ISLAND};
-  if (want == ALL_SLOTS || want == 0)
+                           void *scratch, hetccl_hier_plan_t *plan) {
+  if (want == ALL_SLOTS || want == 0) {
+    const hetccl_hier_map_t *m = comm->hier.map;
+    int mine = m->of[comm->rank];
     TRACE(HETCCL_COLL, "%s rank %d: hierarchical, %zu x %s, island %d of %d ranks%s", op->fn,
-          comm->rank, op->count, hetccl_dtype_name(op->dtype), f.mine, f.map->size[f.mine],
+          comm->rank, op->count, hetccl_dtype_name(op->dtype), mine, m->size[mine],
           comm->hier.leaders ? ", leader" : "");
-  ncclResult_t res;
-  switch (op->kind) {
-    case HETCCL_OP_AllReduce: res = hetccl_hier_all_reduce(&f); break;
-    case HETCCL_OP_Broadcast:
-    case HETCCL_OP_Bcast: res = hetccl_hier_broadcast(&f); break;
-    case HETCCL_OP_Reduce: res = hetccl_hier_reduce(&f); break;
-    case HETCCL_OP_AllGather: res = all_gather(&f); break;
-    case HETCCL_OP_ReduceScatter: res = reduce_scatter(&f); break;
-    case HETCCL_OP_AlltoAll: res = hetccl_hier_all_to_all(&f); break;
-    case HETCCL_OP_Gather: res = hetccl_hier_gather_scatter(&f, 1); break;
-    case HETCCL_OP_Scatter: res = hetccl_hier_gather_scatter(&f, 0); break;
-    case HETCCL_OP_Send:
-    case HETCCL_OP_Recv:
-      if (!form_skip(&f, 0)) {
-        void *buf = op->kind == HETCCL_OP_Send ? (void *)op->sendbuf : op->recvbuf;
-        res = hetccl_hier_p2p(&f, op->kind, buf, op->count,
-                              f.map->index[op->peer]);
-      } else {
-        res = ncclSuccess;
-      }
-      break;
-    default: WARN("%s: no hierarchical form", op->fn); return ncclInternalError;
+    builder_t build = (unsigned)op->kind < HETCCL_OP_KIND_COUNT ? builders[op->kind] : NULL;
+    if (!build) {
+      WARN("%s: no hierarchical form", op->fn);
+      return ncclInternalError;
+    }
+    form_t f = {.comm = comm, .op = op, .how = how, .map = m, .mine = mine,
+                .elem = hetccl_dtype_size(op->dtype), .scratch = scratch, .plan = plan};
+    hetccl_hier_plan_init(plan, plan->phases, plan->cap);
+    ncclResult_t res = build(&f);
+    if (res != ncclSuccess) {
+      if (res != ncclInProgress) hetccl_hier_plan_failed(comm, op, IN_ISLAND, res);
+      return res;
+    }
   }
-  if (res != ncclSuccess && res != ncclInProgress) {
-    /* The phase logged its cause, naming ranks as this communicator does
-     * (its engine and transports have the map); the message returned here
-     * adds where it ran, and goes to the siblings as why. */
-    char msg[HETCCL_ERRMSG_BYTES];
-    snprintf(msg, sizeof(msg), "%s: rank %d: hierarchical %s failed %s: %.900s", op->fn,
-             comm->rank, hetccl_func_name(hetccl_op_func(op->kind)),
-             f.where == ACROSS_LEADERS ? "across the islands' leaders"
-             : f.where == ACROSS_RAIL  ? "across the islands on its rail"
-                                       : "inside its island",
-             hetccl_last_error());
-    hetccl_last_error_set(msg);
-    hetccl_comm_set_error(comm, res);
-    if (!__atomic_load_n(&comm->state.abort_flag, __ATOMIC_ACQUIRE)) /* abort tears them down */
-      hetccl_hier_fail(comm, res, msg);
-  }
-  return res;
+  return hetccl_hier_plan_run(comm, op, plan, want);
 }
 
 static int failed(ncclResult_t res) { return res != ncclSuccess && res != ncclInProgress; }
@@ -435,11 +347,30 @@ static ncclResult_t finish(ncclComm_t comm, const char *fn, hetccl_hier_stage_t 
   return res;
 }
 
+/* The plan of an eager call: kept in comm's map, made at its first call
+ * large enough for any form (hetccl_hier_plan_cap_any). */
+static ncclResult_t eager_plan(ncclComm_t comm, const char *fn, hetccl_hier_plan_t *plan) {
+  hetccl_hier_map_t *m = comm->hier.map;
+  if (!m->plan) {
+    int cap = hetccl_hier_plan_cap_any(comm);
+    m->plan = malloc((size_t)cap * sizeof(hetccl_hier_phase_t));
+    if (!m->plan) {
+      WARN("%s: rank %d: out of memory for a hierarchical plan of %d phases", fn, comm->rank, cap);
+      return ncclSystemError;
+    }
+    m->plan_cap = cap;
+  }
+  hetccl_hier_plan_init(plan, m->plan, m->plan_cap);
+  return ncclSuccess;
+}
+
 ncclResult_t hetccl_hier_run(ncclComm_t comm, const hetccl_op_t *user, hetccl_form_how_t how) {
   hetccl_op_t op = *user;
   hetccl_hier_stage_t *stage = NULL;
-  ncclResult_t res = hetccl_hier_host_begin(comm, &op, &stage);
-  if (res == ncclSuccess) res = launch(comm, &op, how, ALL_SLOTS, NULL);
+  hetccl_hier_plan_t plan;
+  ncclResult_t res = eager_plan(comm, op.fn, &plan);
+  if (res == ncclSuccess) res = hetccl_hier_host_begin(comm, &op, &stage);
+  if (res == ncclSuccess) res = launch(comm, &op, how, ALL_SLOTS, NULL, &plan);
   if (!failed(res) && stage) res = hetccl_hier_host_return(comm, stage);
   if (!failed(res) && stage) res = finish(comm, op.fn, stage);
   return res;
@@ -458,14 +389,18 @@ typedef struct hetccl_hier_deferred {
   int on_device;              /* of which kind of memory (its sendbuf's) */
   ncclResult_t res;
   struct hetccl_hier_deferred *next;
+  hetccl_hier_plan_t plan;       /* built at slot 0, run slot by slot */
+  hetccl_hier_phase_t phases[]; /* hetccl_hier_plan_cap of them */
 } deferred_t;
 
 ncclResult_t hetccl_hier_defer(ncclComm_t comm, const hetccl_op_t *op, hetccl_form_how_t how) {
-  deferred_t *d = malloc(sizeof(*d));
+  int cap = hetccl_hier_plan_cap(comm, op->kind);
+  deferred_t *d = malloc(sizeof(*d) + (size_t)cap * sizeof(hetccl_hier_phase_t));
   if (!d) {
     WARN("%s: out of memory", op->fn);
     return ncclSystemError;
   }
+  hetccl_hier_plan_init(&d->plan, d->phases, cap);
   d->comm = comm;
   d->op = *op;
   d->op.config = NULL;
@@ -533,7 +468,7 @@ ncclResult_t hetccl_hier_run_deferred(int drop) {
     ncclResult_t res = hetccl_group_open();
     for (deferred_t *d = head; d && res == ncclSuccess; d = d->next) {
       hetccl_comm_enter(d->comm);
-      d->res = launch(d->comm, &d->op, d->how, slot, d->scratch);
+      d->res = launch(d->comm, &d->op, d->how, slot, d->scratch, &d->plan);
       hetccl_comm_leave(d->comm);
       if (failed(d->res)) res = d->res;
     }
