@@ -118,14 +118,14 @@ static unsigned hier_conditions(ncclComm_t comm, const hetccl_op_t *op) {
   return have;
 }
 
+/* Without a task, what the call alone says; with one, what the task says
+ * (the call's rows were walked already: route.h). */
 static unsigned conditions(ncclComm_t comm, const hetccl_op_t *op, const hetccl_task_t *t) {
   if (hetccl_backend_of(comm) == &hetccl_backend_forward) return NEED_FORWARDED;
-  unsigned have = comm->hier.enabled && comm->hier.map ? hier_conditions(comm, op) : 0;
-  if (t) {
-    have |= NEED_TASK;
-    if (hetccl_dataplane_takes(comm, t)) have |= NEED_PLANE;
-    if (t->stage_send || t->stage_recv || t->device_direct) have |= NEED_DEVICE;
-  }
+  if (!t) return comm->hier.enabled && comm->hier.map ? hier_conditions(comm, op) : 0;
+  unsigned have = NEED_TASK;
+  if (hetccl_dataplane_takes(comm, t)) have |= NEED_PLANE;
+  if (t->stage_send || t->stage_recv || t->device_direct) have |= NEED_DEVICE;
   return have;
 }
 
@@ -143,7 +143,9 @@ hetccl_route_t hetccl_route_walk(ncclComm_t comm, const hetccl_op_t *op, const h
   for (int i = 0; i < NRULES; i++) {
     const rule_t *r = &rules[i];
     if (!(r->kinds & kind)) continue;
-    if ((r->need & NEED_TASK) && !t) break; /* the engine's task decides from here */
+    int task_row = (r->need & NEED_TASK) != 0;
+    if (!t && task_row) break; /* the engine's task decides from here */
+    if (t && !task_row) continue; /* walked already, without the task */
     if (r->need & ~have) continue;
     if (HETCCL_LOG_ENABLED(HETCCL_LOG_INFO, HETCCL_COLL)) say(comm, op, r);
     return (hetccl_route_t){r->form, r->how};

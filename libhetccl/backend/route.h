@@ -80,8 +80,10 @@ typedef struct hetccl_route {
   hetccl_form_how_t how;
 } hetccl_route_t;
 
-/* The table's answer for op on an engine communicator (t: op's task, or
- * NULL before it is made), said where it is a form. */
+/* The table's answer for op on an engine communicator, said where it is a
+ * form. t NULL: the rows the call alone decides; t, op's task, made after
+ * that walk answered HETCCL_ROUTE_NEEDS_TASK: the task's rows only, so
+ * the call's conditions (the rails predicates) are not read twice. */
 hetccl_route_t hetccl_route_walk(ncclComm_t comm, const hetccl_op_t *op, const hetccl_task_t *t);
 
 /* Say the forwarded row for op on comm. */
