@@ -225,7 +225,8 @@ def check_async(comm) -> dict:
 
 
 def check_capture(comm) -> dict:
-    """Graph capture of an engine operation is refused, not half-recorded."""
+    """Graph capture where a host rank is in the communicator is refused,
+    with the reason, not half-recorded (the host rank makes no call)."""
     if MODE != "cuda":
         return {}
     b = Buf(1024, FLOAT32, np.ones(1024, np.float32))
@@ -237,7 +238,7 @@ def check_capture(comm) -> dict:
     except RuntimeError:  # an empty capture may be reported; the return code is the point
         pass
     err = (LIB.ncclGetLastError(comm) or b"").decode()
-    return {"capture_refused": rc == INVALID_USAGE and "graph" in err}
+    return {"capture_refused": rc == INVALID_USAGE and "graph" in err and "host rank" in err}
 
 
 def bench(comm) -> dict:

@@ -112,6 +112,13 @@ static ncclResult_t place(ncclComm_t comm, const hetccl_op_t *op) {
   hetccl_task_t *t;
   HETCCL_CHECK(hetccl_enqueue_task_make(comm, op, &t));
   t->form = hetccl_route(comm, op, t).form;
+  if (t->captured) {
+    ncclResult_t res = hetccl_dataplane_capture_check(comm, op->fn, t);
+    if (res != ncclSuccess) {
+      free(t);
+      return res;
+    }
+  }
   return hetccl_enqueue_task(comm, t);
 }
 

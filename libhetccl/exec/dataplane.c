@@ -64,14 +64,20 @@ static void wire_fail(void *ctx, ncclResult_t res) {
 
 static ncclResult_t barrier(void *ctx) { return hetccl_bootstrap_barrier(ctx); }
 
+/* The plane's guard saw a failure while graphs may replay (plane/capture.c). */
+static void plane_failed(void *ctx, ncclResult_t res) { hetccl_comm_set_error(ctx, res); }
+
 /* Whether every rank that passes device buffers can reduce on its device
  * (asked here, not at every init: only a communicator with a plane loads a
- * runtime compiler). *first is the first that cannot. */
+ * runtime compiler). *first is the first that cannot; *host_rank the
+ * first rank with no device runtime on the plane, -1 for none. */
+enum { CAN_REDUCE = 1, GPU_RANK = 2 };
 static ncclResult_t all_reduce_on_device(ncclComm_t comm, const hetccl_runtime_t *rt, int *all,
-                                         int *first) {
+                                         int *first, int *host_rank) {
   char why[256] = "";
-  int32_t mine = !rt || rt->reduce_available(why, sizeof(why));
-  if (!mine)
+  int32_t mine = (!rt || rt->reduce_available(why, sizeof(why)) ? CAN_REDUCE : 0) |
+                 (rt ? GPU_RANK : 0);
+  if (!(mine & CAN_REDUCE))
     INFO(HETCCL_INIT, "rank %d: no device reductions here: %s", comm->rank, why);
   int32_t *can = calloc((size_t)comm->nranks, sizeof(*can));
   if (!can) {
@@ -80,8 +86,11 @@ static ncclResult_t all_reduce_on_device(ncclComm_t comm, const hetccl_runtime_t
   }
   ncclResult_t res = hetccl_bootstrap_allgather(comm->boot.links, &mine, can, sizeof(mine));
   *all = 1;
-  for (int r = 0; r < comm->nranks && res == ncclSuccess && *all; r++)
-    if (!can[r]) *all = 0, *first = r;
+  *host_rank = -1;
+  for (int r = 0; r < comm->nranks && res == ncclSuccess; r++) {
+    if (!(can[r] & CAN_REDUCE) && *all) *all = 0, *first = r;
+    if (!(can[r] & GPU_RANK) && *host_rank < 0) *host_rank = r;
+  }
   free(can);
   return res;
 }
@@ -106,8 +115,8 @@ ncclResult_t hetccl_dataplane_setup(ncclComm_t comm) {
     unsigned need = HETCCL_RT_CAP_STREAMS | HETCCL_RT_CAP_HOST_REGISTER;
     if (rt && (rt->caps & need) != need) rt = NULL;
   }
-  int slow = -1, reduces = 0;
-  HETCCL_CHECK(all_reduce_on_device(comm, rt, &reduces, &slow));
+  int slow = -1, reduces = 0, host_rank = -1;
+  HETCCL_CHECK(all_reduce_on_device(comm, rt, &reduces, &slow, &host_rank));
   hetccl_plane_args_t args = {
       .rank = comm->rank, .nranks = n, .comm_id = comm->comm_id, .pids = comm->dataplane.pids,
       .user_ranks = comm->user_ranks, .rt = rt, .dev = comm->dev,
@@ -128,7 +137,10 @@ ncclResult_t hetccl_dataplane_setup(ncclComm_t comm) {
       .lane_streams = (int)hetccl_knob_int(HETCCL_KNOB_PLANE_LANE_STREAMS),
       .copied = &comm->engine.copied[HETCCL_COPIED_PLANE],
       .barrier = barrier,
-      .barrier_ctx = comm->boot.links};
+      .barrier_ctx = comm->boot.links,
+      .host_rank = host_rank,
+      .on_failure = plane_failed,
+      .failure_ctx = comm};
   hetccl_plane_t *p = NULL;
   ncclResult_t mine = hetccl_plane_create(&args, &p);
   /* Everyone, or no one: a rank that could not make it says so. */
@@ -163,6 +175,28 @@ int hetccl_dataplane_takes(ncclComm_t comm, const hetccl_task_t *t) {
   if (t->kind == HETCCL_TASK_COLL && hetccl_func_reduces(t->coll.func) && !comm->dataplane.reduces)
     return 0;
   return 1;
+}
+
+ncclResult_t hetccl_dataplane_capture_check(ncclComm_t comm, const char *fn,
+                                            const hetccl_task_t *t) {
+  char why[256];
+  if (t->form == HETCCL_FORM_PLANE) {
+    if (hetccl_plane_capturable(comm->dataplane.plane, why, sizeof(why))) return ncclSuccess;
+  } else if (!comm->dataplane.plane) {
+    snprintf(why, sizeof(why), "this communicator has no data plane (HETCCL_PLANE=off, or it "
+             "could not be made: see the init log), so its device buffers are staged by "
+             "hetccl's engine, which a graph cannot replay");
+  } else if (t->kind == HETCCL_TASK_COLL && hetccl_func_reduces(t->coll.func) &&
+             !comm->dataplane.reduces) {
+    snprintf(why, sizeof(why), "a rank of this communicator cannot reduce on its device (see "
+             "its log), so its reductions are staged by hetccl's engine, which a graph cannot "
+             "replay");
+  } else {
+    snprintf(why, sizeof(why), "this call is staged by hetccl's engine, which a graph cannot "
+             "replay");
+  }
+  WARN("%s: stream %p is being captured into a graph, and %s", fn, t->stream, why);
+  return ncclInvalidUsage;
 }
 
 hetccl_task_t *hetccl_dataplane_split(ncclComm_t comm, hetccl_task_t **tasks) {

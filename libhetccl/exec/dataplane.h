@@ -33,6 +33,12 @@ ncclResult_t hetccl_dataplane_setup(ncclComm_t comm);
  * (t->form), which hetccl_dataplane_split reads. */
 int hetccl_dataplane_takes(ncclComm_t comm, const hetccl_task_t *t);
 
+/* Task t's stream is being captured into a graph (t->captured): fine
+ * where the plane takes t and its programs can be captured
+ * (plane/capture.c); else a WARN naming why and ncclInvalidUsage. */
+ncclResult_t hetccl_dataplane_capture_check(ncclComm_t comm, const char *fn,
+                                            const hetccl_task_t *t);
+
 /* Take the plane tasks (t->form) out of *tasks (call order kept; the
  * rest stay). */
 hetccl_task_t *hetccl_dataplane_split(ncclComm_t comm, hetccl_task_t **tasks);

@@ -152,13 +152,12 @@ static ncclResult_t classify_buffers(ncclComm_t comm, const char *fn, const void
     t->stage_device = 1;
   }
   if (!t->stage_send && !t->stage_recv && !t->device_direct) return ncclSuccess;
+  /* Only the data plane can be captured: the route decides, then
+   * hetccl_dataplane_capture_check refuses what it did not take. */
   int capturing = 0;
   HETCCL_CHECK(rt->stream_capturing(stream, &capturing));
-  if (capturing) {
-    WARN("%s: stream %p is being captured into a graph, and this communicator spans several "
-         "islands: hetccl's engine cannot be captured yet", fn, stream);
-    return ncclInvalidUsage;
-  }
+  t->captured = (uint8_t)capturing;
+  (void)fn;
   return ncclSuccess;
 }
 

@@ -41,6 +41,9 @@ typedef struct hetccl_task {
    * or puts it back on host staging, clearing this, if the block is not
    * reached). */
   uint8_t stage_device;
+  /* Its stream is being captured into a graph: only the data plane may
+   * take it (exec/dataplane.h, hetccl_dataplane_capture_check). */
+  uint8_t captured;
   size_t in_bytes, out_bytes;
   /* Where it runs, as the route decided once the buffers were classified
    * (backend/route.h): HETCCL_FORM_PLANE (the data plane's share),

@@ -131,32 +131,51 @@ static ncclResult_t write_to(hetccl_plane_t *p, void *st, const plane_chan_t *c,
 /* The counters of step s's pieces, a wide one's too (plane_impl.h): its
  * piece is in (the last slot's produced), its slots are free (each one's
  * consumed), it has been read (each consumed set), it has been written
- * (the last produced set). */
+ * (the last produced set).
+ *
+ * A captured program's step (s->graph) treats them as mailboxes instead
+ * (capture.c): produced[slot] is 1 while the slot holds a piece, consumed
+ * [slot] 1 while it is free, and whoever takes the state it waited for
+ * clears it; its pieces are never wide. */
 static ncclResult_t wait_arrived(hetccl_plane_t *p, void *st, const plane_step_t *s) {
-  plane_chan_t *in = &p->in[s->in];
+  plane_chan_t *in = s->ic;
   uint64_t last = s->in_q + s->span - 1;
+  if (s->graph) {
+    HETCCL_CHECK(wait_on(p, st, in, plane_produced(p, in, last), 1));
+    return write_to(p, st, in, plane_produced(p, in, last), 0);
+  }
   return wait_on(p, st, in, plane_produced(p, in, last), last + 1);
 }
 
 static ncclResult_t wait_free(hetccl_plane_t *p, void *st, const plane_step_t *s) {
-  plane_chan_t *out = &p->out[s->out];
+  plane_chan_t *out = s->oc;
   uint64_t slots = (uint64_t)p->a.slots;
+  if (s->graph) {
+    HETCCL_CHECK(wait_on(p, st, out, plane_consumed(p, out, s->out_q), 1));
+    return write_to(p, st, out, plane_consumed(p, out, s->out_q), 0);
+  }
   for (uint64_t q = s->out_q; q < s->out_q + s->span; q++)
     if (q + 1 > slots) HETCCL_CHECK(wait_on(p, st, out, plane_consumed(p, out, q), q + 1 - slots));
   return ncclSuccess;
 }
 
 static ncclResult_t mark_read(hetccl_plane_t *p, void *st, const plane_step_t *s) {
-  plane_chan_t *in = &p->in[s->in];
+  plane_chan_t *in = s->ic;
   for (uint64_t q = s->in_q; q < s->in_q + s->span; q++)
-    HETCCL_CHECK(write_to(p, st, in, plane_consumed(p, in, q), q + 1));
+    HETCCL_CHECK(write_to(p, st, in, plane_consumed(p, in, q), s->graph ? 1 : q + 1));
   return ncclSuccess;
 }
 
 static ncclResult_t mark_written(hetccl_plane_t *p, void *st, const plane_step_t *s) {
-  plane_chan_t *out = &p->out[s->out];
+  plane_chan_t *out = s->oc;
   uint64_t last = s->out_q + s->span - 1;
-  return write_to(p, st, out, plane_produced(p, out, last), last + 1);
+  if (!s->graph) return write_to(p, st, out, plane_produced(p, out, last), last + 1);
+  HETCCL_CHECK(write_to(p, st, out, plane_produced(p, out, last), 1));
+  if (!out->dep_used) return ncclSuccess;
+  /* a step of this program waits for this piece (wait_dep): counted from
+   * the program's start, so that every replay counts alike */
+  volatile uint64_t *d = plane_gdep(p, s->out, last);
+  return p->a.rt->stream_write_counter(st, d, plane_gdep_dev(p, d), last - out->prog_base + 1);
 }
 
 /* This rank's split-path counters for channel `in` (plane_impl.h). */
@@ -204,8 +223,11 @@ static ncclResult_t chan_stage(hetccl_plane_t *p, plane_chan_t *c, int split, vo
 void plane_stages_free(hetccl_plane_t *p) {
   int saved = -1;
   char busid[32];
-  for (int q = 0; q < p->a.nranks && p->in; q++) {
-    char **stages[2] = {&p->in[q].stage, &p->in[q].split_stage};
+  for (int k = 0; k < 2 * p->a.nranks; k++) {
+    int q = k % p->a.nranks;
+    plane_chan_t *c = k < p->a.nranks ? (p->in ? &p->in[q] : NULL) : (p->gin ? &p->gin[q] : NULL);
+    if (!c) continue;
+    char **stages[2] = {&c->stage, &c->split_stage};
     for (int i = 0; i < 2; i++) {
       if (!*stages[i]) continue;
       if (saved < 0 && p->a.rt->current_device(&saved, busid, sizeof(busid)) == ncclSuccess &&
@@ -213,7 +235,7 @@ void plane_stages_free(hetccl_plane_t *p) {
         (void)p->a.rt->set_device(p->a.dev);
       (void)p->a.rt->mem_free(*stages[i]);
       *stages[i] = NULL;
-      if (i == 1) p->in[q].arrive = NULL;
+      if (i == 1) c->arrive = NULL;
     }
   }
   if (saved >= 0 && saved != p->a.dev) (void)p->a.rt->set_device(saved);
@@ -228,7 +250,7 @@ void plane_stages_free(hetccl_plane_t *p) {
  * from the slot by a copy enqueued here, or the slot itself. */
 static ncclResult_t reduce_operand(hetccl_plane_t *p, const plane_step_t *s, void *st,
                                    const void **operand) {
-  const plane_chan_t *in = &p->in[s->in];
+  const plane_chan_t *in = s->ic;
   if (!in->stage || s->bytes < STAGE_MIN_BYTES) {
     *operand = plane_slot_dev(p, in, s->in_q);
     return ncclSuccess;
@@ -253,7 +275,7 @@ static unsigned reduce_flags(const plane_step_t *s) {
 
 static ncclResult_t reduce_with(hetccl_plane_t *p, const plane_step_t *s, const void *slot,
                                 size_t count, void *st) {
-  void *dst = s->dst ? s->dst : plane_slot_dev(p, &p->out[s->out], s->out_q);
+  void *dst = s->dst ? s->dst : plane_slot_dev(p, s->oc, s->out_q);
   if (s->swap)
     return p->a.rt->reduce_async(s->op, dst, slot, s->src, count, reduce_flags(s), st);
   return p->a.rt->reduce_async(s->op, dst, s->src, slot, count, reduce_flags(s), st);
@@ -262,7 +284,7 @@ static ncclResult_t reduce_with(hetccl_plane_t *p, const plane_step_t *s, const 
 /* ahead: load the kernel only. */
 static ncclResult_t reduce_step(hetccl_plane_t *p, const plane_step_t *s, void *st, int ahead) {
   const void *slot = NULL;
-  if (ahead) return reduce_with(p, s, plane_slot_dev(p, &p->in[s->in], s->in_q), 0, st);
+  if (ahead) return reduce_with(p, s, plane_slot_dev(p, s->ic, s->in_q), 0, st);
   HETCCL_CHECK(reduce_operand(p, s, st, &slot));
   return reduce_with(p, s, slot, s->bytes / hetccl_dtype_size(s->op->dtype), st);
 }
@@ -272,7 +294,8 @@ static ncclResult_t reduce_step(hetccl_plane_t *p, const plane_step_t *s, void *
  * ring's middle steps) has nothing to gain, as the next rank waits for it
  * anyway. */
 static int split_path(const hetccl_plane_t *p, const plane_step_t *s) {
-  return s->kind == STEP_REDUCE && s->dst && s->out < 0 && p->stage_pieces > 0 &&
+  /* (a captured program's counters cannot carry the split path's numbers) */
+  return s->kind == STEP_REDUCE && s->dst && s->out < 0 && p->stage_pieces > 0 && !s->graph &&
          s->bytes >= STAGE_MIN_BYTES; /* stage_pieces is 0 without reduce_copy (plane.c) */
 }
 
@@ -280,6 +303,11 @@ static int split_path(const hetccl_plane_t *p, const plane_step_t *s) {
  * s->dep_out is in its slot (plane_impl.h), if s asks it. */
 static ncclResult_t wait_dep(hetccl_plane_t *p, void *st, const plane_step_t *s) {
   if (s->dep_out < 0) return ncclSuccess;
+  if (s->graph) { /* this rank's own count of the piece (mark_written) */
+    volatile uint64_t *c = plane_gdep(p, s->dep_out, s->dep_q - 1);
+    uint64_t value = s->dep_q - p->gout[s->dep_out].prog_base;
+    return p->a.rt->stream_wait_counter(st, c, plane_gdep_dev(p, c), value);
+  }
   plane_chan_t *d = &p->out[s->dep_out];
   return wait_on(p, st, d, plane_produced(p, d, s->dep_q - 1), s->dep_q);
 }
@@ -314,8 +342,7 @@ static ncclResult_t enqueue_step(hetccl_plane_t *p, const plane_step_t *s, void 
                                  int resident) {
   const hetccl_runtime_t *rt = p->a.rt;
   if (rst && split_path(p, s)) return enqueue_split(p, s, st, resident ? NULL : rst);
-  plane_chan_t *in = s->in >= 0 ? &p->in[s->in] : NULL;
-  plane_chan_t *out = s->out >= 0 ? &p->out[s->out] : NULL;
+  plane_chan_t *in = s->ic, *out = s->oc;
   if (in) HETCCL_CHECK(wait_arrived(p, st, s));
   if (out) HETCCL_CHECK(wait_free(p, st, s));
   HETCCL_CHECK(wait_dep(p, st, s));
@@ -534,7 +561,7 @@ static ncclResult_t load_kernels(hetccl_plane_t *p, const plane_prog_t *prog, vo
       for (int i = 0; i < ph->lanes[l].n; i++) {
         const plane_step_t *s = &ph->lanes[l].steps[i];
         if (s->kind == STEP_REDUCE)
-          HETCCL_CHECK(chan_stage(p, &p->in[s->in], lanes && split_path(p, s), stream));
+          HETCCL_CHECK(chan_stage(p, s->ic, lanes && split_path(p, s), stream));
         int kind = s->kind == STEP_REDUCE ? (int)s->flags * 2 + s->swap
                    : s->kind == STEP_SEND && s->op && s->op->premul ? -2
                                                                    : -1;

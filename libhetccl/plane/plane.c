@@ -35,6 +35,8 @@ ncclResult_t hetccl_plane_create(const hetccl_plane_args_t *args, hetccl_plane_t
   }
   p->a = *args;
   pthread_mutex_init(&p->bridge_lock, NULL);
+  pthread_mutex_init(&p->guard_lock, NULL);
+  pthread_cond_init(&p->guard_cond, NULL);
   p->nlanes = 1 + 2 * n;
   p->lane_streams = args->lane_streams > 0 ? args->lane_streams : 1;
   while (args->slots % p->lane_streams) p->lane_streams--;
@@ -158,6 +160,7 @@ void hetccl_plane_fail(hetccl_plane_t *p, ncclResult_t code) {
     }
   }
   release_all(p);
+  plane_capture_release(p);
 }
 
 /* A peer that marked one of our channels failed. */
@@ -183,6 +186,17 @@ ncclResult_t plane_check(hetccl_plane_t *p, int64_t since_ns) {
     WARN("plane: rank %d: this communicator failed earlier", me);
     return (ncclResult_t)p->failed;
   }
+  HETCCL_CHECK(plane_peers_check(p, &p->last_peer_check_ns));
+  if (since_ns >= 0 && plane_now_ns() - since_ns > (int64_t)p->a.timeout_ms * 1000000LL) {
+    WARN("plane: rank %d: no progress from its peers for %d s (HETCCL_TIMEOUT)", me,
+         p->a.timeout_ms / 1000);
+    return ncclTimeout;
+  }
+  return ncclSuccess;
+}
+
+ncclResult_t plane_peers_check(hetccl_plane_t *p, int64_t *last_ns) {
+  int me = plane_user_rank(p, p->a.rank);
   if (__atomic_load_n(p->a.abort_flag, __ATOMIC_ACQUIRE)) {
     WARN("plane: rank %d: operation aborted (ncclCommAbort)", me);
     return ncclInvalidUsage;
@@ -194,8 +208,8 @@ ncclResult_t plane_check(hetccl_plane_t *p, int64_t since_ns) {
     return code == ncclInvalidUsage ? ncclInvalidUsage : ncclRemoteError;
   }
   int64_t now = plane_now_ns();
-  if (now - p->last_peer_check_ns > PEER_CHECK_NS) {
-    p->last_peer_check_ns = now;
+  if (now - *last_ns > PEER_CHECK_NS) {
+    *last_ns = now;
     for (int q = 0; q < p->a.nranks; q++) {
       /* a rank of another host is watched by its connection (bridge.c) */
       if (q == p->a.rank || plane_remote(p, q) || kill(p->a.pids[q], 0) == 0 || errno != ESRCH)
@@ -205,11 +219,6 @@ ncclResult_t plane_check(hetccl_plane_t *p, int64_t since_ns) {
       return ncclRemoteError;
     }
   }
-  if (since_ns >= 0 && now - since_ns > (int64_t)p->a.timeout_ms * 1000000LL) {
-    WARN("plane: rank %d: no progress from its peers for %d s (HETCCL_TIMEOUT)", me,
-         p->a.timeout_ms / 1000);
-    return ncclTimeout;
-  }
   return ncclSuccess;
 }
 
@@ -218,9 +227,12 @@ ncclResult_t plane_check(hetccl_plane_t *p, int64_t since_ns) {
 ncclResult_t hetccl_plane_launch(hetccl_plane_t *p, const hetccl_plane_task_t *tasks, int ntasks,
                                  void *stream, hetccl_plane_watch_fn watch, void *watch_ctx) {
   if (p->failed) return plane_check(p, -1);
+  int capturing = 0;
+  HETCCL_CHECK(p->a.rt->stream_capturing(stream, &capturing));
+  if (capturing) return plane_capture_launch(p, tasks, ntasks, stream);
   HETCCL_CHECK(plane_streams_create(p));
   plane_prog_t prog;
-  HETCCL_CHECK(plane_prog_build(p, tasks, ntasks, &prog));
+  HETCCL_CHECK(plane_prog_build(p, tasks, ntasks, 0, &prog));
   /* The watch first: enqueueing may block (a stand-in runtime that runs
    * each operation as it is enqueued, a stream whose queue is full) until
    * the bridges have moved pieces of this very program. */
@@ -280,7 +292,7 @@ ncclResult_t hetccl_plane_run_host(hetccl_plane_t *p, const hetccl_plane_task_t 
                                    int ntasks) {
   if (p->failed) return plane_check(p, -1);
   plane_prog_t prog;
-  ncclResult_t res = plane_prog_build(p, tasks, ntasks, &prog);
+  ncclResult_t res = plane_prog_build(p, tasks, ntasks, 0, &prog);
   if (res == ncclSuccess) {
     res = plane_exec_host(p, &prog);
     plane_prog_free(&prog);
@@ -315,6 +327,7 @@ void hetccl_plane_destroy(hetccl_plane_t *p) {
   }
   if (p->lane_stream) plane_streams_destroy(p);
   if (p->gpu) plane_stages_free(p);
+  plane_capture_destroy(p);
   for (int q = 0; q < p->a.nranks && p->out; q++) {
     plane_chan_close(p, &p->out[q]);
     plane_chan_close(p, &p->in[q]);
@@ -325,5 +338,7 @@ void hetccl_plane_destroy(hetccl_plane_t *p) {
   free(p->in);
   free(p->scratch);
   pthread_mutex_destroy(&p->bridge_lock);
+  pthread_mutex_destroy(&p->guard_lock);
+  pthread_cond_destroy(&p->guard_cond);
   free(p);
 }

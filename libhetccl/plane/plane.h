@@ -128,6 +128,13 @@ typedef struct hetccl_plane_args {
   /* A barrier over every rank (the caller's bootstrap). */
   ncclResult_t (*barrier)(void *ctx);
   void *barrier_ctx;
+  /* The first rank that is not a GPU rank (its CPU moves its pieces), -1
+   * when every rank is one: only then may programs be captured. */
+  int host_rank;
+  /* The plane failed on a thread of its own (capture.c's guard, while
+   * graphs may replay): the communicator learns it here. */
+  void (*on_failure)(void *ctx, ncclResult_t res);
+  void *failure_ctx;
 } hetccl_plane_args_t;
 
 /* Collective over all ranks (calls args->barrier): create this rank's
@@ -164,9 +171,17 @@ typedef ncclResult_t (*hetccl_plane_watch_fn)(void *ctx, hetccl_plane_ticket_t t
 /* Enqueue tasks (one communicator's share of a group, call order; buffers
  * in device memory) on `stream` and return at once; `watch` is asked to
  * start the program's watch first. On an error nothing of it was enqueued
- * except what the failure releases. */
+ * except what the failure releases.
+ *
+ * A stream being captured into a graph takes a captured program instead
+ * (plane/capture.c: its own channels, whose counters each replay moves on
+ * the device; no watch). */
 ncclResult_t hetccl_plane_launch(hetccl_plane_t *p, const hetccl_plane_task_t *tasks, int ntasks,
                                  void *stream, hetccl_plane_watch_fn watch, void *watch_ctx);
+
+/* Can this rank's programs be captured into a graph? 0, with why (naming
+ * the reason for the user) where they cannot. */
+int hetccl_plane_capturable(const hetccl_plane_t *p, char *why, size_t len);
 
 /* Wait (bounded, see above) until the stream has passed the program and its
  * bridged pieces have crossed; moves the bridges meanwhile, so it runs on

@@ -94,10 +94,19 @@ typedef struct plane_chan {
   /* A channel to a rank of another host: its segment is this process's
    * own memory and this moves its pieces (bridge.c); NULL for a shared one. */
   plane_bridge_t *bridge;
+  /* A channel of captured programs (capture.c): the numbering when the
+   * program being enqueued began (set at its build, read at its enqueue),
+   * and whether a step of it waits for this channel's pieces (dep_out). */
+  uint64_t prog_base;
+  int dep_used;
 } plane_chan_t;
 
 ncclResult_t plane_chan_create(hetccl_plane_t *p, int dst, plane_chan_t *c);
 ncclResult_t plane_chan_open(hetccl_plane_t *p, int src, plane_chan_t *c);
+/* Channel src -> dst of captured programs (capture.c), a segment of its
+ * own whose counters start as mailboxes (every slot free): made by the
+ * first of its two ranks to need it, opened by the other (channel.c). */
+ncclResult_t plane_chan_graph(hetccl_plane_t *p, int src, int dst, plane_chan_t *c);
 ncclResult_t plane_chan_register(hetccl_plane_t *p, plane_chan_t *c);
 void plane_chan_close(hetccl_plane_t *p, plane_chan_t *c);
 
@@ -133,11 +142,13 @@ typedef enum {
 typedef struct plane_step {
   uint8_t kind;
   uint8_t swap;            /* REDUCE: the slot is the first operand */
+  uint8_t graph;           /* a captured program's: its channels are mailboxes (capture.c) */
   /* Pieces this step numbers on each of its channels: 1, or 2 for a wide
    * piece (in_q and in_q + 1, out_q and out_q + 1; program.c). */
   uint8_t span;
   uint16_t flags;          /* REDUCE: HETCCL_REDUCE_SCALE_A / _B / FINISH */
   int32_t in, out;         /* peer rank of the channel read / written; -1: none */
+  plane_chan_t *ic, *oc;   /* those channels (the plane's, or its captured programs') */
   uint64_t in_q, out_q;
   const void *src;         /* SEND / COPY source; REDUCE local operand */
   void *dst;
@@ -169,15 +180,18 @@ typedef struct plane_phase {
 
 typedef struct plane_prog {
   plane_phase_t *head, *tail;
+  int graph;               /* built for a capture: on the captured programs' channels */
   hetccl_redop_t *ops;     /* the reductions steps point to (one per task) */
   int nops;
   uint64_t bridge_end;     /* plane_bridge_mark after the build */
 } plane_prog_t;
 
 /* Number the pieces of tasks and lay them out as phases: collectives one
- * phase each in call order, then every send and receive in one phase. */
+ * phase each in call order, then every send and receive in one phase.
+ * graph: on the channels of captured programs (p->gout, p->gin), a slot a
+ * piece. */
 ncclResult_t plane_prog_build(hetccl_plane_t *p, const hetccl_plane_task_t *tasks, int ntasks,
-                              plane_prog_t *prog);
+                              int graph, plane_prog_t *prog);
 void plane_prog_free(plane_prog_t *prog);
 
 /* --- executors --------------------------------------------------------------------- */
@@ -196,6 +210,24 @@ ncclResult_t plane_exec_host(hetccl_plane_t *p, const plane_prog_t *prog);
  * failed; else the error (logged once, naming who). `since_ns` is when a
  * counter this rank waits on last moved, for the timeout. */
 ncclResult_t plane_check(hetccl_plane_t *p, int64_t since_ns);
+/* The same without the timeout, for a thread other than the one that
+ * drives the communicator: *last_ns is that caller's own time of its last
+ * look at the peers' processes. */
+ncclResult_t plane_peers_check(hetccl_plane_t *p, int64_t *last_ns);
+
+/* --- captured programs (capture.c) ----------------------------------------------------- */
+
+/* Enqueue tasks on `stream`, which is being captured into a graph. */
+ncclResult_t plane_capture_launch(hetccl_plane_t *p, const hetccl_plane_task_t *tasks,
+                                  int ntasks, void *stream);
+/* Every mailbox of the captured programs' channels released (failure). */
+void plane_capture_release(hetccl_plane_t *p);
+/* Stop the guard, close the channels (destroy). */
+void plane_capture_destroy(hetccl_plane_t *p);
+/* The local counters of captured programs' waits on their own pieces:
+ * channel to rank q, slot s. */
+static inline volatile uint64_t *plane_gdep(const hetccl_plane_t *p, int q, uint64_t s);
+static inline void *plane_gdep_dev(const hetccl_plane_t *p, volatile uint64_t *host);
 int64_t plane_now_ns(void);
 
 /* --- the plane ---------------------------------------------------------------------- */
@@ -239,6 +271,19 @@ struct hetccl_plane {
   int bridges;
   pthread_mutex_t bridge_lock;
   uint64_t bridge_seq;
+  /* captured programs (capture.c): their channels (nranks each, mapped
+   * when a capture first uses them), this rank's local counters for their
+   * waits on its own pieces (nranks x PLANE_MAX_SLOTS, mapped host memory,
+   * and their device view), and the guard thread that watches the peers
+   * while graphs may replay */
+  plane_chan_t *gout, *gin;
+  volatile uint64_t *gdep;
+  char *gdep_dev;
+  pthread_t guard;
+  int guard_started;
+  pthread_mutex_t guard_lock;
+  pthread_cond_t guard_cond;
+  int guard_stop;
 };
 
 /* Is rank r on another host than this rank (its channels bridged)? */
@@ -280,6 +325,13 @@ static inline volatile uint64_t *plane_reduced(const hetccl_plane_t *p, int q) {
 }
 static inline void *plane_ctr_dev(const hetccl_plane_t *p, volatile uint64_t *host) {
   return p->ctr_dev + ((const char *)host - (const char *)p->ctr);
+}
+
+static inline volatile uint64_t *plane_gdep(const hetccl_plane_t *p, int q, uint64_t s) {
+  return p->gdep + (size_t)q * PLANE_MAX_SLOTS + s % (uint64_t)p->a.slots;
+}
+static inline void *plane_gdep_dev(const hetccl_plane_t *p, volatile uint64_t *host) {
+  return p->gdep_dev + ((const char *)host - (const char *)p->gdep);
 }
 
 /* Name rank r as the user does. */

@@ -41,6 +41,8 @@ typedef struct builder {
   plane_phase_t *ph;
   size_t piece;     /* bytes */
   int rank, n;
+  int graph;        /* a captured program's (capture.c) */
+  plane_chan_t *out, *in; /* the channels it numbers on: the plane's or the captured ones */
 } builder_t;
 
 static ncclResult_t phase_open(builder_t *b, plane_prog_t *prog) {
@@ -72,14 +74,15 @@ static plane_step_t *emit(builder_t *b, int l, const plane_step_t *s) {
   plane_step_t *t = &lane->steps[lane->n++];
   *t = *s;
   t->span = t->bytes > b->p->a.piece ? 2 : 1; /* a wide piece (plane_impl.h) */
-  if (t->out >= 0) t->out_q = b->p->out[t->out].next, b->p->out[t->out].next += t->span;
-  if (t->in >= 0) t->in_q = b->p->in[t->in].next, b->p->in[t->in].next += t->span;
+  t->graph = (uint8_t)b->graph;
+  t->oc = t->out >= 0 ? &b->out[t->out] : NULL;
+  t->ic = t->in >= 0 ? &b->in[t->in] : NULL;
+  if (t->oc) t->out_q = t->oc->next, t->oc->next += t->span;
+  if (t->ic) t->in_q = t->ic->next, t->ic->next += t->span;
   /* A piece that crosses to another host: its bridge learns its size. */
-  if (t->out >= 0 && b->p->out[t->out].bridge &&
-      plane_bridge_queue(b->p, &b->p->out[t->out], t->out_q, t->bytes) != ncclSuccess)
+  if (t->oc && t->oc->bridge && plane_bridge_queue(b->p, t->oc, t->out_q, t->bytes) != ncclSuccess)
     return NULL;
-  if (t->in >= 0 && b->p->in[t->in].bridge &&
-      plane_bridge_queue(b->p, &b->p->in[t->in], t->in_q, t->bytes) != ncclSuccess)
+  if (t->ic && t->ic->bridge && plane_bridge_queue(b->p, t->ic, t->in_q, t->bytes) != ncclSuccess)
     return NULL;
   return t;
 }
@@ -352,7 +355,7 @@ static ncclResult_t direct_alltoall(builder_t *b, const hetccl_coll_t *c) {
   int inplace = c->sendbuf == c->recvbuf;
   for (int q = 1; q < b->n; q++) {
     int p = mod(b->rank + q, b->n);
-    uint64_t first = b->p->out[p].next;
+    uint64_t first = b->out[p].next;
     HETCCL_CHECK(send_to(b, p, AT(c->sendbuf, (size_t)p * blk), blk));
     HETCCL_CHECK(recv_from(b, p, AT(c->recvbuf, (size_t)p * blk), blk, inplace, first));
   }
@@ -392,7 +395,7 @@ static ncclResult_t direct_scatter(builder_t *b, const hetccl_coll_t *c) {
  * same bytes in flight; small messages keep more pieces to overlap. */
 static void pieces_for(builder_t *b, size_t bytes) {
   size_t slot = b->p->a.piece;
-  b->piece = b->p->wide_min && bytes >= b->p->wide_min ? 2 * slot : slot;
+  b->piece = b->p->wide_min && !b->graph && bytes >= b->p->wide_min ? 2 * slot : slot;
 }
 
 static ncclResult_t build_coll(builder_t *b, const hetccl_coll_t *c) {
@@ -460,9 +463,15 @@ static ncclResult_t build_p2p(builder_t *b, const hetccl_plane_task_t *tasks, in
 }
 
 ncclResult_t plane_prog_build(hetccl_plane_t *p, const hetccl_plane_task_t *tasks, int ntasks,
-                              plane_prog_t *prog) {
+                              int graph, plane_prog_t *prog) {
   memset(prog, 0, sizeof(*prog));
-  builder_t b = {.p = p, .piece = p->a.piece, .rank = p->a.rank, .n = p->a.nranks};
+  builder_t b = {.p = p, .piece = p->a.piece, .rank = p->a.rank, .n = p->a.nranks,
+                 .graph = graph, .out = graph ? p->gout : p->out, .in = graph ? p->gin : p->in};
+  prog->graph = graph;
+  for (int q = 0; graph && q < p->a.nranks; q++) {
+    p->gout[q].prog_base = p->gout[q].next;
+    p->gout[q].dep_used = 0;
+  }
   ncclResult_t res = ncclSuccess;
   int p2p = 0;
   for (int i = 0; i < ntasks && res == ncclSuccess; i++) {

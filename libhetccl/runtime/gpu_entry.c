@@ -31,7 +31,9 @@ static int gpu_fill(hetccl_gpu_t *g, void *h, const char *name) {
   const hetccl_gpu_vendor_t *v = g->vendor;
   const hetccl_gpu_sym_t shared[] = {
 #define SHARED_SYM(slot, ret, params, cuda, hip) {v->calls.slot, (void **)&g->api.slot, 0},
-      HETCCL_GPU_API(SHARED_SYM)
+#define OPTIONAL_SYM(slot, ret, params, cuda, hip) {v->calls.slot, (void **)&g->api.slot, 1},
+      HETCCL_GPU_API(SHARED_SYM) HETCCL_GPU_API_OPTIONAL(OPTIONAL_SYM)
+#undef OPTIONAL_SYM
 #undef SHARED_SYM
   };
   if (!hetccl_gpu_take(h, shared, sizeof(shared) / sizeof(shared[0]), name, g->why,
@@ -210,6 +212,12 @@ ncclResult_t hetccl_gpu_stream_capturing(hetccl_gpu_t *g, void *stream, int *cap
   return ncclSuccess;
 }
 
+ncclResult_t hetccl_gpu_capture_mode_exchange(hetccl_gpu_t *g, int *mode) {
+  HETCCL_CHECK(hetccl_gpu_need(g, "capture_mode_exchange"));
+  if (!g->api.thread_exchange_stream_capture_mode) return ncclSuccess; /* no modes to relax */
+  return HETCCL_GPU_CALL(g, thread_exchange_stream_capture_mode, mode);
+}
+
 ncclResult_t hetccl_gpu_event_query(hetccl_gpu_t *g, void *event, int *done) {
   HETCCL_CHECK(hetccl_gpu_need(g, "event_query"));
   int err = g->api.event_query(event);
@@ -242,6 +250,15 @@ static ncclResult_t counter_op(hetccl_gpu_t *g, void *stream, volatile uint64_t 
     if (!fallback) return res;
   }
   HETCCL_CHECK(hetccl_gpu_need(g, name));
+  /* A graph would replay the host function's job, which is freed when it
+   * has run once. */
+  int capturing = 0;
+  HETCCL_CHECK(hetccl_gpu_stream_capturing(g, stream, &capturing));
+  if (capturing) {
+    WARN("%s: %s is not available here, and a stream being captured into a graph cannot take "
+         "the host function that stands in for it", v->tag, name);
+    return ncclInvalidUsage;
+  }
   void *job = hetccl_gpu_counter_job(host, value, write);
   if (!job) {
     WARN("%s: %s: out of memory", v->tag, name);

@@ -79,9 +79,16 @@
     cudaDeviceGetStreamPriorityRange, hipDeviceGetStreamPriorityRange)                            \
   X(stream_destroy, int, (void *stream), cudaStreamDestroy, hipStreamDestroy)
 
+/* The same for calls a runtime may lack (older ones): NULL then, and the
+ * slot that uses one says what it does without. */
+#define HETCCL_GPU_API_OPTIONAL(X)                                                                \
+  X(thread_exchange_stream_capture_mode, int, (int *mode), cudaThreadExchangeStreamCaptureMode,   \
+    hipThreadExchangeStreamCaptureMode)
+
 typedef struct hetccl_gpu_api {
 #define HETCCL_GPU_API_FIELD(slot, ret, params, cuda, hip) ret(*slot) params;
   HETCCL_GPU_API(HETCCL_GPU_API_FIELD)
+  HETCCL_GPU_API_OPTIONAL(HETCCL_GPU_API_FIELD)
 #undef HETCCL_GPU_API_FIELD
 } hetccl_gpu_api_t;
 
@@ -91,12 +98,14 @@ typedef struct hetccl_gpu_api {
 typedef struct hetccl_gpu_names {
 #define HETCCL_GPU_NAME_FIELD(slot, ret, params, cuda, hip) const char *slot;
   HETCCL_GPU_API(HETCCL_GPU_NAME_FIELD)
+  HETCCL_GPU_API_OPTIONAL(HETCCL_GPU_NAME_FIELD)
 #undef HETCCL_GPU_NAME_FIELD
 } hetccl_gpu_names_t;
 
 #define HETCCL_GPU_NAME_CUDA(slot, ret, params, cuda, hip) .slot = #cuda,
 #define HETCCL_GPU_NAME_HIP(slot, ret, params, cuda, hip) .slot = #hip,
-#define HETCCL_GPU_NAMES(vendor) {HETCCL_GPU_API(HETCCL_GPU_NAME_##vendor)}
+#define HETCCL_GPU_NAMES(vendor)                                                                  \
+  {HETCCL_GPU_API(HETCCL_GPU_NAME_##vendor) HETCCL_GPU_API_OPTIONAL(HETCCL_GPU_NAME_##vendor)}
 
 typedef struct hetccl_gpu hetccl_gpu_t;
 
@@ -189,6 +198,7 @@ ncclResult_t hetccl_gpu_mem_kind_answer(hetccl_mem_kind_t k, int ordinal, hetccl
     (dst, src, bytes, stream))                                                                    \
   X(rt, g, stream_sync, (void *stream), (stream))                                                 \
   X(rt, g, stream_capturing, (void *stream, int *capturing), (stream, capturing))                 \
+  X(rt, g, capture_mode_exchange, (int *mode), (mode))                                            \
   X(rt, g, event_create, (void **event), (event))                                                 \
   X(rt, g, event_destroy, (void *event), (event))                                                 \
   X(rt, g, event_record, (void *event, void *stream), (event, stream))                            \

@@ -108,6 +108,11 @@ static ncclResult_t host_stream_capturing(void *stream, int *capturing) {
   return ncclSuccess;
 }
 
+static ncclResult_t host_capture_mode_exchange(int *mode) {
+  (void)mode;
+  return ncclSuccess;
+}
+
 /* No events, streams or mapped memory: a host rank's "device" work is
  * finished when the call returns, so there is nothing to wait on. */
 HETCCL_RT_UNSUPPORTED_STUB(host, event_create, (void **event))
@@ -142,6 +147,7 @@ const hetccl_runtime_t hetccl_runtime_host = {
     .memcpy_async = host_memcpy_async,
     .stream_sync = host_stream_sync,
     .stream_capturing = host_stream_capturing,
+    .capture_mode_exchange = host_capture_mode_exchange,
     .event_create = host_event_create,
     .event_destroy = host_event_destroy,
     .event_record = host_event_record,

@@ -110,6 +110,15 @@ typedef ncclResult_t (*hetccl_rt_stream_sync_fn)(void *stream);
 /* Is stream being captured into a graph (then nothing may wait on the
  * host for it)? */
 typedef ncclResult_t (*hetccl_rt_stream_capturing_fn)(void *stream, int *capturing);
+/* While a stream of the process is captured in the runtime's global mode,
+ * the runtime refuses, on threads in that mode, calls that could disturb
+ * the capture (allocation, registration, stream creation, module loads).
+ * Sets the calling thread's mode to *mode and returns its former one
+ * there (cudaThreadExchangeStreamCaptureMode): HETCCL_RT_CAPTURE_RELAXED
+ * lets lazy set-up run during a capture, and exchanging again gives the
+ * thread its mode back. A runtime without capture modes does nothing. */
+typedef ncclResult_t (*hetccl_rt_capture_mode_exchange_fn)(int *mode);
+#define HETCCL_RT_CAPTURE_RELAXED 2 /* cudaStreamCaptureModeRelaxed, hipStreamCaptureModeRelaxed */
 
 /* HETCCL_RT_CAP_STREAMS: what staging device buffers through host memory
  * needs (core/devpath.c). */
@@ -253,6 +262,7 @@ typedef struct hetccl_runtime {
   hetccl_rt_memcpy_async_fn memcpy_async;
   hetccl_rt_stream_sync_fn stream_sync;
   hetccl_rt_stream_capturing_fn stream_capturing;
+  hetccl_rt_capture_mode_exchange_fn capture_mode_exchange;
   /* HETCCL_RT_CAP_STREAMS */
   hetccl_rt_event_create_fn event_create;
   hetccl_rt_event_destroy_fn event_destroy;
@@ -280,7 +290,8 @@ typedef struct hetccl_runtime {
 #define HETCCL_RT_SLOTS(X)                                                     \
   X(available) X(in_use) X(describe) X(current_device) X(set_device)           \
   X(mem_kind) X(mem_alloc) X(mem_free) X(host_alloc) X(host_free)              \
-  X(memcpy_async) X(stream_sync) X(stream_capturing) X(event_create)           \
+  X(memcpy_async) X(stream_sync) X(stream_capturing) X(capture_mode_exchange)  \
+  X(event_create)                                                              \
   X(event_destroy) X(event_record) X(event_query) X(stream_wait_event)         \
   X(host_alloc_mapped) X(stream_wait_counter) X(stream_write_counter)          \
   X(stream_create) X(stream_destroy) X(host_register) X(host_unregister)       \
