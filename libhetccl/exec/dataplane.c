@@ -69,15 +69,12 @@ static void plane_failed(void *ctx, ncclResult_t res) { hetccl_comm_set_error(ct
 
 /* Whether every rank that passes device buffers can reduce on its device
  * (asked here, not at every init: only a communicator with a plane loads a
- * runtime compiler). *first is the first that cannot; *host_rank the
- * first rank with no device runtime on the plane, -1 for none. */
-enum { CAN_REDUCE = 1, GPU_RANK = 2 };
+ * runtime compiler). *first is the first that cannot. */
 static ncclResult_t all_reduce_on_device(ncclComm_t comm, const hetccl_runtime_t *rt, int *all,
-                                         int *first, int *host_rank) {
+                                         int *first) {
   char why[256] = "";
-  int32_t mine = (!rt || rt->reduce_available(why, sizeof(why)) ? CAN_REDUCE : 0) |
-                 (rt ? GPU_RANK : 0);
-  if (!(mine & CAN_REDUCE))
+  int32_t mine = !rt || rt->reduce_available(why, sizeof(why));
+  if (!mine)
     INFO(HETCCL_INIT, "rank %d: no device reductions here: %s", comm->rank, why);
   int32_t *can = calloc((size_t)comm->nranks, sizeof(*can));
   if (!can) {
@@ -86,11 +83,8 @@ static ncclResult_t all_reduce_on_device(ncclComm_t comm, const hetccl_runtime_t
   }
   ncclResult_t res = hetccl_bootstrap_allgather(comm->boot.links, &mine, can, sizeof(mine));
   *all = 1;
-  *host_rank = -1;
-  for (int r = 0; r < comm->nranks && res == ncclSuccess; r++) {
-    if (!(can[r] & CAN_REDUCE) && *all) *all = 0, *first = r;
-    if (!(can[r] & GPU_RANK) && *host_rank < 0) *host_rank = r;
-  }
+  for (int r = 0; r < comm->nranks && res == ncclSuccess && *all; r++)
+    if (!can[r]) *all = 0, *first = r;
   free(can);
   return res;
 }
@@ -116,7 +110,11 @@ ncclResult_t hetccl_dataplane_setup(ncclComm_t comm) {
     if (rt && (rt->caps & need) != need) rt = NULL;
   }
   int slow = -1, reduces = 0, host_rank = -1;
-  HETCCL_CHECK(all_reduce_on_device(comm, rt, &reduces, &slow, &host_rank));
+  HETCCL_CHECK(all_reduce_on_device(comm, rt, &reduces, &slow));
+  /* A rank that presents itself as a host rank passes host buffers, which
+   * its CPU moves: no graph can replay that (plane/capture.c). */
+  for (int r = 0; r < n && host_rank < 0; r++)
+    if (comm->boot.peers[r].dev_kind == HETCCL_DEV_HOST) host_rank = r;
   hetccl_plane_args_t args = {
       .rank = comm->rank, .nranks = n, .comm_id = comm->comm_id, .pids = comm->dataplane.pids,
       .user_ranks = comm->user_ranks, .rt = rt, .dev = comm->dev,

@@ -128,8 +128,9 @@ typedef struct hetccl_plane_args {
   /* A barrier over every rank (the caller's bootstrap). */
   ncclResult_t (*barrier)(void *ctx);
   void *barrier_ctx;
-  /* The first rank that is not a GPU rank (its CPU moves its pieces), -1
-   * when every rank is one: only then may programs be captured. */
+  /* The first rank that presents itself as a host rank (its CPU moves
+   * its pieces, HETCCL_DEVICE=host included), -1 when there is none:
+   * only then may programs be captured. */
   int host_rank;
   /* The plane failed on a thread of its own (capture.c's guard, while
    * graphs may replay): the communicator learns it here. */
