@@ -57,10 +57,12 @@ def real_hip() -> Optional[str]:
 
 
 def start_ranks(tmp_path: Path, envs: List[Dict[str, str]],
-                own_host: tuple = (), share_gpu: bool = False) -> List[dict]:
+                own_host: tuple = (), share_gpu: bool = False,
+                script: Path = RANK_PY) -> List[dict]:
     """One process per entry of envs (added to this environment); each
-    returns the dict hip_rank.py prints. Ranks in own_host run as hosts of
-    their own (`unshare --ipc`: hetccl's host identity differs). Ranks
+    returns the dict its rank script (`script`, hip_rank.py unless given)
+    prints. Ranks in own_host run as hosts of their own (`unshare --ipc`:
+    hetccl's host identity differs). Ranks
     that load the same stand-in runtimes select a device each, in rank
     order (T_GPU), as a job of one GPU per rank does; `share_gpu`: they
     all stay on the stand-in's default device."""
@@ -75,7 +77,7 @@ def start_ranks(tmp_path: Path, envs: List[Dict[str, str]],
              "T_ID_FILE": str(tmp_path / "id"), "HETCCL_CONNECT_TIMEOUT": "30", **gpu, **extra}
             for rank, (gpu, extra) in enumerate(zip(gpus, envs))]
     prefixes = [["unshare", "--ipc"] if r in own_host else [] for r in range(len(envs))]
-    return run_ranks(RANK_PY, full, TIMEOUT, prefixes=prefixes)
+    return run_ranks(script, full, TIMEOUT, prefixes=prefixes)
 
 
 # --- whatever HIP this machine has ---------------------------------------------
