@@ -64,6 +64,23 @@ static void wire_fail(void *ctx, ncclResult_t res) {
 
 static ncclResult_t barrier(void *ctx) { return hetccl_bootstrap_barrier(ctx); }
 
+/* Does another rank of comm drive this rank's GPU (same host, same bus
+ * id)? The processes' contexts then take turns on the GPU, and a kernel
+ * that waits for the other's copies (the split path's resident kernel)
+ * holds the GPU through its whole turn: two processes on one H200 took
+ * 2 ms for an all_reduce of 1-16 MiB with the split path, 0.17-0.53 ms
+ * without it (docs/measurements.md, "Graphs across islands"). */
+static int gpu_shared(ncclComm_t comm) {
+  const hetccl_peer_info_t *me = &comm->boot.peers[comm->rank];
+  if (!me->bus_id[0]) return 0;
+  for (int r = 0; r < comm->nranks; r++) {
+    const hetccl_peer_info_t *q = &comm->boot.peers[r];
+    if (r != comm->rank && q->host_hash == me->host_hash && !strcmp(q->bus_id, me->bus_id))
+      return 1;
+  }
+  return 0;
+}
+
 /* The plane's guard saw a failure while graphs may replay (plane/capture.c). */
 static void plane_failed(void *ctx, ncclResult_t res) { hetccl_comm_set_error(ctx, res); }
 
@@ -115,6 +132,13 @@ ncclResult_t hetccl_dataplane_setup(ncclComm_t comm) {
    * its CPU moves: no graph can replay that (plane/capture.c). */
   for (int r = 0; r < n && host_rank < 0; r++)
     if (comm->boot.peers[r].dev_kind == HETCCL_DEV_HOST) host_rank = r;
+  size_t stage_bytes = (size_t)hetccl_knob_int(HETCCL_KNOB_PLANE_STAGE);
+  if (rt && stage_bytes && !hetccl_knob_is_set(HETCCL_KNOB_PLANE_STAGE) && gpu_shared(comm)) {
+    stage_bytes = 0;
+    INFO(HETCCL_INIT, "rank %d: another rank of this communicator drives this GPU too: "
+         "reductions stay on the copy lane (no split path; HETCCL_PLANE_STAGE sets it)",
+         comm->rank);
+  }
   hetccl_plane_args_t args = {
       .rank = comm->rank, .nranks = n, .comm_id = comm->comm_id, .pids = comm->dataplane.pids,
       .user_ranks = comm->user_ranks, .rt = rt, .dev = comm->dev,
@@ -130,7 +154,7 @@ ncclResult_t hetccl_dataplane_setup(ncclComm_t comm) {
                      HETCCL_KNOB_PLANE_REDUCE_READ_copy,
       .urgent_streams = hetccl_knob_enum(HETCCL_KNOB_PLANE_PRIORITY) ==
                         HETCCL_KNOB_PLANE_PRIORITY_high,
-      .stage_bytes = (size_t)hetccl_knob_int(HETCCL_KNOB_PLANE_STAGE),
+      .stage_bytes = stage_bytes,
       .resident_blocks = (unsigned)hetccl_knob_int(HETCCL_KNOB_PLANE_RESIDENT),
       .lane_streams = (int)hetccl_knob_int(HETCCL_KNOB_PLANE_LANE_STREAMS),
       .copied = &comm->engine.copied[HETCCL_COPIED_PLANE],
