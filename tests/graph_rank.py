@@ -24,7 +24,12 @@ T_GRAPH, the scenario:
              capture ended, then the AllReduce eagerly;
   host       with a host rank in the communicator: the HIP ranks' AllGather
              under capture (refused), the capture ended; then every rank's
-             AllGather eagerly (a host rank does only that).
+             AllGather eagerly (a host rank does only that);
+  abort      an AllGather captured and replayed once; then rank 1 aborts
+             its communicator (ncclCommAbort) and exits, and rank 0 replays
+             3 more times, each replay timed ("abort_replay_s"), and reads
+             its communicator's async error ("async_error") and last error
+             ("async_message").
 Inputs depend on the call, the replay (or eager run) and the rank, and
 every output is set to -1 before each run, so that a run that writes
 nothing is seen. The rank says what it did, a line at a time, and after
@@ -338,6 +343,41 @@ def refused(comm, hip: Optional[Hip], out: dict, call: str) -> None:
     case.check("eager after the refusal", 2, out["wrong"])
 
 
+def after_abort(comm, hip: Hip, out: dict) -> None:
+    """A replay after the peer aborted must end (undefined outputs), and
+    the communicator must say why."""
+    import time
+    keep: List[np.ndarray] = []
+    case, s = Case(comm, hip, ["allgather"], COUNT, keep), hip.stream()
+    try:
+        graph = capture(hip, s, lambda: case.issue(s))
+    except NcclError as e:
+        return _failed(out, "capture", comm, e)
+    exec_ = hip.instantiate(graph)
+    case.prepare(1)
+    hip.launch(exec_, s)
+    case.check("replay before the abort", 1, out["wrong"])
+    say("replay before the abort done")
+    if RANK == 1:
+        comm.abort()
+        print("RESULT " + json.dumps({**out, "aborted": True}), flush=True)
+        os._exit(0)
+    time.sleep(0.5)
+    out["abort_replay_s"] = []
+    for it in range(3):
+        t0 = time.monotonic()
+        hip.launch(exec_, s)
+        out["abort_replay_s"].append(round(time.monotonic() - t0, 3))
+        say(f"replay {it} after the abort done")
+    try:
+        comm.check_async_error()
+        out["async_error"] = 0
+    except NcclError as e:
+        out["async_error"] = e.name
+    out["async_message"] = _comm_error(comm)
+    hip.destroy(exec_, graph)
+
+
 def main() -> dict:
     hip = Hip(PRELOAD.split(":")[0]) if PRELOAD else None
     try:
@@ -356,6 +396,8 @@ def main() -> dict:
         refused(comm, hip, out, "allreduce")
     elif scenario == "host":
         refused(comm, hip, out, "allgather")
+    elif scenario == "abort":
+        after_abort(comm, hip, out)
     else:
         raise ValueError(f"T_GRAPH={scenario!r}")
     if hip is not None:

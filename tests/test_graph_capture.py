@@ -135,3 +135,20 @@ def test_capture_with_a_host_rank_is_refused(tmp_path: Path, fakes: Dict[str, Pa
             assert CAPTURED in msg and "host rank" in msg, f"rank {rank}: {ref}"
     assert results[2]["refusals"] == [], results[2]
     _all_right(results, 0)
+
+
+@pytest.mark.timeout(TIMEOUT)
+def test_replay_after_the_peer_aborted_ends_with_the_error(tmp_path: Path,
+                                                          fakes: Dict[str, Path]) -> None:
+    """Rank 1 aborts its communicator after one replay; rank 0's replays
+    after that end (the guard thread sees the failure mark and releases the
+    mailboxes, again as each replay clears them) instead of waiting forever
+    (the stand-in would wait 60 s per wait), and the async error says so."""
+    results = _run(tmp_path, [_hip(fakes, "abort", HETCCL_PLANE_PIECE="4096",
+                                   HETCCL_PLANE_SLOTS="4", T_COUNT="8192")] * 2)
+    assert results[1].get("aborted"), results[1]
+    r0 = results[0]
+    assert r0["wrong"] == [] and r0["errors"] == [], r0
+    assert len(r0["abort_replay_s"]) == 3 and max(r0["abort_replay_s"]) < 10, r0
+    assert r0["async_error"] not in (0, None), r0
+    assert "gave up" in r0["async_message"] or "aborted" in r0["async_message"], r0
