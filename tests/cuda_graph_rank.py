@@ -1,6 +1,6 @@
-"""One rank of tests/test_cuda_graph.py: collectives and send/recv between two
-islands (two processes on one GPU, which hetccl serves on its data plane,
-never NCCL) captured into CUDA graphs and replayed.
+"""One rank of tests/test_cuda_graph.py: collectives and send/recv between
+islands (two processes on one GPU, three in mode three, which hetccl serves
+on its data plane, never NCCL) captured into CUDA graphs and replayed.
 
 The library is driven as vLLM's pynccl wrapper drives NCCL: libhetccl.so
 opened with ctypes, each function's argtypes declared, ncclUniqueId (128
@@ -12,14 +12,17 @@ float32, so every result is checked exactly (torch.equal).
 Environment:
   T_LIB           path of libhetccl.so (mode dist: what LD_PRELOAD names; the
                   rank checks that torch's calls are bound to it)
-  T_RANK, T_NRANKS  this rank, the number of ranks (the test runs 2)
+  T_RANK, T_NRANKS  this rank, the number of ranks (the test runs 2; 3 for
+                  mode three)
   T_ID_FILE       rank 0 writes the 128-byte unique id there, others read it;
                   mode refuse also passes rank 0's capture outcome beside it
                   (T_ID_FILE + ".capture")
-  T_MODE          capture     scenario 1: all_reduce 4 MiB, all_gather,
-                              reduce_scatter, broadcast (root 0) and a
-                              send/recv pair in a group, captured in one
-                              graph; T_REPLAYS replays with new inputs, every
+  T_MODE          capture     scenario 1: all_reduce 4 MiB, all_reduce
+                              1 MiB in place, all_gather, reduce_scatter,
+                              broadcast (root 0), AlltoAll in place (blocks
+                              of just over one 4 MiB piece) and a send/recv
+                              pair in a group, captured in one graph;
+                              T_REPLAYS replays with new inputs, every
                               output checked; every 10th iteration the same
                               calls eagerly on other tensors, before or after
                               the replay, with no synchronisation between
@@ -40,10 +43,25 @@ Environment:
                               (ncclInvalidUsage, "captured into a graph" in
                               ncclGetLastError(comm)); rank 1 makes no call
                               for it; both then make one eager all_reduce
-                  cpu         scenario 1's calls eagerly on CPU tensors (host
+                  three       scenario 6, T_NRANKS=3 (three processes on
+                              cuda:0): all_reduce 1 MiB, all_reduce 64 KiB in
+                              place, reduce (root 1), all_gather,
+                              reduce_scatter, broadcast (root 2), AlltoAll
+                              out of place and in place, Gather (root 0),
+                              Scatter (root 1) and a ring of send/recv in a
+                              group, odd counts for most, captured in one
+                              graph; T_REPLAYS replays with new inputs, every
+                              output checked on every rank (a rooted call's
+                              where it is defined: Reduce's and Gather's on
+                              their root); every 5th iteration the same calls
+                              eagerly on other tensors, before or after the
+                              replay, with no synchronisation between
+                  cpu         scenario 1's calls (and mode three's when
+                              T_NRANKS >= 3) eagerly on CPU tensors (host
                               ranks, no GPU): how the script itself is checked
                               on a machine without one; not used by the test
-  T_REPLAYS       mode capture's replays (default 100)
+  T_REPLAYS       mode capture's replays (default 100), mode three's
+                  (default 30)
   T_ROUNDS        mode two_graphs' rounds (default 30)
   T_CAPTURE_MODE  torch.cuda.graph's capture_error_mode (default "global",
                   torch's default; "thread_local" is NCCL's advice for
@@ -134,6 +152,18 @@ EXPORTED = [
     Function("ncclBroadcast", ncclResult_t,
              [buffer_type, buffer_type, ctypes.c_size_t, ncclDataType_t, ctypes.c_int,
               ncclComm_t, cudaStream_t]),
+    Function("ncclReduce", ncclResult_t,
+             [buffer_type, buffer_type, ctypes.c_size_t, ncclDataType_t, ncclRedOp_t,
+              ctypes.c_int, ncclComm_t, cudaStream_t]),
+    Function("ncclAlltoAll", ncclResult_t,
+             [buffer_type, buffer_type, ctypes.c_size_t, ncclDataType_t, ncclComm_t,
+              cudaStream_t]),
+    Function("ncclGather", ncclResult_t,
+             [buffer_type, buffer_type, ctypes.c_size_t, ncclDataType_t, ctypes.c_int,
+              ncclComm_t, cudaStream_t]),
+    Function("ncclScatter", ncclResult_t,
+             [buffer_type, buffer_type, ctypes.c_size_t, ncclDataType_t, ctypes.c_int,
+              ncclComm_t, cudaStream_t]),
     Function("ncclSend", ncclResult_t,
              [buffer_type, ctypes.c_size_t, ncclDataType_t, ctypes.c_int, ncclComm_t,
               cudaStream_t]),
@@ -219,6 +249,23 @@ class Communicator:
         return self.fn["ncclBroadcast"](ptr(send), ptr(recv), recv.numel(), NCCL_FLOAT32, root,
                                         self.comm, self.stream(recv))
 
+    def reduce(self, send: torch.Tensor, recv: torch.Tensor, root: int) -> int:
+        return self.fn["ncclReduce"](ptr(send), ptr(recv), send.numel(), NCCL_FLOAT32, NCCL_SUM,
+                                     root, self.comm, self.stream(send))
+
+    def all_to_all(self, send: torch.Tensor, recv: torch.Tensor) -> int:
+        """ncclAlltoAll: count is what goes to each rank (recv holds N blocks)."""
+        return self.fn["ncclAlltoAll"](ptr(send), ptr(recv), recv.numel() // N, NCCL_FLOAT32,
+                                       self.comm, self.stream(send))
+
+    def gather(self, send: torch.Tensor, recv: torch.Tensor, root: int) -> int:
+        return self.fn["ncclGather"](ptr(send), ptr(recv), send.numel(), NCCL_FLOAT32, root,
+                                     self.comm, self.stream(send))
+
+    def scatter(self, send: torch.Tensor, recv: torch.Tensor, root: int) -> int:
+        return self.fn["ncclScatter"](ptr(send), ptr(recv), recv.numel(), NCCL_FLOAT32, root,
+                                      self.comm, self.stream(recv))
+
     def send(self, t: torch.Tensor, peer: int) -> int:
         return self.fn["ncclSend"](ptr(t), t.numel(), NCCL_FLOAT32, peer, self.comm,
                                    self.stream(t))
@@ -289,20 +336,26 @@ def keep(bad: List[dict], found: List[Optional[dict]]) -> None:
 
 
 class CollSet:
-    """Scenario 1's calls over buffers of their own: 4 MiB all_reduce,
-    all_gather, reduce_scatter (sum), broadcast from rank 0, and a send to
-    the next rank with a receive from the previous one in one group. The
-    counts other than the all_reduce's are odd on purpose."""
+    """Scenario 1's calls over buffers of their own: 4 MiB all_reduce, 1 MiB
+    all_reduce in place, all_gather, reduce_scatter (sum), broadcast from
+    rank 0, AlltoAll in place, and a send to the next rank with a receive
+    from the previous one in one group. The counts other than the
+    all_reduces' are odd on purpose; the AlltoAll's blocks are just over
+    one data-plane piece (4 MiB by default), so each block's receive waits
+    until both pieces of its send have left (the in-place waits)."""
 
     AR, AG, RS, BC, SR = 1 << 20, (1 << 18) + 5, (1 << 18) + 3, (1 << 18) + 1, (1 << 18) + 7
+    ARI, A2A = 1 << 18, (1 << 20) + 5  # in place; A2A: elements per rank
 
     def __init__(self, comm: Communicator, dev: torch.device, salt: int):
         self.comm, self.dev, self.salt = comm, dev, salt
         e = lambda n: torch.empty(n, dtype=torch.float32, device=dev)  # noqa: E731
         self.ar_in, self.ar_out = e(self.AR), e(self.AR)
+        self.ari = e(self.ARI)
         self.ag_in, self.ag_out = e(self.AG), e(self.AG * N)
         self.rs_in, self.rs_out = e(self.RS * N), e(self.RS)
         self.bc_in, self.bc_out = e(self.BC), e(self.BC)
+        self.a2a = e(self.A2A * N)
         self.sr_in, self.sr_out = e(self.SR), e(self.SR)
 
     def _p(self, count: int, rank: int, it: int, k: int) -> torch.Tensor:
@@ -315,6 +368,8 @@ class CollSet:
         self.rs_in.copy_(self._p(self.RS * N, RANK, it, 2))
         self.bc_in.copy_(self._p(self.BC, RANK, it, 3))
         self.sr_in.copy_(self._p(self.SR, RANK, it, 4))
+        self.ari.copy_(self._p(self.ARI, RANK, it, 5))
+        self.a2a.copy_(self._p(self.A2A * N, RANK, it, 6))
         for t in (self.ar_out, self.ag_out, self.rs_out, self.bc_out, self.sr_out):
             t.fill_(-1)
 
@@ -328,9 +383,11 @@ class CollSet:
                 failed.append({"call": what, "rc": rc, "error": c.last_error()})
 
         call("ncclAllReduce", c.all_reduce(self.ar_in, self.ar_out))
+        call("ncclAllReduce(in place)", c.all_reduce(self.ari, self.ari))
         call("ncclAllGather", c.all_gather(self.ag_in, self.ag_out))
         call("ncclReduceScatter", c.reduce_scatter(self.rs_in, self.rs_out))
         call("ncclBroadcast", c.broadcast(self.bc_in, self.bc_out, 0))
+        call("ncclAlltoAll(in place)", c.all_to_all(self.a2a, self.a2a))
         call("ncclGroupStart", c.group_start())
         call("ncclSend", c.send(self.sr_in, (RANK + 1) % N))
         call("ncclRecv", c.recv(self.sr_out, (RANK - 1) % N))
@@ -339,15 +396,21 @@ class CollSet:
 
     def check(self, it: int, tag: str) -> List[Optional[dict]]:
         """Every output against what the ranks' inputs of `it` give (call
-        after the work is done)."""
+        after the work is done; the in-place calls' from the patterns that
+        fill() put in their buffers before the call, never from the buffers)."""
         p = self._p
         ar = sum(p(self.AR, r, it, 0) for r in range(N))
+        ari = sum(p(self.ARI, r, it, 5) for r in range(N))
         ag = torch.cat([p(self.AG, r, it, 1) for r in range(N)])
         rs = sum(p(self.RS * N, r, it, 2) for r in range(N))[RANK * self.RS:(RANK + 1) * self.RS]
+        a2a = torch.cat([p(self.A2A * N, r, it, 6)[RANK * self.A2A:(RANK + 1) * self.A2A]
+                         for r in range(N)])
         return [mismatch(f"{tag}/all_reduce", it, self.ar_out, ar),
+                mismatch(f"{tag}/all_reduce_inplace", it, self.ari, ari),
                 mismatch(f"{tag}/all_gather", it, self.ag_out, ag),
                 mismatch(f"{tag}/reduce_scatter", it, self.rs_out, rs),
                 mismatch(f"{tag}/broadcast", it, self.bc_out, p(self.BC, 0, it, 3)),
+                mismatch(f"{tag}/alltoall_inplace", it, self.a2a, a2a),
                 mismatch(f"{tag}/recv", it, self.sr_out, p(self.SR, (RANK - 1) % N, it, 4))]
 
 
@@ -382,6 +445,129 @@ class SecondSet:
         ag = torch.cat([pattern(self.AG, r, it, self.salt + 1, self.dev) for r in range(N)])
         return [mismatch(f"{tag}/all_reduce_inplace_1KiB", it, self.ar, ar),
                 mismatch(f"{tag}/all_gather_64MiB", it, self.ag_out, ag)]
+
+
+class ThreeSet:
+    """Mode three's calls (written for any N >= 3; the roots are ranks 0, 1
+    and 2) over buffers of their own: all_reduce 1 MiB out of place and
+    64 KiB in place, reduce (sum) to rank 1, all_gather, reduce_scatter
+    (sum), broadcast from rank 2, AlltoAll out of place and in place, Gather
+    to rank 0, Scatter from rank 1, and a send to the next rank with a
+    receive from the previous one in one group. Most counts are odd, so that
+    the rings' chunks are uneven; the in-place AlltoAll's blocks are just
+    over one data-plane piece (4 MiB by default), so each block's receive
+    waits for both pieces of its send. Every rank has every buffer; a rooted
+    call's buffers that only the root uses are filled on every rank all the
+    same, and only the outputs that are defined are checked."""
+
+    AR, ARI = 1 << 18, 1 << 14             # all_reduce; in place
+    RD, RD_ROOT = (1 << 16) + 3, 1         # reduce
+    AG = 4099                              # all_gather, per rank
+    RS = (1 << 15) + 1                     # reduce_scatter, per rank
+    BC, BC_ROOT = (1 << 16) + 5, 2         # broadcast
+    A2A, A2AI = 4099, (1 << 20) + 3        # AlltoAll per rank; in place
+    GA, GA_ROOT = 4101, 0                  # Gather, per rank
+    SC, SC_ROOT = (1 << 14) + 3, 1         # Scatter, per rank
+    SR = (1 << 16) + 7                     # send/recv ring
+
+    def __init__(self, comm: Communicator, dev: torch.device, salt: int):
+        if N < 3:
+            raise RuntimeError(f"mode three's calls need 3 ranks or more, not {N}")
+        self.comm, self.dev, self.salt = comm, dev, salt
+        e = lambda n: torch.empty(n, dtype=torch.float32, device=dev)  # noqa: E731
+        self.ar_in, self.ar_out = e(self.AR), e(self.AR)
+        self.ari = e(self.ARI)
+        self.rd_in, self.rd_out = e(self.RD), e(self.RD)
+        self.ag_in, self.ag_out = e(self.AG), e(self.AG * N)
+        self.rs_in, self.rs_out = e(self.RS * N), e(self.RS)
+        self.bc_in, self.bc_out = e(self.BC), e(self.BC)
+        self.a2a_in, self.a2a_out = e(self.A2A * N), e(self.A2A * N)
+        self.a2ai = e(self.A2AI * N)
+        self.ga_in, self.ga_out = e(self.GA), e(self.GA * N)
+        self.sc_in, self.sc_out = e(self.SC * N), e(self.SC)
+        self.sr_in, self.sr_out = e(self.SR), e(self.SR)
+
+    def _p(self, count: int, rank: int, it: int, k: int) -> torch.Tensor:
+        return pattern(count, rank, it, self.salt + k, self.dev)
+
+    def fill(self, it: int) -> None:
+        """New inputs for iteration `it` (the in-place calls' buffers
+        included), outputs set to -1 (stream order)."""
+        for t, k in ((self.ar_in, 0), (self.ari, 1), (self.rd_in, 2), (self.ag_in, 3),
+                     (self.rs_in, 4), (self.bc_in, 5), (self.a2a_in, 6), (self.a2ai, 7),
+                     (self.ga_in, 8), (self.sc_in, 9), (self.sr_in, 10)):
+            t.copy_(self._p(t.numel(), RANK, it, k))
+        for t in (self.ar_out, self.rd_out, self.ag_out, self.rs_out, self.bc_out,
+                  self.a2a_out, self.ga_out, self.sc_out, self.sr_out):
+            t.fill_(-1)
+
+    def issue(self) -> List[dict]:
+        """The calls on the current stream; the failed ones (none when all is
+        well), not raised, so that a capture is always ended."""
+        c, failed = self.comm, []
+
+        def call(what: str, rc: int) -> None:
+            if rc != NCCL_SUCCESS:
+                failed.append({"call": what, "rc": rc, "error": c.last_error()})
+
+        call("ncclAllReduce", c.all_reduce(self.ar_in, self.ar_out))
+        call("ncclAllReduce(in place)", c.all_reduce(self.ari, self.ari))
+        call("ncclReduce", c.reduce(self.rd_in, self.rd_out, self.RD_ROOT))
+        call("ncclAllGather", c.all_gather(self.ag_in, self.ag_out))
+        call("ncclReduceScatter", c.reduce_scatter(self.rs_in, self.rs_out))
+        call("ncclBroadcast", c.broadcast(self.bc_in, self.bc_out, self.BC_ROOT))
+        call("ncclAlltoAll", c.all_to_all(self.a2a_in, self.a2a_out))
+        call("ncclAlltoAll(in place)", c.all_to_all(self.a2ai, self.a2ai))
+        call("ncclGather", c.gather(self.ga_in, self.ga_out, self.GA_ROOT))
+        call("ncclScatter", c.scatter(self.sc_in, self.sc_out, self.SC_ROOT))
+        call("ncclGroupStart", c.group_start())
+        call("ncclSend", c.send(self.sr_in, (RANK + 1) % N))
+        call("ncclRecv", c.recv(self.sr_out, (RANK - 1) % N))
+        call("ncclGroupEnd", c.group_end())
+        return failed
+
+    def outputs(self) -> List[str]:
+        """The names of the outputs check() compares on this rank."""
+        names = ["all_reduce", "all_reduce_inplace", "all_gather", "reduce_scatter",
+                 "broadcast", "alltoall", "alltoall_inplace", "scatter", "recv"]
+        if RANK == self.RD_ROOT:
+            names.append("reduce")
+        if RANK == self.GA_ROOT:
+            names.append("gather")
+        return names
+
+    def check(self, it: int, tag: str) -> List[Optional[dict]]:
+        """Every output defined on this rank against what the ranks' inputs
+        of `it` give (call after the work is done; the in-place calls' from
+        the patterns that fill() put in their buffers before the call, never
+        from the buffers)."""
+        p, ranks = self._p, range(N)
+
+        def mine(t: torch.Tensor, per: int) -> torch.Tensor:  # this rank's block of N
+            return t[RANK * per:(RANK + 1) * per]
+
+        want = {
+            "all_reduce": sum(p(self.AR, r, it, 0) for r in ranks),
+            "all_reduce_inplace": sum(p(self.ARI, r, it, 1) for r in ranks),
+            "all_gather": torch.cat([p(self.AG, r, it, 3) for r in ranks]),
+            "reduce_scatter": mine(sum(p(self.RS * N, r, it, 4) for r in ranks), self.RS),
+            "broadcast": p(self.BC, self.BC_ROOT, it, 5),
+            "alltoall": torch.cat([mine(p(self.A2A * N, r, it, 6), self.A2A) for r in ranks]),
+            "alltoall_inplace": torch.cat([mine(p(self.A2AI * N, r, it, 7), self.A2AI)
+                                           for r in ranks]),
+            "scatter": mine(p(self.SC * N, self.SC_ROOT, it, 9), self.SC),
+            "recv": p(self.SR, (RANK - 1) % N, it, 10),
+        }
+        got = {"all_reduce": self.ar_out, "all_reduce_inplace": self.ari,
+               "all_gather": self.ag_out, "reduce_scatter": self.rs_out,
+               "broadcast": self.bc_out, "alltoall": self.a2a_out,
+               "alltoall_inplace": self.a2ai, "scatter": self.sc_out, "recv": self.sr_out}
+        if RANK == self.RD_ROOT:
+            want["reduce"], got["reduce"] = sum(p(self.RD, r, it, 2) for r in ranks), self.rd_out
+        if RANK == self.GA_ROOT:
+            want["gather"] = torch.cat([p(self.GA, r, it, 8) for r in ranks])
+            got["gather"] = self.ga_out
+        return [mismatch(f"{tag}/{name}", it, got[name], want[name]) for name in self.outputs()]
 
 
 # --- capture -------------------------------------------------------------------------------
@@ -638,17 +824,70 @@ def mode_refuse(res: Dict[str, Any]) -> None:
     comm.destroy()
 
 
+def mode_three(res: Dict[str, Any]) -> None:
+    """Scenario 6: scenario 1's loop with ThreeSet's calls on three ranks
+    (the data plane's rings and chains of three, not the two-rank
+    exchange), the eager calls every 5th iteration."""
+    replays = int(os.environ.get("T_REPLAYS", "30"))
+    _, comm, dev = setup_ctypes()
+    side = torch.cuda.Stream()
+    static, eager = ThreeSet(comm, dev, salt=41), ThreeSet(comm, dev, salt=53)
+    res["checked"] = static.outputs()
+
+    static.fill(200)
+    failed = warm_up(static.issue, side)
+    if failed:
+        raise RuntimeError(f"eager warm-up failed: {failed}")
+    res["warmup_bad"] = []
+    keep(res["warmup_bad"], static.check(200, "warmup"))
+
+    g, info = capture(static.issue, side)
+    res["capture"] = info
+    captured_or_raise(info, "mode three's calls")
+
+    res["replay_bad"], res["eager_bad"] = [], []
+    res["replays"] = res["eager_rounds"] = 0
+    t0 = time.perf_counter()
+    for it in range(replays):
+        static.fill(it)
+        with_eager = it % 5 == 0
+        if with_eager and (it // 5) % 2 == 1:  # eager calls queued before the replay
+            eager.fill(it)
+            failed = eager.issue()
+        g.replay()
+        if with_eager and (it // 5) % 2 == 0:  # ... or after it
+            eager.fill(it)
+            failed = eager.issue()
+        if with_eager and failed:
+            raise RuntimeError(f"iteration {it}: eager calls failed: {failed}")
+        torch.cuda.synchronize()
+        keep(res["replay_bad"], static.check(it, "replay"))
+        res["replays"] += 1
+        if with_eager:
+            keep(res["eager_bad"], eager.check(it, "eager"))
+            res["eager_rounds"] += 1
+    res["replay_loop_s"] = round(time.perf_counter() - t0, 3)
+    res["async_error"] = comm.async_error()
+    del g
+    comm.destroy()
+
+
 def mode_cpu(res: Dict[str, Any]) -> None:
-    """Scenario 1's calls eagerly on CPU tensors (host ranks)."""
+    """Scenario 1's calls, and with three ranks or more mode three's, eagerly
+    on CPU tensors (host ranks)."""
     _, comm, dev = setup_ctypes("cpu")
-    s = CollSet(comm, dev, salt=11)
+    sets: List[Any] = [CollSet(comm, dev, salt=11)]
+    if N >= 3:
+        sets.append(ThreeSet(comm, dev, salt=41))
+        res["checked"] = sets[1].outputs()
     res["bad"], res["rounds"] = [], 0
     for it in range(3):
-        s.fill(it)
-        failed = s.issue()
-        if failed:
-            raise RuntimeError(f"iteration {it}: {failed}")
-        keep(res["bad"], s.check(it, "cpu"))
+        for s in sets:
+            s.fill(it)
+            failed = s.issue()
+            if failed:
+                raise RuntimeError(f"iteration {it}: {failed}")
+            keep(res["bad"], s.check(it, "cpu"))
         res["rounds"] += 1
     res["async_error"] = comm.async_error()
     comm.destroy()
@@ -941,7 +1180,7 @@ def mode_dist(res: Dict[str, Any]) -> None:
 
 
 MODES = {"capture": mode_capture, "two_graphs": mode_two_graphs, "timing": mode_timing,
-         "refuse": mode_refuse, "dist": mode_dist, "cpu": mode_cpu}
+         "refuse": mode_refuse, "dist": mode_dist, "three": mode_three, "cpu": mode_cpu}
 
 
 def main() -> int:

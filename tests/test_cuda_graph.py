@@ -4,10 +4,11 @@ the data plane carries what they exchange), capture collectives and
 send/recv into CUDA graphs and replay them, the library driven through
 ctypes as vLLM's pynccl wrapper drives NCCL (tests/cuda_graph_rank.py):
 
-1. one graph of a 4 MiB all_reduce, an all_gather, a reduce_scatter, a
-   broadcast and a send/recv pair in a group, replayed 100 times with new
-   inputs, every output checked exactly, eager calls of the same between
-   replays (torch.cuda.graph's capture_error_mode global, and thread_local);
+1. one graph of a 4 MiB all_reduce, a 1 MiB all_reduce in place, an
+   all_gather, a reduce_scatter, a broadcast, an AlltoAll in place and a
+   send/recv pair in a group, replayed 100 times with new inputs, every
+   output checked exactly, eager calls of the same between replays
+   (torch.cuda.graph's capture_error_mode global, and thread_local);
 2. a second graph (1 KiB all_reduce in place, 64 MiB all_gather) replayed
    alternately with the first;
 3. a 4 MiB all_reduce alone in a graph: time per replay beside the eager
@@ -17,12 +18,18 @@ ctypes as vLLM's pynccl wrapper drives NCCL (tests/cuda_graph_rank.py):
    torch's NCCL is not a shared library that LD_PRELOAD replaces;
 5. a communicator with a host rank refuses the capture (ncclInvalidUsage,
    "captured into a graph"), torch's capture ends cleanly, and the
-   communicator still works.
+   communicator still works;
+6. three processes on cuda:0: one graph of every collective (all_reduce out
+   of place and in place, reduce, all_gather, reduce_scatter, broadcast,
+   AlltoAll out of place and in place, Gather, Scatter) and a ring of
+   send/recv in a group, replayed 30 times with new inputs, every output
+   checked exactly on every rank, eager calls of the same between replays.
 
 No HETCCL_* variable is set, except HETCCL_DEVICE=host for scenario 5's
 host rank. Each rank starts as a fresh interpreter (scenario 4 needs the
 exec for LD_PRELOAD), has 100 s before it dumps its stacks and exits, and
-is killed at 120 s. Needs torch with CUDA; skipped elsewhere.
+is killed at 120 s (scenario 6: 130 s and 150 s). Needs torch with CUDA;
+skipped elsewhere.
 """
 from __future__ import annotations
 
@@ -46,6 +53,7 @@ pytestmark = pytest.mark.cuda
 LIB = find_library()
 RANK_PY = Path(__file__).with_name("cuda_graph_rank.py")
 TIMEOUT = 120  # s, per launch of both ranks
+THREE_TIMEOUT = 150  # s, scenario 6's launch of three ranks
 NCCL_INVALID_USAGE = 5
 
 if LIB is None or not torch_cuda_ok():
@@ -61,13 +69,13 @@ class Rank:
 
 def launch(tmp_path: Path, mode: str, extra: Optional[Dict[str, str]] = None,
            per_rank: Optional[Dict[int, Dict[str, str]]] = None,
-           timeout: float = TIMEOUT) -> List[Rank]:
-    """Both ranks of `mode` as fresh interpreters, waited for together (the
-    ones still running at `timeout` are killed); their exit statuses,
-    results and outputs, whatever happened."""
+           timeout: float = TIMEOUT, nranks: int = 2) -> List[Rank]:
+    """The `nranks` ranks of `mode` as fresh interpreters, waited for
+    together (the ones still running at `timeout` are killed); their exit
+    statuses, results and outputs, whatever happened."""
     procs, logs = [], []
-    for rank in range(2):
-        env = dict(os.environ, T_LIB=str(LIB), T_RANK=str(rank), T_NRANKS="2",
+    for rank in range(nranks):
+        env = dict(os.environ, T_LIB=str(LIB), T_RANK=str(rank), T_NRANKS=str(nranks),
                    T_ID_FILE=str(tmp_path / "id"), T_MODE=mode,
                    T_DEADLINE=str(timeout - 20), PYTHONUNBUFFERED="1")
         env.update(extra or {})
@@ -117,15 +125,18 @@ def assert_captured(info: dict, ranks: List[Rank]) -> None:
 
 @pytest.mark.parametrize("capture_mode", ["global", "thread_local"])
 def test_captured_collectives_replayed_between_eager_calls(tmp_path, capture_mode):
-    """Scenario 1: all_reduce (4 MiB), all_gather, reduce_scatter, broadcast
-    from rank 0 and a send/recv pair in a group, warmed up eagerly, captured
-    in one graph, replayed 100 times with new inputs (outputs set to -1
-    before each), every output checked exactly; every 10th iteration the
-    same calls eagerly on other tensors, queued before or after the replay
-    with no synchronisation between. With torch's default capture mode
-    (global: the library's own threads may not make unsafe CUDA calls while
-    the capture is open) and with thread_local (NCCL's advice for threaded
-    programs)."""
+    """Scenario 1: all_reduce (4 MiB), all_reduce in place (1 MiB),
+    all_gather, reduce_scatter, broadcast from rank 0, AlltoAll in place
+    (blocks just over one 4 MiB piece; it and the in-place all_reduce make
+    the two-rank exchange wait until what a piece overwrites has been sent)
+    and a send/recv pair in a group, warmed up eagerly, captured in one
+    graph, replayed 100 times with new inputs (outputs set to -1 before
+    each, the in-place calls' buffers refilled), every output checked
+    exactly; every 10th iteration the same calls eagerly on other tensors,
+    queued before or after the replay with no synchronisation between. With
+    torch's default capture mode (global: the library's own threads may not
+    make unsafe CUDA calls while the capture is open) and with thread_local
+    (NCCL's advice for threaded programs)."""
     ranks = launch(tmp_path, "capture", {"T_CAPTURE_MODE": capture_mode})
     assert_ran(ranks)
     for r in ranks:
@@ -240,3 +251,34 @@ def test_capture_with_a_host_rank_is_refused(tmp_path):
     for res in (r0, r1):
         assert res["eager_before_bad"] == [] and res["eager_after_bad"] == [], res
         assert res["async_error"] == 0, res
+
+
+THREE_OUTPUTS = {"all_reduce", "all_reduce_inplace", "all_gather", "reduce_scatter",
+                 "broadcast", "alltoall", "alltoall_inplace", "scatter", "recv"}
+THREE_ROOTED = {0: {"gather"}, 1: {"reduce"}, 2: set()}  # defined on the root only
+
+
+def test_three_ranks_every_collective_captured(tmp_path):
+    """Scenario 6: three processes on cuda:0 (the data plane's rings and
+    chains of three, not the two-rank exchange): all_reduce 1 MiB out of place
+    and 64 KiB in place, reduce (sum) to rank 1, all_gather,
+    reduce_scatter, broadcast from rank 2, AlltoAll out of place and in
+    place (blocks just over one 4 MiB piece), Gather to rank 0, Scatter from
+    rank 1 and a ring of send/recv (to rank + 1, from rank - 1) in a group,
+    most counts odd (uneven chunks); warmed up eagerly, captured in one
+    graph, replayed 30 times with new inputs, every output checked exactly
+    on every rank (Reduce's and Gather's on their root, where they are
+    defined); every 5th iteration the same calls eagerly on other tensors,
+    queued before or after the replay with no synchronisation between."""
+    ranks = launch(tmp_path, "three", nranks=3, timeout=THREE_TIMEOUT)
+    assert_ran(ranks)
+    for i, r in enumerate(ranks):
+        res = r.res
+        assert set(res["checked"]) == THREE_OUTPUTS | THREE_ROOTED[i], res["checked"]
+        assert res["warmup_bad"] == [], res["warmup_bad"]
+        assert_captured(res["capture"], ranks)
+        assert res["replays"] == 30 and res["replay_bad"] == [], res["replay_bad"]
+        assert res["eager_rounds"] == 6 and res["eager_bad"] == [], res["eager_bad"]
+        assert res["async_error"] == 0, res
+    print(f"three ranks: 30 replays in {ranks[0].res['replay_loop_s']} s "
+          f"(checks included); torch's warnings: {ranks[0].res['capture']['warnings']}")
