@@ -64,8 +64,9 @@ static void wire_fail(void *ctx, ncclResult_t res) {
 
 static ncclResult_t barrier(void *ctx) { return hetccl_bootstrap_barrier(ctx); }
 
-/* Does another rank of comm drive this rank's GPU (same host, same bus
- * id)? The processes' contexts then take turns on the GPU, and a kernel
+/* Does a rank of comm in another process drive this rank's GPU (same
+ * host, same bus id)? The processes' contexts then take turns on the GPU
+ * (ranks of one process share a context and run side by side), and a kernel
  * that waits for the other's copies (the split path's resident kernel)
  * holds the GPU through its whole turn: two processes on one H200 took
  * 2 ms for an all_reduce of 1-16 MiB with the split path, 0.17-0.53 ms
@@ -75,7 +76,8 @@ static int gpu_shared(ncclComm_t comm) {
   if (!me->bus_id[0]) return 0;
   for (int r = 0; r < comm->nranks; r++) {
     const hetccl_peer_info_t *q = &comm->boot.peers[r];
-    if (r != comm->rank && q->host_hash == me->host_hash && !strcmp(q->bus_id, me->bus_id))
+    if (r != comm->rank && q->pid != me->pid && q->host_hash == me->host_hash &&
+        !strcmp(q->bus_id, me->bus_id))
       return 1;
   }
   return 0;
@@ -133,12 +135,16 @@ ncclResult_t hetccl_dataplane_setup(ncclComm_t comm) {
   for (int r = 0; r < n && host_rank < 0; r++)
     if (comm->boot.peers[r].dev_kind == HETCCL_DEV_HOST) host_rank = r;
   size_t stage_bytes = (size_t)hetccl_knob_int(HETCCL_KNOB_PLANE_STAGE);
-  if (rt && stage_bytes && !hetccl_knob_is_set(HETCCL_KNOB_PLANE_STAGE) && gpu_shared(comm)) {
+  int shared = rt && gpu_shared(comm);
+  if (shared && stage_bytes && !hetccl_knob_is_set(HETCCL_KNOB_PLANE_STAGE)) {
     stage_bytes = 0;
-    INFO(HETCCL_INIT, "rank %d: another rank of this communicator drives this GPU too: "
+    INFO(HETCCL_INIT, "rank %d: another process of this communicator drives this GPU too: "
          "reductions stay on the copy lane (no split path; HETCCL_PLANE_STAGE sets it)",
          comm->rank);
   }
+  if (shared)
+    INFO(HETCCL_INIT, "rank %d: another process of this communicator drives this GPU too: a "
+         "launch waits (briefly) for this rank's previous program to end", comm->rank);
   hetccl_plane_args_t args = {
       .rank = comm->rank, .nranks = n, .comm_id = comm->comm_id, .pids = comm->dataplane.pids,
       .user_ranks = comm->user_ranks, .rt = rt, .dev = comm->dev,
@@ -155,6 +161,7 @@ ncclResult_t hetccl_dataplane_setup(ncclComm_t comm) {
       .urgent_streams = hetccl_knob_enum(HETCCL_KNOB_PLANE_PRIORITY) ==
                         HETCCL_KNOB_PLANE_PRIORITY_high,
       .stage_bytes = stage_bytes,
+      .pace = shared,
       .resident_blocks = (unsigned)hetccl_knob_int(HETCCL_KNOB_PLANE_RESIDENT),
       .lane_streams = (int)hetccl_knob_int(HETCCL_KNOB_PLANE_LANE_STREAMS),
       .copied = &comm->engine.copied[HETCCL_COPIED_PLANE],

@@ -224,12 +224,30 @@ ncclResult_t plane_peers_check(hetccl_plane_t *p, int64_t *last_ns) {
 
 /* --- running ---------------------------------------------------------------- */
 
+/* args.pace: until this rank's previous program has ended, for at most
+ * PACE_MAX_MS. Two processes on one GPU take turns on it, and a process
+ * whose queues hold a program that waits (for the other's copies) keeps
+ * its turn while it waits: on one H200, back-to-back all_reduce calls of
+ * 4 MiB took 2.4 ms each, 0.43 ms each with a synchronisation between
+ * them (docs/measurements.md, "Graphs across islands"). Bounded, so that
+ * a previous program held back by the caller's own later work (an event
+ * recorded after this call) cannot deadlock it. */
+#define PACE_MAX_MS 20
+static void pace(hetccl_plane_t *p) {
+  struct timespec nap = {0, 5000};
+  int64_t until = plane_now_ns() + PACE_MAX_MS * 1000000LL;
+  while (__atomic_load_n(p->done, __ATOMIC_ACQUIRE) < p->launched && !p->failed &&
+         plane_now_ns() < until)
+    nanosleep(&nap, NULL);
+}
+
 ncclResult_t hetccl_plane_launch(hetccl_plane_t *p, const hetccl_plane_task_t *tasks, int ntasks,
                                  void *stream, hetccl_plane_watch_fn watch, void *watch_ctx) {
   if (p->failed) return plane_check(p, -1);
   int capturing = 0;
   HETCCL_CHECK(p->a.rt->stream_capturing(stream, &capturing));
   if (capturing) return plane_capture_launch(p, tasks, ntasks, stream);
+  if (p->a.pace) pace(p);
   HETCCL_CHECK(plane_streams_create(p));
   plane_prog_t prog;
   HETCCL_CHECK(plane_prog_build(p, tasks, ntasks, 0, &prog));

@@ -208,7 +208,7 @@
   X(PLANE_REDUCE_READ, "HETCCL_PLANE_REDUCE_READ", ENUM(PLANE_REDUCE_READ), "copy", 0, 0, \
     "how a device reduction reads the peer's piece: copy (the copy engine moves it from the shared slot into device memory, then the kernel reduces in device memory) or mapped (the kernel reads the slot through its device mapping, over the bus)") \
   X(PLANE_STAGE, "HETCCL_PLANE_STAGE", INT, "64M", 0, 17179869184,            \
-    "device memory per receiving channel of a GPU rank (made at its first reduction) where arriving pieces wait for their reduction, so that a reduction kernel held back by the application's compute holds back neither the copy engines nor the sender; 0: reductions hold their slot until their kernel has run, the default for a rank whose GPU another rank of the communicator drives too (docs/dataplane.md)") \
+    "device memory per receiving channel of a GPU rank (made at its first reduction) where arriving pieces wait for their reduction, so that a reduction kernel held back by the application's compute holds back neither the copy engines nor the sender; 0: reductions hold their slot until their kernel has run, the default for a rank whose GPU another process of the communicator drives too (docs/dataplane.md)") \
   X(PLANE_RESIDENT, "HETCCL_PLANE_RESIDENT", INT, "16", 0, 1024,                \
     "blocks of a resident reduction kernel that a GPU rank launches with each run of reductions on the split path (HETCCL_PLANE_STAGE): it stays on the device for the operation and reduces each piece as its copy lands, instead of a kernel per piece started behind a stream wait; 0: a kernel per piece (docs/dataplane.md)") \
   X(PLANE_LANE_STREAMS, "HETCCL_PLANE_LANE_STREAMS", INT, "1", 1, 8,         \
