@@ -142,9 +142,13 @@ ncclResult_t hetccl_dataplane_setup(ncclComm_t comm) {
          "reductions stay on the copy lane (no split path; HETCCL_PLANE_STAGE sets it)",
          comm->rank);
   }
-  if (shared)
+  int inflight = (int)hetccl_knob_int(HETCCL_KNOB_PLANE_INFLIGHT);
+  if (shared && !hetccl_knob_is_set(HETCCL_KNOB_PLANE_INFLIGHT)) {
+    inflight = 1;
     INFO(HETCCL_INIT, "rank %d: another process of this communicator drives this GPU too: a "
-         "launch waits (briefly) for this rank's previous program to end", comm->rank);
+         "launch waits (briefly) for this rank's previous program to end "
+         "(HETCCL_PLANE_INFLIGHT sets how many may wait)", comm->rank);
+  }
   hetccl_plane_args_t args = {
       .rank = comm->rank, .nranks = n, .comm_id = comm->comm_id, .pids = comm->dataplane.pids,
       .user_ranks = comm->user_ranks, .rt = rt, .dev = comm->dev,
@@ -161,7 +165,7 @@ ncclResult_t hetccl_dataplane_setup(ncclComm_t comm) {
       .urgent_streams = hetccl_knob_enum(HETCCL_KNOB_PLANE_PRIORITY) ==
                         HETCCL_KNOB_PLANE_PRIORITY_high,
       .stage_bytes = stage_bytes,
-      .pace = shared,
+      .inflight = inflight,
       .resident_blocks = (unsigned)hetccl_knob_int(HETCCL_KNOB_PLANE_RESIDENT),
       .lane_streams = (int)hetccl_knob_int(HETCCL_KNOB_PLANE_LANE_STREAMS),
       .copied = &comm->engine.copied[HETCCL_COPIED_PLANE],

@@ -224,8 +224,9 @@ ncclResult_t plane_peers_check(hetccl_plane_t *p, int64_t *last_ns) {
 
 /* --- running ---------------------------------------------------------------- */
 
-/* args.pace: until this rank's previous program has ended, for at most
- * PACE_MAX_MS. Two processes on one GPU take turns on it, and a process
+/* args.inflight: until no more than inflight - 1 of this rank's programs
+ * are still on its streams, for at most PACE_MAX_MS. Two processes on one
+ * GPU take turns on it, and a process
  * whose queues hold a program that waits (for the other's copies) keeps
  * its turn while it waits: on one H200, back-to-back all_reduce calls of
  * 4 MiB took 2.4 ms each, 0.43 ms each with a synchronisation between
@@ -236,7 +237,8 @@ ncclResult_t plane_peers_check(hetccl_plane_t *p, int64_t *last_ns) {
 static void pace(hetccl_plane_t *p) {
   struct timespec nap = {0, 5000};
   int64_t until = plane_now_ns() + PACE_MAX_MS * 1000000LL;
-  while (__atomic_load_n(p->done, __ATOMIC_ACQUIRE) < p->launched && !p->failed &&
+  uint64_t ended = p->launched - (uint64_t)(p->a.inflight - 1); /* launched >= inflight */
+  while (__atomic_load_n(p->done, __ATOMIC_ACQUIRE) < ended && !p->failed &&
          plane_now_ns() < until)
     nanosleep(&nap, NULL);
 }
@@ -247,7 +249,7 @@ ncclResult_t hetccl_plane_launch(hetccl_plane_t *p, const hetccl_plane_task_t *t
   int capturing = 0;
   HETCCL_CHECK(p->a.rt->stream_capturing(stream, &capturing));
   if (capturing) return plane_capture_launch(p, tasks, ntasks, stream);
-  if (p->a.pace) pace(p);
+  if (p->a.inflight > 0 && p->launched >= (uint64_t)p->a.inflight) pace(p);
   HETCCL_CHECK(plane_streams_create(p));
   plane_prog_t prog;
   HETCCL_CHECK(plane_prog_build(p, tasks, ntasks, 0, &prog));

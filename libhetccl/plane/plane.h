@@ -122,10 +122,10 @@ typedef struct hetccl_plane_args {
    * (exec_stream.c): launched with the run, it reduces each piece as it
    * lands; 0: a kernel per piece, launched behind a stream wait. */
   unsigned resident_blocks;
-  /* Another process drives this rank's GPU too: a launch first waits
-   * (up to PACE_MAX_MS, plane.c) for this rank's previous program to
-   * end, so that no program waits in the GPU's queues behind another. */
-  int pace;
+  /* Programs of this rank that may be on its streams at once: a launch
+   * beyond them first waits (up to PACE_MAX_MS, plane.c) for the oldest
+   * to end; 0: no limit. */
+  int inflight;
   /* Payload bytes this rank's CPU copies into and out of slots (the host
    * executor's sends and receives) are added here; may be NULL. */
   uint64_t *copied;
