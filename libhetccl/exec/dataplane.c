@@ -144,10 +144,10 @@ ncclResult_t hetccl_dataplane_setup(ncclComm_t comm) {
   }
   int inflight = (int)hetccl_knob_int(HETCCL_KNOB_PLANE_INFLIGHT);
   if (shared && !hetccl_knob_is_set(HETCCL_KNOB_PLANE_INFLIGHT)) {
-    inflight = 1;
+    inflight = 2;
     INFO(HETCCL_INIT, "rank %d: another process of this communicator drives this GPU too: a "
-         "launch waits (briefly) for this rank's previous program to end "
-         "(HETCCL_PLANE_INFLIGHT sets how many may wait)", comm->rank);
+         "launch waits (briefly) while two of this rank's programs are still on its streams "
+         "(HETCCL_PLANE_INFLIGHT)", comm->rank);
   }
   hetccl_plane_args_t args = {
       .rank = comm->rank, .nranks = n, .comm_id = comm->comm_id, .pids = comm->dataplane.pids,
