@@ -144,9 +144,9 @@ ncclResult_t hetccl_dataplane_setup(ncclComm_t comm) {
   }
   int inflight = (int)hetccl_knob_int(HETCCL_KNOB_PLANE_INFLIGHT);
   if (shared && !hetccl_knob_is_set(HETCCL_KNOB_PLANE_INFLIGHT)) {
-    inflight = 2;
+    inflight = 1;
     INFO(HETCCL_INIT, "rank %d: another process of this communicator drives this GPU too: a "
-         "launch waits (briefly) while two of this rank's programs are still on its streams "
+         "launch waits (briefly) for this rank's previous program to end "
          "(HETCCL_PLANE_INFLIGHT)", comm->rank);
   }
   hetccl_plane_args_t args = {

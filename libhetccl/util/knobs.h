@@ -212,7 +212,7 @@
   X(PLANE_RESIDENT, "HETCCL_PLANE_RESIDENT", INT, "16", 0, 1024,                \
     "blocks of a resident reduction kernel that a GPU rank launches with each run of reductions on the split path (HETCCL_PLANE_STAGE): it stays on the device for the operation and reduces each piece as its copy lands, instead of a kernel per piece started behind a stream wait; 0: a kernel per piece (docs/dataplane.md)") \
   X(PLANE_INFLIGHT, "HETCCL_PLANE_INFLIGHT", INT, "0", 0, 1024,               \
-    "programs of a GPU rank that may wait on its streams at once: a launch beyond them first waits, at most 20 ms, for the oldest to end; 0: no limit. Unset: 2 where another process of the communicator drives the same GPU (programs waiting behind others kept that process's turn on the GPU), else no limit (docs/dataplane.md)") \
+    "programs of a GPU rank that may wait on its streams at once: a launch beyond them first waits, at most 20 ms, for the oldest to end; 0: no limit. Unset: 1 where another process of the communicator drives the same GPU (programs waiting behind others kept that process's turn on the GPU), else no limit (docs/dataplane.md)") \
   X(PLANE_LANE_STREAMS, "HETCCL_PLANE_LANE_STREAMS", INT, "1", 1, 8,         \
     "streams a GPU rank spreads its pieces to or from one peer over (piece q on stream q mod N), so that one stream's copy fills the gap while another waits and signals; lowered to divide HETCCL_PLANE_SLOTS. 2 moves a long sendrecv faster but slowed DDP training (docs/dataplane.md)") \
   X(PLANE_PRIORITY, "HETCCL_PLANE_PRIORITY", ENUM(PLANE_PRIORITY), "normal", 0, 0, \
