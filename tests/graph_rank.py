@@ -22,9 +22,10 @@ T_GRAPH, the scenario:
              rank + 1, from rank - 1) in a group;
   allreduce  an AllReduce of device buffers under capture (refused), the
              capture ended, then the AllReduce eagerly;
-  host       with a host rank in the communicator: the HIP ranks' AllGather
-             under capture (refused), the capture ended; then every rank's
-             AllGather eagerly (a host rank does only that);
+  host       with a host rank in the communicator, or a rank on another
+             host: the HIP ranks' AllGather under capture (refused), the
+             capture ended; then every rank's AllGather eagerly (a host
+             rank does only that);
   abort      an AllGather captured and replayed once; then rank 1 aborts
              its communicator (ncclCommAbort) and exits, and rank 0 replays
              3 more times, each replay timed ("abort_replay_s"), and reads

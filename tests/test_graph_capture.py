@@ -27,6 +27,7 @@ from typing import Dict, List
 
 import pytest
 
+from rank_procs import can_unshare_ipc
 from test_hip import TIMEOUT, fakes, hip_env, start_ranks  # noqa: F401 (fakes: the fixture)
 
 pytestmark = pytest.mark.usefixtures("hetccl_library")
@@ -42,8 +43,8 @@ def _hip(fakes: Dict[str, Path], scenario: str, **extra: str) -> Dict[str, str]:
             "T_GRAPH": scenario, **extra}
 
 
-def _run(tmp_path: Path, envs: List[Dict[str, str]]) -> List[dict]:
-    results = start_ranks(tmp_path, envs, share_gpu=True, script=GRAPH_PY)
+def _run(tmp_path: Path, envs: List[Dict[str, str]], own_host: tuple = ()) -> List[dict]:
+    results = start_ranks(tmp_path, envs, own_host=own_host, share_gpu=True, script=GRAPH_PY)
     for rank, res in enumerate(results):
         assert "error" not in res, f"rank {rank}: init failed: {res}"
     return results
@@ -152,3 +153,20 @@ def test_replay_after_the_peer_aborted_ends_with_the_error(tmp_path: Path,
     assert len(r0["abort_replay_s"]) == 3 and max(r0["abort_replay_s"]) < 10, r0
     assert r0["async_error"] not in (0, None), r0
     assert "gave up" in r0["async_message"] or "aborted" in r0["async_message"], r0
+
+
+@pytest.mark.timeout(TIMEOUT)
+def test_capture_across_hosts_is_refused(tmp_path: Path, fakes: Dict[str, Path]) -> None:
+    """Two HIP ranks, rank 1 a host of its own (`unshare --ipc`): their
+    channel is bridged by the proxy thread, so a captured AllGather is
+    refused, the message naming the rank on another host; then both run
+    it eagerly through the bridges."""
+    if not can_unshare_ipc():
+        pytest.skip("needs `unshare --ipc` (util-linux, and the right) for a host of its own")
+    results = _run(tmp_path, [_hip(fakes, "host")] * 2, own_host=(1,))
+    for rank, res in enumerate(results):
+        [ref] = res["refusals"]
+        assert ref["error"] == "ncclInvalidUsage", f"rank {rank}: {ref}"
+        for msg in (ref["message"], ref["comm_last_error"]):
+            assert CAPTURED in msg and "on another host" in msg, f"rank {rank}: {ref}"
+    _all_right(results, 0)
