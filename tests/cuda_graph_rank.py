@@ -625,12 +625,13 @@ def setup_ctypes(dev_kind: str = "cuda"):
     return nccl, comm, dev
 
 
-def mode_capture(res: Dict[str, Any]) -> None:
-    replays = int(os.environ.get("T_REPLAYS", "100"))
-    _, comm, dev = setup_ctypes()
+def replay_loop(res: Dict[str, Any], comm: "Communicator", static: Any, eager: Any,
+                replays: int, every: int, what: str) -> None:
+    """Scenario 1's loop over a call set (CollSet, ThreeSet): an eager
+    warm-up, the capture, then `replays` replays with new inputs, every
+    output checked; every `every`-th iteration the same calls eagerly on
+    `eager`'s tensors, queued before the replay or after it in turn."""
     side = torch.cuda.Stream()
-    static, eager = CollSet(comm, dev, salt=11), CollSet(comm, dev, salt=23)
-
     static.fill(200)
     failed = warm_up(static.issue, side)
     if failed:
@@ -640,19 +641,19 @@ def mode_capture(res: Dict[str, Any]) -> None:
 
     g, info = capture(static.issue, side)
     res["capture"] = info
-    captured_or_raise(info, "scenario 1's calls")
+    captured_or_raise(info, what)
 
     res["replay_bad"], res["eager_bad"] = [], []
     res["replays"] = res["eager_rounds"] = 0
     t0 = time.perf_counter()
     for it in range(replays):
         static.fill(it)
-        with_eager = it % 10 == 0
-        if with_eager and (it // 10) % 2 == 1:  # eager calls queued before the replay
+        with_eager = it % every == 0
+        if with_eager and (it // every) % 2 == 1:  # eager calls queued before the replay
             eager.fill(it)
             failed = eager.issue()
         g.replay()
-        if with_eager and (it // 10) % 2 == 0:  # ... or after it
+        if with_eager and (it // every) % 2 == 0:  # ... or after it
             eager.fill(it)
             failed = eager.issue()
         if with_eager and failed:
@@ -667,6 +668,13 @@ def mode_capture(res: Dict[str, Any]) -> None:
     res["async_error"] = comm.async_error()
     del g
     comm.destroy()
+
+
+def mode_capture(res: Dict[str, Any]) -> None:
+    replays = int(os.environ.get("T_REPLAYS", "100"))
+    _, comm, dev = setup_ctypes()
+    replay_loop(res, comm, CollSet(comm, dev, salt=11), CollSet(comm, dev, salt=23), replays,
+                10, "scenario 1's calls")
 
 
 def mode_two_graphs(res: Dict[str, Any]) -> None:
@@ -830,46 +838,9 @@ def mode_three(res: Dict[str, Any]) -> None:
     exchange), the eager calls every 5th iteration."""
     replays = int(os.environ.get("T_REPLAYS", "30"))
     _, comm, dev = setup_ctypes()
-    side = torch.cuda.Stream()
     static, eager = ThreeSet(comm, dev, salt=41), ThreeSet(comm, dev, salt=53)
     res["checked"] = static.outputs()
-
-    static.fill(200)
-    failed = warm_up(static.issue, side)
-    if failed:
-        raise RuntimeError(f"eager warm-up failed: {failed}")
-    res["warmup_bad"] = []
-    keep(res["warmup_bad"], static.check(200, "warmup"))
-
-    g, info = capture(static.issue, side)
-    res["capture"] = info
-    captured_or_raise(info, "mode three's calls")
-
-    res["replay_bad"], res["eager_bad"] = [], []
-    res["replays"] = res["eager_rounds"] = 0
-    t0 = time.perf_counter()
-    for it in range(replays):
-        static.fill(it)
-        with_eager = it % 5 == 0
-        if with_eager and (it // 5) % 2 == 1:  # eager calls queued before the replay
-            eager.fill(it)
-            failed = eager.issue()
-        g.replay()
-        if with_eager and (it // 5) % 2 == 0:  # ... or after it
-            eager.fill(it)
-            failed = eager.issue()
-        if with_eager and failed:
-            raise RuntimeError(f"iteration {it}: eager calls failed: {failed}")
-        torch.cuda.synchronize()
-        keep(res["replay_bad"], static.check(it, "replay"))
-        res["replays"] += 1
-        if with_eager:
-            keep(res["eager_bad"], eager.check(it, "eager"))
-            res["eager_rounds"] += 1
-    res["replay_loop_s"] = round(time.perf_counter() - t0, 3)
-    res["async_error"] = comm.async_error()
-    del g
-    comm.destroy()
+    replay_loop(res, comm, static, eager, replays, 5, "mode three's calls")
 
 
 def mode_cpu(res: Dict[str, Any]) -> None:

@@ -101,14 +101,8 @@ int hetccl_plane_capturable(const hetccl_plane_t *p, char *why, size_t len) {
 void plane_capture_release(hetccl_plane_t *p) {
   pthread_mutex_lock(&p->guard_lock);
   for (int q = 0; q < p->a.nranks && p->gout; q++) {
-    plane_chan_t *chans[2] = {&p->gout[q], &p->gin[q]};
-    for (int i = 0; i < 2; i++) {
-      if (!chans[i]->hdr) continue;
-      for (int s = 0; s < PLANE_MAX_SLOTS; s++) {
-        __atomic_store_n(&chans[i]->hdr->produced[s], PLANE_RELEASED, __ATOMIC_RELEASE);
-        __atomic_store_n(&chans[i]->hdr->consumed[s], PLANE_RELEASED, __ATOMIC_RELEASE);
-      }
-    }
+    plane_chan_release(&p->gout[q]);
+    plane_chan_release(&p->gin[q]);
   }
   for (size_t i = 0; p->gdep && i < (size_t)p->a.nranks * PLANE_MAX_SLOTS; i++)
     __atomic_store_n(&p->gdep[i], PLANE_RELEASED, __ATOMIC_RELEASE);

@@ -132,14 +132,8 @@ ncclResult_t hetccl_plane_create(const hetccl_plane_args_t *args, hetccl_plane_t
  * on for it, set past any value. */
 static void release_all(hetccl_plane_t *p) {
   for (int q = 0; q < p->a.nranks; q++) {
-    plane_chan_t *chans[2] = {&p->out[q], &p->in[q]};
-    for (int i = 0; i < 2; i++) {
-      if (!chans[i]->hdr) continue;
-      for (int s = 0; s < PLANE_MAX_SLOTS; s++) {
-        __atomic_store_n(&chans[i]->hdr->produced[s], PLANE_RELEASED, __ATOMIC_RELEASE);
-        __atomic_store_n(&chans[i]->hdr->consumed[s], PLANE_RELEASED, __ATOMIC_RELEASE);
-      }
-    }
+    plane_chan_release(&p->out[q]);
+    plane_chan_release(&p->in[q]);
     for (int j = 0; p->ctr && j < p->stage_pieces; j++)
       __atomic_store_n(plane_staged(p, q, (uint64_t)j), PLANE_RELEASED, __ATOMIC_RELEASE);
     if (p->ctr) __atomic_store_n(plane_reduced(p, q), PLANE_RELEASED, __ATOMIC_RELEASE);

@@ -286,6 +286,15 @@ struct hetccl_plane {
   int guard_stop;
 };
 
+/* Every counter of channel c set past any value a stream or CPU waits
+ * for (failure, teardown); a channel not mapped is left alone. */
+static inline void plane_chan_release(plane_chan_t *c) {
+  for (int s = 0; c->hdr && s < PLANE_MAX_SLOTS; s++) {
+    __atomic_store_n(&c->hdr->produced[s], PLANE_RELEASED, __ATOMIC_RELEASE);
+    __atomic_store_n(&c->hdr->consumed[s], PLANE_RELEASED, __ATOMIC_RELEASE);
+  }
+}
+
 /* Is rank r on another host than this rank (its channels bridged)? */
 static inline int plane_remote(const hetccl_plane_t *p, int r) {
   return p->a.hosts && p->a.hosts[r] != p->a.hosts[p->a.rank];
