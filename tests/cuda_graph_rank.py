@@ -335,6 +335,17 @@ def keep(bad: List[dict], found: List[Optional[dict]]) -> None:
             bad.append(b)
 
 
+def failure_log(comm: "Communicator") -> tuple:
+    """call(what, rc), which keeps each failed call's name, code and
+    message, and the list it keeps them in."""
+    failed: List[dict] = []
+
+    def call(what: str, rc: int) -> None:
+        if rc != NCCL_SUCCESS:
+            failed.append({"call": what, "rc": rc, "error": comm.last_error()})
+    return call, failed
+
+
 class CollSet:
     """Scenario 1's calls over buffers of their own: 4 MiB all_reduce, 1 MiB
     all_reduce in place, all_gather, reduce_scatter (sum), broadcast from
@@ -376,11 +387,8 @@ class CollSet:
     def issue(self) -> List[dict]:
         """The calls on the current stream; the failed ones (none when all is
         well), not raised, so that a capture is always ended."""
-        c, failed = self.comm, []
-
-        def call(what: str, rc: int) -> None:
-            if rc != NCCL_SUCCESS:
-                failed.append({"call": what, "rc": rc, "error": c.last_error()})
+        c = self.comm
+        call, failed = failure_log(c)
 
         call("ncclAllReduce", c.all_reduce(self.ar_in, self.ar_out))
         call("ncclAllReduce(in place)", c.all_reduce(self.ari, self.ari))
@@ -504,11 +512,8 @@ class ThreeSet:
     def issue(self) -> List[dict]:
         """The calls on the current stream; the failed ones (none when all is
         well), not raised, so that a capture is always ended."""
-        c, failed = self.comm, []
-
-        def call(what: str, rc: int) -> None:
-            if rc != NCCL_SUCCESS:
-                failed.append({"call": what, "rc": rc, "error": c.last_error()})
+        c = self.comm
+        call, failed = failure_log(c)
 
         call("ncclAllReduce", c.all_reduce(self.ar_in, self.ar_out))
         call("ncclAllReduce(in place)", c.all_reduce(self.ari, self.ari))

@@ -157,7 +157,6 @@ static ncclResult_t classify_buffers(ncclComm_t comm, const char *fn, const void
   int capturing = 0;
   HETCCL_CHECK(rt->stream_capturing(stream, &capturing));
   t->captured = (uint8_t)capturing;
-  (void)fn;
   return ncclSuccess;
 }
 
