@@ -33,28 +33,37 @@ size_t hetccl_sched_bytes(int max_steps, int nranks) {
          round16(2 * (size_t)nranks * sizeof(int32_t));
 }
 
-void hetccl_sched_init(hetccl_sched_t *s, void *mem, int max_steps, hetccl_engine_t *e,
-                       const hetccl_redop_t *op) {
-  int n = hetccl_engine_nranks(e);
+void hetccl_sched_init_ranks(hetccl_sched_t *s, void *mem, int max_steps, int rank, int nranks,
+                             const hetccl_redop_t *op) {
   memset(s, 0, sizeof(*s));
-  s->e = e;
+  s->rank = rank;
+  s->nranks = nranks;
   s->op = op;
   s->esize = op ? hetccl_dtype_size(op->dtype) : 1;
-  s->cap = max_steps;
+  s->cap = mem ? max_steps : 0;
+  if (!mem) return; /* counting: every append is refused, and counted */
   s->steps = mem;
   char *next = (char *)mem + round16((size_t)max_steps * sizeof(hetccl_step_t));
   s->posted = (hetccl_req_t **)next;
   s->last_send = (int32_t *)(next + round16((size_t)max_steps * sizeof(hetccl_req_t *)));
-  s->last_recv = s->last_send + n;
-  for (int p = 0; p < 2 * n; p++) s->last_send[p] = HETCCL_STEP_NONE;
+  s->last_recv = s->last_send + nranks;
+  for (int p = 0; p < 2 * nranks; p++) s->last_send[p] = HETCCL_STEP_NONE;
+}
+
+void hetccl_sched_init(hetccl_sched_t *s, void *mem, int max_steps, hetccl_engine_t *e,
+                       const hetccl_redop_t *op) {
+  hetccl_sched_init_ranks(s, mem, max_steps, hetccl_engine_rank(e), hetccl_engine_nranks(e), op);
+  s->e = e;
 }
 
 /* The common part of every append: a numbered step, or NONE past cap. */
 static hetccl_step_t *append(hetccl_sched_t *s, hetccl_step_kind_t kind, int a0, int a1, int a2,
                              int *index) {
   *index = HETCCL_STEP_NONE;
+  s->wanted++;
   if (s->nsteps == s->cap) {
-    if (!s->failed) WARN("schedule: more than the %d steps its builder sized it for", s->cap);
+    if (!s->failed && s->steps)
+      WARN("schedule: more than the %d steps its builder sized it for", s->cap);
     s->failed = 1;
     return NULL;
   }

@@ -24,12 +24,27 @@
  * overlap. A builder lists steps so that every `after` names an earlier
  * step; the executor starts any step that may start, lowest index first.
  *
+ * Transient results (HETCCL_STEP_FORWARD on a RECV_REDUCE or a PREPARE):
+ * the step's dst is read by the next step alone, which sends it (a
+ * RECV_REDUCE's or a PREPARE's) or reduces with it as its `in` (a
+ * PREPARE's). An executor that can fuse the two never writes dst (it may
+ * then be NULL); the host executor writes it. Likewise a FINISH right
+ * after a RECV_REDUCE of the same dst and bytes may be fused into it.
+ *
+ * Lanes: how the device executor places steps, which the host executor
+ * ignores. With `one_lane` every step runs on one lane in the order
+ * listed (rings and chains: each piece passes through every step in
+ * turn); without it each peer and direction has a lane of its own and
+ * local steps share one. Steps on one lane run one after another; an
+ * `after` across lanes must name a SEND (its piece's counter is the
+ * wait).
+ *
  * What a schedule does not say: which thread runs it, how it waits, how
- * messages move. The executor of this folder (sched_host.c) runs one on
- * the calling thread over the engine's point-to-point plane; the data
- * plane's programs (plane/program.c) are the same model on device streams,
- * lanes of steps with counters between them, and are not yet built from
- * these schedules.
+ * messages move. Two executors run schedules: sched_host.c on the calling
+ * thread over the engine's point-to-point plane, and the data plane's
+ * lowering (plane/lower.c) onto its lanes of pieces on device streams or
+ * a host thread (plane/exec_*.c). The forms the data plane runs are
+ * built in algo/pieces.c.
  *
  * Results: an executor adds nothing to a schedule's arithmetic. A schedule
  * whose every element is reduced in an order that depends on the ranks
@@ -59,8 +74,8 @@ typedef enum {
   HETCCL_STEP_FINISH,
 } hetccl_step_kind_t;
 
-/* RECV_REDUCE flags (above). */
-enum { HETCCL_STEP_IN_RIGHT = 1 };
+/* Step flags (above): RECV_REDUCE's operand order; a transient result. */
+enum { HETCCL_STEP_IN_RIGHT = 1, HETCCL_STEP_FORWARD = 2 };
 
 /* Steps a step may wait for, besides the order of its pair's messages. */
 #define HETCCL_STEP_MAX_AFTER 3
@@ -69,7 +84,7 @@ enum { HETCCL_STEP_IN_RIGHT = 1 };
 
 typedef struct hetccl_step {
   uint8_t kind;             /* hetccl_step_kind_t */
-  uint8_t flags;            /* RECV_REDUCE: HETCCL_STEP_IN_RIGHT */
+  uint8_t flags;            /* HETCCL_STEP_IN_RIGHT (RECV_REDUCE), HETCCL_STEP_FORWARD */
   uint8_t state;            /* the executor's */
   int32_t peer;             /* SEND, RECV, RECV_REDUCE */
   int32_t after[HETCCL_STEP_MAX_AFTER];
@@ -83,7 +98,8 @@ typedef struct hetccl_step {
 } hetccl_step_t;
 
 typedef struct hetccl_sched {
-  hetccl_engine_t *e;
+  hetccl_engine_t *e;       /* the host executor's (NULL: built for the data plane) */
+  int rank, nranks;
   const hetccl_redop_t *op; /* the reducing steps' operator (NULL: none reduce) */
   size_t esize;             /* bytes per element of op's type */
   /* The receives of this schedule's plain messages (RECV) copy, so a
@@ -91,7 +107,9 @@ typedef struct hetccl_sched {
    * pull_ok); a schedule with RECV_REDUCE steps on pulling transports
    * sets it too (pull_rs.c: the reader reduces what it reads). */
   int pull_ok;
+  int one_lane;             /* the device executor's placement (above) */
   int nsteps, cap;
+  int wanted;               /* steps appended or refused: a build with cap 0 counts them */
   int failed;               /* an append past cap: the run refuses */
   int32_t *last_send, *last_recv; /* per peer, while building */
   hetccl_step_t *steps;
@@ -106,6 +124,11 @@ size_t hetccl_sched_bytes(int max_steps, int nranks);
  * reduction). */
 void hetccl_sched_init(hetccl_sched_t *s, void *mem, int max_steps, hetccl_engine_t *e,
                        const hetccl_redop_t *op);
+/* The same for `rank` of `nranks` with no engine: a schedule for the data
+ * plane (plane/lower.c). mem may be NULL with max_steps 0, to count the
+ * steps a builder takes (`wanted`) before sizing one. */
+void hetccl_sched_init_ranks(hetccl_sched_t *s, void *mem, int max_steps, int rank, int nranks,
+                             const hetccl_redop_t *op);
 
 /* Append a step; returns its index, to name in later steps' `after`
  * (HETCCL_STEP_NONE where it did not fit: the run then fails, saying so).

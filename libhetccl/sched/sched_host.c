@@ -43,6 +43,11 @@ static int step_ready(const hetccl_sched_t *s, const hetccl_step_t *t) {
 static ncclResult_t step_start(hetccl_sched_t *s, hetccl_step_t *t) {
   hetccl_engine_t *e = s->e;
   size_t count = t->op ? t->bytes / s->esize : 0;
+  if ((t->flags & HETCCL_STEP_FORWARD) && !t->dst && t->bytes) {
+    WARN("schedule: step %d's result has no buffer (its builder left it to a fusing executor)",
+         (int)(t - s->steps));
+    return ncclInternalError;
+  }
   switch (t->kind) {
     case HETCCL_STEP_SEND:
       t->state = STEP_POSTED;
@@ -76,6 +81,10 @@ static ncclResult_t step_start(hetccl_sched_t *s, hetccl_step_t *t) {
 ncclResult_t hetccl_sched_run_host(hetccl_sched_t *s) {
   if (s->failed) return ncclInternalError; /* its builder's overflow, logged there */
   hetccl_engine_t *e = s->e;
+  if (!e) {
+    WARN("schedule: built for the data plane, given to the host executor");
+    return ncclInternalError;
+  }
   hetccl_step_t *steps = s->steps;
   int n = s->nsteps, first = 0;
   hetccl_engine_set_pull_ok(e, s->pull_ok);

@@ -1,0 +1,350 @@
+/* The data plane's forms as schedules of pieces (pieces.h).
+ *
+ * Thread: the caller's. */
+#include "algo/pieces.h"
+
+#include "util/log.h"
+
+typedef struct cut {
+  hetccl_sched_t *s;
+  const hetccl_coll_t *c;
+  size_t piece; /* bytes */
+  size_t elem;
+  int rank, n;
+} cut_t;
+
+#define AT(buf, off) ((char *)(buf) + (off))
+
+static int mod(int a, int n) { return ((a % n) + n) % n; }
+
+/* Elements of chunk c when `count` is split into n chunks. */
+static size_t chunk_off(size_t count, int n, int c) {
+  size_t base = count / (size_t)n, rem = count % (size_t)n;
+  return (size_t)c * base + ((size_t)c < rem ? (size_t)c : rem);
+}
+static size_t chunk_len(size_t count, int n, int c) {
+  return count / (size_t)n + ((size_t)c < count % (size_t)n ? 1 : 0);
+}
+
+/* Piece k of a run of `len` elements starting at element `off`: its byte
+ * offset and size, 0 when the run has no piece k. */
+static size_t piece_at(const cut_t *u, size_t off, size_t len, size_t k, size_t *byte_off) {
+  size_t per = u->piece / u->elem;
+  *byte_off = 0;
+  if (k * per >= len) return 0;
+  *byte_off = (off + k * per) * u->elem;
+  size_t left = len - k * per;
+  return (left < per ? left : per) * u->elem;
+}
+
+static size_t npieces(const cut_t *u, size_t len) {
+  size_t per = u->piece / u->elem;
+  return (len + per - 1) / per;
+}
+
+/* Mark step i's result transient (sched.h: HETCCL_STEP_FORWARD). */
+static int forward(hetccl_sched_t *s, int i) {
+  if (i != HETCCL_STEP_NONE) s->steps[i].flags |= HETCCL_STEP_FORWARD;
+  return i;
+}
+
+/* This rank's own data at src, entering a reduction: a transient PREPARE. */
+static int own(const cut_t *u, const void *src, size_t bytes) {
+  return forward(u->s, hetccl_sched_prepare(u->s, NULL, src, bytes, HETCCL_STEP_NONE,
+                                            HETCCL_STEP_NONE));
+}
+
+/* --- two ranks ------------------------------------------------------------------- */
+
+/* AllReduce / ReduceScatter of two ranks: send what the peer reduces,
+ * reduce what arrives. `mine`/`theirs`: element offsets in sendbuf of the
+ * part this rank keeps / sends; out_off: where the kept part's result goes
+ * in recvbuf (bytes). */
+static void exchange_reduce(const cut_t *u, size_t len, size_t mine, size_t theirs,
+                            size_t out_off) {
+  hetccl_sched_t *s = u->s;
+  const hetccl_coll_t *c = u->c;
+  int peer = 1 - u->rank;
+  for (size_t k = 0, K = npieces(u, len); k < K; k++) {
+    size_t so, ro, bytes = piece_at(u, theirs, len, k, &so);
+    piece_at(u, mine, len, k, &ro);
+    size_t dst_off = out_off + (ro - mine * u->elem);
+    int snd = hetccl_sched_send(s, peer, NULL, bytes, own(u, AT(c->sendbuf, so), bytes),
+                                HETCCL_STEP_NONE);
+    /* In place, piece k of the result overwrites what piece k of the send
+     * reads when the two parts are the same (AllReduce). */
+    int overlap = theirs == mine && AT(c->recvbuf, dst_off) == AT(c->sendbuf, so);
+    char *dst = AT(c->recvbuf, dst_off);
+    int rr = hetccl_sched_recv_reduce(s, peer, dst, NULL, u->rank > peer ? HETCCL_STEP_IN_RIGHT : 0,
+                                      bytes, own(u, AT(c->sendbuf, ro), bytes),
+                                      overlap ? snd : HETCCL_STEP_NONE);
+    hetccl_sched_finish(s, dst, bytes, rr, HETCCL_STEP_NONE);
+  }
+}
+
+/* --- rings --------------------------------------------------------------------------- */
+
+/* The reduce-scatter half of a ring, piece k: chunk `first` goes out, then
+ * chunk recv(s) arrives at step s and is reduced with this rank's part and
+ * passed on, or, at the last step, finished into recvbuf at dst(chunk). */
+typedef struct ring_rs {
+  size_t (*off)(const struct ring_rs *, int chunk);
+  size_t (*len)(const struct ring_rs *, int chunk);
+  size_t (*dst)(const struct ring_rs *, int chunk, size_t piece_off); /* recvbuf byte offset */
+  int (*recv)(int rank, int s, int n);
+  size_t count;
+  int n;
+  size_t elem;
+} ring_rs_t;
+
+static void ring_rs_piece(const cut_t *u, const ring_rs_t *g, int first, size_t k) {
+  hetccl_sched_t *s = u->s;
+  const hetccl_coll_t *c = u->c;
+  int next = mod(u->rank + 1, u->n), prev = mod(u->rank - 1, u->n);
+  size_t o, bytes = piece_at(u, g->off(g, first), g->len(g, first), k, &o);
+  if (bytes)
+    hetccl_sched_send(s, next, NULL, bytes, own(u, AT(c->sendbuf, o), bytes), HETCCL_STEP_NONE);
+  for (int st = 0; st <= u->n - 2; st++) {
+    int cr = g->recv(u->rank, st, u->n);
+    bytes = piece_at(u, g->off(g, cr), g->len(g, cr), k, &o);
+    if (!bytes) continue;
+    int in = own(u, AT(c->sendbuf, o), bytes);
+    if (st < u->n - 2) {
+      int rr = forward(s, hetccl_sched_recv_reduce(s, prev, NULL, NULL, 0, bytes, in,
+                                                   HETCCL_STEP_NONE));
+      hetccl_sched_send(s, next, NULL, bytes, rr, HETCCL_STEP_NONE);
+    } else {
+      char *dst = AT(c->recvbuf, g->dst(g, cr, o - g->off(g, cr) * g->elem));
+      int rr = hetccl_sched_recv_reduce(s, prev, dst, NULL, 0, bytes, in, HETCCL_STEP_NONE);
+      hetccl_sched_finish(s, dst, bytes, rr, HETCCL_STEP_NONE);
+    }
+  }
+}
+
+/* The all-gather half of a ring, piece k: block `first` (this rank's
+ * finished one, at byte offset from_off in `from`) goes out, then block
+ * first - 1 - t arrives at step t into recvbuf and is passed on. */
+static void ring_ag_piece(const cut_t *u, const void *from, size_t from_off,
+                          size_t (*blk_off)(size_t count, int n, int c),
+                          size_t (*blk_len)(size_t count, int n, int c), size_t count, int first,
+                          size_t k) {
+  hetccl_sched_t *s = u->s;
+  int next = mod(u->rank + 1, u->n), prev = mod(u->rank - 1, u->n);
+  size_t o, bytes = piece_at(u, blk_off(count, u->n, first), blk_len(count, u->n, first), k, &o);
+  if (bytes)
+    hetccl_sched_send(s, next, AT(from, from_off + o - blk_off(count, u->n, first) * u->elem),
+                      bytes, HETCCL_STEP_NONE, HETCCL_STEP_NONE);
+  for (int t = 0; t <= u->n - 2; t++) {
+    int cr = mod(first - 1 - t, u->n);
+    bytes = piece_at(u, blk_off(count, u->n, cr), blk_len(count, u->n, cr), k, &o);
+    if (!bytes) continue;
+    int got = hetccl_sched_recv(s, prev, AT(u->c->recvbuf, o), bytes, HETCCL_STEP_NONE,
+                                HETCCL_STEP_NONE);
+    if (t < u->n - 2)
+      hetccl_sched_send(s, next, AT(u->c->recvbuf, o), bytes, got, HETCCL_STEP_NONE);
+  }
+}
+
+/* AllReduce's chunks: chunk c of count, at the same place in both buffers. */
+static size_t ar_off(const ring_rs_t *g, int c) { return chunk_off(g->count, g->n, c); }
+static size_t ar_len(const ring_rs_t *g, int c) { return chunk_len(g->count, g->n, c); }
+static size_t ar_dst(const ring_rs_t *g, int c, size_t po) {
+  return chunk_off(g->count, g->n, c) * g->elem + po;
+}
+static int ar_recv(int r, int s, int n) { return mod(r - s - 1, n); }
+
+/* ReduceScatter's blocks: block c of sendbuf (count each); the finished one
+ * is recvbuf. */
+static size_t rs_off(const ring_rs_t *g, int c) { return (size_t)c * g->count; }
+static size_t rs_len(const ring_rs_t *g, int c) { (void)c; return g->count; }
+static size_t rs_dst(const ring_rs_t *g, int c, size_t po) { (void)g; (void)c; return po; }
+static int rs_recv(int r, int s, int n) { return mod(r - s - 2, n); }
+
+static size_t blk_off(size_t count, int n, int c) { (void)n; return (size_t)c * count; }
+static size_t blk_len(size_t count, int n, int c) { (void)n; (void)c; return count; }
+
+static void ring_allreduce(const cut_t *u) {
+  const hetccl_coll_t *c = u->c;
+  ring_rs_t g = {ar_off, ar_len, ar_dst, ar_recv, c->count, u->n, u->elem};
+  int mine = mod(u->rank + 1, u->n); /* the chunk this rank finishes */
+  for (size_t k = 0, K = npieces(u, chunk_len(c->count, u->n, 0)); k < K; k++) {
+    ring_rs_piece(u, &g, u->rank, k);
+    ring_ag_piece(u, c->recvbuf, chunk_off(c->count, u->n, mine) * u->elem, chunk_off, chunk_len,
+                  c->count, mine, k);
+  }
+}
+
+static void ring_reducescatter(const cut_t *u) {
+  ring_rs_t g = {rs_off, rs_len, rs_dst, rs_recv, u->c->count, u->n, u->elem};
+  for (size_t k = 0, K = npieces(u, u->c->count); k < K; k++)
+    ring_rs_piece(u, &g, mod(u->rank - 1, u->n), k);
+}
+
+/* This rank's block of an AllGather into its place in recvbuf. */
+static void allgather_own(const cut_t *u) {
+  size_t blk = u->c->count * u->elem;
+  char *mine = AT(u->c->recvbuf, (size_t)u->rank * blk);
+  if ((const char *)u->c->sendbuf != mine)
+    hetccl_sched_copy(u->s, mine, u->c->sendbuf, blk, HETCCL_STEP_NONE, HETCCL_STEP_NONE);
+}
+
+static void ring_allgather(const cut_t *u) {
+  allgather_own(u);
+  for (size_t k = 0, K = npieces(u, u->c->count); k < K; k++)
+    ring_ag_piece(u, u->c->sendbuf, 0, blk_off, blk_len, u->c->count, u->rank, k);
+}
+
+/* --- chains ------------------------------------------------------------------------- */
+
+static void chain_broadcast(const cut_t *u) {
+  hetccl_sched_t *s = u->s;
+  const hetccl_coll_t *c = u->c;
+  int pos = mod(u->rank - c->root, u->n);
+  int next = mod(u->rank + 1, u->n), prev = mod(u->rank - 1, u->n);
+  if (pos == 0 && c->sendbuf != c->recvbuf)
+    hetccl_sched_copy(s, c->recvbuf, c->sendbuf, c->count * u->elem, HETCCL_STEP_NONE,
+                      HETCCL_STEP_NONE);
+  for (size_t k = 0, K = npieces(u, c->count); k < K; k++) {
+    size_t o, bytes = piece_at(u, 0, c->count, k, &o);
+    if (pos == 0) {
+      hetccl_sched_send(s, next, AT(c->sendbuf, o), bytes, HETCCL_STEP_NONE, HETCCL_STEP_NONE);
+      continue;
+    }
+    int got = hetccl_sched_recv(s, prev, AT(c->recvbuf, o), bytes, HETCCL_STEP_NONE,
+                                HETCCL_STEP_NONE);
+    if (pos < u->n - 1)
+      hetccl_sched_send(s, next, AT(c->recvbuf, o), bytes, got, HETCCL_STEP_NONE);
+  }
+}
+
+static void chain_reduce(const cut_t *u) {
+  hetccl_sched_t *s = u->s;
+  const hetccl_coll_t *c = u->c;
+  int pos = mod(u->rank - c->root - 1, u->n); /* the root is last */
+  int next = mod(u->rank + 1, u->n), prev = mod(u->rank - 1, u->n);
+  for (size_t k = 0, K = npieces(u, c->count); k < K; k++) {
+    size_t o, bytes = piece_at(u, 0, c->count, k, &o);
+    int in = own(u, AT(c->sendbuf, o), bytes);
+    if (pos == 0) {
+      hetccl_sched_send(s, next, NULL, bytes, in, HETCCL_STEP_NONE);
+    } else if (pos < u->n - 1) {
+      int rr = forward(s, hetccl_sched_recv_reduce(s, prev, NULL, NULL, 0, bytes, in,
+                                                   HETCCL_STEP_NONE));
+      hetccl_sched_send(s, next, NULL, bytes, rr, HETCCL_STEP_NONE);
+    } else {
+      char *dst = AT(c->recvbuf, o);
+      int rr = hetccl_sched_recv_reduce(s, prev, dst, NULL, 0, bytes, in, HETCCL_STEP_NONE);
+      hetccl_sched_finish(s, dst, bytes, rr, HETCCL_STEP_NONE);
+    }
+  }
+}
+
+/* --- direct --------------------------------------------------------------------------- */
+
+void hetccl_pieces_send(hetccl_sched_t *s, int peer, const void *src, size_t bytes, size_t piece) {
+  for (size_t o = 0; o < bytes; o += piece)
+    hetccl_sched_send(s, peer, AT(src, o), bytes - o < piece ? bytes - o : piece,
+                      HETCCL_STEP_NONE, HETCCL_STEP_NONE);
+}
+
+void hetccl_pieces_recv(hetccl_sched_t *s, int peer, void *dst, size_t bytes, size_t piece,
+                        int guard) {
+  for (size_t o = 0, k = 0; o < bytes; o += piece, k++)
+    hetccl_sched_recv(s, peer, AT(dst, o), bytes - o < piece ? bytes - o : piece,
+                      guard == HETCCL_STEP_NONE ? HETCCL_STEP_NONE : guard + (int)k,
+                      HETCCL_STEP_NONE);
+}
+
+static void direct_alltoall(const cut_t *u) {
+  hetccl_sched_t *s = u->s;
+  const hetccl_coll_t *c = u->c;
+  size_t blk = c->count * u->elem;
+  int inplace = c->sendbuf == c->recvbuf;
+  for (int q = 1; q < u->n; q++) {
+    int p = mod(u->rank + q, u->n);
+    int first = s->nsteps; /* the send's first piece, where the schedule has room */
+    hetccl_pieces_send(s, p, AT(c->sendbuf, (size_t)p * blk), blk, u->piece);
+    hetccl_pieces_recv(s, p, AT(c->recvbuf, (size_t)p * blk), blk, u->piece,
+                       inplace && s->steps ? first : HETCCL_STEP_NONE);
+  }
+  if (!inplace)
+    hetccl_sched_copy(s, AT(c->recvbuf, (size_t)u->rank * blk),
+                      AT(c->sendbuf, (size_t)u->rank * blk), blk, HETCCL_STEP_NONE,
+                      HETCCL_STEP_NONE);
+}
+
+static void direct_gather(const cut_t *u) {
+  const hetccl_coll_t *c = u->c;
+  size_t blk = c->count * u->elem;
+  if (u->rank != c->root) {
+    hetccl_pieces_send(u->s, c->root, c->sendbuf, blk, u->piece);
+    return;
+  }
+  for (int p = 0; p < u->n; p++)
+    if (p != u->rank)
+      hetccl_pieces_recv(u->s, p, AT(c->recvbuf, (size_t)p * blk), blk, u->piece,
+                         HETCCL_STEP_NONE);
+  allgather_own(u);
+}
+
+static void direct_scatter(const cut_t *u) {
+  const hetccl_coll_t *c = u->c;
+  size_t blk = c->count * u->elem;
+  if (u->rank != c->root) {
+    hetccl_pieces_recv(u->s, c->root, c->recvbuf, blk, u->piece, HETCCL_STEP_NONE);
+    return;
+  }
+  for (int p = 0; p < u->n; p++)
+    if (p != u->rank) hetccl_pieces_send(u->s, p, AT(c->sendbuf, (size_t)p * blk), blk, u->piece);
+  const char *mine = AT(c->sendbuf, (size_t)u->rank * blk);
+  if (mine != (const char *)c->recvbuf)
+    hetccl_sched_copy(u->s, c->recvbuf, mine, blk, HETCCL_STEP_NONE, HETCCL_STEP_NONE);
+}
+
+/* Both directions of a two-rank AllGather at once: a lane each. */
+static void exchange_allgather(const cut_t *u) {
+  int peer = 1 - u->rank;
+  size_t blk = u->c->count * u->elem;
+  allgather_own(u);
+  hetccl_pieces_send(u->s, peer, u->c->sendbuf, blk, u->piece);
+  hetccl_pieces_recv(u->s, peer, AT(u->c->recvbuf, (size_t)peer * blk), blk, u->piece,
+                     HETCCL_STEP_NONE);
+}
+
+/* --- the forms -------------------------------------------------------------------------- */
+
+size_t hetccl_pieces_message_bytes(const hetccl_coll_t *c, int nranks) {
+  size_t bytes = c->count * hetccl_dtype_size(c->dtype);
+  return c->func == HETCCL_FUNC_ALLREDUCE && nranks != 2 ? bytes / (size_t)nranks : bytes;
+}
+
+ncclResult_t hetccl_pieces_coll(hetccl_sched_t *s, const hetccl_coll_t *c, size_t piece) {
+  cut_t u = {.s = s, .c = c, .piece = piece, .elem = hetccl_dtype_size(c->dtype),
+             .rank = s->rank, .n = s->nranks};
+  int two = u.n == 2;
+  s->one_lane = 0;
+  switch (c->func) {
+    case HETCCL_FUNC_ALLREDUCE:
+      if (two) exchange_reduce(&u, c->count, 0, 0, 0);
+      else s->one_lane = 1, ring_allreduce(&u);
+      return ncclSuccess;
+    case HETCCL_FUNC_REDUCESCATTER:
+      if (two)
+        exchange_reduce(&u, c->count, (size_t)u.rank * c->count, (size_t)(1 - u.rank) * c->count,
+                        0);
+      else s->one_lane = 1, ring_reducescatter(&u);
+      return ncclSuccess;
+    case HETCCL_FUNC_ALLGATHER:
+      if (two) exchange_allgather(&u);
+      else s->one_lane = 1, ring_allgather(&u);
+      return ncclSuccess;
+    case HETCCL_FUNC_BROADCAST: s->one_lane = 1, chain_broadcast(&u); return ncclSuccess;
+    case HETCCL_FUNC_REDUCE: s->one_lane = 1, chain_reduce(&u); return ncclSuccess;
+    case HETCCL_FUNC_ALLTOALL: direct_alltoall(&u); return ncclSuccess;
+    case HETCCL_FUNC_GATHER: direct_gather(&u); return ncclSuccess;
+    case HETCCL_FUNC_SCATTER: direct_scatter(&u); return ncclSuccess;
+    default: break;
+  }
+  WARN("plane: %s is not a collective", hetccl_func_name(c->func));
+  return ncclInternalError;
+}
