@@ -302,6 +302,44 @@ def test_failed_peer_is_not_waited_on() -> None:
     assert not wrong, "\n".join(wrong)
 
 
+def rank_left_after_its_part(rank: int, n: int, uid: str, barrier: Any) -> Outcome:
+    """n = 3 on the data plane: rank 0 takes part in an AllReduce, then its
+    process exits, as one whose work is done may. Ranks 1 and 2 go on with
+    a send and receive of their own, rank 2 late, so that rank 1 waits on
+    rank 2 (the message fills the slots) long after rank 0 has gone. Rank
+    0's exit is no failure of theirs."""
+    comm = NcclCommunicator(n, uid, rank)
+    count = 1 << 18  # float32: 1 MiB, 256 pieces of 4 KiB through 2 slots
+    x, y = _arrays(count, float(rank + 1), 2)
+    comm.allReduce(_ptr(x), _ptr(y), count, F32, SUM)
+    if rank == 0:
+        os._exit(0)
+    out: Outcome = {"kind": "ok", "allreduce": float(y[0])}
+    try:
+        if rank == 1:
+            comm.send(_ptr(x), count, F32, 2)
+        else:
+            time.sleep(0.5)
+            comm.recv(_ptr(y), count, F32, 1)
+            out["received"] = float(y[0])
+    except NcclError as e:
+        out = {**out, **_error(e, 0.0)}
+    _line_up(barrier, 30)
+    comm.abort()
+    return out
+
+
+@pytest.mark.timeout(60)
+def test_a_peer_that_left_after_its_part_is_no_failure() -> None:
+    results = _run_ranks(rank_left_after_its_part, 3, survivors=2, timeout=40,
+                         env={"HETCCL_PLANE": "on", "HETCCL_PLANE_PIECE": "4096",
+                              "HETCCL_PLANE_SLOTS": "2"})
+    assert results[0] == ("died", 0), results[0]
+    r1, r2 = _ok_results(results, [1, 2])
+    assert r1["kind"] == "ok" and r1["allreduce"] == 6.0, r1
+    assert r2["kind"] == "ok" and r2["received"] == 2.0, r2
+
+
 # -- 2. abort from another thread ------------------------------------------------------
 
 ABORT_AFTER_S = 0.5

@@ -139,7 +139,7 @@ static void *guard_main(void *arg) {
       guard_nap(p, GUARD_RELEASE_MS);
       continue;
     }
-    ncclResult_t res = plane_peers_check(p, &last_look);
+    ncclResult_t res = plane_peers_check(p, &last_look, NULL);
     if (res != ncclSuccess) {
       hetccl_plane_fail(p, res);
       if (p->a.on_failure) p->a.on_failure(p->a.failure_ctx, res);

@@ -166,7 +166,7 @@ static ncclResult_t graph_chan_wait(hetccl_plane_t *p, int peer, const char *nam
     }
     if (*fd >= 0) close(*fd);
     *fd = -1;
-    ncclResult_t res = plane_peers_check(p, &last_check);
+    ncclResult_t res = plane_peers_check(p, &last_check, NULL);
     if (res != ncclSuccess) return res;
     if (plane_now_ns() - start > (int64_t)p->a.timeout_ms * 1000000LL) {
       WARN("plane: rank %d waited %d s for the channel %s of captured programs that rank %d "

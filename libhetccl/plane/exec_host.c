@@ -68,6 +68,13 @@ static void run_step(hetccl_plane_t *p, const plane_step_t *s) {
       break;
     case STEP_RECV: memcpy(s->dst, plane_slot_host(p, in, s->in_q), s->bytes); break;
     case STEP_COPY: if (s->dst != s->src) memmove(s->dst, s->src, s->bytes); break;
+    case STEP_SCALE: {
+      size_t count = s->bytes / hetccl_dtype_size(s->op->dtype);
+      if (s->flags & HETCCL_REDUCE_SCALE_A) hetccl_reduce_prepare(s->op, s->dst, s->src, count);
+      else if (s->dst != s->src) memmove(s->dst, s->src, s->bytes);
+      if (s->flags & HETCCL_REDUCE_FINISH) hetccl_reduce_finish(s->op, s->dst, count);
+      break;
+    }
     case STEP_REDUCE: {
       const void *slot = plane_slot_host(p, in, s->in_q);
       void *dst = s->dst ? s->dst : plane_slot_host(p, out, s->out_q);
@@ -88,12 +95,27 @@ static void run_step(hetccl_plane_t *p, const plane_step_t *s) {
                      __ATOMIC_RELEASE);
 }
 
+/* The peers whose counters the lanes' next steps wait on (a peer that
+ * left after its part of the program is no failure of ours). */
+static const uint8_t *waited_peers(const hetccl_plane_t *p, const plane_phase_t *ph,
+                                   const int *pos, uint8_t *waited) {
+  memset(waited, 0, (size_t)p->a.nranks);
+  for (int l = 0; l < ph->nlanes; l++) {
+    if (pos[l] == ph->lanes[l].n) continue;
+    const plane_step_t *s = &ph->lanes[l].steps[pos[l]];
+    if (s->in >= 0) waited[s->in] = 1;
+    if (s->out >= 0) waited[s->out] = 1;
+  }
+  return waited;
+}
+
 /* Until every step of ph has run and, with bridges, every piece queued
  * before `mark` has crossed (the last phase's wait: a program's last
  * pieces may still be on their way once its steps have run). */
 static ncclResult_t run_phase(hetccl_plane_t *p, const plane_phase_t *ph, uint64_t mark) {
   int pos[ph->nlanes];
   memset(pos, 0, sizeof(pos));
+  uint8_t waited[p->a.nranks];
   int64_t since = plane_now_ns();
   struct timespec nap = {0, 20000};
   for (long idle = 0;;) {
@@ -115,7 +137,8 @@ static ncclResult_t run_phase(hetccl_plane_t *p, const plane_phase_t *ph, uint64
       since = plane_now_ns();
       continue;
     }
-    if ((++idle & 255) == 0) HETCCL_CHECK(plane_check(p, since));
+    if ((++idle & 255) == 0)
+      HETCCL_CHECK(plane_check(p, since, waited_peers(p, ph, pos, waited)));
     if (idle > SPIN_SWEEPS) nanosleep(&nap, NULL);
     else sched_yield();
   }

@@ -174,13 +174,13 @@ static int peer_failed(const hetccl_plane_t *p, int *who, int *code) {
   return 0;
 }
 
-ncclResult_t plane_check(hetccl_plane_t *p, int64_t since_ns) {
+ncclResult_t plane_check(hetccl_plane_t *p, int64_t since_ns, const uint8_t *waited) {
   int me = plane_user_rank(p, p->a.rank);
   if (p->failed) {
     WARN("plane: rank %d: this communicator failed earlier", me);
     return (ncclResult_t)p->failed;
   }
-  HETCCL_CHECK(plane_peers_check(p, &p->last_peer_check_ns));
+  HETCCL_CHECK(plane_peers_check(p, &p->last_peer_check_ns, waited));
   if (since_ns >= 0 && plane_now_ns() - since_ns > (int64_t)p->a.timeout_ms * 1000000LL) {
     WARN("plane: rank %d: no progress from its peers for %d s (HETCCL_TIMEOUT)", me,
          p->a.timeout_ms / 1000);
@@ -189,7 +189,7 @@ ncclResult_t plane_check(hetccl_plane_t *p, int64_t since_ns) {
   return ncclSuccess;
 }
 
-ncclResult_t plane_peers_check(hetccl_plane_t *p, int64_t *last_ns) {
+ncclResult_t plane_peers_check(hetccl_plane_t *p, int64_t *last_ns, const uint8_t *waited) {
   int me = plane_user_rank(p, p->a.rank);
   if (__atomic_load_n(p->a.abort_flag, __ATOMIC_ACQUIRE)) {
     WARN("plane: rank %d: operation aborted (ncclCommAbort)", me);
@@ -206,7 +206,8 @@ ncclResult_t plane_peers_check(hetccl_plane_t *p, int64_t *last_ns) {
     *last_ns = now;
     for (int q = 0; q < p->a.nranks; q++) {
       /* a rank of another host is watched by its connection (bridge.c) */
-      if (q == p->a.rank || plane_remote(p, q) || kill(p->a.pids[q], 0) == 0 || errno != ESRCH)
+      if (q == p->a.rank || (waited && !waited[q]) || plane_remote(p, q) ||
+          kill(p->a.pids[q], 0) == 0 || errno != ESRCH)
         continue;
       WARN("plane: peer rank %d (pid %d) exited while rank %d waited on it",
            plane_user_rank(p, q), (int)p->a.pids[q], me);
@@ -239,7 +240,7 @@ static void pace(hetccl_plane_t *p) {
 
 ncclResult_t hetccl_plane_launch(hetccl_plane_t *p, const hetccl_plane_task_t *tasks, int ntasks,
                                  void *stream, hetccl_plane_watch_fn watch, void *watch_ctx) {
-  if (p->failed) return plane_check(p, -1);
+  if (p->failed) return plane_check(p, -1, NULL);
   int capturing = 0;
   HETCCL_CHECK(p->a.rt->stream_capturing(stream, &capturing));
   if (capturing) return plane_capture_launch(p, tasks, ntasks, stream);
@@ -292,7 +293,7 @@ ncclResult_t hetccl_plane_watch(hetccl_plane_t *p, hetccl_plane_ticket_t ticket)
     }
     /* No timeout here: the stream may be busy with the program's own
      * earlier work for as long as that takes. */
-    res = plane_check(p, -1);
+    res = plane_check(p, -1, NULL);
     if (res != ncclSuccess) return fail_here(p, res);
     if (polls > 100) nanosleep(&nap, NULL);
     /* Longer naps only while nothing but the stream is awaited: a bridge
@@ -304,7 +305,7 @@ ncclResult_t hetccl_plane_watch(hetccl_plane_t *p, hetccl_plane_ticket_t ticket)
 
 ncclResult_t hetccl_plane_run_host(hetccl_plane_t *p, const hetccl_plane_task_t *tasks,
                                    int ntasks) {
-  if (p->failed) return plane_check(p, -1);
+  if (p->failed) return plane_check(p, -1, NULL);
   plane_prog_t prog;
   ncclResult_t res = plane_prog_build(p, tasks, ntasks, 0, &prog);
   if (res == ncclSuccess) {

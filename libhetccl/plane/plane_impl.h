@@ -137,6 +137,9 @@ typedef enum {
   STEP_RECV,   /* slot of `in` piece in_q -> dst */
   STEP_REDUCE, /* dst (or, dst NULL, the slot of `out` piece out_q) = op(a, slot of `in`) */
   STEP_COPY,   /* src -> dst on this rank */
+  STEP_SCALE,  /* dst = src scaled as flags say: HETCCL_REDUCE_SCALE_A by op's PreMulSum
+                * scalar, HETCCL_REDUCE_FINISH as op finishes (Avg's division); a copy
+                * where neither applies to op */
 } plane_step_kind_t;
 
 typedef struct plane_step {
@@ -146,7 +149,7 @@ typedef struct plane_step {
   /* Pieces this step numbers on each of its channels: 1, or 2 for a wide
    * piece (in_q and in_q + 1, out_q and out_q + 1; program.c). */
   uint8_t span;
-  uint16_t flags;          /* REDUCE: HETCCL_REDUCE_SCALE_A / _B / FINISH */
+  uint16_t flags;          /* REDUCE, SCALE: HETCCL_REDUCE_SCALE_A / _B / FINISH */
   int32_t in, out;         /* peer rank of the channel read / written; -1: none */
   plane_chan_t *ic, *oc;   /* those channels (the plane's, or its captured programs') */
   uint64_t in_q, out_q;
@@ -158,7 +161,7 @@ typedef struct plane_step {
    * overwrite what the send lane has not copied out yet. */
   int32_t dep_out;
   uint64_t dep_q;
-  const hetccl_redop_t *op; /* REDUCE; SEND of a reducing collective */
+  const hetccl_redop_t *op; /* REDUCE, SCALE; SEND of a reducing collective */
 } plane_step_t;
 
 typedef struct plane_lane {
@@ -208,12 +211,14 @@ ncclResult_t plane_exec_host(hetccl_plane_t *p, const plane_prog_t *prog);
 
 /* liveness (plane.c): ncclSuccess while every peer is there and nothing
  * failed; else the error (logged once, naming who). `since_ns` is when a
- * counter this rank waits on last moved, for the timeout. */
-ncclResult_t plane_check(hetccl_plane_t *p, int64_t since_ns);
+ * counter this rank waits on last moved, for the timeout. `waited`
+ * (nranks flags, or NULL for all): the peers whose exit is a failure now;
+ * a peer that has done its part of every program and left is not one. */
+ncclResult_t plane_check(hetccl_plane_t *p, int64_t since_ns, const uint8_t *waited);
 /* The same without the timeout, for a thread other than the one that
  * drives the communicator: *last_ns is that caller's own time of its last
  * look at the peers' processes. */
-ncclResult_t plane_peers_check(hetccl_plane_t *p, int64_t *last_ns);
+ncclResult_t plane_peers_check(hetccl_plane_t *p, int64_t *last_ns, const uint8_t *waited);
 
 /* --- captured programs (capture.c) ----------------------------------------------------- */
 
