@@ -573,6 +573,7 @@ PLANE_SMALL = (("HETCCL_PLANE_PIECE", "4096"), ("HETCCL_PLANE_SLOTS", "2"))
 PLANE_WIDE = (("HETCCL_PLANE_PIECE", "4096"), ("HETCCL_PLANE_SLOTS", "4"),
               ("HETCCL_PLANE_WIDE_MIN", "8192"))
 PLANE_HOSTS = PLANE + (("HETCCL_PLANE_HOSTS", "all"),)
+RHD = (("HETCCL_ALGO", "rhd"),)
 
 
 def pieces(size: str) -> Tuple[Tuple[str, str], ...]:
@@ -666,6 +667,17 @@ SWEEPS = [
     Sweep("n4-plane-wide", 4, PLANE + PLANE_WIDE, counts=(6000,)),
     Sweep("n4-plane-islands-hier", 4, PLANE + (("HETCCL_ISLANDS", "0,0,1,1"),),
           counts=(7, 1031)),
+    # The host engine's halving-doubling AllReduce (algo/rhd.c) lowered onto
+    # the plane (plane/program.c): whole messages cut into pieces, each
+    # round's send and receive taking them in turn (two slots, many pieces);
+    # 3, 5 and 7 ranks fold, wide pieces end short (avg and prod only up
+    # to 4 ranks, as above).
+    Sweep("n3-plane-rhd", 3, PLANE + PLANE_SMALL + RHD, counts=(1, 7, 1031, 6000),
+          large=LARGE_SET),
+    Sweep("n4-plane-rhd-wide", 4, PLANE + PLANE_WIDE + RHD, counts=(7, 6000), large=LARGE_SET),
+    Sweep("n5-plane-rhd", 5, PLANE + PLANE_SMALL + RHD, counts=(1, 1031, 6000),
+          ops=(SUM, MAX, MIN, PREMUL)),
+    Sweep("n7-plane-rhd", 7, PLANE + PLANE_SMALL + RHD, counts=(1031,), ops=(SUM, MIN, PREMUL)),
     # The plane across hosts (plane/bridge.c): a channel to a rank of
     # another host is a segment on each side, its pieces carried by the
     # pair's transport (socket here; ib in tests/test_ib_hosts.py).

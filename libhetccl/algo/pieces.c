@@ -3,6 +3,7 @@
  * Thread: the caller's. */
 #include "algo/pieces.h"
 
+#include "util/knobs.h"
 #include "util/log.h"
 
 typedef struct cut {
@@ -318,13 +319,20 @@ size_t hetccl_pieces_message_bytes(const hetccl_coll_t *c, int nranks) {
   return c->func == HETCCL_FUNC_ALLREDUCE && nranks != 2 ? bytes / (size_t)nranks : bytes;
 }
 
-ncclResult_t hetccl_pieces_coll(hetccl_sched_t *s, const hetccl_coll_t *c, size_t piece) {
+ncclResult_t hetccl_pieces_coll(hetccl_sched_t *s, const hetccl_coll_t *c, size_t piece,
+                                int *cut) {
   cut_t u = {.s = s, .c = c, .piece = piece, .elem = hetccl_dtype_size(c->dtype),
              .rank = s->rank, .n = s->nranks};
   int two = u.n == 2;
   s->one_lane = 0;
+  *cut = 0;
   switch (c->func) {
     case HETCCL_FUNC_ALLREDUCE:
+      if (hetccl_knob_enum(HETCCL_KNOB_ALGO) == HETCCL_KNOB_ALGO_rhd) {
+        hetccl_rhd_build(s, c);
+        *cut = 1;
+        return ncclSuccess;
+      }
       if (two) exchange_reduce(&u, c->count, 0, 0, 0);
       else s->one_lane = 1, ring_allreduce(&u);
       return ncclSuccess;

@@ -7,6 +7,9 @@
  *   chain                Broadcast, Reduce                    one
  *   direct               AlltoAll, Gather, Scatter,           a lane per peer and direction
  *                        AllGather (n = 2), Send/Recv
+ *   halving-doubling     AllReduce under HETCCL_ALGO=rhd      one
+ *                        (algo/rhd.c, the host engine's
+ *                        schedule, in whole messages)
  *
  * Every message is cut into pieces of at most `piece` bytes (the plane's
  * slot, or two for a wide piece), and a form lists its steps piece by
@@ -21,7 +24,7 @@
  * own data enters a reduction through a transient PREPARE (PreMulSum's
  * scaling, by this rank's own scalar), an intermediate sum goes on through
  * a transient RECV_REDUCE, and a finished chunk gets its FINISH (Avg's
- * division) at once; the data plane's lowering (plane/lower.c) fuses each
+ * division) at once; the data plane's lowering (plane/program.c) fuses each
  * of these into the step beside it, so that no transient result is ever
  * written. These schedules leave transient results without a buffer:
  * they are for an executor that fuses (sched.h).
@@ -40,9 +43,16 @@
 #include "sched/sched.h"
 
 /* Collective c (count > 0) in pieces of `piece` bytes (a multiple of the
- * element size); sets s->one_lane for its form. ncclInternalError for a
- * function that is not a collective. */
-ncclResult_t hetccl_pieces_coll(hetccl_sched_t *s, const hetccl_coll_t *c, size_t piece);
+ * element size); sets s->one_lane for its form. *cut: 1 where the
+ * schedule's messages are whole and the executor cuts them into pieces
+ * (halving-doubling), 0 where its steps are the pieces. ncclInternalError
+ * for a function that is not a collective. */
+ncclResult_t hetccl_pieces_coll(hetccl_sched_t *s, const hetccl_coll_t *c, size_t piece,
+                                int *cut);
+
+/* algo/rhd.c: AllReduce by recursive halving then doubling into s (op
+ * &c->op), in whole messages. */
+void hetccl_rhd_build(hetccl_sched_t *s, const hetccl_coll_t *c);
 
 /* A message of `bytes` to / from peer, piece by piece. A receive with
  * `guard` (a SEND step's index, else HETCCL_STEP_NONE) lands in place of

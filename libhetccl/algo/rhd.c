@@ -1,5 +1,8 @@
 /* AllReduce by recursive halving then doubling, written as a schedule
- * (sched/sched.h) and run by the host executor.
+ * (sched/sched.h) and run by either executor: the host engine's
+ * (hetccl_rhd_allreduce), and the data plane's under HETCCL_ALGO=rhd
+ * (algo/pieces.h; one lane, each round's send and receive taking their
+ * pieces in turn).
  *
  *   fold      with n = m + rem (m the largest power of two <= n), ranks
  *             below 2 rem pair up: the even one sends its contribution to
@@ -24,10 +27,11 @@
  *
  * Memory: recvbuf is the working buffer (in place works: the contribution
  * is read once, into it, before anything is sent); the schedule itself
- * takes the engine's scratch.
+ * takes the engine's scratch, or the data plane's memory.
  *
- * Thread: whichever thread drives the engine. */
+ * Thread: whichever thread drives the engine, or builds the program. */
 #include "algo/algo_impl.h"
+#include "algo/pieces.h"
 
 /* Rounds in a power-of-two group of m ranks: log2 m, at most this. */
 #define RHD_MAX_ROUNDS 31
@@ -48,28 +52,31 @@ static size_t split_at(size_t lo, size_t hi, size_t esize) {
   return lo + algo_min(half, hi - lo);
 }
 
-ncclResult_t hetccl_rhd_allreduce(hetccl_engine_t *e, const hetccl_coll_t *c) {
-  int n = hetccl_engine_nranks(e), r = hetccl_engine_rank(e);
+static int rounds_of(int n, int *m) {
+  int rounds = 0;
+  for (*m = 1; *m * 2 <= n; *m *= 2) rounds++;
+  return rounds;
+}
+
+void hetccl_rhd_build(hetccl_sched_t *s, const hetccl_coll_t *c) {
+  int n = s->nranks, r = s->rank, m;
   size_t es = hetccl_dtype_size(c->dtype);
   char *buf = c->recvbuf;
-  int m = 1, rounds = 0;
-  while (m * 2 <= n) m *= 2, rounds++;
-  int rem = n - m;
-  hetccl_sched_t *s = hetccl_algo_sched(e, &c->op, RHD_STEPS(rounds), 0, NULL);
-  if (!s) return ncclSystemError;
+  int rounds = rounds_of(n, &m), rem = n - m;
   /* Every send's matching receive either copies or reduces what it reads,
    * and every source stays put until its send is done: peers may read it
-   * in place. */
+   * in place. On the data plane: one lane, in the order listed. */
   s->pull_ok = 1;
+  s->one_lane = 1;
   int prev = hetccl_sched_prepare(s, buf, c->sendbuf, c->count * es, HETCCL_STEP_NONE,
                                   HETCCL_STEP_NONE);
 
   /* fold */
-  int vr; /* this rank among the m standing ones, or -1 */
+  int vr; /* this rank among the m standing ones */
   if (r < 2 * rem && r % 2 == 0) {
     int sent = hetccl_sched_send(s, r + 1, buf, c->count * es, prev, HETCCL_STEP_NONE);
     hetccl_sched_recv(s, r + 1, buf, c->count * es, sent, HETCCL_STEP_NONE);
-    return hetccl_sched_run_host(s);
+    return;
   }
   if (r < 2 * rem) {
     prev = hetccl_sched_recv_reduce(s, r - 1, buf, buf, HETCCL_STEP_IN_RIGHT, c->count * es,
@@ -113,5 +120,12 @@ ncclResult_t hetccl_rhd_allreduce(hetccl_engine_t *e, const hetccl_coll_t *c) {
 
   /* unfold */
   if (r < 2 * rem) hetccl_sched_send(s, r - 1, buf, c->count * es, prev, HETCCL_STEP_NONE);
+}
+
+ncclResult_t hetccl_rhd_allreduce(hetccl_engine_t *e, const hetccl_coll_t *c) {
+  int m, rounds = rounds_of(hetccl_engine_nranks(e), &m);
+  hetccl_sched_t *s = hetccl_algo_sched(e, &c->op, RHD_STEPS(rounds), 0, NULL);
+  if (!s) return ncclSystemError;
+  hetccl_rhd_build(s, c);
   return hetccl_sched_run_host(s);
 }

@@ -336,6 +336,13 @@ static ncclResult_t enqueue_split(hetccl_plane_t *p, const plane_step_t *s, void
   return write_local(p, rst, reduced, end);
 }
 
+
+/* A SCALE step that changes its data (a unary kernel), rather than a copy. */
+static int scale_kernel(const plane_step_t *s) {
+  return ((s->flags & HETCCL_REDUCE_SCALE_A) && s->op->premul) ||
+         ((s->flags & HETCCL_REDUCE_FINISH) && s->op->average && s->op->nranks > 1);
+}
+
 /* rst: the lane's reduction stream where the split path may be taken;
  * `resident`: its reductions are a resident kernel's, launched already. */
 static ncclResult_t enqueue_step(hetccl_plane_t *p, const plane_step_t *s, void *st, void *rst,
@@ -362,6 +369,13 @@ static ncclResult_t enqueue_step(hetccl_plane_t *p, const plane_step_t *s, void 
       if (s->dst != s->src) HETCCL_CHECK(rt->memcpy_async(s->dst, s->src, s->bytes, st));
       break;
     case STEP_REDUCE: HETCCL_CHECK(reduce_step(p, s, st, 0)); break;
+    case STEP_SCALE:
+      if (scale_kernel(s))
+        HETCCL_CHECK(rt->reduce_async(s->op, s->dst, s->src, NULL,
+                                      s->bytes / hetccl_dtype_size(s->op->dtype), s->flags, st));
+      else if (s->dst != s->src)
+        HETCCL_CHECK(rt->memcpy_async(s->dst, s->src, s->bytes, st));
+      break;
   }
   if (in) HETCCL_CHECK(mark_read(p, st, s));
   if (out) HETCCL_CHECK(mark_written(p, st, s));
@@ -564,12 +578,15 @@ static ncclResult_t load_kernels(hetccl_plane_t *p, const plane_prog_t *prog, vo
           HETCCL_CHECK(chan_stage(p, s->ic, lanes && split_path(p, s), stream));
         int kind = s->kind == STEP_REDUCE ? (int)s->flags * 2 + s->swap
                    : s->kind == STEP_SEND && s->op && s->op->premul ? -2
+                   : s->kind == STEP_SCALE && scale_kernel(s)       ? -3 - (int)s->flags
                                                                    : -1;
         if (kind == -1 || (s->op == last_op && kind == last_kind)) continue;
         last_op = s->op, last_kind = kind;
         if (s->kind == STEP_REDUCE) HETCCL_CHECK(reduce_step(p, s, stream, 1));
         else HETCCL_CHECK(p->a.rt->reduce_async(s->op, (void *)s->src, s->src, NULL, 0,
-                                                HETCCL_REDUCE_SCALE_A, stream));
+                                                s->kind == STEP_SCALE ? s->flags
+                                                                      : HETCCL_REDUCE_SCALE_A,
+                                                stream));
       }
   }
   return ncclSuccess;

@@ -3,10 +3,11 @@
  * half runs the lanes (exec_stream.c on a GPU rank's streams, capture.c
  * into a graph, exec_host.c on a host thread).
  *
- * Each collective is built as a schedule of pieces by its form
- * (algo/pieces.h: the two-rank exchange, ring wavefronts, chains, direct
- * exchanges), one phase each in call order, then every send and receive
- * of the call in one phase. Lowering a schedule:
+ * Each collective is built as a schedule by its form (algo/pieces.h: the
+ * two-rank exchange, ring wavefronts, chains, direct exchanges, and under
+ * HETCCL_ALGO=rhd the host engine's halving-doubling AllReduce), one phase
+ * each in call order, then every send and receive of the call in one
+ * phase. Lowering a schedule:
  *
  *   schedule                                plane step
  *   PREPARE (transient) + SEND              SEND, scaled by op's scalar on the way
@@ -15,22 +16,28 @@
  *     [+ FINISH of the same dst]              scaled (SCALE_A) [and finished]
  *   [PREPARE +] RECV_REDUCE (transient)     REDUCE straight into the next
  *     + SEND of it                            channel's slot
+ *   PREPARE / FINISH (alone)                SCALE (dst = src scaled / finished)
  *
  * Placement: with the schedule's one_lane every step goes on the ring lane
  * in listed order; else a message goes on its peer's lane for its
  * direction and a local step on the ring lane. An `after` within a lane
  * is kept by the lane's order; one across lanes must name a step that
  * writes a channel (a SEND), and becomes a wait for that piece's counter
- * (dep_out). Anything else (a local REDUCE, a PREPARE or FINISH that
- * cannot be fused, a second wait across lanes) is refused, naming it: the
- * plane cannot run that schedule yet.
+ * (dep_out). Anything else (a local REDUCE, a transient step nothing
+ * takes up, a second wait across lanes) is refused, naming it: the plane
+ * cannot run that schedule yet.
  *
- * Pieces are numbered per channel in the order they are lowered, which is
- * the schedule's order: the peer lowers the same schedule and so numbers
- * the same pieces alike. A message of at least the plane's wide_min bytes
- * per channel moves in wide pieces (two slots each, two in flight of the
- * default four; plane_impl.h): the same bytes in flight in half as many
- * pieces, each paying its waits and signals once.
+ * Pieces: a message longer than the plane's piece is cut (the forms of
+ * algo/pieces.c cut their own; halving-doubling's messages are whole), and
+ * consecutive messages that wait for none of each other and share no
+ * channel take their pieces in turn (lower). Pieces are numbered per
+ * channel in the order they are lowered, which keeps the schedule's order
+ * on every channel: the peer lowers the same schedule and so numbers the
+ * same pieces alike. A step of no bytes numbers none, on either rank. A
+ * message of at least the plane's wide_min bytes per channel moves in wide
+ * pieces (two slots each, two in flight of the default four;
+ * plane_impl.h): the same bytes in flight in half as many pieces, each
+ * paying its waits and signals once.
  *
  * Thread: the API caller's (build happens at launch). */
 #include <stdlib.h>
@@ -103,13 +110,21 @@ static ncclResult_t oom(void) {
 /* --- lowering -------------------------------------------------------------------- */
 
 /* Where a schedule's step went: its lane, and the channel piece it writes
- * (for the waits of steps on other lanes). */
+ * last (for the waits of steps on other lanes). */
 typedef struct placed {
   int lane;
   int out;             /* peer of the channel written, -1: none */
   uint64_t out_q;
   uint8_t span;
 } placed_t;
+
+/* Steps [first, last] of a schedule, fused into one plane step `st`
+ * (bytes: the whole of it), cut into pieces if it moves a message. */
+typedef struct unit {
+  int first, last;
+  int lane;
+  plane_step_t st;
+} unit_t;
 
 static ncclResult_t refuse(const hetccl_sched_t *s, int i, const char *why) {
   WARN("plane: cannot run step %d of %d (kind %d) of this schedule: %s", i, s->nsteps,
@@ -127,14 +142,87 @@ static const hetccl_step_t *fusable(const hetccl_sched_t *s, int i, int kind) {
   return NULL;
 }
 
-/* The steps [first, last] of s, fused into *st: its waits across lanes. */
-static ncclResult_t lower_waits(const hetccl_sched_t *s, const placed_t *at, int first, int last,
-                                int lane, plane_step_t *st) {
-  for (int j = first; j <= last; j++)
+/* The unit that starts at step i (the table at the top). */
+static ncclResult_t unit_at(const hetccl_sched_t *s, int i, unit_t *u) {
+  const hetccl_step_t *t = &s->steps[i], *prep = NULL;
+  plane_step_t *st = &u->st;
+  *st = STEP(.bytes = t->bytes);
+  u->first = i;
+  u->lane = PLANE_LANE_RING;
+  if (t->kind == HETCCL_STEP_PREPARE && (t->flags & HETCCL_STEP_FORWARD)) {
+    if (!fusable(s, i, HETCCL_STEP_SEND) && !fusable(s, i, HETCCL_STEP_RECV_REDUCE))
+      return refuse(s, i, "a transient scaling the next step does not take up");
+    prep = t;
+    t = &s->steps[++i];
+  }
+  switch (t->kind) {
+    case HETCCL_STEP_SEND:
+      st->kind = STEP_SEND, st->out = t->peer, st->src = prep ? prep->src : t->src;
+      st->op = prep ? s->op : NULL;
+      u->lane = PLANE_LANE_OUT(t->peer);
+      break;
+    case HETCCL_STEP_RECV:
+      st->kind = STEP_RECV, st->in = t->peer, st->dst = t->dst;
+      u->lane = PLANE_LANE_IN(t->peer);
+      break;
+    case HETCCL_STEP_COPY: st->kind = STEP_COPY, st->src = t->src, st->dst = t->dst; break;
+    case HETCCL_STEP_PREPARE:
+      st->kind = STEP_SCALE, st->src = t->src, st->dst = t->dst, st->op = s->op;
+      st->flags = HETCCL_REDUCE_SCALE_A;
+      break;
+    case HETCCL_STEP_FINISH:
+      st->kind = STEP_SCALE, st->src = t->dst, st->dst = t->dst, st->op = s->op;
+      st->flags = HETCCL_REDUCE_FINISH;
+      break;
+    case HETCCL_STEP_RECV_REDUCE: {
+      st->kind = STEP_REDUCE, st->in = t->peer, st->op = s->op, st->dst = t->dst;
+      st->src = prep ? prep->src : t->src;
+      st->swap = (t->flags & HETCCL_STEP_IN_RIGHT) != 0;
+      st->flags = prep ? HETCCL_REDUCE_SCALE_A : 0;
+      u->lane = PLANE_LANE_IN(t->peer);
+      const hetccl_step_t *v;
+      if (t->flags & HETCCL_STEP_FORWARD) {
+        if (!s->one_lane || !(v = fusable(s, i, HETCCL_STEP_SEND)))
+          return refuse(s, i, "a sum passed on other than by the next step on its lane");
+        st->out = v->peer, st->dst = NULL;
+        i++;
+      } else if ((v = fusable(s, i, HETCCL_STEP_FINISH)) && v->dst == t->dst) {
+        st->flags |= HETCCL_REDUCE_FINISH;
+        i++;
+      }
+      break;
+    }
+    default: return refuse(s, i, "no plane step does this");
+  }
+  if (s->one_lane) u->lane = PLANE_LANE_RING;
+  u->last = i;
+  return ncclSuccess;
+}
+
+/* Can unit u join the group of units g[0..ng) and have its pieces taken
+ * in turn with theirs? Only a message that waits for none of them and
+ * shares no channel with them (each channel's pieces keep the schedule's
+ * order, which the peer numbers alike). */
+static int joins(const hetccl_sched_t *s, const unit_t *g, int ng, const unit_t *u) {
+  if (u->st.in < 0 && u->st.out < 0) return 0;
+  for (int j = u->first; j <= u->last; j++)
+    for (int k = 0; k < HETCCL_STEP_MAX_AFTER; k++)
+      if (s->steps[j].after[k] >= g[0].first && s->steps[j].after[k] < u->first) return 0;
+  for (int m = 0; m < ng; m++)
+    if ((u->st.in >= 0 && u->st.in == g[m].st.in) || (u->st.out >= 0 && u->st.out == g[m].st.out))
+      return 0;
+  return 1;
+}
+
+/* Unit u's waits across lanes (lanes keep their own order). */
+static ncclResult_t unit_waits(const hetccl_sched_t *s, const placed_t *at, unit_t *u) {
+  plane_step_t *st = &u->st;
+  for (int j = u->first; j <= u->last; j++)
     for (int k = 0; k < HETCCL_STEP_MAX_AFTER; k++) {
       int a = s->steps[j].after[k];
-      if (a == HETCCL_STEP_NONE || (a >= first && a <= last) || at[a].lane == lane) continue;
-      if (a > first || at[a].out < 0)
+      if (a == HETCCL_STEP_NONE || a >= u->first || at[a].lane < 0 || at[a].lane == u->lane)
+        continue;
+      if (at[a].out < 0)
         return refuse(s, j, "it waits across lanes for a step that writes no channel");
       uint64_t q = at[a].out_q + at[a].span;
       if (st->dep_out >= 0 && (st->dep_out != at[a].out || st->dep_q != q))
@@ -145,90 +233,74 @@ static ncclResult_t lower_waits(const hetccl_sched_t *s, const placed_t *at, int
   return ncclSuccess;
 }
 
-/* Lower schedule s as the current phase (b->ph). */
-static ncclResult_t lower(builder_t *b, const hetccl_sched_t *s) {
+/* Lower schedule s as the current phase (b->ph), messages cut into pieces
+ * of at most `piece` bytes (SIZE_MAX: the schedule's steps are its
+ * pieces). Consecutive messages that may move together (joins) take their
+ * pieces in turn: two ranks exchanging long messages on one lane each send
+ * piece k before receiving it, and neither waits for the other's last
+ * piece to free a slot. */
+static ncclResult_t lower(builder_t *b, const hetccl_sched_t *s, size_t piece) {
   if (s->failed) return ncclInternalError; /* logged by the schedule */
   placed_t *at = calloc((size_t)s->nsteps + 1, sizeof(*at));
-  if (!at) return oom();
-  ncclResult_t res = ncclSuccess;
-  for (int i = 0; i < s->nsteps && res == ncclSuccess; i++) {
-    int first = i, lane = PLANE_LANE_RING;
-    const hetccl_step_t *t = &s->steps[i], *prep = NULL;
-    plane_step_t st = STEP(.bytes = t->bytes);
-    if (t->kind == HETCCL_STEP_PREPARE) {
-      if (!(t->flags & HETCCL_STEP_FORWARD) ||
-          !(fusable(s, i, HETCCL_STEP_SEND) || fusable(s, i, HETCCL_STEP_RECV_REDUCE))) {
-        res = refuse(s, i, "a scaling the next step does not take up");
-        break;
-      }
-      prep = t;
-      t = &s->steps[++i];
+  unit_t *g = calloc((size_t)s->nsteps + 1, sizeof(*g));
+  ncclResult_t res = at && g ? ncclSuccess : oom();
+  for (int i = 0; i < s->nsteps && res == ncclSuccess;) {
+    int ng = 0;
+    res = unit_at(s, i, &g[ng]);
+    while (res == ncclSuccess) {
+      i = g[ng++].last + 1;
+      if (g[0].st.in < 0 && g[0].st.out < 0) break; /* a local step goes alone */
+      if (i == s->nsteps || (res = unit_at(s, i, &g[ng])) != ncclSuccess) break;
+      if (!joins(s, g, ng, &g[ng])) break;
     }
-    switch (t->kind) {
-      case HETCCL_STEP_SEND:
-        st.kind = STEP_SEND, st.out = t->peer, st.src = prep ? prep->src : t->src;
-        st.op = prep ? s->op : NULL;
-        lane = PLANE_LANE_OUT(t->peer);
-        break;
-      case HETCCL_STEP_RECV:
-        st.kind = STEP_RECV, st.in = t->peer, st.dst = t->dst;
-        lane = PLANE_LANE_IN(t->peer);
-        break;
-      case HETCCL_STEP_COPY: st.kind = STEP_COPY, st.src = t->src, st.dst = t->dst; break;
-      case HETCCL_STEP_RECV_REDUCE: {
-        st.kind = STEP_REDUCE, st.in = t->peer, st.op = s->op, st.dst = t->dst;
-        st.src = prep ? prep->src : t->src;
-        st.swap = (t->flags & HETCCL_STEP_IN_RIGHT) != 0;
-        st.flags = prep ? HETCCL_REDUCE_SCALE_A : 0;
-        lane = PLANE_LANE_IN(t->peer);
-        const hetccl_step_t *u;
-        if (t->flags & HETCCL_STEP_FORWARD) {
-          if (!s->one_lane || !(u = fusable(s, i, HETCCL_STEP_SEND))) {
-            res = refuse(s, i, "a sum passed on other than by the next step on its lane");
-            break;
-          }
-          st.out = u->peer, st.dst = NULL;
-          i++;
-        } else if ((u = fusable(s, i, HETCCL_STEP_FINISH)) && u->dst == t->dst) {
-          st.flags |= HETCCL_REDUCE_FINISH;
-          i++;
+    for (int m = 0; m < ng && res == ncclSuccess; m++) res = unit_waits(s, at, &g[m]);
+    /* a step of no bytes moves nothing and numbers no piece, on either rank */
+    for (int m = 0; m < ng; m++)
+      for (int j = g[m].first; g[m].st.bytes == 0 && j <= g[m].last; j++)
+        at[j] = (placed_t){.lane = -1, .out = -1};
+    for (size_t off = 0, more = 1; more && res == ncclSuccess; off += piece) {
+      more = 0;
+      for (int m = 0; m < ng && res == ncclSuccess; m++) {
+        unit_t *u = &g[m];
+        int local = u->st.in < 0 && u->st.out < 0; /* not cut */
+        if (off >= u->st.bytes || (local && off)) continue;
+        plane_step_t st = u->st;
+        if (!local) {
+          st.bytes = u->st.bytes - off < piece ? u->st.bytes - off : piece;
+          if (st.src) st.src = (const char *)st.src + off;
+          if (st.dst) st.dst = (char *)st.dst + off;
+          more |= st.bytes < u->st.bytes - off;
         }
-        break;
+        plane_step_t *e = emit(b, u->lane, &st);
+        if (!e) res = oom();
+        for (int j = u->first; e && j <= u->last; j++)
+          at[j] = (placed_t){.lane = u->lane, .out = e->out, .out_q = e->out_q, .span = e->span};
       }
-      default: res = refuse(s, i, "no plane step does this"); break;
     }
-    if (res != ncclSuccess) break;
-    if (s->one_lane) lane = PLANE_LANE_RING;
-    res = lower_waits(s, at, first, i, lane, &st);
-    if (res != ncclSuccess) break;
-    plane_step_t *e = emit(b, lane, &st);
-    if (!e) {
-      res = oom();
-      break;
-    }
-    for (int j = first; j <= i; j++)
-      at[j] = (placed_t){.lane = lane, .out = e->out, .out_q = e->out_q, .span = e->span};
   }
   free(at);
+  free(g);
   return res;
 }
 
 /* A schedule of the size a first, counting build of it asked for, built by
- * `build` (which fills *s), then lowered as a new phase. */
-typedef ncclResult_t (*sched_build_fn)(hetccl_sched_t *s, const void *arg);
+ * `build` (which fills *s and says how lower should cut its messages in
+ * *piece), then lowered as a new phase. */
+typedef ncclResult_t (*sched_build_fn)(hetccl_sched_t *s, void *arg, size_t *piece);
 
 static ncclResult_t lower_built(builder_t *b, plane_prog_t *prog, const hetccl_redop_t *op,
-                                sched_build_fn build, const void *arg) {
+                                sched_build_fn build, void *arg) {
+  size_t piece;
   hetccl_sched_t s;
   hetccl_sched_init_ranks(&s, NULL, 0, b->rank, b->n, op);
-  HETCCL_CHECK(build(&s, arg));
+  HETCCL_CHECK(build(&s, arg, &piece));
   int steps = s.wanted;
   void *mem = malloc(hetccl_sched_bytes(steps, b->n));
   if (!mem) return oom();
   hetccl_sched_init_ranks(&s, mem, steps, b->rank, b->n, op);
-  ncclResult_t res = build(&s, arg);
+  ncclResult_t res = build(&s, arg, &piece);
   if (res == ncclSuccess) res = phase_open(b, prog);
-  if (res == ncclSuccess) res = lower(b, &s);
+  if (res == ncclSuccess) res = lower(b, &s, piece);
   free(mem);
   return res;
 }
@@ -240,9 +312,12 @@ typedef struct coll_arg {
   size_t piece;
 } coll_arg_t;
 
-static ncclResult_t build_coll(hetccl_sched_t *s, const void *arg) {
+static ncclResult_t build_coll(hetccl_sched_t *s, void *arg, size_t *piece) {
   const coll_arg_t *a = arg;
-  return hetccl_pieces_coll(s, a->c, a->piece);
+  int cut;
+  HETCCL_CHECK(hetccl_pieces_coll(s, a->c, a->piece, &cut));
+  *piece = cut ? a->piece : SIZE_MAX;
+  return ncclSuccess;
 }
 
 /* The pieces of a message of `bytes` per channel: wide (two slots' worth,
@@ -262,8 +337,9 @@ typedef struct p2p_arg {
 
 /* Every send and receive of the share: per peer in call order; a message to
  * this rank itself is a copy from the matching send (k-th with k-th). */
-static ncclResult_t build_p2p(hetccl_sched_t *s, const void *arg) {
+static ncclResult_t build_p2p(hetccl_sched_t *s, void *arg, size_t *piece) {
   const p2p_arg_t *a = arg;
+  *piece = SIZE_MAX; /* cut below */
   const hetccl_plane_task_t *tasks = a->tasks;
   int ntasks = a->ntasks, self_send = 0;
   for (int i = 0; i < ntasks; i++) {

@@ -42,7 +42,7 @@
  * What a schedule does not say: which thread runs it, how it waits, how
  * messages move. Two executors run schedules: sched_host.c on the calling
  * thread over the engine's point-to-point plane, and the data plane's
- * lowering (plane/lower.c) onto its lanes of pieces on device streams or
+ * lowering (plane/program.c) onto its lanes of pieces on device streams or
  * a host thread (plane/exec_*.c). The forms the data plane runs are
  * built in algo/pieces.c.
  *
@@ -125,7 +125,7 @@ size_t hetccl_sched_bytes(int max_steps, int nranks);
 void hetccl_sched_init(hetccl_sched_t *s, void *mem, int max_steps, hetccl_engine_t *e,
                        const hetccl_redop_t *op);
 /* The same for `rank` of `nranks` with no engine: a schedule for the data
- * plane (plane/lower.c). mem may be NULL with max_steps 0, to count the
+ * plane (plane/program.c). mem may be NULL with max_steps 0, to count the
  * steps a builder takes (`wanted`) before sizing one. */
 void hetccl_sched_init_ranks(hetccl_sched_t *s, void *mem, int max_steps, int rank, int nranks,
                              const hetccl_redop_t *op);
