@@ -95,6 +95,8 @@ def main() -> dict:
     out["backend"] = comm.backend()
     out["kind"] = _device_kind()
     x = np.full(4, RANK + 1, dtype=np.float32)
+    if os.environ.get("T_LEFT") == "1":
+        return _left_after_its_part(comm)
     if os.environ.get("T_IBDEV") == "1":
         out.update(_device_collectives(comm))
     elif os.environ.get("T_INPLACE") == "1":
@@ -201,6 +203,42 @@ def _device_allreduce(comm: nccl.NcclCommunicator, x: np.ndarray) -> dict:
     ctypes.memmove(x.ctypes.data, dev.value, x.nbytes)
     counts = {k: ctypes.c_int.in_dll(hip, "fake_" + k).value for k in ("copies", "writes", "waits")}
     return {"sum": float(x[0]), **counts}
+
+
+def _left_after_its_part(comm: nccl.NcclCommunicator) -> dict:
+    """Three HIP ranks on the data plane: rank 0 sends rank 1 a message of
+    stand-in device memory, says its result and leaves (its process exits,
+    as one whose work is done may). Rank 1 passes the message on to rank 2,
+    which receives it late, so that rank 1's stream waits on rank 2 for
+    free slots long after rank 0 has gone: rank 0's exit is no failure of
+    theirs."""
+    count, f32 = (1 << 20) // 4, nccl.NCCL_FLOAT32
+    hip = ctypes.CDLL(os.environ["T_PRELOAD"].split(":")[0])
+    buf = ctypes.c_void_p()
+    assert hip.hipMalloc(ctypes.byref(buf), ctypes.c_size_t(4 * count)) == 0
+    host = np.full(count, RANK + 1, dtype=np.float32)
+    ctypes.memmove(buf.value, host.ctypes.data, host.nbytes)
+    out: dict = {"kind": _device_kind()}
+    try:
+        if RANK == 0:
+            comm.send(buf.value, count, f32, 1)
+            print("RESULT " + json.dumps({**out, "left": True}), flush=True)
+            os._exit(0)
+        if RANK == 1:
+            comm.recv(buf.value, count, f32, 0)
+            time.sleep(0.3)  # rank 0 has left by now
+            comm.send(buf.value, count, f32, 2)
+        else:
+            time.sleep(0.8)
+            comm.recv(buf.value, count, f32, 1)
+        time.sleep(0.3)  # a failure the watch finds after the transfer is seen too
+        comm.check_async_error()
+        ctypes.memmove(host.ctypes.data, buf.value, host.nbytes)
+        out["got"] = sorted({float(v) for v in host})
+    except NcclError as e:
+        out.update({"error": e.name, "message": e.message})
+    comm.abort()
+    return out
 
 
 def _host_sends(comm: nccl.NcclCommunicator) -> dict:

@@ -10,6 +10,7 @@
 #include "plane/plane_impl.h"
 #include "util/check.h"
 #include "util/log.h"
+#include "util/proc.h"
 
 #define PEER_CHECK_NS 100000000LL /* how often a waiting rank asks whether its peers live */
 #define DESTROY_WAIT_MS 10000
@@ -206,8 +207,9 @@ ncclResult_t plane_peers_check(hetccl_plane_t *p, int64_t *last_ns, const uint8_
     *last_ns = now;
     for (int q = 0; q < p->a.nranks; q++) {
       /* a rank of another host is watched by its connection (bridge.c) */
+      /* a zombie counts as gone: its parent may reap it late */
       if (q == p->a.rank || (waited && !waited[q]) || plane_remote(p, q) ||
-          kill(p->a.pids[q], 0) == 0 || errno != ESRCH)
+          hetccl_proc_alive((int)p->a.pids[q], 0))
         continue;
       WARN("plane: peer rank %d (pid %d) exited while rank %d waited on it",
            plane_user_rank(p, q), (int)p->a.pids[q], me);
@@ -277,8 +279,25 @@ static ncclResult_t fail_here(hetccl_plane_t *p, ncclResult_t res) {
   return res;
 }
 
+/* Is the last piece numbered on channel c in its slot? */
+static int chan_written(const hetccl_plane_t *p, const plane_chan_t *c) {
+  return !c->hdr || c->next == 0 ||
+         __atomic_load_n(plane_produced(p, c, c->next - 1), __ATOMIC_ACQUIRE) >= c->next;
+}
+
+/* The peers the streams may still wait on, by the counters: pieces
+ * numbered from q that have not all arrived, or pieces to q not all
+ * written (a slot q has yet to free). A peer that has done its part of
+ * every program launched and left is not one. */
+static const uint8_t *waited_peers(const hetccl_plane_t *p, uint8_t *waited) {
+  for (int q = 0; q < p->a.nranks; q++)
+    waited[q] = q != p->a.rank && (!chan_written(p, &p->in[q]) || !chan_written(p, &p->out[q]));
+  return waited;
+}
+
 ncclResult_t hetccl_plane_watch(hetccl_plane_t *p, hetccl_plane_ticket_t ticket) {
   struct timespec nap = {0, 20000};
+  uint8_t waited[p->a.nranks];
   for (long polls = 0;; polls++) {
     int idle = 1;
     ncclResult_t res = plane_bridge_progress(p, &idle);
@@ -293,7 +312,7 @@ ncclResult_t hetccl_plane_watch(hetccl_plane_t *p, hetccl_plane_ticket_t ticket)
     }
     /* No timeout here: the stream may be busy with the program's own
      * earlier work for as long as that takes. */
-    res = plane_check(p, -1, NULL);
+    res = plane_check(p, -1, waited_peers(p, waited));
     if (res != ncclSuccess) return fail_here(p, res);
     if (polls > 100) nanosleep(&nap, NULL);
     /* Longer naps only while nothing but the stream is awaited: a bridge
