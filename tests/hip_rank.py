@@ -212,13 +212,13 @@ def _left_after_its_part(comm: nccl.NcclCommunicator) -> dict:
     which receives it late, so that rank 1's stream waits on rank 2 for
     free slots long after rank 0 has gone: rank 0's exit is no failure of
     theirs."""
-    count, f32 = (1 << 20) // 4, nccl.NCCL_FLOAT32
+    count, f32 = int(os.environ.get("T_BYTES", str(1 << 20))) // 4, nccl.NCCL_FLOAT32
     hip = ctypes.CDLL(os.environ["T_PRELOAD"].split(":")[0])
     buf = ctypes.c_void_p()
     assert hip.hipMalloc(ctypes.byref(buf), ctypes.c_size_t(4 * count)) == 0
     host = np.full(count, RANK + 1, dtype=np.float32)
     ctypes.memmove(buf.value, host.ctypes.data, host.nbytes)
-    out: dict = {"kind": _device_kind()}
+    out: dict = {"kind": _device_kind(), "backend": comm.backend()}
     try:
         if RANK == 0:
             comm.send(buf.value, count, f32, 1)
