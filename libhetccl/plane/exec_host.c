@@ -97,8 +97,8 @@ static void run_step(hetccl_plane_t *p, const plane_step_t *s) {
 
 /* The peers whose counters the lanes' next steps wait on (a peer that
  * left after its part of the program is no failure of ours). */
-static const uint8_t *waited_peers(const hetccl_plane_t *p, const plane_phase_t *ph,
-                                   const int *pos, uint8_t *waited) {
+static const uint8_t *lanes_wait_on(const hetccl_plane_t *p, const plane_phase_t *ph,
+                                    const int *pos, uint8_t *waited) {
   memset(waited, 0, (size_t)p->a.nranks);
   for (int l = 0; l < ph->nlanes; l++) {
     if (pos[l] == ph->lanes[l].n) continue;
@@ -138,7 +138,7 @@ static ncclResult_t run_phase(hetccl_plane_t *p, const plane_phase_t *ph, uint64
       continue;
     }
     if ((++idle & 255) == 0)
-      HETCCL_CHECK(plane_check(p, since, waited_peers(p, ph, pos, waited)));
+      HETCCL_CHECK(plane_check(p, since, lanes_wait_on(p, ph, pos, waited)));
     if (idle > SPIN_SWEEPS) nanosleep(&nap, NULL);
     else sched_yield();
   }

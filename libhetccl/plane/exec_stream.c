@@ -336,7 +336,6 @@ static ncclResult_t enqueue_split(hetccl_plane_t *p, const plane_step_t *s, void
   return write_local(p, rst, reduced, end);
 }
 
-
 /* A SCALE step that changes its data (a unary kernel), rather than a copy. */
 static int scale_kernel(const plane_step_t *s) {
   return ((s->flags & HETCCL_REDUCE_SCALE_A) && s->op->premul) ||

@@ -289,7 +289,7 @@ static int chan_written(const hetccl_plane_t *p, const plane_chan_t *c) {
  * numbered from q that have not all arrived, or pieces to q not all
  * written (a slot q has yet to free). A peer that has done its part of
  * every program launched and left is not one. */
-static const uint8_t *waited_peers(const hetccl_plane_t *p, uint8_t *waited) {
+static const uint8_t *streams_wait_on(const hetccl_plane_t *p, uint8_t *waited) {
   for (int q = 0; q < p->a.nranks; q++)
     waited[q] = q != p->a.rank && (!chan_written(p, &p->in[q]) || !chan_written(p, &p->out[q]));
   return waited;
@@ -312,7 +312,7 @@ ncclResult_t hetccl_plane_watch(hetccl_plane_t *p, hetccl_plane_ticket_t ticket)
     }
     /* No timeout here: the stream may be busy with the program's own
      * earlier work for as long as that takes. */
-    res = plane_check(p, -1, waited_peers(p, waited));
+    res = plane_check(p, -1, streams_wait_on(p, waited));
     if (res != ncclSuccess) return fail_here(p, res);
     if (polls > 100) nanosleep(&nap, NULL);
     /* Longer naps only while nothing but the stream is awaited: a bridge
