@@ -3,6 +3,7 @@
  * Thread: the caller's. */
 #include "algo/pieces.h"
 
+#include "algo/algo_impl.h"
 #include "util/knobs.h"
 #include "util/log.h"
 
@@ -15,8 +16,6 @@ typedef struct cut {
 } cut_t;
 
 #define AT(buf, off) ((char *)(buf) + (off))
-
-static int mod(int a, int n) { return ((a % n) + n) % n; }
 
 /* Elements of chunk c when `count` is split into n chunks. */
 static size_t chunk_off(size_t count, int n, int c) {
@@ -101,7 +100,7 @@ typedef struct ring_rs {
 static void ring_rs_piece(const cut_t *u, const ring_rs_t *g, int first, size_t k) {
   hetccl_sched_t *s = u->s;
   const hetccl_coll_t *c = u->c;
-  int next = mod(u->rank + 1, u->n), prev = mod(u->rank - 1, u->n);
+  int next = algo_mod(u->rank + 1, u->n), prev = algo_mod(u->rank - 1, u->n);
   size_t o, bytes = piece_at(u, g->off(g, first), g->len(g, first), k, &o);
   if (bytes)
     hetccl_sched_send(s, next, NULL, bytes, own(u, AT(c->sendbuf, o), bytes), HETCCL_STEP_NONE);
@@ -130,13 +129,13 @@ static void ring_ag_piece(const cut_t *u, const void *from, size_t from_off,
                           size_t (*blk_len)(size_t count, int n, int c), size_t count, int first,
                           size_t k) {
   hetccl_sched_t *s = u->s;
-  int next = mod(u->rank + 1, u->n), prev = mod(u->rank - 1, u->n);
+  int next = algo_mod(u->rank + 1, u->n), prev = algo_mod(u->rank - 1, u->n);
   size_t o, bytes = piece_at(u, blk_off(count, u->n, first), blk_len(count, u->n, first), k, &o);
   if (bytes)
     hetccl_sched_send(s, next, AT(from, from_off + o - blk_off(count, u->n, first) * u->elem),
                       bytes, HETCCL_STEP_NONE, HETCCL_STEP_NONE);
   for (int t = 0; t <= u->n - 2; t++) {
-    int cr = mod(first - 1 - t, u->n);
+    int cr = algo_mod(first - 1 - t, u->n);
     bytes = piece_at(u, blk_off(count, u->n, cr), blk_len(count, u->n, cr), k, &o);
     if (!bytes) continue;
     int got = hetccl_sched_recv(s, prev, AT(u->c->recvbuf, o), bytes, HETCCL_STEP_NONE,
@@ -152,14 +151,14 @@ static size_t ar_len(const ring_rs_t *g, int c) { return chunk_len(g->count, g->
 static size_t ar_dst(const ring_rs_t *g, int c, size_t po) {
   return chunk_off(g->count, g->n, c) * g->elem + po;
 }
-static int ar_recv(int r, int s, int n) { return mod(r - s - 1, n); }
+static int ar_recv(int r, int s, int n) { return algo_mod(r - s - 1, n); }
 
 /* ReduceScatter's blocks: block c of sendbuf (count each); the finished one
  * is recvbuf. */
 static size_t rs_off(const ring_rs_t *g, int c) { return (size_t)c * g->count; }
 static size_t rs_len(const ring_rs_t *g, int c) { (void)c; return g->count; }
 static size_t rs_dst(const ring_rs_t *g, int c, size_t po) { (void)g; (void)c; return po; }
-static int rs_recv(int r, int s, int n) { return mod(r - s - 2, n); }
+static int rs_recv(int r, int s, int n) { return algo_mod(r - s - 2, n); }
 
 static size_t blk_off(size_t count, int n, int c) { (void)n; return (size_t)c * count; }
 static size_t blk_len(size_t count, int n, int c) { (void)n; (void)c; return count; }
@@ -167,7 +166,7 @@ static size_t blk_len(size_t count, int n, int c) { (void)n; (void)c; return cou
 static void ring_allreduce(const cut_t *u) {
   const hetccl_coll_t *c = u->c;
   ring_rs_t g = {ar_off, ar_len, ar_dst, ar_recv, c->count, u->n, u->elem};
-  int mine = mod(u->rank + 1, u->n); /* the chunk this rank finishes */
+  int mine = algo_mod(u->rank + 1, u->n); /* the chunk this rank finishes */
   for (size_t k = 0, K = npieces(u, chunk_len(c->count, u->n, 0)); k < K; k++) {
     ring_rs_piece(u, &g, u->rank, k);
     ring_ag_piece(u, c->recvbuf, chunk_off(c->count, u->n, mine) * u->elem, chunk_off, chunk_len,
@@ -178,7 +177,7 @@ static void ring_allreduce(const cut_t *u) {
 static void ring_reducescatter(const cut_t *u) {
   ring_rs_t g = {rs_off, rs_len, rs_dst, rs_recv, u->c->count, u->n, u->elem};
   for (size_t k = 0, K = npieces(u, u->c->count); k < K; k++)
-    ring_rs_piece(u, &g, mod(u->rank - 1, u->n), k);
+    ring_rs_piece(u, &g, algo_mod(u->rank - 1, u->n), k);
 }
 
 /* This rank's block of an AllGather into its place in recvbuf. */
@@ -200,8 +199,8 @@ static void ring_allgather(const cut_t *u) {
 static void chain_broadcast(const cut_t *u) {
   hetccl_sched_t *s = u->s;
   const hetccl_coll_t *c = u->c;
-  int pos = mod(u->rank - c->root, u->n);
-  int next = mod(u->rank + 1, u->n), prev = mod(u->rank - 1, u->n);
+  int pos = algo_mod(u->rank - c->root, u->n);
+  int next = algo_mod(u->rank + 1, u->n), prev = algo_mod(u->rank - 1, u->n);
   if (pos == 0 && c->sendbuf != c->recvbuf)
     hetccl_sched_copy(s, c->recvbuf, c->sendbuf, c->count * u->elem, HETCCL_STEP_NONE,
                       HETCCL_STEP_NONE);
@@ -221,8 +220,8 @@ static void chain_broadcast(const cut_t *u) {
 static void chain_reduce(const cut_t *u) {
   hetccl_sched_t *s = u->s;
   const hetccl_coll_t *c = u->c;
-  int pos = mod(u->rank - c->root - 1, u->n); /* the root is last */
-  int next = mod(u->rank + 1, u->n), prev = mod(u->rank - 1, u->n);
+  int pos = algo_mod(u->rank - c->root - 1, u->n); /* the root is last */
+  int next = algo_mod(u->rank + 1, u->n), prev = algo_mod(u->rank - 1, u->n);
   for (size_t k = 0, K = npieces(u, c->count); k < K; k++) {
     size_t o, bytes = piece_at(u, 0, c->count, k, &o);
     int in = own(u, AT(c->sendbuf, o), bytes);
@@ -262,7 +261,7 @@ static void direct_alltoall(const cut_t *u) {
   size_t blk = c->count * u->elem;
   int inplace = c->sendbuf == c->recvbuf;
   for (int q = 1; q < u->n; q++) {
-    int p = mod(u->rank + q, u->n);
+    int p = algo_mod(u->rank + q, u->n);
     int first = s->nsteps; /* the send's first piece, where the schedule has room */
     hetccl_pieces_send(s, p, AT(c->sendbuf, (size_t)p * blk), blk, u->piece);
     hetccl_pieces_recv(s, p, AT(c->recvbuf, (size_t)p * blk), blk, u->piece,

@@ -126,6 +126,9 @@ typedef struct unit {
   plane_step_t st;
 } unit_t;
 
+/* Does the unit move a message (else it is a local step, never cut)? */
+static int moves(const unit_t *u) { return u->st.in >= 0 || u->st.out >= 0; }
+
 static ncclResult_t refuse(const hetccl_sched_t *s, int i, const char *why) {
   WARN("plane: cannot run step %d of %d (kind %d) of this schedule: %s", i, s->nsteps,
        (int)s->steps[i].kind, why);
@@ -204,7 +207,7 @@ static ncclResult_t unit_at(const hetccl_sched_t *s, int i, unit_t *u) {
  * shares no channel with them (each channel's pieces keep the schedule's
  * order, which the peer numbers alike). */
 static int joins(const hetccl_sched_t *s, const unit_t *g, int ng, const unit_t *u) {
-  if (u->st.in < 0 && u->st.out < 0) return 0;
+  if (!moves(u)) return 0;
   for (int j = u->first; j <= u->last; j++)
     for (int k = 0; k < HETCCL_STEP_MAX_AFTER; k++)
       if (s->steps[j].after[k] >= g[0].first && s->steps[j].after[k] < u->first) return 0;
@@ -249,7 +252,7 @@ static ncclResult_t lower(builder_t *b, const hetccl_sched_t *s, size_t piece) {
     res = unit_at(s, i, &g[ng]);
     while (res == ncclSuccess) {
       i = g[ng++].last + 1;
-      if (g[0].st.in < 0 && g[0].st.out < 0) break; /* a local step goes alone */
+      if (!moves(&g[0])) break; /* a local step goes alone */
       if (i == s->nsteps || (res = unit_at(s, i, &g[ng])) != ncclSuccess) break;
       if (!joins(s, g, ng, &g[ng])) break;
     }
@@ -262,7 +265,7 @@ static ncclResult_t lower(builder_t *b, const hetccl_sched_t *s, size_t piece) {
       more = 0;
       for (int m = 0; m < ng && res == ncclSuccess; m++) {
         unit_t *u = &g[m];
-        int local = u->st.in < 0 && u->st.out < 0; /* not cut */
+        int local = !moves(u);
         if (off >= u->st.bytes || (local && off)) continue;
         plane_step_t st = u->st;
         if (!local) {
