@@ -86,7 +86,10 @@ static void exchange_reduce(const cut_t *u, size_t len, size_t mine, size_t thei
 
 /* The reduce-scatter half of a ring, piece k: chunk `first` goes out, then
  * chunk recv(s) arrives at step s and is reduced with this rank's part and
- * passed on, or, at the last step, finished into recvbuf at dst(chunk). */
+ * passed on, or, at the last step, finished into recvbuf at dst(chunk).
+ * Returns the step that finishes it (HETCCL_STEP_NONE: this piece has no
+ * bytes there), for what reads the result: the lane's order makes the data
+ * plane wait for it anyway, the host executor needs the `after`. */
 typedef struct ring_rs {
   size_t (*off)(const struct ring_rs *, int chunk);
   size_t (*len)(const struct ring_rs *, int chunk);
@@ -95,9 +98,11 @@ typedef struct ring_rs {
   size_t count;
   int n;
   size_t elem;
+  int sums_in_recvbuf; /* an intermediate sum may be written to recvbuf at its offset in
+                        * sendbuf (AllReduce), for an executor that does not fuse */
 } ring_rs_t;
 
-static void ring_rs_piece(const cut_t *u, const ring_rs_t *g, int first, size_t k) {
+static int ring_rs_piece(const cut_t *u, const ring_rs_t *g, int first, size_t k) {
   hetccl_sched_t *s = u->s;
   const hetccl_coll_t *c = u->c;
   int next = algo_mod(u->rank + 1, u->n), prev = algo_mod(u->rank - 1, u->n);
@@ -110,30 +115,33 @@ static void ring_rs_piece(const cut_t *u, const ring_rs_t *g, int first, size_t 
     if (!bytes) continue;
     int in = own(u, AT(c->sendbuf, o), bytes);
     if (st < u->n - 2) {
-      int rr = forward(s, hetccl_sched_recv_reduce(s, prev, NULL, NULL, 0, bytes, in,
+      char *sum = g->sums_in_recvbuf ? AT(c->recvbuf, o) : NULL;
+      int rr = forward(s, hetccl_sched_recv_reduce(s, prev, sum, NULL, 0, bytes, in,
                                                    HETCCL_STEP_NONE));
       hetccl_sched_send(s, next, NULL, bytes, rr, HETCCL_STEP_NONE);
     } else {
       char *dst = AT(c->recvbuf, g->dst(g, cr, o - g->off(g, cr) * g->elem));
       int rr = hetccl_sched_recv_reduce(s, prev, dst, NULL, 0, bytes, in, HETCCL_STEP_NONE);
-      hetccl_sched_finish(s, dst, bytes, rr, HETCCL_STEP_NONE);
+      return hetccl_sched_finish(s, dst, bytes, rr, HETCCL_STEP_NONE);
     }
   }
+  return HETCCL_STEP_NONE;
 }
 
 /* The all-gather half of a ring, piece k: block `first` (this rank's
- * finished one, at byte offset from_off in `from`) goes out, then block
- * first - 1 - t arrives at step t into recvbuf and is passed on. */
+ * finished one, at byte offset from_off in `from`, once step `ready` is
+ * done) goes out, then block first - 1 - t arrives at step t into recvbuf
+ * and is passed on. */
 static void ring_ag_piece(const cut_t *u, const void *from, size_t from_off,
                           size_t (*blk_off)(size_t count, int n, int c),
                           size_t (*blk_len)(size_t count, int n, int c), size_t count, int first,
-                          size_t k) {
+                          size_t k, int ready) {
   hetccl_sched_t *s = u->s;
   int next = algo_mod(u->rank + 1, u->n), prev = algo_mod(u->rank - 1, u->n);
   size_t o, bytes = piece_at(u, blk_off(count, u->n, first), blk_len(count, u->n, first), k, &o);
   if (bytes)
     hetccl_sched_send(s, next, AT(from, from_off + o - blk_off(count, u->n, first) * u->elem),
-                      bytes, HETCCL_STEP_NONE, HETCCL_STEP_NONE);
+                      bytes, ready, HETCCL_STEP_NONE);
   for (int t = 0; t <= u->n - 2; t++) {
     int cr = algo_mod(first - 1 - t, u->n);
     bytes = piece_at(u, blk_off(count, u->n, cr), blk_len(count, u->n, cr), k, &o);
@@ -165,17 +173,17 @@ static size_t blk_len(size_t count, int n, int c) { (void)n; (void)c; return cou
 
 static void ring_allreduce(const cut_t *u) {
   const hetccl_coll_t *c = u->c;
-  ring_rs_t g = {ar_off, ar_len, ar_dst, ar_recv, c->count, u->n, u->elem};
+  ring_rs_t g = {ar_off, ar_len, ar_dst, ar_recv, c->count, u->n, u->elem, 1};
   int mine = algo_mod(u->rank + 1, u->n); /* the chunk this rank finishes */
   for (size_t k = 0, K = npieces(u, chunk_len(c->count, u->n, 0)); k < K; k++) {
-    ring_rs_piece(u, &g, u->rank, k);
+    int done = ring_rs_piece(u, &g, u->rank, k);
     ring_ag_piece(u, c->recvbuf, chunk_off(c->count, u->n, mine) * u->elem, chunk_off, chunk_len,
-                  c->count, mine, k);
+                  c->count, mine, k, done);
   }
 }
 
 static void ring_reducescatter(const cut_t *u) {
-  ring_rs_t g = {rs_off, rs_len, rs_dst, rs_recv, u->c->count, u->n, u->elem};
+  ring_rs_t g = {rs_off, rs_len, rs_dst, rs_recv, u->c->count, u->n, u->elem, 0};
   for (size_t k = 0, K = npieces(u, u->c->count); k < K; k++)
     ring_rs_piece(u, &g, algo_mod(u->rank - 1, u->n), k);
 }
@@ -191,7 +199,8 @@ static void allgather_own(const cut_t *u) {
 static void ring_allgather(const cut_t *u) {
   allgather_own(u);
   for (size_t k = 0, K = npieces(u, u->c->count); k < K; k++)
-    ring_ag_piece(u, u->c->sendbuf, 0, blk_off, blk_len, u->c->count, u->rank, k);
+    ring_ag_piece(u, u->c->sendbuf, 0, blk_off, blk_len, u->c->count, u->rank, k,
+                  HETCCL_STEP_NONE);
 }
 
 /* --- chains ------------------------------------------------------------------------- */
@@ -354,4 +363,24 @@ ncclResult_t hetccl_pieces_coll(hetccl_sched_t *s, const hetccl_coll_t *c, size_
   }
   WARN("plane: %s is not a collective", hetccl_func_name(c->func));
   return ncclInternalError;
+}
+
+/* --- on the host engine ---------------------------------------------------------- */
+
+/* The data plane's form of c, run by the host executor (select.c's rows
+ * under HETCCL_ALGO=wavefront): the same schedule both executors run, in
+ * the host's pieces. Forms whose transient results have no place refuse
+ * (pieces.h). */
+ncclResult_t hetccl_wavefront_run(hetccl_engine_t *e, const hetccl_coll_t *c) {
+  int n = hetccl_engine_nranks(e), cut;
+  size_t esize = hetccl_dtype_size(c->dtype);
+  size_t piece = hetccl_algo_piece(e, hetccl_pieces_message_bytes(c, n) / esize, esize) * esize;
+  hetccl_sched_t counting;
+  hetccl_sched_init_ranks(&counting, NULL, 0, hetccl_engine_rank(e), n, &c->op);
+  HETCCL_CHECK(hetccl_pieces_coll(&counting, c, piece, &cut));
+  hetccl_sched_t *s = hetccl_algo_sched(e, &c->op, counting.wanted, 0, NULL);
+  if (!s) return ncclSystemError;
+  HETCCL_CHECK(hetccl_pieces_coll(s, c, piece, &cut));
+  s->pull_ok = !hetccl_func_reduces(c->func); /* as the host's ring */
+  return hetccl_sched_run_host(s);
 }

@@ -26,8 +26,13 @@
  * a transient RECV_REDUCE, and a finished chunk gets its FINISH (Avg's
  * division) at once; the data plane's lowering (plane/program.c) fuses each
  * of these into the step beside it, so that no transient result is ever
- * written. These schedules leave transient results without a buffer:
- * they are for an executor that fuses (sched.h).
+ * written. The host executor fuses too, where the operator does not scale
+ * (sched_host.c: a transient PREPARE is its source), and writes an
+ * intermediate sum where the form gives it a place: a ring AllReduce's
+ * partial sums go to recvbuf at their offset in sendbuf, as the host's own
+ * ring keeps them (the all-gather overwrites them later). Elsewhere a
+ * transient result has no buffer, and the host executor refuses the
+ * schedule (sched.h).
  *
  * Memory: the caller's schedule (hetccl_sched_init_ranks, op = &c->op for
  * a reducing collective); a build with a counting schedule says how many

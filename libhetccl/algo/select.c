@@ -73,6 +73,11 @@ ncclResult_t hetccl_pull_reducescatter(hetccl_engine_t *e, const hetccl_coll_t *
 ncclResult_t hetccl_pull_allreduce(hetccl_engine_t *e, const hetccl_coll_t *c);
 ncclResult_t hetccl_pull_broadcast(hetccl_engine_t *e, const hetccl_coll_t *c);
 
+/* pieces.c: the data plane's forms (a ring wavefront on more than two
+ * ranks, a two-rank exchange) run by the host executor; forced only
+ * (HETCCL_ALGO=wavefront), to hold the two executors to one description */
+ncclResult_t hetccl_wavefront_run(hetccl_engine_t *e, const hetccl_coll_t *c);
+
 /* a2a.c: pairwise AlltoAll, Gather, Scatter */
 ncclResult_t hetccl_pairwise_alltoall(hetccl_engine_t *e, const hetccl_coll_t *c);
 ncclResult_t hetccl_linear_gather(hetccl_engine_t *e, const hetccl_coll_t *c);
@@ -161,6 +166,8 @@ static const rule_t rules[] = {
     {F(ALLREDUCE), W(pull), NEED_PULL_PAYS | NEED_PLAIN_OP, "reads", hetccl_pull_allreduce,
      "ranks read each other's memory and it pays"},
     {F(ALLREDUCE), W(ring), 0, "ring", hetccl_ring_allreduce, "bandwidth"},
+    {F(ALLREDUCE), W(wavefront), NEED_PLAIN_OP, "wavefront", hetccl_wavefront_run,
+     "the data plane's form"},
     {F(REDUCESCATTER), W(pull), NEED_PULL | NEED_PLAIN_OP, "reads", hetccl_pull_reducescatter,
      "ranks read each other's memory"},
     {F(REDUCESCATTER), W(ring), NEED_LARGE_TOTAL, "ring", hetccl_ring_reducescatter, "bandwidth"},
@@ -169,6 +176,8 @@ static const rule_t rules[] = {
      "ranks read each other's memory: a ring's forwarding only adds steps"},
     {F(ALLGATHER), W(ring), NEED_LARGE_TOTAL, "ring", hetccl_ring_allgather, "bandwidth"},
     {F(ALLGATHER), W(direct), 0, "direct", hetccl_direct_allgather, "small: one round"},
+    {F(ALLGATHER), W(wavefront), NEED_PLAIN_OP, "wavefront", hetccl_wavefront_run,
+     "the data plane's form"},
     {F(ALLTOALL), W(auto), 0, "pairwise", hetccl_pairwise_alltoall, "the one form"},
     {F(BROADCAST), W(pull), NEED_PULL, "reads", hetccl_pull_broadcast,
      "ranks read the root's memory"},

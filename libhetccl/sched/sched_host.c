@@ -12,6 +12,14 @@
  * Receives that reduce do so as the bytes land, through the transport's
  * consume hook, in the transport's pieces (dst = in (op) incoming).
  *
+ * Transient results (HETCCL_STEP_FORWARD, sched.h) are fused where that
+ * needs no memory, before the run: a transient PREPARE under an operator
+ * that does not scale is a copy the next step need not read, so that step
+ * reads its source instead (a SEND's src, a RECV_REDUCE's in) and the
+ * PREPARE does nothing; a transient result the next step sends is sent from
+ * where it was written. A transient that stays without a buffer (a
+ * PreMulSum scaling that nothing gave a place) refuses the schedule.
+ *
  * Thread: whichever thread drives the engine. */
 #include <string.h>
 
@@ -40,14 +48,34 @@ static int step_ready(const hetccl_sched_t *s, const hetccl_step_t *t) {
   return t->same_pair == HETCCL_STEP_NONE || s->steps[t->same_pair].state != STEP_WAITING;
 }
 
+/* A step that does nothing once its transient result is fused away. */
+#define STEP_FUSED 0xff
+
+/* The fusing above, on every transient step i and the step after it. */
+static ncclResult_t fuse_transients(hetccl_sched_t *s) {
+  int scales = s->op && s->op->premul;
+  for (int i = 0; i < s->nsteps; i++) {
+    hetccl_step_t *t = &s->steps[i], *next = i + 1 < s->nsteps ? &s->steps[i + 1] : NULL;
+    if (!(t->flags & HETCCL_STEP_FORWARD) || !t->bytes) continue;
+    const void *result = t->dst;
+    if (t->kind == HETCCL_STEP_PREPARE && !scales) {
+      result = t->src;
+      t->kind = STEP_FUSED;
+    }
+    if (!result) {
+      WARN("schedule: step %d's result has no buffer (its builder left it to an executor "
+           "that fuses it into the next step)", i);
+      return ncclInternalError;
+    }
+    if (next && next->kind == HETCCL_STEP_SEND && !next->src) next->src = result;
+    else if (next && next->kind == HETCCL_STEP_RECV_REDUCE && !next->src) next->src = result;
+  }
+  return ncclSuccess;
+}
+
 static ncclResult_t step_start(hetccl_sched_t *s, hetccl_step_t *t) {
   hetccl_engine_t *e = s->e;
   size_t count = t->op ? t->bytes / s->esize : 0;
-  if ((t->flags & HETCCL_STEP_FORWARD) && !t->dst && t->bytes) {
-    WARN("schedule: step %d's result has no buffer (its builder left it to a fusing executor)",
-         (int)(t - s->steps));
-    return ncclInternalError;
-  }
   switch (t->kind) {
     case HETCCL_STEP_SEND:
       t->state = STEP_POSTED;
@@ -70,6 +98,8 @@ static ncclResult_t step_start(hetccl_sched_t *s, hetccl_step_t *t) {
     case HETCCL_STEP_FINISH:
       if (count) hetccl_reduce_finish(t->op, t->dst, count);
       break;
+    case STEP_FUSED:
+      break;
     default:
       WARN("schedule: step of unknown kind %d", (int)t->kind);
       return ncclInternalError;
@@ -85,6 +115,7 @@ ncclResult_t hetccl_sched_run_host(hetccl_sched_t *s) {
     WARN("schedule: built for the data plane, given to the host executor");
     return ncclInternalError;
   }
+  HETCCL_CHECK(fuse_transients(s));
   hetccl_step_t *steps = s->steps;
   int n = s->nsteps, first = 0;
   hetccl_engine_set_pull_ok(e, s->pull_ok);
