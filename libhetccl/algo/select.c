@@ -26,6 +26,8 @@
  *   Reduce         ring (ring.c)               past the small size
  *                  binomial tree (tree.c)      otherwise
  *   Gather/Scatter linear (a2a.c)              always
+ *   AllReduce,     wavefront (pieces.c)        never (HETCCL_ALGO=wavefront: the data
+ *   AllGather                                  plane's form, on the host executor)
  *
  * "small": per rank, up to the engine's small size (HETCCL_SMALL_BYTES);
  * "single copy on": the pair's transport reads the peer's memory from this

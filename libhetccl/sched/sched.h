@@ -28,8 +28,11 @@
  * the step's dst is read by the next step alone, which sends it (a
  * RECV_REDUCE's or a PREPARE's) or reduces with it as its `in` (a
  * PREPARE's). An executor that can fuse the two never writes dst (it may
- * then be NULL); the host executor writes it. Likewise a FINISH right
- * after a RECV_REDUCE of the same dst and bytes may be fused into it.
+ * then be NULL). The data plane's lowering fuses every transient; the host
+ * executor fuses a PREPARE of an operator that does not scale (the next
+ * step reads its source) and writes the others to dst, refusing a schedule
+ * that left one without a buffer. Likewise a FINISH right after a
+ * RECV_REDUCE of the same dst and bytes may be fused into it.
  *
  * Lanes: how the device executor places steps, which the host executor
  * ignores. With `one_lane` every step runs on one lane in the order
@@ -37,7 +40,9 @@
  * turn); without it each peer and direction has a lane of its own and
  * local steps share one. Steps on one lane run one after another; an
  * `after` across lanes must name a SEND (its piece's counter is the
- * wait).
+ * wait). A builder still names every data dependency in `after`, within a
+ * lane too (the lowering drops those): the host executor knows no other
+ * order.
  *
  * What a schedule does not say: which thread runs it, how it waits, how
  * messages move. Two executors run schedules: sched_host.c on the calling
