@@ -43,7 +43,7 @@ def enum_knobs() -> List[Tuple[str, List[str], bool]]:
 def test_the_table_has_the_enum_knobs() -> None:
     found = {name: words for name, words, _ in enum_knobs()}
     assert found["HETCCL_TRANSPORT"] == ["auto", "shm", "socket", "ib"]
-    assert found["HETCCL_ALGO"] == ["auto", "ring", "rd", "direct", "pull", "rhd"]
+    assert found["HETCCL_ALGO"] == ["auto", "ring", "rd", "direct", "pull", "rhd", "wavefront"]
     assert found["HETCCL_DEVICE"] == ["auto", "host", "cuda", "hip"]
     assert {"NCCL_SOCKET_FAMILY", "NCCL_DEBUG", "HETCCL_DEBUG"} <= set(found)
 
