@@ -13,9 +13,35 @@ typedef struct cut {
   size_t piece; /* bytes */
   size_t elem;
   int rank, n;
+  /* For an executor that does not fuse (the host's): slots for the
+   * intermediate sums that have no place in recvbuf, SUM_WAVES pieces
+   * deep, and per slot the step that last read it (scratch_bytes). NULL
+   * for the data plane, which writes no transient. */
+  char *sums;
+  int32_t *readers;
 } cut_t;
 
 #define AT(buf, off) ((char *)(buf) + (off))
+
+/* Pieces whose intermediate sums may be held at once: piece k reuses the
+ * slots of piece k - SUM_WAVES once the sends that read them are done. */
+#define SUM_WAVES HETCCL_ALGO_WINDOW
+
+/* Where piece k's intermediate sum of step j (< n) goes, or NULL for an
+ * executor that fuses; *war: the step that must be done before it is
+ * written (the send that read the slot's last sum). */
+static char *sum_slot(const cut_t *u, size_t k, int j, int *war) {
+  *war = HETCCL_STEP_NONE;
+  if (!u->sums) return NULL;
+  size_t at = (k % SUM_WAVES) * (size_t)u->n + (size_t)j;
+  *war = u->readers[at];
+  return u->sums + at * u->piece;
+}
+
+/* Step `send` reads the sum in slot (k, j). */
+static void sum_read(const cut_t *u, size_t k, int j, int send) {
+  if (u->sums) u->readers[(k % SUM_WAVES) * (size_t)u->n + (size_t)j] = send;
+}
 
 /* Elements of chunk c when `count` is split into n chunks. */
 static size_t chunk_off(size_t count, int n, int c) {
@@ -115,10 +141,11 @@ static int ring_rs_piece(const cut_t *u, const ring_rs_t *g, int first, size_t k
     if (!bytes) continue;
     int in = own(u, AT(c->sendbuf, o), bytes);
     if (st < u->n - 2) {
-      char *sum = g->sums_in_recvbuf ? AT(c->recvbuf, o) : NULL;
-      int rr = forward(s, hetccl_sched_recv_reduce(s, prev, sum, NULL, 0, bytes, in,
-                                                   HETCCL_STEP_NONE));
-      hetccl_sched_send(s, next, NULL, bytes, rr, HETCCL_STEP_NONE);
+      int war = HETCCL_STEP_NONE;
+      char *sum = g->sums_in_recvbuf ? AT(c->recvbuf, o) : sum_slot(u, k, st, &war);
+      int rr = forward(s, hetccl_sched_recv_reduce(s, prev, sum, NULL, 0, bytes, in, war));
+      int sent = hetccl_sched_send(s, next, NULL, bytes, rr, HETCCL_STEP_NONE);
+      if (!g->sums_in_recvbuf) sum_read(u, k, st, sent);
     } else {
       char *dst = AT(c->recvbuf, g->dst(g, cr, o - g->off(g, cr) * g->elem));
       int rr = hetccl_sched_recv_reduce(s, prev, dst, NULL, 0, bytes, in, HETCCL_STEP_NONE);
@@ -237,9 +264,10 @@ static void chain_reduce(const cut_t *u) {
     if (pos == 0) {
       hetccl_sched_send(s, next, NULL, bytes, in, HETCCL_STEP_NONE);
     } else if (pos < u->n - 1) {
-      int rr = forward(s, hetccl_sched_recv_reduce(s, prev, NULL, NULL, 0, bytes, in,
-                                                   HETCCL_STEP_NONE));
-      hetccl_sched_send(s, next, NULL, bytes, rr, HETCCL_STEP_NONE);
+      int war;
+      char *sum = sum_slot(u, k, 0, &war);
+      int rr = forward(s, hetccl_sched_recv_reduce(s, prev, sum, NULL, 0, bytes, in, war));
+      sum_read(u, k, 0, hetccl_sched_send(s, next, NULL, bytes, rr, HETCCL_STEP_NONE));
     } else {
       char *dst = AT(c->recvbuf, o);
       int rr = hetccl_sched_recv_reduce(s, prev, dst, NULL, 0, bytes, in, HETCCL_STEP_NONE);
@@ -327,10 +355,21 @@ size_t hetccl_pieces_message_bytes(const hetccl_coll_t *c, int nranks) {
   return c->func == HETCCL_FUNC_ALLREDUCE && nranks != 2 ? bytes / (size_t)nranks : bytes;
 }
 
-ncclResult_t hetccl_pieces_coll(hetccl_sched_t *s, const hetccl_coll_t *c, size_t piece,
-                                int *cut) {
+/* Bytes of scratch for build's intermediate sums (cut_t: sums, readers). */
+static size_t scratch_bytes(int n, size_t piece) {
+  return algo_round_up(SUM_WAVES * (size_t)n * piece, 64) +
+         SUM_WAVES * (size_t)n * sizeof(int32_t);
+}
+
+static ncclResult_t build(hetccl_sched_t *s, const hetccl_coll_t *c, size_t piece, void *scratch,
+                          int *cut) {
   cut_t u = {.s = s, .c = c, .piece = piece, .elem = hetccl_dtype_size(c->dtype),
              .rank = s->rank, .n = s->nranks};
+  if (scratch) {
+    u.sums = scratch;
+    u.readers = (int32_t *)(u.sums + algo_round_up(SUM_WAVES * (size_t)u.n * piece, 64));
+    for (int i = 0; i < SUM_WAVES * u.n; i++) u.readers[i] = HETCCL_STEP_NONE;
+  }
   int two = u.n == 2;
   s->one_lane = 0;
   *cut = 0;
@@ -365,6 +404,11 @@ ncclResult_t hetccl_pieces_coll(hetccl_sched_t *s, const hetccl_coll_t *c, size_
   return ncclInternalError;
 }
 
+ncclResult_t hetccl_pieces_coll(hetccl_sched_t *s, const hetccl_coll_t *c, size_t piece,
+                                int *cut) {
+  return build(s, c, piece, NULL, cut);
+}
+
 /* --- on the host engine ---------------------------------------------------------- */
 
 /* The data plane's form of c, run by the host executor (select.c's rows
@@ -375,12 +419,14 @@ ncclResult_t hetccl_wavefront_run(hetccl_engine_t *e, const hetccl_coll_t *c) {
   int n = hetccl_engine_nranks(e), cut;
   size_t esize = hetccl_dtype_size(c->dtype);
   size_t piece = hetccl_algo_piece(e, hetccl_pieces_message_bytes(c, n) / esize, esize) * esize;
+  size_t sums = scratch_bytes(n, piece);
   hetccl_sched_t counting;
   hetccl_sched_init_ranks(&counting, NULL, 0, hetccl_engine_rank(e), n, &c->op);
-  HETCCL_CHECK(hetccl_pieces_coll(&counting, c, piece, &cut));
-  hetccl_sched_t *s = hetccl_algo_sched(e, &c->op, counting.wanted, 0, NULL);
+  HETCCL_CHECK(build(&counting, c, piece, NULL, &cut)); /* the slots add no step */
+  void *scratch;
+  hetccl_sched_t *s = hetccl_algo_sched(e, &c->op, counting.wanted, sums, &scratch);
   if (!s) return ncclSystemError;
-  HETCCL_CHECK(hetccl_pieces_coll(s, c, piece, &cut));
+  HETCCL_CHECK(build(s, c, piece, scratch, &cut));
   s->pull_ok = !hetccl_func_reduces(c->func); /* as the host's ring */
   return hetccl_sched_run_host(s);
 }

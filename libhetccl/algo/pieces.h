@@ -27,12 +27,15 @@
  * division) at once; the data plane's lowering (plane/program.c) fuses each
  * of these into the step beside it, so that no transient result is ever
  * written. The host executor fuses too, where the operator does not scale
- * (sched_host.c: a transient PREPARE is its source), and writes an
- * intermediate sum where the form gives it a place: a ring AllReduce's
- * partial sums go to recvbuf at their offset in sendbuf, as the host's own
- * ring keeps them (the all-gather overwrites them later). Elsewhere a
- * transient result has no buffer, and the host executor refuses the
- * schedule (sched.h).
+ * (sched_host.c: a transient PREPARE is its source), and writes each
+ * intermediate sum: a ring AllReduce's to recvbuf at its offset in sendbuf,
+ * as the host's own ring keeps them (the all-gather overwrites them
+ * later); a ring ReduceScatter's and a chain Reduce's to slots of scratch
+ * given by hetccl_wavefront_run, a few pieces deep, piece k's sum waiting
+ * for the send that read piece k - SUM_WAVES's (an `after` only that
+ * executor sees). A PreMulSum's scaled inputs have no buffer: the host
+ * executor refuses those schedules (sched.h), and select.c does not send
+ * them there.
  *
  * Memory: the caller's schedule (hetccl_sched_init_ranks, op = &c->op for
  * a reducing collective); a build with a counting schedule says how many

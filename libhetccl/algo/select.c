@@ -26,8 +26,8 @@
  *   Reduce         ring (ring.c)               past the small size
  *                  binomial tree (tree.c)      otherwise
  *   Gather/Scatter linear (a2a.c)              always
- *   AllReduce,     wavefront (pieces.c)        never (HETCCL_ALGO=wavefront: the data
- *   AllGather                                  plane's form, on the host executor)
+ *   every one      wavefront (pieces.c)        never (HETCCL_ALGO=wavefront: the data
+ *                                              plane's form, on the host executor)
  *
  * "small": per rank, up to the engine's small size (HETCCL_SMALL_BYTES);
  * "single copy on": the pair's transport reads the peer's memory from this
@@ -75,8 +75,8 @@ ncclResult_t hetccl_pull_reducescatter(hetccl_engine_t *e, const hetccl_coll_t *
 ncclResult_t hetccl_pull_allreduce(hetccl_engine_t *e, const hetccl_coll_t *c);
 ncclResult_t hetccl_pull_broadcast(hetccl_engine_t *e, const hetccl_coll_t *c);
 
-/* pieces.c: the data plane's forms (a ring wavefront on more than two
- * ranks, a two-rank exchange) run by the host executor; forced only
+/* pieces.c: the data plane's forms (ring wavefronts, two-rank exchanges,
+ * chains, direct exchanges) run by the host executor; forced only
  * (HETCCL_ALGO=wavefront), to hold the two executors to one description */
 ncclResult_t hetccl_wavefront_run(hetccl_engine_t *e, const hetccl_coll_t *c);
 
@@ -174,6 +174,8 @@ static const rule_t rules[] = {
      "ranks read each other's memory"},
     {F(REDUCESCATTER), W(ring), NEED_LARGE_TOTAL, "ring", hetccl_ring_reducescatter, "bandwidth"},
     {F(REDUCESCATTER), W(direct), 0, "direct", hetccl_direct_reducescatter, "small: one round"},
+    {F(REDUCESCATTER), W(wavefront), NEED_PLAIN_OP, "wavefront", hetccl_wavefront_run,
+     "the data plane's form"},
     {F(ALLGATHER), W(pull), NEED_PULL, "direct, read", hetccl_direct_allgather,
      "ranks read each other's memory: a ring's forwarding only adds steps"},
     {F(ALLGATHER), W(ring), NEED_LARGE_TOTAL, "ring", hetccl_ring_allgather, "bandwidth"},
@@ -181,14 +183,24 @@ static const rule_t rules[] = {
     {F(ALLGATHER), W(wavefront), NEED_PLAIN_OP, "wavefront", hetccl_wavefront_run,
      "the data plane's form"},
     {F(ALLTOALL), W(auto), 0, "pairwise", hetccl_pairwise_alltoall, "the one form"},
+    {F(ALLTOALL), W(wavefront), NEED_PLAIN_OP, "wavefront", hetccl_wavefront_run,
+     "the data plane's form"},
     {F(BROADCAST), W(pull), NEED_PULL, "reads", hetccl_pull_broadcast,
      "ranks read the root's memory"},
     {F(BROADCAST), W(ring), NEED_LARGE, "chain", hetccl_chain_broadcast, "bandwidth"},
     {F(BROADCAST), W(auto), 0, "binomial tree", hetccl_tree_broadcast, "small: log2 n rounds"},
+    {F(BROADCAST), W(wavefront), NEED_PLAIN_OP, "wavefront", hetccl_wavefront_run,
+     "the data plane's form"},
     {F(REDUCE), W(ring), NEED_LARGE, "ring", hetccl_ring_reduce, "bandwidth"},
     {F(REDUCE), W(auto), 0, "binomial tree", hetccl_tree_reduce, "small: log2 n rounds"},
+    {F(REDUCE), W(wavefront), NEED_PLAIN_OP, "wavefront", hetccl_wavefront_run,
+     "the data plane's form"},
     {F(GATHER), W(auto), 0, "linear", hetccl_linear_gather, "the one form"},
+    {F(GATHER), W(wavefront), NEED_PLAIN_OP, "wavefront", hetccl_wavefront_run,
+     "the data plane's form"},
     {F(SCATTER), W(auto), 0, "linear", hetccl_linear_scatter, "the one form"},
+    {F(SCATTER), W(wavefront), NEED_PLAIN_OP, "wavefront", hetccl_wavefront_run,
+     "the data plane's form"},
 };
 #undef F
 #undef W

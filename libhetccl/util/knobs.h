@@ -164,7 +164,7 @@
   X(NCCL_DMABUF_ENABLE, "NCCL_DMABUF_ENABLE", INT, "1", 0, 1,                  \
     "NCCL's, honoured when HETCCL_IB_DMABUF is unset")                         \
   X(ALGO, "HETCCL_ALGO", ENUM(ALGO), "auto", 0, 0,                             \
-    "host-engine algorithm, as algo/select.c's table names them (rd: recursive doubling; rhd: recursive halving then doubling, on the data plane too; pull: every rank reads its share straight from its peers' buffers, docs/host-engine.md; wavefront: the data plane's own form of AllReduce and AllGather, run by the host executor); auto picks by size, rank count and whether the ranks can read each other's memory") \
+    "host-engine algorithm, as algo/select.c's table names them (rd: recursive doubling; rhd: recursive halving then doubling, on the data plane too; pull: every rank reads its share straight from its peers' buffers, docs/host-engine.md; wavefront: the data plane's own forms, run by the host executor); auto picks by size, rank count and whether the ranks can read each other's memory") \
   X(SMALL_BYTES, "HETCCL_SMALL_BYTES", INT, "64K", 0, 1073741824,            \
     "messages up to this many bytes use latency-bound algorithms under HETCCL_ALGO=auto") \
   X(PIPELINE_CHUNK, "HETCCL_PIPELINE_CHUNK", INT, "1M", 64, 1073741824,        \
