@@ -427,6 +427,11 @@ ncclResult_t hetccl_wavefront_run(hetccl_engine_t *e, const hetccl_coll_t *c) {
   hetccl_sched_t *s = hetccl_algo_sched(e, &c->op, counting.wanted, sums, &scratch);
   if (!s) return ncclSystemError;
   HETCCL_CHECK(build(s, c, piece, scratch, &cut));
-  s->pull_ok = !hetccl_func_reduces(c->func); /* as the host's ring */
+  /* The plane's channels copy: a send is done once its piece is in a
+   * slot. Over a transport that reads the sender's buffer in place, a send
+   * is done only once the peer has posted its receive, and an in-place
+   * AlltoAll's receive waits for this rank's own send (pieces_recv's
+   * guard), on both ranks: so messages copy here too. */
+  s->pull_ok = 0;
   return hetccl_sched_run_host(s);
 }
