@@ -413,17 +413,19 @@ ncclResult_t hetccl_pieces_coll(hetccl_sched_t *s, const hetccl_coll_t *c, size_
 
 /* The data plane's form of c, run by the host executor (select.c's rows
  * under HETCCL_ALGO=wavefront): the same schedule both executors run, in
- * the host's pieces. Forms whose transient results have no place refuse
+ * the host's pieces, with slots for the sums that have no place in recvbuf
  * (pieces.h). */
 ncclResult_t hetccl_wavefront_run(hetccl_engine_t *e, const hetccl_coll_t *c) {
   int n = hetccl_engine_nranks(e), cut;
   size_t esize = hetccl_dtype_size(c->dtype);
   size_t piece = hetccl_algo_piece(e, hetccl_pieces_message_bytes(c, n) / esize, esize) * esize;
-  size_t sums = scratch_bytes(n, piece);
+  /* slots only where a form keeps sums outside recvbuf */
+  int slots = n > 2 && (c->func == HETCCL_FUNC_REDUCESCATTER || c->func == HETCCL_FUNC_REDUCE);
+  size_t sums = slots ? scratch_bytes(n, piece) : 0;
   hetccl_sched_t counting;
   hetccl_sched_init_ranks(&counting, NULL, 0, hetccl_engine_rank(e), n, &c->op);
   HETCCL_CHECK(build(&counting, c, piece, NULL, &cut)); /* the slots add no step */
-  void *scratch;
+  void *scratch = NULL;
   hetccl_sched_t *s = hetccl_algo_sched(e, &c->op, counting.wanted, sums, &scratch);
   if (!s) return ncclSystemError;
   HETCCL_CHECK(build(s, c, piece, scratch, &cut));
