@@ -310,19 +310,26 @@ def launch(backend: str, args: argparse.Namespace) -> List[Dict[str, Any]]:
             cmd.append("--ops-profile")
         procs.append(subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE,
                                       stderr=subprocess.PIPE, text=True))
+    return rank_results(procs, f"{backend} job", args.timeout)
+
+
+def rank_results(procs: List[subprocess.Popen], what: str,
+                 timeout: float) -> List[Dict[str, Any]]:
+    """Each rank's last `RESULT <json>` line; a rank that fails or outlives
+    timeout stops them all, saying which."""
     results = []
     for rank, p in enumerate(procs):
         try:
-            out, err = p.communicate(timeout=args.timeout)
+            out, err = p.communicate(timeout=timeout)
         except subprocess.TimeoutExpired:
             for q in procs:
                 q.kill()
-            raise SystemExit(f"{backend} job: rank {rank} still running after {args.timeout} s")
+            raise SystemExit(f"{what}: rank {rank} still running after {timeout} s")
         lines = [ln for ln in out.splitlines() if ln.startswith("RESULT ")]
         if p.returncode != 0 or not lines:
             for q in procs:
                 q.kill()
-            raise SystemExit(f"{backend} job: rank {rank} failed ({p.returncode}):\n{err[-3000:]}")
+            raise SystemExit(f"{what}: rank {rank} failed ({p.returncode}):\n{err[-3000:]}")
         results.append(json.loads(lines[-1][len("RESULT "):]))
     return results
 

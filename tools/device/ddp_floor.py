@@ -30,7 +30,6 @@ import argparse
 import importlib
 import json
 import os
-import socket
 import statistics
 import subprocess
 import sys
@@ -39,22 +38,10 @@ from pathlib import Path
 from typing import Any, Dict, List, Tuple
 
 REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "tools"))
+from bench_torch import free_port, rank_results, thread_cpu  # noqa: E402 (the model's bench: same helpers)
+
 CONFIGS = ["gloo:gloo", "hetccl:hetccl", "socket:hetccl:HETCCL_TRANSPORT=socket"]
-
-
-def thread_cpu() -> Dict[str, float]:
-    """CPU seconds of this process's threads, summed by name."""
-    out: Dict[str, float] = {}
-    tick = os.sysconf("SC_CLK_TCK")
-    for task in Path("/proc/self/task").iterdir():
-        try:
-            name = (task / "comm").read_text().strip()
-            fields = (task / "stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        key = name.rstrip("0123456789-_") or name
-        out[key] = out.get(key, 0.0) + (int(fields[11]) + int(fields[12])) / tick
-    return out
 
 
 def rank_main(backend: str) -> None:
@@ -131,12 +118,6 @@ def rank_main(backend: str) -> None:
     print("RESULT " + json.dumps(out), flush=True)
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def launch(backend: str, env_extra: Dict[str, str], n: int,
            timeout: float) -> List[Dict[str, Any]]:
     port = free_port()
@@ -153,21 +134,7 @@ def launch(backend: str, env_extra: Dict[str, str], n: int,
                    OMP_NUM_THREADS=str(max(1, (os.cpu_count() or 1) // n)))
         procs.append(subprocess.Popen([sys.executable, __file__, "--as-rank", backend], env=env,
                                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
-    results = []
-    for rank, p in enumerate(procs):
-        try:
-            o, e = p.communicate(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            for q in procs:
-                q.kill()
-            raise SystemExit(f"{backend}: rank {rank} still running after {timeout} s")
-        lines = [ln for ln in o.splitlines() if ln.startswith("RESULT ")]
-        if p.returncode != 0 or not lines:
-            for q in procs:
-                q.kill()
-            raise SystemExit(f"{backend}: rank {rank} failed ({p.returncode}):\n{e[-3000:]}")
-        results.append(json.loads(lines[-1][len("RESULT "):]))
-    return results
+    return rank_results(procs, backend, timeout)
 
 
 def parse_config(text: str) -> Tuple[str, str, Dict[str, str]]:
