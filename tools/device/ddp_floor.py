@@ -6,9 +6,13 @@ one, and since when?
     PYTHONPATH=python python3 tools/device/ddp_floor.py -n 8 --reps 2 \\
         [--config LABEL:BACKEND[:VAR=VALUE,...]] ...
 
-Each launch starts n processes of one configuration (default: gloo,
-hetccl, and hetccl with HETCCL_TRANSPORT=socket, i.e. no shared memory),
-in alternating order per repetition. Every rank builds tools/bench_torch.py's
+Each launch starts n processes of one configuration, in alternating order
+per repetition. The default configurations: gloo; hetccl; hetccl with
+HETCCL_TRANSPORT=socket (no shared memory); gloo in processes that
+initialised CUDA first (DDP_FLOOR_INIT_CUDA=1: torch.cuda.init(), where a
+GPU is there); and hetccl with CUDA_VISIBLE_DEVICES empty (the library
+finds no GPU, so a host rank never stages or asks CUDA about pointers).
+The last two tell whether a gap follows CUDA being initialised. Every rank builds tools/bench_torch.py's
 model (18.8 M parameters, batch 64, 16 / n intra-op threads) and times,
 as medians of 10 steps after 2 of warm-up:
 
@@ -41,7 +45,8 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "tools"))
 from bench_torch import free_port, rank_results, thread_cpu  # noqa: E402 (the model's bench: same helpers)
 
-CONFIGS = ["gloo:gloo", "hetccl:hetccl", "socket:hetccl:HETCCL_TRANSPORT=socket"]
+CONFIGS = ["gloo:gloo", "hetccl:hetccl", "socket:hetccl:HETCCL_TRANSPORT=socket",
+           "gloo-cuda:gloo:DDP_FLOOR_INIT_CUDA=1", "hetccl-nogpu:hetccl:CUDA_VISIBLE_DEVICES="]
 
 
 def rank_main(backend: str) -> None:
@@ -51,6 +56,8 @@ def rank_main(backend: str) -> None:
 
     rank, n = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     torch.set_num_threads(max(1, (os.cpu_count() or 1) // n))
+    if os.environ.get("DDP_FLOOR_INIT_CUDA") == "1" and torch.cuda.is_available():
+        torch.cuda.init()
     if backend == "hetccl":
         importlib.import_module("hetccl.torch_backend")  # registers the backend
     dist.init_process_group(backend)
@@ -165,8 +172,8 @@ def main() -> int:
             rows = "  ".join(f"{k} {max(r[k] for r in res):.1f} "
                              f"({statistics.median(r[k] for r in res):.1f})"
                              for k in ("plain0", "floor0", "step", "floor1", "plain1"))
-            print(f"{label:10s} {time.monotonic() - t0:5.1f}s  {rows}", flush=True)
-            print(f"{'':10s} rank 0's threads, CPU s: {res[0]['threads']}", flush=True)
+            print(f"{label:12s} {time.monotonic() - t0:5.1f}s  {rows}", flush=True)
+            print(f"{'':12s} rank 0's threads, CPU s: {res[0]['threads']}", flush=True)
     return 0
 
 
