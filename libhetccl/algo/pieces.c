@@ -429,11 +429,10 @@ ncclResult_t hetccl_wavefront_run(hetccl_engine_t *e, const hetccl_coll_t *c) {
   hetccl_sched_t *s = hetccl_algo_sched(e, &c->op, counting.wanted, sums, &scratch);
   if (!s) return ncclSystemError;
   HETCCL_CHECK(build(s, c, piece, scratch, &cut));
-  /* The plane's channels copy: a send is done once its piece is in a
-   * slot. Over a transport that reads the sender's buffer in place, a send
-   * is done only once the peer has posted its receive, and an in-place
-   * AlltoAll's receive waits for this rank's own send (pieces_recv's
-   * guard), on both ranks: so messages copy here too. */
-  s->pull_ok = 0;
+  /* Every form's receives copy or reduce what they read: a pulling
+   * transport may read the sends in place, except where a receive waits
+   * for the rank's own send (in-place AlltoAll and two-rank AllReduce: the
+   * executor sees it, sched.h). */
+  s->pull_ok = 1;
   return hetccl_sched_run_host(s);
 }

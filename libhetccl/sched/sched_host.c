@@ -108,6 +108,25 @@ static ncclResult_t step_start(hetccl_sched_t *s, hetccl_step_t *t) {
   return ncclSuccess;
 }
 
+/* Does a receive from p wait for a send to p? A pulling transport makes a
+ * send done only once its peer has read it, so with pulling both ranks of
+ * such a pair would wait for each other (an in-place AlltoAll or two-rank
+ * AllReduce overwrites what it sent): their messages copy instead.
+ * Builders name these waits directly (sched.h). */
+static int recv_waits_for_own_send(const hetccl_sched_t *s) {
+  for (int i = 0; i < s->nsteps; i++) {
+    const hetccl_step_t *t = &s->steps[i];
+    if (t->kind != HETCCL_STEP_RECV && t->kind != HETCCL_STEP_RECV_REDUCE) continue;
+    for (int k = 0; k < HETCCL_STEP_MAX_AFTER; k++) {
+      int a = t->after[k];
+      if (a != HETCCL_STEP_NONE && s->steps[a].kind == HETCCL_STEP_SEND &&
+          s->steps[a].peer == t->peer)
+        return 1;
+    }
+  }
+  return 0;
+}
+
 ncclResult_t hetccl_sched_run_host(hetccl_sched_t *s) {
   if (s->failed) return ncclInternalError; /* its builder's overflow, logged there */
   hetccl_engine_t *e = s->e;
@@ -118,7 +137,7 @@ ncclResult_t hetccl_sched_run_host(hetccl_sched_t *s) {
   HETCCL_CHECK(fuse_transients(s));
   hetccl_step_t *steps = s->steps;
   int n = s->nsteps, first = 0;
-  hetccl_engine_set_pull_ok(e, s->pull_ok);
+  hetccl_engine_set_pull_ok(e, s->pull_ok && !recv_waits_for_own_send(s));
   for (int i = 0; i < n; i++) steps[i].state = STEP_WAITING;
   while (first < n) {
     int moved = 0, nposted = 0;
