@@ -23,8 +23,11 @@ as medians of 10 steps after 2 of warm-up:
   floor1   floor0 again, after them
   plain1   plain0 again
 
-and prints, per launch, the slowest rank and the median rank of each, and
-rank 0's CPU time by thread name during the two floor rows. A gap between
+and prints, per launch, the slowest rank and the median rank of each,
+rank 0's CPU time by thread name during the two floor rows, and the median
+rank's minor page faults per step in each row (glibc returning freed
+tensors to the kernel and faulting them in again: its mmap and trim
+thresholds move with what the process freed before, see docs/torch.md). A gap between
 backends in floor0 is the process (the library loaded and set up); one
 that appears only in floor1 is what the collectives left behind.
 """
@@ -34,6 +37,7 @@ import argparse
 import importlib
 import json
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -70,14 +74,18 @@ def rank_main(backend: str) -> None:
     gen = torch.Generator().manual_seed(1 + rank)
     batches = [(torch.randn(64, 256, generator=gen), torch.randn(64, 16, generator=gen))
                for _ in range(4)]
-    out: Dict[str, Any] = {"threads": {}}
+    out: Dict[str, Any] = {"threads": {}, "faults": {}}
 
-    def timed(step: Any, steps: int) -> float:
+    def timed(step: Any, steps: int, tag: str) -> float:
         times = []
         for i in range(steps + 2):
+            if i == 2:
+                flt0 = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
             t0 = time.perf_counter()
             step(*batches[i % len(batches)])
             times.append(time.perf_counter() - t0)
+        flt = resource.getrusage(resource.RUSAGE_SELF).ru_minflt - flt0
+        out["faults"][tag] = round(flt / steps)
         return statistics.median(times[2:]) * 1e3
 
     def plain(tag: str) -> None:
@@ -86,16 +94,16 @@ def rank_main(backend: str) -> None:
                 p.grad = None
             torch.nn.functional.mse_loss(model(x), y).backward()
         dist.barrier()
-        out[tag] = timed(step, 10)
+        out[tag] = timed(step, 10, tag)
 
-    def ddp_rows(net: Any, steps: int) -> float:
+    def ddp_rows(net: Any, steps: int, tag: str) -> float:
         opt = torch.optim.SGD(net.parameters(), lr=0.0)  # the model stays as it is
 
         def step(x: Any, y: Any) -> None:
             opt.zero_grad()
             torch.nn.functional.mse_loss(net(x), y).backward()
             opt.step()
-        return timed(step, steps)
+        return timed(step, steps, tag)
 
     # (no annotations: with this file's they are strings, which DDP's check refuses)
     def local_hook(_state, bucket):  # type: ignore[no-untyped-def]
@@ -108,7 +116,7 @@ def rank_main(backend: str) -> None:
         net.register_comm_hook(None, local_hook)
         dist.barrier()
         cpu0 = thread_cpu()
-        out[tag] = ddp_rows(net, 10)
+        out[tag] = ddp_rows(net, 10, tag)
         cpu1 = thread_cpu()
         out["threads"][tag] = {k: round(v - cpu0.get(k, 0.0), 2) for k, v in cpu1.items()
                                if v - cpu0.get(k, 0.0) > 0.005}
@@ -117,7 +125,7 @@ def rank_main(backend: str) -> None:
     floor("floor0")
     net = DDP(model)
     dist.barrier()
-    out["step"] = ddp_rows(net, 20)
+    out["step"] = ddp_rows(net, 20, "step")
     floor("floor1")
     plain("plain1")
     dist.barrier()
@@ -174,6 +182,9 @@ def main() -> int:
                              for k in ("plain0", "floor0", "step", "floor1", "plain1"))
             print(f"{label:12s} {time.monotonic() - t0:5.1f}s  {rows}", flush=True)
             print(f"{'':12s} rank 0's threads, CPU s: {res[0]['threads']}", flush=True)
+            print(f"{'':12s} minor page faults per step, median rank: "
+                  + "  ".join(f"{k} {statistics.median(r['faults'][k] for r in res)}"
+                              for k in res[0]["faults"]), flush=True)
     return 0
 
 
