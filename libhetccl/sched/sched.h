@@ -112,9 +112,10 @@ typedef struct hetccl_sched {
    * pull_ok); a schedule with RECV_REDUCE steps on pulling transports
    * sets it too (pull_rs.c: the reader reduces what it reads). A pulled
    * send is done only once its peer has read it, so the host executor
-   * copies anyway where a receive from p names a send to p in `after`
-   * (both ranks would wait for each other); a builder names such a wait
-   * directly, not through a step between. */
+   * copies anyway where the i-th receive from p names the j-th send to p
+   * in `after`, j >= i (both ranks would wait for each other: an in-place
+   * AlltoAll); a builder names such a wait directly, not through a step
+   * between. */
   int pull_ok;
   int one_lane;             /* the device executor's placement (above) */
   int nsteps, cap;

@@ -108,19 +108,31 @@ static ncclResult_t step_start(hetccl_sched_t *s, hetccl_step_t *t) {
   return ncclSuccess;
 }
 
-/* Does a receive from p wait for a send to p? A pulling transport makes a
- * send done only once its peer has read it, so with pulling both ranks of
- * such a pair would wait for each other (an in-place AlltoAll or two-rank
- * AllReduce overwrites what it sent): their messages copy instead.
- * Builders name these waits directly (sched.h). */
-static int recv_waits_for_own_send(const hetccl_sched_t *s) {
+/* Step i's place among the messages of its peer and direction (1: the
+ * first), through the builder's same_pair links. */
+static int pair_ordinal(const hetccl_sched_t *s, int i) {
+  int k = 0;
+  for (; i != HETCCL_STEP_NONE; i = s->steps[i].same_pair) k++;
+  return k;
+}
+
+/* Would pulling make two ranks wait for each other? A pulled send is done
+ * only once its peer has read it. If the i-th receive from p waits for the
+ * j-th send to p with j >= i, then on p, whose schedule mirrors this one,
+ * the receive that reads that send is posted only after p's i-th receive
+ * has started, which waits the same way for a send that this rank's
+ * i-th receive reads: neither starts. An in-place AlltoAll and a two-rank
+ * AllReduce overwrite what they sent (j == i); recursive halving-doubling
+ * waits for an earlier round's send (j < i), which its peer has read
+ * before. Builders name these waits directly (sched.h). */
+static int pulling_deadlocks(const hetccl_sched_t *s) {
   for (int i = 0; i < s->nsteps; i++) {
     const hetccl_step_t *t = &s->steps[i];
     if (t->kind != HETCCL_STEP_RECV && t->kind != HETCCL_STEP_RECV_REDUCE) continue;
     for (int k = 0; k < HETCCL_STEP_MAX_AFTER; k++) {
       int a = t->after[k];
       if (a != HETCCL_STEP_NONE && s->steps[a].kind == HETCCL_STEP_SEND &&
-          s->steps[a].peer == t->peer)
+          s->steps[a].peer == t->peer && pair_ordinal(s, a) >= pair_ordinal(s, i))
         return 1;
     }
   }
@@ -137,7 +149,7 @@ ncclResult_t hetccl_sched_run_host(hetccl_sched_t *s) {
   HETCCL_CHECK(fuse_transients(s));
   hetccl_step_t *steps = s->steps;
   int n = s->nsteps, first = 0;
-  hetccl_engine_set_pull_ok(e, s->pull_ok && !recv_waits_for_own_send(s));
+  hetccl_engine_set_pull_ok(e, s->pull_ok && !pulling_deadlocks(s));
   for (int i = 0; i < n; i++) steps[i].state = STEP_WAITING;
   while (first < n) {
     int moved = 0, nposted = 0;
