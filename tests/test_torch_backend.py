@@ -62,8 +62,10 @@ def job(hetccl_library: Path, tmp_path_factory: pytest.TempPathFactory) -> List[
 def gpu_host_job(hetccl_library: Path, tmp_path_factory: pytest.TempPathFactory) -> List[dict]:
     """The same CPU job as on a GPU machine: each rank has loaded a CUDA
     runtime whose one device every process shares, and finds an NCCL
-    (stand-ins); no HETCCL_* variable. Ranks that became CUDA ranks of one
-    island would be forwarded to that NCCL, which moves no data."""
+    (stand-ins), but never makes a CUDA context, as a CUDA build of torch
+    on CPU tensors does not; no HETCCL_* variable. Ranks that became CUDA
+    ranks of one island would be forwarded to that NCCL, which moves no
+    data."""
     _torch_or_skip()
     cc = _cc()
     if cc is None:
@@ -75,7 +77,7 @@ def gpu_host_job(hetccl_library: Path, tmp_path_factory: pytest.TempPathFactory)
                     "libcuda.so.1", "-DFAKE_DRIVER")
     nccl = _build(cc, d / "nccl" / "libnccl.so.2", FAKES / "fake_nccl.c", "libnccl.so.2",
                   "-Wno-unused-parameter")
-    extra = {"T_PRELOAD": f"{driver}:{cudart}:{nccl}"}
+    extra = {"T_PRELOAD": f"{driver}:{cudart}:{nccl}", "FAKE_CUDA_NO_CONTEXT": "1"}
     return _cpu_job(hetccl_library, d, extra, "collectives,ddp", 20)
 
 
@@ -93,13 +95,17 @@ def test_collectives_match_gloo(job: List[dict]) -> None:
 @pytest.mark.timeout(300)
 def test_cpu_tensors_on_a_gpu_host_make_host_ranks(gpu_host_job: List[dict]) -> None:
     """No knob, a CUDA runtime and an NCCL in every process, one GPU for
-    all: every check right, host ranks on the engine, and DDP's loss as
+    all: every check right, host ranks on the engine that never initialise
+    CUDA nor register memory with it (no data plane), and DDP's loss as
     gloo's."""
     failed = {f"rank {res['rank']} {name}": c["detail"] for res in gpu_host_job
               for name, c in res["checks"].items() if not c["ok"]}
     assert not failed, "\n".join(f"{k}: {v}" for k, v in failed.items())
     for res in gpu_host_job:
         assert (res["comm_backend"], res["comm_device"]) == ("engine", -1), res["comm_backend"]
+        counts = res["stand_in_counts"]
+        assert set(counts) == {"fake_inits", "fake_device_counts", "fake_registered"}, counts
+        assert not any(counts.values()), counts
         ddp = res["ddp"]
         rel = max(abs(a - b) / abs(b) for a, b in zip(ddp["hetccl"], ddp["gloo"]))
         assert ddp["steps"] == 20 and rel <= 1e-6, (rel, ddp)

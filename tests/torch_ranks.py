@@ -651,12 +651,28 @@ def main() -> None:
         trace_devices("collectives")
     t1 = time.monotonic()
     out["comm_backend"], out["comm_device"] = hetccl_comm_backend()
+    out["stand_in_counts"] = stand_in_counts()
     if "ddp" in PARTS:
         out["ddp"] = run_ddp()
     out["seconds"] = {"collectives": round(t1 - t0, 2), "ddp": round(time.monotonic() - t1, 2)}
     dist.barrier()
     dist.destroy_process_group()
     print("RESULT " + json.dumps(out), flush=True)
+
+
+def stand_in_counts() -> Dict[str, int]:
+    """What the stand-in CUDA libraries of T_PRELOAD counted so far: calls
+    that initialise CUDA (cuInit, cudaGetDeviceCount) and host memory
+    registered with it ({} without stand-ins)."""
+    counts: Dict[str, int] = {}
+    for path in filter(None, os.environ.get("T_PRELOAD", "").split(":")):
+        lib = ctypes.CDLL(path)
+        for name in ("fake_inits", "fake_device_counts", "fake_registered"):
+            try:
+                counts[name] = counts.get(name, 0) + ctypes.c_int.in_dll(lib, name).value
+            except ValueError:  # not this library's counter
+                pass
+    return counts
 
 
 def hetccl_comm_backend() -> Tuple[str, int]:

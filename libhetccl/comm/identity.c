@@ -78,10 +78,17 @@ hetccl_dev_kind_t hetccl_process_dev_kind(void) {
 hetccl_dev_kind_t hetccl_host_pointer_kind(void) {
   for (size_t i = 0; i < NGPU_KINDS; i++) {
     const hetccl_runtime_t *rt = hetccl_runtime_get(gpu_kinds[i]);
-    if ((links_vendor_of(gpu_kinds[i]) || rt->in_use()) && rt->available())
-      return gpu_kinds[i];
+    if (rt->holds_memory() && rt->available()) return gpu_kinds[i];
   }
   return HETCCL_DEV_HOST;
+}
+
+/* Is some GPU runtime loaded (so that memory of it may come to exist
+ * without another load)? */
+static int gpu_runtime_loaded(void) {
+  for (size_t i = 0; i < NGPU_KINDS; i++)
+    if (hetccl_runtime_get(gpu_kinds[i])->in_use()) return 1;
+  return 0;
 }
 
 /* How many shared objects the process has loaded so far: the loader keeps
@@ -96,12 +103,16 @@ hetccl_dev_kind_t hetccl_late_pointer_kind(void) {
   static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
   static unsigned long long asked_at = ULLONG_MAX; /* the loads when last asked */
   static hetccl_dev_kind_t answer = HETCCL_DEV_HOST;
+  static int loaded; /* a GPU runtime was loaded when last asked */
   unsigned long long loads = 0;
   dl_iterate_phdr(first_entry_loads, &loads);
   pthread_mutex_lock(&lock);
   if (loads == 0 || loads != asked_at) {
-    answer = hetccl_host_pointer_kind();
+    loaded = gpu_runtime_loaded();
+    answer = loaded ? hetccl_host_pointer_kind() : HETCCL_DEV_HOST;
     asked_at = loads;
+  } else if (answer == HETCCL_DEV_HOST && loaded) {
+    answer = hetccl_host_pointer_kind(); /* a context may have been made since */
   }
   hetccl_dev_kind_t k = answer;
   pthread_mutex_unlock(&lock);

@@ -29,17 +29,21 @@ uint64_t hetccl_host_hash(char *hostname, size_t len);
 hetccl_dev_kind_t hetccl_process_dev_kind(void);
 
 /* The runtime that can tell a host rank's device pointers from host ones:
- * one the process already uses, or whose vendor library it links, and that
- * has a usable device (a CUDA build of PyTorch on a machine with no driver
- * links NCCL, yet every pointer it hands over is host memory); else
- * HETCCL_DEV_HOST. */
+ * one in which the process can hold memory now (runtime.h: holds_memory:
+ * for CUDA, a context made) and that has a usable device; else
+ * HETCCL_DEV_HOST. Loading a runtime is not enough: a CUDA build of
+ * PyTorch loads CUDA (and links NCCL) in every process, yet a job of CPU
+ * tensors never makes a context, and its host ranks then never touch the
+ * GPU (no CUDA initialisation, no data plane: every pointer is host
+ * memory). */
 hetccl_dev_kind_t hetccl_host_pointer_kind(void);
 
 /* The same for a host rank whose communicator found none at init (ptr_kind
- * host): one the process has come to use since, or HETCCL_DEV_HOST. Asked
- * again only when the process has loaded a shared object since the last
- * answer (a runtime comes into use by being loaded), so a host rank's call
- * pays one look at the loader's count. */
+ * host): one the process has come to use since, or HETCCL_DEV_HOST. A
+ * call pays one look at the loader's count where no GPU runtime is loaded
+ * (a runtime comes into use by being loaded); where one is loaded but
+ * holds no memory yet, the runtime's query (CUDA: the driver's context
+ * state) until it does. */
 hetccl_dev_kind_t hetccl_late_pointer_kind(void);
 
 /* The vendor library that serves ranks of a device kind (cuda: NCCL,

@@ -380,6 +380,7 @@ const hetccl_runtime_t hetccl_runtime_cuda = {
     .caps = HETCCL_RT_CAP_STREAMS | HETCCL_RT_CAP_HOST_REGISTER | HETCCL_RT_CAP_NIC_FLUSH,
     .available = cuda_available,
     .in_use = cuda_in_use,
+    .holds_memory = driver_context_live,
     .describe = cuda_describe,
     .mem_kind = cuda_mem_kind,
     .host_alloc = cuda_host_alloc,

@@ -276,6 +276,7 @@ const hetccl_runtime_t hetccl_runtime_hip = {
     .caps = HETCCL_RT_CAP_STREAMS | HETCCL_RT_CAP_HOST_REGISTER,
     .available = hip_available,
     .in_use = hip_in_use,
+    .holds_memory = hip_in_use,
     .describe = hip_describe,
     .mem_kind = hip_mem_kind,
     .host_alloc = hip_host_alloc,

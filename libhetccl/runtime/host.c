@@ -136,6 +136,7 @@ const hetccl_runtime_t hetccl_runtime_host = {
     .caps = 0,
     .available = host_available,
     .in_use = host_in_use,
+    .holds_memory = host_in_use,
     .describe = host_describe,
     .current_device = host_current_device,
     .set_device = host_set_device,

@@ -73,6 +73,14 @@ typedef int (*hetccl_rt_available_fn)(void);
  * runtime library loaded, or a driver context current or active)? Never
  * loads or initialises anything; drives HETCCL_DEVICE=auto (host.c). */
 typedef int (*hetccl_rt_in_use_fn)(void);
+/* Can the process hold memory of this runtime now? CUDA: a context is
+ * current on this thread or a primary context is active (no device or
+ * pinned memory exists without one); HIP: its runtime is loaded (HIP has
+ * no such query that does not initialise it). Never loads or initialises
+ * anything. Decides whether a host rank's buffers may be device memory
+ * (comm/identity.c): a CPU job whose framework loaded CUDA but never used
+ * it stays off the GPU altogether. */
+typedef int (*hetccl_rt_holds_memory_fn)(void);
 /* For `hetccl info`: loads the runtime as available() does and says in one
  * line which files it uses and how many devices it sees, or why it cannot
  * be loaded. Static text, valid for the life of the process. */
@@ -251,6 +259,7 @@ typedef struct hetccl_runtime {
   unsigned caps; /* HETCCL_RT_CAP_* */
   hetccl_rt_available_fn available;
   hetccl_rt_in_use_fn in_use;
+  hetccl_rt_holds_memory_fn holds_memory;
   hetccl_rt_describe_fn describe;
   hetccl_rt_current_device_fn current_device;
   hetccl_rt_set_device_fn set_device;
@@ -288,8 +297,9 @@ typedef struct hetccl_runtime {
 
 /* Every slot, for the check at registration (host.c): none may be NULL. */
 #define HETCCL_RT_SLOTS(X)                                                     \
-  X(available) X(in_use) X(describe) X(current_device) X(set_device)           \
-  X(mem_kind) X(mem_alloc) X(mem_free) X(host_alloc) X(host_free)              \
+  X(available) X(in_use) X(holds_memory) X(describe) X(current_device)     \
+  X(set_device) X(mem_kind) X(mem_alloc) X(mem_free) X(host_alloc)            \
+  X(host_free)                                                                 \
   X(memcpy_async) X(stream_sync) X(stream_capturing) X(capture_mode_exchange)  \
   X(event_create)                                                              \
   X(event_destroy) X(event_record) X(event_query) X(stream_wait_event)         \

@@ -36,9 +36,11 @@ Contract:
 - **Tensors.** Each operation takes tensors of one device: CPU tensors are
   host buffers, CUDA tensors device buffers. A rank may pass both kinds
   over its life: CUDA tensors on a host rank are staged through host
-  memory by the library, on their stream; CPU tensors on a communicator the
-  library forwards to NCCL (every rank a GPU of one island) are staged
-  through the GPU here, since NCCL takes device memory only.
+  memory here (a host rank's communicator reads host memory only, and the
+  call runs at once: the copies back make the work complete); CPU tensors
+  on a communicator the library forwards to NCCL (every rank a GPU of one
+  island) are staged through the GPU here, since NCCL takes device memory
+  only.
   Non-contiguous tensors go through contiguous copies.
 - **Types.** Reductions map float16, bfloat16, float32, float64, int8,
   uint8, int32, int64, uint32, uint64 and the two float8 types to the NCCL
@@ -265,7 +267,10 @@ class HetcclBackend(_BASE):  # type: ignore[misc,valid-type]
         with self._lock:
             if self._comm is None:
                 self._join(device)
-        st = Stage(self._comm, device, self._device if self._forwarded else None)
+        # Staged where the communicator cannot take the tensors' memory: a
+        # forwarded one takes its GPU's, a host rank's host memory.
+        staged = self._forwarded or self._device.type == "cpu"
+        st = Stage(self._comm, device, self._device if staged else None)
         try:
             yield st
         except BaseException:
@@ -280,10 +285,12 @@ class HetcclBackend(_BASE):  # type: ignore[misc,valid-type]
         them); host work on the worker (the work completes when it has
         run), or at once when the caller waits for it anyway (torch's
         asyncOp False: a synchronous collective pays no handoff)."""
-        if st.cuda or not getattr(opts, "asyncOp", True):
+        cuda = sorted({t.device for t in tensors if t.is_cuda}, key=str)
+        if st.cuda or cuda or not getattr(opts, "asyncOp", True):
+            # (CUDA tensors staged through host memory too: their future
+            # must be CUDA-aware, and a synchronous copy makes them ready)
             self._worker.drain()  # the library takes the calls in call order
             st.steps()
-            cuda = sorted({t.device for t in tensors if t.is_cuda}, key=str)
             fut = torch.futures.Future(devices=cuda) if cuda else torch.futures.Future()
             fut.set_result(result)
             return future_work(fut)

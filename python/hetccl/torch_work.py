@@ -85,16 +85,16 @@ class Stage:
     library calls.
 
     `device`: the operation's device. `work_device`: where the library
-    reads and writes (the communicator's GPU when CPU tensors go to a
-    communicator forwarded to NCCL, which takes device memory only).
+    reads and writes, `staging_device` where given: the communicator's GPU
+    when CPU tensors go to a communicator forwarded to NCCL, which takes
+    device memory only; the CPU when CUDA tensors go to a host rank's
+    communicator, which reads host memory only.
     `stream`: the current stream of work_device (0 for host buffers)."""
 
     def __init__(self, comm: Any, device: torch.device,
                  staging_device: Optional[torch.device]) -> None:
         self.device = device  # operation_device of the operation's tensors
-        self.work_device = self.device
-        if self.device.type == "cpu" and staging_device is not None:
-            self.work_device = staging_device
+        self.work_device = staging_device if staging_device is not None else device
         self.cuda = self.work_device.type == "cuda"
         self.stream = torch.cuda.current_stream(self.work_device).cuda_stream if self.cuda else 0
         self._steps: List[Step] = []

@@ -391,8 +391,10 @@ static void mode_gpu(void) {
 
 static void mode_ctx(const char *driver) {
   EXPECT(!hetccl_runtime_cuda.in_use(), "in use before the driver was loaded");
+  EXPECT(!hetccl_runtime_cuda.holds_memory(), "memory before the driver was loaded");
   preload(driver);
   EXPECT(hetccl_runtime_cuda.in_use(), "active primary context not seen");
+  EXPECT(hetccl_runtime_cuda.holds_memory(), "active primary context holds no memory");
 }
 
 int main(int argc, char **argv) {

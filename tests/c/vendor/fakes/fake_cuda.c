@@ -1,8 +1,12 @@
 /* Stand-ins for the CUDA runtime (libcudart.so.13) and driver
  * (libcuda.so.1), enough for the device-runtime tests to take the cuda
  * entry's paths with no GPU: two devices, device 1 selected, and "device
- * memory" being the addresses inside fake_device_arena. */
+ * memory" being the addresses inside fake_device_arena. Device 1's primary
+ * context is active, unless FAKE_CUDA_NO_CONTEXT is set (a process that
+ * loaded CUDA and never used it: a CUDA build of PyTorch on CPU tensors).
+ * fake_device_counts and fake_inits count what would initialise CUDA. */
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 #define FAKE_EXPORT __attribute__((visibility("default")))
@@ -11,7 +15,8 @@
 static int current = 1;
 FAKE_EXPORT const char *cudaGetErrorString(int err) { return err ? "fake error" : "no error"; }
 FAKE_EXPORT int cudaGetLastError(void) { return 0; }
-FAKE_EXPORT int cudaGetDeviceCount(int *n) { *n = 2; return 0; }
+FAKE_EXPORT int fake_device_counts;
+FAKE_EXPORT int cudaGetDeviceCount(int *n) { fake_device_counts++; *n = 2; return 0; }
 FAKE_EXPORT int cudaGetDevice(int *d) { *d = current; return 0; }
 FAKE_EXPORT int cudaSetDevice(int d) { if (d < 0 || d > 1) return 101; current = d; return 0; }
 FAKE_EXPORT int cudaDeviceGetPCIBusId(char *b, int len, int d) {
@@ -56,12 +61,15 @@ FAKE_EXPORT int cudaStreamDestroy(void *s) { (void)s; fake_streams--; return 0; 
 
 #ifdef FAKE_DRIVER
 FAKE_EXPORT char fake_device_arena[4096];
-FAKE_EXPORT int cuInit(unsigned f) { (void)f; return 0; }
+FAKE_EXPORT int fake_inits;
+FAKE_EXPORT int cuInit(unsigned f) { (void)f; fake_inits++; return 0; }
 FAKE_EXPORT int cuGetErrorString(int e, const char **s) { (void)e; *s = "fake driver error"; return 0; }
 FAKE_EXPORT int cuCtxGetCurrent(void **c) { *c = NULL; return 0; }
 FAKE_EXPORT int cuDeviceGetCount(int *n) { *n = 2; return 0; }
 FAKE_EXPORT int cuDeviceGet(int *d, int o) { *d = o; return 0; }
-FAKE_EXPORT int cuDevicePrimaryCtxGetState(int d, unsigned *f, int *a) { *f = 0; *a = d == 1; return 0; }
+FAKE_EXPORT int cuDevicePrimaryCtxGetState(int d, unsigned *f, int *a) {
+  *f = 0; *a = d == 1 && !getenv("FAKE_CUDA_NO_CONTEXT"); return 0;
+}
 FAKE_EXPORT int cuPointerGetAttributes(unsigned n, int *attrs, void **data, unsigned long long p) {
   int inside = p >= (uintptr_t)fake_device_arena && p < (uintptr_t)fake_device_arena + 4096;
   for (unsigned i = 0; i < n; i++) {
