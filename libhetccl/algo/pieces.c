@@ -361,8 +361,11 @@ static size_t scratch_bytes(int n, size_t piece) {
          SUM_WAVES * (size_t)n * sizeof(int32_t);
 }
 
+/* host: for the host executor, which reduces on the CPU: a two-rank
+ * AllReduce takes the ring (each rank reduces half the buffer) rather
+ * than the whole-buffer exchange that saves the data plane a wavefront. */
 static ncclResult_t build(hetccl_sched_t *s, const hetccl_coll_t *c, size_t piece, void *scratch,
-                          int *cut) {
+                          int host, int *cut) {
   cut_t u = {.s = s, .c = c, .piece = piece, .elem = hetccl_dtype_size(c->dtype),
              .rank = s->rank, .n = s->nranks};
   if (scratch) {
@@ -380,7 +383,7 @@ static ncclResult_t build(hetccl_sched_t *s, const hetccl_coll_t *c, size_t piec
         *cut = 1;
         return ncclSuccess;
       }
-      if (two) exchange_reduce(&u, c->count, 0, 0, 0);
+      if (two && !host) exchange_reduce(&u, c->count, 0, 0, 0);
       else s->one_lane = 1, ring_allreduce(&u);
       return ncclSuccess;
     case HETCCL_FUNC_REDUCESCATTER:
@@ -406,7 +409,7 @@ static ncclResult_t build(hetccl_sched_t *s, const hetccl_coll_t *c, size_t piec
 
 ncclResult_t hetccl_pieces_coll(hetccl_sched_t *s, const hetccl_coll_t *c, size_t piece,
                                 int *cut) {
-  return build(s, c, piece, NULL, cut);
+  return build(s, c, piece, NULL, 0, cut);
 }
 
 /* --- on the host engine ---------------------------------------------------------- */
@@ -424,15 +427,15 @@ ncclResult_t hetccl_wavefront_run(hetccl_engine_t *e, const hetccl_coll_t *c) {
   size_t sums = slots ? scratch_bytes(n, piece) : 0;
   hetccl_sched_t counting;
   hetccl_sched_init_ranks(&counting, NULL, 0, hetccl_engine_rank(e), n, &c->op);
-  HETCCL_CHECK(build(&counting, c, piece, NULL, &cut)); /* the slots add no step */
+  HETCCL_CHECK(build(&counting, c, piece, NULL, 1, &cut)); /* the slots add no step */
   void *scratch = NULL;
   hetccl_sched_t *s = hetccl_algo_sched(e, &c->op, counting.wanted, sums, &scratch);
   if (!s) return ncclSystemError;
-  HETCCL_CHECK(build(s, c, piece, scratch, &cut));
+  HETCCL_CHECK(build(s, c, piece, scratch, 1, &cut));
   /* Every form's receives copy or reduce what they read: a pulling
    * transport may read the sends in place, except where a receive waits
-   * for the rank's own send (in-place AlltoAll and two-rank AllReduce: the
-   * executor sees it, sched.h). */
+   * for the rank's own send (an in-place AlltoAll, for one: the executor
+   * sees it, sched.h). */
   s->pull_ok = 1;
   return hetccl_sched_run_host(s);
 }

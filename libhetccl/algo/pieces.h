@@ -1,9 +1,10 @@
 /* The forms the data plane runs, as schedules of pieces (sched/sched.h).
  *
  *   form                 collectives                          lanes
- *   two-rank exchange    AllReduce, ReduceScatter (n = 2)     a lane per peer and direction
+ *   two-rank exchange    AllReduce, ReduceScatter (n = 2;     a lane per peer and direction
+ *                        AllReduce on the plane only)
  *   ring wavefront       AllReduce, ReduceScatter, AllGather  one
- *                        (n >= 3)
+ *                        (n >= 3; AllReduce on the host, n >= 2)
  *   chain                Broadcast, Reduce                    one
  *   direct               AlltoAll, Gather, Scatter,           a lane per peer and direction
  *                        AllGather (n = 2), Send/Recv
