@@ -19,6 +19,8 @@ typedef struct cut {
    * for the data plane, which writes no transient. */
   char *sums;
   int32_t *readers;
+  int scaled_sends; /* the host under PreMulSum: this rank's data sent on is scaled into a
+                     * buffer first (own_sent); the data plane scales it as it sends */
 } cut_t;
 
 #define AT(buf, off) ((char *)(buf) + (off))
@@ -80,6 +82,31 @@ static int own(const cut_t *u, const void *src, size_t bytes) {
                                             HETCCL_STEP_NONE));
 }
 
+/* This rank's own data at src, sent on unreduced (piece k): a transient
+ * PREPARE, given a buffer where the executor writes it (scaled_sends):
+ * `place` if not NULL, else the slot (k, n - 1), which no intermediate sum
+ * takes; *slot: 1 when it took the slot, whose send the caller marks as its
+ * reader (sum_read). */
+static int own_sent(const cut_t *u, const void *src, size_t bytes, size_t k, void *place,
+                    int *slot) {
+  *slot = 0;
+  if (!u->scaled_sends) return own(u, src, bytes);
+  int war = HETCCL_STEP_NONE;
+  if (!place) {
+    place = sum_slot(u, k, u->n - 1, &war);
+    *slot = 1;
+  }
+  return forward(u->s, hetccl_sched_prepare(u->s, place, src, bytes, war, HETCCL_STEP_NONE));
+}
+
+/* The send of own_sent's result. */
+static void send_own(const cut_t *u, int peer, const void *src, size_t bytes, size_t k,
+                     void *place) {
+  int slot, prep = own_sent(u, src, bytes, k, place, &slot);
+  int sent = hetccl_sched_send(u->s, peer, NULL, bytes, prep, HETCCL_STEP_NONE);
+  if (slot) sum_read(u, k, u->n - 1, sent);
+}
+
 /* --- two ranks ------------------------------------------------------------------- */
 
 /* AllReduce / ReduceScatter of two ranks: send what the peer reduces,
@@ -95,8 +122,10 @@ static void exchange_reduce(const cut_t *u, size_t len, size_t mine, size_t thei
     size_t so, ro, bytes = piece_at(u, theirs, len, k, &so);
     piece_at(u, mine, len, k, &ro);
     size_t dst_off = out_off + (ro - mine * u->elem);
-    int snd = hetccl_sched_send(s, peer, NULL, bytes, own(u, AT(c->sendbuf, so), bytes),
-                                HETCCL_STEP_NONE);
+    int slot, snd = hetccl_sched_send(s, peer, NULL, bytes,
+                                      own_sent(u, AT(c->sendbuf, so), bytes, k, NULL, &slot),
+                                      HETCCL_STEP_NONE);
+    if (slot) sum_read(u, k, u->n - 1, snd);
     /* In place, piece k of the result overwrites what piece k of the send
      * reads when the two parts are the same (AllReduce). */
     int overlap = theirs == mine && AT(c->recvbuf, dst_off) == AT(c->sendbuf, so);
@@ -133,8 +162,8 @@ static int ring_rs_piece(const cut_t *u, const ring_rs_t *g, int first, size_t k
   const hetccl_coll_t *c = u->c;
   int next = algo_mod(u->rank + 1, u->n), prev = algo_mod(u->rank - 1, u->n);
   size_t o, bytes = piece_at(u, g->off(g, first), g->len(g, first), k, &o);
-  if (bytes)
-    hetccl_sched_send(s, next, NULL, bytes, own(u, AT(c->sendbuf, o), bytes), HETCCL_STEP_NONE);
+  if (bytes) /* an AllReduce's own chunk scaled where its sums go (recvbuf), else a slot */
+    send_own(u, next, AT(c->sendbuf, o), bytes, k, g->sums_in_recvbuf ? AT(c->recvbuf, o) : NULL);
   for (int st = 0; st <= u->n - 2; st++) {
     int cr = g->recv(u->rank, st, u->n);
     bytes = piece_at(u, g->off(g, cr), g->len(g, cr), k, &o);
@@ -260,10 +289,12 @@ static void chain_reduce(const cut_t *u) {
   int next = algo_mod(u->rank + 1, u->n), prev = algo_mod(u->rank - 1, u->n);
   for (size_t k = 0, K = npieces(u, c->count); k < K; k++) {
     size_t o, bytes = piece_at(u, 0, c->count, k, &o);
-    int in = own(u, AT(c->sendbuf, o), bytes);
     if (pos == 0) {
-      hetccl_sched_send(s, next, NULL, bytes, in, HETCCL_STEP_NONE);
-    } else if (pos < u->n - 1) {
+      send_own(u, next, AT(c->sendbuf, o), bytes, k, NULL);
+      continue;
+    }
+    int in = own(u, AT(c->sendbuf, o), bytes);
+    if (pos < u->n - 1) {
       int war;
       char *sum = sum_slot(u, k, 0, &war);
       int rr = forward(s, hetccl_sched_recv_reduce(s, prev, sum, NULL, 0, bytes, in, war));
@@ -373,6 +404,7 @@ static ncclResult_t build(hetccl_sched_t *s, const hetccl_coll_t *c, size_t piec
     u.readers = (int32_t *)(u.sums + algo_round_up(SUM_WAVES * (size_t)u.n * piece, 64));
     for (int i = 0; i < SUM_WAVES * u.n; i++) u.readers[i] = HETCCL_STEP_NONE;
   }
+  u.scaled_sends = host && c->op.premul && hetccl_func_reduces(c->func);
   int two = u.n == 2;
   s->one_lane = 0;
   *cut = 0;
@@ -422,8 +454,9 @@ ncclResult_t hetccl_wavefront_run(hetccl_engine_t *e, const hetccl_coll_t *c) {
   int n = hetccl_engine_nranks(e), cut;
   size_t esize = hetccl_dtype_size(c->dtype);
   size_t piece = hetccl_algo_piece(e, hetccl_pieces_message_bytes(c, n) / esize, esize) * esize;
-  /* slots only where a form keeps sums outside recvbuf */
-  int slots = n > 2 && (c->func == HETCCL_FUNC_REDUCESCATTER || c->func == HETCCL_FUNC_REDUCE);
+  /* slots only where a form keeps sums, or scaled data sent on, outside recvbuf */
+  int slots = (n > 2 || c->op.premul) &&
+              (c->func == HETCCL_FUNC_REDUCESCATTER || c->func == HETCCL_FUNC_REDUCE);
   size_t sums = slots ? scratch_bytes(n, piece) : 0;
   hetccl_sched_t counting;
   hetccl_sched_init_ranks(&counting, NULL, 0, hetccl_engine_rank(e), n, &c->op);

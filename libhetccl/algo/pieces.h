@@ -34,9 +34,12 @@
  * later); a ring ReduceScatter's and a chain Reduce's to slots of scratch
  * given by hetccl_wavefront_run, a few pieces deep, piece k's sum waiting
  * for the send that read piece k - SUM_WAVES's (an `after` only that
- * executor sees). A PreMulSum's scaled inputs have no buffer: the host
- * executor refuses those schedules (sched.h), and select.c does not send
- * them there.
+ * executor sees). Under PreMulSum the host scales this rank's data where a
+ * receive reduces with it (sched_host.c fuses the PREPARE into the
+ * receive), and where it is sent on unreduced (a ring's first send, a
+ * chain's head, the two-rank exchange) into a buffer: an AllReduce's own
+ * chunk into recvbuf at its offset, as the host's own ring does, else the
+ * slot of step n - 1, which no intermediate sum takes.
  *
  * Memory: the caller's schedule (hetccl_sched_init_ranks, op = &c->op for
  * a reducing collective); a build with a counting schedule says how many

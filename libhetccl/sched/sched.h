@@ -30,8 +30,9 @@
  * PREPARE's). An executor that can fuse the two never writes dst (it may
  * then be NULL). The data plane's lowering fuses every transient; the host
  * executor fuses a PREPARE of an operator that does not scale (the next
- * step reads its source) and writes the others to dst, refusing a schedule
- * that left one without a buffer. Likewise a FINISH right after a
+ * step reads its source), a scaling PREPARE that a RECV_REDUCE takes as
+ * its `in` (the receive scales it as the bytes land), and writes the
+ * others to dst, refusing a schedule that left one without a buffer. Likewise a FINISH right after a
  * RECV_REDUCE of the same dst and bytes may be fused into it.
  *
  * Lanes: how the device executor places steps, which the host executor
@@ -79,8 +80,10 @@ typedef enum {
   HETCCL_STEP_FINISH,
 } hetccl_step_kind_t;
 
-/* Step flags (above): RECV_REDUCE's operand order; a transient result. */
-enum { HETCCL_STEP_IN_RIGHT = 1, HETCCL_STEP_FORWARD = 2 };
+/* Step flags (above): RECV_REDUCE's operand order; a transient result;
+ * (set by the host executor alone) a RECV_REDUCE that scales its `in` by
+ * op's PreMulSum scalar as it reduces, a transient PREPARE fused into it. */
+enum { HETCCL_STEP_IN_RIGHT = 1, HETCCL_STEP_FORWARD = 2, HETCCL_STEP_SCALE_IN = 4 };
 
 /* Steps a step may wait for, besides the order of its pair's messages. */
 #define HETCCL_STEP_MAX_AFTER 3

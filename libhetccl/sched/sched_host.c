@@ -16,9 +16,12 @@
  * needs no memory, before the run: a transient PREPARE under an operator
  * that does not scale is a copy the next step need not read, so that step
  * reads its source instead (a SEND's src, a RECV_REDUCE's in) and the
- * PREPARE does nothing; a transient result the next step sends is sent from
- * where it was written. A transient that stays without a buffer (a
- * PreMulSum scaling that nothing gave a place) refuses the schedule.
+ * PREPARE does nothing; a scaling one that a RECV_REDUCE reduces with is
+ * done by that receive, on each piece as it lands (HETCCL_STEP_SCALE_IN:
+ * dst = scaled in, then dst (op)= incoming, as the host's own algorithms
+ * do); a transient result the next step sends is sent from where it was
+ * written. A transient that stays without a buffer (a PreMulSum scaling
+ * sent on that the builder gave no place) refuses the schedule.
  *
  * Thread: whichever thread drives the engine. */
 #include <string.h>
@@ -36,6 +39,10 @@ static void consume_reduce(void *ctx, void *dst, const void *src, size_t bytes) 
   size_t count = bytes / hetccl_dtype_size(t->op->dtype);
   const char *in = (const char *)t->src + ((char *)dst - (char *)t->dst);
   if (!count) return;
+  if (t->flags & HETCCL_STEP_SCALE_IN) { /* this rank's data, scaled once, here */
+    hetccl_reduce_prepare(t->op, dst, in, count);
+    in = dst;
+  }
   if (t->flags & HETCCL_STEP_IN_RIGHT)
     hetccl_sched_reduce_traced(t->op, dst, src, in, count);
   else
@@ -61,6 +68,12 @@ static ncclResult_t fuse_transients(hetccl_sched_t *s) {
     if (t->kind == HETCCL_STEP_PREPARE && !scales) {
       result = t->src;
       t->kind = STEP_FUSED;
+    } else if (t->kind == HETCCL_STEP_PREPARE && next && next->kind == HETCCL_STEP_RECV_REDUCE &&
+               !next->src) {
+      next->src = t->src;
+      next->flags |= HETCCL_STEP_SCALE_IN;
+      t->kind = STEP_FUSED;
+      continue;
     }
     if (!result) {
       WARN("schedule: step %d's result has no buffer (its builder left it to an executor "
