@@ -6,7 +6,7 @@
  * every one of n - 1 being queued.
  *
  * Every receive is a plain copy: peers may read our buffers in place
- * (engine.h: pull_ok).
+ * (engine.h: hetccl_msg_t's pull_ok).
  *
  * Thread: whichever thread drives the engine. */
 #include "algo/algo_impl.h"
@@ -28,7 +28,7 @@ ncclResult_t hetccl_pairwise_alltoall(hetccl_engine_t *e, const hetccl_coll_t *c
     in = copy;
   }
   hetccl_algo_sched_pairwise(s, in, bytes, c->recvbuf, bytes, bytes, 1, first, NULL);
-  return hetccl_sched_run_host(s);
+  return hetccl_sched_run_host(s, c->tag);
 }
 
 /* Gather (to_root) or Scatter: the root's side, a window of receives
@@ -45,7 +45,7 @@ static ncclResult_t linear(hetccl_engine_t *e, const hetccl_coll_t *c, int to_ro
       hetccl_sched_send(s, root, c->sendbuf, bytes, HETCCL_STEP_NONE, HETCCL_STEP_NONE);
     else
       hetccl_sched_recv(s, root, c->recvbuf, bytes, HETCCL_STEP_NONE, HETCCL_STEP_NONE);
-    return hetccl_sched_run_host(s);
+    return hetccl_sched_run_host(s, c->tag);
   }
   char *out = c->recvbuf;
   const char *in = c->sendbuf;
@@ -63,7 +63,7 @@ static ncclResult_t linear(hetccl_engine_t *e, const hetccl_coll_t *c, int to_ro
                         to_root ? c->sendbuf : in + (size_t)r * bytes, bytes, HETCCL_STEP_NONE,
                         HETCCL_STEP_NONE);
   }
-  return hetccl_sched_run_host(s);
+  return hetccl_sched_run_host(s, c->tag);
 }
 
 /* In place when sendbuf == recvbuf + root * bytes at the root. */

@@ -17,6 +17,7 @@
 #define HETCCL_ALGO_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "p2p/engine.h"
 #include "runtime/reduce.h"
@@ -63,6 +64,8 @@ typedef struct hetccl_coll {
   ncclDataType_t dtype;
   hetccl_redop_t op; /* meaningful for reducing functions */
   int root;          /* Broadcast, Reduce, Gather, Scatter */
+  uint64_t tag;      /* the operation's signature on its messages (p2p/engine.h: hetccl_msg_t);
+                        0: unchecked */
 } hetccl_coll_t;
 
 /* Runs one collective (not SEND/RECV: the core posts those itself). */

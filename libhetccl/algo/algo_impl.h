@@ -40,6 +40,12 @@ typedef struct algo_red_ctx {
 
 void hetccl_algo_consume(void *ctx, void *dst, const void *src, size_t bytes);
 
+/* How c's messages go (p2p/engine.h): its signature, and whether the
+ * receives that match may pull the sends in place (1 where they copy). */
+static inline hetccl_msg_t algo_msg(const hetccl_coll_t *c, int pull_ok) {
+  return (hetccl_msg_t){c->tag, pull_ok};
+}
+
 /* Split count elements into n blocks of nearly equal size, each start
  * aligned to 64 bytes where possible. Block b is [*off, *off + *cnt). */
 void hetccl_algo_block(size_t count, size_t esize, int n, int b, size_t *off, size_t *cnt);
@@ -163,8 +169,8 @@ void hetccl_pull_block(const pull_plan_t *pl, int b, size_t *off, size_t *cnt);
 int hetccl_pull_subs(const pull_plan_t *pl, size_t cnt, size_t *per);
 size_t hetccl_pull_scratch_bytes(const pull_plan_t *pl);
 /* Blocking; `mem` is hetccl_pull_scratch_bytes(pl) bytes of scratch, 16-aligned;
- * the block is finished (average) on return. Not for PreMulSum. The caller
- * sets the engine's pull_ok. */
+ * the block is finished (average) on return. Not for PreMulSum. Its sends
+ * let the peers pull them (the readers reduce what they read). */
 ncclResult_t hetccl_pull_reduce_own(const pull_plan_t *pl, void *mem);
 
 #endif

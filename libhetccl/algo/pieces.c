@@ -470,5 +470,5 @@ ncclResult_t hetccl_wavefront_run(hetccl_engine_t *e, const hetccl_coll_t *c) {
    * for the rank's own send (an in-place AlltoAll, for one: the executor
    * sees it, sched.h). */
   s->pull_ok = 1;
-  return hetccl_sched_run_host(s);
+  return hetccl_sched_run_host(s, c->tag);
 }

@@ -40,7 +40,8 @@ static ncclResult_t send_sub(const pull_plan_t *pl, char *sub, size_t sc) {
   int n = hetccl_engine_nranks(pl->e), r = hetccl_engine_rank(pl->e);
   size_t bytes = sc * hetccl_dtype_size(pl->c->dtype);
   for (int k = 1; k < n; k++)
-    HETCCL_CHECK(hetccl_engine_isend(pl->e, algo_mod(r + k, n), sub, bytes, &s->req[s->n++]));
+    HETCCL_CHECK(hetccl_engine_isend(pl->e, algo_mod(r + k, n), sub, bytes, algo_msg(pl->c, 1),
+                                     &s->req[s->n++]));
   return ncclSuccess;
 }
 
@@ -69,7 +70,6 @@ ncclResult_t hetccl_pull_allreduce(hetccl_engine_t *e, const hetccl_coll_t *c) {
   char *mem = hetccl_engine_scratch(e, own_bytes + (size_t)gather_reqs(&pl) * sizeof(hetccl_req_t));
   if (!mem) return ncclSystemError;
   sends.req = (hetccl_req_t *)(mem + own_bytes);
-  hetccl_engine_set_pull_ok(e, 1);
   HETCCL_CHECK(hetccl_pull_reduce_own(&pl, mem));
 
   /* Every other block, sub-block by sub-block, from its owner. */
@@ -83,7 +83,7 @@ ncclResult_t hetccl_pull_allreduce(hetccl_engine_t *e, const hetccl_coll_t *c) {
     for (int j = 0; j < m; j++) {
       size_t o = (size_t)j * per, sc = algo_min(per, fcnt - o);
       HETCCL_CHECK(hetccl_engine_irecv(e, from, (char *)c->recvbuf + (foff + o) * es, sc * es,
-                                       NULL, NULL, &rreq[nr++]));
+                                       c->tag, NULL, NULL, &rreq[nr++]));
     }
   }
   for (int i = 0; i < nr; i++) {

@@ -27,13 +27,14 @@
 ncclResult_t hetccl_pull_broadcast(hetccl_engine_t *e, const hetccl_coll_t *c) {
   int n = hetccl_engine_nranks(e), r = hetccl_engine_rank(e);
   size_t bytes = c->count * hetccl_dtype_size(c->dtype);
-  hetccl_engine_set_pull_ok(e, 1);
   if (r != c->root)
-    return hetccl_engine_sendrecv(e, -1, NULL, 0, c->root, c->recvbuf, bytes, NULL, NULL);
+    return hetccl_engine_sendrecv(e, algo_msg(c, 1), -1, NULL, 0, c->root, c->recvbuf, bytes, NULL,
+                                  NULL);
   hetccl_req_t *reqs = hetccl_engine_scratch(e, (size_t)n * sizeof(hetccl_req_t));
   if (!reqs) return ncclSystemError;
   for (int k = 1; k < n; k++)
-    HETCCL_CHECK(hetccl_engine_isend(e, algo_mod(r + k, n), c->sendbuf, bytes, &reqs[k - 1]));
+    HETCCL_CHECK(hetccl_engine_isend(e, algo_mod(r + k, n), c->sendbuf, bytes, algo_msg(c, 1),
+                                     &reqs[k - 1]));
   algo_copy(c->recvbuf, c->sendbuf, bytes);
   for (int k = 1; k < n; k++) {
     hetccl_req_t *q = &reqs[k - 1];

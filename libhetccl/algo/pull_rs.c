@@ -113,7 +113,9 @@ static ncclResult_t post_sends(const pull_plan_t *pl, hetccl_req_t *sreq, int *n
     int m = hetccl_pull_subs(pl, cnt, &per);
     for (int j = 0; j < m; j++) {
       size_t o = (size_t)j * per, sc = algo_min(per, cnt - o);
-      HETCCL_CHECK(hetccl_engine_isend(e, p, pl->in + (off + o) * es, sc * es, &sreq[(*nsent)++]));
+      /* the reader reduces what it reads: pulled, though its receive reduces */
+      HETCCL_CHECK(hetccl_engine_isend(e, p, pl->in + (off + o) * es, sc * es, algo_msg(pl->c, 1),
+                                       &sreq[(*nsent)++]));
     }
   }
   return ncclSuccess;
@@ -135,8 +137,8 @@ static ncclResult_t reduce_sub(const pull_plan_t *pl, char *sub, const char *own
       continue;
     }
     algo_red_ctx_t ctx = {&c->op, sub, sub, 0}; /* dst = dst (op) incoming */
-    HETCCL_CHECK(hetccl_engine_irecv(e, j, sub, sc * es, j == 0 ? NULL : hetccl_algo_consume,
-                                     j == 0 ? NULL : &ctx, rq));
+    HETCCL_CHECK(hetccl_engine_irecv(e, j, sub, sc * es, c->tag,
+                                     j == 0 ? NULL : hetccl_algo_consume, j == 0 ? NULL : &ctx, rq));
     HETCCL_CHECK(hetccl_engine_wait(e, &rq, 1));
   }
   hetccl_reduce_finish(&c->op, sub, sc);
@@ -178,6 +180,5 @@ ncclResult_t hetccl_pull_reducescatter(hetccl_engine_t *e, const hetccl_coll_t *
                     .dst = c->recvbuf};
   void *mem = hetccl_engine_scratch(e, hetccl_pull_scratch_bytes(&pl));
   if (!mem) return ncclSystemError;
-  hetccl_engine_set_pull_ok(e, 1);
   return hetccl_pull_reduce_own(&pl, mem);
 }

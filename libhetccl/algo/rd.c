@@ -50,7 +50,7 @@ ncclResult_t hetccl_direct_allreduce(hetccl_engine_t *e, const hetccl_coll_t *c)
   hetccl_algo_sched_pairwise(s, mine, 0, mem, stride, bytes, 0, staged, ready_at);
   ready_at[r] = staged;
   reduce_in_order(s, c->recvbuf, mine, r, mem, stride, bytes, ready_at, n);
-  return hetccl_sched_run_host(s);
+  return hetccl_sched_run_host(s, c->tag);
 }
 
 /* Recursive doubling over m = 2^k ranks. With n = m + rem, ranks below
@@ -72,7 +72,7 @@ ncclResult_t hetccl_rd_allreduce(hetccl_engine_t *e, const hetccl_coll_t *c) {
   if (r < 2 * rem && r % 2 == 0) {
     int sent = hetccl_sched_send(s, r + 1, cur, bytes, prev, HETCCL_STEP_NONE);
     hetccl_sched_recv(s, r + 1, c->recvbuf, bytes, sent, HETCCL_STEP_NONE);
-    return hetccl_sched_run_host(s);
+    return hetccl_sched_run_host(s, c->tag);
   }
   if (r < 2 * rem) {
     prev = hetccl_sched_recv_reduce(s, r - 1, cur, cur, HETCCL_STEP_IN_RIGHT, bytes, prev,
@@ -92,7 +92,7 @@ ncclResult_t hetccl_rd_allreduce(hetccl_engine_t *e, const hetccl_coll_t *c) {
   prev = hetccl_sched_finish(s, cur, bytes, prev, HETCCL_STEP_NONE);
   prev = hetccl_sched_copy(s, c->recvbuf, cur, bytes, prev, HETCCL_STEP_NONE);
   if (r < 2 * rem) hetccl_sched_send(s, r - 1, cur, bytes, prev, HETCCL_STEP_NONE);
-  return hetccl_sched_run_host(s);
+  return hetccl_sched_run_host(s, c->tag);
 }
 
 /* AllGather: every rank sends its block to every other rank. */
@@ -104,7 +104,7 @@ ncclResult_t hetccl_direct_allgather(hetccl_engine_t *e, const hetccl_coll_t *c)
   s->pull_ok = 1; /* plain receives: peers may read our block in place */
   hetccl_algo_sched_pairwise(s, c->sendbuf, 0, c->recvbuf, bytes, bytes, 1, HETCCL_STEP_NONE,
                              NULL);
-  return hetccl_sched_run_host(s);
+  return hetccl_sched_run_host(s, c->tag);
 }
 
 /* ReduceScatter: block b of every rank goes to rank b, which reduces the n
@@ -130,5 +130,5 @@ ncclResult_t hetccl_direct_reducescatter(hetccl_engine_t *e, const hetccl_coll_t
   }
   hetccl_algo_sched_pairwise(s, in, bytes, mem, stride, bytes, 1, prep, ready_at);
   reduce_in_order(s, c->recvbuf, mem + (size_t)r * stride, r, mem, stride, bytes, ready_at, n);
-  return hetccl_sched_run_host(s);
+  return hetccl_sched_run_host(s, c->tag);
 }

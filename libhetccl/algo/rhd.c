@@ -127,5 +127,5 @@ ncclResult_t hetccl_rhd_allreduce(hetccl_engine_t *e, const hetccl_coll_t *c) {
   hetccl_sched_t *s = hetccl_algo_sched(e, &c->op, RHD_STEPS(rounds), 0, NULL);
   if (!s) return ncclSystemError;
   hetccl_rhd_build(s, c);
-  return hetccl_sched_run_host(s);
+  return hetccl_sched_run_host(s, c->tag);
 }

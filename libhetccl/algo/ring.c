@@ -56,8 +56,8 @@ static ncclResult_t wave_post_recvs(const ring_plan_t *pl, ring_slot_t *slots, i
       sl->ctx = (algo_red_ctx_t){&pl->c->op, io.recv, io.in, 0};
       consume = hetccl_algo_consume;
     }
-    HETCCL_CHECK(hetccl_engine_irecv(pl->e, pl->left, io.recv, io.rbytes, consume, &sl->ctx,
-                                     &sl->rreq));
+    HETCCL_CHECK(hetccl_engine_irecv(pl->e, pl->left, io.recv, io.rbytes, pl->c->tag, consume,
+                                     &sl->ctx, &sl->rreq));
     sl->rposted = 1;
   }
   return ncclSuccess;
@@ -87,7 +87,10 @@ static ncclResult_t wave_post_sends(const ring_plan_t *pl, ring_slot_t *slots, i
     if (io.fin_count) hetccl_reduce_finish(&pl->c->op, io.fin_buf, io.fin_count);
     if (!sending) continue;
     ring_slot_t *sl = slot_at(slots, pl->nsteps, t, s);
-    HETCCL_CHECK(hetccl_engine_isend(pl->e, pl->right, io.send, io.sbytes, &sl->sreq));
+    /* a receive that reduces consumes; one that copies may pull */
+    HETCCL_CHECK(hetccl_engine_isend(pl->e, pl->right, io.send, io.sbytes,
+                                     algo_msg(pl->c, !hetccl_func_reduces(pl->c->func)),
+                                     &sl->sreq));
     sl->sposted = 1;
     if (copy_after) algo_copy(io.prep_dst, io.prep_src, io.prep_count * pl->esize);
   }
@@ -289,7 +292,8 @@ ncclResult_t hetccl_ring_reduce(hetccl_engine_t *e, const hetccl_coll_t *c) {
   hetccl_reduce_finish(&c->op, pl.final, cnt);
   if (r != root) {
     if (cnt == 0) return ncclSuccess;
-    return hetccl_engine_sendrecv(e, root, own, cnt * esz, -1, NULL, 0, NULL, NULL);
+    return hetccl_engine_sendrecv(e, algo_msg(c, 0), root, own, cnt * esz, -1, NULL, 0, NULL,
+                                  NULL);
   }
   /* The root gathers the other blocks, HETCCL_ALGO_WINDOW receives in
    * flight (a schedule: the ring's scratch is no longer needed). */
@@ -306,7 +310,7 @@ ncclResult_t hetccl_ring_reduce(hetccl_engine_t *e, const hetccl_coll_t *c) {
                                      HETCCL_STEP_NONE);
     posted++;
   }
-  return hetccl_sched_run_host(s);
+  return hetccl_sched_run_host(s, c->tag);
 }
 
 /* AllGather: step s sends block r - s (its own, from sendbuf, at step 0)

@@ -303,11 +303,10 @@ ncclResult_t hetccl_algo_run(hetccl_engine_t *e, const hetccl_coll_t *c) {
     return ncclInvalidUsage;
   }
   if (HETCCL_LOG_ENABLED(HETCCL_LOG_INFO, HETCCL_COLL)) say_choice(r, how, c, bytes, n);
-  hetccl_engine_set_pull_ok(e, !hetccl_func_reduces(c->func));
   if (!hetccl_func_rooted(c->func)) return r->run(e, c);
   /* Rooted: ranks naming different roots may never receive from each
    * other, so the signature ring checks the root (engine.h). */
-  HETCCL_CHECK(hetccl_engine_token_post(e));
+  HETCCL_CHECK(hetccl_engine_token_post(e, c->tag));
   HETCCL_CHECK(r->run(e, c));
   return hetccl_engine_token_wait(e);
 }

@@ -86,7 +86,7 @@ ncclResult_t hetccl_tree_broadcast(hetccl_engine_t *e, const hetccl_coll_t *c) {
   for (int mask = span >> 1; mask > 0; mask >>= 1)
     if (v + mask < n)
       hetccl_sched_send(s, algo_mod(v + mask + root, n), c->recvbuf, bytes, got, HETCCL_STEP_NONE);
-  return hetccl_sched_run_host(s);
+  return hetccl_sched_run_host(s, c->tag);
 }
 
 /* Binomial reduce: relative rank v gathers the partial results of its
@@ -112,9 +112,9 @@ ncclResult_t hetccl_tree_reduce(hetccl_engine_t *e, const hetccl_coll_t *c) {
   }
   if (v != 0) {
     hetccl_sched_send(s, algo_mod(v - span + root, n), acc, bytes, prev, HETCCL_STEP_NONE);
-    return hetccl_sched_run_host(s);
+    return hetccl_sched_run_host(s, c->tag);
   }
   prev = hetccl_sched_finish(s, acc, bytes, prev, HETCCL_STEP_NONE);
   hetccl_sched_copy(s, c->recvbuf, acc, bytes, prev, HETCCL_STEP_NONE);
-  return hetccl_sched_run_host(s);
+  return hetccl_sched_run_host(s, c->tag);
 }

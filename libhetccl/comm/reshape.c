@@ -158,17 +158,18 @@ ncclResult_t hetccl_comm_shrink_engine(ncclComm_t comm, const int *exclude, int 
     res = join_new(comm, newrank, newn, &id, config, newcomm);
     goto out;
   }
-  hetccl_engine_set_tag(comm->engine.p2p, 0x5348524b00000000ull | (uint64_t)newn);
+  /* the new communicator's id, signed "SHRK" and its size */
+  hetccl_msg_t m = {0x5348524b00000000ull | (uint64_t)newn, 0};
   if (comm->rank == leader) {
     HETCCL_CHECK_GOTO(hetccl_bootstrap_root_create(&id), res, out);
     for (int r = 0; r < n; r++) {
       if (gone[r] || r == leader) continue;
-      HETCCL_CHECK_GOTO(hetccl_engine_sendrecv(comm->engine.p2p, r, &id, sizeof(id), -1, NULL, 0,
-                                               NULL, NULL), res, out);
+      HETCCL_CHECK_GOTO(hetccl_engine_sendrecv(comm->engine.p2p, m, r, &id, sizeof(id), -1, NULL,
+                                               0, NULL, NULL), res, out);
     }
   } else {
-    HETCCL_CHECK_GOTO(hetccl_engine_sendrecv(comm->engine.p2p, -1, NULL, 0, leader, &id, sizeof(id),
-                                             NULL, NULL), res, out);
+    HETCCL_CHECK_GOTO(hetccl_engine_sendrecv(comm->engine.p2p, m, -1, NULL, 0, leader, &id,
+                                             sizeof(id), NULL, NULL), res, out);
   }
   res = join_new(comm, newrank, newn, &id, config, newcomm);
 out:

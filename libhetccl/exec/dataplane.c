@@ -35,20 +35,16 @@ static int plane_applies(ncclComm_t comm, int *hosts) {
 /* --- the wire: how bridged channels cross hosts (plane.h) -------------------------- */
 
 /* The bridges' messages carry no operation signature (tag 0): their order
- * is the plane's, and the core stamps its own before each operation it
- * runs on the engine. */
+ * is the plane's. Their receives copy into the plane's slots, and a send is
+ * done once its bytes left (no pulling: the slot is reused at once). */
 static ncclResult_t wire_isend(void *ctx, int peer, const void *buf, size_t bytes,
                                hetccl_req_t *req) {
-  hetccl_engine_t *e = ((ncclComm_t)ctx)->engine.p2p;
-  hetccl_engine_set_tag(e, 0);
-  hetccl_engine_set_pull_ok(e, 0);
-  return hetccl_engine_isend(e, peer, buf, bytes, req);
+  return hetccl_engine_isend(((ncclComm_t)ctx)->engine.p2p, peer, buf, bytes,
+                             (hetccl_msg_t){0, 0}, req);
 }
 
 static ncclResult_t wire_irecv(void *ctx, int peer, void *buf, size_t bytes, hetccl_req_t *req) {
-  hetccl_engine_t *e = ((ncclComm_t)ctx)->engine.p2p;
-  hetccl_engine_set_tag(e, 0);
-  return hetccl_engine_irecv(e, peer, buf, bytes, NULL, NULL, req);
+  return hetccl_engine_irecv(((ncclComm_t)ctx)->engine.p2p, peer, buf, bytes, 0, NULL, NULL, req);
 }
 
 static ncclResult_t wire_poll(void *ctx, int *idle) {

@@ -38,16 +38,16 @@ static ncclResult_t run_p2p(ncclComm_t comm, hetccl_task_t *tasks, int nreq) {
       self_send = self_send->next;
       continue;
     }
-    hetccl_engine_set_tag(comm->engine.p2p, t->tag);
-    hetccl_engine_set_pull_ok(comm->engine.p2p, 1); /* ncclRecv copies */
+    hetccl_engine_t *e = comm->engine.p2p;
+    hetccl_msg_t m = {t->tag, 1}; /* ncclRecv copies: it may pull */
     if (t->kind == HETCCL_TASK_SEND && t->device_direct)
-      res = hetccl_engine_isend_device(comm->engine.p2p, t->peer, t->buf, t->bytes, &reqs[n]);
+      res = hetccl_engine_isend_device(e, t->peer, t->buf, t->bytes, m, &reqs[n]);
     else if (t->kind == HETCCL_TASK_SEND)
-      res = hetccl_engine_isend(comm->engine.p2p, t->peer, t->buf, t->bytes, &reqs[n]);
+      res = hetccl_engine_isend(e, t->peer, t->buf, t->bytes, m, &reqs[n]);
     else if (t->device_direct)
-      res = hetccl_engine_irecv_device(comm->engine.p2p, t->peer, t->buf, t->bytes, &reqs[n]);
+      res = hetccl_engine_irecv_device(e, t->peer, t->buf, t->bytes, t->tag, &reqs[n]);
     else
-      res = hetccl_engine_irecv(comm->engine.p2p, t->peer, t->buf, t->bytes, NULL, NULL, &reqs[n]);
+      res = hetccl_engine_irecv(e, t->peer, t->buf, t->bytes, t->tag, NULL, NULL, &reqs[n]);
     if (res != ncclSuccess) goto out;
     ptrs[n] = &reqs[n];
     n++;
@@ -82,7 +82,7 @@ ncclResult_t hetccl_tasks_run(ncclComm_t comm, hetccl_task_t *tasks) {
     }
     TRACE(HETCCL_COLL, "rank %d: %s count %zu %s", comm->rank, hetccl_func_name(t->coll.func),
           t->coll.count, hetccl_dtype_name(t->coll.dtype));
-    hetccl_engine_set_tag(comm->engine.p2p, t->tag);
+    t->coll.tag = t->tag;
     uint64_t traced = HETCCL_TRACE_ON() ? hetccl_comm_trace_task_begin(comm, t) : 0;
     res = hetccl_algo_run(comm->engine.p2p, &t->coll);
     if (traced) hetccl_comm_trace_task_end(comm, t, traced);

@@ -93,9 +93,7 @@ size_t hetccl_engine_pipeline_chunk(const hetccl_engine_t *e) { return e->pipeli
 size_t hetccl_engine_small_bytes(const hetccl_engine_t *e) { return e->small_bytes; }
 size_t hetccl_engine_pull_min(const hetccl_engine_t *e) { return e->pull_min; }
 int hetccl_engine_connected(const hetccl_engine_t *e) { return e->nconnected; }
-void hetccl_engine_set_tag(hetccl_engine_t *e, uint64_t tag) { e->tag = tag; }
 
-void hetccl_engine_set_pull_ok(hetccl_engine_t *e, int pull_ok) { e->pull_ok = pull_ok; }
 
 /* The first error fails the engine for good. Its connections are closed
  * at once, so that peers blocked on this rank learn it now instead of
@@ -224,14 +222,14 @@ static void trace_done(hetccl_engine_t *e, hetccl_req_t **reqs, int n) {
 /* --- posting and waiting ------------------------------------------------------------ */
 
 static ncclResult_t isend(hetccl_engine_t *e, int peer, const void *buf, size_t bytes,
-                          int device_src, hetccl_req_t *req) {
+                          hetccl_msg_t m, int device_src, hetccl_req_t *req) {
   int queue;
   HETCCL_CHECK(peer_check(e, peer, "send to", &queue));
   memset(req, 0, sizeof(*req));
   req->buf = (void *)buf;
   req->bytes = bytes;
-  req->tag = e->tag;
-  req->pull_ok = e->pull_ok && !device_src;
+  req->tag = m.tag;
+  req->pull_ok = m.pull_ok && !device_src;
   req->device_src = device_src;
   if (HETCCL_TRACE_ON()) trace_posted(req, peer, 1);
   ncclResult_t res = queue ? hetccl_engine_conn_queue(e, peer, req, 1)
@@ -240,13 +238,13 @@ static ncclResult_t isend(hetccl_engine_t *e, int peer, const void *buf, size_t 
 }
 
 ncclResult_t hetccl_engine_isend(hetccl_engine_t *e, int peer, const void *buf, size_t bytes,
-                                 hetccl_req_t *req) {
-  return isend(e, peer, buf, bytes, 0, req);
+                                 hetccl_msg_t m, hetccl_req_t *req) {
+  return isend(e, peer, buf, bytes, m, 0, req);
 }
 
 ncclResult_t hetccl_engine_isend_device(hetccl_engine_t *e, int peer, const void *buf,
-                                        size_t bytes, hetccl_req_t *req) {
-  return isend(e, peer, buf, bytes, 1, req);
+                                        size_t bytes, hetccl_msg_t m, hetccl_req_t *req) {
+  return isend(e, peer, buf, bytes, m, 1, req);
 }
 
 int hetccl_engine_reaches(const hetccl_engine_t *e, int peer, const void *buf, size_t bytes,
@@ -258,7 +256,7 @@ int hetccl_engine_reaches(const hetccl_engine_t *e, int peer, const void *buf, s
   return ctx && e->tp[peer]->ctx_reaches(ctx, buf, bytes, recv);
 }
 
-static ncclResult_t irecv(hetccl_engine_t *e, int peer, void *buf, size_t bytes,
+static ncclResult_t irecv(hetccl_engine_t *e, int peer, void *buf, size_t bytes, uint64_t tag,
                           hetccl_consume_fn consume, void *consume_ctx, int device_dst,
                           hetccl_req_t *req) {
   int queue;
@@ -266,7 +264,7 @@ static ncclResult_t irecv(hetccl_engine_t *e, int peer, void *buf, size_t bytes,
   memset(req, 0, sizeof(*req));
   req->buf = buf;
   req->bytes = bytes;
-  req->tag = e->tag;
+  req->tag = tag;
   req->consume = consume;
   req->consume_ctx = consume_ctx;
   req->device_dst = device_dst;
@@ -277,14 +275,14 @@ static ncclResult_t irecv(hetccl_engine_t *e, int peer, void *buf, size_t bytes,
 }
 
 ncclResult_t hetccl_engine_irecv(hetccl_engine_t *e, int peer, void *buf, size_t bytes,
-                                 hetccl_consume_fn consume, void *consume_ctx,
+                                 uint64_t tag, hetccl_consume_fn consume, void *consume_ctx,
                                  hetccl_req_t *req) {
-  return irecv(e, peer, buf, bytes, consume, consume_ctx, 0, req);
+  return irecv(e, peer, buf, bytes, tag, consume, consume_ctx, 0, req);
 }
 
 ncclResult_t hetccl_engine_irecv_device(hetccl_engine_t *e, int peer, void *buf, size_t bytes,
-                                        hetccl_req_t *req) {
-  return irecv(e, peer, buf, bytes, NULL, NULL, 1, req);
+                                        uint64_t tag, hetccl_req_t *req) {
+  return irecv(e, peer, buf, bytes, tag, NULL, NULL, 1, req);
 }
 
 static int64_t now_ns(void) {
@@ -410,29 +408,29 @@ ncclResult_t hetccl_engine_wait_any(hetccl_engine_t *e, hetccl_req_t **reqs, int
   return wait_reqs(e, reqs, n, 1);
 }
 
-ncclResult_t hetccl_engine_sendrecv(hetccl_engine_t *e, int to, const void *sbuf, size_t sbytes,
-                                    int from, void *rbuf, size_t rbytes,
+ncclResult_t hetccl_engine_sendrecv(hetccl_engine_t *e, hetccl_msg_t m, int to, const void *sbuf,
+                                    size_t sbytes, int from, void *rbuf, size_t rbytes,
                                     hetccl_consume_fn consume, void *consume_ctx) {
   hetccl_req_t sreq, rreq;
   hetccl_req_t *reqs[2] = {NULL, NULL};
   if (from >= 0) {
-    HETCCL_CHECK(hetccl_engine_irecv(e, from, rbuf, rbytes, consume, consume_ctx, &rreq));
+    HETCCL_CHECK(hetccl_engine_irecv(e, from, rbuf, rbytes, m.tag, consume, consume_ctx, &rreq));
     reqs[0] = &rreq;
   }
   if (to >= 0) {
-    HETCCL_CHECK(hetccl_engine_isend(e, to, sbuf, sbytes, &sreq));
+    HETCCL_CHECK(hetccl_engine_isend(e, to, sbuf, sbytes, m, &sreq));
     reqs[1] = &sreq;
   }
   return hetccl_engine_wait(e, reqs, 2);
 }
 
-ncclResult_t hetccl_engine_token_post(hetccl_engine_t *e) {
+ncclResult_t hetccl_engine_token_post(hetccl_engine_t *e, uint64_t tag) {
   e->tok_posted = 0;
-  if (!e->tag || e->nranks < 2) return ncclSuccess;
+  if (!tag || e->nranks < 2) return ncclSuccess;
   int right = (e->rank + 1) % e->nranks, left = (e->rank + e->nranks - 1) % e->nranks;
-  HETCCL_CHECK(hetccl_engine_irecv(e, left, NULL, 0, NULL, NULL, &e->tok_recv));
+  HETCCL_CHECK(hetccl_engine_irecv(e, left, NULL, 0, tag, NULL, NULL, &e->tok_recv));
   e->tok_posted = 1;
-  return hetccl_engine_isend(e, right, NULL, 0, &e->tok_send);
+  return hetccl_engine_isend(e, right, NULL, 0, (hetccl_msg_t){tag, 0}, &e->tok_send);
 }
 
 ncclResult_t hetccl_engine_token_wait(hetccl_engine_t *e) {

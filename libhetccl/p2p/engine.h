@@ -22,14 +22,29 @@ typedef struct hetccl_engine hetccl_engine_t;
 int hetccl_engine_rank(const hetccl_engine_t *e);
 int hetccl_engine_nranks(const hetccl_engine_t *e);
 
+/* What an operation stamps on each message it sends (the engine copies it
+ * into the request): its signature, which the receiving side checks
+ * against its own (0: unchecked; receives take theirs as an argument), and
+ * whether the receive that matches may pull the send straight from its
+ * buffer. pull_ok 1 where that receive copies (send/recv, gathers,
+ * broadcasts, all-to-all); 0 where it consumes as the bytes land
+ * (reductions), unless the receiver reduces what it reads (pull_rs.c). A
+ * transport pulls (shm: process_vm_readv) only large sends
+ * (hetccl_engine_pull_min), which saves a copy but ties the send's
+ * completion to the receiver. */
+typedef struct hetccl_msg {
+  uint64_t tag;
+  int pull_ok;
+} hetccl_msg_t;
+
 /* Post a send of `bytes` from buf to peer. Never blocks. req is caller-owned
  * and must stay untouched until completed by hetccl_engine_wait. */
 ncclResult_t hetccl_engine_isend(hetccl_engine_t *e, int peer, const void *buf, size_t bytes,
-                                 hetccl_req_t *req);
+                                 hetccl_msg_t m, hetccl_req_t *req);
 /* The same for a source in device memory that the pair's transport reads
  * itself (hetccl_engine_reaches said so for these bytes): no CPU reads it. */
 ncclResult_t hetccl_engine_isend_device(hetccl_engine_t *e, int peer, const void *buf,
-                                        size_t bytes, hetccl_req_t *req);
+                                        size_t bytes, hetccl_msg_t m, hetccl_req_t *req);
 /* 1 if the transport of the pair (me, peer) reads (recv 0) or writes
  * (recv 1) [buf, buf + bytes) of device memory itself (transport.h:
  * ctx_reaches), so that a send from it, or a receive into it, needs no
@@ -37,15 +52,17 @@ ncclResult_t hetccl_engine_isend_device(hetccl_engine_t *e, int peer, const void
  * it (a staging block). Any thread. */
 int hetccl_engine_reaches(const hetccl_engine_t *e, int peer, const void *buf, size_t bytes,
                           int recv);
-/* Post a receive; consume NULL = copy into buf, else consume(ctx, dst, src, n)
- * per received piece (e.g. hetccl_reduce_consume to reduce into buf). */
+/* Post a receive of a message signed `tag`; consume NULL = copy into buf,
+ * else consume(ctx, dst, src, n) per received piece (e.g.
+ * hetccl_reduce_consume to reduce into buf). */
 ncclResult_t hetccl_engine_irecv(hetccl_engine_t *e, int peer, void *buf, size_t bytes,
-                                 hetccl_consume_fn consume, void *consume_ctx, hetccl_req_t *req);
+                                 uint64_t tag, hetccl_consume_fn consume, void *consume_ctx,
+                                 hetccl_req_t *req);
 /* A plain receive into device memory that the pair's transport writes
  * itself (hetccl_engine_reaches with recv 1 said so for these bytes): no
  * CPU writes it. */
 ncclResult_t hetccl_engine_irecv_device(hetccl_engine_t *e, int peer, void *buf, size_t bytes,
-                                        hetccl_req_t *req);
+                                        uint64_t tag, hetccl_req_t *req);
 
 /* Progress everything until all n requests are done. Bounded by the
  * communicator timeout and abort flag; spins HETCCL_SPIN polls, then yields,
@@ -65,10 +82,10 @@ ncclResult_t hetccl_engine_wait_any(hetccl_engine_t *e, hetccl_req_t **reqs, int
  * here: the caller keeps its own. */
 ncclResult_t hetccl_engine_progress(hetccl_engine_t *e, int *idle);
 
-/* Convenience: post send to `to` and receive from `from`, wait both. Either
- * peer may be -1 (skipped). */
-ncclResult_t hetccl_engine_sendrecv(hetccl_engine_t *e, int to, const void *sbuf, size_t sbytes,
-                                    int from, void *rbuf, size_t rbytes,
+/* Convenience: post send to `to` and receive from `from` (both as m says),
+ * wait both. Either peer may be -1 (skipped). */
+ncclResult_t hetccl_engine_sendrecv(hetccl_engine_t *e, hetccl_msg_t m, int to, const void *sbuf,
+                                    size_t sbytes, int from, void *rbuf, size_t rbytes,
                                     hetccl_consume_fn consume, void *consume_ctx);
 
 /* A scratch buffer of at least `bytes`, owned by the engine, reused across
@@ -79,12 +96,12 @@ void *hetccl_engine_scratch(hetccl_engine_t *e, size_t bytes);
 /* The signature ring, for operations where ranks that disagree might
  * otherwise never meet a receive that checks them (a rooted collective
  * whose ranks name different roots: two "roots" that only send, or only
- * wait). post sends an empty message carrying the current signature to
+ * wait). post sends an empty message carrying the operation's signature to
  * rank + 1 and receives one from rank - 1; call it before the operation's
  * own messages, and token_wait after them. Any disagreement between
  * neighbours, hence any at all, fails a receive as ncclInvalidUsage.
  * Nothing is sent when signatures are off (tag 0) or on one rank. */
-ncclResult_t hetccl_engine_token_post(hetccl_engine_t *e);
+ncclResult_t hetccl_engine_token_post(hetccl_engine_t *e, uint64_t tag);
 ncclResult_t hetccl_engine_token_wait(hetccl_engine_t *e);
 
 /* --- used by the core only (comm.c, group.c) ----------------------------- */
@@ -123,16 +140,6 @@ typedef struct hetccl_engine_args {
  * contexts); copies the arrays. */
 ncclResult_t hetccl_engine_create(const hetccl_engine_args_t *args, hetccl_engine_t **out);
 void hetccl_engine_destroy(hetccl_engine_t *e);
-
-/* The signature stamped on every message of the next operation (0 = do not
- * check). Set by the core before it runs a collective or a p2p batch. */
-void hetccl_engine_set_tag(hetccl_engine_t *e, uint64_t tag);
-/* Whether the receives matching the sends that follow copy (1: send/recv,
- * gathers, broadcasts, all-to-all) or consume (0: reductions). A
- * transport may let a copying receiver pull a large message straight
- * from the sender's buffer (shm: process_vm_readv), which saves a copy but
- * ties the send's completion to the receiver. */
-void hetccl_engine_set_pull_ok(hetccl_engine_t *e, int pull_ok);
 
 /* Fail the engine from outside its operations, as its own first error
  * would (connections closed, each peer left a note with `why`): a sibling

@@ -29,8 +29,6 @@ struct hetccl_engine {
   hetccl_tctx_t *ctxs[HETCCL_TRANSPORT_COUNT];
   int *active;       /* peers with an endpoint, for the progress sweep */
   int nactive;
-  uint64_t tag;
-  int pull_ok; /* sends of the current operation: receives copy, they do not consume */
   int timeout_ms;
   int spin;
   int nap_us; /* HETCCL_IDLE_NAP: the longest sleep of an idle wait; 0 yields only */

@@ -127,6 +127,7 @@ typedef struct hetccl_sched {
   int32_t *last_send, *last_recv; /* per peer, while building */
   hetccl_step_t *steps;
   hetccl_req_t **posted;    /* the executor's: the messages in flight */
+  hetccl_msg_t msg;         /* the host executor's: how its sends go (tag, pull_ok) */
 } hetccl_sched_t;
 
 /* Bytes of memory for a schedule of up to max_steps steps on n ranks. */
@@ -166,8 +167,9 @@ void hetccl_sched_reduce_traced(const hetccl_redop_t *op, void *dst, const void 
                                 size_t count);
 
 /* sched_host.c: run s to completion on this thread over its engine
- * (blocking; the engine's timeout and abort apply). A failure fails the
- * engine (p2p/engine.h: every later call on it returns the error). */
-ncclResult_t hetccl_sched_run_host(hetccl_sched_t *s);
+ * (blocking; the engine's timeout and abort apply), every message signed
+ * `tag` (the operation's, p2p/engine.h: hetccl_msg_t). A failure fails
+ * the engine (every later call on it returns the error). */
+ncclResult_t hetccl_sched_run_host(hetccl_sched_t *s, uint64_t tag);
 
 #endif

@@ -92,13 +92,14 @@ static ncclResult_t step_start(hetccl_sched_t *s, hetccl_step_t *t) {
   switch (t->kind) {
     case HETCCL_STEP_SEND:
       t->state = STEP_POSTED;
-      return hetccl_engine_isend(e, t->peer, t->src, t->bytes, &t->req);
+      return hetccl_engine_isend(e, t->peer, t->src, t->bytes, s->msg, &t->req);
     case HETCCL_STEP_RECV:
       t->state = STEP_POSTED;
-      return hetccl_engine_irecv(e, t->peer, t->dst, t->bytes, NULL, NULL, &t->req);
+      return hetccl_engine_irecv(e, t->peer, t->dst, t->bytes, s->msg.tag, NULL, NULL, &t->req);
     case HETCCL_STEP_RECV_REDUCE:
       t->state = STEP_POSTED;
-      return hetccl_engine_irecv(e, t->peer, t->dst, t->bytes, consume_reduce, t, &t->req);
+      return hetccl_engine_irecv(e, t->peer, t->dst, t->bytes, s->msg.tag, consume_reduce, t,
+                                 &t->req);
     case HETCCL_STEP_REDUCE:
       if (count) hetccl_sched_reduce_traced(t->op, t->dst, t->src, t->src2, count);
       break;
@@ -152,7 +153,7 @@ static int pulling_deadlocks(const hetccl_sched_t *s) {
   return 0;
 }
 
-ncclResult_t hetccl_sched_run_host(hetccl_sched_t *s) {
+ncclResult_t hetccl_sched_run_host(hetccl_sched_t *s, uint64_t tag) {
   if (s->failed) return ncclInternalError; /* its builder's overflow, logged there */
   hetccl_engine_t *e = s->e;
   if (!e) {
@@ -162,7 +163,7 @@ ncclResult_t hetccl_sched_run_host(hetccl_sched_t *s) {
   HETCCL_CHECK(fuse_transients(s));
   hetccl_step_t *steps = s->steps;
   int n = s->nsteps, first = 0;
-  hetccl_engine_set_pull_ok(e, s->pull_ok && !pulling_deadlocks(s));
+  s->msg = (hetccl_msg_t){tag, s->pull_ok && !pulling_deadlocks(s)};
   for (int i = 0; i < n; i++) steps[i].state = STEP_WAITING;
   while (first < n) {
     int moved = 0, nposted = 0;

@@ -98,6 +98,7 @@ typedef struct comm {
   volatile int abort_flag, error;
   hetccl_fail_note_t note;
   hetccl_tag_mismatch_t mismatch;
+  uint64_t tag; /* the signature of the messages it posts (0: unchecked) */
 } comm_t;
 
 static void describe_tag(uint64_t tag, char *buf, size_t len) {
@@ -141,7 +142,7 @@ static void comm_close(comm_t *c) {
 static const char *recv_fails(comm_t *c, int peer, size_t bytes, ncclResult_t want) {
   static char buf[128];
   hetccl_req_t r, *rp = &r;
-  ncclResult_t res = hetccl_engine_irecv(c->engine, peer, buf, bytes, NULL, NULL, &r);
+  ncclResult_t res = hetccl_engine_irecv(c->engine, peer, buf, bytes, c->tag, NULL, NULL, &r);
   if (res == ncclSuccess) res = hetccl_engine_wait(c->engine, &rp, 1);
   if (res != want) FAIL("receive from rank %d gave %d, expected %d (%s)", peer, res, want,
                         hetccl_last_error());
@@ -151,7 +152,7 @@ static const char *recv_fails(comm_t *c, int peer, size_t bytes, ncclResult_t wa
 static void send_ok(comm_t *c, int peer, size_t bytes) {
   static char buf[128];
   hetccl_req_t r, *rp = &r;
-  CHK(hetccl_engine_isend(c->engine, peer, buf, bytes, &r));
+  CHK(hetccl_engine_isend(c->engine, peer, buf, bytes, (hetccl_msg_t){c->tag, 0}, &r));
   CHK(hetccl_engine_wait(c->engine, &rp, 1));
 }
 
@@ -164,7 +165,7 @@ static void expect_has(const char *msg, const char *want) {
 static void phase_size(void) {
   static comm_t c;
   comm_open(&c, 0);
-  hetccl_engine_set_tag(c.engine, 5);
+  c.tag = 5; /* the signature of this phase's messages */
   char want[256];
   snprintf(want, sizeof(want),
            "%s: message 0 from rank 20 carries 100 bytes, the posted receive expects 64", tname);
@@ -192,12 +193,12 @@ static void phase_signature(void) {
   const char *want = "ranks 20 and 30 called different operations: rank 30 sent operation #11, "
                      "rank 20 expected operation #12";
   if (rank == 1) {
-    hetccl_engine_set_tag(c.engine, 12);
+    c.tag = 12; /* the signature of this phase's messages */
     const char *e = recv_fails(&c, 2, 16, ncclInvalidUsage);
     if (strcmp(e, want) != 0) FAIL("signature mismatch said \"%s\", expected \"%s\"", e, want);
     printf("%s signature: %s\n", tname, e);
   } else {
-    hetccl_engine_set_tag(c.engine, 11);
+    c.tag = 11; /* the signature of this phase's messages */
     if (rank == 2) send_ok(&c, 1, 16);
     const char *e = recv_fails(&c, 1, 8, ncclInvalidUsage);
     expect_has(e, "rank 20 gave up: ");
@@ -211,17 +212,17 @@ static void phase_signature(void) {
 static void phase_kill(void) {
   static comm_t c;
   comm_open(&c, 2);
-  hetccl_engine_set_tag(c.engine, 21);
+  c.tag = 21; /* the signature of this phase's messages */
   const size_t bytes = 64u << 20;
   char *big = calloc(1, bytes);
   if (!big) FAIL("out of memory");
   hetccl_req_t r, *rp = &r;
-  if (rank == 0) CHK(hetccl_engine_irecv(c.engine, 2, big, bytes, NULL, NULL, &r));
-  if (rank == 1) CHK(hetccl_engine_irecv(c.engine, 0, big, 8, NULL, NULL, &r));
+  if (rank == 0) CHK(hetccl_engine_irecv(c.engine, 2, big, bytes, c.tag, NULL, NULL, &r));
+  if (rank == 1) CHK(hetccl_engine_irecv(c.engine, 0, big, 8, c.tag, NULL, NULL, &r));
   barrier();
   alive = NRANKS - 1;
   if (rank == 2) {
-    CHK(hetccl_engine_isend(c.engine, 0, big, bytes, &r));
+    CHK(hetccl_engine_isend(c.engine, 0, big, bytes, (hetccl_msg_t){c.tag, 0}, &r));
     /* Push an eighth by hand; a rendezvous (shm CMA) moves nothing here,
      * the receiver pulls: give it a moment. */
     for (double t0 = now_s(); r.progress < bytes / 8 && now_s() - t0 < 0.05;) {
