@@ -21,24 +21,25 @@
  * and a transport that does not share (single copy off, socket) simply
  * carries the n - 1 sends.
  *
+ * A schedule (sched/sched.h): the root's sends, then its own copy, which
+ * the executor runs once the sends are posted.
+ *
  * Thread: whichever thread drives the engine. */
 #include "algo/algo_impl.h"
 
 ncclResult_t hetccl_pull_broadcast(hetccl_engine_t *e, const hetccl_coll_t *c) {
   int n = hetccl_engine_nranks(e), r = hetccl_engine_rank(e);
   size_t bytes = c->count * hetccl_dtype_size(c->dtype);
-  if (r != c->root)
-    return hetccl_engine_sendrecv(e, algo_msg(c, 1), -1, NULL, 0, c->root, c->recvbuf, bytes, NULL,
-                                  NULL);
-  hetccl_req_t *reqs = hetccl_engine_scratch(e, (size_t)n * sizeof(hetccl_req_t));
-  if (!reqs) return ncclSystemError;
-  for (int k = 1; k < n; k++)
-    HETCCL_CHECK(hetccl_engine_isend(e, algo_mod(r + k, n), c->sendbuf, bytes, algo_msg(c, 1),
-                                     &reqs[k - 1]));
-  algo_copy(c->recvbuf, c->sendbuf, bytes);
-  for (int k = 1; k < n; k++) {
-    hetccl_req_t *q = &reqs[k - 1];
-    HETCCL_CHECK(hetccl_engine_wait(e, &q, 1));
+  hetccl_sched_t *s = hetccl_algo_sched(e, NULL, n, 0, NULL);
+  if (!s) return ncclSystemError;
+  if (r != c->root) {
+    hetccl_sched_recv(s, c->root, c->recvbuf, bytes, HETCCL_STEP_NONE, HETCCL_STEP_NONE);
+  } else {
+    for (int k = 1; k < n; k++) /* nearest first; all posted before the own copy */
+      hetccl_sched_send(s, algo_mod(r + k, n), c->sendbuf, bytes, HETCCL_STEP_NONE,
+                        HETCCL_STEP_NONE);
+    hetccl_sched_copy(s, c->recvbuf, c->sendbuf, bytes, HETCCL_STEP_NONE, HETCCL_STEP_NONE);
   }
-  return ncclSuccess;
+  s->pull_ok = 1; /* plain receives: the readers read the root's buffer in place */
+  return hetccl_sched_run_host(s, c->tag);
 }
