@@ -35,9 +35,17 @@
 #             rhd     all_reduce 1 KiB..4 MiB at n = 8 and 16: the default
 #                     against recursive halving-doubling (algo/rhd.c) and
 #                     the ring, forced
+#             forms   AllReduce, AllGather, ReduceScatter, Broadcast, Reduce,
+#                     AlltoAll, 256 KiB..16 MiB at n = 8 and 16: the default
+#                     against the host's own ring and chain (ring.c's
+#                     executor, HETCCL_ALGO=ring) and the data plane's forms
+#                     on the host executor (HETCCL_ALGO=wavefront): ring
+#                     against wave isolates the executor, def against
+#                     either the algorithm (docs/architecture.md)
 #           A group starts only if the time left allows its estimate.
 # Knobs: SWEEP_LIMIT_S (default 500: seconds from the start after which no
-# group starts), SWEEP_REPS (3), SWEEP_GROUPS (default: all, in the order above),
+# group starts), SWEEP_REPS (3), SWEEP_GROUPS (default: all, in the order above;
+# SWEEP_GROUPS=forms runs that group alone),
 # SWEEP_PYTHON (/opt/torch/.venv/bin/python3), SWEEP_WHEELS (.whl/cp312), SWEEP_N.
 # $OUT gets log.txt, host.txt, tables.txt and one JSON per group (8 files at most).
 set -u
@@ -46,7 +54,7 @@ OUT=${OUT:-/tmp/cpu_sweep_out}
 mkdir -p "$OUT"
 LIMIT=${SWEEP_LIMIT_S:-500}
 REPS=${SWEEP_REPS:-3}
-SET=${SWEEP_GROUPS:-defaults colls small ar thresh rhd}
+SET=${SWEEP_GROUPS:-defaults colls small ar thresh rhd forms}
 WHEELS=${SWEEP_WHEELS:-.whl/cp312}
 PY=${SWEEP_PYTHON:-/opt/torch/.venv/bin/python3}
 [ -x "$PY" ] || PY=python3
@@ -133,4 +141,7 @@ group thresh 50 --n 2,16 --variant $CMA0 --variant cma1m:HETCCL_SHM_CMA=1,HETCCL
   --cases sendrecv:64K..4M,all_gather:256K..16M
 group rhd 100 --n 8,16 --variant def: --variant rhd:HETCCL_ALGO=rhd \
   --variant ring:HETCCL_ALGO=ring --cases all_reduce:1K..4M
+group forms 120 --n 8,16 --variant def: --variant ring:HETCCL_ALGO=ring \
+  --variant wave:HETCCL_ALGO=wavefront \
+  --cases all_reduce:256K..16M*4,all_gather:256K..16M*4,reduce_scatter:256K..16M*4,broadcast:1M..16M*4,reduce:1M..16M*4,alltoall:256K..16M*4
 log "done"
