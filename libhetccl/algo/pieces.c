@@ -20,7 +20,7 @@ typedef struct cut {
   char *sums;
   int32_t *readers;
   int scaled_sends; /* the host under PreMulSum: this rank's data sent on is scaled into a
-                     * buffer first (own_sent); the data plane scales it as it sends */
+                     * buffer first (send_own); the data plane scales it as it sends */
 } cut_t;
 
 #define AT(buf, off) ((char *)(buf) + (off))
@@ -82,29 +82,20 @@ static int own(const cut_t *u, const void *src, size_t bytes) {
                                             HETCCL_STEP_NONE));
 }
 
-/* This rank's own data at src, sent on unreduced (piece k): a transient
- * PREPARE, given a buffer where the executor writes it (scaled_sends):
- * `place` if not NULL, else the slot (k, n - 1), which no intermediate sum
- * takes; *slot: 1 when it took the slot, whose send the caller marks as its
- * reader (sum_read). */
-static int own_sent(const cut_t *u, const void *src, size_t bytes, size_t k, void *place,
-                    int *slot) {
-  *slot = 0;
-  if (!u->scaled_sends) return own(u, src, bytes);
-  int war = HETCCL_STEP_NONE;
-  if (!place) {
-    place = sum_slot(u, k, u->n - 1, &war);
-    *slot = 1;
-  }
-  return forward(u->s, hetccl_sched_prepare(u->s, place, src, bytes, war, HETCCL_STEP_NONE));
-}
-
-/* The send of own_sent's result. */
-static void send_own(const cut_t *u, int peer, const void *src, size_t bytes, size_t k,
-                     void *place) {
-  int slot, prep = own_sent(u, src, bytes, k, place, &slot);
+/* Send this rank's own data at src on unreduced (piece k) to peer; returns
+ * the send. Its PREPARE is transient; where the executor writes it
+ * (scaled_sends) it gets a buffer: `place` if not NULL, else the slot
+ * (k, n - 1), which no intermediate sum takes, read by this send. */
+static int send_own(const cut_t *u, int peer, const void *src, size_t bytes, size_t k,
+                    void *place) {
+  if (!u->scaled_sends)
+    return hetccl_sched_send(u->s, peer, NULL, bytes, own(u, src, bytes), HETCCL_STEP_NONE);
+  int war = HETCCL_STEP_NONE, slot = !place;
+  if (slot) place = sum_slot(u, k, u->n - 1, &war);
+  int prep = forward(u->s, hetccl_sched_prepare(u->s, place, src, bytes, war, HETCCL_STEP_NONE));
   int sent = hetccl_sched_send(u->s, peer, NULL, bytes, prep, HETCCL_STEP_NONE);
   if (slot) sum_read(u, k, u->n - 1, sent);
+  return sent;
 }
 
 /* --- two ranks ------------------------------------------------------------------- */
@@ -122,10 +113,7 @@ static void exchange_reduce(const cut_t *u, size_t len, size_t mine, size_t thei
     size_t so, ro, bytes = piece_at(u, theirs, len, k, &so);
     piece_at(u, mine, len, k, &ro);
     size_t dst_off = out_off + (ro - mine * u->elem);
-    int slot, snd = hetccl_sched_send(s, peer, NULL, bytes,
-                                      own_sent(u, AT(c->sendbuf, so), bytes, k, NULL, &slot),
-                                      HETCCL_STEP_NONE);
-    if (slot) sum_read(u, k, u->n - 1, snd);
+    int snd = send_own(u, peer, AT(c->sendbuf, so), bytes, k, NULL);
     /* In place, piece k of the result overwrites what piece k of the send
      * reads when the two parts are the same (AllReduce). */
     int overlap = theirs == mine && AT(c->recvbuf, dst_off) == AT(c->sendbuf, so);
