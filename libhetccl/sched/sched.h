@@ -32,8 +32,9 @@
  * executor fuses a PREPARE of an operator that does not scale (the next
  * step reads its source), a scaling PREPARE that a RECV_REDUCE takes as
  * its `in` (the receive scales it as the bytes land), and writes the
- * others to dst, refusing a schedule that left one without a buffer. Likewise a FINISH right after a
- * RECV_REDUCE of the same dst and bytes may be fused into it.
+ * others to dst, refusing a schedule that left one without a buffer.
+ * Likewise a FINISH right after a RECV_REDUCE of the same dst and bytes
+ * may be fused into it.
  *
  * Lanes: how the device executor places steps, which the host executor
  * ignores. With `one_lane` every step runs on one lane in the order
