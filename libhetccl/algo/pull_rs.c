@@ -137,8 +137,8 @@ static ncclResult_t reduce_sub(const pull_plan_t *pl, char *sub, const char *own
       continue;
     }
     algo_red_ctx_t ctx = {&c->op, sub, sub, 0}; /* dst = dst (op) incoming */
-    HETCCL_CHECK(hetccl_engine_irecv(e, j, sub, sc * es, c->tag, j == 0 ? NULL : hetccl_algo_consume,
-                                     j == 0 ? NULL : &ctx, rq));
+    hetccl_consume_fn consume = j == 0 ? NULL : hetccl_algo_consume;
+    HETCCL_CHECK(hetccl_engine_irecv(e, j, sub, sc * es, c->tag, consume, j == 0 ? NULL : &ctx, rq));
     HETCCL_CHECK(hetccl_engine_wait(e, &rq, 1));
   }
   hetccl_reduce_finish(&c->op, sub, sc);
