@@ -21,7 +21,10 @@ alternation; the table adds its time and its paired ratio against gloo.
 Timing: per size, warmup iterations, then a barrier and `iters` calls
 each waited on; a rank's time is the mean per call, the point's time the
 slowest rank's. Every rank uses cores // N intra-op threads (torch's
-default would oversubscribe the host N times over).
+default would oversubscribe the host N times over). With `--bind`, each
+rank of both backends is held to a block of cores // N CPUs of its own
+(what `hetccl run` does: hetccl.launcher.core_binding), so where the
+scheduler puts a launch's compute threads no longer moves the figures.
 
 The DDP step (a 4-layer MLP of `--ddp-params`, batch 64, SGD) is also
 taken apart on every rank (`--profile`): compute alone (DDP's no_sync:
@@ -290,6 +293,11 @@ def launch(backend: str, args: argparse.Namespace) -> List[Dict[str, Any]]:
     """One job on `backend` ("gloo", "hetccl" or a variant's "hetccl:LABEL")."""
     port = free_port()
     procs = []
+    blocks: List[Optional[List[int]]] = [None] * args.n
+    if args.bind:  # imported here: a gloo rank must not load the library
+        sys.path.insert(0, str(REPO / "python"))
+        from hetccl.launcher import core_binding
+        blocks = core_binding(args.n)
     base = {k: v for k, v in os.environ.items() if not k.startswith("HETCCL_")}
     base.update(args.variant_env.get(backend, {}))
     if "HETCCL_LIBRARY" in os.environ:
@@ -308,8 +316,9 @@ def launch(backend: str, args: argparse.Namespace) -> List[Dict[str, Any]]:
             cmd.append("--profile")
         if args.ops_profile:
             cmd.append("--ops-profile")
+        pin = (lambda c=blocks[rank]: os.sched_setaffinity(0, c)) if blocks[rank] else None
         procs.append(subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE,
-                                      stderr=subprocess.PIPE, text=True))
+                                      stderr=subprocess.PIPE, text=True, preexec_fn=pin))
     return rank_results(procs, f"{backend} job", args.timeout)
 
 
@@ -362,6 +371,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     ap.add_argument("--ops-profile", action="store_true",
                     help="with --profile: torch.profiler's operator table of rank 0's DDP "
                          "steps without communication (which operators take the time)")
+    ap.add_argument("--bind", action="store_true",
+                    help="hold each rank to a block of CPUs of its own, as `hetccl run` does")
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--budget", type=float, default=0.05,
                     help="about this many seconds of calls per point")
@@ -411,7 +422,8 @@ def main(argv: Optional[List[str]] = None) -> int:
 def table(args: argparse.Namespace, runs: Dict[str, List[Dict[str, Any]]]) -> List[Dict[str, Any]]:
     rows = []
     variants = [b for b in runs if b not in BACKENDS]
-    print(f"# torch.distributed on CPU tensors, n={args.n} on {os.cpu_count()} CPUs, "
+    print(f"# torch.distributed on CPU tensors, n={args.n} on {os.cpu_count()} CPUs"
+          f"{', each rank bound to its own CPUs' if args.bind else ''}, "
           f"{args.reps} alternating launches each; times are the slowest rank's")
     extra = "".join(f" {v} | paired |" for v in variants)
     print(f"| op | size | gloo | hetccl | ratio | paired | wins |{extra}")

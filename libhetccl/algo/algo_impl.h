@@ -147,30 +147,32 @@ ncclResult_t hetccl_ring_run(const ring_plan_t *pl, void *slots);
  * Rank r reduces block r of every rank's input into dst, reading each
  * peer's block straight from its buffer where the transport pulls
  * (engine.h: pull_min), in cache-sized sub-blocks, each in rank order. */
-typedef struct pull_plan pull_plan_t;
-/* Called with each finished (reduced, averaged) sub-block of dst, in
- * order, as soon as it is: sc elements at sub. */
-typedef ncclResult_t (*pull_sub_fn)(const pull_plan_t *pl, char *sub, size_t sc);
-struct pull_plan {
+typedef struct pull_plan {
   hetccl_engine_t *e;
   const hetccl_coll_t *c;
   size_t blockcount; /* every block this many elements (ReduceScatter), or 0: */
   size_t count;      /* count elements split by hetccl_algo_block (AllReduce) */
   const char *in;    /* every rank's input (its sendbuf) */
   char *dst;         /* where this rank's block of the result goes */
-  pull_sub_fn on_sub; /* NULL: none */
-  void *on_sub_arg;   /* on_sub's */
-};
+  int share_subs;    /* each finished sub-block also sent to every peer (AllReduce) */
+} pull_plan_t;
 
 void hetccl_pull_block(const pull_plan_t *pl, int b, size_t *off, size_t *cnt);
 /* The sub-blocks of a block of cnt elements: returns how many, *per
  * elements each (the last one shorter); a function of cnt, the type and
  * the engine's knobs only, so sender and reader cut alike. */
 int hetccl_pull_subs(const pull_plan_t *pl, size_t cnt, size_t *per);
-size_t hetccl_pull_scratch_bytes(const pull_plan_t *pl);
-/* Blocking; `mem` is hetccl_pull_scratch_bytes(pl) bytes of scratch, 16-aligned;
- * the block is finished (average) on return. Not for PreMulSum. Its sends
- * let the peers pull them (the readers reduce what they read). */
-ncclResult_t hetccl_pull_reduce_own(const pull_plan_t *pl, void *mem);
+/* Bytes of the one sub-block an in-place reduction sets aside. */
+size_t hetccl_pull_saved_bytes(const pull_plan_t *pl);
+/* Appends to s this rank's reduction of its block, finished (average)
+ * sub-block by sub-block, with the sends its peers read; `saved` is
+ * hetccl_pull_saved_bytes(pl) bytes (NULL while counting). Not for
+ * PreMulSum. */
+void hetccl_pull_build_own(hetccl_sched_t *s, const pull_plan_t *pl, char *saved);
+/* A builder of a schedule by reads (hetccl_pull_build_own, or one that
+ * calls it), and the run of it: counted, built in the engine's scratch,
+ * run on the host executor with pulling on. */
+typedef void (*pull_build_fn)(hetccl_sched_t *s, const pull_plan_t *pl, char *saved);
+ncclResult_t hetccl_pull_run(const pull_plan_t *pl, pull_build_fn build);
 
 #endif

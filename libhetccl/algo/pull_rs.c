@@ -8,10 +8,12 @@
  * correct whatever the transport, since a message below pull_min simply
  * travels through the transport and is reduced as it lands.
  *
- * How: rank r posts, to every peer p, sends of its block p, one per
- * sub-block (PULL_SUB_BYTES), which a pulling transport turns into
- * addresses the reader reads from; then, sub-block by sub-block, it
- * receives its piece of block r from rank 0, 1, ..., n-1 in turn, the
+ * How, as a schedule (sched/sched.h) the host executor runs: rank r posts,
+ * to every peer p, sends of its block p, one per sub-block
+ * (PULL_SUB_BYTES), which a pulling transport turns into addresses the
+ * reader reads from; then, sub-block by sub-block (each one's first step
+ * after the last of the one before), it receives its piece of block r
+ * from rank 0, 1, ..., n-1 in turn (each receive after the one before), the
  * first into the destination as a plain copy, each later one reduced into
  * it as it is read (the transport's consume hook: dst = dst op incoming,
  * in L2-sized pieces), its own contribution folded in at its place in the
@@ -31,7 +33,7 @@
  * here skip that copy and the cross-core traffic (docs/host-engine.md).
  *
  * Also the first half of the pull AllReduce (pull_ar.c), through
- * hetccl_pull_reduce_own.
+ * hetccl_pull_build_own.
  *
  * Thread: whichever thread drives the engine. */
 #include "algo/algo_impl.h"
@@ -78,33 +80,13 @@ int hetccl_pull_subs(const pull_plan_t *pl, size_t cnt, size_t *per) {
   return (int)((cnt + *per - 1) / *per);
 }
 
-/* The sends this rank posts: to every peer p its block p, one message per
- * sub-block. */
-static int plan_sends(const pull_plan_t *pl) {
-  int n = hetccl_engine_nranks(pl->e), r = hetccl_engine_rank(pl->e), total = 0;
-  for (int p = 0; p < n; p++) {
-    size_t off, cnt, per;
-    if (p == r) continue;
-    plan_block(pl, p, &off, &cnt);
-    total += hetccl_pull_subs(pl, cnt, &per);
-  }
-  return total;
-}
-
-size_t hetccl_pull_scratch_bytes(const pull_plan_t *pl) {
-  size_t off, cnt, per;
-  plan_block(pl, hetccl_engine_rank(pl->e), &off, &cnt);
-  hetccl_pull_subs(pl, cnt, &per);
-  return algo_round_up((size_t)(plan_sends(pl) + 1) * sizeof(hetccl_req_t), 64) +
-         algo_round_up(per * hetccl_dtype_size(pl->c->dtype), 64);
-}
-
 /* Every peer p reads block p of our input, one message per sub-block, in
  * the order it receives them: peer by peer, nearest first, sub-blocks in
- * order (a pair's messages match in posting order). */
-static ncclResult_t post_sends(const pull_plan_t *pl, hetccl_req_t *sreq, int *nsent) {
-  hetccl_engine_t *e = pl->e;
-  int n = hetccl_engine_nranks(e), r = hetccl_engine_rank(e);
+ * order (a pair's messages match in posting order). No step waits for
+ * them; the schedule ends only once every peer has read its block (our
+ * buffer stays readable until then). */
+static void build_sends(hetccl_sched_t *s, const pull_plan_t *pl) {
+  int n = s->nranks, r = s->rank;
   size_t es = hetccl_dtype_size(pl->c->dtype);
   for (int k = 1; k < n; k++) {
     int p = algo_mod(r + k, n);
@@ -113,72 +95,81 @@ static ncclResult_t post_sends(const pull_plan_t *pl, hetccl_req_t *sreq, int *n
     int m = hetccl_pull_subs(pl, cnt, &per);
     for (int j = 0; j < m; j++) {
       size_t o = (size_t)j * per, sc = algo_min(per, cnt - o);
-      /* the reader reduces what it reads: pulled, though its receive reduces */
-      HETCCL_CHECK(hetccl_engine_isend(e, p, pl->in + (off + o) * es, sc * es, algo_msg(pl->c, 1),
-                                       &sreq[(*nsent)++]));
+      hetccl_sched_send(s, p, pl->in + (off + o) * es, sc * es, HETCCL_STEP_NONE,
+                        HETCCL_STEP_NONE);
     }
   }
-  return ncclSuccess;
 }
 
-/* Sub-block `sub` (sc elements) of the result: ranks 0..n-1 in turn, the
- * first copied in, each later one reduced into it as it is read; `own` is
- * this rank's contribution (never the destination itself, but for rank 0). */
-static ncclResult_t reduce_sub(const pull_plan_t *pl, char *sub, const char *own, size_t sc,
-                               hetccl_req_t *rq) {
-  hetccl_engine_t *e = pl->e;
-  const hetccl_coll_t *c = pl->c;
-  int n = hetccl_engine_nranks(e), r = hetccl_engine_rank(e);
-  size_t es = hetccl_dtype_size(c->dtype);
+/* Sub-block `sub` (sc elements) of the result, after step `prev`: ranks
+ * 0..n-1 in turn, each step after the one before, the first copied in,
+ * each later one reduced into it as it is read (dst = dst (op) incoming);
+ * `own` is this rank's contribution (never the destination itself, but
+ * for rank 0). Returns the step that finishes it (Avg's division). */
+static int build_sub(hetccl_sched_t *s, const pull_plan_t *pl, char *sub, const char *own,
+                     size_t sc, int prev) {
+  int n = s->nranks, r = s->rank;
+  size_t bytes = sc * hetccl_dtype_size(pl->c->dtype);
   for (int j = 0; j < n; j++) {
-    if (j == r) {
-      if (j == 0) algo_copy(sub, own, sc * es);
-      else algo_reduce(&c->op, sub, sub, own, sc);
-      continue;
-    }
-    algo_red_ctx_t ctx = {&c->op, sub, sub, 0}; /* dst = dst (op) incoming */
-    hetccl_consume_fn consume = j == 0 ? NULL : hetccl_algo_consume;
-    HETCCL_CHECK(hetccl_engine_irecv(e, j, sub, sc * es, c->tag, consume, j == 0 ? NULL : &ctx, rq));
-    HETCCL_CHECK(hetccl_engine_wait(e, &rq, 1));
+    if (j == r && j == 0) prev = hetccl_sched_copy(s, sub, own, bytes, prev, HETCCL_STEP_NONE);
+    else if (j == r)
+      prev = hetccl_sched_reduce(s, sub, sub, own, bytes, prev, HETCCL_STEP_NONE, HETCCL_STEP_NONE);
+    else if (j == 0) prev = hetccl_sched_recv(s, j, sub, bytes, prev, HETCCL_STEP_NONE);
+    else prev = hetccl_sched_recv_reduce(s, j, sub, sub, 0, bytes, prev, HETCCL_STEP_NONE);
   }
-  hetccl_reduce_finish(&c->op, sub, sc);
-  return ncclSuccess;
+  return hetccl_sched_finish(s, sub, bytes, prev, HETCCL_STEP_NONE);
 }
 
-ncclResult_t hetccl_pull_reduce_own(const pull_plan_t *pl, void *mem) {
-  hetccl_engine_t *e = pl->e;
-  size_t es = hetccl_dtype_size(pl->c->dtype), off, cnt, per;
-  int r = hetccl_engine_rank(e), nsent = 0;
-  hetccl_req_t *sreq = mem, *rreq = sreq + plan_sends(pl);
-  char *saved = (char *)mem + algo_round_up((size_t)(plan_sends(pl) + 1) * sizeof(hetccl_req_t), 64);
+size_t hetccl_pull_saved_bytes(const pull_plan_t *pl) {
+  size_t off, cnt, per;
+  plan_block(pl, hetccl_engine_rank(pl->e), &off, &cnt);
+  hetccl_pull_subs(pl, cnt, &per);
+  return algo_round_up(per * hetccl_dtype_size(pl->c->dtype), 64);
+}
 
-  HETCCL_CHECK(post_sends(pl, sreq, &nsent));
+void hetccl_pull_build_own(hetccl_sched_t *s, const pull_plan_t *pl, char *saved) {
+  int n = s->nranks, r = s->rank;
+  size_t es = hetccl_dtype_size(pl->c->dtype), off, cnt, per;
+  build_sends(s, pl);
   plan_block(pl, r, &off, &cnt);
   int m = hetccl_pull_subs(pl, cnt, &per);
   const char *own = pl->in + off * es;
   int inplace = r > 0 && own == pl->dst; /* our block is overwritten before we add it */
+  int done = HETCCL_STEP_NONE;           /* the previous sub-block's last step */
   for (int j = 0; j < m; j++) {
     size_t o = (size_t)j * per, sc = algo_min(per, cnt - o);
     const char *mine = own + o * es;
-    if (inplace) {
-      algo_copy(saved, mine, sc * es);
+    char *sub = pl->dst + o * es;
+    if (inplace) { /* one sub-block aside: the previous one has read it */
+      done = hetccl_sched_copy(s, saved, mine, sc * es, done, HETCCL_STEP_NONE);
       mine = saved;
     }
-    HETCCL_CHECK(reduce_sub(pl, pl->dst + o * es, mine, sc, rreq));
-    if (pl->on_sub) HETCCL_CHECK(pl->on_sub(pl, pl->dst + o * es, sc));
+    done = build_sub(s, pl, sub, mine, sc, done);
+    if (!pl->share_subs) continue;
+    int fin = done;
+    for (int k = 1; k < n; k++) /* nearest first */
+      hetccl_sched_send(s, algo_mod(r + k, n), sub, sc * es, fin, HETCCL_STEP_NONE);
   }
-  /* Our buffer stays readable until every peer has read its block. */
-  for (int i = 0; i < nsent; i++) {
-    hetccl_req_t *sq = &sreq[i];
-    HETCCL_CHECK(hetccl_engine_wait(e, &sq, 1));
-  }
-  return ncclSuccess;
+}
+
+ncclResult_t hetccl_pull_run(const pull_plan_t *pl, pull_build_fn build) {
+  hetccl_engine_t *e = pl->e;
+  const hetccl_coll_t *c = pl->c;
+  hetccl_sched_t counting;
+  hetccl_sched_init_ranks(&counting, NULL, 0, hetccl_engine_rank(e), hetccl_engine_nranks(e),
+                          &c->op);
+  build(&counting, pl, NULL);
+  void *saved = NULL;
+  hetccl_sched_t *s = hetccl_algo_sched(e, &c->op, counting.wanted, hetccl_pull_saved_bytes(pl),
+                                        &saved);
+  if (!s) return ncclSystemError;
+  build(s, pl, saved);
+  s->pull_ok = 1; /* the reader reduces what it reads: pulled, though its receives reduce */
+  return hetccl_sched_run_host(s, c->tag);
 }
 
 ncclResult_t hetccl_pull_reducescatter(hetccl_engine_t *e, const hetccl_coll_t *c) {
   pull_plan_t pl = {.e = e, .c = c, .blockcount = c->count, .in = c->sendbuf,
                     .dst = c->recvbuf};
-  void *mem = hetccl_engine_scratch(e, hetccl_pull_scratch_bytes(&pl));
-  if (!mem) return ncclSystemError;
-  return hetccl_pull_reduce_own(&pl, mem);
+  return hetccl_pull_run(&pl, hetccl_pull_build_own);
 }
