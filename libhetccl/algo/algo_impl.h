@@ -90,17 +90,18 @@ static inline void algo_copy(void *dst, const void *src, size_t bytes) {
   if (dst != src && bytes) memmove(dst, src, bytes);
 }
 
-/* --- the pipelined ring executor (ring.c) -----------------------------------
+/* --- rings and chains as schedules (ring.c) ---------------------------------
  *
  * A ring/chain collective is S steps over P pieces. At step s of piece p
  * every rank receives from its left neighbour and sends to its right one
  * (either may be absent). The send of (p, s) may read what the receive of
  * (p, s-1) wrote, so it waits for it; everything else runs concurrently.
  * Pieces move as a wavefront (wave t = every (p, s) with p + s = t) with
- * at most HETCCL_ALGO_WINDOW waves in flight, so piece p+1 of step 0
- * overlaps piece p of step 1, and so on. Both neighbours enumerate the same
- * (p, s) in the same order, which is what the transports' in-order matching
- * needs. */
+ * at most HETCCL_ALGO_WINDOW pieces in flight per step, so piece p+1 of
+ * step 0 overlaps piece p of step 1, and so on. Both neighbours enumerate
+ * the same (p, s) in the same order, which is what the transports'
+ * in-order matching needs. A plan says what each (p, s) moves (its io
+ * function); ring.c writes it as a schedule for the host executor. */
 typedef struct ring_io {
   const void *send;          /* NULL or sbytes == 0: no send */
   size_t sbytes;
@@ -126,21 +127,28 @@ struct ring_plan {
   int npieces, nsteps;
   size_t esize, piece;       /* piece size in elements */
   ring_io_fn io;
+  int finish_last;           /* finish (average) each piece once its last step has landed */
   /* what the io function needs */
-  int shift;                 /* block owned after reduce-scatter: rank + 1 + shift */
   size_t count;              /* elements split into blocks (AllReduce, Reduce) */
   size_t blockcount;         /* fixed block size (ReduceScatter, AllGather) */
   const char *in;            /* contributions (sendbuf or a prepared copy) */
   char *out;                 /* recvbuf */
   char *final;               /* where the owned block ends (scratch or recvbuf) */
   char *inter;               /* scratch for partial sums: [WINDOW][nsteps][piece] */
+  struct ring_at *steps_at;  /* the builder's ([WINDOW][nsteps]) */
 };
 
-/* Bytes of scratch the executor needs for its request slots. */
-size_t hetccl_ring_slots_bytes(int nsteps);
-/* Runs the plan; `slots` is hetccl_ring_slots_bytes(nsteps) bytes of
- * scratch aligned to 16. */
-ncclResult_t hetccl_ring_run(const ring_plan_t *pl, void *slots);
+/* The plan's schedule, empty, in the engine's scratch (NULL on OOM), with
+ * room for `more` steps after the plan's, inter_bytes of partial-sum
+ * pieces (pl->inter, NULL for 0) and extra_bytes for the caller (*extra,
+ * where extra is not NULL). */
+hetccl_sched_t *hetccl_ring_sched(ring_plan_t *pl, int more, size_t inter_bytes,
+                                  size_t extra_bytes, char **extra);
+/* Appends the plan's steps; returns the step that finishes the last piece
+ * (pl->finish_last), after every earlier finish, or HETCCL_STEP_NONE. */
+int hetccl_ring_build(hetccl_sched_t *s, const ring_plan_t *pl);
+/* Both, and the run (blocking). */
+ncclResult_t hetccl_ring_run(ring_plan_t *pl);
 
 /* --- reads from the peers' buffers (pull_rs.c) -------------------------------
  *

@@ -17,101 +17,117 @@
 
 #include "util/log.h"
 
-/* --- the executor ------------------------------------------------------------- */
+/* --- the plans as schedules (sched/sched.h) --------------------------------------
+ *
+ * Wave by wave (wave t: every (p, s) with p + s = t), as both neighbours
+ * enumerate them: first the wave's receives, then its local work and
+ * sends, s ascending. Piece p's send at step s waits for its receive at
+ * step s - 1 (what it forwards) and for the local work before it (a
+ * prepare, a finish), which also waits for that receive. At most
+ * HETCCL_ALGO_WINDOW pieces are in flight per step and direction: each
+ * receive, send and local step waits for the one HETCCL_ALGO_WINDOW pieces
+ * earlier at its step. The window also frees the scratch pieces that
+ * partial sums pass through (reducescatter_io: piece p at step s lands in
+ * slot ((p + s) % W, s), which the send of (p, s + 1) reads): a receive
+ * waits for the send that read its slot last, that of (p - W, s + 1); a
+ * premul's scaled piece (slot ((p + last) % W, last), written at step 0)
+ * waits for the send that read it, (p - W, 0)'s. */
 
-typedef struct ring_slot {
-  hetccl_req_t sreq, rreq;
-  algo_red_ctx_t ctx;
-  int sposted, rposted;
-} ring_slot_t;
+/* The steps of (p, s) appended last for p's place in the window: while
+ * piece p is built, those of piece p - W until p's replace them. */
+typedef struct ring_at {
+  int32_t recv, send;
+} ring_at_t;
 
-size_t hetccl_ring_slots_bytes(int nsteps) {
-  return algo_round_up((size_t)HETCCL_ALGO_WINDOW * (size_t)nsteps * sizeof(ring_slot_t), 64);
+static ring_at_t *at(const ring_plan_t *pl, int p, int s) {
+  return &pl->steps_at[(size_t)(p % HETCCL_ALGO_WINDOW) * (size_t)pl->nsteps + (size_t)s];
 }
 
-static ring_slot_t *slot_at(ring_slot_t *slots, int nsteps, int t, int s) {
-  return &slots[(t % HETCCL_ALGO_WINDOW) * nsteps + s];
+static int ring_max_steps(const ring_plan_t *pl) {
+  return pl->npieces * pl->nsteps * 4 + pl->npieces; /* receive, prepare, finish, send; a finish */
 }
 
-/* Wait for every request of wave t. */
-static ncclResult_t wave_wait(const ring_plan_t *pl, ring_slot_t *slots, int t) {
-  for (int s = 0; s < pl->nsteps; s++) {
-    ring_slot_t *sl = slot_at(slots, pl->nsteps, t, s);
-    hetccl_req_t *reqs[2] = {sl->sposted ? &sl->sreq : NULL, sl->rposted ? &sl->rreq : NULL};
-    sl->sposted = sl->rposted = 0;
-    HETCCL_CHECK(hetccl_engine_wait(pl->e, reqs, 2));
+hetccl_sched_t *hetccl_ring_sched(ring_plan_t *pl, int more, size_t inter_bytes,
+                                  size_t extra_bytes, char **extra) {
+  size_t table = algo_round_up((size_t)HETCCL_ALGO_WINDOW * (size_t)pl->nsteps *
+                               sizeof(ring_at_t), 64);
+  inter_bytes = algo_round_up(inter_bytes, 64);
+  char *data = NULL;
+  hetccl_sched_t *s = hetccl_algo_sched(pl->e, &pl->c->op, ring_max_steps(pl) + more,
+                                        table + inter_bytes + extra_bytes, (void **)&data);
+  if (!s) return NULL;
+  pl->steps_at = (ring_at_t *)data;
+  for (size_t i = 0; i < (size_t)HETCCL_ALGO_WINDOW * (size_t)pl->nsteps; i++)
+    pl->steps_at[i] = (ring_at_t){HETCCL_STEP_NONE, HETCCL_STEP_NONE};
+  pl->inter = inter_bytes ? data + table : NULL;
+  if (extra) *extra = extra_bytes ? data + table + inter_bytes : NULL;
+  s->pull_ok = !hetccl_func_reduces(pl->c->func); /* a receive that reduces consumes */
+  return s;
+}
+
+/* The receive of (p, st), with the step that last read its slot. */
+static void build_recv(hetccl_sched_t *s, const ring_plan_t *pl, int p, int st) {
+  ring_io_t io;
+  pl->io(pl, p, st, &io);
+  ring_at_t *a = at(pl, p, st);
+  int reader = pl->inter && st + 1 < pl->nsteps ? at(pl, p, st + 1)->send : HETCCL_STEP_NONE;
+  if (!io.recv || !io.rbytes) {
+    a->recv = HETCCL_STEP_NONE;
+    return;
   }
-  return ncclSuccess;
+  int scale = pl->c->op.premul ? HETCCL_STEP_SCALE_IN : 0; /* our contribution, scaled here */
+  a->recv = io.in ? hetccl_sched_recv_reduce(s, pl->left, io.recv, io.in, scale, io.rbytes,
+                                             a->recv, reader)
+                  : hetccl_sched_recv(s, pl->left, io.recv, io.rbytes, a->recv, reader);
 }
 
-static ncclResult_t wave_post_recvs(const ring_plan_t *pl, ring_slot_t *slots, int t, int s0,
-                                    int s1) {
-  for (int s = s0; s <= s1; s++) {
-    ring_slot_t *sl = slot_at(slots, pl->nsteps, t, s);
-    ring_io_t io;
-    pl->io(pl, t - s, s, &io);
-    if (!io.recv || !io.rbytes) continue;
-    hetccl_consume_fn consume = NULL;
-    if (io.in) {
-      sl->ctx = (algo_red_ctx_t){&pl->c->op, io.recv, io.in, 0};
-      consume = hetccl_algo_consume;
-    }
-    HETCCL_CHECK(hetccl_engine_irecv(pl->e, pl->left, io.recv, io.rbytes, pl->c->tag, consume,
-                                     &sl->ctx, &sl->rreq));
-    sl->rposted = 1;
-  }
-  return ncclSuccess;
+/* The local work and send of (p, st). */
+static void build_send(hetccl_sched_t *s, const ring_plan_t *pl, int p, int st) {
+  ring_io_t io;
+  pl->io(pl, p, st, &io);
+  ring_at_t *a = at(pl, p, st);
+  int fed = st > 0 ? at(pl, p, st - 1)->recv : HETCCL_STEP_NONE; /* p's own, this wave */
+  int window = a->send, sending = io.send && io.sbytes;
+  size_t es = pl->esize;
+  /* A plain copy whose source is what we send comes after the send: the
+   * transport starts moving the piece while we copy. */
+  int copy_after = io.prep_count && io.prep_copy && sending && io.send == io.prep_src;
+  if (io.prep_count && !copy_after)
+    fed = io.prep_copy ? hetccl_sched_copy(s, io.prep_dst, io.prep_src, io.prep_count * es, fed,
+                                           window)
+                       : hetccl_sched_prepare(s, io.prep_dst, io.prep_src, io.prep_count * es,
+                                              fed, window);
+  if (io.fin_count) fed = hetccl_sched_finish(s, io.fin_buf, io.fin_count * es, fed, window);
+  a->send = sending ? hetccl_sched_send(s, pl->right, io.send, io.sbytes, fed, window)
+                    : HETCCL_STEP_NONE;
+  if (copy_after)
+    hetccl_sched_copy(s, io.prep_dst, io.prep_src, io.prep_count * es, HETCCL_STEP_NONE,
+                      HETCCL_STEP_NONE);
 }
 
-static ncclResult_t wave_post_sends(const ring_plan_t *pl, ring_slot_t *slots, int t, int s0,
-                                    int s1) {
-  for (int s = s0; s <= s1; s++) {
-    ring_io_t io;
-    pl->io(pl, t - s, s, &io);
-    int sending = io.send && io.sbytes;
-    if (!sending && !io.prep_count && !io.fin_count) continue;
-    if (s > 0) { /* the data this step sends or finishes arrived one step earlier */
-      ring_slot_t *prev = slot_at(slots, pl->nsteps, t - 1, s - 1);
-      if (prev->rposted) {
-        hetccl_req_t *r = &prev->rreq;
-        HETCCL_CHECK(hetccl_engine_wait(pl->e, &r, 1));
-      }
-    }
-    /* A plain copy whose source is what we send can wait until the send is
-     * posted: the transport starts moving the piece while we copy. */
-    int copy_after = io.prep_count && io.prep_copy && sending && io.send == io.prep_src;
-    if (io.prep_count && !copy_after) {
-      if (io.prep_copy) algo_copy(io.prep_dst, io.prep_src, io.prep_count * pl->esize);
-      else hetccl_reduce_prepare(&pl->c->op, io.prep_dst, io.prep_src, io.prep_count);
-    }
-    if (io.fin_count) hetccl_reduce_finish(&pl->c->op, io.fin_buf, io.fin_count);
-    if (!sending) continue;
-    ring_slot_t *sl = slot_at(slots, pl->nsteps, t, s);
-    /* a receive that reduces consumes; one that copies may pull */
-    HETCCL_CHECK(hetccl_engine_isend(pl->e, pl->right, io.send, io.sbytes,
-                                     algo_msg(pl->c, !hetccl_func_reduces(pl->c->func)),
-                                     &sl->sreq));
-    sl->sposted = 1;
-    if (copy_after) algo_copy(io.prep_dst, io.prep_src, io.prep_count * pl->esize);
-  }
-  return ncclSuccess;
-}
-
-ncclResult_t hetccl_ring_run(const ring_plan_t *pl, void *mem) {
-  ring_slot_t *slots = mem;
-  const int W = HETCCL_ALGO_WINDOW, P = pl->npieces, S = pl->nsteps, T = P + S - 1;
-  memset(slots, 0, (size_t)W * (size_t)S * sizeof(*slots));
+int hetccl_ring_build(hetccl_sched_t *s, const ring_plan_t *pl) {
+  const int P = pl->npieces, S = pl->nsteps, T = P + S - 1;
+  int finished = HETCCL_STEP_NONE;
   for (int t = 0; t < T; t++) {
-    /* At most W waves in flight: this also frees wave t's request slots and
-     * the scratch pieces indexed by t % W (read by wave t - W + 1's sends). */
-    if (t >= W - 1) HETCCL_CHECK(wave_wait(pl, slots, t - (W - 1)));
     int s0 = t - P + 1 > 0 ? t - P + 1 : 0, s1 = t < S - 1 ? t : S - 1;
-    HETCCL_CHECK(wave_post_recvs(pl, slots, t, s0, s1));
-    HETCCL_CHECK(wave_post_sends(pl, slots, t, s0, s1));
+    for (int st = s0; st <= s1; st++) build_recv(s, pl, t - st, st);
+    for (int st = s0; st <= s1; st++) build_send(s, pl, t - st, st);
+    if (pl->finish_last && s1 == S - 1) { /* piece t - S + 1 is final: finish it */
+      ring_io_t io;
+      pl->io(pl, t - S + 1, S - 1, &io);
+      if (io.recv && io.rbytes)
+        finished = hetccl_sched_finish(s, io.recv, io.rbytes, at(pl, t - S + 1, S - 1)->recv,
+                                       finished);
+    }
   }
-  for (int t = T - (W - 1) > 0 ? T - (W - 1) : 0; t < T; t++)
-    HETCCL_CHECK(wave_wait(pl, slots, t));
-  return ncclSuccess;
+  return finished;
+}
+
+ncclResult_t hetccl_ring_run(ring_plan_t *pl) {
+  hetccl_sched_t *s = hetccl_ring_sched(pl, 0, 0, 0, NULL);
+  if (!s) return ncclSystemError;
+  hetccl_ring_build(s, pl);
+  return hetccl_sched_run_host(s, pl->c->tag);
 }
 
 /* --- plans ---------------------------------------------------------------------- */
@@ -200,9 +216,7 @@ ncclResult_t hetccl_ring_allreduce(hetccl_engine_t *e, const hetccl_coll_t *c) {
   pl.nsteps = 2 * (pl.nranks - 1);
   pl.io = allreduce_io;
   plan_pieces(&pl, maxblock, 0);
-  void *slots = hetccl_engine_scratch(e, hetccl_ring_slots_bytes(pl.nsteps));
-  if (!slots) return ncclSystemError;
-  return hetccl_ring_run(&pl, slots);
+  return hetccl_ring_run(&pl);
 }
 
 /* Reduce-scatter into an owned block (ReduceScatter: rank r owns block r;
@@ -239,45 +253,40 @@ static void reducescatter_io(const ring_plan_t *pl, int p, int s, ring_io_t *io)
 }
 
 
-/* Sets up pl for reduce-scatter and carves the scratch: request slots,
- * partial-sum pieces, then extra_bytes for the caller (*extra). */
-static ncclResult_t reducescatter_setup(ring_plan_t *pl, size_t maxblock, size_t extra_bytes,
-                                        void **slots, char **extra) {
+/* Sets up pl for reduce-scatter, each piece finished once final, and
+ * gives its schedule (NULL on OOM) with room for `more` steps and
+ * extra_bytes of scratch for the caller (*extra). */
+static hetccl_sched_t *reducescatter_sched(ring_plan_t *pl, size_t maxblock, int more,
+                                           size_t extra_bytes, char **extra) {
   pl->nsteps = pl->nranks - 1;
   pl->io = reducescatter_io;
+  pl->finish_last = 1;
   size_t align = 64 / pl->esize;
   size_t per_piece = (size_t)HETCCL_ALGO_WINDOW * (size_t)pl->nsteps * pl->esize;
   size_t cap = INTER_MAX_BYTES / per_piece / align * align;
   plan_pieces(pl, maxblock, cap ? cap : align);
-  size_t slots_bytes = hetccl_ring_slots_bytes(pl->nsteps);
-  size_t inter_bytes = algo_round_up(per_piece * pl->piece, 64);
-  char *mem = hetccl_engine_scratch(pl->e, slots_bytes + inter_bytes + extra_bytes);
-  if (!mem) return ncclSystemError;
-  *slots = mem;
-  pl->inter = mem + slots_bytes;
-  if (extra) *extra = mem + slots_bytes + inter_bytes;
-  return ncclSuccess;
+  return hetccl_ring_sched(pl, more, per_piece * pl->piece, extra_bytes, extra);
 }
 
 ncclResult_t hetccl_ring_reducescatter(hetccl_engine_t *e, const hetccl_coll_t *c) {
   ring_plan_t pl;
-  void *slots;
   plan_init(&pl, e, c);
   pl.blockcount = c->count;
   pl.in = c->sendbuf;
   pl.final = c->recvbuf;
-  HETCCL_CHECK(reducescatter_setup(&pl, c->count, 0, &slots, NULL));
-  HETCCL_CHECK(hetccl_ring_run(&pl, slots));
-  hetccl_reduce_finish(&c->op, c->recvbuf, c->count);
-  return ncclSuccess;
+  hetccl_sched_t *s = reducescatter_sched(&pl, c->count, 0, 0, NULL);
+  if (!s) return ncclSystemError;
+  hetccl_ring_build(s, &pl);
+  return hetccl_sched_run_host(s, c->tag);
 }
 
 /* Reduce: reduce-scatter (the root's block straight into its recvbuf, the
- * others' into scratch), then every rank finishes its block and sends it
- * to the root. */
+ * others' into scratch), each rank finishing its block, which it then
+ * sends to the root; the root receives the other blocks,
+ * HETCCL_ALGO_WINDOW at a time. One schedule: a pair's messages match in
+ * the order it lists them, the reduce-scatter's before the gather's. */
 ncclResult_t hetccl_ring_reduce(hetccl_engine_t *e, const hetccl_coll_t *c) {
   ring_plan_t pl;
-  void *slots;
   char *own = NULL;
   plan_init(&pl, e, c);
   int r = pl.rank, n = pl.nranks, root = c->root;
@@ -285,25 +294,21 @@ ncclResult_t hetccl_ring_reduce(hetccl_engine_t *e, const hetccl_coll_t *c) {
   hetccl_algo_block(c->count, esz, n, 0, &off, &maxblock);
   pl.count = c->count;
   pl.in = c->sendbuf;
-  HETCCL_CHECK(reducescatter_setup(&pl, maxblock, r == root ? 0 : maxblock * esz, &slots, &own));
+  hetccl_sched_t *s = reducescatter_sched(&pl, maxblock, n, r == root ? 0 : maxblock * esz, &own);
+  if (!s) return ncclSystemError;
   hetccl_algo_block(c->count, esz, n, r, &off, &cnt);
   pl.final = r == root ? (char *)c->recvbuf + off * esz : own;
-  HETCCL_CHECK(hetccl_ring_run(&pl, slots));
-  hetccl_reduce_finish(&c->op, pl.final, cnt);
+  int finished = hetccl_ring_build(s, &pl);
   if (r != root) {
-    if (cnt == 0) return ncclSuccess;
-    return hetccl_engine_sendrecv(e, algo_msg(c, 0), root, own, cnt * esz, -1, NULL, 0, NULL,
-                                  NULL);
+    if (cnt) /* an empty block is not sent */
+      hetccl_sched_send(s, root, own, cnt * esz, finished, HETCCL_STEP_NONE);
+    return hetccl_sched_run_host(s, c->tag);
   }
-  /* The root gathers the other blocks, HETCCL_ALGO_WINDOW receives in
-   * flight (a schedule: the ring's scratch is no longer needed). */
-  hetccl_sched_t *s = hetccl_algo_sched(e, &c->op, n, 0, NULL);
-  if (!s) return ncclSystemError;
   int window[HETCCL_ALGO_WINDOW], posted = 0;
   for (int k = 1; k < n; k++) {
     int b = algo_mod(root + k, n), slot = posted % HETCCL_ALGO_WINDOW;
     hetccl_algo_block(c->count, esz, n, b, &off, &cnt);
-    if (cnt == 0) continue; /* an empty block is not sent (above) */
+    if (cnt == 0) continue;
     window[slot] = hetccl_sched_recv(s, b, (char *)c->recvbuf + off * esz, cnt * esz,
                                      posted >= HETCCL_ALGO_WINDOW ? window[slot]
                                                                   : HETCCL_STEP_NONE,
@@ -347,7 +352,5 @@ ncclResult_t hetccl_ring_allgather(hetccl_engine_t *e, const hetccl_coll_t *c) {
   pl.nsteps = pl.nranks - 1;
   pl.io = allgather_io;
   plan_pieces(&pl, c->count, 0);
-  void *slots = hetccl_engine_scratch(e, hetccl_ring_slots_bytes(pl.nsteps));
-  if (!slots) return ncclSystemError;
-  return hetccl_ring_run(&pl, slots);
+  return hetccl_ring_run(&pl);
 }

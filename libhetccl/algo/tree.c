@@ -1,7 +1,8 @@
 /* Rooted collectives on a chain or a binomial tree: Broadcast (pipelined
  * chain for large messages, binomial tree for small ones) and small Reduce
  * (binomial tree towards the root; large Reduce is in ring.c). The trees
- * are schedules (sched/sched.h); the chain runs on ring.c's executor.
+ * are schedules (sched/sched.h); the chain is a plan of ring.c's, written
+ * as one there.
  *
  * Ranks are numbered relative to the root (v = rank - root mod n).
  *
@@ -54,9 +55,7 @@ ncclResult_t hetccl_chain_broadcast(hetccl_engine_t *e, const hetccl_coll_t *c) 
   pl.io = chain_io;
   pl.piece = hetccl_algo_piece(e, c->count, pl.esize);
   pl.npieces = (int)((c->count + pl.piece - 1) / pl.piece);
-  void *slots = hetccl_engine_scratch(e, hetccl_ring_slots_bytes(pl.nsteps));
-  if (!slots) return ncclSystemError;
-  return hetccl_ring_run(&pl, slots);
+  return hetccl_ring_run(&pl);
 }
 
 /* Lowest set bit of v; for the root (v == 0), the first power of two >= n. */

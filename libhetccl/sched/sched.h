@@ -82,8 +82,10 @@ typedef enum {
 } hetccl_step_kind_t;
 
 /* Step flags (above): RECV_REDUCE's operand order; a transient result;
- * (set by the host executor alone) a RECV_REDUCE that scales its `in` by
- * op's PreMulSum scalar as it reduces, a transient PREPARE fused into it. */
+ * a RECV_REDUCE that scales its `in` by op's PreMulSum scalar as it
+ * reduces (dst = scaled in, then dst (op)= incoming): for the host
+ * executor alone, set by it where it fuses a transient PREPARE, or by a
+ * host builder (ring.c) whose own contribution enters that way. */
 enum { HETCCL_STEP_IN_RIGHT = 1, HETCCL_STEP_FORWARD = 2, HETCCL_STEP_SCALE_IN = 4 };
 
 /* Steps a step may wait for, besides the order of its pair's messages. */
