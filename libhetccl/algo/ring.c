@@ -23,10 +23,11 @@
  * enumerate them: first the wave's receives, then its local work and
  * sends, s ascending. Piece p's send at step s waits for its receive at
  * step s - 1 (what it forwards) and for the local work before it (a
- * prepare, a finish), which also waits for that receive. At most
- * HETCCL_ALGO_WINDOW pieces are in flight per step and direction: each
- * receive, send and local step waits for the one HETCCL_ALGO_WINDOW pieces
- * earlier at its step. The window also frees the scratch pieces that
+ * prepare, a finish), which also waits for that receive. About
+ * HETCCL_ALGO_WINDOW waves are in flight: each receive, send and local
+ * step waits for the one HETCCL_ALGO_WINDOW pieces earlier at its step,
+ * and a receive for its piece's receive HETCCL_ALGO_WINDOW - 1 steps
+ * earlier (without it, every step's first pieces would be posted at once). The window also frees the scratch pieces that
  * partial sums pass through (reducescatter_io: piece p at step s lands in
  * slot ((p + s) % W, s), which the send of (p, s + 1) reads): a receive
  * waits for the send that read its slot last, that of (p - W, s + 1); a
@@ -70,7 +71,9 @@ static void build_recv(hetccl_sched_t *s, const ring_plan_t *pl, int p, int st) 
   ring_io_t io;
   pl->io(pl, p, st, &io);
   ring_at_t *a = at(pl, p, st);
+  const int W = HETCCL_ALGO_WINDOW;
   int reader = pl->inter && st + 1 < pl->nsteps ? at(pl, p, st + 1)->send : HETCCL_STEP_NONE;
+  int span = st >= W - 1 ? at(pl, p, st - W + 1)->recv : HETCCL_STEP_NONE;
   if (!io.recv || !io.rbytes) {
     a->recv = HETCCL_STEP_NONE;
     return;
@@ -79,6 +82,7 @@ static void build_recv(hetccl_sched_t *s, const ring_plan_t *pl, int p, int st) 
   a->recv = io.in ? hetccl_sched_recv_reduce(s, pl->left, io.recv, io.in, scale, io.rbytes,
                                              a->recv, reader)
                   : hetccl_sched_recv(s, pl->left, io.recv, io.rbytes, a->recv, reader);
+  hetccl_sched_also_after(s, a->recv, span);
 }
 
 /* The local work and send of (p, st). */

@@ -65,6 +65,7 @@ ncclResult_t hetccl_engine_create(const hetccl_engine_args_t *a, hetccl_engine_t
   e->mismatch = a->mismatch;
   e->spin = a->spin;
   e->nap_us = (int)hetccl_knob_int(HETCCL_KNOB_IDLE_NAP);
+  e->yield_ns = hetccl_knob_int(HETCCL_KNOB_IDLE_YIELD) * 1000;
   e->pipeline_chunk = (size_t)hetccl_knob_int(HETCCL_KNOB_PIPELINE_CHUNK) & ~(size_t)63;
   if (e->pipeline_chunk < 64) e->pipeline_chunk = 64;
   e->small_bytes = (size_t)hetccl_knob_int(HETCCL_KNOB_SMALL_BYTES);
@@ -309,17 +310,16 @@ static ncclResult_t progress_all(hetccl_engine_t *e, int *idle_out) {
 }
 
 /* An idle wait past its HETCCL_SPIN polls gives the CPU back: first by
- * yielding (a peer on this CPU runs at once) for IDLE_YIELD_NS, then, still
+ * yielding (a peer on this CPU runs at once) for HETCCL_IDLE_YIELD, then, still
  * idle, by sleeping, 8 us and doubling up to HETCCL_IDLE_NAP (0: yield for
  * ever). Sleeping matters where the CPUs are shared in a way this rank
  * cannot see (virtual machines on fewer cores, a NIC emulated in the
  * kernel): a thread that only yields still holds its CPU whenever no other
  * thread of its own system is runnable there. Yielding first keeps waits
- * shorter than IDLE_YIELD_NS (a GPU's small collective: 100-250 us on the
+ * shorter than that (1 ms unset; a GPU's small collective: 100-250 us on the
  * H100) at the latency they had; a longer one pays at most one nap, plus
  * the kernel's timer slack. */
 enum { IDLE_NAP_FIRST_US = 8 };
-#define IDLE_YIELD_NS 1000000LL
 
 typedef struct {
   int64_t since_ns; /* when the wait became idle; -1: it is not */
@@ -333,7 +333,7 @@ static void idle_rest(const hetccl_engine_t *e, idle_state_t *st) {
   }
   int64_t t = now_ns();
   if (st->since_ns < 0) st->since_ns = t;
-  if (t - st->since_ns < IDLE_YIELD_NS) {
+  if (t - st->since_ns < e->yield_ns) {
     sched_yield();
     return;
   }

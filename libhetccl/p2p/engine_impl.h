@@ -32,6 +32,7 @@ struct hetccl_engine {
   int timeout_ms;
   int spin;
   int nap_us; /* HETCCL_IDLE_NAP: the longest sleep of an idle wait; 0 yields only */
+  int64_t yield_ns; /* HETCCL_IDLE_YIELD: how long an idle wait yields before it sleeps */
   volatile int *abort_flag;
   volatile int *comm_error;
   hetccl_fail_note_t *peer_note; /* the first note a peer left us (transports write it) */

@@ -99,6 +99,20 @@ int hetccl_sched_send(hetccl_sched_t *s, int peer, const void *src, size_t bytes
   return i;
 }
 
+void hetccl_sched_also_after(hetccl_sched_t *s, int step, int a) {
+  if (step == HETCCL_STEP_NONE || a == HETCCL_STEP_NONE) return;
+  int32_t *after = s->steps[step].after;
+  for (int k = 0; k < HETCCL_STEP_MAX_AFTER; k++) {
+    if (after[k] == a) return;
+    if (after[k] == HETCCL_STEP_NONE) {
+      after[k] = a;
+      return;
+    }
+  }
+  WARN("schedule: step %d waits for more than %d steps", step, HETCCL_STEP_MAX_AFTER);
+  s->failed = 1;
+}
+
 int hetccl_sched_recv(hetccl_sched_t *s, int peer, void *dst, size_t bytes, int a0, int a1) {
   int i;
   hetccl_step_t *t = message(s, HETCCL_STEP_RECV, peer, a0, a1, &i);

@@ -162,6 +162,10 @@ int hetccl_sched_copy(hetccl_sched_t *s, void *dst, const void *src, size_t byte
 int hetccl_sched_prepare(hetccl_sched_t *s, void *dst, const void *src, size_t bytes, int a0,
                          int a1);
 int hetccl_sched_finish(hetccl_sched_t *s, void *dst, size_t bytes, int a0, int a1);
+/* One more step that `step` waits for, in its first empty `after` slot
+ * (nothing where either is HETCCL_STEP_NONE, as in a counting build; no
+ * slot left fails the schedule, saying so). */
+void hetccl_sched_also_after(hetccl_sched_t *s, int step, int a);
 
 
 /* hetccl_reduce, and its REDUCE event when tracing (trace/trace.h): every

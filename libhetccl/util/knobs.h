@@ -175,8 +175,10 @@
     "1: cut into HETCCL_STAGE_PIECE pieces on host-only communicators too (tests)") \
   X(SPIN, "HETCCL_SPIN", INT, "2000", 0, 100000000,                            \
     "polls of an idle wait before it starts yielding the CPU")                 \
+  X(IDLE_YIELD, "HETCCL_IDLE_YIELD", INT, "1000", 0, 10000000,                \
+    "microseconds an idle wait yields the CPU, after HETCCL_SPIN polls, before it sleeps") \
   X(IDLE_NAP, "HETCCL_IDLE_NAP", INT, "64", 0, 100000,                         \
-    "microseconds: an idle wait still idle after HETCCL_SPIN polls and 1 ms of yielding sleeps 8 us, doubling up to this; 0: it yields for ever") \
+    "microseconds: an idle wait still idle after HETCCL_SPIN polls and HETCCL_IDLE_YIELD of yielding sleeps 8 us, doubling up to this; 0: it yields for ever") \
   X(CHECK_MISMATCH, "HETCCL_CHECK_MISMATCH", INT, "1", 0, 1,                   \
     "1: every message carries the operation signature and a mismatch between ranks is an error") \
   X(ISLANDS, "HETCCL_ISLANDS", STR, "", 0, 0,                                  \
