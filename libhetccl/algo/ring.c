@@ -1,7 +1,8 @@
 /* Bandwidth-bound collectives on a ring: AllReduce (reduce-scatter then
  * allgather, one pipeline), ReduceScatter, AllGather, and Reduce
- * (reduce-scatter, then the blocks gathered at the root); plus the
- * pipelined executor they share (algo_impl.h: ring_plan_t).
+ * (reduce-scatter, then the blocks gathered at the root); each a plan
+ * (algo_impl.h: ring_plan_t) that the builder below writes as a schedule
+ * (sched/sched.h) for the host executor, as it does tree.c's chain.
  *
  * Every byte moves once per step and no more: receive-and-reduce runs in
  * the transport's consume hook straight into its destination, combining
