@@ -138,6 +138,10 @@ struct ring_plan {
   struct ring_at *steps_at;  /* the builder's ([WINDOW][nsteps]) */
 };
 
+/* The plan's piece size and count for blocks of at most maxblock
+ * elements: hetccl_algo_piece's, at most max_piece (0: no bound), and
+ * never so small that a block takes more than about a thousand pieces. */
+void hetccl_ring_pieces(ring_plan_t *pl, size_t maxblock, size_t max_piece);
 /* The plan's schedule, empty, in the engine's scratch (NULL on OOM), with
  * room for `more` steps after the plan's, inter_bytes of partial-sum
  * pieces (pl->inter, NULL for 0) and extra_bytes for the caller (*extra,

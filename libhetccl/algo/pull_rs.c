@@ -49,6 +49,10 @@
  * pipeline chunk (HETCCL_PIPELINE_CHUNK, 1 MiB unset) caps it, so that
  * tests reach many sub-blocks with small buffers. */
 #define PULL_SUB_BYTES (1u << 20)
+/* At most this many sub-blocks per block, whatever the pipeline chunk
+ * says (a test's 64-byte chunk on a 4 MiB buffer): a schedule's steps and
+ * the messages in flight grow with them. */
+#define PULL_MAX_SUBS 64
 
 /* Block b of a pull plan: [off, off + cnt) elements of every rank's input. */
 static void plan_block(const pull_plan_t *pl, int b, size_t *off, size_t *cnt) {
@@ -76,6 +80,7 @@ int hetccl_pull_subs(const pull_plan_t *pl, size_t cnt, size_t *per) {
   /* Equal pieces, each a multiple of 64 bytes but the last: none of them
    * so small that it falls under the single-copy threshold. */
   size_t m = (cnt * es + sub - 1) / sub;
+  if (m > PULL_MAX_SUBS) m = PULL_MAX_SUBS;
   *per = algo_round_up((cnt + m - 1) / m, align);
   return (int)((cnt + *per - 1) / *per);
 }

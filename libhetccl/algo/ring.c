@@ -28,8 +28,9 @@
  * HETCCL_ALGO_WINDOW waves are in flight: each receive, send and local
  * step waits for the one HETCCL_ALGO_WINDOW pieces earlier at its step,
  * and a receive for its piece's receive HETCCL_ALGO_WINDOW - 1 steps
- * earlier (without it, every step's first pieces would be posted at once). The window also frees the scratch pieces that
- * partial sums pass through (reducescatter_io: piece p at step s lands in
+ * earlier (without it, every step's first pieces would be posted at
+ * once). The window also frees the scratch pieces that partial sums pass
+ * through (reducescatter_io: piece p at step s lands in
  * slot ((p + s) % W, s), which the send of (p, s + 1) reads): a receive
  * waits for the send that read its slot last, that of (p - W, s + 1); a
  * premul's scaled piece (slot ((p + last) % W, last), written at step 0)
@@ -167,9 +168,15 @@ static void plan_init(ring_plan_t *pl, hetccl_engine_t *e, const hetccl_coll_t *
   pl->esize = hetccl_dtype_size(c->dtype);
 }
 
-/* Pieces per block, given the largest block. */
-static void plan_pieces(ring_plan_t *pl, size_t maxblock, size_t max_piece) {
+/* At most about this many pieces per block, whatever the pipeline chunk
+ * says: a schedule's steps grow with them (four per piece and step). */
+#define RING_MAX_PIECES 1024
+
+void hetccl_ring_pieces(ring_plan_t *pl, size_t maxblock, size_t max_piece) {
   pl->piece = hetccl_algo_piece(pl->e, maxblock, pl->esize);
+  size_t fewest = algo_round_up((maxblock + RING_MAX_PIECES - 1) / RING_MAX_PIECES,
+                                pl->esize < 64 ? 64 / pl->esize : 1);
+  if (pl->piece < fewest) pl->piece = fewest;
   if (max_piece && pl->piece > max_piece) pl->piece = max_piece;
   if (pl->piece == 0) pl->piece = 1;
   pl->npieces = (int)((maxblock + pl->piece - 1) / pl->piece);
@@ -220,7 +227,7 @@ ncclResult_t hetccl_ring_allreduce(hetccl_engine_t *e, const hetccl_coll_t *c) {
   pl.out = c->recvbuf;
   pl.nsteps = 2 * (pl.nranks - 1);
   pl.io = allreduce_io;
-  plan_pieces(&pl, maxblock, 0);
+  hetccl_ring_pieces(&pl, maxblock, 0);
   return hetccl_ring_run(&pl);
 }
 
@@ -269,7 +276,7 @@ static hetccl_sched_t *reducescatter_sched(ring_plan_t *pl, size_t maxblock, int
   size_t align = 64 / pl->esize;
   size_t per_piece = (size_t)HETCCL_ALGO_WINDOW * (size_t)pl->nsteps * pl->esize;
   size_t cap = INTER_MAX_BYTES / per_piece / align * align;
-  plan_pieces(pl, maxblock, cap ? cap : align);
+  hetccl_ring_pieces(pl, maxblock, cap ? cap : align);
   return hetccl_ring_sched(pl, more, per_piece * pl->piece, extra_bytes, extra);
 }
 
@@ -356,6 +363,6 @@ ncclResult_t hetccl_ring_allgather(hetccl_engine_t *e, const hetccl_coll_t *c) {
   pl.out = c->recvbuf;
   pl.nsteps = pl.nranks - 1;
   pl.io = allgather_io;
-  plan_pieces(&pl, c->count, 0);
+  hetccl_ring_pieces(&pl, c->count, 0);
   return hetccl_ring_run(&pl);
 }

@@ -53,8 +53,7 @@ ncclResult_t hetccl_chain_broadcast(hetccl_engine_t *e, const hetccl_coll_t *c) 
   pl.out = c->recvbuf;
   pl.nsteps = 2;
   pl.io = chain_io;
-  pl.piece = hetccl_algo_piece(e, c->count, pl.esize);
-  pl.npieces = (int)((c->count + pl.piece - 1) / pl.piece);
+  hetccl_ring_pieces(&pl, c->count, 0);
   return hetccl_ring_run(&pl);
 }
 

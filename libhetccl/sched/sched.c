@@ -27,10 +27,15 @@ void hetccl_sched_reduce_traced(const hetccl_redop_t *op, void *dst, const void 
 
 static size_t round16(size_t n) { return (n + 15) / 16 * 16; }
 
+/* Per step, besides the step itself and a request pointer: inflight,
+ * pending, dep_off (one more), ready, and up to MAX_AFTER + 1 dependents. */
+#define EXEC_INTS_PER_STEP (4 + HETCCL_STEP_MAX_AFTER + 1)
+
 size_t hetccl_sched_bytes(int max_steps, int nranks) {
   return round16((size_t)max_steps * sizeof(hetccl_step_t)) +
          round16((size_t)max_steps * sizeof(hetccl_req_t *)) +
-         round16(2 * (size_t)nranks * sizeof(int32_t));
+         round16(2 * (size_t)nranks * sizeof(int32_t)) +
+         round16(((size_t)max_steps * EXEC_INTS_PER_STEP + 1) * sizeof(int32_t));
 }
 
 void hetccl_sched_init_ranks(hetccl_sched_t *s, void *mem, int max_steps, int rank, int nranks,
@@ -48,6 +53,12 @@ void hetccl_sched_init_ranks(hetccl_sched_t *s, void *mem, int max_steps, int ra
   s->last_send = (int32_t *)(next + round16((size_t)max_steps * sizeof(hetccl_req_t *)));
   s->last_recv = s->last_send + nranks;
   for (int p = 0; p < 2 * nranks; p++) s->last_send[p] = HETCCL_STEP_NONE;
+  size_t m = (size_t)max_steps;
+  s->inflight = (int32_t *)((char *)s->last_send + round16(2 * (size_t)nranks * sizeof(int32_t)));
+  s->pending = s->inflight + m;
+  s->ready = s->pending + m;
+  s->dep_off = s->ready + m;                 /* m + 1 */
+  s->deps = s->dep_off + m + 1;              /* (MAX_AFTER + 1) * m */
 }
 
 void hetccl_sched_init(hetccl_sched_t *s, void *mem, int max_steps, hetccl_engine_t *e,

@@ -129,7 +129,12 @@ typedef struct hetccl_sched {
   int failed;               /* an append past cap: the run refuses */
   int32_t *last_send, *last_recv; /* per peer, while building */
   hetccl_step_t *steps;
-  hetccl_req_t **posted;    /* the executor's: the messages in flight */
+  /* The host executor's working memory, carved from the schedule's: */
+  hetccl_req_t **posted;    /* the messages in flight, for the engine's wait */
+  int32_t *inflight;        /* ... their steps */
+  int32_t *pending;         /* per step: dependencies not yet met */
+  int32_t *dep_off, *deps;  /* per step: the steps that depend on it (sched_host.c) */
+  int32_t *ready;           /* steps that may start, lowest index first (a heap) */
   hetccl_msg_t msg;         /* the host executor's: how its sends go (tag, pull_ok) */
 } hetccl_sched_t;
 

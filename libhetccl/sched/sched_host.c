@@ -1,13 +1,19 @@
 /* The host executor (sched.h): a schedule run on the calling thread over
  * the engine's point-to-point plane.
  *
- * A sweep walks the steps from the first unfinished one, in index order:
- * a posted message that the transport finished is done; a step whose
- * `after` steps are done, and whose pair's earlier message has been
- * posted, starts (a message is posted, a local step runs at once). When a
- * sweep starts nothing, the thread waits in the engine until any posted
- * message finishes (hetccl_engine_wait_any: the engine's spinning,
- * yielding, timeout and abort), then sweeps again.
+ * Each step counts the dependencies it still waits for: its `after`
+ * steps (met when done) and its pair's earlier message (met when posted);
+ * each step lists the steps that depend on it, so finishing or posting
+ * one touches only those. Steps whose count reaches zero start, lowest
+ * index first (a message is posted, a local step runs at once); then the
+ * messages in flight are looked at, and one the transport has finished is
+ * done. When nothing can start and nothing has finished, the thread waits
+ * in the engine until any message in flight finishes
+ * (hetccl_engine_wait_any: the engine's spinning, yielding, timeout and
+ * abort). The work is linear in the steps and their dependencies, plus the
+ * messages in flight at each look (builders keep that number bounded:
+ * windows per peer), so a schedule of many thousand pieces runs as fast
+ * per piece as one of a few.
  *
  * Receives that reduce do so as the bytes land, through the transport's
  * consume hook, in the transport's pieces (dst = in (op) incoming).
@@ -47,12 +53,6 @@ static void consume_reduce(void *ctx, void *dst, const void *src, size_t bytes) 
     hetccl_sched_reduce_traced(t->op, dst, src, in, count);
   else
     hetccl_sched_reduce_traced(t->op, dst, in, src, count);
-}
-
-static int step_ready(const hetccl_sched_t *s, const hetccl_step_t *t) {
-  for (int k = 0; k < HETCCL_STEP_MAX_AFTER; k++)
-    if (t->after[k] != HETCCL_STEP_NONE && s->steps[t->after[k]].state != STEP_DONE) return 0;
-  return t->same_pair == HETCCL_STEP_NONE || s->steps[t->same_pair].state != STEP_WAITING;
 }
 
 /* A step that does nothing once its transient result is fused away. */
@@ -153,6 +153,70 @@ static int pulling_deadlocks(const hetccl_sched_t *s) {
   return 0;
 }
 
+/* --- dependencies --------------------------------------------------------------- */
+
+/* A dependent as stored: the step, and whether posting (not finishing)
+ * its source meets it. */
+#define DEP(step, on_start) (2 * (step) + (on_start))
+
+/* Counts every step's dependencies and lists, per step, the steps that
+ * depend on it (dep_off[i] .. dep_off[i + 1] in deps). */
+static void link_steps(hetccl_sched_t *s) {
+  int n = s->nsteps;
+  int32_t *off = s->dep_off;
+  memset(off, 0, ((size_t)n + 1) * sizeof(*off));
+  for (int i = 0; i < n; i++) {
+    const hetccl_step_t *t = &s->steps[i];
+    s->pending[i] = 0;
+    for (int k = 0; k < HETCCL_STEP_MAX_AFTER; k++)
+      if (t->after[k] != HETCCL_STEP_NONE) off[t->after[k]]++, s->pending[i]++;
+    if (t->same_pair != HETCCL_STEP_NONE) off[t->same_pair]++, s->pending[i]++;
+  }
+  for (int i = 1; i <= n; i++) off[i] += off[i - 1]; /* off[i]: the end of i's list */
+  for (int i = n - 1; i >= 0; i--) {                 /* filled from the back: off[i] ends at its start */
+    const hetccl_step_t *t = &s->steps[i];
+    for (int k = 0; k < HETCCL_STEP_MAX_AFTER; k++)
+      if (t->after[k] != HETCCL_STEP_NONE) s->deps[--off[t->after[k]]] = DEP(i, 0);
+    if (t->same_pair != HETCCL_STEP_NONE) s->deps[--off[t->same_pair]] = DEP(i, 1);
+  }
+}
+
+/* The ready steps: a min-heap of indices. */
+static void ready_push(hetccl_sched_t *s, int *nready, int32_t i) {
+  int32_t *h = s->ready;
+  int k = (*nready)++;
+  while (k > 0 && h[(k - 1) / 2] > i) {
+    h[k] = h[(k - 1) / 2];
+    k = (k - 1) / 2;
+  }
+  h[k] = i;
+}
+
+static int32_t ready_pop(hetccl_sched_t *s, int *nready) {
+  int32_t *h = s->ready, top = h[0], last = h[--*nready];
+  int k = 0, n = *nready;
+  for (;;) {
+    int c = 2 * k + 1;
+    if (c >= n) break;
+    if (c + 1 < n && h[c + 1] < h[c]) c++;
+    if (h[c] >= last) break;
+    h[k] = h[c];
+    k = c;
+  }
+  if (n) h[k] = last;
+  return top;
+}
+
+/* Step i was posted (on_start) or finished: its dependents that this
+ * meets, one count each; those with none left become ready. */
+static void meet(hetccl_sched_t *s, int i, int on_start, int *nready) {
+  for (int32_t d = s->dep_off[i]; d < s->dep_off[i + 1]; d++) {
+    int32_t v = s->deps[d];
+    if ((v & 1) != on_start) continue;
+    if (--s->pending[v >> 1] == 0) ready_push(s, nready, v >> 1);
+  }
+}
+
 ncclResult_t hetccl_sched_run_host(hetccl_sched_t *s, uint64_t tag) {
   if (s->failed) return ncclInternalError; /* its builder's overflow, logged there */
   hetccl_engine_t *e = s->e;
@@ -162,33 +226,50 @@ ncclResult_t hetccl_sched_run_host(hetccl_sched_t *s, uint64_t tag) {
   }
   HETCCL_CHECK(fuse_transients(s));
   hetccl_step_t *steps = s->steps;
-  int n = s->nsteps, first = 0;
+  int n = s->nsteps, ndone = 0, nready = 0, ninflight = 0;
   s->msg = (hetccl_msg_t){tag, s->pull_ok && !pulling_deadlocks(s)};
-  for (int i = 0; i < n; i++) steps[i].state = STEP_WAITING;
-  while (first < n) {
-    int moved = 0, nposted = 0;
-    for (int i = first; i < n; i++) {
-      hetccl_step_t *t = &steps[i];
-      if (t->state == STEP_POSTED && t->req.done) {
-        hetccl_req_t *q = &t->req; /* returns at once; records its trace event */
-        HETCCL_CHECK(hetccl_engine_wait(e, &q, 1));
-        t->state = STEP_DONE;
-        moved = 1;
-      } else if (t->state == STEP_WAITING && step_ready(s, t)) {
-        HETCCL_CHECK(step_start(s, t));
-        moved = 1;
+  link_steps(s);
+  for (int i = 0; i < n; i++) {
+    steps[i].state = STEP_WAITING;
+    if (!s->pending[i]) s->ready[nready++] = i; /* ascending: already a heap */
+  }
+  while (ndone < n) {
+    while (nready) {
+      int i = ready_pop(s, &nready);
+      HETCCL_CHECK(step_start(s, &steps[i]));
+      meet(s, i, 1, &nready);
+      if (steps[i].state == STEP_POSTED) {
+        s->inflight[ninflight++] = i;
+      } else {
+        ndone++;
+        meet(s, i, 0, &nready);
       }
-      if (t->state == STEP_POSTED) s->posted[nposted++] = &t->req;
     }
-    while (first < n && steps[first].state == STEP_DONE) first++;
-    if (!moved && first < n) {
-      if (!nposted) {
-        WARN("schedule: step %d of %d can never start (its builder ordered it after a step "
-             "that does not finish)", first, n);
-        return ncclInternalError;
+    int finished = 0;
+    for (int k = 0; k < ninflight;) {
+      int i = s->inflight[k];
+      if (!steps[i].req.done) {
+        k++;
+        continue;
       }
-      HETCCL_CHECK(hetccl_engine_wait_any(e, s->posted, nposted));
+      hetccl_req_t *q = &steps[i].req; /* returns at once; records its trace event */
+      HETCCL_CHECK(hetccl_engine_wait(e, &q, 1));
+      steps[i].state = STEP_DONE;
+      s->inflight[k] = s->inflight[--ninflight];
+      ndone++;
+      finished = 1;
+      meet(s, i, 0, &nready);
     }
+    if (finished || nready || ndone == n) continue;
+    if (!ninflight) {
+      int first = 0;
+      while (first < n && steps[first].state == STEP_DONE) first++;
+      WARN("schedule: step %d of %d can never start (its builder ordered it after a step "
+           "that does not finish)", first, n);
+      return ncclInternalError;
+    }
+    for (int k = 0; k < ninflight; k++) s->posted[k] = &steps[s->inflight[k]].req;
+    HETCCL_CHECK(hetccl_engine_wait_any(e, s->posted, ninflight));
   }
   return ncclSuccess;
 }
