@@ -1,7 +1,7 @@
 """A rank that waits on a late peer gives its CPU back (p2p/engine.c, docs/threads.md).
 
-The engine's idle wait spins HETCCL_SPIN polls, yields for 1 ms, then
-sleeps up to HETCCL_IDLE_NAP microseconds at a time. Two host ranks on
+The engine's idle wait spins HETCCL_SPIN polls, yields for HETCCL_IDLE_YIELD
+(1 ms unset), then sleeps up to HETCCL_IDLE_NAP microseconds at a time. Two host ranks on
 this machine: rank 1 comes to an AllReduce 1.5 s after rank 0, which waits
 in it. The CPU time rank 0's calling thread (the one that drives a blocking
 communicator's engine) spends in that call is measured: with the sleeps it
