@@ -19,8 +19,8 @@
 #include "trace/trace.h"
 #include "util/check.h"
 
-/* Requests in flight per direction for the pairwise (a2a) exchanges and
- * waves in flight for the pipelined ring/chain executor. */
+/* Requests in flight per direction for the pairwise (a2a) exchanges, and
+ * about the waves in flight of a ring or chain's schedule (ring.c). */
 #define HETCCL_ALGO_WINDOW 4
 
 static inline size_t algo_min(size_t a, size_t b) { return a < b ? a : b; }
