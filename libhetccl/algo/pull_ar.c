@@ -17,9 +17,10 @@
  * ready while this rank still reduces the rest. One schedule (sched.h)
  * holds both halves: a pair's messages match in the order it lists them,
  * every send of the reduction to a peer before any of these, and the
- * receives of these after those of the reduction. The receives of the
- * gather wait for nothing: the executor posts each one once the pair's
- * message before it has started.
+ * receives of these after those of the reduction. A receive of the
+ * gather waits for the one HETCCL_ALGO_WINDOW earlier from the same peer,
+ * and for nothing else: the executor posts it once the pair's message
+ * before it has started.
  *
  * In place, the buffer is input and output at once. Rank r writes only its
  * own block during the reduction (peers read their blocks, never ours),
@@ -41,11 +42,12 @@ static void build_allreduce(hetccl_sched_t *s, const pull_plan_t *pl, char *save
     int from = algo_mod(r - k, n);
     size_t foff, fcnt, per;
     hetccl_pull_block(pl, from, &foff, &fcnt);
-    int m = hetccl_pull_subs(pl, fcnt, &per);
-    for (int j = 0; j < m; j++) {
+    int m = hetccl_pull_subs(pl, fcnt, &per), window[HETCCL_ALGO_WINDOW];
+    for (int j = 0; j < m; j++) { /* each after the one HETCCL_ALGO_WINDOW earlier */
       size_t o = (size_t)j * per, sc = algo_min(per, fcnt - o);
-      hetccl_sched_recv(s, from, (char *)pl->c->recvbuf + (foff + o) * es, sc * es,
-                        HETCCL_STEP_NONE, HETCCL_STEP_NONE);
+      int *w = &window[j % HETCCL_ALGO_WINDOW];
+      *w = hetccl_sched_recv(s, from, (char *)pl->c->recvbuf + (foff + o) * es, sc * es,
+                             j >= HETCCL_ALGO_WINDOW ? *w : HETCCL_STEP_NONE, HETCCL_STEP_NONE);
     }
   }
 }

@@ -50,9 +50,10 @@
  * tests reach many sub-blocks with small buffers. */
 #define PULL_SUB_BYTES (1u << 20)
 /* At most this many sub-blocks per block, whatever the pipeline chunk
- * says (a test's 64-byte chunk on a 4 MiB buffer): a schedule's steps and
- * the messages in flight grow with them. */
-#define PULL_MAX_SUBS 64
+ * says (a test's 64-byte chunk on a 4 MiB buffer): a schedule's steps
+ * grow with them. Sends and receives are windowed (HETCCL_ALGO_WINDOW per
+ * peer and direction), so the messages in flight do not. */
+#define PULL_MAX_SUBS 1024
 
 /* Block b of a pull plan: [off, off + cnt) elements of every rank's input. */
 static void plan_block(const pull_plan_t *pl, int b, size_t *off, size_t *cnt) {
@@ -87,21 +88,23 @@ int hetccl_pull_subs(const pull_plan_t *pl, size_t cnt, size_t *per) {
 
 /* Every peer p reads block p of our input, one message per sub-block, in
  * the order it receives them: peer by peer, nearest first, sub-blocks in
- * order (a pair's messages match in posting order). No step waits for
+ * order (a pair's messages match in posting order), each after the one
+ * HETCCL_ALGO_WINDOW earlier has been read. No step of ours waits for
  * them; the schedule ends only once every peer has read its block (our
  * buffer stays readable until then). */
 static void build_sends(hetccl_sched_t *s, const pull_plan_t *pl) {
   int n = s->nranks, r = s->rank;
   size_t es = hetccl_dtype_size(pl->c->dtype);
   for (int k = 1; k < n; k++) {
-    int p = algo_mod(r + k, n);
+    int p = algo_mod(r + k, n), window[HETCCL_ALGO_WINDOW];
     size_t off, cnt, per;
     plan_block(pl, p, &off, &cnt);
     int m = hetccl_pull_subs(pl, cnt, &per);
     for (int j = 0; j < m; j++) {
       size_t o = (size_t)j * per, sc = algo_min(per, cnt - o);
-      hetccl_sched_send(s, p, pl->in + (off + o) * es, sc * es, HETCCL_STEP_NONE,
-                        HETCCL_STEP_NONE);
+      int *w = &window[j % HETCCL_ALGO_WINDOW];
+      *w = hetccl_sched_send(s, p, pl->in + (off + o) * es, sc * es,
+                             j >= HETCCL_ALGO_WINDOW ? *w : HETCCL_STEP_NONE, HETCCL_STEP_NONE);
     }
   }
 }
@@ -141,6 +144,7 @@ void hetccl_pull_build_own(hetccl_sched_t *s, const pull_plan_t *pl, char *saved
   const char *own = pl->in + off * es;
   int inplace = r > 0 && own == pl->dst; /* our block is overwritten before we add it */
   int done = HETCCL_STEP_NONE;           /* the previous sub-block's last step */
+  int shared[HETCCL_ALGO_WINDOW];        /* by sub-block: the first of its n - 1 sends */
   for (int j = 0; j < m; j++) {
     size_t o = (size_t)j * per, sc = algo_min(per, cnt - o);
     const char *mine = own + o * es;
@@ -151,9 +155,16 @@ void hetccl_pull_build_own(hetccl_sched_t *s, const pull_plan_t *pl, char *saved
     }
     done = build_sub(s, pl, sub, mine, sc, done);
     if (!pl->share_subs) continue;
-    int fin = done;
-    for (int k = 1; k < n; k++) /* nearest first */
-      hetccl_sched_send(s, algo_mod(r + k, n), sub, sc * es, fin, HETCCL_STEP_NONE);
+    /* To every peer, nearest first, each send after the one to the same
+     * peer HETCCL_ALGO_WINDOW sub-blocks earlier (appended together, in
+     * the same order). */
+    int *first = &shared[j % HETCCL_ALGO_WINDOW], earlier = *first;
+    for (int k = 1; k < n; k++) {
+      int before = j >= HETCCL_ALGO_WINDOW && earlier != HETCCL_STEP_NONE ? earlier + k - 1
+                                                                         : HETCCL_STEP_NONE;
+      int sent = hetccl_sched_send(s, algo_mod(r + k, n), sub, sc * es, done, before);
+      if (k == 1) *first = sent;
+    }
   }
 }
 
