@@ -1,6 +1,6 @@
-/* The helpers of algo_impl.h that every algorithm file shares: receive-
- * and-reduce hooks, blocks and pieces, schedules and the pairwise
- * exchange. The choice of algorithm is select.c's.
+/* The helpers of algo_impl.h that every algorithm file shares: blocks
+ * and pieces, schedules and the pairwise exchange (receives reduce
+ * through the host executor's hook, sched/sched_host.c). The choice of algorithm is select.c's.
  *
  * Thread: whichever thread drives the engine; never allocates (scratch
  * comes from hetccl_engine_scratch). */
@@ -17,21 +17,6 @@ const char *hetccl_func_name(hetccl_func_t f) {
 }
 
 /* --- shared helpers --------------------------------------------------------- */
-
-void hetccl_algo_consume(void *ctx, void *dst, const void *src, size_t bytes) {
-  const algo_red_ctx_t *c = ctx;
-  size_t n = bytes / hetccl_dtype_size(c->op->dtype);
-  const char *in = c->in_base + ((char *)dst - c->dst_base);
-  if (n == 0) return;
-  if (c->op->premul) { /* this rank's contribution is scaled exactly here, once */
-    hetccl_reduce_prepare(c->op, dst, in, n);
-    in = dst;
-  }
-  if (c->in_right)
-    algo_reduce(c->op, dst, src, in, n);
-  else
-    algo_reduce(c->op, dst, in, src, n);
-}
 
 void hetccl_algo_block(size_t count, size_t esize, int n, int b, size_t *off, size_t *cnt) {
   size_t align = esize < 64 ? 64 / esize : 1;

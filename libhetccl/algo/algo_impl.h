@@ -27,19 +27,6 @@ static inline size_t algo_min(size_t a, size_t b) { return a < b ? a : b; }
 static inline size_t algo_round_up(size_t a, size_t m) { return (a + m - 1) / m * m; }
 static inline int algo_mod(int a, int n) { return ((a % n) + n) % n; }
 
-/* Receive-and-reduce into rbuf against this rank's own contribution:
- * dst = in (op) incoming, or incoming (op) in when `in_right` (rank order),
- * with the PreMulSum scale applied to `in` on the way if the op has one.
- * `in` may equal the destination. The transport's consume hook. */
-typedef struct algo_red_ctx {
-  const hetccl_redop_t *op;
-  char *dst_base;       /* the request's buffer */
-  const char *in_base;  /* the contribution matching dst_base */
-  int in_right;
-} algo_red_ctx_t;
-
-void hetccl_algo_consume(void *ctx, void *dst, const void *src, size_t bytes);
-
 /* How c's messages go (p2p/engine.h): its signature, and whether the
  * receives that match may pull the sends in place (1 where they copy). */
 static inline hetccl_msg_t algo_msg(const hetccl_coll_t *c, int pull_ok) {
