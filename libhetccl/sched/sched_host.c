@@ -173,7 +173,7 @@ static void link_steps(hetccl_sched_t *s) {
     if (t->same_pair != HETCCL_STEP_NONE) off[t->same_pair]++, s->pending[i]++;
   }
   for (int i = 1; i <= n; i++) off[i] += off[i - 1]; /* off[i]: the end of i's list */
-  for (int i = n - 1; i >= 0; i--) {                 /* filled from the back: off[i] ends at its start */
+  for (int i = n - 1; i >= 0; i--) { /* filled from the back: off[i] ends at its start */
     const hetccl_step_t *t = &s->steps[i];
     for (int k = 0; k < HETCCL_STEP_MAX_AFTER; k++)
       if (t->after[k] != HETCCL_STEP_NONE) s->deps[--off[t->after[k]]] = DEP(i, 0);
