@@ -24,8 +24,17 @@
 #define HETCCL_ALGO_WINDOW 4
 
 static inline size_t algo_min(size_t a, size_t b) { return a < b ? a : b; }
+
 static inline size_t algo_round_up(size_t a, size_t m) { return (a + m - 1) / m * m; }
 static inline int algo_mod(int a, int n) { return ((a % n) + n) % n; }
+
+/* A run of messages to one peer, HETCCL_ALGO_WINDOW in flight: what
+ * message j of the run waits for, the one HETCCL_ALGO_WINDOW earlier
+ * (`window` holds the run's steps by j % HETCCL_ALGO_WINDOW; message j's
+ * goes in window[j % HETCCL_ALGO_WINDOW] once appended). */
+static inline int algo_window_after(const int *window, int j) {
+  return j >= HETCCL_ALGO_WINDOW ? window[j % HETCCL_ALGO_WINDOW] : HETCCL_STEP_NONE;
+}
 
 /* How c's messages go (p2p/engine.h): its signature, and whether the
  * receives that match may pull the sends in place (1 where they copy). */

@@ -45,9 +45,9 @@ static void build_allreduce(hetccl_sched_t *s, const pull_plan_t *pl, char *save
     int m = hetccl_pull_subs(pl, fcnt, &per), window[HETCCL_ALGO_WINDOW];
     for (int j = 0; j < m; j++) { /* each after the one HETCCL_ALGO_WINDOW earlier */
       size_t o = (size_t)j * per, sc = algo_min(per, fcnt - o);
-      int *w = &window[j % HETCCL_ALGO_WINDOW];
-      *w = hetccl_sched_recv(s, from, (char *)pl->c->recvbuf + (foff + o) * es, sc * es,
-                             j >= HETCCL_ALGO_WINDOW ? *w : HETCCL_STEP_NONE, HETCCL_STEP_NONE);
+      window[j % HETCCL_ALGO_WINDOW] =
+          hetccl_sched_recv(s, from, (char *)pl->c->recvbuf + (foff + o) * es, sc * es,
+                            algo_window_after(window, j), HETCCL_STEP_NONE);
     }
   }
 }

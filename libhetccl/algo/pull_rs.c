@@ -56,7 +56,7 @@
 #define PULL_MAX_SUBS 1024
 
 /* Block b of a pull plan: [off, off + cnt) elements of every rank's input. */
-static void plan_block(const pull_plan_t *pl, int b, size_t *off, size_t *cnt) {
+void hetccl_pull_block(const pull_plan_t *pl, int b, size_t *off, size_t *cnt) {
   if (pl->blockcount) {
     *off = (size_t)b * pl->blockcount;
     *cnt = pl->blockcount;
@@ -64,10 +64,6 @@ static void plan_block(const pull_plan_t *pl, int b, size_t *off, size_t *cnt) {
     hetccl_algo_block(pl->count, hetccl_dtype_size(pl->c->dtype), hetccl_engine_nranks(pl->e),
                       b, off, cnt);
   }
-}
-
-void hetccl_pull_block(const pull_plan_t *pl, int b, size_t *off, size_t *cnt) {
-  plan_block(pl, b, off, cnt);
 }
 
 int hetccl_pull_subs(const pull_plan_t *pl, size_t cnt, size_t *per) {
@@ -98,13 +94,13 @@ static void build_sends(hetccl_sched_t *s, const pull_plan_t *pl) {
   for (int k = 1; k < n; k++) {
     int p = algo_mod(r + k, n), window[HETCCL_ALGO_WINDOW];
     size_t off, cnt, per;
-    plan_block(pl, p, &off, &cnt);
+    hetccl_pull_block(pl, p, &off, &cnt);
     int m = hetccl_pull_subs(pl, cnt, &per);
     for (int j = 0; j < m; j++) {
       size_t o = (size_t)j * per, sc = algo_min(per, cnt - o);
-      int *w = &window[j % HETCCL_ALGO_WINDOW];
-      *w = hetccl_sched_send(s, p, pl->in + (off + o) * es, sc * es,
-                             j >= HETCCL_ALGO_WINDOW ? *w : HETCCL_STEP_NONE, HETCCL_STEP_NONE);
+      window[j % HETCCL_ALGO_WINDOW] =
+          hetccl_sched_send(s, p, pl->in + (off + o) * es, sc * es,
+                            algo_window_after(window, j), HETCCL_STEP_NONE);
     }
   }
 }
@@ -130,7 +126,7 @@ static int build_sub(hetccl_sched_t *s, const pull_plan_t *pl, char *sub, const 
 
 size_t hetccl_pull_saved_bytes(const pull_plan_t *pl) {
   size_t off, cnt, per;
-  plan_block(pl, hetccl_engine_rank(pl->e), &off, &cnt);
+  hetccl_pull_block(pl, hetccl_engine_rank(pl->e), &off, &cnt);
   hetccl_pull_subs(pl, cnt, &per);
   return algo_round_up(per * hetccl_dtype_size(pl->c->dtype), 64);
 }
@@ -139,7 +135,7 @@ void hetccl_pull_build_own(hetccl_sched_t *s, const pull_plan_t *pl, char *saved
   int n = s->nranks, r = s->rank;
   size_t es = hetccl_dtype_size(pl->c->dtype), off, cnt, per;
   build_sends(s, pl);
-  plan_block(pl, r, &off, &cnt);
+  hetccl_pull_block(pl, r, &off, &cnt);
   int m = hetccl_pull_subs(pl, cnt, &per);
   const char *own = pl->in + off * es;
   int inplace = r > 0 && own == pl->dst; /* our block is overwritten before we add it */

@@ -318,13 +318,12 @@ ncclResult_t hetccl_ring_reduce(hetccl_engine_t *e, const hetccl_coll_t *c) {
   }
   int window[HETCCL_ALGO_WINDOW], posted = 0;
   for (int k = 1; k < n; k++) {
-    int b = algo_mod(root + k, n), slot = posted % HETCCL_ALGO_WINDOW;
+    int b = algo_mod(root + k, n);
     hetccl_algo_block(c->count, esz, n, b, &off, &cnt);
     if (cnt == 0) continue;
-    window[slot] = hetccl_sched_recv(s, b, (char *)c->recvbuf + off * esz, cnt * esz,
-                                     posted >= HETCCL_ALGO_WINDOW ? window[slot]
-                                                                  : HETCCL_STEP_NONE,
-                                     HETCCL_STEP_NONE);
+    window[posted % HETCCL_ALGO_WINDOW] =
+        hetccl_sched_recv(s, b, (char *)c->recvbuf + off * esz, cnt * esz,
+                          algo_window_after(window, posted), HETCCL_STEP_NONE);
     posted++;
   }
   return hetccl_sched_run_host(s, c->tag);
