@@ -24,7 +24,6 @@
 #define HETCCL_ALGO_WINDOW 4
 
 static inline size_t algo_min(size_t a, size_t b) { return a < b ? a : b; }
-
 static inline size_t algo_round_up(size_t a, size_t m) { return (a + m - 1) / m * m; }
 static inline int algo_mod(int a, int n) { return ((a % n) + n) % n; }
 
