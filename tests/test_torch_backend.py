@@ -11,6 +11,7 @@ installs its CPU build).
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -179,3 +180,25 @@ def test_entry_point_names_the_registrar() -> None:
     text = (REPO_ROOT / "pyproject.toml").read_text()
     assert '[project.entry-points."torch.distributed.backends"]' in text
     assert 'hetccl = "hetccl.torch_backend:register"' in text
+
+
+def test_bench_torch_times_the_library_alone(hetccl_library: Path, tmp_path: Path) -> None:
+    """tools/bench_torch.py --direct: beside gloo's and the backend's time,
+    each point has the same collective's time through the library alone
+    on the backend's communicator, and the table prints that column."""
+    _torch_or_skip()
+    out = tmp_path / "bench.json"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HETCCL_")}
+    env["HETCCL_LIBRARY"] = str(hetccl_library)
+    p = subprocess.run([sys.executable, str(REPO_ROOT / "tools" / "bench_torch.py"), "-n", "2",
+                        "--reps", "1", "--sizes", "1K", "--colls", "all_reduce,send_recv",
+                        "--ddp-steps", "0", "--budget", "0.005", "--direct", "--json", str(out)],
+                       env=env, capture_output=True, text=True, timeout=240)
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert "| library |" in p.stdout
+    rows = {r["op"]: r for r in json.loads(out.read_text())["rows"]}
+    assert set(rows) == {"all_reduce", "send_recv"}
+    for r in rows.values():
+        assert 0 < r["library"] < 1.0 and 0 < r["hetccl"] < 1.0, r
+    gloo_run = json.loads(out.read_text())["runs"]["gloo"][0]
+    assert gloo_run["direct"] == {}  # gloo's ranks have no library to call

@@ -14,6 +14,13 @@ the loss of both after the last step:
     python tools/bench_torch.py -n 8 --sizes 1K,1M,16M --json out.json --plot out.png
     python tools/bench_torch.py -n 8 --variant spin0:HETCCL_SPIN=0   # one more hetccl job
 
+With `--direct`, each hetccl rank also times every collective through the
+library alone: the same buffers on the backend's own communicator, called
+through hetccl's Python API (`hetccl.nccl`), with no torch.distributed
+between. The table adds that column (`library`), so a point where hetccl
+loses to gloo says whether the time goes to the library or to the way
+torch reaches it.
+
 A variant (`--variant LABEL:VAR=VALUE[,VAR=VALUE]`, repeatable) launches the
 hetccl job once more per repetition with those variables, in the same
 alternation; the table adds its time and its paired ratio against gloo.
@@ -103,7 +110,12 @@ def rank_main(args: argparse.Namespace) -> None:
     if args.backend == "hetccl":
         import hetccl.torch_backend  # noqa: F401 (registers the backend)
     dist.init_process_group(args.backend)
-    result: Dict[str, Any] = {"rank": rank, "points": {}, "ddp": {}}
+    result: Dict[str, Any] = {"rank": rank, "points": {}, "ddp": {}, "direct": {}}
+    comm = None
+    if args.direct and args.backend == "hetccl":
+        dist.all_reduce(torch.ones(1))  # the backend makes its communicator on first use
+        comm = dist.distributed_c10d._get_default_group()._get_backend(
+            torch.device("cpu"))._comm
 
     def timed(fn, iters: int) -> float:
         for _ in range(args.warmup):
@@ -122,6 +134,9 @@ def rank_main(args: argparse.Namespace) -> None:
             if op is None:
                 continue
             result["points"][f"{coll}/{size}"] = timed(op, iters)
+            if comm is not None:
+                result["direct"][f"{coll}/{size}"] = timed(
+                    make_op(coll, count, rank, n, comm), iters)
     if args.ddp_steps:
         result["ddp"] = ddp(args, rank, n)
     dist.barrier()
@@ -129,9 +144,15 @@ def rank_main(args: argparse.Namespace) -> None:
     print("RESULT " + json.dumps(result), flush=True)
 
 
-def make_op(coll: str, count: int, rank: int, n: int):
+def make_op(coll: str, count: int, rank: int, n: int, comm: Any = None):
+    """One call of `coll` on `count` float32 elements per rank through
+    torch.distributed, or, given the hetccl backend's communicator `comm`,
+    the same call straight through the library (hetccl.nccl)."""
     import torch
     import torch.distributed as dist
+
+    if comm is not None:
+        return direct_op(coll, count, rank, n, comm)
 
     if coll == "all_reduce":
         t = torch.ones(count)
@@ -165,6 +186,40 @@ def make_op(coll: str, count: int, rank: int, n: int):
                 dist.recv(r, peer)
                 dist.send(s, peer)
         return pair
+    raise ValueError(coll)
+
+
+def direct_op(coll: str, count: int, rank: int, n: int, comm: Any):
+    """make_op's call on the library alone: same shapes, float32, sum."""
+    import torch
+    from hetccl.nccl import NCCL_FLOAT32 as F32, NCCL_SUM as SUM
+
+    per = max(1, count // n)
+    if coll == "all_reduce":
+        t = torch.ones(count)
+        return lambda: comm.allReduce(t.data_ptr(), t.data_ptr(), count, F32, SUM)
+    if coll == "broadcast":
+        t = torch.ones(count)
+        return lambda: comm.bcast(t.data_ptr(), count, F32, 0)
+    if coll == "all_gather_into_tensor":
+        src, dst = torch.ones(per), torch.empty(per * n)
+        return lambda: comm.allGather(src.data_ptr(), dst.data_ptr(), per, F32)
+    if coll == "reduce_scatter_tensor":
+        src, dst = torch.ones(per * n), torch.empty(per)
+        return lambda: comm.reduceScatter(src.data_ptr(), dst.data_ptr(), per, F32, SUM)
+    if coll == "all_to_all_single":
+        src, dst = torch.ones(per * n), torch.empty(per * n)
+        return lambda: comm.alltoall(src.data_ptr(), dst.data_ptr(), per, F32)
+    if coll == "send_recv":
+        peer = rank ^ 1
+        if peer >= n:
+            return lambda: None
+        s, r = torch.ones(count), torch.empty(count)
+        first, second = ((lambda: comm.send(s.data_ptr(), count, F32, peer)),
+                         (lambda: comm.recv(r.data_ptr(), count, F32, peer)))
+        if rank % 2:
+            first, second = second, first
+        return lambda: (first(), second())
     raise ValueError(coll)
 
 
@@ -314,6 +369,8 @@ def launch(backend: str, args: argparse.Namespace) -> List[Dict[str, Any]]:
                "--warmup", str(args.warmup), "--budget", str(args.budget)]
         if args.profile:
             cmd.append("--profile")
+        if args.direct:
+            cmd.append("--direct")
         if args.ops_profile:
             cmd.append("--ops-profile")
         pin = (lambda c=blocks[rank]: os.sched_setaffinity(0, c)) if blocks[rank] else None
@@ -346,6 +403,7 @@ def rank_results(procs: List[subprocess.Popen], what: str,
 def job_summary(results: List[Dict[str, Any]]) -> Dict[str, Any]:
     """The slowest rank's time per point and DDP step; rank 0's profile."""
     points = {k: max(r["points"][k] for r in results) for k in results[0]["points"]}
+    direct = {k: max(r["direct"][k] for r in results) for k in results[0].get("direct", {})}
     ddp = {}
     if results[0]["ddp"]:
         ddp = dict(results[0]["ddp"])
@@ -354,7 +412,7 @@ def job_summary(results: List[Dict[str, Any]]) -> Dict[str, Any]:
             if key in ddp:
                 ddp[key] = max(r["ddp"][key] for r in results)
         ddp["losses"] = [r["ddp"]["loss"] for r in results]
-    return {"points": points, "ddp": ddp}
+    return {"points": points, "ddp": ddp, "direct": direct}
 
 
 def main(argv: Optional[List[str]] = None) -> int:
@@ -371,6 +429,9 @@ def main(argv: Optional[List[str]] = None) -> int:
     ap.add_argument("--ops-profile", action="store_true",
                     help="with --profile: torch.profiler's operator table of rank 0's DDP "
                          "steps without communication (which operators take the time)")
+    ap.add_argument("--direct", action="store_true",
+                    help="also time each collective through the library alone, on the hetccl "
+                         "backend's own communicator (the column `library`)")
     ap.add_argument("--bind", action="store_true",
                     help="hold each rank to a block of CPUs of its own, as `hetccl run` does")
     ap.add_argument("--warmup", type=int, default=3)
@@ -425,9 +486,10 @@ def table(args: argparse.Namespace, runs: Dict[str, List[Dict[str, Any]]]) -> Li
     print(f"# torch.distributed on CPU tensors, n={args.n} on {os.cpu_count()} CPUs"
           f"{', each rank bound to its own CPUs' if args.bind else ''}, "
           f"{args.reps} alternating launches each; times are the slowest rank's")
-    extra = "".join(f" {v} | paired |" for v in variants)
+    direct = bool(runs["hetccl"][0].get("direct"))
+    extra = "".join(f" {v} | paired |" for v in variants) + (" library |" if direct else "")
     print(f"| op | size | gloo | hetccl | ratio | paired | wins |{extra}")
-    print("| --- " * (7 + 2 * len(variants)) + "|")
+    print("| --- " * (7 + 2 * len(variants) + direct) + "|")
 
     def series(backend: str, key: str) -> List[float]:
         return [r["ddp"]["step"] if key == "ddp" else r["points"][key] for r in runs[backend]]
@@ -438,11 +500,15 @@ def table(args: argparse.Namespace, runs: Dict[str, List[Dict[str, Any]]]) -> Li
         op, size = ("ddp_step", 0) if key == "ddp" else (key.split("/")[0], int(key.split("/")[1]))
         r = row(op, size, g, series("hetccl", key))
         r["variants"] = {v: row(op, size, g, series(v, key)) for v in variants}
+        if direct and key != "ddp":
+            r["library"] = statistics.median(x["direct"][key] for x in runs["hetccl"])
         rows.append(r)
     for r in rows:
         size = size_text(r["size"]) if r["size"] else f"{runs['gloo'][0]['ddp']['params'] / 1e6:.1f} M params"
         cols = "".join(f" {fmt(r['variants'][v]['hetccl'])} | {r['variants'][v]['paired']:.2f} |"
                        for v in variants)
+        if direct:
+            cols += f" {fmt(r['library'])} |" if "library" in r else " |"
         print(f"| {r['op']} | {size} | {fmt(r['gloo'])} | {fmt(r['hetccl'])} | "
               f"{r['ratio']:.2f} | {r['paired']:.2f} | {r['wins']}/{len(r['pairs'])} |{cols}")
     if runs["gloo"][0]["ddp"]:
