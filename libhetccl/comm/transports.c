@@ -12,6 +12,22 @@
 #include "util/knobs.h"
 #include "util/log.h"
 
+/* How long a host rank's idle wait yields before it sleeps, HETCCL_IDLE_YIELD
+ * unset, where the host has a CPU for each of its ranks (a GPU rank's: the
+ * knob's 1 ms, which covers a small collective of the GPU, 100-250 us on
+ * the H100). A host rank's peers are CPUs, and the threads beside it
+ * (torch's compute under DDP) want the core its wait holds while it
+ * yields. DDP step against gloo, paired medians of 3 launches, 1000 / 200
+ * us: 16-core machine n = 4 1.08 / 1.14, n = 8 1.06 / 1.07; 2-core machine
+ * n = 2 1.21 / 1.26; the C library's operations of 1 KiB-1 MiB at 8 and 16
+ * ranks (16 cores) and at 2 (2 cores) within each other's spread
+ * (docs/measurements.md, "Yielding for 200 us"). With more ranks than
+ * CPUs, where a yield is what lets the awaited peer run, 200 us made 1 KiB
+ * operations at 3 and 4 ranks on 2 cores 4-14 % slower (12 alternations),
+ * so those keep 1 ms. 0 (sleep at once) made two ranks on 2 cores sleep in
+ * turn on every small operation (30-50 us for 16 KiB, against 1-3). */
+enum { HOST_IDLE_YIELD_US = 200 };
+
 int hetccl_transports_ib_wanted(void) {
   return hetccl_knob_enum(HETCCL_KNOB_TRANSPORT) == HETCCL_KNOB_TRANSPORT_auto &&
          !hetccl_knob_int(HETCCL_KNOB_IB_DISABLE);
@@ -192,9 +208,14 @@ ncclResult_t hetccl_transports_connect(ncclComm_t comm, uint64_t secret) {
    * yield at once unless HETCCL_SPIN says otherwise. */
   int spin = (int)hetccl_knob_int(HETCCL_KNOB_SPIN);
   if (oversubscribed && !hetccl_knob_is_set(HETCCL_KNOB_SPIN)) spin = 0;
+  int idle_yield_us = (int)hetccl_knob_int(HETCCL_KNOB_IDLE_YIELD);
+  if (comm->dev_kind == HETCCL_DEV_HOST && !oversubscribed &&
+      !hetccl_knob_is_set(HETCCL_KNOB_IDLE_YIELD))
+    idle_yield_us = HOST_IDLE_YIELD_US;
   hetccl_engine_args_t eargs = {
       .rank = me, .nranks = n, .eps = eps, .transports = tps,
       .timeout_ms = (int)hetccl_knob_int(HETCCL_KNOB_TIMEOUT) * 1000, .spin = spin,
+      .idle_yield_us = idle_yield_us,
       .abort_flag = &comm->state.abort_flag, .comm_error = &comm->state.error, .ctxs = ctx,
       .peer_note = &comm->engine.peer_note, .mismatch = &comm->engine.mismatch,
       .describe_tag = hetccl_comm_tag_describe, .user_ranks = comm->user_ranks,
@@ -215,8 +236,11 @@ ncclResult_t hetccl_transports_connect(ncclComm_t comm, uint64_t secret) {
                               t ? ", " : "",
                               hetccl_transport_get((hetccl_transport_id_t)t)->name, k);
   }
-  INFO(HETCCL_INIT, "rank %d of %d: engine ready (peers by transport: %s; %s)", me, n, mine_line,
-       lazy ? "pairs connect on first use" : "every pair connected at init");
+  INFO(HETCCL_INIT,
+       "rank %d of %d: engine ready (peers by transport: %s; %s; an idle wait polls %d times, "
+       "yields %d us, then sleeps)",
+       me, n, mine_line, lazy ? "pairs connect on first use" : "every pair connected at init",
+       spin, idle_yield_us);
 out:
   for (int p = 0; p < n && eps; p++)
     if (eps[p]) tps[p]->ep_close(eps[p]);

@@ -65,7 +65,7 @@ ncclResult_t hetccl_engine_create(const hetccl_engine_args_t *a, hetccl_engine_t
   e->mismatch = a->mismatch;
   e->spin = a->spin;
   e->nap_us = (int)hetccl_knob_int(HETCCL_KNOB_IDLE_NAP);
-  e->yield_ns = hetccl_knob_int(HETCCL_KNOB_IDLE_YIELD) * 1000;
+  e->yield_ns = (int64_t)a->idle_yield_us * 1000;
   e->pipeline_chunk = (size_t)hetccl_knob_int(HETCCL_KNOB_PIPELINE_CHUNK) & ~(size_t)63;
   if (e->pipeline_chunk < 64) e->pipeline_chunk = 64;
   e->small_bytes = (size_t)hetccl_knob_int(HETCCL_KNOB_SMALL_BYTES);
@@ -314,11 +314,12 @@ static ncclResult_t progress_all(hetccl_engine_t *e, int *idle_out) {
  * idle, by sleeping, 8 us and doubling up to HETCCL_IDLE_NAP (0: yield for
  * ever). Sleeping matters where the CPUs are shared in a way this rank
  * cannot see (virtual machines on fewer cores, a NIC emulated in the
- * kernel): a thread that only yields still holds its CPU whenever no other
- * thread of its own system is runnable there. Yielding first keeps waits
- * shorter than that (1 ms unset; a GPU's small collective: 100-250 us on the
- * H100) at the latency they had; a longer one pays at most one nap, plus
- * the kernel's timer slack. */
+ * kernel), and where the rank's own compute threads want the core: a
+ * thread that only yields still holds its CPU whenever no other thread of
+ * its own system is runnable there. Yielding first keeps waits shorter
+ * than that (the owner's idle_yield_us: comm/transports.c) at the latency
+ * they had; a longer one pays at most one nap, plus the kernel's timer
+ * slack. */
 enum { IDLE_NAP_FIRST_US = 8 };
 
 typedef struct {

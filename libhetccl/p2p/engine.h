@@ -119,6 +119,7 @@ typedef struct hetccl_engine_args {
                                            endpoints use them until closed */
   int timeout_ms;
   int spin;                             /* idle polls before yielding */
+  int idle_yield_us;                    /* then how long it yields before sleeping */
   volatile int *abort_flag;
   volatile int *comm_error;             /* sticky error of the owner */
   hetccl_fail_note_t *peer_note;        /* the transports' args->peer_note (owner's) */

@@ -176,7 +176,7 @@
   X(SPIN, "HETCCL_SPIN", INT, "2000", 0, 100000000,                            \
     "polls of an idle wait before it starts yielding the CPU")                 \
   X(IDLE_YIELD, "HETCCL_IDLE_YIELD", INT, "1000", 0, 10000000,                \
-    "microseconds an idle wait yields the CPU, after HETCCL_SPIN polls, before it sleeps") \
+    "microseconds an idle wait yields the CPU, after HETCCL_SPIN polls, before it sleeps (unset: 200 on a host rank with a CPU for each local rank, else 1000)") \
   X(IDLE_NAP, "HETCCL_IDLE_NAP", INT, "64", 0, 100000,                         \
     "microseconds: an idle wait still idle after HETCCL_SPIN polls and HETCCL_IDLE_YIELD of yielding sleeps 8 us, doubling up to this; 0: it yields for ever") \
   X(CHECK_MISMATCH, "HETCCL_CHECK_MISMATCH", INT, "1", 0, 1,                   \
