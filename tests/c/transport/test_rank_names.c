@@ -126,9 +126,9 @@ static void comm_open(comm_t *c, int which) {
   CHK(T->connect(ctxs[tid], use, &S->addrs[which][0][0], loc, c->eps));
   hetccl_engine_args_t ea = {
       .rank = rank, .nranks = NRANKS, .user_ranks = USER, .eps = c->eps, .transports = tps,
-      .ctxs = ctxs, .timeout_ms = 10000, .spin = 100, .idle_yield_us = 1000, .abort_flag = &c->abort_flag,
-      .comm_error = &c->error, .peer_note = &c->note, .mismatch = &c->mismatch,
-      .describe_tag = describe_tag};
+      .ctxs = ctxs, .timeout_ms = 10000, .spin = 100, .idle_yield_us = 1000,
+      .abort_flag = &c->abort_flag, .comm_error = &c->error, .peer_note = &c->note,
+      .mismatch = &c->mismatch, .describe_tag = describe_tag};
   CHK(hetccl_engine_create(&ea, &c->engine));
 }
 
