@@ -28,7 +28,9 @@ alternation; the table adds its time and its paired ratio against gloo.
 Timing: per size, warmup iterations, then a barrier and `iters` calls
 each waited on; a rank's time is the mean per call, the point's time the
 slowest rank's. Every rank uses cores // N intra-op threads (torch's
-default would oversubscribe the host N times over). With `--bind`, each
+default would oversubscribe the host N times over; `--threads` sets
+another count, to see how a backend fares when compute wants more cores
+than there are). With `--bind`, each
 rank of both backends is held to a block of cores // N CPUs of its own
 (what `hetccl run` does: hetccl.launcher.core_binding), so where the
 scheduler puts a launch's compute threads no longer moves the figures.
@@ -106,7 +108,7 @@ def rank_main(args: argparse.Namespace) -> None:
     import torch.distributed as dist
 
     rank, n = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-    torch.set_num_threads(max(1, (os.cpu_count() or 1) // n))
+    torch.set_num_threads(args.threads or max(1, (os.cpu_count() or 1) // n))
     if args.backend == "hetccl":
         import hetccl.torch_backend  # noqa: F401 (registers the backend)
     dist.init_process_group(args.backend)
@@ -366,7 +368,8 @@ def launch(backend: str, args: argparse.Namespace) -> List[Dict[str, Any]]:
         cmd = [sys.executable, __file__, "--as-rank", "--backend", backend.split(":")[0],
                "--sizes", ",".join(map(str, args.sizes)), "--colls", ",".join(args.colls),
                "--ddp-steps", str(args.ddp_steps), "--ddp-params", str(args.ddp_params),
-               "--warmup", str(args.warmup), "--budget", str(args.budget)]
+               "--warmup", str(args.warmup), "--budget", str(args.budget),
+               "--threads", str(args.threads)]
         if args.profile:
             cmd.append("--profile")
         if args.direct:
@@ -434,6 +437,8 @@ def main(argv: Optional[List[str]] = None) -> int:
                          "backend's own communicator (the column `library`)")
     ap.add_argument("--bind", action="store_true",
                     help="hold each rank to a block of CPUs of its own, as `hetccl run` does")
+    ap.add_argument("--threads", type=int, default=0,
+                    help="intra-op threads per rank (0: cores // N, so the ranks fill the host)")
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--budget", type=float, default=0.05,
                     help="about this many seconds of calls per point")
