@@ -16,7 +16,8 @@
 #               one GPU
 #   torchbench  tools/bench_torch.py at n=4 and n=8 ($TORCH_REPS alternating
 #               launches each): gloo against hetccl per collective and size,
-#               the DDP step taken apart ($TORCH_ARGS: more of its options,
+#               with the library's own time beside (--direct), the DDP step
+#               taken apart ($TORCH_ARGS: more of its options,
 #               e.g. "--colls all_reduce --sizes 16M" for the DDP step alone)
 #   gpushare    hetccl-perf, two processes on the one GPU (hetccl run -n 2):
 #               with no variable, and with HETCCL_ISLANDS=rank beside it
@@ -66,7 +67,8 @@ do_torchbench() {
   local n
   for n in 4 8; do
     echo "--- n=$n"
-    $PY tools/bench_torch.py -n $n --reps "$TORCH_REPS" --profile --json "$OUT/torch-n$n.json" \
+    $PY tools/bench_torch.py -n $n --reps "$TORCH_REPS" --profile --direct \
+      --json "$OUT/torch-n$n.json" \
       ${TORCH_ARGS:-} || return 1
   done
 }
