@@ -129,6 +129,21 @@ def test_run_python_ranks(n: int, hetccl_library: Path) -> None:
 
 
 @pytest.mark.timeout(TIMEOUT)
+def test_run_says_which_library_a_preload_does_not_replace(hetccl_library: Path,
+                                                           tmp_path: Path) -> None:
+    """Another libhetccl.so in LD_PRELOAD comes second to HETCCL_LIBRARY's,
+    so the ranks never run it: hetccl run says so, and which one they run."""
+    other = tmp_path / "libhetccl.so"
+    shutil.copyfile(hetccl_library, other)
+    env = dict(os.environ, LD_PRELOAD=str(other), HETCCL_LIBRARY=str(hetccl_library))
+    proc = subprocess.run([sys.executable, "-m", "hetccl", "run", "-n", "1", "--", "true"],
+                          capture_output=True, text=True, timeout=TIMEOUT, env=env)
+    assert proc.returncode == 0, proc.stderr
+    assert f"LD_PRELOAD names {other}, but the ranks run {hetccl_library.resolve()}" \
+        in proc.stderr, proc.stderr
+
+
+@pytest.mark.timeout(TIMEOUT)
 def test_run_sets_preload(hetccl_library: Path) -> None:
     proc = hetccl("run", "-n", "2", "--", sys.executable, "-c",
                   "import os; os.write(1, (os.environ['LD_PRELOAD'].split()[0] + ' ' + "

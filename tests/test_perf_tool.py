@@ -371,3 +371,24 @@ def test_plot(perf: Path, tmp_path: Path) -> None:
     (tmp_path / "empty.txt").write_text("# nothing\n")
     proc = _run(cmd[:4] + [str(tmp_path / "empty.txt"), "-o", str(png)], _env(perf))
     assert proc.returncode == 2 and "empty.txt: no result rows" in proc.stderr
+
+
+def test_bench_cpu_variants_run_the_library_they_name(perf: Path, tmp_path: Path) -> None:
+    """A variant's HETCCL_LIBRARY is the library its ranks run, and the JSON
+    says so per variant; a libhetccl in a variant's LD_PRELOAD, which hetccl
+    run would put behind HETCCL_LIBRARY's, is refused before anything runs."""
+    from bench_cpu import parse_variant
+    with pytest.raises(ValueError, match="HETCCL_LIBRARY"):
+        parse_variant(f"old:LD_PRELOAD={tmp_path / 'libhetccl.so'}")
+    copy = tmp_path / "copy" / "libhetccl.so"
+    copy.parent.mkdir()
+    shutil.copyfile(_library(perf), copy)
+    out = tmp_path / "b.json"
+    proc = _run([sys.executable, str(ROOT / "tools" / "bench_cpu.py"), "--perf", str(perf),
+                 "--peer", "none", "--n", "2", "--reps", "1", "--cases", "all_reduce:1K",
+                 "--variant", "new:", "--variant", f"copy:HETCCL_LIBRARY={copy}",
+                 "--json", str(out)], _env(perf))
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    info = json.loads(out.read_text())["info"]
+    assert info["library copy"].startswith(str(copy.resolve())), info
+    assert info["library new"].startswith(str(_library(perf).resolve())), info

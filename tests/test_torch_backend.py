@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -185,14 +186,20 @@ def test_entry_point_names_the_registrar() -> None:
 def test_bench_torch_times_the_library_alone(hetccl_library: Path, tmp_path: Path) -> None:
     """tools/bench_torch.py --direct: beside gloo's and the backend's time,
     each point has the same collective's time through the library alone
-    on the backend's communicator, and the table prints that column."""
+    on the backend's communicator, and the table prints that column. A
+    variant's HETCCL_LIBRARY is the library its ranks run, whatever the
+    caller's environment names."""
     _torch_or_skip()
     out = tmp_path / "bench.json"
+    copy = tmp_path / "copy" / "libhetccl.so"
+    copy.parent.mkdir()
+    shutil.copyfile(hetccl_library, copy)
     env = {k: v for k, v in os.environ.items() if not k.startswith("HETCCL_")}
     env["HETCCL_LIBRARY"] = str(hetccl_library)
     p = subprocess.run([sys.executable, str(REPO_ROOT / "tools" / "bench_torch.py"), "-n", "2",
                         "--reps", "1", "--sizes", "1K", "--colls", "all_reduce,send_recv",
-                        "--ddp-steps", "0", "--budget", "0.005", "--direct", "--json", str(out)],
+                        "--ddp-steps", "0", "--budget", "0.005", "--direct", "--json", str(out),
+                        "--variant", f"copy:HETCCL_LIBRARY={copy}"],
                        env=env, capture_output=True, text=True, timeout=240)
     assert p.returncode == 0, p.stderr[-3000:]
     assert "| library |" in p.stdout
@@ -200,5 +207,7 @@ def test_bench_torch_times_the_library_alone(hetccl_library: Path, tmp_path: Pat
     assert set(rows) == {"all_reduce", "send_recv"}
     for r in rows.values():
         assert 0 < r["library"] < 1.0 and 0 < r["hetccl"] < 1.0, r
-    gloo_run = json.loads(out.read_text())["runs"]["gloo"][0]
-    assert gloo_run["direct"] == {}  # gloo's ranks have no library to call
+    runs = json.loads(out.read_text())["runs"]
+    assert runs["gloo"][0]["direct"] == {}  # gloo's ranks have no library to call
+    assert Path(runs["hetccl"][0]["library"]).resolve() == hetccl_library.resolve()
+    assert Path(runs["hetccl:copy"][0]["library"]).resolve() == copy.resolve()

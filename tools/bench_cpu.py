@@ -365,7 +365,13 @@ class Runner:
             tail = (err.strip() or out.strip()).splitlines()[-3:]
             self.errors.append(f"{label} rc={rc}: " + " | ".join(tail))
             return None
-        self.info.setdefault("peer_library" if who == "peer" else "hetccl_library", lib)
+        if who != "peer":
+            want = env.get("HETCCL_LIBRARY")
+            ran = lib.split(" (", 1)[0]
+            if want and ran and Path(ran).resolve() != Path(want).resolve():
+                self.errors.append(f"{label}: the ranks ran {ran}, not HETCCL_LIBRARY={want}")
+                return None
+        self.info.setdefault("peer_library" if who == "peer" else f"library {who}", lib)
         return rows
 
 
@@ -465,6 +471,11 @@ def parse_variant(text: str) -> Tuple[str, Dict[str, str]]:
         env[k] = v
     if not name or name == "peer":
         raise ValueError(f"variant {text!r}: needs a name (not 'peer')")
+    if any("libhetccl" in Path(x).name for x in env.get("LD_PRELOAD", "").replace(",", " ").split()):
+        # hetccl run puts HETCCL_LIBRARY's library first in LD_PRELOAD, so
+        # another one here would never be the one the ranks run
+        raise ValueError(f"variant {text!r}: a libhetccl in LD_PRELOAD does not reach the "
+                         "ranks; name the library with HETCCL_LIBRARY=<path>")
     return name, env
 
 

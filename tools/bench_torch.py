@@ -142,6 +142,9 @@ def rank_main(args: argparse.Namespace) -> None:
     if args.ddp_steps:
         result["ddp"] = ddp(args, rank, n)
     dist.barrier()
+    if args.backend == "hetccl":  # the library this process ran (a variant may name another)
+        from hetccl import _lib
+        result["library"] = str(_lib._path or "")
     dist.destroy_process_group()
     print("RESULT " + json.dumps(result), flush=True)
 
@@ -356,9 +359,9 @@ def launch(backend: str, args: argparse.Namespace) -> List[Dict[str, Any]]:
         from hetccl.launcher import core_binding
         blocks = core_binding(args.n)
     base = {k: v for k, v in os.environ.items() if not k.startswith("HETCCL_")}
-    base.update(args.variant_env.get(backend, {}))
     if "HETCCL_LIBRARY" in os.environ:
         base["HETCCL_LIBRARY"] = os.environ["HETCCL_LIBRARY"]
+    base.update(args.variant_env.get(backend, {}))  # a variant's HETCCL_LIBRARY wins
     base["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO / "python"),
                                                        base.get("PYTHONPATH")]))
     for rank in range(args.n):
@@ -379,7 +382,11 @@ def launch(backend: str, args: argparse.Namespace) -> List[Dict[str, Any]]:
         pin = (lambda c=blocks[rank]: os.sched_setaffinity(0, c)) if blocks[rank] else None
         procs.append(subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE,
                                       stderr=subprocess.PIPE, text=True, preexec_fn=pin))
-    return rank_results(procs, f"{backend} job", args.timeout)
+    results = rank_results(procs, f"{backend} job", args.timeout)
+    want, ran = base.get("HETCCL_LIBRARY"), results[0].get("library")
+    if backend != "gloo" and want and ran and Path(ran).resolve() != Path(want).resolve():
+        raise SystemExit(f"{backend} job: the ranks ran {ran}, not HETCCL_LIBRARY={want}")
+    return results
 
 
 def rank_results(procs: List[subprocess.Popen], what: str,
@@ -415,7 +422,8 @@ def job_summary(results: List[Dict[str, Any]]) -> Dict[str, Any]:
             if key in ddp:
                 ddp[key] = max(r["ddp"][key] for r in results)
         ddp["losses"] = [r["ddp"]["loss"] for r in results]
-    return {"points": points, "ddp": ddp, "direct": direct}
+    return {"points": points, "ddp": ddp, "direct": direct,
+            "library": results[0].get("library", "")}
 
 
 def main(argv: Optional[List[str]] = None) -> int:
@@ -491,6 +499,9 @@ def table(args: argparse.Namespace, runs: Dict[str, List[Dict[str, Any]]]) -> Li
     print(f"# torch.distributed on CPU tensors, n={args.n} on {os.cpu_count()} CPUs"
           f"{', each rank bound to its own CPUs' if args.bind else ''}, "
           f"{args.reps} alternating launches each; times are the slowest rank's")
+    for b in runs:
+        if b != "gloo":
+            print(f"# {b}: {runs[b][0].get('library') or 'library not seen'}")
     direct = bool(runs["hetccl"][0].get("direct"))
     extra = "".join(f" {v} | paired |" for v in variants) + (" library |" if direct else "")
     print(f"| op | size | gloo | hetccl | ratio | paired | wins |{extra}")

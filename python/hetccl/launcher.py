@@ -183,6 +183,10 @@ def preload_env(base: Mapping[str, str]) -> Dict[str, str]:
     path = str(_lib.library_path())
     env["HETCCL_LIBRARY"] = path
     others = [p for p in env.get("LD_PRELOAD", "").replace(",", " ").split() if p != path]
+    shadowed = [p for p in others if os.path.basename(p).startswith("libhetccl")]
+    if shadowed:  # the first one preloaded is the one the ranks run
+        _say(f"LD_PRELOAD names {', '.join(shadowed)}, but the ranks run {path} "
+             "(HETCCL_LIBRARY, or the package's library): to run another, set HETCCL_LIBRARY")
     env["LD_PRELOAD"] = " ".join([path, *others])
     return env
 

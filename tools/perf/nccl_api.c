@@ -1,10 +1,12 @@
 /* The NCCL API, resolved with dlopen/dlsym on one handle.
  *
  * $HETCCL_PERF_LIB names the library (a real libnccl.so.2 to measure NCCL
- * itself); otherwise hetccl's own library: beside the executable (the
- * installed Python package holds both), then ../libhetccl/ or
- * ../../libhetccl/ (meson build tree: build/tools/perf), then the loader's
- * search path. */
+ * itself); otherwise $HETCCL_LIBRARY, which names hetccl's library for the
+ * whole project (the Python package, `hetccl run`, which sets it for its
+ * ranks and preloads it); otherwise hetccl's own library: beside the
+ * executable (the installed Python package holds both), then ../libhetccl/
+ * or ../../libhetccl/ (meson build tree: build/tools/perf), then the
+ * loader's search path. */
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <link.h>
@@ -25,11 +27,14 @@ static void *open_candidate(const char *path)
 
 static void *open_library(const char *exe_dir, char *tried, size_t tried_len)
 {
-  const char *env = getenv("HETCCL_PERF_LIB");
-  if (env && *env) {
+  static const char *const named[] = {"HETCCL_PERF_LIB", "HETCCL_LIBRARY"};
+  for (size_t i = 0; i < sizeof named / sizeof named[0]; i++) {
+    const char *env = getenv(named[i]);
+    if (!env || !*env)
+      continue;
     void *h = dlopen(env, RTLD_NOW | RTLD_GLOBAL);
     if (!h)
-      snprintf(tried, tried_len, "HETCCL_PERF_LIB=%s: %s", env, dlerror());
+      snprintf(tried, tried_len, "%s=%s: %s", named[i], env, dlerror());
     return h;
   }
   char path[4096];
