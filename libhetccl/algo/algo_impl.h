@@ -173,13 +173,14 @@ int hetccl_pull_subs(const pull_plan_t *pl, size_t cnt, size_t *per);
 size_t hetccl_pull_saved_bytes(const pull_plan_t *pl);
 /* Appends to s this rank's reduction of its block, finished (average)
  * sub-block by sub-block, with the sends its peers read; `saved` is
- * hetccl_pull_saved_bytes(pl) bytes (NULL while counting). Not for
- * PreMulSum. */
-void hetccl_pull_build_own(hetccl_sched_t *s, const pull_plan_t *pl, char *saved);
+ * hetccl_pull_saved_bytes(pl) bytes (NULL while counting). Returns the
+ * step that finishes the reduction (HETCCL_STEP_NONE: an empty block).
+ * Not for PreMulSum. */
+int hetccl_pull_build_own(hetccl_sched_t *s, const pull_plan_t *pl, char *saved);
 /* A builder of a schedule by reads (hetccl_pull_build_own, or one that
- * calls it), and the run of it: counted, built in the engine's scratch,
- * run on the host executor with pulling on. */
-typedef void (*pull_build_fn)(hetccl_sched_t *s, const pull_plan_t *pl, char *saved);
+ * calls it; returning what it does), and the run of it: counted, built in
+ * the engine's scratch, run on the host executor with pulling on. */
+typedef int (*pull_build_fn)(hetccl_sched_t *s, const pull_plan_t *pl, char *saved);
 ncclResult_t hetccl_pull_run(const pull_plan_t *pl, pull_build_fn build);
 
 #endif

@@ -82,25 +82,39 @@ int hetccl_pull_subs(const pull_plan_t *pl, size_t cnt, size_t *per) {
   return (int)((cnt + *per - 1) / *per);
 }
 
+/* Offers ahead: a peer finds this many sub-blocks of its block offered
+ * at once, however busy this rank's thread is with its own reduction.
+ * Four (HETCCL_ALGO_WINDOW, commit 7ab9eb0) made a two-rank ReduceScatter
+ * of 16 MiB by reads (eight 1 MiB sub-blocks a peer) take 1.0-1.16 ms
+ * instead of 0.81-1.02 out of place and 0.96-1.05 instead of 0.64-0.73 in
+ * place (2-core machine, hetccl-perf, reads forced): the reader waited
+ * for offers this rank posted only between its own reduction steps. The
+ * bound keeps what is in flight, which the executor looks at after each
+ * event, finite where a tiny pipeline chunk cuts a block into
+ * PULL_MAX_SUBS sub-blocks (the tests' sweeps). */
+#define PULL_OFFERS_AHEAD 64
+
 /* Every peer p reads block p of our input, one message per sub-block, in
  * the order it receives them: peer by peer, nearest first, sub-blocks in
  * order (a pair's messages match in posting order), each after the one
- * HETCCL_ALGO_WINDOW earlier has been read. No step of ours waits for
+ * PULL_OFFERS_AHEAD earlier has been read. No step of ours waits for
  * them; the schedule ends only once every peer has read its block (our
  * buffer stays readable until then). */
 static void build_sends(hetccl_sched_t *s, const pull_plan_t *pl) {
   int n = s->nranks, r = s->rank;
   size_t es = hetccl_dtype_size(pl->c->dtype);
   for (int k = 1; k < n; k++) {
-    int p = algo_mod(r + k, n), window[HETCCL_ALGO_WINDOW];
+    int p = algo_mod(r + k, n), first = HETCCL_STEP_NONE;
     size_t off, cnt, per;
     hetccl_pull_block(pl, p, &off, &cnt);
     int m = hetccl_pull_subs(pl, cnt, &per);
-    for (int j = 0; j < m; j++) {
+    for (int j = 0; j < m; j++) { /* a peer's offers are consecutive steps */
       size_t o = (size_t)j * per, sc = algo_min(per, cnt - o);
-      window[j % HETCCL_ALGO_WINDOW] =
-          hetccl_sched_send(s, p, pl->in + (off + o) * es, sc * es,
-                            algo_window_after(window, j), HETCCL_STEP_NONE);
+      int ahead = j >= PULL_OFFERS_AHEAD && first != HETCCL_STEP_NONE
+                      ? first + j - PULL_OFFERS_AHEAD : HETCCL_STEP_NONE;
+      int sent = hetccl_sched_send(s, p, pl->in + (off + o) * es, sc * es, ahead,
+                                   HETCCL_STEP_NONE);
+      if (j == 0) first = sent;
     }
   }
 }
@@ -131,7 +145,7 @@ size_t hetccl_pull_saved_bytes(const pull_plan_t *pl) {
   return algo_round_up(per * hetccl_dtype_size(pl->c->dtype), 64);
 }
 
-void hetccl_pull_build_own(hetccl_sched_t *s, const pull_plan_t *pl, char *saved) {
+int hetccl_pull_build_own(hetccl_sched_t *s, const pull_plan_t *pl, char *saved) {
   int n = s->nranks, r = s->rank;
   size_t es = hetccl_dtype_size(pl->c->dtype), off, cnt, per;
   build_sends(s, pl);
@@ -140,7 +154,7 @@ void hetccl_pull_build_own(hetccl_sched_t *s, const pull_plan_t *pl, char *saved
   const char *own = pl->in + off * es;
   int inplace = r > 0 && own == pl->dst; /* our block is overwritten before we add it */
   int done = HETCCL_STEP_NONE;           /* the previous sub-block's last step */
-  int shared[HETCCL_ALGO_WINDOW];        /* by sub-block: the first of its n - 1 sends */
+  int shared[PULL_OFFERS_AHEAD];         /* by sub-block: the first of its n - 1 sends */
   for (int j = 0; j < m; j++) {
     size_t o = (size_t)j * per, sc = algo_min(per, cnt - o);
     const char *mine = own + o * es;
@@ -152,16 +166,17 @@ void hetccl_pull_build_own(hetccl_sched_t *s, const pull_plan_t *pl, char *saved
     done = build_sub(s, pl, sub, mine, sc, done);
     if (!pl->share_subs) continue;
     /* To every peer, nearest first, each send after the one to the same
-     * peer HETCCL_ALGO_WINDOW sub-blocks earlier (appended together, in
+     * peer PULL_OFFERS_AHEAD sub-blocks earlier (appended together, in
      * the same order). */
-    int *first = &shared[j % HETCCL_ALGO_WINDOW], earlier = *first;
+    int *first = &shared[j % PULL_OFFERS_AHEAD], earlier = *first;
     for (int k = 1; k < n; k++) {
-      int before = j >= HETCCL_ALGO_WINDOW && earlier != HETCCL_STEP_NONE ? earlier + k - 1
+      int before = j >= PULL_OFFERS_AHEAD && earlier != HETCCL_STEP_NONE ? earlier + k - 1
                                                                          : HETCCL_STEP_NONE;
       int sent = hetccl_sched_send(s, algo_mod(r + k, n), sub, sc * es, done, before);
       if (k == 1) *first = sent;
     }
   }
+  return done;
 }
 
 ncclResult_t hetccl_pull_run(const pull_plan_t *pl, pull_build_fn build) {
