@@ -453,10 +453,16 @@ ncclResult_t hetccl_wavefront_run(hetccl_engine_t *e, const hetccl_coll_t *c) {
   hetccl_sched_t *s = hetccl_algo_sched(e, &c->op, counting.wanted, sums, &scratch);
   if (!s) return ncclSystemError;
   HETCCL_CHECK(build(s, c, piece, scratch, 1, &cut));
-  /* Every form's receives copy or reduce what they read: a pulling
-   * transport may read the sends in place, except where a receive waits
-   * for the rank's own send (an in-place AlltoAll, for one: the executor
-   * sees it, sched.h). */
-  s->pull_ok = 1;
+  /* A form whose receives only copy lets a pulling transport read its
+   * sends in place (except where a receive waits for the rank's own send,
+   * an in-place AlltoAll for one: the executor sees it, sched.h). One
+   * whose receives reduce keeps its sends in the ring, as ring.c does.
+   * Read in place, each piece's reduction waited on a process_vm_readv:
+   * three ranks on the 2-core machine (single copy on: more ranks than
+   * CPUs) took 3.4-3.7 ms for a 16 MiB ReduceScatter, 2.3-2.9 ms through
+   * the ring; paired over 6 alternations the ring's way was 1.17-1.49 x
+   * for ReduceScatter, 1.72-3.87 x for Reduce and 1.01-1.21 x for
+   * AllReduce (docs/measurements.md). */
+  s->pull_ok = !hetccl_func_reduces(c->func);
   return hetccl_sched_run_host(s, c->tag);
 }
