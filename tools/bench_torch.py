@@ -152,80 +152,45 @@ def rank_main(args: argparse.Namespace) -> None:
 def make_op(coll: str, count: int, rank: int, n: int, comm: Any = None):
     """One call of `coll` on `count` float32 elements per rank through
     torch.distributed, or, given the hetccl backend's communicator `comm`,
-    the same call straight through the library (hetccl.nccl)."""
+    the same call on the same buffers straight through the library
+    (hetccl.nccl, sum)."""
     import torch
     import torch.distributed as dist
 
+    per = max(1, count // n)  # a rank's block (AllGather, ReduceScatter, AlltoAll)
+    shapes = {"all_reduce": (count, 0), "broadcast": (count, 0),  # (input, output); 0: in place
+              "all_gather_into_tensor": (per, per * n), "reduce_scatter_tensor": (per * n, per),
+              "all_to_all_single": (per * n, per * n), "send_recv": (count, count)}
+    if coll not in shapes:
+        raise ValueError(coll)
+    ins, outs = shapes[coll]
+    src = torch.ones(ins)
+    dst = torch.empty(outs) if outs else src
     if comm is not None:
-        return direct_op(coll, count, rank, n, comm)
-
-    if coll == "all_reduce":
-        t = torch.ones(count)
-        return lambda: dist.all_reduce(t)
-    if coll == "broadcast":
-        t = torch.ones(count)
-        return lambda: dist.broadcast(t, 0)
-    if coll == "all_gather_into_tensor":
-        per = max(1, count // n)
-        src, dst = torch.ones(per), torch.empty(per * n)
-        return lambda: dist.all_gather_into_tensor(dst, src)
-    if coll == "reduce_scatter_tensor":
-        per = max(1, count // n)
-        src, dst = torch.ones(per * n), torch.empty(per)
-        return lambda: dist.reduce_scatter_tensor(dst, src)
-    if coll == "all_to_all_single":
-        per = max(1, count // n)
-        src, dst = torch.ones(per * n), torch.empty(per * n)
-        return lambda: dist.all_to_all_single(dst, src)
+        from hetccl.nccl import NCCL_FLOAT32 as F32, NCCL_SUM as SUM
+        a, b = src.data_ptr, dst.data_ptr  # bound: the lambdas keep the tensors alive
     if coll == "send_recv":  # pairs (0,1), (2,3), ...: each sends then receives, or the reverse
         peer = rank ^ 1
         if peer >= n:
             return lambda: None
-        s, r = torch.ones(count), torch.empty(count)
-
-        def pair() -> None:
-            if rank % 2 == 0:
-                dist.send(s, peer)
-                dist.recv(r, peer)
-            else:
-                dist.recv(r, peer)
-                dist.send(s, peer)
-        return pair
-    raise ValueError(coll)
-
-
-def direct_op(coll: str, count: int, rank: int, n: int, comm: Any):
-    """make_op's call on the library alone: same shapes, float32, sum."""
-    import torch
-    from hetccl.nccl import NCCL_FLOAT32 as F32, NCCL_SUM as SUM
-
-    per = max(1, count // n)
-    if coll == "all_reduce":
-        t = torch.ones(count)
-        return lambda: comm.allReduce(t.data_ptr(), t.data_ptr(), count, F32, SUM)
-    if coll == "broadcast":
-        t = torch.ones(count)
-        return lambda: comm.bcast(t.data_ptr(), count, F32, 0)
-    if coll == "all_gather_into_tensor":
-        src, dst = torch.ones(per), torch.empty(per * n)
-        return lambda: comm.allGather(src.data_ptr(), dst.data_ptr(), per, F32)
-    if coll == "reduce_scatter_tensor":
-        src, dst = torch.ones(per * n), torch.empty(per)
-        return lambda: comm.reduceScatter(src.data_ptr(), dst.data_ptr(), per, F32, SUM)
-    if coll == "all_to_all_single":
-        src, dst = torch.ones(per * n), torch.empty(per * n)
-        return lambda: comm.alltoall(src.data_ptr(), dst.data_ptr(), per, F32)
-    if coll == "send_recv":
-        peer = rank ^ 1
-        if peer >= n:
-            return lambda: None
-        s, r = torch.ones(count), torch.empty(count)
-        first, second = ((lambda: comm.send(s.data_ptr(), count, F32, peer)),
-                         (lambda: comm.recv(r.data_ptr(), count, F32, peer)))
-        if rank % 2:
-            first, second = second, first
+        if comm is None:
+            send, recv = (lambda: dist.send(src, peer)), (lambda: dist.recv(dst, peer))
+        else:
+            send, recv = ((lambda: comm.send(a(), count, F32, peer)),
+                          (lambda: comm.recv(b(), count, F32, peer)))
+        first, second = (send, recv) if rank % 2 == 0 else (recv, send)
         return lambda: (first(), second())
-    raise ValueError(coll)
+    if comm is None:
+        return {"all_reduce": lambda: dist.all_reduce(src),
+                "broadcast": lambda: dist.broadcast(src, 0),
+                "all_gather_into_tensor": lambda: dist.all_gather_into_tensor(dst, src),
+                "reduce_scatter_tensor": lambda: dist.reduce_scatter_tensor(dst, src),
+                "all_to_all_single": lambda: dist.all_to_all_single(dst, src)}[coll]
+    return {"all_reduce": lambda: comm.allReduce(a(), a(), count, F32, SUM),
+            "broadcast": lambda: comm.bcast(a(), count, F32, 0),
+            "all_gather_into_tensor": lambda: comm.allGather(a(), b(), per, F32),
+            "reduce_scatter_tensor": lambda: comm.reduceScatter(a(), b(), per, F32, SUM),
+            "all_to_all_single": lambda: comm.alltoall(a(), b(), per, F32)}[coll]
 
 
 def ddp(args: argparse.Namespace, rank: int, n: int) -> Dict[str, Any]:

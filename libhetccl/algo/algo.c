@@ -1,6 +1,7 @@
 /* The helpers of algo_impl.h that every algorithm file shares: blocks
  * and pieces, schedules and the pairwise exchange (receives reduce
- * through the host executor's hook, sched/sched_host.c). The choice of algorithm is select.c's.
+ * through the host executor's hook, sched/sched_host.c). The choice of
+ * algorithm is select.c's.
  *
  * Thread: whichever thread drives the engine; never allocates (scratch
  * comes from hetccl_engine_scratch). */

@@ -51,8 +51,8 @@
 #define PULL_SUB_BYTES (1u << 20)
 /* At most this many sub-blocks per block, whatever the pipeline chunk
  * says (a test's 64-byte chunk on a 4 MiB buffer): a schedule's steps
- * grow with them. Sends and receives are windowed (HETCCL_ALGO_WINDOW per
- * peer and direction), so the messages in flight do not. */
+ * grow with them. What is in flight to a peer does not: sends go at most
+ * PULL_OFFERS_AHEAD ahead, the gather's receives HETCCL_ALGO_WINDOW. */
 #define PULL_MAX_SUBS 1024
 
 /* Block b of a pull plan: [off, off + cnt) elements of every rank's input. */
