@@ -342,6 +342,26 @@ add_all_gather_into_tensor(torch.float16, False)
 add_all_gather_into_tensor(torch.int32, False)
 
 
+@check("all_gather_into_tensor/async_input_dropped")
+def _ag_dropped() -> Tuple[bool, str, str]:
+    """An asynchronous operation whose caller dropped its input before the
+    work ran: the backend keeps the input alive until then (on a host rank
+    the worker may make the call after the caller's frame is gone), and
+    the memory torch frees after it is not written into the output."""
+    x = data("dropped", RANK, (1 << 15,))
+    out = on_dev(torch.zeros(N * x.numel()))
+
+    def start() -> Any:
+        return dist.all_gather_into_tensor(out, on_dev(x.clone()), async_op=True)
+    work = start()
+    junk = [on_dev(torch.full_like(x, -7.0)) for _ in range(8)]  # may reuse freed memory
+    work.wait()
+    ref = torch.zeros(N * x.numel())
+    dist.all_gather_into_tensor(ref, x, group=GLOO)
+    ok, why = same(out, ref)
+    return ok and len(junk) == 8, "gloo", why
+
+
 def add_reduce_scatter(op: str, dtype: torch.dtype) -> None:
     name = f"reduce_scatter/{op}/{name_of(dtype)}"
 

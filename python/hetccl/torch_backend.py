@@ -62,7 +62,9 @@ Contract:
   futures. Operations on CPU tensors are asynchronous as gloo's are: the
   call returns at once, a worker thread of the backend makes the library
   call (which blocks on host buffers), and the work completes when it has
-  run; `wait()` blocks until then and raises the operation's error. DDP's
+  run (contiguous CPU tensors on a host rank: one library call on their
+  own memory, hetccl/torch_direct.py); `wait()` blocks until then and
+  raises the operation's error. DDP's
   gradient all-reduces thus overlap its backward pass. Calls reach the
   library in the order they were made. `get_future()` gives the output
   tensors (DDP's communication hooks use it). barrier blocks the host
@@ -98,6 +100,7 @@ from . import dtypes as _dtypes
 from . import nccl as _nccl
 from .errors import check
 from .nccl import NcclCommunicator, _uid_struct, get_unique_id
+from .torch_direct import DirectCalls
 from .torch_work import Stage, Worker, future_work, operation_device
 
 __all__ = ["BACKEND_NAME", "HetcclBackend", "nccl_dtype", "register"]
@@ -179,6 +182,9 @@ class HetcclBackend(_BASE):  # type: ignore[misc,valid-type]
         # tensors go through this GPU (torch_work.Stage); on the engine,
         # host memory is served as it is.
         self._forwarded = False
+        # The direct path (torch_direct.py): contiguous CPU tensors on an
+        # engine communicator, one library call on their own memory.
+        self._direct: Optional[DirectCalls] = None
         self._device = torch.device("cpu")
         self._barriers = 0
         self._lock = threading.Lock()
@@ -202,6 +208,8 @@ class HetcclBackend(_BASE):  # type: ignore[misc,valid-type]
             comm = _init_as(self._size, uid, self._rank, DEVICE_HOST)
         self._comm = comm
         self._forwarded = comm.backend().startswith("vendor")
+        if not self._forwarded:
+            self._direct = DirectCalls(comm._comm, self._size)
         self._device = (torch.device("cuda", comm.device_id()) if device.type == "cuda"
                         else torch.device("cpu"))
 
@@ -298,6 +306,17 @@ class HetcclBackend(_BASE):  # type: ignore[misc,valid-type]
         self._worker.submit(lambda: (st.steps(), result)[1], fut)
         return future_work(fut)
 
+    def _run_direct(self, call: Any, result: Any, opts: Any) -> Any:
+        """Run a direct call (torch_direct.py) as _launch runs host work: at
+        once when the caller waits for it anyway, else on the worker."""
+        if not getattr(opts, "asyncOp", True):
+            self._worker.drain()  # the library takes the calls in call order
+            call()
+            return future_work(_done(result))
+        fut = torch.futures.Future()
+        self._worker.submit(lambda: (call(), result)[1], fut)
+        return future_work(fut)
+
     def _per_rank(self, tensors: List[torch.Tensor], what: str) -> List[torch.Tensor]:
         """tensors, checked to be one per rank."""
         if len(tensors) != self._size:
@@ -350,6 +369,9 @@ class HetcclBackend(_BASE):  # type: ignore[misc,valid-type]
     # -- collectives (torch's Backend method names) ---------------------------
     def allreduce(self, tensors: List[torch.Tensor], opts: Any) -> Any:
         t = _one(tensors, "allreduce")
+        call = self._direct and self._direct.allreduce(t, opts.reduceOp)
+        if call:
+            return self._run_direct(call, tensors, opts)
         with self._prepare(tensors) as st:
             self._allreduce_into(st, t, opts.reduceOp)
         return self._launch(st, tensors, tensors, opts)
@@ -362,6 +384,9 @@ class HetcclBackend(_BASE):  # type: ignore[misc,valid-type]
 
     def broadcast(self, tensors: List[torch.Tensor], opts: Any) -> Any:
         t = _one(tensors, "broadcast")
+        call = self._direct and self._direct.broadcast(t, opts.rootRank)
+        if call:
+            return self._run_direct(call, tensors, opts)
         with self._prepare(tensors) as st:
             buf = _bytes(st.output(t, keep=True))
             st.lib.broadcast(buf, buf, buf.numel(), _nccl.NCCL_UINT8, opts.rootRank, st.stream)
@@ -402,6 +427,9 @@ class HetcclBackend(_BASE):  # type: ignore[misc,valid-type]
         st.lib.allGather(src, dst, src.numel(), _nccl.NCCL_UINT8, st.stream)
 
     def all_gather_single(self, out: torch.Tensor, t: torch.Tensor, opts: Any) -> Any:
+        call = self._direct and self._direct.all_gather(out, t)
+        if call:
+            return self._run_direct(call, [out], opts)
         with self._prepare([out, t]) as st:
             self._gather_single(st, out, t)
         return self._launch(st, [out], [out, t], opts)
@@ -424,6 +452,9 @@ class HetcclBackend(_BASE):  # type: ignore[misc,valid-type]
             st.lib.reduceScatter(src, dst, dst.numel(), datatype, redop, st.stream)
 
     def reduce_scatter_single(self, out: torch.Tensor, t: torch.Tensor, opts: Any) -> Any:
+        call = self._direct and self._direct.reduce_scatter(out, t, opts.reduceOp)
+        if call:
+            return self._run_direct(call, [out], opts)
         with self._prepare([out, t]) as st:
             self._scatter_single(st, out, t, opts.reduceOp)
         return self._launch(st, [out], [out, t], opts)
@@ -477,6 +508,10 @@ class HetcclBackend(_BASE):  # type: ignore[misc,valid-type]
 
     def all_to_all_single(self, out: torch.Tensor, t: torch.Tensor, out_splits: List[int],
                           in_splits: List[int], opts: Any) -> Any:
+        call = (self._direct and not out_splits and not in_splits
+                and self._direct.all_to_all(out, t))
+        if call:
+            return self._run_direct(call, [out], opts)
         with self._prepare([out, t]) as st:
             src, dst = _bytes(st.input(t)), _bytes(st.output(out))
             if not out_splits and not in_splits:
@@ -544,38 +579,18 @@ class HetcclBackend(_BASE):  # type: ignore[misc,valid-type]
 
     def _p2p(self, t: torch.Tensor, peer: int, sending: bool) -> Any:
         """One send or receive of t's bytes: on the calling thread when
-        torch's blocking dist.send / dist.recv made it, else on the worker."""
+        torch's blocking dist.send / dist.recv made it, else on the worker
+        (a blocking dist.send of 1 KiB is mostly this path's overhead: the
+        direct path where it applies)."""
         waited = _WAITED if _caller_waits() else None
-        fast = self._host_p2p(t, peer, "ncclSend" if sending else "ncclRecv", waited)
-        if fast is not None:
-            return fast
+        call = self._direct and self._direct.p2p(t, peer, sending)
+        if call:
+            return self._run_direct(call, [t], waited)
         with self._prepare([t]) as st:
             buf = _bytes(st.input(t) if sending else st.output(t))
             (st.lib.send if sending else st.lib.recv)(buf, buf.numel(), _nccl.NCCL_UINT8, peer,
                                                       st.stream)
         return self._launch(st, [t], [t], waited)
-
-    def _host_p2p(self, t: torch.Tensor, peer: int, fn: str, opts: Any) -> Any:
-        """A send or receive of a contiguous CPU tensor on an engine
-        communicator, straight to the library: no staging, no recorded
-        steps (a blocking dist.send of 1 KiB is mostly this path's
-        overhead). None when the tensor needs the general path."""
-        comm = self._comm
-        if comm is None or self._forwarded or t.device.type != "cpu" or not t.is_contiguous():
-            return None
-        ffi, call = _lib.ffi, getattr(_lib.lib(), fn)
-        nbytes = t.numel() * t.element_size()
-        ptr = ffi.cast("void *", t.data_ptr() if nbytes else 0)
-
-        def run() -> List[torch.Tensor]:
-            check(call(ptr, nbytes, _nccl.NCCL_UINT8, peer, comm._comm, ffi.NULL), fn)
-            return [t]
-        if opts is None:
-            fut = torch.futures.Future()
-            self._worker.submit(run, fut)
-            return future_work(fut)
-        self._worker.drain()
-        return future_work(_done(run()))
 
     def recv_anysource(self, tensors: List[torch.Tensor], tag: int) -> Any:
         raise ValueError("hetccl backend: recv from any source is not supported "
