@@ -5,7 +5,6 @@
 
 #include <fcntl.h>
 #include <limits.h>
-#include <link.h>
 #include <pthread.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -91,21 +90,12 @@ static int gpu_runtime_loaded(void) {
   return 0;
 }
 
-/* How many shared objects the process has loaded so far: the loader keeps
- * the count on every entry it reports, so the first one says. */
-static int first_entry_loads(struct dl_phdr_info *info, size_t size, void *out) {
-  if (size >= offsetof(struct dl_phdr_info, dlpi_adds) + sizeof(info->dlpi_adds))
-    *(unsigned long long *)out = info->dlpi_adds;
-  return 1;
-}
-
 hetccl_dev_kind_t hetccl_late_pointer_kind(void) {
   static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
   static unsigned long long asked_at = ULLONG_MAX; /* the loads when last asked */
   static hetccl_dev_kind_t answer = HETCCL_DEV_HOST;
   static int loaded; /* a GPU runtime was loaded when last asked */
-  unsigned long long loads = 0;
-  dl_iterate_phdr(first_entry_loads, &loads);
+  unsigned long long loads = hetccl_runtime_loads();
   pthread_mutex_lock(&lock);
   if (loads == 0 || loads != asked_at) {
     loaded = gpu_runtime_loaded();

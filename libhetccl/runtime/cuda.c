@@ -84,6 +84,8 @@ static cuda_driver_t drv;
 static cuda_driver_t *drv_ready;      /* published (atomic) once drv is filled */
 static int drv_failed;                /* a full load was tried and failed */
 static int drv_inited;                /* cuInit called */
+static unsigned long long drv_absent_at; /* hetccl_runtime_loads() when the driver was last
+                                          * found not loaded (atomic; 0: not since) */
 static char drv_why[512];
 static pthread_mutex_t load_lock = PTHREAD_MUTEX_INITIALIZER; /* the driver's and the runtime's */
 
@@ -137,9 +139,14 @@ static const cuda_driver_t *driver_get(int may_load) {
   cuda_driver_t *d = __atomic_load_n(&drv_ready, __ATOMIC_ACQUIRE);
   if (d && (!may_load || __atomic_load_n(&drv_inited, __ATOMIC_ACQUIRE))) return d;
   if (!d && may_load && __atomic_load_n(&drv_failed, __ATOMIC_ACQUIRE)) return NULL;
+  /* Not loaded when last looked for, and nothing loaded since (runtime.h) */
+  unsigned long long loads = d ? 0 : hetccl_runtime_loads();
+  if (!d && !may_load && loads && __atomic_load_n(&drv_absent_at, __ATOMIC_RELAXED) == loads)
+    return NULL;
   pthread_mutex_lock(&load_lock);
   if (!drv_ready && !(may_load && drv_failed)) {
     void *h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL | (may_load ? 0 : RTLD_NOLOAD));
+    if (!h && !may_load) __atomic_store_n(&drv_absent_at, loads, __ATOMIC_RELAXED);
     if (!h && may_load) snprintf(drv_why, sizeof(drv_why), "%s", dlerror());
     if (h && !driver_fill(h, "libcuda.so.1")) {
       dlclose(h);

@@ -6,12 +6,15 @@
 
 #include <dlfcn.h>
 #include <link.h>
+#include <stddef.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
+
+#include "runtime/runtime.h"
 
 #define PATH_BYTES 512
 
@@ -43,6 +46,20 @@ void *hetccl_gpu_open_loaded(const char *const *names, size_t nnames, const char
   if (dl_iterate_phdr(find_mapped, &s) && s.path[0])
     return dlopen(s.path, RTLD_NOW | RTLD_LOCAL | RTLD_NOLOAD);
   return NULL;
+}
+
+/* dl_iterate_phdr callback: the count, from the first entry (every entry
+ * carries it). */
+static int first_entry_loads(struct dl_phdr_info *info, size_t size, void *out) {
+  if (size >= offsetof(struct dl_phdr_info, dlpi_adds) + sizeof(info->dlpi_adds))
+    *(unsigned long long *)out = info->dlpi_adds;
+  return 1;
+}
+
+unsigned long long hetccl_runtime_loads(void) {
+  unsigned long long loads = 0;
+  dl_iterate_phdr(first_entry_loads, &loads);
+  return loads;
 }
 
 void hetccl_gpu_where_loaded(const void *sym, char *out, size_t len, const char *fallback) {

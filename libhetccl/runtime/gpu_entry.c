@@ -48,11 +48,16 @@ static int gpu_fill(hetccl_gpu_t *g, void *h, const char *name) {
 const hetccl_gpu_t *hetccl_gpu_get(hetccl_gpu_t *g, int may_load) {
   hetccl_gpu_t *r = __atomic_load_n(&g->ready, __ATOMIC_ACQUIRE);
   if (r || (may_load && __atomic_load_n(&g->failed, __ATOMIC_ACQUIRE))) return r;
+  /* Not loaded when last looked for, and nothing loaded since (runtime.h) */
+  unsigned long long loads = hetccl_runtime_loads();
+  if (!may_load && loads && __atomic_load_n(&g->absent_at, __ATOMIC_RELAXED) == loads)
+    return NULL;
   const hetccl_gpu_vendor_t *v = g->vendor;
   pthread_mutex_lock(g->lock);
   if (!g->ready && !(may_load && g->failed)) {
     /* a versioned file name (libcudart.so.13.0.96) matches no soname */
     void *h = hetccl_gpu_open_loaded(v->libs, v->nlibs, v->lib_prefix);
+    if (!h) __atomic_store_n(&g->absent_at, loads, __ATOMIC_RELAXED);
     const char *how = "already loaded";
     if (h && !gpu_fill(g, h, v->loaded_name)) {
       dlclose(h);

@@ -155,6 +155,8 @@ struct hetccl_gpu {
   hetccl_gpu_api_t api;
   hetccl_gpu_t *ready; /* this, published (atomic) once filled */
   int failed;          /* a full load was tried and failed (atomic) */
+  unsigned long long absent_at; /* hetccl_runtime_loads() when a search among the loaded
+                                 * libraries last found none (atomic; 0: not since) */
   char why[768];       /* what was tried, or why a library cannot serve */
   int available;       /* available's answer, -1 until asked (atomic) */
   int devices;         /* the device count it saw, for describe */

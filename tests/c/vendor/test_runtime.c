@@ -15,6 +15,9 @@
  *            registers host memory and creates streams with their flags
  *   ctx      only the stand-in driver loaded, with an active primary
  *            context: the process counts as using CUDA
+ *   absent   the stand-in libcudart loaded, its driver not (yet): asking
+ *            again and again whether a runtime holds memory searches the
+ *            loaded libraries once, and a driver loaded later is seen
  *   hipsys   HETCCL_DEVICE=hip with whatever HIP this machine has and no AMD
  *            GPU: current_device fails with a message naming the HIP call
  *            (libamdhip64 loaded: every symbol resolved, 0 devices) or the
@@ -170,6 +173,18 @@ static void mode_nocuda(void) {
          "message '%s'", msg);
   printf("as expected: %s\n", msg);
   EXPECT(!rt->available(), "CUDA available on a machine without a GPU?");
+}
+
+/* Every dlopen of this process comes here first (the executable's
+ * definition leads the global scope, for the library's calls too); the
+ * searches among the loaded libraries only (RTLD_NOLOAD) are counted. */
+static int noload_searches;
+
+void *dlopen(const char *file, int mode) {
+  static void *(*real)(const char *, int);
+  if (!real) real = (void *(*)(const char *, int))dlsym(RTLD_NEXT, "dlopen");
+  if (mode & RTLD_NOLOAD) __atomic_fetch_add(&noload_searches, 1, __ATOMIC_RELAXED);
+  return real(file, mode);
 }
 
 static void *preload(const char *path) {
@@ -397,6 +412,27 @@ static void mode_ctx(const char *driver) {
   EXPECT(hetccl_runtime_cuda.holds_memory(), "active primary context holds no memory");
 }
 
+/* A process that loaded a CUDA runtime but not its driver, as a GPU build
+ * of PyTorch does before its first CUDA call: a host rank asks on every
+ * collective whether some GPU runtime holds memory by now
+ * (comm/identity.c). The loaded libraries are searched once, not again
+ * until something more is loaded (each search looks names up in the
+ * loader's cache and path: 61-89 us a collective on the 2-core machine
+ * when every call searched); a driver loaded later is seen. */
+static void mode_absent(const char *cudart, const char *driver) {
+  const hetccl_runtime_t *cuda = &hetccl_runtime_cuda, *hip = &hetccl_runtime_hip;
+  preload(cudart);
+  EXPECT(cuda->in_use() && !cuda->holds_memory() && !hip->in_use(), "first ask");
+  int first = noload_searches;
+  for (int i = 0; i < 100; i++)
+    EXPECT(!cuda->holds_memory() && !hip->holds_memory() && !hip->in_use(), "ask %d", i);
+  EXPECT(first > 0, "no search seen: the library's dlopen does not come here");
+  EXPECT(noload_searches == first, "%d searches among the loaded libraries for 100 asks, "
+         "%d for the first", noload_searches - first, first);
+  preload(driver);
+  EXPECT(cuda->holds_memory(), "the driver loaded since (a primary context active) not seen");
+}
+
 int main(int argc, char **argv) {
   if (argc < 2) return 2;
   const char *mode = argv[1];
@@ -405,6 +441,7 @@ int main(int argc, char **argv) {
   else if (strcmp(mode, "nocuda") == 0) mode_nocuda();
   else if (strcmp(mode, "fake") == 0 && argc > 3) mode_fake(argv[2], argv[3]);
   else if (strcmp(mode, "ctx") == 0 && argc > 3) mode_ctx(argv[3]);
+  else if (strcmp(mode, "absent") == 0 && argc > 3) mode_absent(argv[2], argv[3]);
   else if (strcmp(mode, "hipsys") == 0) mode_hipsys();
   else if (strcmp(mode, "hipfake") == 0 && argc > 2) mode_hipfake(argv[2]);
   else if (strcmp(mode, "gpu") == 0) mode_gpu();
