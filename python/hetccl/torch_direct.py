@@ -14,7 +14,7 @@ would make, on the same bytes.
 Why: the general path costs about 13 us of Python a call (a Stage, its
 recorded steps, a context manager per operator), where the library takes
 1-3 us for 1 KiB between two ranks and torch's own dispatch to a Python
-backend 3 us (2-core machine; docs/torch.md, "Small operations"). What is
+backend 3 us (2-core machine; docs/torch.md, "How an operation runs"). What is
 left here is a dictionary lookup per argument and one cffi call.
 
 Threads: built on the caller's thread; the callable runs on the caller's
