@@ -290,31 +290,29 @@ class HetcclBackend(_BASE):  # type: ignore[misc,valid-type]
         """Run a prepared operation: device work at once on the caller's
         stream (the returned work is complete when enqueued: a CUDA-aware
         future records events on the current streams and wait() joins
-        them); host work on the worker (the work completes when it has
-        run), or at once when the caller waits for it anyway (torch's
-        asyncOp False: a synchronous collective pays no handoff)."""
+        them); host work as _run_host runs it."""
         cuda = sorted({t.device for t in tensors if t.is_cuda}, key=str)
-        if st.cuda or cuda or not getattr(opts, "asyncOp", True):
-            # (CUDA tensors staged through host memory too: their future
-            # must be CUDA-aware, and a synchronous copy makes them ready)
-            self._worker.drain()  # the library takes the calls in call order
-            st.steps()
-            fut = torch.futures.Future(devices=cuda) if cuda else torch.futures.Future()
-            fut.set_result(result)
-            return future_work(fut)
-        fut = torch.futures.Future()
-        self._worker.submit(lambda: (st.steps(), result)[1], fut)
+        if not (st.cuda or cuda):
+            return self._run_host(st.steps, result, opts)
+        # (CUDA tensors staged through host memory too: their future must
+        # be CUDA-aware, and a synchronous copy makes them ready)
+        self._worker.drain()  # the library takes the calls in call order
+        st.steps()
+        fut = torch.futures.Future(devices=cuda)
+        fut.set_result(result)
         return future_work(fut)
 
-    def _run_direct(self, call: Any, result: Any, opts: Any) -> Any:
-        """Run a direct call (torch_direct.py) as _launch runs host work: at
-        once when the caller waits for it anyway, else on the worker."""
+    def _run_host(self, run: Any, result: Any, opts: Any) -> Any:
+        """Host work (a Stage's steps, or a direct call: torch_direct.py):
+        on the worker, the work complete when it has run; or at once when
+        the caller waits for it anyway (torch's asyncOp False: a
+        synchronous collective pays no handoff)."""
         if not getattr(opts, "asyncOp", True):
             self._worker.drain()  # the library takes the calls in call order
-            call()
+            run()
             return future_work(_done(result))
         fut = torch.futures.Future()
-        self._worker.submit(lambda: (call(), result)[1], fut)
+        self._worker.submit(lambda: (run(), result)[1], fut)
         return future_work(fut)
 
     def _per_rank(self, tensors: List[torch.Tensor], what: str) -> List[torch.Tensor]:
@@ -371,7 +369,7 @@ class HetcclBackend(_BASE):  # type: ignore[misc,valid-type]
         t = _one(tensors, "allreduce")
         call = self._direct and self._direct.allreduce(t, opts.reduceOp)
         if call:
-            return self._run_direct(call, tensors, opts)
+            return self._run_host(call, tensors, opts)
         with self._prepare(tensors) as st:
             self._allreduce_into(st, t, opts.reduceOp)
         return self._launch(st, tensors, tensors, opts)
@@ -386,7 +384,7 @@ class HetcclBackend(_BASE):  # type: ignore[misc,valid-type]
         t = _one(tensors, "broadcast")
         call = self._direct and self._direct.broadcast(t, opts.rootRank)
         if call:
-            return self._run_direct(call, tensors, opts)
+            return self._run_host(call, tensors, opts)
         with self._prepare(tensors) as st:
             buf = _bytes(st.output(t, keep=True))
             st.lib.broadcast(buf, buf, buf.numel(), _nccl.NCCL_UINT8, opts.rootRank, st.stream)
@@ -429,7 +427,7 @@ class HetcclBackend(_BASE):  # type: ignore[misc,valid-type]
     def all_gather_single(self, out: torch.Tensor, t: torch.Tensor, opts: Any) -> Any:
         call = self._direct and self._direct.all_gather(out, t)
         if call:
-            return self._run_direct(call, [out], opts)
+            return self._run_host(call, [out], opts)
         with self._prepare([out, t]) as st:
             self._gather_single(st, out, t)
         return self._launch(st, [out], [out, t], opts)
@@ -454,7 +452,7 @@ class HetcclBackend(_BASE):  # type: ignore[misc,valid-type]
     def reduce_scatter_single(self, out: torch.Tensor, t: torch.Tensor, opts: Any) -> Any:
         call = self._direct and self._direct.reduce_scatter(out, t, opts.reduceOp)
         if call:
-            return self._run_direct(call, [out], opts)
+            return self._run_host(call, [out], opts)
         with self._prepare([out, t]) as st:
             self._scatter_single(st, out, t, opts.reduceOp)
         return self._launch(st, [out], [out, t], opts)
@@ -511,7 +509,7 @@ class HetcclBackend(_BASE):  # type: ignore[misc,valid-type]
         call = (self._direct and not out_splits and not in_splits
                 and self._direct.all_to_all(out, t))
         if call:
-            return self._run_direct(call, [out], opts)
+            return self._run_host(call, [out], opts)
         with self._prepare([out, t]) as st:
             src, dst = _bytes(st.input(t)), _bytes(st.output(out))
             if not out_splits and not in_splits:
@@ -585,7 +583,7 @@ class HetcclBackend(_BASE):  # type: ignore[misc,valid-type]
         waited = _WAITED if _caller_waits() else None
         call = self._direct and self._direct.p2p(t, peer, sending)
         if call:
-            return self._run_direct(call, [t], waited)
+            return self._run_host(call, [t], waited)
         with self._prepare([t]) as st:
             buf = _bytes(st.input(t) if sending else st.output(t))
             (st.lib.send if sending else st.lib.recv)(buf, buf.numel(), _nccl.NCCL_UINT8, peer,
