@@ -100,7 +100,7 @@ from . import dtypes as _dtypes
 from . import nccl as _nccl
 from .errors import check
 from .nccl import NcclCommunicator, _uid_struct, get_unique_id
-from .torch_direct import DirectCalls
+from .torch_direct import NCCL_OP, DirectCalls
 from .torch_work import Stage, Worker, future_work, operation_device
 
 __all__ = ["BACKEND_NAME", "HetcclBackend", "nccl_dtype", "register"]
@@ -111,9 +111,6 @@ DEVICE_HOST, DEVICE_CUDA = 1, 2  # hetcclDevice_t (include/hetccl.h)
 _WAITED = SimpleNamespace(asyncOp=False)  # options of an operation the backend waits for
 
 _RedOp = dist.ReduceOp.RedOpType
-_NCCL_OP = {_RedOp.SUM: _nccl.NCCL_SUM, _RedOp.PRODUCT: _nccl.NCCL_PROD,
-            _RedOp.MIN: _nccl.NCCL_MIN, _RedOp.MAX: _nccl.NCCL_MAX,
-            _RedOp.AVG: _nccl.NCCL_AVG}
 _BOOL_OP = {_RedOp.SUM: _nccl.NCCL_MAX, _RedOp.PRODUCT: _nccl.NCCL_MIN,
             _RedOp.MIN: _nccl.NCCL_MIN, _RedOp.MAX: _nccl.NCCL_MAX}
 
@@ -351,7 +348,7 @@ class HetcclBackend(_BASE):  # type: ignore[misc,valid-type]
         kind = op.op if isinstance(op, dist.ReduceOp) else op
         view, datatype = self._view(kind, t)
         if kind != _RedOp.PREMUL_SUM:
-            yield view, datatype, (_BOOL_OP if t.dtype == torch.bool else _NCCL_OP)[kind]
+            yield view, datatype, (_BOOL_OP if t.dtype == torch.bool else NCCL_OP)[kind]
             return
         factor = _premul_factor(op)
         value = float(factor.item() if isinstance(factor, torch.Tensor) else factor)

@@ -23,7 +23,7 @@ once."""
 
 from __future__ import annotations
 
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, List, Optional
 
 import torch
 import torch.distributed as dist
@@ -36,27 +36,15 @@ from .errors import check
 Call = Callable[[], None]
 
 _RedOp = dist.ReduceOp.RedOpType
-# Operators the direct path takes, by torch's kind (AVG: floating types
-# only, checked below; PREMUL_SUM and the bitwise ones take the general path).
-_OPS = {_RedOp.SUM: _nccl.NCCL_SUM, _RedOp.PRODUCT: _nccl.NCCL_PROD,
-        _RedOp.MIN: _nccl.NCCL_MIN, _RedOp.MAX: _nccl.NCCL_MAX, _RedOp.AVG: _nccl.NCCL_AVG}
+# torch's operator kind -> ncclRedOp_t, for the backend's paths both (AVG:
+# floating types only; PREMUL_SUM and the bitwise ones are not here).
+NCCL_OP = {_RedOp.SUM: _nccl.NCCL_SUM, _RedOp.PRODUCT: _nccl.NCCL_PROD,
+           _RedOp.MIN: _nccl.NCCL_MIN, _RedOp.MAX: _nccl.NCCL_MAX, _RedOp.AVG: _nccl.NCCL_AVG}
 
-
-def _reduction_types() -> Dict[torch.dtype, int]:
-    """torch dtype -> ncclDataType_t of the types reduced as they are
-    (bool and complex take the general path)."""
-    out = {}
-    for name in dir(torch):
-        dtype = getattr(torch, name)
-        if isinstance(dtype, torch.dtype) and dtype != torch.bool and not dtype.is_complex:
-            try:
-                out[dtype] = _dtypes.nccl_dtype(dtype)
-            except TypeError:
-                pass
-    return out
-
-
-_TYPES = _reduction_types()
+# torch dtype -> ncclDataType_t of the types reduced as they are, from the
+# package's one table (bool and complex take the general path).
+_TYPES = {getattr(torch, name): code for code, name in _dtypes.NAME.items()
+          if isinstance(getattr(torch, name, None), torch.dtype)}
 
 
 def _host(tensors: List[torch.Tensor]) -> bool:
@@ -91,7 +79,7 @@ class DirectCalls:
     def _redop(self, op: Any, t: torch.Tensor) -> Optional[tuple]:
         """(ncclDataType_t, ncclRedOp_t) of reducing t by op on this path."""
         kind = op.op if isinstance(op, dist.ReduceOp) else op
-        redop, datatype = _OPS.get(kind), _TYPES.get(t.dtype)
+        redop, datatype = NCCL_OP.get(kind), _TYPES.get(t.dtype)
         if redop is None or datatype is None:
             return None
         if kind == _RedOp.AVG and not t.dtype.is_floating_point:
