@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -46,6 +45,7 @@ from typing import Dict, List, Optional
 import pytest
 
 from conftest import torch_cuda_ok
+from hetccl.ports import free_ports
 from libpath import find_library
 
 pytestmark = pytest.mark.cuda
@@ -184,12 +184,6 @@ def test_captured_all_reduce_timing(tmp_path):
         assert r.res["async_error"] == 0, r.res
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def test_torch_distributed_all_reduce_captured_under_ld_preload(tmp_path):
     """Scenario 4: torch.distributed's "nccl" backend with libhetccl.so in
     LD_PRELOAD (env:// init), dist.all_reduce warmed up on a side stream,
@@ -202,7 +196,7 @@ def test_torch_distributed_all_reduce_captured_under_ld_preload(tmp_path):
     cannot replace it."""
     preload = ":".join(filter(None, [str(LIB), os.environ.get("LD_PRELOAD")]))
     extra = {"LD_PRELOAD": preload, "MASTER_ADDR": "127.0.0.1",
-             "MASTER_PORT": str(_free_port()), "WORLD_SIZE": "2"}
+             "MASTER_PORT": str(free_ports(1)[0]), "WORLD_SIZE": "2"}
     per_rank = {r: {"RANK": str(r), "LOCAL_RANK": str(r)} for r in range(2)}
     ranks = launch(tmp_path, "dist", extra, per_rank)
     for i, r in enumerate(ranks):

@@ -15,7 +15,8 @@ from typing import Dict, List
 import pytest
 
 import hetccl as hetccl_pkg
-from test_discovery import JOB, clean_env, free_port, job_results
+from test_discovery import JOB, clean_env, job_results
+from hetccl.ports import free_ports
 
 pytestmark = [pytest.mark.usefixtures("hetccl_library"), pytest.mark.timeout(120)]
 
@@ -108,7 +109,7 @@ def test_rank_wrapper_exit_status() -> None:
     """`hetccl rank` under Slurm's variables (one rank): the command's status
     is the wrapper's, and the command sees HETCCL_LAUNCH_* and the source."""
     env = {**clean_env(), "SLURM_PROCID": "0", "SLURM_NTASKS": "1",
-           "HETCCL_ROOT_PORT": str(free_port())}
+           "HETCCL_ROOT_PORT": str(free_ports(1)[0])}
     script = ("import os, sys; print(os.environ['HETCCL_LAUNCH_RANK'], "
               "os.environ['HETCCL_LAUNCH_NRANKS'], os.environ['HETCCL_LAUNCH_SOURCE']); "
               "sys.exit(5)")
@@ -119,7 +120,7 @@ def test_rank_wrapper_exit_status() -> None:
 
 def _mpirun_env() -> Dict[str, str]:
     return {**clean_env(), "OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
-            "HETCCL_ROOT_PORT": str(free_port())}
+            "HETCCL_ROOT_PORT": str(free_ports(1)[0])}
 
 
 @pytest.mark.skipif(shutil.which("mpirun") is None, reason="mpirun not installed "

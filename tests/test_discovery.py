@@ -19,6 +19,7 @@ import pytest
 
 from hetccl import discovery
 from hetccl.discovery import LaunchEnvError, discover, expand_nodelist
+from hetccl.ports import free_ports
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -47,12 +48,6 @@ def job_results(out: Path) -> List[dict]:
     """The JOB results written into `out`, by rank."""
     return [json.loads(f.read_text()) for f in sorted(out.glob("rank*.json"),
                                                        key=lambda f: int(f.stem[4:]))]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def clean_env() -> Dict[str, str]:
@@ -180,7 +175,7 @@ def rank_env(name: str, rank: int, size: int, port: int) -> Dict[str, str]:
 @pytest.mark.parametrize("name", sorted(LAUNCHER_ENVS))
 def test_allreduce_under_each_launcher(name: str) -> None:
     """3 ranks, rank 0 started last: the others wait for its server."""
-    port, n = free_port(), 3
+    port, n = free_ports(1)[0], 3
     envs = [rank_env(name, r, n, port) for r in range(n)]
     envs = envs[1:] + envs[:1]
     results = run_ranks(envs)
@@ -200,7 +195,7 @@ def test_allreduce_under_each_launcher(name: str) -> None:
 @pytest.mark.usefixtures("hetccl_library")
 def test_fetch_times_out_naming_the_address() -> None:
     """No rank 0: rank 1 gives up after HETCCL_ROOT_TIMEOUT, naming where it looked."""
-    port = free_port()
+    port = free_ports(1)[0]
     env = {**rank_env("slurm", 1, 2, port), "HETCCL_ROOT_TIMEOUT": "1.5"}
     start = time.monotonic()
     (p,) = run_ranks([env])
@@ -214,7 +209,7 @@ def test_fetch_times_out_naming_the_address() -> None:
 def test_server_refuses_another_job() -> None:
     """A rank of another job (other SLURM_JOB_ID) or of another size asking
     rank 0's server gets a refusal naming the difference, never the id."""
-    port = free_port()
+    port = free_ports(1)[0]
     env0 = rank_env("slurm", 0, 2, port)
     rank0 = subprocess.Popen([sys.executable, "-c", JOB], env={**clean_env(), **env0,
                                                                "HETCCL_ROOT_TIMEOUT": "20"},
@@ -257,7 +252,7 @@ def test_two_communicators_in_a_row() -> None:
                          "c1, info = hetccl.init_from_env()\n"
                          "comm, _ = hetccl.init_from_env()\n"
                          "assert c1.size == comm.size\nc1.destroy()")
-    port = free_port()
+    port = free_ports(1)[0]
     results = run_ranks([rank_env("openmpi", r, 3, port) for r in range(3)], script)
     for p in results:
         assert p.returncode == 0, p.stderr

@@ -60,6 +60,7 @@ import numpy as np
 import pytest
 
 from hetccl import nccl
+from hetccl.ports import free_ports
 
 pytestmark = pytest.mark.usefixtures("hetccl_library")
 
@@ -524,12 +525,6 @@ class Fuzzer:
 
 # -- one mode: many communicators under fire ---------------------------------------------
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def _wait_replies(conns: List[Any], procs: List[Any], want: Dict[int, str],
                   timeout: float) -> Dict[int, Tuple[Any, ...]]:
     """One message from each rank in `want`; a rank that dies or stays
@@ -603,7 +598,7 @@ def fuzz_mode(mode: str, seconds: float, seed: int) -> Tuple[Stats, int, float]:
     if mode == "lazy":
         env["HETCCL_RUNTIME_CONNECT"] = "1"
     if mode == "commid":
-        env["NCCL_COMM_ID"] = f"127.0.0.1:{_free_port()}"
+        env["NCCL_COMM_ID"] = f"127.0.0.1:{free_ports(1)[0]}"
     procs, conns = [], []
     for rank in range(NRANKS):
         here, there = ctx.Pipe()

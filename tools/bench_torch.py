@@ -52,7 +52,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import socket
 import statistics
 import subprocess
 import sys
@@ -308,15 +307,10 @@ def ddp(args: argparse.Namespace, rank: int, n: int) -> Dict[str, Any]:
 
 
 # -- the driver -------------------------------------------------------------------
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def launch(backend: str, args: argparse.Namespace) -> List[Dict[str, Any]]:
     """One job on `backend` ("gloo", "hetccl" or a variant's "hetccl:LABEL")."""
-    port = free_port()
+    from hetccl.ports import free_ports  # where the ranks' MASTER_PORT comes from
+    port = free_ports(1)[0]
     procs = []
     blocks: List[Optional[List[int]]] = [None] * args.n
     if args.bind:  # imported here: a gloo rank must not load the library

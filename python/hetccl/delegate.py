@@ -41,6 +41,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 from .launcher import ENV_ID, ENV_LOCAL_RANK, ENV_NRANKS, ENV_RANK, KILL_GRACE_S, \
     TIMEOUT_STATUS, preload_env
+from .ports import free_ports
 
 LAUNCHERS = ("mpirun", "srun", "torchrun")
 FORWARD_PREFIXES = ("HETCCL_", "NCCL_")           # knobs every rank should see
@@ -166,12 +167,6 @@ def _this_node(hosts: Sequence[str]) -> Optional[int]:
     return None
 
 
-def _free_local_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("", 0))
-        return s.getsockname()[1]
-
-
 def _torchrun(o: Options, cmd: Sequence[str], env: Dict[str, str]) -> List[str]:
     if o.tag_output:
         raise DelegateError("--tag-output: torchrun has no such option (its --tee and "
@@ -210,7 +205,7 @@ def build(o: Options, cmd: Sequence[str], env: Optional[Dict[str, str]] = None
             # --standalone: torchrun picks a random free MASTER_PORT, and
             # the port after it is nobody's to promise; serve the id on
             # one that is free now.
-            add["HETCCL_ROOT_PORT"] = str(_free_local_port())
+            add["HETCCL_ROOT_PORT"] = str(free_ports(1)[0])
         return _torchrun(o, cmd, env), add
     raise DelegateError(f"--launcher {o.launcher}: one of {', '.join(LAUNCHERS)}")
 

@@ -26,7 +26,7 @@ a port free at the launch (hetccl.discovery).
 
 `run_command` also gives each rank torch.distributed's variables (RANK,
 WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR=127.0.0.1 and a
-MASTER_PORT free at the launch), so that `init_process_group(...,
+MASTER_PORT free at the launch on every address: hetccl.ports), so that `init_process_group(...,
 init_method="env://")` runs unchanged; none that the caller's environment
 already sets is replaced.
 """
@@ -37,7 +37,6 @@ import multiprocessing
 import multiprocessing.connection
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -47,6 +46,7 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence
 
 from . import _lib
 from .nccl import NcclCommunicator, get_unique_id, unique_id_to_hex
+from .ports import free_ports
 from .ranklines import RankLines
 
 ENV_RANK = "HETCCL_LAUNCH_RANK"
@@ -92,20 +92,6 @@ def rank_env(rank: int, nranks: int, launch_id: str) -> Dict[str, str]:
     """The HETCCL_LAUNCH_* variables of one rank (one host: local = rank)."""
     return {ENV_RANK: str(rank), ENV_NRANKS: str(nranks), ENV_LOCAL_RANK: str(rank),
             ENV_ID: launch_id}
-
-
-def free_ports(count: int, host: str = "127.0.0.1") -> List[int]:
-    """`count` distinct ports nobody listens on at this moment."""
-    socks = []
-    try:
-        for _ in range(count):
-            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            socks.append(s)
-            s.bind((host, 0))
-        return [s.getsockname()[1] for s in socks]
-    finally:
-        for s in socks:
-            s.close()
 
 
 def job_env(base: Mapping[str, str], port: int) -> Dict[str, str]:
