@@ -6,6 +6,9 @@
 #
 #   tools/rdma/run_vm.sh [--hosts 1|2] [--cpus N] [--build DIR] [-- CMD ARGS...]
 #
+# Exit status: CMD's (the first non-zero of the two VMs'), 75 where the two
+# VMs' wire carries nothing (checked before CMD), 124 on rxe-vm's timeout.
+#
 # --cpus: each VM's virtual CPUs (rxe-vm's default, 2, where not given).
 # qemu emulates each on a thread of its own: two VMs of two on a 2-core
 # machine thrash (the two cross-host tests took 150-230 s that way, 55 s
@@ -53,8 +56,14 @@ if [[ -n "$qemu" ]]; then
 fi
 
 run="$(date +%s)-$$"
+# With --hosts 2, each VM first pings the other over the virtual wire, and
+# exits WIRE_DEAD (75) where no answer comes: qemu's link has been seen dead
+# from boot on, and tests on it would only wait out their timeouts.
+wire=""
+[[ $hosts == 2 ]] && wire="{ busybox ping -q -c 3 -w 30 \"\$RXE_VM_PEER\" >/dev/null || \
+{ echo \"run_vm.sh: no answer from \$RXE_VM_PEER over the VMs' wire\" >&2; exit 75; }; } && "
 # The guest's /dev is a bare devtmpfs: multiprocessing (and shm) want /dev/shm.
-cmd="{ [ -d /dev/shm ] || { mkdir -p /dev/shm && mount -t tmpfs tmpfs /dev/shm; }; } && cd '$top' && export HETCCL_LIBRARY='$build/libhetccl/libhetccl.so' PYTHONPATH='$top/python' \
+cmd="$wire{ [ -d /dev/shm ] || { mkdir -p /dev/shm && mount -t tmpfs tmpfs /dev/shm; }; } && cd '$top' && export HETCCL_LIBRARY='$build/libhetccl/libhetccl.so' PYTHONPATH='$top/python' \
 HETCCL_RDMA_RUN='$run' HETCCL_RDMA_BUILD='$build' && $(printf '%q ' "$@")"
 cd "$top"
 trap 'rm -rf "$wrap"; rm -f "$top"/.rdma-uid-"$run"-*' EXIT
