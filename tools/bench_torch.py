@@ -309,12 +309,12 @@ def ddp(args: argparse.Namespace, rank: int, n: int) -> Dict[str, Any]:
 # -- the driver -------------------------------------------------------------------
 def launch(backend: str, args: argparse.Namespace) -> List[Dict[str, Any]]:
     """One job on `backend` ("gloo", "hetccl" or a variant's "hetccl:LABEL")."""
+    sys.path.insert(0, str(REPO / "python"))   # the package, for the driver alone
     from hetccl.ports import free_ports  # where the ranks' MASTER_PORT comes from
     port = free_ports(1)[0]
     procs = []
     blocks: List[Optional[List[int]]] = [None] * args.n
-    if args.bind:  # imported here: a gloo rank must not load the library
-        sys.path.insert(0, str(REPO / "python"))
+    if args.bind:
         from hetccl.launcher import core_binding
         blocks = core_binding(args.n)
     base = {k: v for k, v in os.environ.items() if not k.startswith("HETCCL_")}
