@@ -145,56 +145,96 @@ typedef struct ring_rs {
                         * sendbuf (AllReduce), for an executor that does not fuse */
 } ring_rs_t;
 
-static int ring_rs_piece(const cut_t *u, const ring_rs_t *g, int first, size_t k) {
+/* Unit st (0 .. n - 1) of piece k's reduce-scatter: unit 0 sends chunk
+ * `first`; unit st >= 1 receives step st - 1's chunk, reduces it with this
+ * rank's part and sends the sum on, or, as unit n - 1, finishes it into
+ * recvbuf and returns the FINISH (HETCCL_STEP_NONE otherwise, or where
+ * this piece has no bytes there). */
+static int ring_rs_unit(const cut_t *u, const ring_rs_t *g, int first, size_t k, int st) {
   hetccl_sched_t *s = u->s;
   const hetccl_coll_t *c = u->c;
   int next = algo_mod(u->rank + 1, u->n), prev = algo_mod(u->rank - 1, u->n);
-  size_t o, bytes = piece_at(u, g->off(g, first), g->len(g, first), k, &o);
-  if (bytes) /* an AllReduce's own chunk scaled where its sums go (recvbuf), else a slot */
-    send_own(u, next, AT(c->sendbuf, o), bytes, k, g->sums_in_recvbuf ? AT(c->recvbuf, o) : NULL);
-  for (int st = 0; st <= u->n - 2; st++) {
-    int cr = g->recv(u->rank, st, u->n);
-    bytes = piece_at(u, g->off(g, cr), g->len(g, cr), k, &o);
-    if (!bytes) continue;
-    int in = own(u, AT(c->sendbuf, o), bytes);
-    if (st < u->n - 2) {
-      int war = HETCCL_STEP_NONE;
-      char *sum = g->sums_in_recvbuf ? AT(c->recvbuf, o) : sum_slot(u, k, st, &war);
-      int rr = forward(s, hetccl_sched_recv_reduce(s, prev, sum, NULL, 0, bytes, in, war));
-      int sent = hetccl_sched_send(s, next, NULL, bytes, rr, HETCCL_STEP_NONE);
-      if (!g->sums_in_recvbuf) sum_read(u, k, st, sent);
-    } else {
-      char *dst = AT(c->recvbuf, g->dst(g, cr, o - g->off(g, cr) * g->elem));
-      int rr = hetccl_sched_recv_reduce(s, prev, dst, NULL, 0, bytes, in, HETCCL_STEP_NONE);
-      return hetccl_sched_finish(s, dst, bytes, rr, HETCCL_STEP_NONE);
-    }
+  size_t o, bytes;
+  if (st == 0) {
+    bytes = piece_at(u, g->off(g, first), g->len(g, first), k, &o);
+    if (bytes) /* an AllReduce's own chunk scaled where its sums go (recvbuf), else a slot */
+      send_own(u, next, AT(c->sendbuf, o), bytes, k, g->sums_in_recvbuf ? AT(c->recvbuf, o) : NULL);
+    return HETCCL_STEP_NONE;
   }
-  return HETCCL_STEP_NONE;
+  int cr = g->recv(u->rank, st - 1, u->n);
+  bytes = piece_at(u, g->off(g, cr), g->len(g, cr), k, &o);
+  if (!bytes) return HETCCL_STEP_NONE;
+  int in = own(u, AT(c->sendbuf, o), bytes);
+  if (st < u->n - 1) {
+    int war = HETCCL_STEP_NONE;
+    char *sum = g->sums_in_recvbuf ? AT(c->recvbuf, o) : sum_slot(u, k, st - 1, &war);
+    int rr = forward(s, hetccl_sched_recv_reduce(s, prev, sum, NULL, 0, bytes, in, war));
+    int sent = hetccl_sched_send(s, next, NULL, bytes, rr, HETCCL_STEP_NONE);
+    if (!g->sums_in_recvbuf) sum_read(u, k, st - 1, sent);
+    return HETCCL_STEP_NONE;
+  }
+  char *dst = AT(c->recvbuf, g->dst(g, cr, o - g->off(g, cr) * g->elem));
+  int rr = hetccl_sched_recv_reduce(s, prev, dst, NULL, 0, bytes, in, HETCCL_STEP_NONE);
+  return hetccl_sched_finish(s, dst, bytes, rr, HETCCL_STEP_NONE);
 }
 
-/* The all-gather half of a ring, piece k: block `first` (this rank's
- * finished one, at byte offset from_off in `from`, once step `ready` is
- * done) goes out, then block first - 1 - t arrives at step t into recvbuf
- * and is passed on. */
-static void ring_ag_piece(const cut_t *u, const void *from, size_t from_off,
-                          size_t (*blk_off)(size_t count, int n, int c),
-                          size_t (*blk_len)(size_t count, int n, int c), size_t count, int first,
-                          size_t k, int ready) {
+/* The all-gather half of a ring, piece k, unit t (0 .. n - 1): unit 0
+ * sends block `first` (this rank's finished one, at byte offset from_off
+ * in `from`, once step `ready` is done); unit t >= 1 receives block
+ * first - t into recvbuf and passes it on (but the last). */
+typedef struct ring_ag {
+  const void *from;
+  size_t from_off;
+  size_t (*blk_off)(size_t count, int n, int c);
+  size_t (*blk_len)(size_t count, int n, int c);
+  size_t count;
+  int first;
+} ring_ag_t;
+
+static void ring_ag_unit(const cut_t *u, const ring_ag_t *a, size_t k, int t, int ready) {
   hetccl_sched_t *s = u->s;
   int next = algo_mod(u->rank + 1, u->n), prev = algo_mod(u->rank - 1, u->n);
-  size_t o, bytes = piece_at(u, blk_off(count, u->n, first), blk_len(count, u->n, first), k, &o);
-  if (bytes)
-    hetccl_sched_send(s, next, AT(from, from_off + o - blk_off(count, u->n, first) * u->elem),
-                      bytes, ready, HETCCL_STEP_NONE);
-  for (int t = 0; t <= u->n - 2; t++) {
-    int cr = algo_mod(first - 1 - t, u->n);
-    bytes = piece_at(u, blk_off(count, u->n, cr), blk_len(count, u->n, cr), k, &o);
-    if (!bytes) continue;
-    int got = hetccl_sched_recv(s, prev, AT(u->c->recvbuf, o), bytes, HETCCL_STEP_NONE,
-                                HETCCL_STEP_NONE);
-    if (t < u->n - 2)
-      hetccl_sched_send(s, next, AT(u->c->recvbuf, o), bytes, got, HETCCL_STEP_NONE);
+  size_t o, bytes;
+  if (t == 0) {
+    bytes = piece_at(u, a->blk_off(a->count, u->n, a->first), a->blk_len(a->count, u->n, a->first),
+                     k, &o);
+    if (bytes)
+      hetccl_sched_send(s, next,
+                        AT(a->from, a->from_off + o - a->blk_off(a->count, u->n, a->first) * u->elem),
+                        bytes, ready, HETCCL_STEP_NONE);
+    return;
   }
+  int cr = algo_mod(a->first - t, u->n);
+  bytes = piece_at(u, a->blk_off(a->count, u->n, cr), a->blk_len(a->count, u->n, cr), k, &o);
+  if (!bytes) return;
+  int got = hetccl_sched_recv(s, prev, AT(u->c->recvbuf, o), bytes, HETCCL_STEP_NONE,
+                              HETCCL_STEP_NONE);
+  if (t < u->n - 1) hetccl_sched_send(s, next, AT(u->c->recvbuf, o), bytes, got, HETCCL_STEP_NONE);
+}
+
+/* The order in which a ring's units are listed, for K pieces of `units`
+ * units each. The data plane's (by_piece): piece by piece, each through
+ * all its units before the next enters, which one lane in listed order
+ * keeps busy. The host executor's (by wave): wave w lists unit i of piece
+ * w - i, i ascending, as ring.c does. Both ranks of a pair must list its
+ * messages in one order (sched.h), and the host executor starts a message
+ * only after the pair's messages listed before it: piece by piece, the
+ * first send of piece k + 1 would wait for the last send of piece k, that
+ * is for piece k to have come (nearly) round the ring, and the ring would
+ * carry one piece at a time. By wave, a piece's first send waits only for
+ * the sends of the wave before. */
+typedef void (*ring_unit_fn)(const cut_t *u, const void *form, size_t k, int i);
+
+static void ring_units(const cut_t *u, const void *form, size_t K, int units, int by_piece,
+                       ring_unit_fn unit) {
+  if (by_piece) {
+    for (size_t k = 0; k < K; k++)
+      for (int i = 0; i < units; i++) unit(u, form, k, i);
+    return;
+  }
+  for (size_t w = 0; w + 1 < K + (size_t)units; w++)
+    for (int i = 0; i < units && (size_t)i <= w; i++)
+      if (w - (size_t)i < K) unit(u, form, w - (size_t)i, i);
 }
 
 /* AllReduce's chunks: chunk c of count, at the same place in both buffers. */
@@ -215,21 +255,37 @@ static int rs_recv(int r, int s, int n) { return algo_mod(r - s - 2, n); }
 static size_t blk_off(size_t count, int n, int c) { (void)n; return (size_t)c * count; }
 static size_t blk_len(size_t count, int n, int c) { (void)n; (void)c; return count; }
 
-static void ring_allreduce(const cut_t *u) {
-  const hetccl_coll_t *c = u->c;
-  ring_rs_t g = {ar_off, ar_len, ar_dst, ar_recv, c->count, u->n, u->elem, 1};
-  int mine = algo_mod(u->rank + 1, u->n); /* the chunk this rank finishes */
-  for (size_t k = 0, K = npieces(u, chunk_len(c->count, u->n, 0)); k < K; k++) {
-    int done = ring_rs_piece(u, &g, u->rank, k);
-    ring_ag_piece(u, c->recvbuf, chunk_off(c->count, u->n, mine) * u->elem, chunk_off, chunk_len,
-                  c->count, mine, k, done);
-  }
+/* AllReduce: the reduce-scatter's n units, its last (the finish) also the
+ * all-gather's first, then the all-gather's n - 1 more. */
+typedef struct ring_ar {
+  ring_rs_t rs;
+  ring_ag_t ag;
+} ring_ar_t;
+
+static void ring_allreduce_unit(const cut_t *u, const void *form, size_t k, int i) {
+  const ring_ar_t *f = form;
+  int done = HETCCL_STEP_NONE;
+  if (i < u->n) done = ring_rs_unit(u, &f->rs, u->rank, k, i);
+  if (i >= u->n - 1) ring_ag_unit(u, &f->ag, k, i - (u->n - 1), done);
 }
 
-static void ring_reducescatter(const cut_t *u) {
+static void ring_allreduce(const cut_t *u, int by_piece) {
+  const hetccl_coll_t *c = u->c;
+  int mine = algo_mod(u->rank + 1, u->n); /* the chunk this rank finishes */
+  ring_ar_t f = {{ar_off, ar_len, ar_dst, ar_recv, c->count, u->n, u->elem, 1},
+                 {c->recvbuf, chunk_off(c->count, u->n, mine) * u->elem, chunk_off, chunk_len,
+                  c->count, mine}};
+  ring_units(u, &f, npieces(u, chunk_len(c->count, u->n, 0)), 2 * u->n - 1, by_piece,
+             ring_allreduce_unit);
+}
+
+static void ring_reducescatter_unit(const cut_t *u, const void *form, size_t k, int i) {
+  ring_rs_unit(u, form, algo_mod(u->rank - 1, u->n), k, i);
+}
+
+static void ring_reducescatter(const cut_t *u, int by_piece) {
   ring_rs_t g = {rs_off, rs_len, rs_dst, rs_recv, u->c->count, u->n, u->elem, 0};
-  for (size_t k = 0, K = npieces(u, u->c->count); k < K; k++)
-    ring_rs_piece(u, &g, algo_mod(u->rank - 1, u->n), k);
+  ring_units(u, &g, npieces(u, u->c->count), u->n, by_piece, ring_reducescatter_unit);
 }
 
 /* This rank's block of an AllGather into its place in recvbuf. */
@@ -240,11 +296,14 @@ static void allgather_own(const cut_t *u) {
     hetccl_sched_copy(u->s, mine, u->c->sendbuf, blk, HETCCL_STEP_NONE, HETCCL_STEP_NONE);
 }
 
-static void ring_allgather(const cut_t *u) {
+static void ring_allgather_unit(const cut_t *u, const void *form, size_t k, int i) {
+  ring_ag_unit(u, form, k, i, HETCCL_STEP_NONE);
+}
+
+static void ring_allgather(const cut_t *u, int by_piece) {
   allgather_own(u);
-  for (size_t k = 0, K = npieces(u, u->c->count); k < K; k++)
-    ring_ag_piece(u, u->c->sendbuf, 0, blk_off, blk_len, u->c->count, u->rank, k,
-                  HETCCL_STEP_NONE);
+  ring_ag_t a = {u->c->sendbuf, 0, blk_off, blk_len, u->c->count, u->rank};
+  ring_units(u, &a, npieces(u, u->c->count), u->n, by_piece, ring_allgather_unit);
 }
 
 /* --- chains ------------------------------------------------------------------------- */
@@ -404,17 +463,17 @@ static ncclResult_t build(hetccl_sched_t *s, const hetccl_coll_t *c, size_t piec
         return ncclSuccess;
       }
       if (two && !host) exchange_reduce(&u, c->count, 0, 0, 0);
-      else s->one_lane = 1, ring_allreduce(&u);
+      else s->one_lane = 1, ring_allreduce(&u, !host);
       return ncclSuccess;
     case HETCCL_FUNC_REDUCESCATTER:
       if (two)
         exchange_reduce(&u, c->count, (size_t)u.rank * c->count, (size_t)(1 - u.rank) * c->count,
                         0);
-      else s->one_lane = 1, ring_reducescatter(&u);
+      else s->one_lane = 1, ring_reducescatter(&u, !host);
       return ncclSuccess;
     case HETCCL_FUNC_ALLGATHER:
       if (two) exchange_allgather(&u);
-      else s->one_lane = 1, ring_allgather(&u);
+      else s->one_lane = 1, ring_allgather(&u, !host);
       return ncclSuccess;
     case HETCCL_FUNC_BROADCAST: s->one_lane = 1, chain_broadcast(&u); return ncclSuccess;
     case HETCCL_FUNC_REDUCE: s->one_lane = 1, chain_reduce(&u); return ncclSuccess;

@@ -13,11 +13,15 @@
  *                        schedule, in whole messages)
  *
  * Every message is cut into pieces of at most `piece` bytes (the plane's
- * slot, or two for a wide piece), and a form lists its steps piece by
- * piece: piece k passes through every step of a ring before piece k + 1
- * enters it (a wavefront), so one lane in listed order keeps every link
- * busy. Both ranks of a pair list their pieces in the same order, which is
- * the order the plane numbers them on its channels.
+ * slot, or two for a wide piece), and for the data plane a form lists its
+ * steps piece by piece: piece k passes through every step of a ring before
+ * piece k + 1 enters it (a wavefront), so one lane in listed order keeps
+ * every link busy. For the host executor a ring lists the same steps wave
+ * by wave (unit i of piece w - i in wave w, as ring.c): that executor
+ * starts a message only after those listed before it on its pair, so piece
+ * by piece a ring would carry one piece at a time (pieces.c: ring_units).
+ * Both ranks of a pair list their pieces in the same order, which is the
+ * order the plane numbers them on its channels.
  *
  * Each reduced element is reduced on one rank, in one order (a ring's
  * chunk on the rank that finishes it, the two-rank exchange with the lower
