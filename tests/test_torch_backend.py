@@ -189,7 +189,7 @@ def test_bench_torch_times_the_library_alone(hetccl_library: Path, tmp_path: Pat
     each point has the same collective's time through the library alone
     on the backend's communicator, and the table prints that column. A
     variant's HETCCL_LIBRARY is the library its ranks run, whatever the
-    caller's environment names."""
+    caller's environment names; --rank-logs keeps each rank's stderr."""
     _torch_or_skip()
     out = tmp_path / "bench.json"
     copy = tmp_path / "copy" / "libhetccl.so"
@@ -200,7 +200,8 @@ def test_bench_torch_times_the_library_alone(hetccl_library: Path, tmp_path: Pat
     p = subprocess.run([sys.executable, str(REPO_ROOT / "tools" / "bench_torch.py"), "-n", "2",
                         "--reps", "1", "--sizes", "1K", "--colls", "all_reduce,send_recv",
                         "--ddp-steps", "0", "--budget", "0.005", "--direct", "--json", str(out),
-                        "--variant", f"copy:HETCCL_LIBRARY={copy}"],
+                        "--variant", f"copy:HETCCL_LIBRARY={copy},HETCCL_DEBUG=INFO",
+                        "--rank-logs", str(tmp_path / "logs")],
                        env=env, capture_output=True, text=True, timeout=240)
     assert p.returncode == 0, p.stderr[-3000:]
     assert "| library |" in p.stdout
@@ -212,3 +213,8 @@ def test_bench_torch_times_the_library_alone(hetccl_library: Path, tmp_path: Pat
     assert runs["gloo"][0]["direct"] == {}  # gloo's ranks have no library to call
     assert Path(runs["hetccl"][0]["library"]).resolve() == hetccl_library.resolve()
     assert Path(runs["hetccl:copy"][0]["library"]).resolve() == copy.resolve()
+    # --rank-logs: each rank's stderr, with the library's INFO lines where a
+    # variant asked for them (the variant's own HETCCL_DEBUG) and none where not
+    for rank in (0, 1):
+        assert "hetccl INFO" in (tmp_path / "logs" / "hetccl-copy" / f"rank{rank}.err").read_text()
+        assert "hetccl INFO" not in (tmp_path / "logs" / "hetccl" / f"rank{rank}.err").read_text()

@@ -341,17 +341,19 @@ def launch(backend: str, args: argparse.Namespace) -> List[Dict[str, Any]]:
         pin = (lambda c=blocks[rank]: os.sched_setaffinity(0, c)) if blocks[rank] else None
         procs.append(subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE,
                                       stderr=subprocess.PIPE, text=True, preexec_fn=pin))
-    results = rank_results(procs, f"{backend} job", args.timeout)
+    results = rank_results(procs, f"{backend} job", args.timeout, args.rank_logs and
+                           Path(args.rank_logs) / backend.replace(":", "-"))
     want, ran = base.get("HETCCL_LIBRARY"), results[0].get("library")
     if backend != "gloo" and want and ran and Path(ran).resolve() != Path(want).resolve():
         raise SystemExit(f"{backend} job: the ranks ran {ran}, not HETCCL_LIBRARY={want}")
     return results
 
 
-def rank_results(procs: List[subprocess.Popen], what: str,
-                 timeout: float) -> List[Dict[str, Any]]:
+def rank_results(procs: List[subprocess.Popen], what: str, timeout: float,
+                 logs: Optional[Path] = None) -> List[Dict[str, Any]]:
     """Each rank's last `RESULT <json>` line; a rank that fails or outlives
-    timeout stops them all, saying which."""
+    timeout stops them all, saying which. With `logs`, each rank's stderr
+    is appended to logs/rank<N>.err (the library's HETCCL_DEBUG lines)."""
     results = []
     for rank, p in enumerate(procs):
         try:
@@ -360,6 +362,10 @@ def rank_results(procs: List[subprocess.Popen], what: str,
             for q in procs:
                 q.kill()
             raise SystemExit(f"{what}: rank {rank} still running after {timeout} s")
+        if logs:
+            logs.mkdir(parents=True, exist_ok=True)
+            with open(logs / f"rank{rank}.err", "a") as f:
+                f.write(err)
         lines = [ln for ln in out.splitlines() if ln.startswith("RESULT ")]
         if p.returncode != 0 or not lines:
             for q in procs:
@@ -413,6 +419,9 @@ def main(argv: Optional[List[str]] = None) -> int:
     ap.add_argument("--variant", action="append", default=[], metavar="LABEL:VAR=VALUE,...",
                     help="one more hetccl job per repetition with these variables")
     ap.add_argument("--json", help="write every launch's summary here")
+    ap.add_argument("--rank-logs", help="append each rank's stderr to DIR/<backend>/rank<N>.err "
+                    "(with a variant's HETCCL_DEBUG=INFO: which algorithm and transport "
+                    "settings the ranks took)")
     ap.add_argument("--plot", help="a PNG of the ratios (needs matplotlib)")
     ap.add_argument("--as-rank", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--backend", choices=BACKENDS, help=argparse.SUPPRESS)
