@@ -85,6 +85,16 @@ int hetcclTransportCount(void);
 ncclResult_t hetcclCommCopiedBytes(ncclComm_t comm, int index, const char **transport,
                                    unsigned long long *bytes);
 
+/* What transport `index` (in [0, hetcclTransportCount())) would choose on
+ * this host for a communicator with localRanks ranks here, its knobs
+ * included, in one line of text ("" where it has nothing to say): shm's
+ * single copy and receive helper, each with why. shm measures this host's
+ * copy rates here where no rank has since boot (about 10 ms), as a
+ * communicator's init would. The strings are static, the text per thread
+ * until the next call; out pointers may be NULL. */
+ncclResult_t hetcclTransportHostInfo(int index, int localRanks, const char **name,
+                                     const char **text);
+
 #ifdef __cplusplus
 }
 #endif

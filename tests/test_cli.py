@@ -68,9 +68,9 @@ def test_info(hetccl_library: Path) -> None:
     assert f"knobs: {len(names)} " in out
 
 
-def info_with(**env: str) -> str:
-    """`hetccl info`'s output with env added to this environment."""
-    proc = subprocess.run([sys.executable, "-m", "hetccl", "info"], capture_output=True,
+def info_with(*args: str, **env: str) -> str:
+    """`hetccl info ARGS`'s output with env added to this environment."""
+    proc = subprocess.run([sys.executable, "-m", "hetccl", "info", *args], capture_output=True,
                           text=True, timeout=TIMEOUT, env={**os.environ, **env})
     assert proc.returncode == 0, proc.stderr
     return proc.stdout
@@ -80,6 +80,31 @@ def info_with(**env: str) -> str:
 def test_info_shows_current_values() -> None:
     out = info_with(HETCCL_SHM_SLOTS="16")
     assert re.search(r"HETCCL_SHM_SLOTS\s+int\s+default='8'\s+value='16'", out)
+
+
+@pytest.mark.timeout(TIMEOUT)
+def test_info_says_what_shm_would_choose_here() -> None:
+    """The shm transport's single copy and receive helper as a communicator
+    of --ranks N ranks here would take them, with why: ranks beyond the
+    CPUs turn single copy on, a CPU short of two per rank the helper off,
+    and a knob wins over either default, saying so."""
+    cpus = os.cpu_count() or 1
+    def shm(*args: str, **env: str) -> str:
+        out = info_with(*args, **env)
+        m = re.search(r"^  shm    (.*)\n         (.*)$", out, re.M)
+        assert m, out
+        return m.group(1) + " | " + m.group(2)
+    many = shm("--ranks", str(cpus + 1), HETCCL_SHM_CMA="", HETCCL_SHM_HELPER="")
+    assert many.startswith(f"single copy on by default here: {cpus + 1} ranks on {cpus} CPUs"), many
+    assert "receive helper thread off by default" in many, many
+    one = shm("--ranks", "1", HETCCL_SHM_HELPER="")
+    want = "on" if cpus >= 2 else "off"
+    assert f"receive helper thread {want} by default: {cpus} CPUs for 1 ranks here" in one, one
+    forced = shm("--ranks", str(cpus + 1), HETCCL_SHM_CMA="0", HETCCL_SHM_HELPER="1")
+    assert forced == "single copy off (HETCCL_SHM_CMA=0) | receive helper thread on " \
+        "(HETCCL_SHM_HELPER=1)", forced
+    bad = hetccl("info", "--ranks", "0")
+    assert bad.returncode == 2 and "--ranks" in bad.stderr, bad
 
 
 @pytest.mark.timeout(TIMEOUT)

@@ -86,7 +86,10 @@ ncclResult_t hetccl_CommInitRankAs(ncclComm_t *newcomm, int nranks, ncclUniqueId
   X(int, TransportCount, (void), ())                                                              \
   X(ncclResult_t, CommCopiedBytes,                                                                \
     (ncclComm_t comm, int index, const char **transport, unsigned long long *bytes),              \
-    (comm, index, transport, bytes))
+    (comm, index, transport, bytes))                                                              \
+  X(ncclResult_t, TransportHostInfo,                                                              \
+    (int index, int localRanks, const char **name, const char **text),                            \
+    (index, localRanks, name, text))
 
 #define HETCCL_OWN_PROTO(ret, name, params, args) ret hetccl_own_##name params;
 HETCCL_OWN_ENTRIES(HETCCL_OWN_PROTO)

@@ -182,6 +182,22 @@ ncclResult_t hetccl_own_CommCopiedBytes(ncclComm_t comm, int index, const char *
   return ncclSuccess;
 }
 
+ncclResult_t hetccl_own_TransportHostInfo(int index, int localRanks, const char **name,
+                                          const char **text) {
+  if (index < 0 || index >= HETCCL_TRANSPORT_COUNT || localRanks < 1) {
+    WARN("hetcclTransportHostInfo: index %d not in [0, %d), or %d local ranks (at least 1)",
+         index, HETCCL_TRANSPORT_COUNT, localRanks);
+    return ncclInvalidArgument;
+  }
+  static __thread char buf[512];
+  const hetccl_transport_t *t = hetccl_transport_get((hetccl_transport_id_t)index);
+  buf[0] = '\0';
+  if (t->host_info) t->host_info(localRanks, buf, sizeof(buf));
+  if (name) *name = t->name;
+  if (text) *text = buf;
+  return ncclSuccess;
+}
+
 const char *hetccl_own_CommBackend(ncclComm_t comm) {
   if (!comm || hetccl_comm_check(comm, "hetcclCommBackend") != ncclSuccess) return "invalid";
   return hetccl_backend_of(comm)->describe(comm);

@@ -162,6 +162,12 @@ typedef struct hetccl_peer_locality {
  * always usable. */
 typedef int (*hetccl_transport_usable_fn)(void);
 
+/* What the transport would choose on this host for a communicator with
+ * `local_ranks` ranks here, knobs included, as one line of text in buf
+ * (for `hetccl info`: hetcclTransportHostInfo). It may measure what it
+ * would measure at init. Optional. */
+typedef void (*hetccl_transport_host_info_fn)(int local_ranks, char *buf, size_t len);
+
 /* May this transport connect me to peer? Pure function of the localities. */
 typedef int (*hetccl_transport_can_connect_fn)(const hetccl_peer_locality_t *me,
                                                const hetccl_peer_locality_t *peer);
@@ -318,6 +324,7 @@ typedef struct hetccl_transport {
   hetccl_transport_pull_min_fn pull_min; /* optional */
   hetccl_transport_usable_fn usable;     /* optional */
   hetccl_transport_ctx_reaches_fn ctx_reaches; /* optional */
+  hetccl_transport_host_info_fn host_info;     /* optional */
   /* connections on first use: all five, or none */
   hetccl_transport_ep_open_fn ep_open;
   hetccl_transport_ep_ready_fn ep_ready;

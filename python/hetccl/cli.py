@@ -1,8 +1,9 @@
 """The `hetccl` command (also `python -m hetccl`).
 
-  hetccl info                       library, versions, exported API, device runtimes
-                                    and vendor libraries found, every knob (status 1
-                                    when a knob's value is refused)
+  hetccl info [--ranks N]           library, versions, exported API, device runtimes
+                                    and vendor libraries found, what each transport
+                                    would choose here for N ranks on this host, every
+                                    knob (status 1 when a knob's value is refused)
   hetccl info --cflags | --libs     compiler / linker flags for a C program using
                                     nccl.h and hetccl.h with libhetccl.so
   hetccl run -n N [--timeout S] [--tag-output] -- CMD ARGS...
@@ -79,6 +80,19 @@ def vendors() -> List[Tuple[str, int, str]]:
     return _backends(L.hetcclVendorCount, L.hetcclVendorInfo)
 
 
+def transport_choices(local_ranks: int) -> List[Tuple[str, str]]:
+    """(transport, what it would choose on this host for a communicator of
+    `local_ranks` ranks here, knobs included) for each transport that says
+    (hetcclTransportHostInfo; shm: single copy and the receive helper)."""
+    L, ffi = _lib.lib(), _lib.ffi
+    name, text = ffi.new("const char **"), ffi.new("const char **")
+    out = []
+    for i in range(L.hetcclTransportCount()):
+        if L.hetcclTransportHostInfo(i, local_ranks, name, text) == 0 and ffi.string(text[0]):
+            out.append((ffi.string(name[0]).decode(), ffi.string(text[0]).decode()))
+    return out
+
+
 def build_flags(cflags: bool, libs: bool) -> str:
     """What a C build needs: -I for the headers; -L, -l and an rpath for
     the library this package loads."""
@@ -105,6 +119,9 @@ def cmd_info(args: argparse.Namespace) -> int:
     if args.cflags or args.libs:
         print(build_flags(args.cflags, args.libs))
         return 0
+    if args.ranks < 1:
+        print(f"hetccl info: --ranks {args.ranks}: at least 1", file=sys.stderr)
+        return 2
     path = _lib.loaded_path()
     L, ffi = _lib.lib(), _lib.ffi
     version = get_version()
@@ -120,6 +137,10 @@ def cmd_info(args: argparse.Namespace) -> int:
     for name, vcode, detail in vendors():
         state = f"{_version_text(vcode)} ({vcode})" if vcode else "not loaded"
         print(f"  {name:<5} {state:<12} {detail}")
+    print(f"transports on this host, for a communicator of {args.ranks} ranks here "
+          "(--ranks):")
+    for name, text in transport_choices(args.ranks):
+        print(f"  {name:<6} " + "\n         ".join(text.split("; ")))
     _print_launchers()
     table = knobs()
     problem = _knob_problem()
@@ -343,6 +364,9 @@ def parser() -> argparse.ArgumentParser:
                       help="print the compiler flags for nccl.h and hetccl.h, and nothing else")
     info.add_argument("--libs", action="store_true",
                       help="print the linker flags for libhetccl.so, and nothing else")
+    info.add_argument("--ranks", type=int, default=2, metavar="N",
+                      help="ranks of one communicator on this host, for what the transports "
+                      "would choose (default 2)")
     info.set_defaults(fn=cmd_info)
 
     run = sub.add_parser("run", help="start N ranks of a command with libhetccl.so preloaded: "

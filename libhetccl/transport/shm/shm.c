@@ -200,22 +200,10 @@ static ncclResult_t seg_reserve(int fd, const char *name, size_t off, size_t len
  * ring where process_vm_readv is far slower than a copy (SHM_CMA_RATIO:
  * a kernel or sandbox that makes it costly). Every rank of a host reads
  * the same CPU count and profile, so both sides of a pair agree. */
-static int cma_default(const hetccl_transport_args_t *args) {
-  if (args->oversubscribed) return 1;
-  long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
-  if (ncpu < SHM_CMA_MIN_CPUS) {
-    INFO(HETCCL_SHM | HETCCL_INIT, "shm: single copy off by default here: %ld CPUs (fewer "
-         "than %d: the ring's copies are bound by memory, not by the CPUs)", ncpu,
-         SHM_CMA_MIN_CPUS);
-    return 0;
-  }
-  hetccl_shm_host_t h;
-  hetccl_shm_host_profile(&h);
-  int on = h.cma_gbps > 0 && h.cma_gbps >= SHM_CMA_RATIO * h.stream_gbps;
-  INFO(HETCCL_SHM | HETCCL_INIT, "shm: single copy %s by default here: %ld CPUs, "
-       "process_vm_readv %.1f GB/s, streaming copy %.1f GB/s (ratio %.2f, at least %.2f wanted)",
-       on ? "on" : "off", ncpu, h.cma_gbps, h.stream_gbps,
-       h.stream_gbps > 0 ? h.cma_gbps / h.stream_gbps : 0.0, SHM_CMA_RATIO);
+static int cma_choice(const hetccl_transport_args_t *args) {
+  char why[256];
+  int on = hetccl_shm_cma_choice(args->local_ranks, why, sizeof(why));
+  INFO(HETCCL_SHM | HETCCL_INIT, "shm: %s", why);
   return on;
 }
 
@@ -237,8 +225,7 @@ static ncclResult_t shm_ctx_create(const hetccl_transport_args_t *args, hetccl_t
   c->fd = -1;
   c->args = *args;
   c->rank_user = hetccl_user_rank(args->user_ranks, args->rank);
-  c->cma_knob = hetccl_knob_is_set(HETCCL_KNOB_SHM_CMA) ? (int)hetccl_knob_int(HETCCL_KNOB_SHM_CMA)
-                                                        : cma_default(args);
+  c->cma_knob = cma_choice(args);
   c->cma_stream = (int)hetccl_knob_int(HETCCL_KNOB_SHM_CMA_STREAM);
   c->help_on = c->cma_knob && hetccl_shm_help_wanted(args);
   size_t page = (size_t)sysconf(_SC_PAGESIZE);
@@ -643,4 +630,5 @@ const hetccl_transport_t hetccl_transport_shm = {
     .ctx_poll = shm_ctx_poll,
     .ctx_fail = shm_ctx_fail,
     .ctx_pull_min = shm_ctx_pull_min,
+    .host_info = hetccl_shm_host_info,
 };

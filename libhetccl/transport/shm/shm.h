@@ -163,6 +163,15 @@ typedef struct hetccl_shm_host {
   double cma_gbps;    /* one core, process_vm_readv of itself, 8 MiB */
 } hetccl_shm_host_t;
 void hetccl_shm_host_profile(hetccl_shm_host_t *out);
+/* Single copy for `local` ranks of a communicator on this host:
+ * HETCCL_SHM_CMA where set, else the default (on where the ranks
+ * outnumber the CPUs, or with SHM_CMA_MIN_CPUS CPUs or more and
+ * process_vm_readv at SHM_CMA_RATIO of the streaming copy or better); `why`
+ * says which, with the figures. */
+int hetccl_shm_cma_choice(int local, char *why, size_t len);
+/* The transport's host_info (transport.h): single copy and the receive
+ * helper as a communicator of `local` ranks here would take them. */
+void hetccl_shm_host_info(int local, char *buf, size_t len);
 
 /* shm_copy.c: memcpy with streaming stores where the ISA has them, for
  * destinations that will not be read soon (large messages). */

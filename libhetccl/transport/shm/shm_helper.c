@@ -193,22 +193,26 @@ static int affinity_cpus(void) {
   return CPU_COUNT(&set);
 }
 
-int hetccl_shm_help_wanted(const hetccl_transport_args_t *args) {
-  static _Atomic int said;
+int hetccl_shm_help_choice(int local, char *why, size_t len) {
   if (hetccl_knob_is_set(HETCCL_KNOB_SHM_HELPER)) {
     int on = (int)hetccl_knob_int(HETCCL_KNOB_SHM_HELPER);
-    if (!atomic_exchange(&said, 1))
-      INFO(HETCCL_SHM | HETCCL_INIT, "shm: receive helper thread %s (HETCCL_SHM_HELPER=%d)",
-           on ? "on" : "off", on);
+    snprintf(why, len, "receive helper thread %s (HETCCL_SHM_HELPER=%d)", on ? "on" : "off", on);
     return on;
   }
   long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
   int mine = affinity_cpus();
-  int local = args->local_ranks > 0 ? args->local_ranks : 1;
+  if (local < 1) local = 1;
   int on = mine >= 2 && ncpu >= (long)SHM_HELP_CPUS_PER_RANK * local;
-  if (!atomic_exchange(&said, 1))
-    INFO(HETCCL_SHM | HETCCL_INIT, "shm: receive helper thread %s by default: %ld CPUs for %d "
-         "ranks here (%d wanted per rank), this process may run on %d", on ? "on" : "off",
-         ncpu, local, SHM_HELP_CPUS_PER_RANK, mine);
+  snprintf(why, len, "receive helper thread %s by default: %ld CPUs for %d ranks here (%d wanted "
+           "per rank), this process may run on %d", on ? "on" : "off", ncpu, local,
+           SHM_HELP_CPUS_PER_RANK, mine);
+  return on;
+}
+
+int hetccl_shm_help_wanted(const hetccl_transport_args_t *args) {
+  static _Atomic int said;
+  char why[192];
+  int on = hetccl_shm_help_choice(args->local_ranks, why, sizeof(why));
+  if (!atomic_exchange(&said, 1)) INFO(HETCCL_SHM | HETCCL_INIT, "shm: %s", why);
   return on;
 }

@@ -71,6 +71,9 @@ void hetccl_shm_help_detach(void);
 
 /* Whether endpoints made with args use the helper (logged once). */
 int hetccl_shm_help_wanted(const hetccl_transport_args_t *args);
+/* The same choice for `local` ranks of a communicator on this host: the
+ * knob where set, else the default above; `why` says which, in words. */
+int hetccl_shm_help_choice(int local, char *why, size_t len);
 
 /* Hand h (its co, pid, src, bytes, args, peer_user set; the coop record
  * open to claims) to the helper thread; 0 if it cannot run (no thread). */

@@ -19,8 +19,13 @@
  * the CPU was never the bound and the ring's lighter traffic wins (2-core
  * development VM: 7.4 against 12 GB/s, the ring ahead by 10-30 %).
  *
- * Thread: the one creating a communicator (shm_ctx_create); pure but for
- * the file. */
+ * What the profile decides, single copy's default (hetccl_shm_cma_choice),
+ * is here too, with the text that says why: shm.c logs it at a
+ * communicator's init, and the transport's host_info (`hetccl info`)
+ * shows it beside the receive helper's.
+ *
+ * Thread: the one creating a communicator (shm_ctx_create), or a tool's
+ * (host_info); pure but for the file. */
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -33,6 +38,7 @@
 #include <unistd.h>
 
 #include "transport/shm/shm.h"
+#include "util/knobs.h"
 #include "util/log.h"
 
 #define HOST_MAGIC "hetccl-host-profile 1"
@@ -146,4 +152,40 @@ void hetccl_shm_host_profile(hetccl_shm_host_t *out) {
     struct timespec ts = {0, 1000000};
     nanosleep(&ts, NULL);
   }
+}
+
+/* --- what the profile decides ------------------------------------------------------ */
+
+int hetccl_shm_cma_choice(int local, char *why, size_t len) {
+  if (hetccl_knob_is_set(HETCCL_KNOB_SHM_CMA)) {
+    int on = (int)hetccl_knob_int(HETCCL_KNOB_SHM_CMA);
+    snprintf(why, len, "single copy %s (HETCCL_SHM_CMA=%d)", on ? "on" : "off", on);
+    return on;
+  }
+  long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+  if (ncpu > 0 && local > ncpu) {
+    snprintf(why, len, "single copy on by default here: %d ranks on %ld CPUs (the CPUs, not "
+             "the memory, are what the ranks wait on)", local, ncpu);
+    return 1;
+  }
+  if (ncpu < SHM_CMA_MIN_CPUS) {
+    snprintf(why, len, "single copy off by default here: %ld CPUs (fewer than %d: the ring's "
+             "copies are bound by memory, not by the CPUs)", ncpu, SHM_CMA_MIN_CPUS);
+    return 0;
+  }
+  hetccl_shm_host_t h;
+  hetccl_shm_host_profile(&h);
+  int on = h.cma_gbps > 0 && h.cma_gbps >= SHM_CMA_RATIO * h.stream_gbps;
+  snprintf(why, len, "single copy %s by default here: %ld CPUs, process_vm_readv %.1f GB/s, "
+           "streaming copy %.1f GB/s (ratio %.2f, at least %.2f wanted)", on ? "on" : "off",
+           ncpu, h.cma_gbps, h.stream_gbps, h.stream_gbps > 0 ? h.cma_gbps / h.stream_gbps : 0.0,
+           SHM_CMA_RATIO);
+  return on;
+}
+
+void hetccl_shm_host_info(int local, char *buf, size_t len) {
+  char cma[256], help[192];
+  hetccl_shm_cma_choice(local, cma, sizeof(cma));
+  hetccl_shm_help_choice(local, help, sizeof(help));
+  snprintf(buf, len, "%s; %s", cma, help);
 }
