@@ -196,12 +196,11 @@ static void ring_ag_unit(const cut_t *u, const ring_ag_t *a, size_t k, int t, in
   int next = algo_mod(u->rank + 1, u->n), prev = algo_mod(u->rank - 1, u->n);
   size_t o, bytes;
   if (t == 0) {
-    bytes = piece_at(u, a->blk_off(a->count, u->n, a->first), a->blk_len(a->count, u->n, a->first),
-                     k, &o);
+    size_t first_off = a->blk_off(a->count, u->n, a->first);
+    bytes = piece_at(u, first_off, a->blk_len(a->count, u->n, a->first), k, &o);
     if (bytes)
-      hetccl_sched_send(s, next,
-                        AT(a->from, a->from_off + o - a->blk_off(a->count, u->n, a->first) * u->elem),
-                        bytes, ready, HETCCL_STEP_NONE);
+      hetccl_sched_send(s, next, AT(a->from, a->from_off + o - first_off * u->elem), bytes, ready,
+                        HETCCL_STEP_NONE);
     return;
   }
   int cr = algo_mod(a->first - t, u->n);
