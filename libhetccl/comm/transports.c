@@ -168,7 +168,7 @@ ncclResult_t hetccl_transports_connect(ncclComm_t comm, uint64_t secret) {
       .timeout_ms = (int)hetccl_knob_int(HETCCL_KNOB_CONNECT_TIMEOUT) * 1000,
       .abort_flag = &comm->state.abort_flag,
       .ifname = hetccl_knob_str(HETCCL_KNOB_SOCKET_IFNAME), .peer_note = &comm->engine.peer_note,
-      .mismatch = &comm->engine.mismatch, .oversubscribed = oversubscribed,
+      .mismatch = &comm->engine.mismatch,
       .local_ranks = local,
       .user_ranks = comm->user_ranks,
       .device = comm->ptr_kind == HETCCL_DEV_HOST ? NULL : hetccl_runtime_get(comm->ptr_kind),

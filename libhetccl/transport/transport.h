@@ -107,7 +107,6 @@ typedef struct hetccl_transport_args {
   const char *ifname;          /* NCCL_SOCKET_IFNAME-style selection, may be "" */
   hetccl_fail_note_t *peer_note; /* where the first note from a peer goes; may be NULL */
   hetccl_tag_mismatch_t *mismatch; /* where the first signature mismatch goes; may be NULL */
-  int oversubscribed;          /* this host runs more ranks of the communicator than CPUs */
   int local_ranks;             /* ranks of the communicator on this host, this one included */
   /* Payload bytes this rank's CPU copied for this transport (memcpy into
    * or out of staging, the kernel's copy in a socket send or receive,

@@ -199,7 +199,9 @@ static ncclResult_t seg_reserve(int fd, const char *name, size_t off, size_t len
  * The host's copy profile (shm_host.c, measured once per boot) keeps the
  * ring where process_vm_readv is far slower than a copy (SHM_CMA_RATIO:
  * a kernel or sandbox that makes it costly). Every rank of a host reads
- * the same CPU count and profile, so both sides of a pair agree. */
+ * the same CPU count and profile, so both sides of a pair agree. The
+ * choice itself, with its reason in words: shm_host.c,
+ * hetccl_shm_cma_choice. */
 static int cma_choice(const hetccl_transport_args_t *args) {
   char why[256];
   int on = hetccl_shm_cma_choice(args->local_ranks, why, sizeof(why));
