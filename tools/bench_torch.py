@@ -309,7 +309,8 @@ def ddp(args: argparse.Namespace, rank: int, n: int) -> Dict[str, Any]:
 # -- the driver -------------------------------------------------------------------
 def launch(backend: str, args: argparse.Namespace) -> List[Dict[str, Any]]:
     """One job on `backend` ("gloo", "hetccl" or a variant's "hetccl:LABEL")."""
-    sys.path.insert(0, str(REPO / "python"))   # the package, for the driver alone
+    if str(REPO / "python") not in sys.path:  # the package, for the driver alone
+        sys.path.insert(0, str(REPO / "python"))
     from hetccl.ports import free_ports  # where the ranks' MASTER_PORT comes from
     port = free_ports(1)[0]
     procs = []
