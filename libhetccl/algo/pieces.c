@@ -21,6 +21,9 @@ typedef struct cut {
   int32_t *readers;
   int scaled_sends; /* the host under PreMulSum: this rank's data sent on is scaled into a
                      * buffer first (send_own); the data plane scales it as it sends */
+  int host;         /* for the host executor, which runs a local copy on the thread that
+                     * also moves the messages: an AllGather copies its own block piece by
+                     * piece after each piece's send (own_piece), not in one go first */
 } cut_t;
 
 #define AT(buf, off) ((char *)(buf) + (off))
@@ -287,7 +290,8 @@ static void ring_reducescatter(const cut_t *u, int by_piece) {
   ring_units(u, &g, npieces(u, u->c->count), u->n, by_piece, ring_reducescatter_unit);
 }
 
-/* This rank's block of an AllGather into its place in recvbuf. */
+/* This rank's block of an AllGather (or a Gather's root's) into its place
+ * in recvbuf, whole. */
 static void allgather_own(const cut_t *u) {
   size_t blk = u->c->count * u->elem;
   char *mine = AT(u->c->recvbuf, (size_t)u->rank * blk);
@@ -295,12 +299,23 @@ static void allgather_own(const cut_t *u) {
     hetccl_sched_copy(u->s, mine, u->c->sendbuf, blk, HETCCL_STEP_NONE, HETCCL_STEP_NONE);
 }
 
+/* The host's share of allgather_own: piece k of this rank's block. */
+static void own_piece(const cut_t *u, size_t k) {
+  size_t blk = u->c->count * u->elem, o;
+  char *mine = AT(u->c->recvbuf, (size_t)u->rank * blk);
+  size_t bytes = piece_at(u, 0, u->c->count, k, &o);
+  if (u->host && bytes && (const char *)u->c->sendbuf != mine)
+    hetccl_sched_copy(u->s, mine + o, AT(u->c->sendbuf, o), bytes, HETCCL_STEP_NONE,
+                      HETCCL_STEP_NONE);
+}
+
 static void ring_allgather_unit(const cut_t *u, const void *form, size_t k, int i) {
   ring_ag_unit(u, form, k, i, HETCCL_STEP_NONE);
+  if (i == 0) own_piece(u, k);
 }
 
 static void ring_allgather(const cut_t *u, int by_piece) {
-  allgather_own(u);
+  if (!u->host) allgather_own(u);
   ring_ag_t a = {u->c->sendbuf, 0, blk_off, blk_len, u->c->count, u->rank};
   ring_units(u, &a, npieces(u, u->c->count), u->n, by_piece, ring_allgather_unit);
 }
@@ -419,10 +434,20 @@ static void direct_scatter(const cut_t *u) {
 static void exchange_allgather(const cut_t *u) {
   int peer = 1 - u->rank;
   size_t blk = u->c->count * u->elem;
-  allgather_own(u);
-  hetccl_pieces_send(u->s, peer, u->c->sendbuf, blk, u->piece);
-  hetccl_pieces_recv(u->s, peer, AT(u->c->recvbuf, (size_t)peer * blk), blk, u->piece,
-                     HETCCL_STEP_NONE);
+  if (!u->host) {
+    allgather_own(u);
+    hetccl_pieces_send(u->s, peer, u->c->sendbuf, blk, u->piece);
+    hetccl_pieces_recv(u->s, peer, AT(u->c->recvbuf, (size_t)peer * blk), blk, u->piece,
+                       HETCCL_STEP_NONE);
+    return;
+  }
+  for (size_t k = 0, o = 0; o < blk; k++, o += u->piece) {
+    size_t bytes = blk - o < u->piece ? blk - o : u->piece;
+    hetccl_sched_send(u->s, peer, AT(u->c->sendbuf, o), bytes, HETCCL_STEP_NONE, HETCCL_STEP_NONE);
+    hetccl_sched_recv(u->s, peer, AT(u->c->recvbuf, (size_t)peer * blk + o), bytes,
+                      HETCCL_STEP_NONE, HETCCL_STEP_NONE);
+    own_piece(u, k);
+  }
 }
 
 /* --- the forms -------------------------------------------------------------------------- */
@@ -451,6 +476,7 @@ static ncclResult_t build(hetccl_sched_t *s, const hetccl_coll_t *c, size_t piec
     for (int i = 0; i < SUM_WAVES * u.n; i++) u.readers[i] = HETCCL_STEP_NONE;
   }
   u.scaled_sends = host && c->op.premul && hetccl_func_reduces(c->func);
+  u.host = host;
   int two = u.n == 2;
   s->one_lane = 0;
   *cut = 0;
