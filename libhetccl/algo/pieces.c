@@ -22,8 +22,9 @@ typedef struct cut {
   int scaled_sends; /* the host under PreMulSum: this rank's data sent on is scaled into a
                      * buffer first (send_own); the data plane scales it as it sends */
   int host;         /* for the host executor, which runs a local copy on the thread that
-                     * also moves the messages: an AllGather copies its own block piece by
-                     * piece after each piece's send (own_piece), not in one go first */
+                     * also moves the messages: an AllGather's own block, and a chain
+                     * Broadcast's root's, are copied piece by piece after each piece's
+                     * send (own_piece), not in one go before any message */
 } cut_t;
 
 #define AT(buf, off) ((char *)(buf) + (off))
@@ -327,13 +328,17 @@ static void chain_broadcast(const cut_t *u) {
   const hetccl_coll_t *c = u->c;
   int pos = algo_mod(u->rank - c->root, u->n);
   int next = algo_mod(u->rank + 1, u->n), prev = algo_mod(u->rank - 1, u->n);
-  if (pos == 0 && c->sendbuf != c->recvbuf)
+  int copy = pos == 0 && c->sendbuf != c->recvbuf; /* the root's own, out of place */
+  if (copy && !u->host) /* the host's: piece by piece after each send, as AllGather's */
     hetccl_sched_copy(s, c->recvbuf, c->sendbuf, c->count * u->elem, HETCCL_STEP_NONE,
                       HETCCL_STEP_NONE);
   for (size_t k = 0, K = npieces(u, c->count); k < K; k++) {
     size_t o, bytes = piece_at(u, 0, c->count, k, &o);
     if (pos == 0) {
       hetccl_sched_send(s, next, AT(c->sendbuf, o), bytes, HETCCL_STEP_NONE, HETCCL_STEP_NONE);
+      if (copy && u->host)
+        hetccl_sched_copy(s, AT(c->recvbuf, o), AT(c->sendbuf, o), bytes, HETCCL_STEP_NONE,
+                          HETCCL_STEP_NONE);
       continue;
     }
     int got = hetccl_sched_recv(s, prev, AT(c->recvbuf, o), bytes, HETCCL_STEP_NONE,
