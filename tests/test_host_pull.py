@@ -173,6 +173,39 @@ def test_pull_broadcast_with_single_copy_off_and_on(env: Tuple[Tuple[str, str], 
     assert not wrong, "\n".join(wrong[:20])
 
 
+def rank_one_broadcast(nbytes: int) -> List[str]:
+    """One broadcast of nbytes from rank 1, checked bit for bit."""
+    comm = hetccl.communicator()
+    me = comm.rank_id()
+    data = np.random.default_rng(7).integers(0, 256, nbytes, dtype=np.uint8)
+    out = data.copy() if me == 1 else np.zeros(nbytes, np.uint8)
+    try:
+        comm.broadcast(ptr(out), ptr(out), nbytes, U8, 1)
+    finally:
+        comm.destroy()
+    return [] if np.array_equal(out, data) else [f"rank {me}: broadcast not bit-exact"]
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("nranks", [4, 5])
+def test_broadcast_reads_only_for_few_readers(tmp_path, nranks: int) -> None:
+    """With single copy on, a large Broadcast is read from the root's buffer
+    by up to three readers; with more, the chain carries it (algo/select.c,
+    PULL_BCAST_MAX_RANKS: many readers of one buffer contend), unless the
+    ranks outnumber the CPUs (os.sysconf's count, as the library's), where
+    the reads stay."""
+    takes = "reads" if nranks <= 4 or nranks > os.sysconf("SC_NPROCESSORS_ONLN") else "chain"
+    env = dict(SHM + (("HETCCL_SHM_CMA", "1"), ("HETCCL_DEBUG", "INFO"),
+                      ("HETCCL_DEBUG_SUBSYS", "COLL"),
+                      ("HETCCL_DEBUG_FILE", str(tmp_path / "rank.%p.log"))))
+    got = hetccl.launch(rank_one_broadcast, nranks, 1 << 20, env=env, timeout=240)
+    assert not [line for res in got for line in res]
+    said = [ln for f in tmp_path.glob("rank.*.log") for ln in f.read_text().splitlines()
+            if "Broadcast of 1048576 bytes" in ln]
+    assert len(said) == nranks, said
+    assert all(f"takes {takes} " in ln for ln in said), said
+
+
 # Every collective, type and operator over the small pieces (the whole
 # sweep of tests/test_collectives.py), odd and even rank counts.
 SWEEPS = [

@@ -20,7 +20,8 @@
  *                  ring (ring.c)               the whole buffer past the small size
  *                  direct (rd.c)               otherwise
  *   AlltoAll       pairwise (a2a.c)            always
- *   Broadcast      reads (pull_bcast.c)        single copy on for these messages
+ *   Broadcast      reads (pull_bcast.c)        single copy on for these messages, on
+ *                                              up to 4 ranks or more ranks than CPUs
  *                  chain (tree.c)              past the small size
  *                  binomial tree (tree.c)      otherwise
  *   Reduce         ring (ring.c)               past the small size
@@ -40,6 +41,8 @@
  *
  * Thread: whichever thread drives the engine; never allocates. */
 #include "algo/algo_impl.h"
+
+#include <unistd.h>
 
 #include "util/knobs.h"
 #include "util/log.h"
@@ -122,6 +125,21 @@ ncclResult_t hetccl_linear_scatter(hetccl_engine_t *e, const hetccl_coll_t *c);
 #define RHD_ALLREDUCE_WIDE_MIN_BYTES (1u << 20)
 #define RHD_ALLREDUCE_WIDE_MAX_BYTES (16u << 20)
 
+/* Broadcast by reads while at most PULL_BCAST_MAX_RANKS ranks read the
+ * root's buffer at once; on more, the chain (tree.c). Seven readers of one
+ * buffer of 4 KiB pages (torch's CPU tensors) contend in process_vm_readv:
+ * on the 16-core machine (1 x H100's host, 2026-12-08, n=8, torch's
+ * tensors, tools/bench_torch.py --direct; docs/measurements.md, "Seven
+ * readers of one buffer") 1 MiB took 702 us by reads against 234 us by the
+ * chain (gloo 721), 4 MiB 1.52 ms against 869 us, 256 KiB 89 against 91;
+ * at n=4 the reads were 2.3-5.5 x gloo's. Huge-page buffers read far
+ * faster (hetccl-perf's from 4 MiB: 1 MiB in 60-90 us at n=8), which is
+ * not what a framework hands over. Where the ranks outnumber the CPUs the
+ * reads stay: a reader copies whenever it runs, where a chain waits at
+ * every hop for that rank to be scheduled (the 2-core machine, n=5 and 8,
+ * hetccl-perf: the chain 0.45-0.65 x the reads' speed from 1 MiB). */
+#define PULL_BCAST_MAX_RANKS 4
+
 #define PULL_ALLREDUCE_MIN_RANKS 4
 #define PULL_ALLREDUCE_BYTES (4u << 20)
 #define PULL_ALLREDUCE_WIDE_RANKS 8
@@ -140,6 +158,7 @@ enum {
   NEED_MEDIUM = 1u << 8,      /* RHD_ALLREDUCE_MIN_BYTES < bytes <= RHD_ALLREDUCE_MAX_BYTES */
   NEED_WIDE_MEDIUM = 1u << 9, /* n > PULL_ALLREDUCE_WIDE_RANKS, RHD_ALLREDUCE_WIDE_MIN_BYTES <
                                * bytes < RHD_ALLREDUCE_WIDE_MAX_BYTES */
+  NEED_FEW_READERS = 1u << 10, /* n <= PULL_BCAST_MAX_RANKS, or more ranks than CPUs */
 };
 #define NEED_HARD NEED_PLAIN_OP
 
@@ -185,7 +204,7 @@ static const rule_t rules[] = {
     {F(ALLTOALL), W(auto), 0, "pairwise", hetccl_pairwise_alltoall, "the one form"},
     {F(ALLTOALL), W(wavefront), 0, "wavefront", hetccl_wavefront_run,
      "the data plane's form"},
-    {F(BROADCAST), W(pull), NEED_PULL, "reads", hetccl_pull_broadcast,
+    {F(BROADCAST), W(pull), NEED_PULL | NEED_FEW_READERS, "reads", hetccl_pull_broadcast,
      "ranks read the root's memory"},
     {F(BROADCAST), W(ring), NEED_LARGE, "chain", hetccl_chain_broadcast, "bandwidth"},
     {F(BROADCAST), W(auto), 0, "binomial tree", hetccl_tree_broadcast, "small: log2 n rounds"},
@@ -212,6 +231,19 @@ static int pull_allreduce_pays(const hetccl_engine_t *e, int n, size_t bytes) {
   return n >= PULL_ALLREDUCE_MIN_RANKS && bytes >= PULL_ALLREDUCE_BYTES;
 }
 
+/* The host's CPUs (a communicator whose ranks all read each other's memory
+ * is on one host). */
+static int online_cpus(void) {
+  static int cpus;
+  int c = __atomic_load_n(&cpus, __ATOMIC_RELAXED);
+  if (!c) {
+    long v = sysconf(_SC_NPROCESSORS_ONLN);
+    c = v > 0 ? (int)v : 1;
+    __atomic_store_n(&cpus, c, __ATOMIC_RELAXED);
+  }
+  return c;
+}
+
 /* The conditions that hold for c on e (bytes per rank). */
 static unsigned conditions(const hetccl_engine_t *e, const hetccl_coll_t *c, size_t bytes) {
   int n = hetccl_engine_nranks(e);
@@ -221,6 +253,7 @@ static unsigned conditions(const hetccl_engine_t *e, const hetccl_coll_t *c, siz
   if (bytes * (size_t)n > small) have |= NEED_LARGE_TOTAL;
   have |= n <= DIRECT_ALLREDUCE_MAX_RANKS ? NEED_FEW : NEED_MANY;
   if (bytes > RHD_ALLREDUCE_MIN_BYTES && bytes <= RHD_ALLREDUCE_MAX_BYTES) have |= NEED_MEDIUM;
+  if (n <= PULL_BCAST_MAX_RANKS || n > online_cpus()) have |= NEED_FEW_READERS;
   if (n > PULL_ALLREDUCE_WIDE_RANKS && bytes > RHD_ALLREDUCE_WIDE_MIN_BYTES &&
       bytes < RHD_ALLREDUCE_WIDE_MAX_BYTES)
     have |= NEED_WIDE_MEDIUM;

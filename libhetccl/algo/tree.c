@@ -9,6 +9,7 @@
  * Thread: whichever thread drives the engine. */
 #include "algo/algo_impl.h"
 
+#include <math.h>
 #include <string.h>
 
 /* Chain root -> root+1 -> ... : step 0 receives piece p from the left,
@@ -38,6 +39,29 @@ static void chain_io(const ring_plan_t *pl, int p, int s, ring_io_t *io) {
   }
 }
 
+/* The chain's piece, in elements (0: the ring's rule alone). K pieces
+ * through a chain of n ranks take about (K + n - 2) piece times, each
+ * alpha + P / beta, which is least at P = sqrt(bytes * alpha * beta /
+ * (n - 2)); the pieces of the rings (a quarter of the message, up to the
+ * pipeline chunk) leave a long chain waiting for its pipe to fill. On the
+ * 16-core machine's host at n=8 (2026-12-08, torch's tensors; docs/
+ * measurements.md, "Seven readers of one buffer") a piece-hop took 12.4 us
+ * at 64 KiB and 22.4 us at 128 KiB: alpha 2.4 us, beta 6.5 GB/s, their
+ * product about CHAIN_ALPHA_BETA bytes. There 1 MiB took 678 us in the
+ * rings' 256 KiB pieces, 290 us in 128 KiB and 234 us in 64 KiB; 4 MiB
+ * 1.77 ms in 1 MiB pieces, 851-869 us in 64-128 KiB. Never below
+ * CHAIN_MIN_PIECE (64 KiB, the smallest measured), and two ranks (one
+ * hop, nothing to fill) keep the rings' rule. */
+#define CHAIN_ALPHA_BETA 15700.0
+#define CHAIN_MIN_PIECE (64u << 10)
+
+static size_t chain_piece(size_t bytes, int n, size_t esize) {
+  if (n <= 2) return 0;
+  size_t best = (size_t)sqrt((double)bytes * CHAIN_ALPHA_BETA / (double)(n - 2));
+  best = algo_round_up(best < CHAIN_MIN_PIECE ? CHAIN_MIN_PIECE : best, 64);
+  return best / esize ? best / esize : 1;
+}
+
 ncclResult_t hetccl_chain_broadcast(hetccl_engine_t *e, const hetccl_coll_t *c) {
   ring_plan_t pl;
   memset(&pl, 0, sizeof(pl));
@@ -53,7 +77,7 @@ ncclResult_t hetccl_chain_broadcast(hetccl_engine_t *e, const hetccl_coll_t *c) 
   pl.out = c->recvbuf;
   pl.nsteps = 2;
   pl.io = chain_io;
-  hetccl_ring_pieces(&pl, c->count, 0);
+  hetccl_ring_pieces(&pl, c->count, chain_piece(c->count * pl.esize, pl.nranks, pl.esize));
   return hetccl_ring_run(&pl);
 }
 
