@@ -137,6 +137,9 @@ struct ring_plan {
  * elements: hetccl_algo_piece's, at most max_piece (0: no bound), and
  * never so small that a block takes more than about a thousand pieces. */
 void hetccl_ring_pieces(ring_plan_t *pl, size_t maxblock, size_t max_piece);
+/* At most about this many pieces per block, whatever the pipeline chunk
+ * says: a schedule's steps grow with them (four per piece and step). */
+#define HETCCL_ALGO_MAX_PIECES 1024
 /* The plan's schedule, empty, in the engine's scratch (NULL on OOM), with
  * room for `more` steps after the plan's, inter_bytes of partial-sum
  * pieces (pl->inter, NULL for 0) and extra_bytes for the caller (*extra,

@@ -168,13 +168,9 @@ static void plan_init(ring_plan_t *pl, hetccl_engine_t *e, const hetccl_coll_t *
   pl->esize = hetccl_dtype_size(c->dtype);
 }
 
-/* At most about this many pieces per block, whatever the pipeline chunk
- * says: a schedule's steps grow with them (four per piece and step). */
-#define RING_MAX_PIECES 1024
-
 void hetccl_ring_pieces(ring_plan_t *pl, size_t maxblock, size_t max_piece) {
   pl->piece = hetccl_algo_piece(pl->e, maxblock, pl->esize);
-  size_t fewest = algo_round_up((maxblock + RING_MAX_PIECES - 1) / RING_MAX_PIECES,
+  size_t fewest = algo_round_up((maxblock + HETCCL_ALGO_MAX_PIECES - 1) / HETCCL_ALGO_MAX_PIECES,
                                 pl->esize < 64 ? 64 / pl->esize : 1);
   if (pl->piece < fewest) pl->piece = fewest;
   if (max_piece && pl->piece > max_piece) pl->piece = max_piece;

@@ -50,15 +50,19 @@ static void chain_io(const ring_plan_t *pl, int p, int s, ring_io_t *io) {
  * product about CHAIN_ALPHA_BETA bytes. There 1 MiB took 678 us in the
  * rings' 256 KiB pieces, 290 us in 128 KiB and 234 us in 64 KiB; 4 MiB
  * 1.77 ms in 1 MiB pieces, 851-869 us in 64-128 KiB. Never below
- * CHAIN_MIN_PIECE (64 KiB, the smallest measured), and two ranks (one
- * hop, nothing to fill) keep the rings' rule. */
+ * CHAIN_MIN_PIECE (64 KiB, the smallest measured) nor so small that the
+ * message takes more than HETCCL_ALGO_MAX_PIECES, and two ranks (one hop,
+ * nothing to fill) keep the rings' rule. */
 #define CHAIN_ALPHA_BETA 15700.0
 #define CHAIN_MIN_PIECE (64u << 10)
 
 static size_t chain_piece(size_t bytes, int n, size_t esize) {
   if (n <= 2) return 0;
   size_t best = (size_t)sqrt((double)bytes * CHAIN_ALPHA_BETA / (double)(n - 2));
-  best = algo_round_up(best < CHAIN_MIN_PIECE ? CHAIN_MIN_PIECE : best, 64);
+  size_t fewest = bytes / HETCCL_ALGO_MAX_PIECES + 1;
+  if (best < CHAIN_MIN_PIECE) best = CHAIN_MIN_PIECE;
+  if (best < fewest) best = fewest;
+  best = algo_round_up(best, 64);
   return best / esize ? best / esize : 1;
 }
 
