@@ -204,7 +204,7 @@ def anchors(page: Path) -> set:
 
 def test_relative_links_and_anchors_exist() -> None:
     wrong = []
-    for page in [README, *sorted(DOCS.glob("*.md"))]:
+    for page in [README, *sorted(DOCS.rglob("*.md"))]:
         for m in re.finditer(r"\]\(([^)\s]+)\)", page.read_text()):
             target = m.group(1)
             if re.match(r"[a-z]+:", target):
