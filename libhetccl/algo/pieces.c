@@ -21,6 +21,11 @@ typedef struct cut {
   int32_t *readers;
   int scaled_sends; /* the host under PreMulSum: this rank's data sent on is scaled into a
                      * buffer first (send_own); the data plane scales it as it sends */
+  /* For the host executor: per unit of a ring, the message step (its
+   * receive, else its send) of the last SUM_WAVES pieces, which the same
+   * unit SUM_WAVES pieces later waits for (ring_window). NULL for the data
+   * plane, whose lane runs one piece after another anyway. */
+  int32_t *window;
   int host;         /* for the host executor, which runs a local copy on the thread that
                      * also moves the messages: an AllGather's own block, and a chain
                      * Broadcast's root's, are copied piece by piece after each piece's
@@ -228,6 +233,29 @@ static void ring_ag_unit(const cut_t *u, const ring_ag_t *a, size_t k, int t, in
  * the sends of the wave before. */
 typedef void (*ring_unit_fn)(const cut_t *u, const void *form, size_t k, int i);
 
+/* About SUM_WAVES waves in flight on the host, as ring.c keeps them: the
+ * message of unit i of piece k (its receive, else its send; steps from
+ * `first` on) waits for that of unit i of piece k - SUM_WAVES. Without it
+ * every piece's receives were posted at once, and the executor looks at
+ * every message in flight after each event: at n = 8 on the 16-core
+ * machine the wavefront's AllReduce and AllGather, which had no window,
+ * trailed ring.c by 20-60 %, its ReduceScatter, held to one by its sum
+ * slots, did not (docs/measurements/cpu-ranks.md). */
+static void ring_window(const cut_t *u, size_t k, int i, int units, int first) {
+  hetccl_sched_t *s = u->s;
+  if (!u->window || !s->steps) return; /* the data plane, or a counting build */
+  int msg = HETCCL_STEP_NONE;
+  for (int j = first; j < s->nsteps; j++) {
+    int kind = s->steps[j].kind;
+    if (kind == HETCCL_STEP_RECV || kind == HETCCL_STEP_RECV_REDUCE) { msg = j; break; }
+    if (kind == HETCCL_STEP_SEND && msg == HETCCL_STEP_NONE) msg = j;
+  }
+  if (msg == HETCCL_STEP_NONE) return;
+  int32_t *at = &u->window[(k % SUM_WAVES) * (size_t)units + (size_t)i];
+  if (*at != HETCCL_STEP_NONE) hetccl_sched_also_after(s, msg, *at);
+  *at = msg;
+}
+
 static void ring_units(const cut_t *u, const void *form, size_t K, int units, int by_piece,
                        ring_unit_fn unit) {
   if (by_piece) {
@@ -235,9 +263,15 @@ static void ring_units(const cut_t *u, const void *form, size_t K, int units, in
       for (int i = 0; i < units; i++) unit(u, form, k, i);
     return;
   }
+  if (u->window)
+    for (int j = 0; j < SUM_WAVES * units; j++) u->window[j] = HETCCL_STEP_NONE;
   for (size_t w = 0; w + 1 < K + (size_t)units; w++)
     for (int i = 0; i < units && (size_t)i <= w; i++)
-      if (w - (size_t)i < K) unit(u, form, w - (size_t)i, i);
+      if (w - (size_t)i < K) {
+        int first = u->s->nsteps;
+        unit(u, form, w - (size_t)i, i);
+        ring_window(u, w - (size_t)i, i, units, first);
+      }
 }
 
 /* AllReduce's chunks: chunk c of count, at the same place in both buffers. */
@@ -472,9 +506,9 @@ static size_t scratch_bytes(int n, size_t piece) {
  * AllReduce takes the ring (each rank reduces half the buffer) rather
  * than the whole-buffer exchange that saves the data plane a wavefront. */
 static ncclResult_t build(hetccl_sched_t *s, const hetccl_coll_t *c, size_t piece, void *scratch,
-                          int host, int *cut) {
+                          int32_t *window, int host, int *cut) {
   cut_t u = {.s = s, .c = c, .piece = piece, .elem = hetccl_dtype_size(c->dtype),
-             .rank = s->rank, .n = s->nranks};
+             .rank = s->rank, .n = s->nranks, .window = window};
   if (scratch) {
     u.sums = scratch;
     u.readers = (int32_t *)(u.sums + algo_round_up(SUM_WAVES * (size_t)u.n * piece, 64));
@@ -518,7 +552,7 @@ static ncclResult_t build(hetccl_sched_t *s, const hetccl_coll_t *c, size_t piec
 
 ncclResult_t hetccl_pieces_coll(hetccl_sched_t *s, const hetccl_coll_t *c, size_t piece,
                                 int *cut) {
-  return build(s, c, piece, NULL, 0, cut);
+  return build(s, c, piece, NULL, NULL, 0, cut);
 }
 
 /* --- on the host engine ---------------------------------------------------------- */
@@ -535,13 +569,15 @@ ncclResult_t hetccl_wavefront_run(hetccl_engine_t *e, const hetccl_coll_t *c) {
   int slots = (n > 2 || c->op.premul) &&
               (c->func == HETCCL_FUNC_REDUCESCATTER || c->func == HETCCL_FUNC_REDUCE);
   size_t sums = slots ? scratch_bytes(n, piece) : 0;
+  size_t window = SUM_WAVES * 2 * (size_t)n * sizeof(int32_t); /* a ring's units: at most 2n - 1 */
   hetccl_sched_t counting;
   hetccl_sched_init_ranks(&counting, NULL, 0, hetccl_engine_rank(e), n, &c->op);
-  HETCCL_CHECK(build(&counting, c, piece, NULL, 1, &cut)); /* the slots add no step */
-  void *scratch = NULL;
-  hetccl_sched_t *s = hetccl_algo_sched(e, &c->op, counting.wanted, sums, &scratch);
+  HETCCL_CHECK(build(&counting, c, piece, NULL, NULL, 1, &cut)); /* slots, window: no step */
+  char *scratch = NULL;
+  hetccl_sched_t *s = hetccl_algo_sched(e, &c->op, counting.wanted, sums + window,
+                                        (void **)&scratch);
   if (!s) return ncclSystemError;
-  HETCCL_CHECK(build(s, c, piece, scratch, 1, &cut));
+  HETCCL_CHECK(build(s, c, piece, sums ? scratch : NULL, (int32_t *)(scratch + sums), 1, &cut));
   /* A form whose receives only copy lets a pulling transport read its
    * sends in place (except where a receive waits for the rank's own send,
    * an in-place AlltoAll for one: the executor sees it, sched.h). One
