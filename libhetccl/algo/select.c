@@ -42,10 +42,9 @@
  * Thread: whichever thread drives the engine; never allocates. */
 #include "algo/algo_impl.h"
 
-#include <unistd.h>
-
 #include "util/knobs.h"
 #include "util/log.h"
+#include "util/proc.h"
 
 /* --- the algorithms the table names, each defined in its file ----------------- */
 
@@ -231,19 +230,6 @@ static int pull_allreduce_pays(const hetccl_engine_t *e, int n, size_t bytes) {
   return n >= PULL_ALLREDUCE_MIN_RANKS && bytes >= PULL_ALLREDUCE_BYTES;
 }
 
-/* The host's CPUs (a communicator whose ranks all read each other's memory
- * is on one host). */
-static int online_cpus(void) {
-  static int cpus;
-  int c = __atomic_load_n(&cpus, __ATOMIC_RELAXED);
-  if (!c) {
-    long v = sysconf(_SC_NPROCESSORS_ONLN);
-    c = v > 0 ? (int)v : 1;
-    __atomic_store_n(&cpus, c, __ATOMIC_RELAXED);
-  }
-  return c;
-}
-
 /* The conditions that hold for c on e (bytes per rank). */
 static unsigned conditions(const hetccl_engine_t *e, const hetccl_coll_t *c, size_t bytes) {
   int n = hetccl_engine_nranks(e);
@@ -253,7 +239,8 @@ static unsigned conditions(const hetccl_engine_t *e, const hetccl_coll_t *c, siz
   if (bytes * (size_t)n > small) have |= NEED_LARGE_TOTAL;
   have |= n <= DIRECT_ALLREDUCE_MAX_RANKS ? NEED_FEW : NEED_MANY;
   if (bytes > RHD_ALLREDUCE_MIN_BYTES && bytes <= RHD_ALLREDUCE_MAX_BYTES) have |= NEED_MEDIUM;
-  if (n <= PULL_BCAST_MAX_RANKS || n > online_cpus()) have |= NEED_FEW_READERS;
+  /* (ranks that all read each other's memory are on this host) */
+  if (n <= PULL_BCAST_MAX_RANKS || n > hetccl_host_cpus()) have |= NEED_FEW_READERS;
   if (n > PULL_ALLREDUCE_WIDE_RANKS && bytes > RHD_ALLREDUCE_WIDE_MIN_BYTES &&
       bytes < RHD_ALLREDUCE_WIDE_MAX_BYTES)
     have |= NEED_WIDE_MEDIUM;

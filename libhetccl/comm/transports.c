@@ -11,6 +11,7 @@
 #include "util/check.h"
 #include "util/knobs.h"
 #include "util/log.h"
+#include "util/proc.h"
 
 /* How long a host rank's idle wait yields before it sleeps, HETCCL_IDLE_YIELD
  * unset, where the host has a CPU for each of its ranks (a GPU rank's: the
@@ -161,7 +162,7 @@ ncclResult_t hetccl_transports_connect(ncclComm_t comm, uint64_t secret) {
   int local = 0;
   for (int p = 0; p < n; p++)
     local += comm->boot.peers[p].host_hash == comm->boot.peers[me].host_hash;
-  long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+  long ncpu = hetccl_host_cpus();
   int oversubscribed = ncpu > 0 && local > ncpu;
   hetccl_transport_args_t args = {
       .rank = me, .nranks = n, .comm_id = comm_id, .secret = secret,

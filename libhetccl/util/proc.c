@@ -46,3 +46,14 @@ void hetccl_thread_name(const char *name) {
   snprintf(shown, sizeof(shown), "%s", name);
   (void)prctl(PR_SET_NAME, shown, 0, 0, 0);
 }
+
+int hetccl_host_cpus(void) {
+  static int cpus;
+  int c = __atomic_load_n(&cpus, __ATOMIC_RELAXED);
+  if (!c) {
+    long v = sysconf(_SC_NPROCESSORS_ONLN);
+    c = v > 0 ? (int)v : 1;
+    __atomic_store_n(&cpus, c, __ATOMIC_RELAXED);
+  }
+  return c;
+}

@@ -199,7 +199,7 @@ int hetccl_shm_help_choice(int local, char *why, size_t len) {
     snprintf(why, len, "receive helper thread %s (HETCCL_SHM_HELPER=%d)", on ? "on" : "off", on);
     return on;
   }
-  long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+  long ncpu = hetccl_host_cpus();
   int mine = affinity_cpus();
   if (local < 1) local = 1;
   int on = mine >= 2 && ncpu >= (long)SHM_HELP_CPUS_PER_RANK * local;

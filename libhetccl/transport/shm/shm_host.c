@@ -40,6 +40,7 @@
 #include "transport/shm/shm.h"
 #include "util/knobs.h"
 #include "util/log.h"
+#include "util/proc.h"
 
 #define HOST_MAGIC "hetccl-host-profile 1"
 #define HOST_BYTES (8u << 20)
@@ -162,7 +163,7 @@ int hetccl_shm_cma_choice(int local, char *why, size_t len) {
     snprintf(why, len, "single copy %s (HETCCL_SHM_CMA=%d)", on ? "on" : "off", on);
     return on;
   }
-  long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+  long ncpu = hetccl_host_cpus();
   if (ncpu > 0 && local > ncpu) {
     snprintf(why, len, "single copy on by default here: %d ranks on %ld CPUs (the CPUs, not "
              "the memory, are what the ranks wait on)", local, ncpu);
